@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Each sets itself up on a fresh
+# Linux x86_64 machine with python3.12 (or 3.10) and a C++ compiler.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON_BASE := $(shell tools/find_python.sh)
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ttdecode-installed
+# torch is pinned to the release whose cp312 wheel this project is tested with (CPU use only).
+TORCH := torch==2.9.1
+
+.PHONY: demo test setup system-deps clean
+
+demo: $(STAMP)
+	$(PY) -m ttdecode demo
+
+test: $(STAMP) system-deps
+	$(PY) -m pytest -q -ra --durations=15
+
+setup: $(STAMP) system-deps
+
+$(STAMP): pyproject.toml Makefile
+	@test -n "$(PYTHON_BASE)" || { echo "no python3.12/3.10 found (see tools/find_python.sh)"; exit 1; }
+	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)" -e '.[ttnn,plots,test]'
+	touch $(STAMP)
+
+# clang-19 and the riscv64 libstdc++ headers compile our dataflow kernels against the real
+# tt-metal headers of the ttnn wheel (tests/test_real_headers.py).
+system-deps:
+	@if ! command -v clang-19 >/dev/null 2>&1 || [ ! -d /usr/riscv64-linux-gnu/include/c++ ]; then \
+	    echo "installing clang-19 and g++-riscv64-linux-gnu (Debian)"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang-19 g++-riscv64-linux-gnu >/dev/null; \
+	fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,344 @@
+"""Program and compute configuration of the decode operator, and model presets.
+
+`SDPAProgramConfig` mirrors ``ttnn.SDPAProgramConfig`` (same field names and meaning for the
+fields decode uses); `ComputeKernelConfig` mirrors ``ttnn.WormholeComputeKernelConfig``. Both
+validate every field on construction and convert to and from the ttnn objects
+(``to_ttnn()`` / ``from_ttnn(obj)``; ttnn is imported lazily and only there).
+
+Grid limit (decided from the reference sheet, section 2): ttnn's compute grid on a Wormhole
+N150 is 8 columns x 8 rows (of the 8x10 Tensix array, one row is harvested and one is kept
+for dispatch). The planner and the kernels target that grid, so a grid or sub-core rectangle
+beyond x in 0..7, y in 0..7 is refused (``WORMHOLE_GRID``).
+
+Defaults differ from ttnn on purpose where accuracy is at stake: ttnn's decode defaults to
+HiFi2, approximate exp and no fp32 accumulation; here the defaults are HiFi4, exact exp
+(``math_approx_mode=False``; ``exp_approx_mode=None`` follows it) and fp32 accumulation in
+DST (``fp32_dest_acc_en=True``), the configuration that fixed long-context accuracy upstream.
+Pass a config explicitly to trade accuracy for speed.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = [
+    "WORMHOLE_GRID",
+    "MATH_FIDELITIES",
+    "SDPAProgramConfig",
+    "ComputeKernelConfig",
+    "ModelPreset",
+    "PRESETS",
+    "get_preset",
+]
+
+#: Largest compute grid (columns, rows) the operator targets: ttnn's Wormhole N150 grid.
+WORMHOLE_GRID: tuple[int, int] = (8, 8)
+#: Math fidelities of the matrix engine, fastest first.
+MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
+#: Most cores that may work on one (user, KV head): the reduction tree has at most 6 rounds.
+MAX_CORES_PER_HEAD_BATCH_LIMIT = 64
+
+Rect = tuple[tuple[int, int], tuple[int, int]]
+
+
+def _fail(owner: str, arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
+    """The uniform error: which argument, what was expected, what came."""
+    return exc(f"{owner}: argument '{arg}': expected {expected}, got {got!r}")
+
+
+def _int(owner: str, arg: str, value: object) -> int:
+    """Return ``value`` as an int; bools and non-integers raise TypeError."""
+    if isinstance(value, bool):
+        raise _fail(owner, arg, "an integer", value, TypeError)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise _fail(owner, arg, "an integer", value, TypeError) from None
+
+
+def _bool(owner: str, arg: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(owner, arg, "a bool", value, TypeError)
+    return value
+
+
+def _pair(owner: str, arg: str, value: object) -> tuple[int, int]:
+    """A pair of ints from a 2-sequence or any object with ``x``/``y`` (ttnn.CoreCoord)."""
+    if hasattr(value, "x") and hasattr(value, "y"):
+        return (_int(owner, f"{arg}.x", value.x), _int(owner, f"{arg}.y", value.y))
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:  # type: ignore[arg-type]
+        raise _fail(owner, arg, "a pair (x, y) of ints", value, TypeError)
+    a, b = value  # type: ignore[misc]
+    return (_int(owner, f"{arg}[0]", a), _int(owner, f"{arg}[1]", b))
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class SDPAProgramConfig:
+    """How the decode operator spreads its work over the cores (mirrors ``ttnn.SDPAProgramConfig``).
+
+    Fields:
+        compute_with_storage_grid_size: (columns, rows) of the worker grid, at most (8, 8).
+        sub_core_grids: None, or a list of inclusive rectangles ``((x0, y0), (x1, y1))`` of
+            worker cores to use instead of the full grid; rectangles lie inside
+            ``compute_with_storage_grid_size`` and do not overlap (stored as a tuple so the config stays hashable).
+        q_chunk_size: accepted for compatibility; decode has one query row per user and does
+            not use it (0 or a multiple of 32).
+        k_chunk_size: positions of K/V per chunk; 0 = dynamic per user (from cur_pos), else a
+            power of two that is a multiple of 32.
+        exp_approx_mode: approximate exp in the softmax; None = follow the compute kernel
+            config's ``math_approx_mode``.
+        max_cores_per_head_batch: most cores (pieces) working on one (user, KV head), 1..64.
+    """
+
+    compute_with_storage_grid_size: tuple[int, int] = WORMHOLE_GRID
+    sub_core_grids: Optional[tuple[Rect, ...]] = None
+    q_chunk_size: int = 0
+    k_chunk_size: int = 0
+    exp_approx_mode: Optional[bool] = None
+    max_cores_per_head_batch: int = 16
+
+    def __post_init__(self) -> None:
+        own = "SDPAProgramConfig"
+        gx, gy = _pair(own, "compute_with_storage_grid_size", self.compute_with_storage_grid_size)
+        if not (1 <= gx <= WORMHOLE_GRID[0] and 1 <= gy <= WORMHOLE_GRID[1]):
+            raise _fail(own, "compute_with_storage_grid_size",
+                        f"(columns, rows) within the Wormhole compute grid "
+                        f"1..{WORMHOLE_GRID[0]} x 1..{WORMHOLE_GRID[1]}", (gx, gy))
+        object.__setattr__(self, "compute_with_storage_grid_size", (gx, gy))
+        if self.sub_core_grids is not None:
+            object.__setattr__(self, "sub_core_grids", self._check_rects(self.sub_core_grids, (gx, gy)))
+        q = _int(own, "q_chunk_size", self.q_chunk_size)
+        if q < 0 or q % 32 != 0:
+            raise _fail(own, "q_chunk_size", "0 or a positive multiple of 32 (unused by decode)", q)
+        k = _int(own, "k_chunk_size", self.k_chunk_size)
+        if k != 0 and not (k % 32 == 0 and _is_pow2(k)):
+            raise _fail(own, "k_chunk_size", "0 (dynamic) or a power of two that is a multiple of 32", k)
+        if self.exp_approx_mode is not None:
+            _bool(own, "exp_approx_mode", self.exp_approx_mode)
+        m = _int(own, "max_cores_per_head_batch", self.max_cores_per_head_batch)
+        if not 1 <= m <= MAX_CORES_PER_HEAD_BATCH_LIMIT:
+            raise _fail(own, "max_cores_per_head_batch",
+                        f"an integer in 1..{MAX_CORES_PER_HEAD_BATCH_LIMIT}", m)
+        object.__setattr__(self, "q_chunk_size", q)
+        object.__setattr__(self, "k_chunk_size", k)
+        object.__setattr__(self, "max_cores_per_head_batch", m)
+
+    @staticmethod
+    def _check_rects(rects: object, grid: tuple[int, int]) -> tuple[Rect, ...]:
+        own = "SDPAProgramConfig"
+        if isinstance(rects, (str, bytes)) or not hasattr(rects, "__iter__"):
+            raise _fail(own, "sub_core_grids", "None or a list of ((x0, y0), (x1, y1)) rectangles",
+                        rects, TypeError)
+        out: list[Rect] = []
+        seen: dict[tuple[int, int], int] = {}
+        for i, rect in enumerate(rects):  # type: ignore[attr-defined]
+            arg = f"sub_core_grids[{i}]"
+            if isinstance(rect, (str, bytes)) or not hasattr(rect, "__len__") or len(rect) != 2:
+                raise _fail(own, arg, "a rectangle ((x0, y0), (x1, y1))", rect, TypeError)
+            (x0, y0), (x1, y1) = _pair(own, arg, rect[0]), _pair(own, arg, rect[1])
+            if not (0 <= x0 <= x1 < grid[0] and 0 <= y0 <= y1 < grid[1]):
+                raise _fail(own, arg, f"an inclusive rectangle inside compute_with_storage_grid_size "
+                            f"{grid}: 0 <= x0 <= x1 < {grid[0]} and 0 <= y0 <= y1 < {grid[1]}",
+                            ((x0, y0), (x1, y1)))
+            for y in range(y0, y1 + 1):
+                for x in range(x0, x1 + 1):
+                    if (x, y) in seen:
+                        raise _fail(own, arg, f"no core shared with sub_core_grids[{seen[(x, y)]}]",
+                                    f"core {(x, y)} in both")
+                    seen[(x, y)] = i
+            out.append(((x0, y0), (x1, y1)))
+        if not out:
+            raise _fail(own, "sub_core_grids", "None or at least one rectangle", [])
+        return tuple(out)
+
+    def cores(self) -> list[tuple[int, int]]:
+        """The worker cores ``(x, y)`` in use: sub-core rectangles in order (row-major inside
+        each), else the whole grid row-major."""
+        if self.sub_core_grids is not None:
+            return [(x, y) for (x0, y0), (x1, y1) in self.sub_core_grids
+                    for y in range(y0, y1 + 1) for x in range(x0, x1 + 1)]
+        gx, gy = self.compute_with_storage_grid_size
+        return [(x, y) for y in range(gy) for x in range(gx)]
+
+    @property
+    def num_cores(self) -> int:
+        """Number of worker cores in use."""
+        return len(self.cores())
+
+    def resolved_exp_approx_mode(self, compute: "ComputeKernelConfig") -> bool:
+        """The exp mode in force: ``exp_approx_mode``, or the compute config's ``math_approx_mode``."""
+        return compute.math_approx_mode if self.exp_approx_mode is None else self.exp_approx_mode
+
+    def to_ttnn(self) -> Any:
+        """Build the equivalent ``ttnn.SDPAProgramConfig``."""
+        ttnn = _import_ttnn()
+        kwargs: dict[str, Any] = dict(
+            compute_with_storage_grid_size=ttnn.CoreCoord(*self.compute_with_storage_grid_size),
+            q_chunk_size=self.q_chunk_size,
+            k_chunk_size=self.k_chunk_size,
+            exp_approx_mode=self.exp_approx_mode,
+            max_cores_per_head_batch=self.max_cores_per_head_batch,
+        )
+        if self.sub_core_grids is not None:
+            kwargs["sub_core_grids"] = ttnn.CoreRangeSet(
+                [ttnn.CoreRange(ttnn.CoreCoord(*a), ttnn.CoreCoord(*b)) for a, b in self.sub_core_grids])
+        return ttnn.SDPAProgramConfig(**kwargs)
+
+    @classmethod
+    def from_ttnn(cls, obj: Any) -> "SDPAProgramConfig":
+        """Read a ``ttnn.SDPAProgramConfig``. Options this operator does not implement
+        (``max_k_splits != 1``, ``matmul_math_fidelity``, ``segmented_accumulation``) are refused."""
+        own = "SDPAProgramConfig.from_ttnn"
+        needed = ("compute_with_storage_grid_size", "sub_core_grids", "q_chunk_size", "k_chunk_size",
+                  "exp_approx_mode", "max_cores_per_head_batch")
+        if not all(hasattr(obj, a) for a in needed):
+            raise _fail(own, "obj", "a ttnn.SDPAProgramConfig", type(obj).__name__, TypeError)
+        if getattr(obj, "max_k_splits", 1) != 1:
+            raise _fail(own, "obj.max_k_splits", "1 (K splits are not implemented)", obj.max_k_splits)
+        if getattr(obj, "matmul_math_fidelity", None) is not None:
+            raise _fail(own, "obj.matmul_math_fidelity",
+                        "None (set math_fidelity in the compute kernel config)", obj.matmul_math_fidelity)
+        if getattr(obj, "segmented_accumulation", False):
+            raise _fail(own, "obj.segmented_accumulation", "False (not implemented)", True)
+        rects = None
+        if obj.sub_core_grids is not None:
+            rects = [((r.start.x, r.start.y), (r.end.x, r.end.y)) for r in obj.sub_core_grids.ranges()]
+        g = obj.compute_with_storage_grid_size
+        return cls(compute_with_storage_grid_size=(g.x, g.y), sub_core_grids=rects,
+                   q_chunk_size=obj.q_chunk_size, k_chunk_size=obj.k_chunk_size,
+                   exp_approx_mode=obj.exp_approx_mode,
+                   max_cores_per_head_batch=obj.max_cores_per_head_batch)
+
+    @classmethod
+    def coerce(cls, value: object, arg: str = "program_config") -> "SDPAProgramConfig":
+        """None -> default config; ours -> itself; a ttnn config -> converted; else TypeError."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if type(value).__name__ == "SDPAProgramConfig":
+            return cls.from_ttnn(value)
+        raise _fail("ttdecode", arg, "None, ttdecode.config.SDPAProgramConfig or ttnn.SDPAProgramConfig",
+                    type(value).__name__, TypeError)
+
+
+@dataclass(frozen=True)
+class ComputeKernelConfig:
+    """Compute-kernel settings (mirrors ``ttnn.WormholeComputeKernelConfig``).
+
+    Fields (defaults chosen for accuracy, see the module doc):
+        math_fidelity: "LoFi" | "HiFi2" | "HiFi3" | "HiFi4" (default "HiFi4": full bf16 products).
+        math_approx_mode: approximate SFPU functions (exp, reciprocal); default False.
+        fp32_dest_acc_en: accumulate in fp32 in DST (halves DST to 8 tiles); default True.
+        packer_l1_acc: accumulate in L1 in the packer; default False (decode does not use it).
+    """
+
+    math_fidelity: str = "HiFi4"
+    math_approx_mode: bool = False
+    fp32_dest_acc_en: bool = True
+    packer_l1_acc: bool = False
+
+    def __post_init__(self) -> None:
+        own = "ComputeKernelConfig"
+        if not isinstance(self.math_fidelity, str):
+            raise _fail(own, "math_fidelity", f"one of {list(MATH_FIDELITIES)}", self.math_fidelity, TypeError)
+        if self.math_fidelity not in MATH_FIDELITIES:
+            raise _fail(own, "math_fidelity", f"one of {list(MATH_FIDELITIES)}", self.math_fidelity)
+        for name in ("math_approx_mode", "fp32_dest_acc_en", "packer_l1_acc"):
+            _bool(own, name, getattr(self, name))
+
+    def to_ttnn(self) -> Any:
+        """Build the equivalent ``ttnn.WormholeComputeKernelConfig``."""
+        ttnn = _import_ttnn()
+        return ttnn.WormholeComputeKernelConfig(
+            math_fidelity=getattr(ttnn.MathFidelity, self.math_fidelity),
+            math_approx_mode=self.math_approx_mode,
+            fp32_dest_acc_en=self.fp32_dest_acc_en,
+            packer_l1_acc=self.packer_l1_acc,
+        )
+
+    @classmethod
+    def from_ttnn(cls, obj: Any) -> "ComputeKernelConfig":
+        """Read a ``ttnn.WormholeComputeKernelConfig``. Its default fidelity ``Invalid`` (meaning
+        "the op's default") maps to this class's default, HiFi4; ``dst_full_sync_en`` is refused."""
+        own = "ComputeKernelConfig.from_ttnn"
+        needed = ("math_fidelity", "math_approx_mode", "fp32_dest_acc_en", "packer_l1_acc")
+        if not all(hasattr(obj, a) for a in needed):
+            raise _fail(own, "obj", "a ttnn.WormholeComputeKernelConfig", type(obj).__name__, TypeError)
+        if getattr(obj, "dst_full_sync_en", False):
+            raise _fail(own, "obj.dst_full_sync_en", "False (full-sync DST is not implemented)", True)
+        name = getattr(obj.math_fidelity, "name", str(obj.math_fidelity))
+        fidelity = cls.math_fidelity if name == "Invalid" else name
+        return cls(math_fidelity=fidelity, math_approx_mode=obj.math_approx_mode,
+                   fp32_dest_acc_en=obj.fp32_dest_acc_en, packer_l1_acc=obj.packer_l1_acc)
+
+    @classmethod
+    def coerce(cls, value: object, arg: str = "compute_kernel_config") -> "ComputeKernelConfig":
+        """None -> default config; ours -> itself; a ttnn config -> converted; else TypeError."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if type(value).__name__ == "WormholeComputeKernelConfig":
+            return cls.from_ttnn(value)
+        raise _fail("ttdecode", arg,
+                    "None, ttdecode.config.ComputeKernelConfig or ttnn.WormholeComputeKernelConfig",
+                    type(value).__name__, TypeError)
+
+
+def _import_ttnn() -> Any:
+    """Import ttnn through the project's mock-cluster setup (raises if ttnn is missing)."""
+    from ttdecode.ttnn_env import import_ttnn
+
+    ttnn = import_ttnn()
+    if ttnn is None:
+        raise RuntimeError("ttnn is not installed: to_ttnn() needs ttnn==0.81.1")
+    return ttnn
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Per-chip attention shape of a model deployment.
+
+    Fields: ``num_heads`` (NH, query heads on one chip), ``num_kv_heads`` (NKV), ``head_dim`` (D),
+    ``grid`` (compute grid per chip), ``kv_dtype`` (KV-cache format used in production),
+    ``description``.
+    """
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    grid: tuple[int, int]
+    kv_dtype: str
+    description: str
+
+    def program_config(self, **overrides: Any) -> SDPAProgramConfig:
+        """A program config on this preset's grid (fields overridable)."""
+        kwargs: dict[str, Any] = {"compute_with_storage_grid_size": self.grid}
+        kwargs.update(overrides)
+        return SDPAProgramConfig(**kwargs)
+
+
+#: Presets for the CLI and demo. Llama-3.1 8B has 32 query and 8 KV heads, 70B 64 and 8, both D=128;
+#: on T3K the heads are split over 8 chips (reference sheet, section 3), batch whole on every chip.
+PRESETS: dict[str, ModelPreset] = {
+    "llama-3.1-8b-n150": ModelPreset(32, 8, 128, (8, 8), "bfloat8_b",
+                                     "Llama-3.1-8B on one N150 chip: 32 q heads, 8 KV heads"),
+    "llama-3.1-8b-t3k": ModelPreset(4, 1, 128, (8, 8), "bfloat8_b",
+                                    "Llama-3.1-8B on T3K, per chip (8 chips): 4 q heads, 1 KV head"),
+    "llama-3.1-70b-t3k": ModelPreset(8, 1, 128, (8, 8), "bfloat8_b",
+                                     "Llama-3.1-70B on T3K, per chip (8 chips): 8 q heads, 1 KV head"),
+}
+
+
+def get_preset(name: str) -> ModelPreset:
+    """Look a preset up by name; unknown names raise ValueError listing the known ones."""
+    if not isinstance(name, str) or name not in PRESETS:
+        raise _fail("ttdecode", "preset", f"one of {sorted(PRESETS)}", name)
+    return PRESETS[name]

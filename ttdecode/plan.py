@@ -1,0 +1,488 @@
+"""The FlashDecode work planner: pure, deterministic data.
+
+From shapes, formats, positions and the program config, `make_plan` decides everything a launch
+needs: which (user, KV head) *pieces* each core runs, the chunk range of every piece, the reduction
+tree, the circular buffers and the L1 use per core. It runs no kernel and touches no device; a plan
+that cannot fit is refused here, before anything runs, with the knob to turn.
+
+Vocabulary (see tech_report/architecture.md):
+
+- a *work* is one (user b, KV head h): the q heads of KV group h attend keys 0..cur_pos[b];
+- the work's valid key tiles ``T = ceil((cur_pos + 1) / 32)`` are cut into *chunks* of ``c`` tiles
+  (``k_chunk_size / 32``, or dynamic from cur_pos), and the chunks are dealt over ``p`` *pieces*;
+  ``p = min(max_cores_per_head_batch, max(1, cores // NKV), max chunks)`` depends on the config and
+  the model shape only -- never on the batch size or the other users (batch invariance);
+- piece 0, the root, owns the last chunk (the causal boundary); piece i gets a contiguous run of
+  chunks, the first ``n % p`` pieces one chunk more; a piece with no chunk drops out;
+- merge tree (binomial): in round r, piece i with ``i % 2^(r+1) == 2^r`` sends its partial
+  (O, m, l) to piece ``i - 2^r``; the merge order depends on p alone;
+- the batch decides only *where* pieces run. When there are more pieces than cores a core runs
+  several, ordered by tree height (leaves first), which cannot deadlock: a piece waits only for
+  children of lower height, and every core finishes its lower pieces first.
+
+The chunk formulas here are mirrored in ``kernels/common.hpp`` (the kernels compute the ranges from
+cur_pos at run time, so a cur_pos_tensor read on the device needs no new program);
+``tests/test_plan.py`` pins them together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ttdecode.formats import DataType
+from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, CoreCoord
+
+TILE = 32
+#: Largest dynamic chunk, in tiles (k_chunk_size = 0).
+DYNAMIC_CHUNK_MAX_TILES = 8
+#: Deepest reduction tree the kernels support (2^6 = 64 pieces per work).
+MAX_ROUNDS = 6
+#: L1 kept by firmware and the kernel config at the bottom of every core (Wormhole, tt-metal 0.81).
+L1_RESERVED_BYTES = 0x19000  # refined to the runtime's L1_UNRESERVED_BASE when known
+
+_TILE_BYTES = {
+    DataType.float32: 4096,
+    DataType.bfloat16: 2048,
+    DataType.bfloat8_b: 1088,
+    DataType.bfloat4_b: 576,
+}
+
+
+class PlanError(ValueError):
+    """A decode plan that cannot run; the message names the knob to change."""
+
+
+# ---- chunk arithmetic (mirrored in kernels/common.hpp) --------------------------------------
+
+
+def _pow2ceil(x: int) -> int:
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def valid_tiles(cur_pos: int) -> int:
+    """Key tiles a user attends: ceil((cur_pos + 1) / 32); 0 for a skipped user (cur_pos -1)."""
+    return 0 if cur_pos < 0 else (cur_pos + TILE) // TILE
+
+
+def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int) -> int:
+    """Chunk size in tiles for a user at cur_pos.
+
+    Fixed chunks (k_chunk_size > 0) are the config's. Dynamic chunks (fixed_chunk_tiles == 0)
+    spread the user's tiles over the pieces: the power of two >= T / p, capped at
+    DYNAMIC_CHUNK_MAX_TILES, so short contexts use few small chunks and long ones whole 256-key chunks.
+    """
+    if fixed_chunk_tiles > 0:
+        return fixed_chunk_tiles
+    t = valid_tiles(cur_pos)
+    per_piece = -(-t // pieces) if t else 1
+    return min(DYNAMIC_CHUNK_MAX_TILES, _pow2ceil(per_piece))
+
+
+@dataclass(frozen=True)
+class PieceRange:
+    """The key tiles one piece reads: tiles [first_tile, first_tile + num_tiles)."""
+
+    first_chunk: int
+    num_chunks: int
+    chunk_tiles: int
+    first_tile: int
+    num_tiles: int  # the last chunk of the root may be short (it ends at cur_pos)
+
+    @property
+    def empty(self) -> bool:
+        return self.num_chunks == 0
+
+
+def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int) -> PieceRange:
+    """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos."""
+    t = valid_tiles(cur_pos)
+    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces)
+    n = -(-t // c)
+    base, extra = divmod(n, pieces)
+    # pieces 0..index-1 hold the chunks above this one
+    above = index * base + min(index, extra)
+    count = base + (1 if index < extra else 0)
+    end_chunk = n - above
+    first_chunk = end_chunk - count
+    if count == 0:
+        return PieceRange(first_chunk=0, num_chunks=0, chunk_tiles=c, first_tile=0, num_tiles=0)
+    first_tile = first_chunk * c
+    last_tile = min(end_chunk * c, t)
+    return PieceRange(first_chunk, count, c, first_tile, last_tile - first_tile)
+
+
+# ---- the reduction tree -------------------------------------------------------------------
+
+
+def tree_rounds(pieces: int) -> int:
+    return (pieces - 1).bit_length()
+
+
+def tree_children(index: int, pieces: int) -> list[tuple[int, int]]:
+    """(round, child piece) pairs piece `index` receives, in merge order."""
+    out = []
+    for r in range(tree_rounds(pieces)):
+        step = 1 << r
+        if index % (2 * step) == 0 and index + step < pieces:
+            out.append((r, index + step))
+    return out
+
+
+def tree_parent(index: int) -> tuple[int, int] | None:
+    """(round, parent piece) that piece `index` sends to; None for the root."""
+    if index == 0:
+        return None
+    r = (index & -index).bit_length() - 1
+    return r, index - (1 << r)
+
+
+# ---- the plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of one work, placed on a core.
+
+    `slot` is its place in the core's run order; `recv_area` the index of its first scratch area
+    on its core (one area per child round, in merge order), or -1 when it receives nothing;
+    `parent_core`/`parent_area` where its partial goes (the parent's area for this piece's round).
+    """
+
+    user: int
+    kv_head: int
+    index: int
+    core: CoreCoord
+    slot: int
+    height: int
+    recv_area: int
+    parent_core: CoreCoord | None
+    parent_area: int
+    parent_height: int
+
+
+@dataclass(frozen=True)
+class CBSpec:
+    """One circular buffer of the FlashDecode program."""
+
+    index: int
+    name: str
+    data_format: DataType
+    page_size: int
+    num_pages: int
+
+    @property
+    def total_size(self) -> int:
+        return self.page_size * self.num_pages
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """Everything the program factory needs. Shapes in elements, sizes in bytes."""
+
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    seq_len: int
+    head_dim: int
+    head_dim_v: int
+    q_dtype: DataType
+    kv_dtype: DataType
+    share_cache: bool
+    return_lse: bool
+    grid: tuple[int, int]
+    cores: tuple[CoreCoord, ...]  # the cores the plan may use, in placement order
+    pieces_per_work: int
+    rounds: int
+    fixed_chunk_tiles: int  # 0 = dynamic
+    max_chunk_tiles: int
+    cur_pos: tuple[int, ...] | None  # None: positions are read on the device (cur_pos_tensor)
+    fp32_dest_acc_en: bool
+    dst_tiles: int
+    pieces: tuple[Piece, ...]
+    core_pieces: dict[CoreCoord, tuple[Piece, ...]] = field(repr=False)
+    circular_buffers: tuple[CBSpec, ...] = field(repr=False)
+    recv_areas: dict[CoreCoord, int] = field(repr=False)  # scratch areas per core
+
+    # -- derived shape facts --
+    @property
+    def group_size(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def q_tiles(self) -> int:
+        """Tile rows holding one KV group's q heads (heads padded to 32 rows)."""
+        return -(-self.group_size // TILE)
+
+    @property
+    def d_tiles(self) -> int:
+        return self.head_dim // TILE
+
+    @property
+    def dv_tiles(self) -> int:
+        return self.head_dim_v // TILE
+
+    @property
+    def partial_pages(self) -> int:
+        """fp32 tiles of one partial result (O, m, l) of one piece."""
+        return self.q_tiles * (self.dv_tiles + 2)
+
+    @property
+    def l1_bytes_per_core(self) -> int:
+        return L1_RESERVED_BYTES + sum(cb.total_size for cb in self.circular_buffers)
+
+    @property
+    def active_cores(self) -> tuple[CoreCoord, ...]:
+        return tuple(c for c in self.cores if self.core_pieces.get(c))
+
+    def ranges(self, user: int) -> list[PieceRange]:
+        """Chunk ranges of every piece of `user` (needs known positions)."""
+        if self.cur_pos is None:
+            raise PlanError("positions are read on the device (cur_pos_tensor); the plan does not know them")
+        return [
+            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i)
+            for i in range(self.pieces_per_work)
+        ]
+
+
+def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None) -> tuple[CoreCoord, ...]:
+    """Logical cores of the grid (row-major), or of the sub-core grids in the order given."""
+    gx, gy = grid
+    if sub_core_grids is None:
+        return tuple(CoreCoord(x, y) for y in range(gy) for x in range(gx))
+    out: list[CoreCoord] = []
+    for (x0, y0), (x1, y1) in sub_core_grids:
+        if not (0 <= x0 <= x1 < gx and 0 <= y0 <= y1 < gy):
+            raise PlanError(
+                f"sub_core_grids: rectangle ({x0},{y0})-({x1},{y1}) lies outside the {gx}x{gy} grid"
+            )
+        for y in range(y0, y1 + 1):
+            for x in range(x0, x1 + 1):
+                c = CoreCoord(x, y)
+                if c in out:
+                    raise PlanError(f"sub_core_grids: core ({x},{y}) appears twice")
+                out.append(c)
+    return tuple(out)
+
+
+def flash_decode_cbs(
+    *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
+    batch: int, recv_areas: int,
+) -> tuple[CBSpec, ...]:
+    """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
+
+    Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
+    the accumulator and the partials that travel between cores), so the only roundings beyond the
+    inputs' own are the FPU's operand precision and the final bf16 output.
+    """
+    f32, bf16 = DataType.float32, DataType.bfloat16
+    kv_tile = _TILE_BYTES[kv_dtype]
+    pos_page = max(32, -(-4 * batch // 32) * 32)
+    partial = q_tiles * (dv_tiles + 2)
+    specs = [
+        (0, "q", bf16, 2048, q_tiles * d_tiles),
+        (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # double-buffered chunks
+        (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles),
+        (3, "pos_compute", DataType.float32, pos_page, 1),  # int32 positions for the compute kernel
+        (4, "pos_writer", DataType.float32, pos_page, 1),  # the same for the writer
+        (5, "mask", bf16, 2048, 1),  # -inf beyond cur_pos in the boundary tile
+        (6, "scaler", bf16, 2048, 1),  # ones: the reduce scaler
+        (7, "scores", f32, 4096, max_chunk_tiles),
+        (8, "probs", f32, 4096, max_chunk_tiles),
+        (9, "max", f32, 4096, 2 * q_tiles),  # running row max (old + new)
+        (10, "sum", f32, 4096, 2 * q_tiles),  # running row sum
+        (11, "acc", f32, 4096, 2 * q_tiles * dv_tiles),  # running O
+        (12, "chunk_max", f32, 4096, q_tiles),
+        (13, "alpha", f32, 4096, 2 * q_tiles),  # rescale factors
+        (14, "tmp", f32, 4096, q_tiles * dv_tiles),
+        (15, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
+        (16, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
+        (17, "out", bf16, 2048, q_tiles * dv_tiles),
+        (18, "lse", f32, 4096, q_tiles),
+        (19, "staging", f32, 4096, 1),  # writer's row staging (zeros, LSE rows)
+    ]
+    return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
+
+
+def make_plan(
+    *,
+    batch: int,
+    num_q_heads: int,
+    num_kv_heads: int,
+    seq_len: int,
+    head_dim: int,
+    head_dim_v: int | None = None,
+    kv_dtype: DataType = DataType.bfloat8_b,
+    q_dtype: DataType = DataType.bfloat16,
+    cur_pos: Sequence[int] | None = None,
+    grid: tuple[int, int] = (8, 8),
+    sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None = None,
+    k_chunk_size: int = 0,
+    max_cores_per_head_batch: int = 16,
+    fp32_dest_acc_en: bool = True,
+    dst_full_sync_en: bool = False,
+    share_cache: bool = False,
+    return_lse: bool = False,
+    l1_bytes_per_core: int = L1_BYTES_PER_CORE,
+) -> DecodePlan:
+    """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+                    ("seq_len", seq_len), ("head_dim", head_dim), ("head_dim_v", head_dim_v)):
+        if not isinstance(v, int) or v <= 0:
+            raise PlanError(f"{name}: expected a positive int, got {v!r}")
+    if num_q_heads % num_kv_heads:
+        raise PlanError(f"num_q_heads: expected a multiple of num_kv_heads={num_kv_heads}, got {num_q_heads}")
+    for name, v in (("head_dim", head_dim), ("head_dim_v", head_dim_v), ("seq_len", seq_len)):
+        if v % TILE:
+            raise PlanError(f"{name}: expected a multiple of {TILE}, got {v}")
+    if head_dim_v > head_dim:
+        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim}, got {head_dim_v}")
+    if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
+        raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
+    if k_chunk_size:
+        if k_chunk_size < TILE or k_chunk_size % TILE or k_chunk_size & (k_chunk_size - 1):
+            raise PlanError(
+                f"k_chunk_size: expected 0 (dynamic) or a power of two multiple of 32, got {k_chunk_size}"
+            )
+        if seq_len % k_chunk_size:
+            raise PlanError(f"k_chunk_size: seq_len={seq_len} is not a multiple of k_chunk_size={k_chunk_size}")
+    if not 1 <= max_cores_per_head_batch <= 1 << MAX_ROUNDS:
+        raise PlanError(
+            f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
+        )
+    if cur_pos is not None:
+        cur_pos = tuple(int(p) for p in cur_pos)
+        if len(cur_pos) != batch:
+            raise PlanError(f"cur_pos: expected {batch} positions (one per user), got {len(cur_pos)}")
+        for b, pos in enumerate(cur_pos):
+            if not -1 <= pos < seq_len:
+                raise PlanError(f"cur_pos[{b}]: expected -1..{seq_len - 1} (seq_len={seq_len}), got {pos}")
+
+    cores = grid_cores(grid, sub_core_grids)
+    fixed = k_chunk_size // TILE
+    st = seq_len // TILE
+    max_chunks = st // fixed if fixed else st
+    pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
+    rounds = tree_rounds(pieces)
+    max_chunk_tiles = fixed if fixed else min(DYNAMIC_CHUNK_MAX_TILES, st)
+
+    # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
+    # core so that roots (which receive the most partials) spread evenly; each core then runs its
+    # pieces leaves first
+    works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
+    flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
+    placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
+    n_cores = len(cores)
+    for g, item in enumerate(flat):
+        placed[cores[(g + g // n_cores) % n_cores]].append(item)
+    heights = {i: len(tree_children(i, pieces)) for i in range(pieces)}
+    where: dict[tuple[int, int, int], tuple[CoreCoord, int, int]] = {}  # -> core, slot, recv_area
+    recv_areas: dict[CoreCoord, int] = {}
+    for core, items in placed.items():
+        items.sort(key=lambda it: (heights[it[2]], it))
+        area = 0
+        for slot, it in enumerate(items):
+            h_ = heights[it[2]]
+            where[it] = (core, slot, area if h_ else -1)
+            area += h_
+        recv_areas[core] = area
+
+    piece_list: list[Piece] = []
+    for it, (core, slot, recv) in where.items():
+        b, h, i = it
+        parent = tree_parent(i)
+        if parent is None:
+            pcore, parea, pheight = None, -1, 0
+        else:
+            r, pi = parent
+            pc, _, precv = where[(b, h, pi)]
+            # the parent's areas are its child rounds in order; this piece's round is its r-th
+            rounds_of_parent = [rr for rr, _ in tree_children(pi, pieces)]
+            pcore, parea, pheight = pc, precv + rounds_of_parent.index(r), heights[pi]
+        piece_list.append(Piece(b, h, i, core, slot, heights[i], recv, pcore, parea, pheight))
+    piece_list.sort(key=lambda p: (p.core.y, p.core.x, p.slot))
+    core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
+
+    q_tiles = -(-(num_q_heads // num_kv_heads) // TILE)
+    cbs = flash_decode_cbs(
+        q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+        max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
+        recv_areas=max(recv_areas.values(), default=0),
+    )
+    dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
+    plan = DecodePlan(
+        batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
+        head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
+        share_cache=share_cache, return_lse=return_lse, grid=grid, cores=cores,
+        pieces_per_work=pieces, rounds=rounds, fixed_chunk_tiles=fixed, max_chunk_tiles=max_chunk_tiles,
+        cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
+        pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
+    )
+    _check_resources(plan, l1_bytes_per_core)
+    return plan
+
+
+#: Runtime args: a fixed header plus this many per piece (see factory.py).
+RUNTIME_ARGS_HEADER = 8
+RUNTIME_ARGS_PER_PIECE = 8
+
+
+def _check_resources(plan: DecodePlan, l1_bytes: int) -> None:
+    used = plan.l1_bytes_per_core
+    if used > l1_bytes:
+        biggest = sorted(plan.circular_buffers, key=lambda cb: -cb.total_size)[:3]
+        detail = ", ".join(f"{cb.name} {cb.total_size // 1024} KiB" for cb in biggest)
+        raise PlanError(
+            f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
+            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). Lower k_chunk_size (now "
+            f"{plan.fixed_chunk_tiles * TILE or 'dynamic'}), lower max_cores_per_head_batch (now "
+            f"{plan.pieces_per_work} pieces per head, fewer partials to receive) or use a larger grid."
+        )
+    most = max((len(v) for v in plan.core_pieces.values()), default=0)
+    if RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most > MAX_RUNTIME_ARGS:
+        raise PlanError(
+            f"too much work per core: {most} pieces on one core need "
+            f"{RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most} runtime args (limit {MAX_RUNTIME_ARGS}); "
+            f"use a larger grid or a smaller batch, or lower max_cores_per_head_batch (now {plan.pieces_per_work})."
+        )
+
+
+def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
+    """A readable table of the plan and its L1 use."""
+    lines = [
+        f"FlashDecode plan: B={plan.batch} NH={plan.num_q_heads} NKV={plan.num_kv_heads} S={plan.seq_len} "
+        f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}",
+        f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
+        f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
+        f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
+        f"cores used: {len(plan.active_cores)} of {len(plan.cores)}; "
+        f"most pieces on one core: {max((len(v) for v in plan.core_pieces.values()), default=0)}",
+        "",
+        f"{'core':>8} {'user':>4} {'kvh':>4} {'piece':>5} {'height':>6} {'chunks':>10} {'keys':>14} {'parent':>10}",
+    ]
+    rows = 0
+    for core in plan.cores:
+        for p in plan.core_pieces.get(core, ()):
+            if rows >= max_rows:
+                break
+            if plan.cur_pos is not None:
+                r = piece_range(plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index)
+                chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
+                keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((r.first_tile + r.num_tiles) * TILE, plan.cur_pos[p.user] + 1) - 1}"
+            else:
+                chunks = keys = "on device"
+            parent = "root" if p.parent_core is None else f"({p.parent_core.x},{p.parent_core.y})"
+            lines.append(
+                f"{f'({core.x},{core.y})':>8} {p.user:>4} {p.kv_head:>4} {p.index:>5} {p.height:>6} {chunks:>10} {keys:>14} {parent:>10}"
+            )
+            rows += 1
+    if rows >= max_rows and len(plan.pieces) > max_rows:
+        lines.append(f"... {len(plan.pieces) - max_rows} more pieces")
+    lines.append("")
+    lines.append(f"L1 per core: {plan.l1_bytes_per_core / 1024:.1f} KiB of {L1_BYTES_PER_CORE // 1024} KiB "
+                 f"(reserved {L1_RESERVED_BYTES // 1024} KiB)")
+    for cb in plan.circular_buffers:
+        lines.append(f"  cb{cb.index:<3} {cb.name:<12} {cb.data_format.value:<10} {cb.num_pages:>4} x {cb.page_size:>5} B = {cb.total_size / 1024:8.1f} KiB")
+    return "\n".join(lines)

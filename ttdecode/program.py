@@ -1,0 +1,256 @@
+"""The backend-neutral description of a Metalium program.
+
+One `Program` feeds both backends: the host runtime (`ttdecode.runtime.run_program`) and the device
+path (`ttdecode.device.to_program_descriptor` -> `ttnn.generic_op`). Nothing in here knows which one
+runs it. Cores are *logical* worker coordinates of the compute grid. Runtime arguments may hold
+placeholders (`NocX`, `NocY`, `BufferAddress`) that each backend resolves for its own machine.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Union
+
+from ttdecode.formats import DataType
+
+#: Wormhole L1 per Tensix core, bytes.
+L1_BYTES_PER_CORE = 1464 * 1024
+#: Number of DRAM banks on Wormhole.
+NUM_DRAM_BANKS = 12
+#: Most runtime args a kernel may take per core (tt-metal's limit).
+MAX_RUNTIME_ARGS = 341
+#: Circular buffer indices available to a program.
+NUM_CIRCULAR_BUFFERS = 32
+
+
+@dataclass(frozen=True, order=True)
+class CoreCoord:
+    """A logical worker core (x = column, y = row of the compute grid)."""
+
+    x: int
+    y: int
+
+
+@dataclass(frozen=True)
+class CoreRange:
+    """An inclusive rectangle of logical cores."""
+
+    start: CoreCoord
+    end: CoreCoord
+
+    def __post_init__(self) -> None:
+        if self.end.x < self.start.x or self.end.y < self.start.y:
+            raise ValueError(f"CoreRange end {self.end} lies before start {self.start}")
+
+    def cores(self) -> Iterator[CoreCoord]:
+        for y in range(self.start.y, self.end.y + 1):
+            for x in range(self.start.x, self.end.x + 1):
+                yield CoreCoord(x, y)
+
+
+@dataclass(frozen=True)
+class CoreRangeSet:
+    """A set of logical cores, kept as disjoint rectangles (what ttnn's CoreRangeSet holds)."""
+
+    ranges: tuple[CoreRange, ...]
+
+    @staticmethod
+    def of(cores: Iterable[CoreCoord]) -> "CoreRangeSet":
+        """Pack cores into row runs (one CoreRange per maximal horizontal run)."""
+        by_row: dict[int, list[int]] = {}
+        for c in set(cores):
+            by_row.setdefault(c.y, []).append(c.x)
+        ranges: list[CoreRange] = []
+        for y in sorted(by_row):
+            xs = sorted(by_row[y])
+            run_start = prev = xs[0]
+            for x in xs[1:] + [None]:  # type: ignore[list-item]
+                if x is not None and x == prev + 1:
+                    prev = x
+                    continue
+                ranges.append(CoreRange(CoreCoord(run_start, y), CoreCoord(prev, y)))
+                if x is not None:
+                    run_start = prev = x
+        return CoreRangeSet(tuple(ranges))
+
+    def cores(self) -> list[CoreCoord]:
+        return [c for r in self.ranges for c in r.cores()]
+
+    def __contains__(self, core: object) -> bool:
+        return any(
+            isinstance(core, CoreCoord)
+            and r.start.x <= core.x <= r.end.x
+            and r.start.y <= core.y <= r.end.y
+            for r in self.ranges
+        )
+
+
+# ---- runtime-argument placeholders ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NocX:
+    """The NoC x coordinate of a logical worker core, as the running backend addresses it."""
+
+    core: CoreCoord
+
+
+@dataclass(frozen=True)
+class NocY:
+    """The NoC y coordinate of a logical worker core."""
+
+    core: CoreCoord
+
+
+@dataclass(frozen=True)
+class BufferAddress:
+    """The DRAM base address of the program tensor called `name`."""
+
+    name: str
+
+
+Arg = Union[int, NocX, NocY, BufferAddress]
+
+
+class KernelKind(enum.Enum):
+    READER = "reader"  # NCRISC, NoC 1 on the device
+    WRITER = "writer"  # BRISC, NoC 0 on the device
+    COMPUTE = "compute"  # TRISC0/1/2
+
+
+class MathFidelity(enum.Enum):
+    LoFi = "LoFi"
+    HiFi2 = "HiFi2"
+    HiFi3 = "HiFi3"
+    HiFi4 = "HiFi4"
+
+
+@dataclass(frozen=True)
+class ComputeSettings:
+    """Settings of a compute kernel (ttnn's ComputeConfigDescriptor)."""
+
+    math_fidelity: MathFidelity = MathFidelity.HiFi4
+    fp32_dest_acc_en: bool = True
+    math_approx_mode: bool = False
+    dst_full_sync_en: bool = False
+
+    @property
+    def dst_tiles(self) -> int:
+        """Usable DST tiles: 16 x 16-bit tiles, halved by fp32 accumulation and by half-sync."""
+        tiles = 16
+        if self.fp32_dest_acc_en:
+            tiles //= 2
+        if not self.dst_full_sync_en:
+            tiles //= 2
+        return tiles
+
+
+@dataclass
+class Kernel:
+    """One kernel source run on a set of cores.
+
+    `source` is a file path (normally under `kernels/`). Compile-time args are positional
+    (`get_compile_time_arg_val(i)`); `defines` become `-D` macros. `runtime_args[core]` is the
+    per-core argument list; every core of `cores` must have one (possibly empty).
+    """
+
+    name: str
+    source: Path
+    kind: KernelKind
+    cores: CoreRangeSet
+    compile_time_args: list[int] = field(default_factory=list)
+    defines: dict[str, str] = field(default_factory=dict)
+    runtime_args: dict[CoreCoord, list[Arg]] = field(default_factory=dict)
+    common_runtime_args: list[Arg] = field(default_factory=list)
+    compute: ComputeSettings | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind is KernelKind.COMPUTE) != (self.compute is not None):
+            raise ValueError(f"kernel {self.name}: compute settings belong to (and only to) a compute kernel")
+        for core, args in self.runtime_args.items():
+            if core not in self.cores:
+                raise ValueError(f"kernel {self.name}: runtime args for {core}, which is not in its cores")
+            if len(args) > MAX_RUNTIME_ARGS:
+                raise ValueError(
+                    f"kernel {self.name}: {len(args)} runtime args on {core}, the limit is {MAX_RUNTIME_ARGS}"
+                )
+
+
+@dataclass(frozen=True)
+class CircularBuffer:
+    """A circular buffer: `num_pages` pages of `page_size` bytes in `data_format`, on `cores`."""
+
+    index: int
+    cores: CoreRangeSet
+    data_format: DataType
+    page_size: int
+    num_pages: int
+
+    @property
+    def total_size(self) -> int:
+        return self.page_size * self.num_pages
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < NUM_CIRCULAR_BUFFERS:
+            raise ValueError(f"CB index {self.index} outside 0..{NUM_CIRCULAR_BUFFERS - 1}")
+        if self.page_size <= 0 or self.num_pages <= 0:
+            raise ValueError(f"CB {self.index}: page_size and num_pages must be positive")
+
+
+@dataclass(frozen=True)
+class Semaphore:
+    """A 32-bit word in L1 of every core in `cores`, found by kernels with `get_semaphore(id)`."""
+
+    id: int
+    cores: CoreRangeSet
+    initial_value: int = 0
+
+
+@dataclass
+class DramTensor:
+    """An interleaved DRAM tensor: page k lives in bank k % 12.
+
+    `data` holds the input byte image (num_pages * page_size bytes); None for an output, which
+    the backend allocates. `shape` is the logical shape (for the device path), `layout` "tile" or
+    "row_major".
+    """
+
+    name: str
+    data_format: DataType
+    page_size: int
+    num_pages: int
+    shape: tuple[int, ...]
+    layout: str = "tile"
+    data: bytes | None = None
+    is_output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.data is not None and len(self.data) != self.page_size * self.num_pages:
+            raise ValueError(
+                f"tensor {self.name}: data holds {len(self.data)} bytes, expected "
+                f"{self.num_pages} pages x {self.page_size} B = {self.page_size * self.num_pages}"
+            )
+
+
+@dataclass
+class Program:
+    """Everything a backend needs to run one Metalium program."""
+
+    kernels: list[Kernel]
+    circular_buffers: list[CircularBuffer]
+    semaphores: list[Semaphore]
+    tensors: list[DramTensor]
+
+    def tensor(self, name: str) -> DramTensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"program has no tensor called {name!r}")
+
+    def cores(self) -> list[CoreCoord]:
+        seen: set[CoreCoord] = set()
+        for k in self.kernels:
+            seen.update(k.cores.cores())
+        return sorted(seen, key=lambda c: (c.y, c.x))
