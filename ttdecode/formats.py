@@ -37,6 +37,7 @@ flushed to +0.0 (never produced by the packer itself, since k <= E for every enc
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from typing import Sequence, Union
 
@@ -209,8 +210,7 @@ def _bfp_codes(bits: np.ndarray, mag_bits: int) -> tuple[np.ndarray, np.ndarray]
     round_up = (rest > tie) | ((rest == tie) & ((mag & np.uint32(1)) == 1))
     mag += round_up.astype(np.uint32)
     np.minimum(mag, np.uint32((1 << mag_bits) - 1), out=mag)
-    is_zero = (bits & np.uint32(0x7FFFFFFF)) == 0
-    mag[is_zero] = 0
+    mag[exp == 0] = 0  # zeros and denormals
     sign = (bits >> np.uint32(31)) & (mag != 0)
     codes = (sign << np.uint32(mag_bits)) | mag
     return shared.astype(np.uint8), codes.astype(np.uint8)
@@ -235,6 +235,27 @@ def _bfp_values(shared: np.ndarray, codes: np.ndarray, mag_bits: int) -> np.ndar
     return out.astype(np.uint32)
 
 
+@functools.lru_cache(maxsize=None)
+def _bfp_decode_table(mag_bits: int) -> np.ndarray:
+    """uint32[256, 2^(mag_bits+1)]: float32 bits of every (shared exponent, code) pair."""
+    ncodes = 1 << (mag_bits + 1)
+    shared = np.arange(256, dtype=np.uint8)
+    codes = np.broadcast_to(np.arange(ncodes, dtype=np.uint8)[None, :], (256, ncodes))
+    table = _bfp_values(shared, codes, mag_bits)
+    table.setflags(write=False)
+    return table
+
+
+def _bfloat16_bits(bits: np.ndarray) -> np.ndarray:
+    """Round float32 bit patterns (uint32) to bfloat16 bit patterns (uint16): nearest, ties to even;
+    every NaN becomes the quiet NaN 0x7FC0 (as ttnn; torch's CPU cast gives 0xFFFF instead)."""
+    lsb = (bits >> np.uint32(16)) & np.uint32(1)
+    rounded = ((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16)).astype(np.uint16)
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    rounded[is_nan] = 0x7FC0
+    return rounded
+
+
 def encode_tiles(tiles: np.ndarray, dtype: DTypeLike) -> np.ndarray:
     """Encode `tiles: float32[N, 1024]` (tile order) into byte images `uint8[N, tile_size(dtype)]`."""
     dt = as_data_type(dtype)
@@ -245,8 +266,7 @@ def encode_tiles(tiles: np.ndarray, dtype: DTypeLike) -> np.ndarray:
     if dt is DataType.float32:
         return tiles.view(np.uint8).reshape(n, tile_size(dt))
     if dt is DataType.bfloat16:
-        bf = torch.from_numpy(tiles).to(torch.bfloat16).view(torch.int16).numpy()
-        return bf.view(np.uint8).reshape(n, tile_size(dt))
+        return _bfloat16_bits(tiles.view(np.uint32)).view(np.uint8).reshape(n, tile_size(dt))
     mag_bits = _BFP_MAGNITUDE_BITS[dt]
     bits = tiles.view(np.uint32).reshape(n, BFP_EXPONENT_BYTES, BFP_GROUP)
     shared, codes = _bfp_codes(bits, mag_bits)
@@ -278,8 +298,9 @@ def decode_tiles(raw: np.ndarray, dtype: DTypeLike) -> np.ndarray:
         codes[:, 1::2] = body >> np.uint8(4)
     else:
         codes = body
-    bits = _bfp_values(shared, codes.reshape(n, BFP_EXPONENT_BYTES, BFP_GROUP), mag_bits)
-    return bits.reshape(n, TILE_VALUES).view(np.float32)
+    table = _bfp_decode_table(mag_bits)
+    index = (shared.astype(np.intp)[:, :, None] << (mag_bits + 1)) | codes.reshape(n, BFP_EXPONENT_BYTES, BFP_GROUP)
+    return table.reshape(-1)[index].reshape(n, TILE_VALUES).view(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -47,7 +48,7 @@ __all__ = ["sdpa_decode_reference", "merge_partials"]
 
 _NAME = "sdpa_decode_reference"
 
-Positions = Union[Sequence[int], torch.Tensor]
+Positions = Union[Iterable[int], torch.Tensor]
 
 
 def _fail(arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
@@ -91,12 +92,12 @@ def _positions(cur_pos: Positions, batch: int, seq_len: int) -> torch.Tensor:
         if cur_pos.dim() != 1:
             raise _fail("cur_pos", f"a 1-D tensor of length B={batch}", f"shape {_shape(cur_pos)}")
         pos = cur_pos.detach().to("cpu", torch.int64)
-    elif isinstance(cur_pos, (str, bytes)) or not isinstance(cur_pos, Sequence):
+    elif isinstance(cur_pos, (str, bytes)) or not isinstance(cur_pos, Iterable):
         raise _fail("cur_pos", "a sequence of ints or a 1-D integer tensor",
                     type(cur_pos).__name__, TypeError)
     else:
         values = []
-        for i, p in enumerate(cur_pos):
+        for i, p in enumerate(list(cur_pos)):
             if isinstance(p, bool):
                 raise _fail(f"cur_pos[{i}]", "an integer", repr(p), TypeError)
             try:
@@ -114,12 +115,36 @@ def _positions(cur_pos: Positions, batch: int, seq_len: int) -> torch.Tensor:
     return pos
 
 
-def _gather_paged(cache: torch.Tensor, page_table: torch.Tensor) -> torch.Tensor:
-    """Turn a paged cache ``[num_blocks, NKV, bs, X]`` into ``[B, NKV, max_blocks*bs, X]``."""
-    batch, max_blocks = page_table.shape
+def _gather_paged(cache: torch.Tensor, page_table: torch.Tensor, length: int) -> torch.Tensor:
+    """Read positions ``0..length-1`` of a paged cache ``[num_blocks, NKV, bs, X]`` as ``[B, NKV, length, X]``."""
     _, nkv, block_size, width = cache.shape
-    blocks = cache[page_table.to(torch.int64)]  # [B, max_blocks, NKV, bs, X]
-    return blocks.permute(0, 2, 1, 3, 4).reshape(batch, nkv, max_blocks * block_size, width)
+    used = page_table[:, : -(-length // block_size)].to(cache.device)
+    batch, n_blocks = used.shape
+    blocks = cache[used]  # [B, n_blocks, NKV, bs, X]
+    flat = blocks.permute(0, 2, 1, 3, 4).reshape(batch, nkv, n_blocks * block_size, width)
+    return flat[:, :, :length]
+
+
+@dataclass(frozen=True)
+class _Cache:
+    """Validated K/V of every user; :meth:`read` materializes a prefix of positions."""
+
+    k: torch.Tensor
+    v: Optional[torch.Tensor]  # None: MLA, V = K[..., :dv]
+    dv: int
+    batch: int
+    seq_len: int
+    page_table: Optional[torch.Tensor]  # int64 [B, max_blocks] on the CPU, or None
+
+    def read(self, length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return ``K [B, NKV, length, D]`` and ``V [B, NKV, length, Dv]`` (positions ``0..length-1``)."""
+        if self.page_table is not None:
+            kk = _gather_paged(self.k, self.page_table, length)
+            vv = kk[..., : self.dv] if self.v is None else _gather_paged(self.v, self.page_table, length)
+            return kk, vv
+        kk = self.k[:, :, :length]
+        vv = kk[..., : self.dv] if self.v is None else self.v[:, :, :length]
+        return kk.expand(self.batch, -1, -1, -1), vv.expand(self.batch, -1, -1, -1)
 
 
 def _check_page_table(page_table: object, batch: int, num_blocks: int) -> torch.Tensor:
@@ -145,8 +170,8 @@ def _resolve_kv(
     share_cache: bool,
     page_table: Optional[torch.Tensor],
     head_dim_v: Optional[int],
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Validate K/V and return the per-user caches ``K [B, NKV, S, D]``, ``V [B, NKV, S, Dv]``."""
+) -> _Cache:
+    """Validate K/V (contiguous, shared or paged) against ``q_shape = (B, NH, D)``."""
     batch, num_heads, head_dim = q_shape
     _check_float_tensor("k", k, 4)
     if k.shape[-1] != head_dim:
@@ -178,18 +203,13 @@ def _resolve_kv(
             raise _fail("share_cache", "False when page_table is given (paged caches are per user)",
                         share_cache)
         table = _check_page_table(page_table, batch, k.shape[0])
-        kk = _gather_paged(k, table)
-        vv = kk[..., :dv] if v is None else _gather_paged(v, table)
-        return kk, vv
+        return _Cache(k, v, dv, batch, table.shape[1] * k.shape[2], table)
 
     expected_batch = 1 if share_cache else batch
     if k.shape[0] != expected_batch:
         what = "1 (share_cache: all users read KV batch 0)" if share_cache else f"B={batch} like q"
         raise _fail("k", f"batch (dim 0) {what}", f"shape {_shape(k)}")
-    vv = k[..., :dv] if v is None else v
-    if share_cache:
-        return k.expand(batch, -1, -1, -1), vv.expand(batch, -1, -1, -1)
-    return k, vv
+    return _Cache(k, v, dv, batch, k.shape[2], None)
 
 
 def _check_sink(attention_sink: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -263,14 +283,17 @@ def sdpa_decode_reference(
     Raises:
         TypeError / ValueError naming the argument, what was expected and what came.
     """
+    for arg, flag in (("is_causal", is_causal), ("share_cache", share_cache), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise _fail(arg, "a bool", repr(flag), TypeError)
     if dtype not in (torch.float64, torch.float32):
         raise _fail("dtype", "torch.float64 or torch.float32", dtype, TypeError)
     _check_float_tensor("q", q, 4)
     if q.shape[0] != 1 or q.shape[1] < 1 or q.shape[2] < 1 or q.shape[3] < 1:
         raise _fail("q", "shape [1, B>=1, NH>=1, D>=1]", f"shape {_shape(q)}")
     _, batch, num_heads, head_dim = q.shape
-    kk, vv = _resolve_kv((batch, num_heads, head_dim), k, v, share_cache, page_table, head_dim_v)
-    nkv, seq_len = kk.shape[1], kk.shape[2]
+    cache = _resolve_kv((batch, num_heads, head_dim), k, v, share_cache, page_table, head_dim_v)
+    nkv, seq_len = k.shape[1], cache.seq_len
     group = num_heads // nkv
 
     if scale is None:
@@ -308,6 +331,14 @@ def sdpa_decode_reference(
         valid = torch.ones(batch, seq_len, dtype=torch.bool)
         skipped = torch.zeros(batch, dtype=torch.bool)
 
+    # Only positions up to the largest attended one are read (a causal decode of a short
+    # prefix of a long cache stays cheap); at least one, so shapes stay non-empty.
+    live_len = max(1, int(valid.any(dim=0).nonzero().max()) + 1) if bool(valid.any()) else 1
+    kk, vv = cache.read(live_len)
+    valid = valid[:, :live_len]
+    if mask is not None:
+        mask = mask[..., :live_len]
+    seq_len = live_len
     device = q.device
     valid = valid.to(device)
     qd = q[0].to(dtype).reshape(batch, nkv, group, head_dim)

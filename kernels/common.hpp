@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Shared by the three FlashDecode kernels (reader, compute, writer): the circular-buffer indices,
+// the chunk arithmetic and the merge tree. Every formula here mirrors ttdecode/plan.py, so the
+// kernels derive the same chunk ranges from cur_pos at run time as the planner does on the host;
+// tests/test_factory.py pins the two together.
+
+#pragma once
+
+#include <stdint.h>
+
+namespace flash_decode {
+
+// ---- circular buffers (indices of plan.flash_decode_cbs) ----------------------------------------
+constexpr uint32_t cb_q = 0;            // the q rows of one KV group, bf16, zero rows past the group
+constexpr uint32_t cb_k = 1;            // K chunks, double-buffered, one slot = max_chunk_tiles x d_tiles
+constexpr uint32_t cb_v = 2;            // V chunks, same slots with dv_tiles
+constexpr uint32_t cb_pos_compute = 3;  // int32 positions of every user, for the compute kernel
+constexpr uint32_t cb_pos_writer = 4;   // the same page, for the writer
+constexpr uint32_t cb_mask = 5;         // -inf past cur_pos in the causal boundary tile, 0 elsewhere
+constexpr uint32_t cb_scaler = 6;       // reduce scaler: row 0 of every face 1.0, the rest 0
+constexpr uint32_t cb_ones = 7;         // all ones: P x ones puts the row sums in every column
+constexpr uint32_t cb_identity = 8;     // the identity: identity x bcast(e) is diag(e)
+constexpr uint32_t cb_scores = 9;       // fp32 scores of one q tile row over one chunk
+constexpr uint32_t cb_probs = 10;       // fp32 exp((S - m) * scale) of the same
+constexpr uint32_t cb_max = 11;         // running row max m (unscaled), old tiles then new ones
+constexpr uint32_t cb_sum = 12;         // running row sum l
+constexpr uint32_t cb_acc = 13;         // running unnormalized output O
+constexpr uint32_t cb_alpha = 14;       // rescale factors, 1/l, log terms
+constexpr uint32_t cb_diag = 15;        // diag(e) of a child partial
+constexpr uint32_t cb_partial_out = 16; // this piece's (O, m, l), sent to the parent
+constexpr uint32_t cb_partial_in = 17;  // children's partials, written by their writers over the NoC
+constexpr uint32_t cb_out = 18;         // bf16 output tiles of the root
+constexpr uint32_t cb_lse = 19;         // fp32 LSE tiles of the root (column 0 holds the value)
+constexpr uint32_t cb_staging = 20;     // writer scratch: a zero row block and one LSE row
+
+constexpr uint32_t TILE = 32;
+constexpr uint32_t FACE = 16;
+// Deepest merge tree (64 pieces per work); one semaphore per tree height level.
+constexpr uint32_t MAX_ROUNDS = 6;
+// Dynamic chunks (k_chunk_size 0) are at most this many tiles.
+constexpr uint32_t DYNAMIC_CHUNK_MAX_TILES = 8;
+
+// ---- chunk arithmetic (plan.valid_tiles / chunk_tiles_for / piece_range) ------------------------
+
+// Key tiles a user attends: ceil((cur_pos + 1) / 32); 0 for a skipped user (cur_pos -1).
+inline uint32_t valid_tiles(int32_t cur_pos) { return cur_pos < 0 ? 0 : (uint32_t)(cur_pos + (int32_t)TILE) / TILE; }
+
+inline uint32_t pow2ceil(uint32_t x) {
+    uint32_t p = 1;
+    while (p < x) {
+        p <<= 1;
+    }
+    return p;
+}
+
+// Chunk size in tiles: the fixed one, or (dynamic) the power of two >= T / pieces, capped at 8.
+inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces) {
+    if (fixed_chunk_tiles > 0) {
+        return fixed_chunk_tiles;
+    }
+    const uint32_t t = valid_tiles(cur_pos);
+    const uint32_t per_piece = t ? (t + pieces - 1) / pieces : 1;
+    const uint32_t c = pow2ceil(per_piece);
+    return c < DYNAMIC_CHUNK_MAX_TILES ? c : DYNAMIC_CHUNK_MAX_TILES;
+}
+
+// Chunks of a user: ceil(T / chunk).
+inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces) {
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces);
+    return (valid_tiles(cur_pos) + c - 1) / c;
+}
+
+struct PieceRange {
+    uint32_t first_chunk;
+    uint32_t num_chunks;
+    uint32_t chunk_tiles;
+    uint32_t first_tile;
+    uint32_t num_tiles;  // the root's last chunk may be short: it ends at the tile holding cur_pos
+    bool empty() const { return num_chunks == 0; }
+    // Tiles of chunk k of this piece (only the root's last chunk may hold fewer than chunk_tiles).
+    uint32_t tiles_in_chunk(uint32_t k) const {
+        const uint32_t start = k * chunk_tiles;
+        const uint32_t left = num_tiles - start;
+        return left < chunk_tiles ? left : chunk_tiles;
+    }
+};
+
+// The chunks of piece `index` (0 = root, owning the last chunk): pieces deal the n chunks from the
+// end, the first n % pieces of them one chunk more than the others.
+inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index) {
+    const uint32_t t = valid_tiles(cur_pos);
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces);
+    const uint32_t n = (t + c - 1) / c;
+    const uint32_t base = n / pieces;
+    const uint32_t extra = n % pieces;
+    const uint32_t above = index * base + (index < extra ? index : extra);
+    const uint32_t count = base + (index < extra ? 1 : 0);
+    PieceRange r{0, 0, c, 0, 0};
+    if (count == 0) {
+        return r;
+    }
+    const uint32_t end_chunk = n - above;
+    r.first_chunk = end_chunk - count;
+    r.num_chunks = count;
+    r.first_tile = r.first_chunk * c;
+    const uint32_t last_tile = end_chunk * c < t ? end_chunk * c : t;
+    r.num_tiles = last_tile - r.first_tile;
+    return r;
+}
+
+// A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in
+// index order), so empty pieces only ever have empty children.
+inline bool piece_has_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index) {
+    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces) && index < pieces;
+}
+
+// ---- the binomial merge tree (plan.tree_children / tree_parent) ---------------------------------
+
+// Does piece `index` receive from index + 2^round in that round?
+inline bool tree_has_child(uint32_t index, uint32_t round, uint32_t pieces) {
+    const uint32_t step = 1u << round;
+    return (index % (2 * step)) == 0 && index + step < pieces;
+}
+
+// Height = number of children = number of merge rounds the piece receives in.
+inline uint32_t tree_height(uint32_t index, uint32_t pieces) {
+    uint32_t h = 0;
+    for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
+        if (tree_has_child(index, r, pieces)) {
+            ++h;
+        }
+    }
+    return h;
+}
+
+// Parent of a non-root piece: clear its lowest set bit.
+inline uint32_t tree_parent(uint32_t index) { return index & (index - 1); }
+
+// Children of `index` that hold chunks for this user (each sends exactly one partial).
+inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index) {
+    uint32_t count = 0;
+    for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
+        if (tree_has_child(index, r, pieces) &&
+            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r))) {
+            ++count;
+        }
+    }
+    return count;
+}
+
+// ---- tile geometry ------------------------------------------------------------------------------
+
+// Element offset of (row, column half) inside a 32x32 tile: four 16x16 faces, each row-major.
+// column_half 0 holds columns 0..15, 1 holds columns 16..31.
+inline uint32_t face_row_offset(uint32_t row, uint32_t column_half) {
+    return ((row / FACE) * 2 + column_half) * FACE * FACE + (row % FACE) * FACE;
+}
+
+// Rows that can move as one block from source row `src_row` to destination row `dst_row`: the
+// face rows stay contiguous in both tiles until either crosses a face (16-row) boundary.
+inline uint32_t row_run(uint32_t src_row, uint32_t dst_row, uint32_t rows_left) {
+    const uint32_t src_room = FACE - src_row % FACE;
+    const uint32_t dst_room = FACE - dst_row % FACE;
+    uint32_t n = src_room < dst_room ? src_room : dst_room;
+    return n < rows_left ? n : rows_left;
+}
+
+}  // namespace flash_decode

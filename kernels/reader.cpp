@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// FlashDecode reader (NCRISC). Reads the users' positions once, then for each piece placed on this
+// core: the q rows of the piece's KV group and, chunk by chunk, the piece's K and V tiles. Every
+// K/V byte a piece needs is read exactly once, and only tiles up to the one holding cur_pos.
+
+#include <stdint.h>
+
+#include "api/dataflow/dataflow_api.h"
+#include "common.hpp"
+
+using namespace flash_decode;
+
+namespace {
+
+// Copy the g rows of one KV group out of user b's Q tiles into the q tiles of the piece. Group row
+// r is row h*g + r of the user's [NH, D] matrix; it lands in row r of the piece's q tile row r/32.
+template <typename AddrGen>
+void read_group_rows(
+    const AddrGen& q_gen, uint32_t q_l1, uint32_t user, uint32_t kv_head, uint32_t group_size, uint32_t nh_tiles,
+    uint32_t d_tiles) {
+    constexpr uint32_t bytes_per_value = 2;  // bf16
+    const uint32_t first_row = kv_head * group_size;
+    for (uint32_t r = 0; r < group_size;) {
+        const uint32_t src_row = (first_row + r) % TILE;
+        const uint32_t dst_row = r % TILE;
+        const uint32_t rows = row_run(src_row, dst_row, group_size - r);
+        const uint32_t src_tile_row = (first_row + r) / TILE;
+        const uint32_t dst_tile_row = r / TILE;
+        for (uint32_t d = 0; d < d_tiles; ++d) {
+            const uint32_t page = (user * nh_tiles + src_tile_row) * d_tiles + d;
+            const uint32_t dst_tile = q_l1 + (dst_tile_row * d_tiles + d) * TILE * TILE * bytes_per_value;
+            // The rows of a run are contiguous inside each of the two faces they cross.
+            for (uint32_t half = 0; half < 2; ++half) {
+                const uint64_t src = get_noc_addr(page, q_gen) + face_row_offset(src_row, half) * bytes_per_value;
+                noc_async_read(src, dst_tile + face_row_offset(dst_row, half) * bytes_per_value, rows * FACE * bytes_per_value);
+            }
+        }
+        r += rows;
+    }
+}
+
+}  // namespace
+
+void kernel_main() {
+    constexpr uint32_t batch = get_compile_time_arg_val(0);
+    constexpr uint32_t num_kv_heads = get_compile_time_arg_val(1);
+    constexpr uint32_t seq_tiles = get_compile_time_arg_val(2);
+    constexpr uint32_t d_tiles = get_compile_time_arg_val(3);
+    constexpr uint32_t dv_tiles = get_compile_time_arg_val(4);
+    constexpr uint32_t q_tiles = get_compile_time_arg_val(5);
+    constexpr uint32_t group_size = get_compile_time_arg_val(6);
+    constexpr uint32_t nh_tiles = get_compile_time_arg_val(7);
+    constexpr uint32_t pieces_per_work = get_compile_time_arg_val(8);
+    constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(9);
+    constexpr uint32_t max_chunk_tiles = get_compile_time_arg_val(10);
+    constexpr bool share_cache = get_compile_time_arg_val(11) == 1;
+    constexpr uint32_t kv_tile_bytes = get_compile_time_arg_val(12);
+    constexpr uint32_t q_tile_bytes = 2048;  // bf16
+    constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
+    constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
+    constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
+
+    const uint32_t q_addr = get_arg_val<uint32_t>(0);
+    const uint32_t k_addr = get_arg_val<uint32_t>(1);
+    const uint32_t v_addr = get_arg_val<uint32_t>(2);
+    const uint32_t pos_addr = get_arg_val<uint32_t>(3);
+    const uint32_t num_pieces = get_arg_val<uint32_t>(4);
+    constexpr uint32_t piece_args_base = 5;
+    constexpr uint32_t args_per_piece = 3;
+
+    const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
+    const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr, .page_size = kv_tile_bytes};
+    const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr, .page_size = kv_tile_bytes};
+    const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
+
+    // The positions page goes to both the compute kernel and the writer, which derive the same
+    // chunk ranges from it.
+    cb_reserve_back(cb_pos_compute, 1);
+    cb_reserve_back(cb_pos_writer, 1);
+    const uint32_t pos_l1 = get_write_ptr(cb_pos_compute);
+    noc_async_read(get_noc_addr(0, pos_gen), pos_l1, pos_bytes);
+    noc_async_read(get_noc_addr(0, pos_gen), get_write_ptr(cb_pos_writer), pos_bytes);
+    noc_async_read_barrier();
+    cb_push_back(cb_pos_compute, 1);
+    cb_push_back(cb_pos_writer, 1);
+    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+
+    // cb_q holds exactly one piece's q tiles, so every piece lands at the same address: rows past
+    // the group are zeroed once here and never written again.
+    {
+        volatile tt_l1_ptr uint32_t* q_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_q));
+        for (uint32_t i = 0; i < q_tiles * d_tiles * q_tile_bytes / sizeof(uint32_t); ++i) {
+            q_words[i] = 0;
+        }
+    }
+
+    for (uint32_t p = 0; p < num_pieces; ++p) {
+        const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
+        const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
+        const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
+        const PieceRange range = piece_range(positions[user], fixed_chunk_tiles, pieces_per_work, index);
+        if (range.empty()) {
+            continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
+        }
+
+        cb_reserve_back(cb_q, q_tiles * d_tiles);
+        read_group_rows(q_gen, get_write_ptr(cb_q), user, kv_head, group_size, nh_tiles, d_tiles);
+        noc_async_read_barrier();
+        cb_push_back(cb_q, q_tiles * d_tiles);
+
+        // K/V tile (b, h, t, d) is page ((b * NKV + h) * St + t) * Dt + d; with share_cache every
+        // user reads KV batch 0.
+        const uint32_t kv_batch = share_cache ? 0 : user;
+        const uint32_t head_first_tile = (kv_batch * num_kv_heads + kv_head) * seq_tiles;
+        for (uint32_t c = 0; c < range.num_chunks; ++c) {
+            const uint32_t chunk_first_tile = head_first_tile + range.first_tile + c * range.chunk_tiles;
+            const uint32_t tiles = range.tiles_in_chunk(c);
+            // Every chunk takes a whole slot, even a short last one, so the two slots keep their
+            // addresses; the compute kernel uses only the first `tiles` rows of tiles.
+            cb_reserve_back(cb_k, k_slot_tiles);
+            cb_reserve_back(cb_v, v_slot_tiles);
+            uint32_t k_l1 = get_write_ptr(cb_k);
+            uint32_t v_l1 = get_write_ptr(cb_v);
+            for (uint32_t i = 0; i < tiles * d_tiles; ++i) {
+                noc_async_read(get_noc_addr(chunk_first_tile * d_tiles + i, k_gen), k_l1, kv_tile_bytes);
+                k_l1 += kv_tile_bytes;
+            }
+            for (uint32_t i = 0; i < tiles * dv_tiles; ++i) {
+                noc_async_read(get_noc_addr(chunk_first_tile * dv_tiles + i, v_gen), v_l1, kv_tile_bytes);
+                v_l1 += kv_tile_bytes;
+            }
+            // One barrier per chunk keeps the whole chunk's requests in flight together.
+            noc_async_read_barrier();
+            cb_push_back(cb_k, k_slot_tiles);
+            cb_push_back(cb_v, v_slot_tiles);
+        }
+    }
+}

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// FlashDecode writer (BRISC). Makes the constant tiles (reduce scaler, ones, identity) and each
+// root's causal mask; moves partial results up the merge tree; writes the roots' output rows and
+// LSE rows to DRAM.
+//
+// Partials travel in float32: a partial is an unnormalized accumulator (O, running max m, row sum
+// l) that is rescaled and summed again at every tree level, so bf16 rounding there would compound
+// over up to six rounds, while fp32 costs only bandwidth. That bandwidth is kept small by sending
+// only the face rows that hold real q heads (a KV group's g rows, not the 32 rows of a tile), and
+// for m and l only the face column that holds column 0 (the only column the merge broadcasts).
+
+#include <stdint.h>
+
+#include "api/dataflow/dataflow_api.h"
+#include "common.hpp"
+
+using namespace flash_decode;
+
+namespace {
+
+constexpr uint16_t BF16_ONE = 0x3F80;
+constexpr uint16_t BF16_NEG_INF = 0xFF80;
+constexpr uint32_t FP32_NEG_INF = 0xFF800000u;
+constexpr uint32_t BF16_TILE_BYTES = TILE * TILE * 2;
+constexpr uint32_t FP32_TILE_BYTES = TILE * TILE * 4;
+constexpr uint32_t FP32_FACE_ROW_BYTES = FACE * 4;
+constexpr uint32_t BF16_FACE_ROW_BYTES = FACE * 2;
+
+// Fill a bf16 tile in L1: value(row, col) for every element, in face order.
+template <typename Fn>
+void fill_bf16_tile(uint32_t l1_addr, Fn value) {
+    volatile tt_l1_ptr uint16_t* tile = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1_addr);
+    for (uint32_t row = 0; row < TILE; ++row) {
+        for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t base = face_row_offset(row, half);
+            for (uint32_t c = 0; c < FACE; ++c) {
+                tile[base + c] = value(row, half * FACE + c);
+            }
+        }
+    }
+}
+
+// Make one constant tile in `cb` and hand it to the compute kernel (which never pops it).
+template <typename Fn>
+void push_constant_tile(uint32_t cb, Fn value) {
+    cb_reserve_back(cb, 1);
+    fill_bf16_tile(get_write_ptr(cb), value);
+    cb_push_back(cb, 1);
+}
+
+// Send the first `rows` rows of one fp32 tile (only column half 0 when `column0_only`) to the same
+// place in a tile at dst. Rows of one face are contiguous, so each face is one NoC write.
+void send_tile_rows(uint32_t src_l1, uint64_t dst, uint32_t rows, bool column0_only) {
+    if (rows >= TILE && !column0_only) {
+        noc_async_write(src_l1, dst, FP32_TILE_BYTES);
+        return;
+    }
+    for (uint32_t face_row0 = 0; face_row0 < rows; face_row0 += FACE) {
+        const uint32_t n = rows - face_row0 < FACE ? rows - face_row0 : FACE;
+        for (uint32_t half = 0; half < (column0_only ? 1u : 2u); ++half) {
+            const uint32_t offset = face_row_offset(face_row0, half) * 4;
+            noc_async_write(src_l1 + offset, dst + offset, n * FP32_FACE_ROW_BYTES);
+        }
+    }
+}
+
+}  // namespace
+
+void kernel_main() {
+    constexpr uint32_t num_kv_heads = get_compile_time_arg_val(0);
+    constexpr uint32_t q_tiles = get_compile_time_arg_val(1);
+    constexpr uint32_t dv_tiles = get_compile_time_arg_val(2);
+    constexpr uint32_t group_size = get_compile_time_arg_val(3);
+    constexpr uint32_t nh_tiles = get_compile_time_arg_val(4);
+    constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
+    constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(6);
+    constexpr bool return_lse = get_compile_time_arg_val(7) == 1;
+    constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);  // O, then m, then l
+    constexpr uint32_t partial_bytes = partial_tiles * FP32_TILE_BYTES;
+    constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
+    constexpr uint32_t zero_block_bytes = FACE * BF16_FACE_ROW_BYTES;  // one face's worth of zero rows
+
+    const uint32_t out_addr = get_arg_val<uint32_t>(0);
+    const uint32_t lse_addr = get_arg_val<uint32_t>(1);
+    const uint32_t num_pieces = get_arg_val<uint32_t>(2);
+    constexpr uint32_t piece_args_base = 3;
+    constexpr uint32_t args_per_piece = 6;
+
+    const InterleavedAddrGen<true> out_gen = {.bank_base_address = out_addr, .page_size = BF16_TILE_BYTES};
+    const InterleavedAddrGen<true> lse_gen = {.bank_base_address = lse_addr, .page_size = lse_row_bytes};
+
+    // Constant tiles for the compute kernel.
+    push_constant_tile(cb_scaler, [](uint32_t row, uint32_t) { return row % FACE == 0 ? BF16_ONE : (uint16_t)0; });
+    push_constant_tile(cb_ones, [](uint32_t, uint32_t) { return BF16_ONE; });
+    push_constant_tile(cb_identity, [](uint32_t row, uint32_t col) { return row == col ? BF16_ONE : (uint16_t)0; });
+
+    // Scratch: a block of zero rows (the output of a skipped user) followed by one LSE row.
+    const uint32_t zeros_l1 = get_write_ptr(cb_staging);
+    const uint32_t lse_row_l1 = zeros_l1 + zero_block_bytes;
+    {
+        volatile tt_l1_ptr uint32_t* words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(zeros_l1);
+        for (uint32_t i = 0; i < zero_block_bytes / 4; ++i) {
+            words[i] = 0;
+        }
+    }
+
+    cb_wait_front(cb_pos_writer, 1);
+    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_read_ptr(cb_pos_writer));
+
+    // Children's partials land at fixed addresses: area a starts at the partial_in base (the same L1
+    // address on every core) + a * partial_bytes. Taken before any push moves the write pointer.
+    const uint32_t partial_in_base = get_write_ptr(cb_partial_in);
+
+    // Partials expected per tree height level: all children with work of all of this core's pieces
+    // at that height increment the same semaphore (id = height - 1).
+    uint32_t expected_at_level[MAX_ROUNDS] = {0};
+    for (uint32_t p = 0; p < num_pieces; ++p) {
+        const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
+        const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
+        const uint32_t height = tree_height(index, pieces_per_work);
+        if (height > 0) {
+            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index);
+        }
+    }
+    bool level_arrived[MAX_ROUNDS] = {false};
+
+    for (uint32_t p = 0; p < num_pieces; ++p) {
+        const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
+        const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
+        const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
+        const uint32_t parent_x = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 3);
+        const uint32_t parent_y = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 4);
+        const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
+        const int32_t cur_pos = positions[user];
+        const bool has_work = piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index);
+        const uint32_t height = tree_height(index, pieces_per_work);
+        const bool is_root = index == 0;
+
+        // The root's last chunk ends in the tile holding cur_pos: keys past cur_pos get -inf. Pushed
+        // first, so the compute kernel can run all its chunks while the children still work.
+        if (is_root && has_work) {
+            const uint32_t last_key = (uint32_t)cur_pos % TILE;
+            push_constant_tile(cb_mask, [last_key](uint32_t, uint32_t col) { return col > last_key ? BF16_NEG_INF : (uint16_t)0; });
+        }
+
+        // Hand the children's areas to the compute kernel once every partial of this height level
+        // has landed. All areas of the piece are pushed, including those of children without work,
+        // so the FIFO position always equals the fixed area address.
+        if (height > 0) {
+            const uint32_t level = height - 1;
+            if (has_work && !level_arrived[level]) {
+                if (expected_at_level[level] > 0) {
+                    noc_semaphore_wait_min(
+                        reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_semaphore(level)), expected_at_level[level]);
+                }
+                level_arrived[level] = true;
+            }
+            cb_reserve_back(cb_partial_in, height * partial_tiles);
+            cb_push_back(cb_partial_in, height * partial_tiles);
+        }
+
+        if (!is_root) {
+            if (!has_work) {
+                continue;
+            }
+            // Send (O, m, l) into the parent's area, then count it on the parent's semaphore for the
+            // parent's height level. The write barrier orders data before signal.
+            cb_wait_front(cb_partial_out, partial_tiles);
+            const uint32_t src = get_read_ptr(cb_partial_out);
+            const uint64_t dst = get_noc_addr(parent_x, parent_y, partial_in_base + parent_area * partial_bytes);
+            for (uint32_t t = 0; t < partial_tiles; ++t) {
+                const bool is_stat = t >= q_tiles * dv_tiles;
+                const uint32_t q_tile = is_stat ? (t - q_tiles * dv_tiles) % q_tiles : t / dv_tiles;
+                const uint32_t rows = group_size - q_tile * TILE < TILE ? group_size - q_tile * TILE : TILE;
+                send_tile_rows(src + t * FP32_TILE_BYTES, dst + t * FP32_TILE_BYTES, rows, is_stat);
+            }
+            noc_async_write_barrier();
+            const uint32_t parent_level = tree_height(tree_parent(index), pieces_per_work) - 1;
+            noc_semaphore_inc(get_noc_addr(parent_x, parent_y, get_semaphore(parent_level)), 1);
+            cb_pop_front(cb_partial_out, partial_tiles);
+            continue;
+        }
+
+        // Root: scatter the group's g rows into the output tiles of user b. Group row r is row
+        // h*g + r of the user's [NH, Dv] matrix; it comes from row r % 32 of q tile row r / 32.
+        uint32_t out_l1 = 0;
+        if (has_work) {
+            cb_wait_front(cb_out, q_tiles * dv_tiles);
+            out_l1 = get_read_ptr(cb_out);
+        }
+        const uint32_t first_row = kv_head * group_size;
+        for (uint32_t r = 0; r < group_size;) {
+            const uint32_t src_row = r % TILE;
+            const uint32_t dst_row = (first_row + r) % TILE;
+            const uint32_t rows = row_run(src_row, dst_row, group_size - r);
+            for (uint32_t v = 0; v < dv_tiles; ++v) {
+                const uint32_t page = (user * nh_tiles + (first_row + r) / TILE) * dv_tiles + v;
+                const uint32_t src_tile = out_l1 + ((r / TILE) * dv_tiles + v) * BF16_TILE_BYTES;
+                for (uint32_t half = 0; half < 2; ++half) {
+                    // A skipped user (cur_pos -1) gets zero rows.
+                    const uint32_t src = has_work ? src_tile + face_row_offset(src_row, half) * 2 : zeros_l1;
+                    const uint64_t dst = get_noc_addr(page, out_gen) + face_row_offset(dst_row, half) * 2;
+                    noc_async_write(src, dst, rows * BF16_FACE_ROW_BYTES);
+                }
+            }
+            r += rows;
+        }
+
+        // LSE row of (b, h): column 0 of every q row of the LSE tiles; -inf for a skipped user.
+        if (return_lse) {
+            volatile tt_l1_ptr uint32_t* row = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(lse_row_l1);
+            if (has_work) {
+                cb_wait_front(cb_lse, q_tiles);
+                volatile tt_l1_ptr uint32_t* lse_tiles = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_lse));
+                for (uint32_t y = 0; y < q_tiles * TILE; ++y) {
+                    row[y] = lse_tiles[(y / TILE) * TILE * TILE + face_row_offset(y % TILE, 0)];
+                }
+            } else {
+                for (uint32_t y = 0; y < q_tiles * TILE; ++y) {
+                    row[y] = FP32_NEG_INF;
+                }
+            }
+            noc_async_write(lse_row_l1, get_noc_addr(user * num_kv_heads + kv_head, lse_gen), lse_row_bytes);
+        }
+        // The sources (cb_out, cb_lse, the LSE row) are reused after this.
+        noc_async_write_barrier();
+        if (has_work) {
+            cb_pop_front(cb_out, q_tiles * dv_tiles);
+            if (return_lse) {
+                cb_pop_front(cb_lse, q_tiles);
+            }
+        }
+    }
+
+    noc_async_write_barrier();
+    noc_async_atomic_barrier();
+}

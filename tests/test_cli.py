@@ -1,0 +1,111 @@
+"""``python -m ttdecode``: argument parsing, the plan table, refusals, the reference timing."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ttdecode.__main__ import build_parser, main, parse_cur_pos, parse_grid, positions_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_grid_parses_columns_x_rows() -> None:
+    assert parse_grid("8x8") == (8, 8) and parse_grid("4X2") == (4, 2)
+    with pytest.raises(argparse.ArgumentTypeError, match="--grid: expected COLUMNSxROWS such as 8x8, got '8by8'"):
+        parse_grid("8by8")
+
+
+def test_cur_pos_parses_one_or_many_positions() -> None:
+    assert parse_cur_pos("8191") == [8191] and parse_cur_pos("100,-1,7") == [100, -1, 7]
+    with pytest.raises(argparse.ArgumentTypeError, match="--cur-pos: expected an integer or a comma-separated list"):
+        parse_cur_pos("1,a")
+
+
+def test_positions_default_to_the_last_one_and_one_value_serves_every_user() -> None:
+    assert positions_for(None, 3, 1024) == [1023] * 3
+    assert positions_for([5], 3, 1024) == [5, 5, 5]
+    assert positions_for([1, 2, 3], 3, 1024) == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"argument '--cur-pos': expected 1 or B=3 positions, got 2"):
+        positions_for([1, 2], 3, 1024)
+
+
+def test_parser_reads_every_plan_option() -> None:
+    a = build_parser().parse_args(["plan", "--preset", "llama-3.1-70b-t3k", "--batch", "4", "--seq", "2048",
+                                   "--cur-pos", "1,2,3,4", "--kv-dtype", "bfloat4_b", "--k-chunk-size", "128",
+                                   "--max-cores-per-head-batch", "8", "--grid", "8x4"])
+    assert (a.command, a.preset, a.batch, a.seq, a.cur_pos) == ("plan", "llama-3.1-70b-t3k", 4, 2048, [1, 2, 3, 4])
+    assert (a.kv_dtype, a.k_chunk_size, a.max_cores_per_head_batch, a.grid) == ("bfloat4_b", 128, 8, (8, 4))
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--preset", "gpt-2", "--seq", "64"],
+    ["plan", "--preset", "llama-3.1-8b-n150"],  # --seq is required
+    ["plan", "--preset", "llama-3.1-8b-n150", "--seq", "0"],
+    ["plan", "--preset", "llama-3.1-8b-n150", "--seq", "64", "--kv-dtype", "float16"],
+])
+def test_parser_refuses_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_plan_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "1", "--seq", "8192"]) == 0
+    out = capsys.readouterr().out
+    assert "B=1 NH=32 NKV=8 S=8192 D=128" in out and "KV=bfloat8_b" in out
+    assert "pieces per (user, KV head): 8" in out and "root" in out
+
+
+def test_plan_uses_the_given_positions_and_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--preset", "llama-3.1-8b-t3k", "--batch", "2", "--seq", "1024", "--cur-pos", "31,1023",
+                 "--grid", "4x2", "--kv-dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "grid=4x2" in out and "KV=bfloat16" in out and "cores used:" in out and "of 8" in out
+
+
+def test_refused_plan_exits_2_with_the_planner_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert "L1 overflow" in err and "k_chunk_size" in err
+
+
+def test_bad_config_values_exit_2_naming_the_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "100"]) == 2
+    assert "argument 'k_chunk_size': expected 0 (dynamic) or a power of two" in capsys.readouterr().err
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--grid", "9x8"]) == 2
+    assert "argument 'compute_with_storage_grid_size'" in capsys.readouterr().err
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "2", "--seq", "64", "--cur-pos", "1,2,3"]) == 2
+    assert "argument '--cur-pos': expected 1 or B=2 positions, got 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kv", ["bfloat16", "bfloat8_b"])
+def test_reference_runs_and_prints_timing(kv: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reference", "--preset", "llama-3.1-8b-t3k", "--batch", "2", "--seq", "256", "--kv-dtype", kv,
+                 "--cur-pos", "100,255", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"KV={kv}" in out and "output [1, 2, 4, 128] torch.bfloat16; finite: True" in out
+    assert "time per call: best" in out and "over 2 run(s)" in out
+
+
+def test_reference_refuses_a_position_beyond_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reference", "--preset", "llama-3.1-8b-t3k", "--seq", "256", "--cur-pos", "256",
+                 "--kv-dtype", "bfloat16"]) == 2
+    assert "argument 'cur_pos[0]': expected a position in -1..255" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "ttdecode", "plan", "--preset", "llama-3.1-8b-n150", "--seq", "1024"],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "FlashDecode plan" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "ttdecode", "plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096",
+                        "--k-chunk-size", "4096"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 2 and "L1 overflow" in r.stderr

@@ -1,0 +1,149 @@
+"""The planner: batch invariance, the tree, placement, resource checks, the chunk formulas."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ttdecode.formats import DataType
+from ttdecode.plan import (
+    PlanError,
+    format_plan,
+    make_plan,
+    piece_range,
+    tree_children,
+    tree_parent,
+    tree_rounds,
+    valid_tiles,
+)
+
+LLAMA8B = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3, 5, 8, 16, 17, 64])
+def test_tree_reaches_every_piece_once_in_ceil_log2_rounds(pieces: int) -> None:
+    parents = {i: tree_parent(i) for i in range(1, pieces)}
+    for i, (r, p) in parents.items():
+        assert (r, i) in tree_children(p, pieces)
+        assert p < i
+    received = sorted(c for i in range(pieces) for _, c in tree_children(i, pieces))
+    assert received == list(range(1, pieces))
+    assert tree_rounds(pieces) == (0 if pieces == 1 else (pieces - 1).bit_length())
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3, 5, 8, 16])
+@pytest.mark.parametrize("fixed", [0, 1, 2, 4])
+def test_piece_ranges_cover_valid_tiles_exactly_with_root_at_the_boundary(pieces: int, fixed: int) -> None:
+    for pos in itertools.chain(range(-1, 300), [1023, 4095]):
+        ranges = [piece_range(pos, fixed, pieces, i) for i in range(pieces)]
+        tiles = sorted(t for r in ranges for t in range(r.first_tile, r.first_tile + r.num_tiles))
+        assert tiles == list(range(valid_tiles(pos)))
+        if pos >= 0:
+            root = ranges[0]
+            assert root.first_tile + root.num_tiles == valid_tiles(pos)  # root holds the boundary
+        # empty pieces are exactly the highest indices, so they drop out of the tree as subtrees
+        nonempty = [not r.empty for r in ranges]
+        assert nonempty == sorted(nonempty, reverse=True)
+        for r in ranges:
+            if not r.empty:
+                assert 1 <= r.num_tiles <= r.num_chunks * r.chunk_tiles
+
+
+def test_a_users_pieces_do_not_depend_on_the_batch() -> None:
+    pos = 5000
+    one = make_plan(batch=1, seq_len=8192, cur_pos=[pos], **LLAMA8B)
+    many = make_plan(batch=32, seq_len=8192, cur_pos=[pos] + [i * 97 for i in range(31)], **LLAMA8B)
+    assert one.pieces_per_work == many.pieces_per_work
+    assert one.ranges(0) == many.ranges(0)
+    # the tree (piece -> parent piece) is the same
+    tree = lambda plan: {(p.kv_head, p.index): p.height for p in plan.pieces if p.user == 0}
+    assert tree(one) == tree(many)
+
+
+def test_llama_8b_n150_single_user_uses_every_core_with_eight_pieces_per_head() -> None:
+    plan = make_plan(batch=1, seq_len=8192, cur_pos=[8191], **LLAMA8B)
+    assert plan.pieces_per_work == 8 and plan.rounds == 3
+    assert len(plan.active_cores) == 64
+    assert all(len(v) == 1 for v in plan.core_pieces.values())
+
+
+def test_more_pieces_than_cores_spreads_receivers_and_orders_leaves_first() -> None:
+    plan = make_plan(batch=32, seq_len=8192, cur_pos=[8191] * 32, **LLAMA8B)
+    loads = [len(v) for v in plan.core_pieces.values()]
+    assert max(loads) - min(loads) <= 1
+    areas = list(plan.recv_areas.values())
+    assert max(areas) - min(areas) <= 3
+    for pieces in plan.core_pieces.values():
+        heights = [p.height for p in pieces]
+        assert heights == sorted(heights)
+        assert [p.slot for p in pieces] == list(range(len(pieces)))
+
+
+def test_parent_area_points_at_the_round_slot_of_the_parent() -> None:
+    plan = make_plan(batch=3, seq_len=4096, cur_pos=[4095, 10, -1], num_q_heads=8, num_kv_heads=2,
+                     head_dim=64, grid=(4, 2))
+    by_key = {(p.user, p.kv_head, p.index): p for p in plan.pieces}
+    for p in plan.pieces:
+        parent = tree_parent(p.index)
+        if parent is None:
+            assert p.parent_core is None
+            continue
+        r, pi = parent
+        q = by_key[(p.user, p.kv_head, pi)]
+        assert p.parent_core == q.core
+        rounds = [rr for rr, _ in tree_children(pi, plan.pieces_per_work)]
+        assert p.parent_area == q.recv_area + rounds.index(r)
+        assert p.parent_height == q.height
+
+
+def test_l1_overflow_is_refused_naming_the_knobs() -> None:
+    with pytest.raises(PlanError, match="L1 overflow.*k_chunk_size.*max_cores_per_head_batch"):
+        make_plan(batch=1, num_q_heads=256, num_kv_heads=1, head_dim=512, seq_len=8192, cur_pos=[8191],
+                  k_chunk_size=2048, kv_dtype=DataType.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(k_chunk_size=48), "k_chunk_size: expected 0 .* power of two"),
+        (dict(k_chunk_size=16), "k_chunk_size"),
+        (dict(k_chunk_size=8192 * 2), "k_chunk_size"),
+        (dict(num_q_heads=30), "num_q_heads: expected a multiple of num_kv_heads"),
+        (dict(cur_pos=[8192]), r"cur_pos\[0\]: expected -1..8191"),
+        (dict(cur_pos=[1, 2]), "cur_pos: expected 1 positions"),
+        (dict(max_cores_per_head_batch=0), "max_cores_per_head_batch"),
+        (dict(head_dim=100), "head_dim: expected a multiple of 32"),
+        (dict(sub_core_grids=[((0, 0), (8, 0))]), "sub_core_grids"),
+        (dict(kv_dtype=DataType.float32), "kv_dtype"),
+    ],
+)
+def test_bad_plan_arguments_are_refused(kwargs: dict, message: str) -> None:
+    args = dict(batch=1, seq_len=8192, cur_pos=[100], **LLAMA8B)
+    args.update(kwargs)
+    with pytest.raises(PlanError, match=message):
+        make_plan(**args)
+
+
+def test_fixed_chunk_must_divide_the_sequence() -> None:
+    with pytest.raises(PlanError, match="seq_len=8000 is not a multiple of k_chunk_size=256"):
+        make_plan(batch=1, seq_len=8000, cur_pos=[0], k_chunk_size=256, **LLAMA8B)
+
+
+def test_sub_core_grid_limits_the_cores_used() -> None:
+    plan = make_plan(batch=1, seq_len=8192, cur_pos=[8191], sub_core_grids=[((0, 0), (3, 1))], **LLAMA8B)
+    assert len(plan.cores) == 8 and plan.pieces_per_work == 1
+    assert {c for c in plan.active_cores} <= set(plan.cores)
+
+
+def test_plan_table_mentions_l1_and_every_buffer() -> None:
+    plan = make_plan(batch=1, seq_len=8192, cur_pos=[8191], **LLAMA8B)
+    text = format_plan(plan)
+    assert "L1 per core" in text and "partial_in" in text and "root" in text
+
+
+def test_unknown_positions_leave_ranges_to_the_device() -> None:
+    plan = make_plan(batch=2, seq_len=1024, cur_pos=None, **LLAMA8B)
+    with pytest.raises(PlanError, match="read on the device"):
+        plan.ranges(0)
+    assert "on device" in format_plan(plan)

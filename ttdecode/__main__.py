@@ -1,0 +1,166 @@
+"""Command line: ``python -m ttdecode {plan,reference} --preset NAME --batch B --seq S ...``.
+
+* ``plan`` prints the FlashDecode plan table (``ttdecode.plan.make_plan`` + ``format_plan``) and
+  exits 2 with the planner's message when the plan is refused.
+* ``reference`` runs the float64 reference backend on random inputs (normal, seeded) of the
+  preset's shape and prints the timing.
+
+``--cur-pos`` is one position for every user (``8191``) or one per user (``100,200,...``, exactly B
+values); without it every user is at ``S - 1``. Presets: ``ttdecode.config.PRESETS``.
+Exit codes: 0 ok, 2 bad arguments or a refused plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Optional, Sequence
+
+from ttdecode.config import PRESETS, SDPAProgramConfig, get_preset
+
+KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """``"8x8"`` -> (8, 8) (columns x rows)."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"--grid: expected COLUMNSxROWS such as 8x8, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_cur_pos(text: str) -> list[int]:
+    """``"8191"`` -> [8191]; ``"100,200"`` -> [100, 200] (negative -1 allowed: skip the user)."""
+    try:
+        return [int(p) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--cur-pos: expected an integer or a comma-separated list of integers, got {text!r}"
+        ) from None
+
+
+def positions_for(cur_pos: Optional[list[int]], batch: int, seq: int) -> list[int]:
+    """The B positions: S-1 for all when None, one value for all, or exactly B values."""
+    if cur_pos is None:
+        return [seq - 1] * batch
+    if len(cur_pos) == 1:
+        return cur_pos * batch
+    if len(cur_pos) != batch:
+        raise ValueError(f"ttdecode: argument '--cur-pos': expected 1 or B={batch} positions, "
+                         f"got {len(cur_pos)}")
+    return cur_pos
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _shape_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS), help="model shape per chip")
+    p.add_argument("--batch", type=_positive, default=1, help="users B (default 1)")
+    p.add_argument("--seq", type=_positive, required=True, help="KV cache length S")
+    p.add_argument("--cur-pos", type=parse_cur_pos, default=None,
+                   help="position for every user, or B comma-separated positions (default S-1)")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV format (default: the preset's)")
+    p.add_argument("--k-chunk-size", type=int, default=0, help="0 = dynamic (default)")
+    p.add_argument("--max-cores-per-head-batch", type=int, default=16)
+    p.add_argument("--grid", type=parse_grid, default=None, help="COLUMNSxROWS (default: the preset's)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; subcommands are in ``parser.subcommands`` for others to extend."""
+    parser = argparse.ArgumentParser(prog="python -m ttdecode", description="FlashDecode for Wormhole")
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="print the work plan of one decode step")
+    _shape_args(plan)
+    plan.set_defaults(func=cmd_plan)
+    ref = sub.add_parser("reference", help="time the float64 reference on random inputs")
+    _shape_args(ref)
+    ref.add_argument("--seed", type=int, default=0)
+    ref.add_argument("--repeat", type=_positive, default=1, help="timed runs (default 1)")
+    ref.set_defaults(func=cmd_reference)
+    parser.subcommands = sub  # type: ignore[attr-defined]
+    return parser
+
+
+def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
+    preset = get_preset(args.preset)
+    return SDPAProgramConfig(
+        compute_with_storage_grid_size=args.grid or preset.grid,
+        k_chunk_size=args.k_chunk_size,
+        max_cores_per_head_batch=args.max_cores_per_head_batch,
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan one step and print the table; a refused plan prints the reason and returns 2."""
+    from ttdecode.formats import DataType
+    from ttdecode.plan import format_plan, make_plan
+
+    preset = get_preset(args.preset)
+    config = _program_config(args)
+    plan = make_plan(
+        batch=args.batch, num_q_heads=preset.num_heads, num_kv_heads=preset.num_kv_heads,
+        seq_len=args.seq, head_dim=preset.head_dim,
+        kv_dtype=DataType(args.kv_dtype or preset.kv_dtype),
+        cur_pos=positions_for(args.cur_pos, args.batch, args.seq),
+        grid=config.compute_with_storage_grid_size, k_chunk_size=config.k_chunk_size,
+        max_cores_per_head_batch=config.max_cores_per_head_batch,
+    )
+    print(format_plan(plan))
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    """Run the reference backend on seeded random inputs and print the time per call."""
+    import torch
+
+    from ttdecode.api import scaled_dot_product_attention_decode
+
+    preset = get_preset(args.preset)
+    config = _program_config(args)
+    kv_dtype = args.kv_dtype or preset.kv_dtype
+    pos = positions_for(args.cur_pos, args.batch, args.seq)
+    gen = torch.Generator().manual_seed(args.seed)
+    b, nh, nkv, d, s = args.batch, preset.num_heads, preset.num_kv_heads, preset.head_dim, args.seq
+    q = torch.randn(1, b, nh, d, generator=gen)
+    k = torch.randn(b, nkv, s, d, generator=gen)
+    v = torch.randn(b, nkv, s, d, generator=gen)
+    if kv_dtype != "bfloat16":
+        from ttdecode.formats import DataType
+        from ttdecode.tensor import from_torch
+
+        k, v = from_torch(k, DataType(kv_dtype)), from_torch(v, DataType(kv_dtype))
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        out = scaled_dot_product_attention_decode(q, k, v, cur_pos=pos, program_config=config,
+                                                  backend="reference")
+        times.append(time.perf_counter() - t0)
+    print(f"reference ({preset.description}): B={b} NH={nh} NKV={nkv} S={s} D={d} KV={kv_dtype}")
+    print(f"output {list(out.shape)} {out.dtype}; finite: {bool(torch.isfinite(out).all())}")
+    print(f"time per call: best {min(times) * 1e3:.1f} ms, mean {sum(times) / len(times) * 1e3:.1f} ms "
+          f"over {len(times)} run(s)")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse ``argv`` and run the subcommand; bad values and refused plans print to stderr, exit 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:  # includes plan.PlanError and config errors
+        print(f"{parser.prog} {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

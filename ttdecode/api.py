@@ -1,0 +1,240 @@
+"""Public entry points, drop-in compatible with ``ttnn.transformer.scaled_dot_product_attention_decode``.
+
+Inputs may be ``ttnn.Tensor``, ``ttdecode.tensor.TileTensor`` or torch tensors. A torch float tensor
+(float32 or bfloat16) is taken as bfloat16, the format the kernels read: Q always; K/V unless they
+come as a TileTensor/ttnn tensor in bfloat8_b or bfloat4_b. See ``ttdecode.validate`` for every
+shape and format rule.
+
+Backends (``backend=``):
+
+* ``"reference"``: validate, dequantize exactly the values that came (after the bfloat16 storage
+  of torch inputs), run ``ttdecode.reference.sdpa_decode_reference`` in float64 and return torch:
+  the output ``[1, B, NH, Dv]`` cast to bfloat16 (like the device output) and, with
+  ``return_lse=True``, the log-sum-exp ``[1, B, NH]`` in float32 (``-inf`` for a skipped user).
+* ``"host"``: the Metalium kernels on the host runtime. ``"device"``: the same kernels on a
+  Wormhole through ``ttnn.generic_op``. Both go through ``_run_kernels``.
+* ``"auto"``: ``"device"`` if ``ttdecode.device.available()``, else ``"host"``. The choice is logged
+  (logger ``"ttdecode"``, INFO) and ``last_backend()`` returns the backend the last call used.
+
+``memory_config`` is checked (None or a ``ttnn.MemoryConfig``) and only used on the device; the
+host and reference paths ignore it. Unlike ttnn's golden function, causal mode needs positions
+(``cur_pos`` or ``cur_pos_tensor``): there is no silent "last position" default.
+Extensions over ttnn: ``return_lse``, ``backend``, ``head_dim_v`` with ``v=None`` (MLA, as in
+``ttnn.transformer.flash_multi_latent_attention_decode``), and ``cur_pos`` on the paged entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any, Optional, Union
+
+import torch
+
+from ttdecode.validate import DecodeInputs, TensorMeta, fail, validate_decode
+
+__all__ = [
+    "BACKENDS",
+    "scaled_dot_product_attention_decode",
+    "paged_scaled_dot_product_attention_decode",
+    "last_backend",
+]
+
+#: Accepted values of ``backend=``.
+BACKENDS = ("auto", "device", "host", "reference")
+
+log = logging.getLogger("ttdecode")
+_last_backend: Optional[str] = None
+
+Result = Union[Any, tuple[Any, Any]]
+
+
+def last_backend() -> Optional[str]:
+    """The backend ("device", "host" or "reference") chosen by the last call; None before any call.
+    Set once the arguments are valid, before the backend runs."""
+    return _last_backend
+
+
+def scaled_dot_product_attention_decode(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    is_causal: bool = True,
+    attn_mask: Any = None,
+    cur_pos: Any = None,
+    cur_pos_tensor: Any = None,
+    attention_sink: Any = None,
+    scale: Optional[float] = None,
+    sliding_window_size: Optional[int] = None,
+    share_cache: Optional[bool] = False,
+    program_config: Any = None,
+    compute_kernel_config: Any = None,
+    memory_config: Any = None,
+    head_dim_v: Optional[int] = None,
+    return_lse: bool = False,
+    backend: str = "auto",
+) -> Result:
+    """Decode attention: one query token per user over a KV cache.
+
+    Args:
+        q: ``[1, B, NH, D]``. k: ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``).
+        v: ``[B, NKV, S, Dv]``, or None with ``head_dim_v`` (MLA: V = k[..., :head_dim_v]).
+        is_causal: attend ``0..cur_pos[b]`` (True) or all S positions (False, optional mask).
+        attn_mask: non-causal only, additive ``[B or 1, 1, NH, S]``.
+        cur_pos / cur_pos_tensor: causal only, exactly one: B positions in ``-1..S-1``
+            (-1 skips the user: zero output); the tensor is int32 ``[B]``.
+        attention_sink: ``[NH]`` or ``[NH, 32]`` per-head sink logits (column 0).
+        scale: default ``1/sqrt(D)``. sliding_window_size: causal only, last W positions.
+        share_cache: every user reads KV batch 0. program_config / compute_kernel_config:
+            ``ttdecode.config`` or ttnn configs. memory_config: device only.
+        return_lse: also return the LSE ``[1, B, NH]``. backend: see the module doc.
+
+    Returns:
+        The output ``[1, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
+        ``(output, lse)`` with ``return_lse``.
+    """
+    return _decode(
+        q, k, v, page_table=None, paged=False, is_causal=is_causal, attn_mask=attn_mask,
+        cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
+        sliding_window_size=sliding_window_size, share_cache=share_cache, program_config=program_config,
+        compute_kernel_config=compute_kernel_config, memory_config=memory_config, head_dim_v=head_dim_v,
+        return_lse=return_lse, backend=backend,
+    )
+
+
+def paged_scaled_dot_product_attention_decode(
+    q: Any,
+    k: Any,
+    v: Any,
+    page_table: Any,
+    *,
+    is_causal: bool = True,
+    attn_mask: Any = None,
+    cur_pos: Any = None,
+    cur_pos_tensor: Any = None,
+    attention_sink: Any = None,
+    scale: Optional[float] = None,
+    sliding_window_size: Optional[int] = None,
+    program_config: Any = None,
+    compute_kernel_config: Any = None,
+    memory_config: Any = None,
+    head_dim_v: Optional[int] = None,
+    return_lse: bool = False,
+    backend: str = "auto",
+) -> Result:
+    """Decode attention over a paged cache.
+
+    ``k``/``v``: ``[num_blocks, NKV, block_size, D/Dv]`` (block_size a multiple of 32);
+    ``page_table``: int32 ``[B, max_blocks]``, user b's position p lives in block
+    ``page_table[b, p // block_size]``; ``S = max_blocks * block_size``. Other arguments as in
+    `scaled_dot_product_attention_decode` (no ``share_cache``).
+    """
+    return _decode(
+        q, k, v, page_table=page_table, paged=True, is_causal=is_causal, attn_mask=attn_mask,
+        cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
+        sliding_window_size=sliding_window_size, share_cache=False, program_config=program_config,
+        compute_kernel_config=compute_kernel_config, memory_config=memory_config, head_dim_v=head_dim_v,
+        return_lse=return_lse, backend=backend,
+    )
+
+
+def _decode(q: Any, k: Any, v: Any, *, backend: str, **options: Any) -> Result:
+    """Validate, pick the backend, run it."""
+    global _last_backend
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise fail("backend", f"one of {list(BACKENDS)}", repr(backend),
+                   ValueError if isinstance(backend, str) else TypeError)
+    inputs = validate_decode(q, k, v, **options)
+    chosen = _select_backend() if backend == "auto" else backend
+    _last_backend = chosen
+    if chosen == "reference":
+        return _run_reference(inputs)
+    plan = _make_plan(inputs)
+    return _run_kernels(chosen, inputs, plan)
+
+
+def _select_backend() -> str:
+    """"device" when a Wormhole is usable (``ttdecode.device.available()``), else "host"; logged."""
+    try:
+        device = importlib.import_module("ttdecode.device")
+    except ModuleNotFoundError as e:
+        if e.name != "ttdecode.device":
+            raise
+        log.info("ttdecode: backend 'auto' -> 'host' (ttdecode.device is not built)")
+        return "host"
+    if device.available():
+        log.info("ttdecode: backend 'auto' -> 'device' (a Tenstorrent device is available)")
+        return "device"
+    log.info("ttdecode: backend 'auto' -> 'host' (no Tenstorrent device)")
+    return "host"
+
+
+def _make_plan(inputs: DecodeInputs) -> Any:
+    """The FlashDecode plan for these inputs (``ttdecode.plan.make_plan``; raises PlanError)."""
+    from ttdecode.formats import DataType
+    from ttdecode.plan import make_plan
+
+    pc, cc = inputs.program_config, inputs.compute_kernel_config
+    return make_plan(
+        batch=inputs.batch, num_q_heads=inputs.num_heads, num_kv_heads=inputs.num_kv_heads,
+        seq_len=inputs.seq_len, head_dim=inputs.head_dim, head_dim_v=inputs.head_dim_v,
+        kv_dtype=DataType(inputs.kv_dtype), q_dtype=DataType(inputs.q.storage_dtype),
+        cur_pos=inputs.cur_pos, grid=pc.compute_with_storage_grid_size,
+        sub_core_grids=pc.sub_core_grids, k_chunk_size=pc.k_chunk_size,
+        max_cores_per_head_batch=pc.max_cores_per_head_batch, fp32_dest_acc_en=cc.fp32_dest_acc_en,
+        share_cache=inputs.share_cache, return_lse=inputs.return_lse,
+    )
+
+
+def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
+    """Run the FlashDecode kernels on ``backend`` ("host" or "device") — THE seam to wire.
+
+    Not built yet: raises NotImplementedError. Note for wiring: non-causal calls, paged caches,
+    masks, sinks, sliding windows and MLA are all already validated in ``inputs``.
+    """
+    raise NotImplementedError(
+        f"backend '{backend}' is not built yet: the FlashDecode kernels are not wired into "
+        f"ttdecode.api._run_kernels; use backend='reference' for the float64 reference"
+    )
+
+
+# ---- the reference backend ----------------------------------------------------------------------
+
+
+def _dequantize(meta: TensorMeta) -> torch.Tensor:
+    """The exact values the kernels would read, as float64 (torch floats pass through bfloat16)."""
+    if meta.kind == "torch":
+        return meta.obj.detach().to("cpu").to(torch.bfloat16).to(torch.float64)
+    if meta.kind == "tile":
+        from ttdecode.tensor import dequantize
+
+        return dequantize(meta.obj).to(torch.float64)
+    import ttnn  # a ttnn tensor came in, so ttnn is imported already
+
+    return ttnn.to_torch(meta.obj).to(torch.float64)
+
+
+def _run_reference(inputs: DecodeInputs) -> Result:
+    """Float64 reference on the dequantized inputs; bfloat16 output, float32 LSE."""
+    from ttdecode.reference import sdpa_decode_reference
+
+    deq = lambda m: None if m is None else _dequantize(m)  # noqa: E731
+    out, lse = sdpa_decode_reference(
+        deq(inputs.q), deq(inputs.k), deq(inputs.v),
+        is_causal=inputs.is_causal,
+        attn_mask=deq(inputs.attn_mask),
+        cur_pos=list(inputs.positions) if inputs.positions is not None else None,
+        attention_sink=deq(inputs.attention_sink),
+        scale=inputs.scale,
+        sliding_window_size=inputs.sliding_window_size,
+        share_cache=inputs.share_cache,
+        page_table=inputs.page_table_values,
+        head_dim_v=inputs.head_dim_v if inputs.v is None else None,
+        return_lse=True,
+        dtype=torch.float64,
+    )
+    out = out.to(torch.bfloat16)
+    if inputs.return_lse:
+        return out, lse.to(torch.float32)
+    return out

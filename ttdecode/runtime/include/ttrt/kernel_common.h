@@ -1,0 +1,70 @@
+// Per-kernel state shared by the dataflow and compute API headers: runtime-argument and semaphore
+// bases, this core's NoC coordinates. Each core loads a private copy of the kernel library, so these
+// globals are per core; the runner sets them before the kernel starts.
+#pragma once
+
+#include <cstdint>
+
+#include "api/compile_time_args.h"
+#include "ttrt/abi.h"
+#include "ttrt/types.h"
+#include "ttrt_kernel_config.h"  // generated per kernel build (CB formats, bank map, settings)
+
+inline uint32_t* rta_l1_base = nullptr;
+inline uint32_t* crta_l1_base = nullptr;
+inline uint32_t* sem_l1_base[static_cast<int>(ProgrammableCoreType::COUNT)] = {nullptr, nullptr, nullptr};
+inline uint8_t my_x[NUM_NOCS] = {0, 0};
+inline uint8_t my_y[NUM_NOCS] = {0, 0};
+inline uint8_t my_logical_x_ = 0;
+inline uint8_t my_logical_y_ = 0;
+inline uint32_t rta_count = 0;
+inline uint32_t crta_count = 0;
+
+#ifndef NOC_INDEX
+#define NOC_INDEX 0
+#endif
+constexpr uint8_t noc_index = NOC_INDEX;
+
+// The runner reports an out-of-range argument index with the core and kernel.
+extern "C" void ttrt_bad_arg_index(int common, int idx, uint32_t count);
+
+static FORCE_INLINE uintptr_t get_arg_addr(int arg_idx) {
+    if (arg_idx < 0 || (uint32_t)arg_idx >= rta_count) {
+        ttrt_bad_arg_index(0, arg_idx, rta_count);
+    }
+    return (uintptr_t)&rta_l1_base[arg_idx];
+}
+
+static FORCE_INLINE uintptr_t get_common_arg_addr(int arg_idx) {
+    if (arg_idx < 0 || (uint32_t)arg_idx >= crta_count) {
+        ttrt_bad_arg_index(1, arg_idx, crta_count);
+    }
+    return (uintptr_t)&crta_l1_base[arg_idx];
+}
+
+template <typename T>
+FORCE_INLINE T get_arg_val(int arg_idx) {
+    static_assert("Error: only 4B args are supported" && sizeof(T) == 4);
+    return *((tt_l1_ptr T*)(get_arg_addr(arg_idx)));
+}
+
+template <typename T>
+FORCE_INLINE T get_common_arg_val(int arg_idx) {
+    static_assert("Error: only 4B args are supported" && sizeof(T) == 4);
+    return *((tt_l1_ptr T*)(get_common_arg_addr(arg_idx)));
+}
+
+inline uint8_t get_absolute_logical_x() { return my_logical_x_; }
+inline uint8_t get_absolute_logical_y() { return my_logical_y_; }
+inline uint8_t get_relative_logical_x() { return my_logical_x_; }
+inline uint8_t get_relative_logical_y() { return my_logical_y_; }
+
+// CB formats baked in at build time, as the device build does.
+constexpr inline std::int32_t get_tile_size(const std::int32_t operand) {
+    return (std::int32_t)ttrt_cb_tile_size[operand];
+}
+constexpr inline uint32_t get_tile_hw(const std::int32_t operand) { return ttrt_cb_tile_size[operand] ? 1024u : 0u; }
+constexpr inline uint32_t get_tile_num_faces(const std::int32_t operand) { return ttrt_cb_tile_size[operand] ? 4u : 0u; }
+constexpr inline DataFormat get_dataformat(const std::int32_t operand) {
+    return static_cast<DataFormat>(ttrt_cb_data_format[operand]);
+}

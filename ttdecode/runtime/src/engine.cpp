@@ -1,0 +1,339 @@
+// Scheduler, fibers, L1 window, diagnostics of the ttdecode host runtime.
+#include "engine.hpp"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "report.hpp"
+
+namespace ttrt {
+
+Engine g;
+std::atomic<uint64_t> g_progress{0};
+
+const char* kind_name(Kind k) {
+    switch (k) {
+        case Kind::Reader: return "reader";
+        case Kind::Writer: return "writer";
+        case Kind::Compute: return "compute";
+    }
+    return "?";
+}
+
+std::string hex(uint64_t v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)v);
+    return buf;
+}
+
+std::string core_name(const Core* c) {
+    return "core (" + std::to_string(c->lx) + ", " + std::to_string(c->ly) + ")";
+}
+
+std::string kernel_label(const Kernel* k) {
+    return core_name(k->core) + " " + kind_name(k->kind) + " kernel '" + k->name + "' (" + k->source + ")";
+}
+
+Kernel& cur() {
+    if (!g.cur) {
+        fail_kind("internal", "a kernel API call arrived while no kernel was running");
+    }
+    return *g.cur;
+}
+
+void note(const char* api, const char* fmt, ...) {
+    g_progress.fetch_add(1, std::memory_order_relaxed);
+    Kernel& k = cur();
+    k.last_call = api;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        std::vsnprintf(k.last_args, sizeof k.last_args, fmt, ap);
+        va_end(ap);
+    } else {
+        k.last_args[0] = 0;
+    }
+}
+
+void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag) {
+    if (!k.events.empty()) {
+        Event& e = k.events.back();
+        if (e.op == op && e.peer == peer && e.amount == amount && e.flag == flag && e.count < 0xFFFFFFFFu) {
+            ++e.count;
+            return;
+        }
+    }
+    k.events.push_back(Event{op, flag, peer, amount, 1});
+}
+
+// ------------------------------------------------------------------ waits
+
+bool wait_satisfied(const Kernel& k) {
+    const Wait& w = k.wait;
+    const Core& c = *k.core;
+    switch (w.kind) {
+        case WaitKind::None: return true;
+        case WaitKind::CbFront: {
+            const CbCounters& n = c.cbc[w.cb];
+            return n.received - n.acked >= w.n;
+        }
+        case WaitKind::CbBack: {
+            const CbCounters& n = c.cbc[w.cb];
+            return c.cbcfg[w.cb].num_pages - (n.received - n.acked) >= w.n;
+        }
+        case WaitKind::Sem: {
+            uint32_t v;
+            std::memcpy(&v, c.l1 + w.addr, 4);
+            return w.at_least ? v >= w.value : v == w.value;
+        }
+    }
+    return true;
+}
+
+std::string describe_wait(const Kernel& k) {
+    const Wait& w = k.wait;
+    const Core& c = *k.core;
+    std::ostringstream s;
+    switch (w.kind) {
+        case WaitKind::None: s << "running"; break;
+        case WaitKind::CbFront:
+        case WaitKind::CbBack: {
+            const CbCounters& n = c.cbc[w.cb];
+            const uint64_t avail = n.received - n.acked;
+            if (w.kind == WaitKind::CbFront) {
+                s << "cb_wait_front(cb=" << w.cb << ", " << w.n << " pages): " << avail << " pages available";
+            } else {
+                s << "cb_reserve_back(cb=" << w.cb << ", " << w.n << " pages): "
+                  << (c.cbcfg[w.cb].num_pages - avail) << " pages free";
+            }
+            s << " (capacity " << c.cbcfg[w.cb].num_pages << " pages; " << n.received << " pushed, " << n.acked
+              << " popped so far)";
+            break;
+        }
+        case WaitKind::Sem: {
+            uint32_t v;
+            std::memcpy(&v, c.l1 + w.addr, 4);
+            s << (w.at_least ? "noc_semaphore_wait_min" : "noc_semaphore_wait") << "(addr " << hex(w.addr);
+            if (c.num_sems && w.addr >= c.sem_base && w.addr < c.sem_base + 16u * c.num_sems) {
+                s << " = semaphore " << (w.addr - c.sem_base) / 16;
+            }
+            s << "): value " << v << ", waiting for " << (w.at_least ? ">= " : "== ") << w.value;
+            break;
+        }
+    }
+    return s.str();
+}
+
+void block_until(const Wait& w) {
+    Kernel& k = cur();
+    k.wait = w;
+    if (wait_satisfied(k)) {
+        k.wait.kind = WaitKind::None;
+        return;
+    }
+    if (w.kind == WaitKind::Sem) {
+        ++k.counters.sem_blocked;
+    } else {
+        ++k.counters.cb_blocked;
+    }
+    record(k, EV_BLOCKED, (uint16_t)w.kind, w.kind == WaitKind::Sem ? w.value : w.n);
+    k.state = Kernel::Blocked;
+    swapcontext(&k.ctx, &g.sched_ctx);
+    // The scheduler resumes a blocked kernel only once its condition holds.
+    k.state = Kernel::Ready;
+    k.wait.kind = WaitKind::None;
+}
+
+// ------------------------------------------------------------------ L1 window
+
+static void map_window(int core_index) {
+    if (g.window_core == core_index) {
+        return;
+    }
+    Core& c = *g.cores[core_index];
+    void* p = mmap(reinterpret_cast<void*>(uintptr_t(kWindowBase)), kL1Size - kWindowBase, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, c.fd, kWindowBase);
+    if (p == MAP_FAILED || p != reinterpret_cast<void*>(uintptr_t(kWindowBase))) {
+        fail_kind("internal", "cannot map the L1 window of " + core_name(&c) + ": " + std::strerror(errno));
+    }
+    g.window_core = core_index;
+}
+
+void reserve_window() {
+    void* want = reinterpret_cast<void*>(uintptr_t(kWindowBase));
+    void* p = mmap(want, kL1Size - kWindowBase, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p != want) {
+        fail_kind("internal", "cannot reserve host addresses " + hex(kWindowBase) + ".." + hex(kL1Size) +
+                                  " for the L1 window (" + std::strerror(errno) +
+                                  "); check /proc/sys/vm/mmap_min_addr <= 65536");
+    }
+}
+
+uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what) {
+    if (addr < kWindowBase || uint64_t(addr) + size > kL1Size) {
+        fail(std::string(what) + ": L1 range " + hex(addr) + ".." + hex(uint64_t(addr) + size) + " of " + core_name(&c) +
+             " is outside the kernel-visible L1 (" + hex(kWindowBase) + ".." + hex(kL1Size) + ")");
+    }
+    return c.l1 + addr;
+}
+
+// ------------------------------------------------------------------ fibers and scheduler
+
+static void fiber_main() {
+    Kernel& k = *g.cur;
+    k.entry();
+    g_progress.fetch_add(1, std::memory_order_relaxed);
+    k.last_call = "(kernel end)";
+    k.last_args[0] = 0;
+    check_kernel_end(k);
+    k.state = Kernel::Done;
+    swapcontext(&k.ctx, &g.sched_ctx);
+}
+
+static void start_fiber(Kernel& k) {
+    const size_t guard = 4096;
+    k.stack_size = 1 << 20;
+    void* mem = mmap(nullptr, k.stack_size + guard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (mem == MAP_FAILED) {
+        fail_kind("internal", "cannot allocate a fiber stack for " + kernel_label(&k));
+    }
+    mprotect(mem, guard, PROT_NONE);  // stack overflow faults instead of corrupting memory
+    k.stack = static_cast<char*>(mem);
+    getcontext(&k.ctx);
+    k.ctx.uc_stack.ss_sp = k.stack + guard;
+    k.ctx.uc_stack.ss_size = k.stack_size;
+    k.ctx.uc_link = nullptr;
+    makecontext(&k.ctx, fiber_main, 0);
+    k.started = true;
+}
+
+static void run_kernel(Kernel& k) {
+    map_window(k.core->index);
+    g.cur = &k;
+    swapcontext(&g.sched_ctx, &k.ctx);
+    g.cur = nullptr;
+}
+
+[[noreturn]] static void report_deadlock() {
+    std::ostringstream s;
+    s << "deadlock: every live kernel is blocked";
+    fail_kind("deadlock", s.str());
+}
+
+void run_all() {
+    size_t live = 0;
+    for (Kernel* k : g.kernels) {
+        start_fiber(*k);
+        ++live;
+    }
+    const size_t ncores = g.cores.size();
+    size_t start = 0;
+    while (live) {
+        bool progressed = false;
+        for (size_t i = 0; i < ncores; ++i) {
+            Core& c = *g.cores[(start + i) % ncores];
+            bool any = true;
+            while (any) {  // run this core until all its kernels are blocked or done
+                any = false;
+                for (Kernel* k : c.k) {
+                    if (!k || k->state == Kernel::Done) continue;
+                    if (k->state == Kernel::Blocked && !wait_satisfied(*k)) continue;
+                    run_kernel(*k);
+                    g_progress.fetch_add(1, std::memory_order_relaxed);
+                    any = progressed = true;
+                    if (k->state == Kernel::Done) --live;
+                }
+            }
+        }
+        start = (start + 1) % (ncores ? ncores : 1);
+        if (!progressed) report_deadlock();
+    }
+}
+
+// ------------------------------------------------------------------ watchdog and crash handling
+
+static std::atomic<bool> g_watchdog_stop{false};
+static std::thread g_watchdog;
+
+void start_watchdog() {
+    g_watchdog = std::thread([] {
+        uint64_t last = g_progress.load();
+        auto since = std::chrono::steady_clock::now();
+        while (!g_watchdog_stop.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            const uint64_t now = g_progress.load();
+            if (now != last) {
+                last = now;
+                since = std::chrono::steady_clock::now();
+                continue;
+            }
+            const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+            if (idle >= g.watchdog_seconds) {
+                Kernel* k = g.cur;
+                std::string who = k ? kernel_label(k) : std::string("the runtime");
+                write_error_report("watchdog",
+                                   who + " made no API call for " + std::to_string(idle) +
+                                       " s (a loop that polls memory without an API call never ends here)",
+                                   k);
+                _exit(5);
+            }
+        }
+    });
+}
+
+void stop_watchdog() {
+    g_watchdog_stop = true;
+    if (g_watchdog.joinable()) g_watchdog.join();
+}
+
+static void crash_handler(int sig, siginfo_t* info, void*) {
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+    std::string msg = std::string("crash: ") + strsignal(sig);
+    if (sig == SIGSEGV || sig == SIGBUS) {
+        msg += " at address " + hex(addr);
+        if (addr < kWindowBase) {
+            msg += " (below L1 " + hex(kWindowBase) + ": null pointer or the reserved firmware region)";
+        } else if (addr < kL1Size) {
+            msg += " (inside L1 but not mapped)";
+        } else if (g.cur && addr >= uintptr_t(g.cur->stack) && addr < uintptr_t(g.cur->stack) + 4096) {
+            msg += " (kernel stack overflow: the fiber stack is 1 MiB)";
+        }
+    }
+    write_error_report("crash", msg, g.cur);
+    _exit(4);
+}
+
+void install_crash_handlers() {
+    static char altstack[1 << 16];
+    stack_t ss{};
+    ss.ss_sp = altstack;
+    ss.ss_size = sizeof altstack;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa{};
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+        sigaction(sig, &sa, nullptr);
+    }
+}
+
+[[noreturn]] void fail_kind(const char* kind, const std::string& message) {
+    write_error_report(kind, message, g.cur);
+    _exit(std::strcmp(kind, "deadlock") == 0 ? 3 : 2);
+}
+
+[[noreturn]] void fail(const std::string& message) { fail_kind("kernel_error", message); }
+
+}  // namespace ttrt

@@ -1,0 +1,183 @@
+// The ttdecode host runtime: runs the kernels of a Metalium program (compiled against the API
+// headers in ../include) on a modelled Wormhole, single-threaded, every kernel a cooperative fiber.
+//
+// Memory model: every core owns an L1 image (a memfd of 1464 KiB). The L1 of the core whose kernel is
+// running is mapped at its device addresses [kWindowBase, kL1Size) of the host address space, so the
+// device addresses kernels compute are valid host pointers. The engine reaches every core's L1 through
+// a second mapping (`Core::l1`). DRAM is one byte array per (tensor, bank).
+#pragma once
+
+#include <ucontext.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ttrt {
+
+constexpr uint32_t kL1Size = 1464 * 1024;
+constexpr uint32_t kWindowBase = 0x10000;  // L1 below this (firmware, mailboxes) is not mapped
+constexpr int kNumCbs = 32;
+constexpr int kNumBanks = 12;
+constexpr int kMaxDst = 16;
+constexpr uint32_t kTileValues = 1024;
+
+enum class Kind : int { Reader = 0, Writer = 1, Compute = 2 };
+const char* kind_name(Kind k);
+
+struct CbConfig {
+    bool present = false;
+    uint32_t addr = 0, page_size = 0, num_pages = 0;
+    uint8_t format = 0xff;  // tt DataFormat value
+};
+
+// Page counters shared by the producer and the consumer of a CB (as the device's tiles_received /
+// tiles_acked registers).
+struct CbCounters {
+    uint64_t received = 0, acked = 0;
+    uint64_t pushes = 0, pops = 0;
+};
+
+// One kernel's private view of a CB (each RISC keeps its own read/write pointers on the device).
+struct CbView {
+    uint32_t rd = 0, wr = 0;        // byte addresses
+    uint32_t reserved = 0;          // pages reserved and not yet pushed
+    uint32_t waited = 0;            // pages made visible by cb_wait_front and not yet popped
+    uint32_t pack_next = 0;         // next page for in-order pack_tile
+};
+
+enum class WaitKind { None, CbFront, CbBack, Sem };
+struct Wait {
+    WaitKind kind = WaitKind::None;
+    int cb = 0;
+    uint32_t n = 0;
+    uint32_t addr = 0, value = 0;
+    bool at_least = false;
+};
+
+struct PendingRead {
+    uint32_t dst, size;
+    size_t staging;  // offset of the snapshot of the source bytes
+};
+
+struct PendingWrite {
+    uint32_t src, size;
+    int dst_core;  // -1 for DRAM
+    int dst_tensor, dst_bank;
+    uint64_t dst_addr;  // L1 address, or offset inside the tensor's bank region
+    size_t staging;
+    bool flushed;  // source released by noc_async_writes_flushed
+};
+
+// Program-order event of one kernel; consecutive equal events are merged into `count`.
+struct Event {
+    uint8_t op;
+    uint8_t flag;
+    uint16_t peer;
+    uint32_t amount;
+    uint32_t count;
+};
+
+enum EventOp : uint8_t {
+    EV_READ_DRAM = 1, EV_READ_L1, EV_WRITE_DRAM, EV_WRITE_L1, EV_READ_BARRIER, EV_WRITE_BARRIER,
+    EV_ATOMIC_BARRIER, EV_SEM_INC, EV_SEM_WAIT, EV_SEM_SET, EV_CB_RESERVE, EV_CB_PUSH, EV_CB_WAIT,
+    EV_CB_POP, EV_COMPUTE, EV_BLOCKED
+};
+
+struct Counters {
+    uint64_t dram_read[kNumBanks] = {}, dram_write[kNumBanks] = {};
+    std::vector<uint64_t> noc_write_to, noc_read_from, sem_inc_to;  // per core index
+    uint64_t cb_blocked = 0, sem_blocked = 0, cb_calls = 0, sem_waits = 0;
+    std::vector<uint64_t> op_tiles;  // per ComputeOp
+};
+
+struct ComputeState;
+struct Core;
+
+struct Kernel {
+    Core* core = nullptr;
+    int slot = 0;
+    Kind kind = Kind::Reader;
+    std::string name, source, so_path;
+    void (*entry)() = nullptr;
+    void* handle = nullptr;
+    ucontext_t ctx;
+    char* stack = nullptr;
+    size_t stack_size = 0;
+    enum State { Ready, Blocked, Done } state = Ready;
+    bool started = false;
+    Wait wait;
+    const char* last_call = "(kernel start)";
+    char last_args[160] = "";
+    CbView cb[kNumCbs];
+    std::vector<PendingRead> reads;
+    std::vector<PendingWrite> writes;
+    std::vector<uint8_t> read_staging, write_staging;
+    uint32_t atomics_outstanding = 0;
+    ComputeState* cs = nullptr;
+    Counters counters;
+    std::vector<Event> events;
+    uint32_t rta_addr = 0, crta_addr = 0, rta_count = 0, crta_count = 0;
+    // compute settings
+    int dst_tiles = 0, fidelity = 4;
+    bool fp32_acc = false, approx = false, full_sync = false;
+};
+
+struct Core {
+    int index = 0;
+    int lx = 0, ly = 0, nx = 0, ny = 0;
+    int fd = -1;
+    uint8_t* l1 = nullptr;
+    CbConfig cbcfg[kNumCbs];
+    CbCounters cbc[kNumCbs];
+    uint32_t sem_base = 0;
+    int num_sems = 0;
+    Kernel* k[3] = {nullptr, nullptr, nullptr};
+};
+
+struct Tensor {
+    std::string name;
+    uint32_t base = 0, page_size = 0, aligned_page = 0, num_pages = 0, per_bank = 0;
+    std::string in_path, out_path;
+    std::vector<uint8_t> bank[kNumBanks];
+    bool written = false;
+};
+
+struct Engine {
+    std::vector<Core*> cores;
+    std::vector<Tensor> tensors;
+    std::vector<Kernel*> kernels;
+    uint32_t dram_bank_offset[kNumBanks] = {};
+    int dram_bank_x[kNumBanks] = {}, dram_bank_y[kNumBanks] = {};
+    double watchdog_seconds = 2.0;
+    std::string out_dir;
+    ucontext_t sched_ctx;
+    Kernel* cur = nullptr;
+    int window_core = -1;
+};
+
+extern Engine g;
+
+// ---- engine services used by the API implementations ----
+[[noreturn]] void fail(const std::string& message);
+[[noreturn]] void fail_kind(const char* kind, const std::string& message);
+std::string hex(uint64_t v);
+std::string core_name(const Core* c);
+std::string kernel_label(const Kernel* k);
+Kernel& cur();
+void note(const char* api, const char* fmt = nullptr, ...);
+void block_until(const Wait& w);
+bool wait_satisfied(const Kernel& k);
+std::string describe_wait(const Kernel& k);
+void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag = 0);
+
+// L1 of the running core at a device address, checked to lie in the mapped window.
+uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what);
+// Kernel exit checks (pending transfers, reserved pages).
+void check_kernel_end(Kernel& k);
+
+// DRAM bank of a NoC (x, y) or -1; and tensor lookup within a bank.
+int dram_channel_of(int x, int y);
+Core* core_at_noc(int x, int y);
+
+}  // namespace ttrt

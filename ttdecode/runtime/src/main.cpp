@@ -1,0 +1,234 @@
+// The runner executable: reads a program description written by ttdecode/runtime/driver.py, builds
+// the modelled machine (L1 images, DRAM banks, CBs, semaphores), loads one private copy of every
+// kernel library per core, runs all kernels and writes the outputs.
+//
+// Usage: ttrt_runner <program.txt>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "compute.hpp"
+#include "engine.hpp"
+#include "report.hpp"
+
+namespace ttrt {
+void reserve_window();
+void run_all();
+void start_watchdog();
+void stop_watchdog();
+void install_crash_handlers();
+
+// Program-file strings are percent-encoded so they hold no whitespace.
+static std::string unescape(const std::string& s) {
+    std::string o;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size()) {
+            o += char(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+            i += 2;
+        } else {
+            o += s[i];
+        }
+    }
+    return o == "-" ? std::string() : o;
+}
+
+static void read_file(const std::string& path, std::vector<uint8_t>& out, size_t expect) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail_kind("internal", "cannot read " + path);
+    out.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (out.size() != expect) {
+        fail_kind("internal", path + ": " + std::to_string(out.size()) + " bytes, expected " + std::to_string(expect));
+    }
+}
+
+// A private copy of a kernel library: each dlopen of a distinct file gets its own globals.
+static void* load_private_copy(const std::string& so_path, const std::vector<uint8_t>& bytes, const Kernel& k) {
+    int fd = memfd_create("ttrt-kernel", MFD_CLOEXEC);
+    if (fd < 0) fail_kind("internal", std::string("memfd_create: ") + std::strerror(errno));
+    size_t off = 0;
+    while (off < bytes.size()) {
+        ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+        if (n <= 0) fail_kind("internal", "cannot copy " + so_path);
+        off += size_t(n);
+    }
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    void* h = dlopen(proc.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ::close(fd);
+    if (!h) fail_kind("internal", "cannot load " + so_path + " for " + kernel_label(&k) + ": " + dlerror());
+    return h;
+}
+
+template <typename T>
+static T* sym(void* h, const char* name, const Kernel& k) {
+    void* p = dlsym(h, name);
+    if (!p) fail_kind("internal", std::string("kernel library of ") + kernel_label(&k) + " lacks symbol " + name);
+    return static_cast<T*>(p);
+}
+
+static void load_kernel(Kernel& k, const std::vector<uint8_t>& bytes) {
+    k.handle = load_private_copy(k.so_path, bytes, k);
+    k.entry = reinterpret_cast<void (*)()>(dlsym(k.handle, "ttrt_kernel_entry"));
+    if (!k.entry) fail_kind("internal", "kernel library of " + kernel_label(&k) + " has no entry point");
+    Core& c = *k.core;
+    *sym<uint32_t*>(k.handle, "rta_l1_base", k) = reinterpret_cast<uint32_t*>(uintptr_t(k.rta_addr));
+    *sym<uint32_t*>(k.handle, "crta_l1_base", k) = reinterpret_cast<uint32_t*>(uintptr_t(k.crta_addr));
+    uint32_t** sems = sym<uint32_t*>(k.handle, "sem_l1_base", k);
+    sems[0] = reinterpret_cast<uint32_t*>(uintptr_t(c.sem_base));
+    uint8_t* mx = sym<uint8_t>(k.handle, "my_x", k);
+    uint8_t* my = sym<uint8_t>(k.handle, "my_y", k);
+    mx[0] = mx[1] = uint8_t(c.nx);
+    my[0] = my[1] = uint8_t(c.ny);
+    *sym<uint8_t>(k.handle, "my_logical_x_", k) = uint8_t(c.lx);
+    *sym<uint8_t>(k.handle, "my_logical_y_", k) = uint8_t(c.ly);
+    *sym<uint32_t>(k.handle, "rta_count", k) = k.rta_count;
+    *sym<uint32_t>(k.handle, "crta_count", k) = k.crta_count;
+}
+
+static void write_words(Core& c, uint32_t addr, const std::vector<uint32_t>& v) {
+    if (!v.empty()) std::memcpy(c.l1 + addr, v.data(), v.size() * 4);
+}
+
+static void parse_program(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) fail_kind("internal", "cannot open program file " + path);
+    std::string line;
+    std::map<std::string, std::vector<uint8_t>> libs;
+    int ncores = 0;
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        std::string tag;
+        in >> tag;
+        if (tag.empty() || tag == "ttrt") continue;
+        if (tag == "out_dir") {
+            std::string p;
+            in >> p;
+            g.out_dir = unescape(p);
+        } else if (tag == "watchdog") {
+            in >> g.watchdog_seconds;
+        } else if (tag == "bank") {
+            int b;
+            in >> b;
+            in >> g.dram_bank_x[b] >> g.dram_bank_y[b] >> g.dram_bank_offset[b];
+        } else if (tag == "tensor") {
+            Tensor t;
+            std::string name, inp, outp;
+            in >> name >> t.base >> t.page_size >> t.aligned_page >> t.num_pages >> inp >> outp;
+            t.name = unescape(name);
+            t.in_path = unescape(inp);
+            t.out_path = unescape(outp);
+            t.per_bank = t.aligned_page * ((t.num_pages + kNumBanks - 1) / kNumBanks);
+            for (auto& b : t.bank) b.assign(t.per_bank, 0);
+            if (!t.in_path.empty()) {
+                std::vector<uint8_t> img;
+                read_file(t.in_path, img, size_t(t.page_size) * t.num_pages);
+                for (uint32_t p = 0; p < t.num_pages; ++p) {
+                    std::memcpy(t.bank[p % kNumBanks].data() + size_t(p / kNumBanks) * t.aligned_page,
+                                img.data() + size_t(p) * t.page_size, t.page_size);
+                }
+            }
+            g.tensors.push_back(std::move(t));
+        } else if (tag == "core") {
+            Core* c = new Core();
+            c->index = ncores++;
+            in >> c->lx >> c->ly >> c->nx >> c->ny >> c->sem_base >> c->num_sems;
+            c->fd = memfd_create("ttrt-l1", MFD_CLOEXEC);
+            if (c->fd < 0 || ftruncate(c->fd, kL1Size) != 0) fail_kind("internal", "cannot create an L1 image");
+            void* p = mmap(nullptr, kL1Size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+            if (p == MAP_FAILED) fail_kind("internal", "cannot map an L1 image");
+            c->l1 = static_cast<uint8_t*>(p);
+            g.cores.push_back(c);
+        } else if (tag == "cb") {
+            int ci, cb, fmt;
+            in >> ci >> cb;
+            CbConfig& cfg = g.cores[ci]->cbcfg[cb];
+            in >> cfg.addr >> cfg.page_size >> cfg.num_pages >> fmt;
+            cfg.format = uint8_t(fmt);
+            cfg.present = true;
+        } else if (tag == "sem") {
+            int ci, id;
+            uint32_t init;
+            in >> ci >> id >> init;
+            Core& c = *g.cores[ci];
+            std::memcpy(c.l1 + c.sem_base + 16u * id, &init, 4);
+        } else if (tag == "kernel") {
+            int ci, slot, kind;
+            std::string so, name, src;
+            Kernel* k = new Kernel();
+            in >> ci >> slot >> kind >> so >> name >> src >> k->rta_addr >> k->crta_addr >> k->dst_tiles;
+            int fp32, approx, full, fid;
+            in >> fp32 >> approx >> full >> fid;
+            k->core = g.cores[ci];
+            k->slot = slot;
+            k->kind = Kind(kind);
+            k->so_path = unescape(so);
+            k->name = unescape(name);
+            k->source = unescape(src);
+            k->fp32_acc = fp32;
+            k->approx = approx;
+            k->full_sync = full;
+            k->fidelity = fid;
+            k->core->k[slot] = k;
+            g.kernels.push_back(k);
+            if (!libs.count(k->so_path)) {
+                std::ifstream lf(k->so_path, std::ios::binary);
+                if (!lf) fail_kind("internal", "cannot read kernel library " + k->so_path);
+                libs[k->so_path].assign(std::istreambuf_iterator<char>(lf), std::istreambuf_iterator<char>());
+            }
+        } else if (tag == "rta" || tag == "crta") {
+            int ci, slot;
+            size_t n;
+            in >> ci >> slot >> n;
+            std::vector<uint32_t> v(n);
+            for (auto& x : v) in >> x;
+            Kernel* k = g.cores[ci]->k[slot];
+            if (tag == "rta") {
+                k->rta_count = uint32_t(n);
+                write_words(*k->core, k->rta_addr, v);
+            } else {
+                k->crta_count = uint32_t(n);
+                write_words(*k->core, k->crta_addr, v);
+            }
+        } else if (tag == "end") {
+            break;
+        } else {
+            fail_kind("internal", "program file: unknown line '" + line + "'");
+        }
+    }
+    for (Kernel* k : g.kernels) {
+        for (int cb = 0; cb < kNumCbs; ++cb) {
+            const CbConfig& cfg = k->core->cbcfg[cb];
+            k->cb[cb].rd = k->cb[cb].wr = cfg.addr;
+        }
+        k->counters.noc_write_to.assign(g.cores.size(), 0);
+        k->counters.noc_read_from.assign(g.cores.size(), 0);
+        k->counters.sem_inc_to.assign(g.cores.size(), 0);
+        k->counters.op_tiles.assign(kNumComputeOps, 0);
+        if (k->kind == Kind::Compute) k->cs = new_compute_state(*k);
+        load_kernel(*k, libs[k->so_path]);
+    }
+}
+
+}  // namespace ttrt
+
+int main(int argc, char** argv) {
+    using namespace ttrt;
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s <program.txt>\n", argv[0]);
+        return 1;
+    }
+    g.out_dir = ".";
+    install_crash_handlers();
+    reserve_window();
+    parse_program(argv[1]);
+    start_watchdog();
+    run_all();
+    stop_watchdog();
+    write_outputs();
+    return 0;
+}

@@ -1,0 +1,501 @@
+"""Argument checks of the decode operator, shared by every backend.
+
+Each rule is one function; `validate_decode` runs them all and returns `DecodeInputs`, the
+checked description every backend (reference, host, device) works from. Every error is a
+``TypeError`` (wrong kind of thing) or ``ValueError`` (wrong value) whose message names the
+argument, what was expected and what came:
+``"ttdecode: argument 'k': expected ..., got ..."``.
+
+Tensors may be torch tensors, ``ttdecode.tensor.TileTensor`` or ``ttnn.Tensor``; only their
+shape and format are read, except the small integer tensors (``cur_pos_tensor``, page table),
+whose values are read (device-resident ttnn tensors are copied back for that) and range-checked.
+
+Shapes (``B`` users, ``NH`` q heads, ``NKV`` KV heads, ``S`` cache positions, ``D`` head dim):
+
+* ``q`` ``[1, B, NH, D]``; ``k`` ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``);
+  ``v`` ``[B, NKV, S, Dv]`` like ``k`` or None (MLA: ``V = k[..., :head_dim_v]``, ``head_dim_v < D``).
+* paged: ``k``/``v`` ``[num_blocks, NKV, block_size, D/Dv]``, ``page_table`` ``[B, max_blocks]``
+  int32 with ids in ``0..num_blocks-1``; ``S = max_blocks * block_size``.
+* ``D``, ``Dv``, ``S`` and ``block_size`` are multiples of 32 (whole tiles).
+
+Formats (storage dtypes; a torch float tensor is stored as bfloat16, the format the kernels take):
+
+* ``q``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16.
+* ``k``/``v``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b;
+  ``k`` and ``v`` in the same format (one KV format per program).
+* ``attn_mask``, ``attention_sink``: like ``q``, or bfloat8_b/bfloat4_b for a tiled mask.
+* ``cur_pos_tensor``, ``page_table``: int32 (torch or ttnn).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
+
+__all__ = [
+    "TILE",
+    "TensorMeta",
+    "DecodeInputs",
+    "describe",
+    "validate_decode",
+]
+
+TILE = 32
+_OWNER = "ttdecode"
+_TORCH_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
+
+
+def fail(arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
+    """The uniform error: ``ttdecode: argument '<arg>': expected <expected>, got <got>``."""
+    return exc(f"{_OWNER}: argument '{arg}': expected {expected}, got {got}")
+
+
+# ---- tensors of any kind --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """What validation knows of one tensor argument.
+
+    ``kind``: "torch" | "tile" | "ttnn"; ``shape``: logical shape; ``dtype``: the format it
+    arrived in ("float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", or another name
+    such as "torch.float16"); ``obj``: the tensor itself.
+    """
+
+    arg: str
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    obj: Any
+
+    @property
+    def storage_dtype(self) -> str:
+        """The format the kernels receive: torch floats are stored as bfloat16."""
+        if self.kind == "torch" and self.dtype in ("float32", "bfloat16"):
+            return "bfloat16"
+        return self.dtype
+
+
+def _is_ttnn_tensor(x: object) -> bool:
+    t = type(x)
+    return t.__name__ == "Tensor" and t.__module__.startswith("ttnn")
+
+
+def _is_tile_tensor(x: object) -> bool:
+    try:
+        from ttdecode.tensor import TileTensor
+    except ImportError:
+        return False
+    return isinstance(x, TileTensor)
+
+
+def describe(arg: str, x: object) -> TensorMeta:
+    """Shape and format of a torch tensor, TileTensor or ttnn tensor; anything else: TypeError."""
+    if isinstance(x, torch.Tensor):
+        dtype = _TORCH_FLOATS.get(x.dtype, "int32" if x.dtype == torch.int32 else str(x.dtype))
+        return TensorMeta(arg, "torch", tuple(int(d) for d in x.shape), dtype, x)
+    if _is_tile_tensor(x):
+        return TensorMeta(arg, "tile", tuple(int(d) for d in x.shape), x.dtype.value, x)  # type: ignore[attr-defined]
+    if _is_ttnn_tensor(x):
+        name = getattr(x.dtype, "name", str(x.dtype)).lower()  # type: ignore[attr-defined]
+        return TensorMeta(arg, "ttnn", tuple(int(d) for d in x.shape), name, x)  # type: ignore[attr-defined]
+    raise fail(arg, "a torch.Tensor, ttdecode TileTensor or ttnn.Tensor", type(x).__name__, TypeError)
+
+
+def int_values(meta: TensorMeta) -> torch.Tensor:
+    """The values of an integer tensor (torch or ttnn) as a CPU int64 torch tensor."""
+    if meta.kind == "torch":
+        return meta.obj.detach().to("cpu", torch.int64)
+    import ttnn  # a ttnn tensor came in, so ttnn is imported already
+
+    return ttnn.to_torch(meta.obj).to(torch.int64)
+
+
+# ---- scalar rules -----------------------------------------------------------------------------
+
+
+def check_bool(arg: str, value: object) -> bool:
+    """``value`` is a bool (not an int or None)."""
+    if not isinstance(value, bool):
+        raise fail(arg, "a bool", repr(value), TypeError)
+    return value
+
+
+def check_int(arg: str, value: object) -> int:
+    """``value`` is an integer (bools refused)."""
+    if isinstance(value, bool):
+        raise fail(arg, "an integer", repr(value), TypeError)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise fail(arg, "an integer", repr(value), TypeError) from None
+
+
+def check_scale(scale: object, head_dim: int) -> float:
+    """``scale`` is None (-> 1/sqrt(D)) or a finite real number; returns the scale in force."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise fail("scale", "a real number or None", repr(scale), TypeError)
+    if not math.isfinite(float(scale)):
+        raise fail("scale", "a finite number", scale)
+    return float(scale)
+
+
+def check_sliding_window(sliding_window_size: object, is_causal: bool) -> Optional[int]:
+    """``sliding_window_size`` is None or a positive int, and only in causal mode."""
+    if sliding_window_size is None:
+        return None
+    w = check_int("sliding_window_size", sliding_window_size)
+    if w < 1:
+        raise fail("sliding_window_size", "a positive integer or None", w)
+    if not is_causal:
+        raise fail("sliding_window_size", "None in non-causal mode (the window follows cur_pos)", w)
+    return w
+
+
+# ---- shape and format rules --------------------------------------------------------------------
+
+
+def check_rank(meta: TensorMeta, ndim: int, layout: str) -> None:
+    """``meta`` has ``ndim`` dims (``layout`` names them, e.g. "[1, B, NH, D]")."""
+    if len(meta.shape) != ndim:
+        raise fail(meta.arg, f"a {ndim}-D tensor {layout}", f"shape {list(meta.shape)}")
+
+
+def check_q(q: TensorMeta) -> tuple[int, int, int]:
+    """Q is ``[1, B, NH, D]`` with B, NH >= 1 and D a positive multiple of 32; returns (B, NH, D)."""
+    check_rank(q, 4, "[1, B, NH, D]")
+    one, b, nh, d = q.shape
+    if one != 1 or b < 1 or nh < 1:
+        raise fail("q", "shape [1, B>=1, NH>=1, D]", f"shape {list(q.shape)}")
+    if d < TILE or d % TILE:
+        raise fail("q", "a head dim D (last dim) that is a positive multiple of 32", f"shape {list(q.shape)}")
+    return b, nh, d
+
+
+def check_float_format(meta: TensorMeta, allowed: Sequence[str]) -> None:
+    """A float tensor in an accepted format: torch float32/bfloat16, or TileTensor/ttnn in ``allowed``."""
+    if meta.kind == "torch":
+        if meta.dtype not in ("float32", "bfloat16"):
+            raise fail(meta.arg, "a torch float32 or bfloat16 tensor", f"dtype {meta.dtype}", TypeError)
+    elif meta.dtype not in allowed:
+        raise fail(meta.arg, f"a {meta.kind} tensor in {' / '.join(allowed)}", f"dtype {meta.dtype}", TypeError)
+
+
+def check_q_format(q: TensorMeta) -> None:
+    """Q: torch float32/bfloat16 (stored as bfloat16) or TileTensor/ttnn bfloat16."""
+    check_float_format(q, ("bfloat16",))
+
+
+def check_kv_format(k: TensorMeta, v: Optional[TensorMeta]) -> str:
+    """K/V: torch float32/bfloat16 or TileTensor/ttnn bf16/bfp8/bfp4, both in one format; returns it."""
+    check_float_format(k, KV_DTYPES)
+    if v is not None:
+        check_float_format(v, KV_DTYPES)
+        if v.storage_dtype != k.storage_dtype:
+            raise fail("v", f"the format of k ({k.storage_dtype}; one KV format per program)",
+                       f"{v.storage_dtype}", TypeError)
+    return k.storage_dtype
+
+
+def check_gqa(num_heads: int, k: TensorMeta) -> int:
+    """K's head count NKV (dim 1) is >= 1 and divides NH; returns NKV."""
+    nkv = k.shape[1]
+    if nkv < 1 or num_heads % nkv:
+        raise fail("k", f"a number of KV heads (dim 1) that divides NH={num_heads}", f"shape {list(k.shape)}")
+    return nkv
+
+
+def check_head_dim(k: TensorMeta, head_dim: int) -> None:
+    """K's last dim equals Q's D."""
+    if k.shape[3] != head_dim:
+        raise fail("k", f"head dim (last dim) D={head_dim} like q", f"shape {list(k.shape)}")
+
+
+def check_seq_len(k: TensorMeta) -> int:
+    """K's positions (dim 2) are a positive multiple of 32 (whole tiles); returns S (or block_size)."""
+    s = k.shape[2]
+    if s < TILE or s % TILE:
+        raise fail("k", "a sequence length (dim 2) that is a positive multiple of 32", f"shape {list(k.shape)}")
+    return s
+
+
+def check_kv_batch(k: TensorMeta, batch: int, share_cache: bool) -> None:
+    """Non-paged K batch is B, or 1 with ``share_cache`` (every user reads KV batch 0)."""
+    want = 1 if share_cache else batch
+    if k.shape[0] != want:
+        what = "1 (share_cache: all users read KV batch 0)" if share_cache else f"B={batch} like q"
+        raise fail("k", f"batch (dim 0) {what}", f"shape {list(k.shape)}")
+
+
+def check_v(v: Optional[TensorMeta], k: TensorMeta, head_dim: int, head_dim_v: object) -> int:
+    """V matches K in dims 0..2 with Dv a multiple of 32; or V is None and ``head_dim_v`` is
+    a multiple of 32 below D (MLA). ``head_dim_v`` with a V must equal Dv. Returns Dv."""
+    if v is None:
+        if head_dim_v is None:
+            raise fail("head_dim_v", "an integer when v is None (MLA: V = k[..., :head_dim_v])", None)
+        dv = check_int("head_dim_v", head_dim_v)
+        if not (0 < dv < head_dim) or dv % TILE:
+            raise fail("head_dim_v", f"a multiple of 32 below D={head_dim} when v is None (MLA)", dv)
+        return dv
+    check_rank(v, 4, "like k with last dim Dv")
+    if v.shape[:3] != k.shape[:3]:
+        raise fail("v", f"the first three dims of k {list(k.shape[:3])}", f"shape {list(v.shape)}")
+    dv = v.shape[3]
+    if dv < TILE or dv % TILE:
+        raise fail("v", "a head dim Dv (last dim) that is a positive multiple of 32", f"shape {list(v.shape)}")
+    if head_dim_v is not None and check_int("head_dim_v", head_dim_v) != dv:
+        raise fail("head_dim_v", f"None or v's last dim {dv}", head_dim_v)
+    return dv
+
+
+def check_share_cache_not_paged(share_cache: bool, paged: bool) -> None:
+    """``share_cache`` cannot be combined with a paged cache (paged caches are per user)."""
+    if share_cache and paged:
+        raise fail("share_cache", "False with a paged cache (the page table already maps users to blocks)", True)
+
+
+def check_block_size(k: TensorMeta) -> int:
+    """Paged K ``[num_blocks, NKV, block_size, D]``: block_size a positive multiple of 32."""
+    bs = k.shape[2]
+    if bs < TILE or bs % TILE:
+        raise fail("k", "a paged cache [num_blocks, NKV, block_size, D] with block_size a positive "
+                   "multiple of 32", f"shape {list(k.shape)}")
+    return bs
+
+
+def check_page_table(page_table: object, batch: int, num_blocks: int) -> tuple[TensorMeta, torch.Tensor]:
+    """Page table ``[B, max_blocks]`` int32 (torch or ttnn), ids in ``0..num_blocks-1``.
+    Returns its meta and its values (int64 ``[B, max_blocks]``)."""
+    if page_table is None:
+        raise fail("page_table", f"an int32 tensor [B={batch}, max_blocks]", None, TypeError)
+    meta = describe("page_table", page_table)
+    if meta.kind == "tile" or meta.dtype != "int32":
+        raise fail("page_table", "an int32 torch or ttnn tensor", f"{meta.kind} tensor of dtype {meta.dtype}",
+                   TypeError)
+    if len(meta.shape) != 2 or meta.shape[0] != batch or meta.shape[1] < 1:
+        raise fail("page_table", f"shape [B={batch}, max_blocks>=1]", f"shape {list(meta.shape)}")
+    table = int_values(meta)
+    bad = (table < 0) | (table >= num_blocks)
+    if bool(bad.any()):
+        b, j = (int(i) for i in bad.nonzero()[0])
+        raise fail(f"page_table[{b}, {j}]", f"a block id in 0..{num_blocks - 1}", int(table[b, j]))
+    return meta, table
+
+
+# ---- positions ------------------------------------------------------------------------------
+
+
+def _check_position_values(arg: str, pos: torch.Tensor, seq_len: int) -> tuple[int, ...]:
+    bad = (pos < -1) | (pos > seq_len - 1)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise fail(f"{arg}[{i}]", f"a position in -1..{seq_len - 1} (S={seq_len}; -1 skips the user)", int(pos[i]))
+    return tuple(int(p) for p in pos)
+
+
+def check_cur_pos(cur_pos: object, batch: int, seq_len: int) -> tuple[int, ...]:
+    """``cur_pos``: a sequence of B ints (or a 1-D integer torch tensor) in ``-1..S-1``."""
+    if isinstance(cur_pos, torch.Tensor):
+        if cur_pos.is_floating_point() or cur_pos.is_complex() or cur_pos.dtype == torch.bool:
+            raise fail("cur_pos", "a list of ints or a 1-D integer tensor", f"dtype {cur_pos.dtype}", TypeError)
+        if cur_pos.dim() != 1:
+            raise fail("cur_pos", f"a 1-D tensor of length B={batch}", f"shape {list(cur_pos.shape)}")
+        pos = cur_pos.detach().to("cpu", torch.int64)
+    elif isinstance(cur_pos, (str, bytes)) or not isinstance(cur_pos, Sequence):
+        raise fail("cur_pos", "a list of ints or a 1-D integer tensor", type(cur_pos).__name__, TypeError)
+    else:
+        pos = torch.tensor([check_int(f"cur_pos[{i}]", p) for i, p in enumerate(cur_pos)], dtype=torch.int64)
+    if pos.numel() != batch:
+        raise fail("cur_pos", f"one position per user (length B={batch})", f"length {pos.numel()}")
+    return _check_position_values("cur_pos", pos, seq_len)
+
+
+def check_cur_pos_tensor(cur_pos_tensor: object, batch: int, seq_len: int) -> tuple[TensorMeta, tuple[int, ...]]:
+    """``cur_pos_tensor``: an int32 torch or ttnn tensor ``[B]`` with values in ``-1..S-1``."""
+    meta = describe("cur_pos_tensor", cur_pos_tensor)
+    if meta.kind == "tile" or meta.dtype != "int32":
+        raise fail("cur_pos_tensor", "an int32 torch or ttnn tensor",
+                   f"{meta.kind} tensor of dtype {meta.dtype}", TypeError)
+    if meta.shape != (batch,):
+        raise fail("cur_pos_tensor", f"shape [B={batch}]", f"shape {list(meta.shape)}")
+    return meta, _check_position_values("cur_pos_tensor", int_values(meta), seq_len)
+
+
+def check_positions_mode(is_causal: bool, cur_pos: object, cur_pos_tensor: object) -> None:
+    """Causal: exactly one of ``cur_pos`` / ``cur_pos_tensor``. Non-causal: neither (all S attended).
+    (An empty ``cur_pos`` list, ttnn's default, counts as not given.)"""
+    has_list, has_tensor = cur_pos is not None, cur_pos_tensor is not None
+    if is_causal:
+        if has_list and has_tensor:
+            raise fail("cur_pos_tensor", "None when cur_pos is given (exactly one of the two)", "a tensor")
+        if not (has_list or has_tensor):
+            raise fail("cur_pos", "the B positions in causal mode (or cur_pos_tensor)", None)
+    elif has_list or has_tensor:
+        arg = "cur_pos" if has_list else "cur_pos_tensor"
+        raise fail(arg, "None in non-causal mode (all S positions are attended)", "positions")
+
+
+# ---- optional tensors ------------------------------------------------------------------------
+
+
+def check_attn_mask(attn_mask: object, is_causal: bool, batch: int, num_heads: int, seq_len: int) -> Optional[TensorMeta]:
+    """``attn_mask``: non-causal only, ``[B or 1, 1, NH, S]`` float (additive)."""
+    if attn_mask is None:
+        return None
+    if is_causal:
+        raise fail("attn_mask", "None in causal mode (use is_causal=False for a mask)", "a tensor")
+    meta = describe("attn_mask", attn_mask)
+    check_float_format(meta, KV_DTYPES)
+    shape = list(meta.shape)
+    if len(shape) != 4 or shape[0] not in (1, batch) or shape[1:] != [1, num_heads, seq_len]:
+        raise fail("attn_mask", f"shape [B={batch} or 1, 1, NH={num_heads}, S={seq_len}]", f"shape {shape}")
+    return meta
+
+
+def check_attention_sink(attention_sink: object, num_heads: int) -> Optional[TensorMeta]:
+    """``attention_sink``: ``[NH]`` or ``[NH, 32]`` (column 0 holds each head's sink logit)."""
+    if attention_sink is None:
+        return None
+    meta = describe("attention_sink", attention_sink)
+    check_float_format(meta, ("bfloat16",))
+    if meta.shape not in ((num_heads,), (num_heads, TILE)):
+        raise fail("attention_sink", f"shape [NH={num_heads}] or [NH={num_heads}, 32]", f"shape {list(meta.shape)}")
+    return meta
+
+
+def check_k_chunk_size(program_config: SDPAProgramConfig, seq_len: int) -> None:
+    """A fixed ``k_chunk_size`` (> 0) divides S (the cache is cut into whole chunks)."""
+    k = program_config.k_chunk_size
+    if k and seq_len % k:
+        raise fail("program_config.k_chunk_size", f"a divisor of S={seq_len} (or 0 = dynamic)", k)
+
+
+def check_memory_config(memory_config: object) -> None:
+    """``memory_config``: None or a ``ttnn.MemoryConfig``."""
+    if memory_config is not None and type(memory_config).__name__ != "MemoryConfig":
+        raise fail("memory_config", "None or a ttnn.MemoryConfig", type(memory_config).__name__, TypeError)
+
+
+# ---- everything together ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """Checked arguments of one decode call (shapes as in the module doc)."""
+
+    q: TensorMeta
+    k: TensorMeta
+    v: Optional[TensorMeta]
+    batch: int
+    num_heads: int
+    num_kv_heads: int
+    seq_len: int
+    head_dim: int
+    head_dim_v: int
+    kv_dtype: str
+    paged: bool
+    page_table: Optional[TensorMeta]
+    page_table_values: Optional[torch.Tensor]  # int64 [B, max_blocks]
+    block_size: Optional[int]
+    is_causal: bool
+    cur_pos: Optional[tuple[int, ...]]  # the positions as given in the list
+    cur_pos_tensor: Optional[TensorMeta]
+    positions: Optional[tuple[int, ...]]  # from either source; None in non-causal mode
+    attn_mask: Optional[TensorMeta]
+    attention_sink: Optional[TensorMeta]
+    scale: float
+    sliding_window_size: Optional[int]
+    share_cache: bool
+    return_lse: bool
+    program_config: SDPAProgramConfig
+    compute_kernel_config: ComputeKernelConfig
+    memory_config: Any
+
+
+def validate_decode(
+    q: object,
+    k: object,
+    v: object,
+    *,
+    page_table: object = None,
+    paged: bool = False,
+    is_causal: object = True,
+    attn_mask: object = None,
+    cur_pos: object = None,
+    cur_pos_tensor: object = None,
+    attention_sink: object = None,
+    scale: object = None,
+    sliding_window_size: object = None,
+    share_cache: object = False,
+    head_dim_v: object = None,
+    program_config: object = None,
+    compute_kernel_config: object = None,
+    memory_config: object = None,
+    return_lse: object = False,
+) -> DecodeInputs:
+    """Run every rule; return the checked inputs or raise TypeError/ValueError naming the argument.
+
+    ``share_cache=None`` (ttnn's default) means False; an empty ``cur_pos`` list (ttnn's default)
+    means "not given".
+    """
+    causal = check_bool("is_causal", is_causal)
+    share = check_bool("share_cache", False if share_cache is None else share_cache)
+    lse = check_bool("return_lse", return_lse)
+    pconf = SDPAProgramConfig.coerce(program_config)
+    cconf = ComputeKernelConfig.coerce(compute_kernel_config)
+    check_memory_config(memory_config)
+    if isinstance(cur_pos, (list, tuple)) and len(cur_pos) == 0:
+        cur_pos = None
+
+    qm = describe("q", q)
+    batch, num_heads, head_dim = check_q(qm)
+    check_q_format(qm)
+    km = describe("k", k)
+    check_rank(km, 4, "[num_blocks, NKV, block_size, D]" if paged else "[B, NKV, S, D]")
+    vm = None if v is None else describe("v", v)
+    kv_dtype = check_kv_format(km, vm)
+    check_head_dim(km, head_dim)
+    nkv = check_gqa(num_heads, km)
+    dv = check_v(vm, km, head_dim, head_dim_v)
+
+    check_share_cache_not_paged(share, paged)
+    table_meta, table = None, None
+    block_size = None
+    if paged:
+        block_size = check_block_size(km)
+        table_meta, table = check_page_table(page_table, batch, km.shape[0])
+        seq_len = table.shape[1] * block_size
+    else:
+        seq_len = check_seq_len(km)
+        check_kv_batch(km, batch, share)
+
+    check_positions_mode(causal, cur_pos, cur_pos_tensor)
+    pos_list, pos_meta, positions = None, None, None
+    if cur_pos is not None:
+        pos_list = positions = check_cur_pos(cur_pos, batch, seq_len)
+    if cur_pos_tensor is not None:
+        pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len)
+
+    mask = check_attn_mask(attn_mask, causal, batch, num_heads, seq_len)
+    sink = check_attention_sink(attention_sink, num_heads)
+    scale_f = check_scale(scale, head_dim)
+    window = check_sliding_window(sliding_window_size, causal)
+    check_k_chunk_size(pconf, seq_len)
+
+    return DecodeInputs(
+        q=qm, k=km, v=vm, batch=batch, num_heads=num_heads, num_kv_heads=nkv, seq_len=seq_len,
+        head_dim=head_dim, head_dim_v=dv, kv_dtype=kv_dtype, paged=paged, page_table=table_meta,
+        page_table_values=table, block_size=block_size, is_causal=causal, cur_pos=pos_list,
+        cur_pos_tensor=pos_meta, positions=positions, attn_mask=mask, attention_sink=sink,
+        scale=scale_f, sliding_window_size=window, share_cache=share, return_lse=lse,
+        program_config=pconf, compute_kernel_config=cconf, memory_config=memory_config,
+    )
