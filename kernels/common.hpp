@@ -12,27 +12,25 @@
 namespace flash_decode {
 
 // ---- circular buffers (indices of plan.flash_decode_cbs) ----------------------------------------
-constexpr uint32_t cb_q = 0;            // the q rows of one KV group, bf16, zero rows past the group
-constexpr uint32_t cb_k = 1;            // K chunks, double-buffered, one slot = max_chunk_tiles x d_tiles
-constexpr uint32_t cb_v = 2;            // V chunks, same slots with dv_tiles
-constexpr uint32_t cb_pos_compute = 3;  // int32 positions of every user, for the compute kernel
-constexpr uint32_t cb_pos_writer = 4;   // the same page, for the writer
-constexpr uint32_t cb_mask = 5;         // -inf past cur_pos in the causal boundary tile, 0 elsewhere
-constexpr uint32_t cb_scaler = 6;       // reduce scaler: row 0 of every face 1.0, the rest 0
-constexpr uint32_t cb_ones = 7;         // all ones: P x ones puts the row sums in every column
-constexpr uint32_t cb_identity = 8;     // the identity: identity x bcast(e) is diag(e)
-constexpr uint32_t cb_scores = 9;       // fp32 scores of one q tile row over one chunk
-constexpr uint32_t cb_probs = 10;       // fp32 exp((S - m) * scale) of the same
-constexpr uint32_t cb_max = 11;         // running row max m (unscaled), old tiles then new ones
-constexpr uint32_t cb_sum = 12;         // running row sum l
-constexpr uint32_t cb_acc = 13;         // running unnormalized output O
-constexpr uint32_t cb_alpha = 14;       // rescale factors, 1/l, log terms
-constexpr uint32_t cb_diag = 15;        // diag(e) of a child partial
-constexpr uint32_t cb_partial_out = 16; // this piece's (O, m, l), sent to the parent
-constexpr uint32_t cb_partial_in = 17;  // children's partials, written by their writers over the NoC
-constexpr uint32_t cb_out = 18;         // bf16 output tiles of the root
-constexpr uint32_t cb_lse = 19;         // fp32 LSE tiles of the root (column 0 holds the value)
-constexpr uint32_t cb_staging = 20;     // writer scratch: a zero row block and one LSE row
+constexpr uint32_t cb_q = 0;             // the q rows of one KV group, bf16, zero rows past the group
+constexpr uint32_t cb_k = 1;             // K chunks, double-buffered, one slot = max_chunk_tiles x d_tiles
+constexpr uint32_t cb_v = 2;             // V chunks, same slots with dv_tiles
+constexpr uint32_t cb_pos_compute = 3;   // int32 positions of every user, for the compute kernel
+constexpr uint32_t cb_pos_writer = 4;    // the same page, for the writer
+constexpr uint32_t cb_mask = 5;          // -inf past cur_pos in the causal boundary tile, 0 elsewhere
+constexpr uint32_t cb_scaler = 6;        // reduce scaler: row 0 of every face 1.0, the rest 0
+constexpr uint32_t cb_ones = 7;          // all ones: P x ones puts the row sums in every column
+constexpr uint32_t cb_scores = 8;        // fp32 scores of one q tile row over one chunk
+constexpr uint32_t cb_probs = 9;         // fp32 exp((S - m) * scale) of the same
+constexpr uint32_t cb_max = 10;          // running row max m (unscaled), old tiles then new ones
+constexpr uint32_t cb_sum = 11;          // running row sum l
+constexpr uint32_t cb_acc = 12;          // running unnormalized output O
+constexpr uint32_t cb_alpha = 13;        // rescale factors, then 1/l
+constexpr uint32_t cb_partial_out = 14;  // this piece's (O, m, l), sent to the parent
+constexpr uint32_t cb_partial_in = 15;   // children's partials, written by their writers over the NoC
+constexpr uint32_t cb_out = 16;          // bf16 output tiles of the root
+constexpr uint32_t cb_lse = 17;          // fp32 LSE tiles of the root (column 0 holds the value)
+constexpr uint32_t cb_staging = 18;      // writer scratch: a block of zero rows and one LSE row
 
 constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;

@@ -420,4 +420,12 @@ def test_import_ttnn_returns_none_with_reason_when_ttnn_is_missing(monkeypatch: 
     monkeypatch.setitem(sys.modules, "ttnn", None)  # makes `import ttnn` raise ImportError
     assert ttnn_env.import_ttnn() is None
     reason = ttnn_env.ttnn_unavailable_reason()
-    assert reason is not None and reason.startswith("import ttnn failed: ImportError")
+    assert reason is not None and reason.startswith("import ttnn failed: ModuleNotFoundError")
+
+
+@pytest.mark.parametrize("dtype", BFP)
+def test_bfp_nan_with_only_low_payload_bits_becomes_inf(dtype: DataType) -> None:
+    x = torch.zeros(32, 32)
+    x.view(torch.int32)[0, :2] = torch.tensor([0x7F800001, -0x007FFFFF], dtype=torch.int32)  # +NaN(1), -NaN(1)
+    q = F.quantize(x, dtype)
+    assert q[0, :2].tolist() == [float("inf"), float("-inf")]

@@ -100,7 +100,7 @@ def cpp_pack(harness: Path, tmp_path: Path, tiles: np.ndarray, dtype: DataType) 
     """tiles: float32[N, 32, 32] row-major -> C++ tile images."""
     src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
     src.write_bytes(np.ascontiguousarray(tiles, dtype=np.float32).tobytes())
-    res = run(harness, "pack", ALL.index(dtype), tiles.shape[0], src, dst)
+    res = run(harness, "pack", F.format_id(dtype), tiles.shape[0], src, dst)
     assert res.returncode == 0, res.stdout + res.stderr
     return dst.read_bytes()
 
@@ -109,7 +109,7 @@ def cpp_unpack(harness: Path, tmp_path: Path, data: bytes, ntiles: int, dtype: D
     """C++ tile images -> float32[N, 32, 32] row-major."""
     src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
     src.write_bytes(data)
-    res = run(harness, "unpack", ALL.index(dtype), ntiles, src, dst)
+    res = run(harness, "unpack", F.format_id(dtype), ntiles, src, dst)
     assert res.returncode == 0, res.stdout + res.stderr
     return np.frombuffer(dst.read_bytes(), dtype=np.float32).reshape(ntiles, 32, 32)
 
@@ -134,8 +134,9 @@ def mixed_tiles(ntiles: int, seed: int) -> np.ndarray:
 
 
 def test_cpp_tile_sizes_and_enum_numbering(harness: Path) -> None:
-    for i, dtype in enumerate(ALL):
-        assert run(harness, "size", i).stdout.strip() == str(F.tile_size(dtype))
+    assert [F.format_id(d) for d in ALL] == [0, 1, 2, 3]
+    for dtype in ALL:
+        assert run(harness, "size", F.format_id(dtype)).stdout.strip() == str(F.tile_size(dtype))
     res = run(harness, "size", 7)
     assert res.returncode == 3 and "unknown DataFormat 7" in res.stdout
 

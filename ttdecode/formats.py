@@ -9,8 +9,8 @@ dims with the batch dims outermost; this is also the page order of an interleave
 Byte images of one tile (all little-endian):
 
 - float32: 1024 x 4 bytes, the IEEE bits.
-- bfloat16: 1024 x 2 bytes, the top 16 bits of float32 rounded to nearest, ties to even (as torch;
-  a NaN becomes the quiet NaN 0x7FC0).
+- bfloat16: 1024 x 2 bytes, the top 16 bits of float32 rounded to nearest, ties to even (as torch
+  and ttnn); every NaN becomes the quiet NaN 0x7FC0 (as ttnn; torch's CPU cast makes 0xFFFF).
 - bfloat8_b / bfloat4_b (block floats with an 8-bit exponent): 64 exponent bytes, one per 16
   values (one face row; order face 0 rows 0..15, face 1 rows 0..15, ...), then one sign-magnitude
   code per value in tile order: bfloat8_b 1 byte (sign bit 7, 7 magnitude bits), bfloat4_b 4 bits
@@ -21,12 +21,15 @@ tests/test_formats_ttnn.py), per group of 16 float32 values with IEEE fields (si
 
 1. shared exponent E = max of the 16 biased exponent fields (NaN/inf count as 255, zeros and
    denormals as 0);
-2. a value with exp + man == 0 (+0.0 or -0.0) encodes as code 0;
-3. otherwise the 24-bit significand (1 << 23 | man; the implicit 1 is added even for denormals) is
-   shifted right by E - exp (everything gone once the shift reaches 24), then rounded to the top
-   7 (bfp8) / 3 (bfp4) of its 24 bits, to nearest with ties to even; a result that rounds past the
-   largest magnitude (127 / 7) saturates at it (the exponent is not bumped);
+2. a value with exponent field 0 (+-0.0 and every denormal) encodes as code 0;
+3. otherwise the 24-bit significand (1 << 23 | man) is shifted right by E - exp (everything gone
+   once the shift reaches 24), then rounded to its top 7 (bfp8) / 3 (bfp4) bits, to nearest with
+   ties to even; a result that rounds past the largest magnitude (127 / 7) saturates at it (the
+   exponent is not bumped);
 4. the sign bit is kept only when the rounded magnitude is not 0.
+In a group holding inf or NaN (E = 255) every finite value becomes 0; inf stays inf, and a NaN
+stays NaN only if mantissa bits survive the rounding (quiet NaNs do; a NaN with only low payload
+bits becomes inf of its sign).
 
 Decoding a code (sign s, magnitude m != 0) with shared exponent E: normalise m so its top bit is
 the implicit one, shifting left k times; the float has exponent field E - k and the remaining
@@ -73,6 +76,9 @@ _TILE_SIZES: dict[DataType, int] = {
     DataType.bfloat4_b: BFP_EXPONENT_BYTES + TILE_VALUES // 2,
 }
 
+#: Tiles encoded per step (4 MB of float32) to bound the temporaries of the block-float encoder.
+_ENCODE_CHUNK_TILES = 1024
+
 #: Magnitude bits of a block-float code (the implicit one included).
 _BFP_MAGNITUDE_BITS: dict[DataType, int] = {DataType.bfloat8_b: 7, DataType.bfloat4_b: 3}
 
@@ -92,6 +98,12 @@ def as_data_type(dtype: DTypeLike, name: str = "dtype") -> DataType:
             pass
     expected = ", ".join(d.value for d in DataType)
     raise ValueError(f"{name}: expected a ttdecode DataType ({expected}), got {dtype!r}")
+
+
+def format_id(dtype: DTypeLike) -> int:
+    """The C++ `ttdecode::formats::DataFormat` number of `dtype` (float32 0, bfloat16 1,
+    bfloat8_b 2, bfloat4_b 3; ttdecode/runtime/src/tile_formats.hpp)."""
+    return list(DataType).index(as_data_type(dtype))
 
 
 def is_block_float(dtype: DTypeLike) -> bool:
@@ -264,16 +276,21 @@ def encode_tiles(tiles: np.ndarray, dtype: DTypeLike) -> np.ndarray:
         raise ValueError(f"tiles: expected a float32 array [N, {TILE_VALUES}], got shape {tiles.shape}")
     n = tiles.shape[0]
     if dt is DataType.float32:
-        return tiles.view(np.uint8).reshape(n, tile_size(dt))
+        return tiles.view(np.uint8).reshape(n, tile_size(dt)).copy()
     if dt is DataType.bfloat16:
         return _bfloat16_bits(tiles.view(np.uint32)).view(np.uint8).reshape(n, tile_size(dt))
     mag_bits = _BFP_MAGNITUDE_BITS[dt]
-    bits = tiles.view(np.uint32).reshape(n, BFP_EXPONENT_BYTES, BFP_GROUP)
-    shared, codes = _bfp_codes(bits, mag_bits)
-    codes = codes.reshape(n, TILE_VALUES)
-    if dt is DataType.bfloat4_b:
-        codes = codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4))
-    return np.concatenate([shared, codes], axis=1)
+    out = np.empty((n, tile_size(dt)), dtype=np.uint8)
+    for start in range(0, n, _ENCODE_CHUNK_TILES):  # bounded temporaries, cache friendly
+        stop = min(n, start + _ENCODE_CHUNK_TILES)
+        bits = tiles[start:stop].view(np.uint32).reshape(stop - start, BFP_EXPONENT_BYTES, BFP_GROUP)
+        shared, codes = _bfp_codes(bits, mag_bits)
+        codes = codes.reshape(stop - start, TILE_VALUES)
+        if dt is DataType.bfloat4_b:
+            codes = codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4))
+        out[start:stop, :BFP_EXPONENT_BYTES] = shared
+        out[start:stop, BFP_EXPONENT_BYTES:] = codes
+    return out
 
 
 def decode_tiles(raw: np.ndarray, dtype: DTypeLike) -> np.ndarray:

@@ -280,27 +280,28 @@ def flash_decode_cbs(
     kv_tile = _TILE_BYTES[kv_dtype]
     pos_page = max(32, -(-4 * batch // 32) * 32)
     partial = q_tiles * (dv_tiles + 2)
+    # writer scratch: 16 zero bf16 face rows (a skipped user's output) + one fp32 LSE row
+    staging = 16 * 32 + q_tiles * TILE * 4
     specs = [
-        (0, "q", bf16, 2048, q_tiles * d_tiles),
-        (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # double-buffered chunks
+        (0, "q", bf16, 2048, q_tiles * d_tiles),  # exactly one piece: the same address every piece
+        (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # two whole-chunk slots
         (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles),
-        (3, "pos_compute", DataType.float32, pos_page, 1),  # int32 positions for the compute kernel
-        (4, "pos_writer", DataType.float32, pos_page, 1),  # the same for the writer
+        (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
+        (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
         (5, "mask", bf16, 2048, 1),  # -inf beyond cur_pos in the boundary tile
-        (6, "scaler", bf16, 2048, 1),  # ones: the reduce scaler
-        (7, "scores", f32, 4096, max_chunk_tiles),
-        (8, "probs", f32, 4096, max_chunk_tiles),
-        (9, "max", f32, 4096, 2 * q_tiles),  # running row max (old + new)
-        (10, "sum", f32, 4096, 2 * q_tiles),  # running row sum
-        (11, "acc", f32, 4096, 2 * q_tiles * dv_tiles),  # running O
-        (12, "chunk_max", f32, 4096, q_tiles),
-        (13, "alpha", f32, 4096, 2 * q_tiles),  # rescale factors
-        (14, "tmp", f32, 4096, q_tiles * dv_tiles),
-        (15, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
-        (16, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
-        (17, "out", bf16, 2048, q_tiles * dv_tiles),
-        (18, "lse", f32, 4096, q_tiles),
-        (19, "staging", f32, 4096, 1),  # writer's row staging (zeros, LSE rows)
+        (6, "scaler", bf16, 2048, 1),  # reduce scaler (row 0 of each face = 1)
+        (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
+        (8, "scores", f32, 4096, max_chunk_tiles),
+        (9, "probs", f32, 4096, max_chunk_tiles),
+        (10, "max", f32, 4096, 2 * q_tiles),  # running row max (old + new)
+        (11, "sum", f32, 4096, 2 * q_tiles),  # running row sum
+        (12, "acc", f32, 4096, 2 * q_tiles * dv_tiles),  # running O
+        (13, "alpha", f32, 4096, 2),  # rescale factors (two in a merge), 1/l
+        (14, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
+        (15, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
+        (16, "out", bf16, 2048, q_tiles * dv_tiles),
+        (17, "lse", f32, 4096, q_tiles),
+        (18, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
     ]
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
 
@@ -424,9 +425,10 @@ def make_plan(
     return plan
 
 
-#: Runtime args: a fixed header plus this many per piece (see factory.py).
-RUNTIME_ARGS_HEADER = 8
-RUNTIME_ARGS_PER_PIECE = 8
+#: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
+#: factory.py: reader 5 + 3 per piece, writer 3 + 6, compute 1 + 2).
+RUNTIME_ARGS_HEADER = 5
+RUNTIME_ARGS_PER_PIECE = 6
 
 
 def _check_resources(plan: DecodePlan, l1_bytes: int) -> None:

@@ -21,6 +21,7 @@ constexpr int kNumCbs = 32;
 constexpr int kNumBanks = 12;
 constexpr int kMaxDst = 16;
 constexpr uint32_t kTileValues = 1024;
+constexpr int NOC_LOCAL_BITS = 36;  // NoC address: y << 42 | x << 36 | local address
 
 enum class Kind : int { Reader = 0, Writer = 1, Compute = 2 };
 const char* kind_name(Kind k);

@@ -58,8 +58,9 @@ static void* load_private_copy(const std::string& so_path, const std::vector<uin
         off += size_t(n);
     }
     const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    // The descriptor stays open: dlopen recognises an already loaded library by its path, so every copy
+    // needs a distinct /proc/self/fd/N name for the life of the run.
     void* h = dlopen(proc.c_str(), RTLD_NOW | RTLD_LOCAL);
-    ::close(fd);
     if (!h) fail_kind("internal", "cannot load " + so_path + " for " + kernel_label(&k) + ": " + dlerror());
     return h;
 }

@@ -10,15 +10,16 @@
 #include "ttrt/types.h"
 #include "ttrt_kernel_config.h"  // generated per kernel build (CB formats, bank map, settings)
 
-inline uint32_t* rta_l1_base = nullptr;
-inline uint32_t* crta_l1_base = nullptr;
-inline uint32_t* sem_l1_base[static_cast<int>(ProgrammableCoreType::COUNT)] = {nullptr, nullptr, nullptr};
-inline uint8_t my_x[NUM_NOCS] = {0, 0};
-inline uint8_t my_y[NUM_NOCS] = {0, 0};
-inline uint8_t my_logical_x_ = 0;
-inline uint8_t my_logical_y_ = 0;
-inline uint32_t rta_count = 0;
-inline uint32_t crta_count = 0;
+// [[gnu::used]]: emitted even when the kernel does not touch them, so the runner can set them.
+[[gnu::used]] inline uint32_t* rta_l1_base = nullptr;
+[[gnu::used]] inline uint32_t* crta_l1_base = nullptr;
+[[gnu::used]] inline uint32_t* sem_l1_base[static_cast<int>(ProgrammableCoreType::COUNT)] = {nullptr, nullptr, nullptr};
+[[gnu::used]] inline uint8_t my_x[NUM_NOCS] = {0, 0};
+[[gnu::used]] inline uint8_t my_y[NUM_NOCS] = {0, 0};
+[[gnu::used]] inline uint8_t my_logical_x_ = 0;
+[[gnu::used]] inline uint8_t my_logical_y_ = 0;
+[[gnu::used]] inline uint32_t rta_count = 0;
+[[gnu::used]] inline uint32_t crta_count = 0;
 
 #ifndef NOC_INDEX
 #define NOC_INDEX 0

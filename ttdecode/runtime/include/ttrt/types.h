@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <sys/types.h>  // uint, as the device toolchain provides
 
 #ifndef FORCE_INLINE
 #define FORCE_INLINE inline __attribute__((always_inline))

@@ -1,0 +1,303 @@
+"""The FlashDecode program factory: a `DecodePlan` becomes one `Program` (see ttdecode/program.py).
+
+`build_program` is a pure function of the plan and the inputs: three kernels (reader, writer,
+compute from ``kernels/``) on every core that runs a piece, the plan's circular buffers and one
+semaphore per tree height level on those cores, and the DRAM tensors:
+
+==========  ==========================================  =========  =================================
+name        shape                                       layout     format
+==========  ==========================================  =========  =================================
+q           [1, B, NH, D]                               tile       bfloat16
+k, v        [B or 1, NKV, S, D] / [.., Dv]              tile       the plan's kv_dtype
+cur_pos     [B] int32 (-1 skips a user)                 row-major  4-byte words (DataType.float32)
+out         [1, B, NH, Dv]                              tile       bfloat16 (output)
+lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output)
+==========  ==========================================  =========  =================================
+
+Positions always reach the kernels through the ``cur_pos`` tensor, whether the caller gave a list
+(``cur_pos``) or a tensor (``cur_pos_tensor``): the kernels derive every chunk range from it, so
+the same program serves every decode step.
+
+Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
+
+- reader:  q, k, v, cur_pos addresses, n, then (user, kv head, piece index) per piece;
+- writer:  out, lse addresses (0 without LSE), n, then (user, kv head, piece index, parent NoC x,
+  parent NoC y, parent's area) per piece (zeros for a root);
+- compute: n, then (user, piece index) per piece.
+
+`run_flash_decode` runs the program on a backend and decodes the output tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ttdecode import formats
+from ttdecode.formats import DataType
+from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece
+from ttdecode.program import (
+    Arg,
+    BufferAddress,
+    CircularBuffer,
+    ComputeSettings,
+    CoreCoord,
+    CoreRangeSet,
+    DramTensor,
+    Kernel,
+    KernelKind,
+    NocX,
+    NocY,
+    Program,
+    Semaphore,
+)
+from ttdecode.tensor import TileTensor
+
+__all__ = ["FactoryError", "build_program", "run_flash_decode", "decode_outputs", "kernel_sources"]
+
+Positions = Union[Sequence[int], torch.Tensor]
+
+#: Runtime args of each kernel: (header, per piece). plan.RUNTIME_ARGS_* hold the largest.
+READER_ARGS = (5, 3)
+WRITER_ARGS = (3, 6)
+COMPUTE_ARGS = (1, 2)
+assert max(a for a, _ in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_HEADER
+assert max(b for _, b in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_PER_PIECE
+
+
+class FactoryError(ValueError):
+    """Inputs that do not match the plan; the message names the argument."""
+
+
+def kernel_sources() -> dict[str, Path]:
+    """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/``)."""
+    try:
+        from ttdecode.paths import kernels_dir
+
+        root = kernels_dir()
+    except ModuleNotFoundError:  # running from a source tree without the package mapping
+        root = Path(__file__).resolve().parent.parent / "kernels"
+    out = {name: root / f"{name}.cpp" for name in ("reader", "writer", "compute")}
+    for name, path in out.items():
+        if not path.is_file():
+            raise FactoryError(f"kernel source {name}.cpp not found at {path}")
+    return out
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+
+def _expect_tile_tensor(name: str, t: Any, shape: tuple[int, ...], dtype: DataType) -> TileTensor:
+    if not isinstance(t, TileTensor):
+        raise FactoryError(f"{name}: expected a ttdecode TileTensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape:
+        raise FactoryError(f"{name}: expected shape {list(shape)} (from the plan), got {list(t.shape)}")
+    if t.dtype is not dtype:
+        raise FactoryError(f"{name}: expected {dtype.value} tiles (from the plan), got {t.dtype.value}")
+    return t
+
+
+def positions_bytes(plan: DecodePlan, cur_pos_source: Optional[Positions]) -> bytes:
+    """The int32 positions page: from the list or tensor given, else from the plan."""
+    if cur_pos_source is None:
+        if plan.cur_pos is None:
+            raise FactoryError("cur_pos_source: the plan has no positions (cur_pos_tensor), so they must be given")
+        values = list(plan.cur_pos)
+    elif isinstance(cur_pos_source, torch.Tensor):
+        if cur_pos_source.is_floating_point() or cur_pos_source.dim() != 1:
+            raise FactoryError(
+                f"cur_pos_source: expected a 1-D integer tensor [B={plan.batch}], got "
+                f"{cur_pos_source.dtype} shape {list(cur_pos_source.shape)}"
+            )
+        values = [int(x) for x in cur_pos_source.detach().cpu().tolist()]
+    else:
+        values = [int(x) for x in cur_pos_source]
+    if len(values) != plan.batch:
+        raise FactoryError(f"cur_pos_source: expected {plan.batch} positions (one per user), got {len(values)}")
+    for b, p in enumerate(values):
+        if not -1 <= p < plan.seq_len:
+            raise FactoryError(f"cur_pos_source[{b}]: expected -1..{plan.seq_len - 1}, got {p}")
+    if plan.cur_pos is not None and tuple(values) != tuple(plan.cur_pos):
+        raise FactoryError(f"cur_pos_source: {values} differ from the plan's positions {list(plan.cur_pos)}")
+    return np.asarray(values, dtype="<i4").tobytes()
+
+
+# ---- the program --------------------------------------------------------------------------------
+
+
+def _float_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> dict[str, list[int]]:
+    nh_tiles = -(-plan.num_q_heads // TILE)
+    kv_tile = formats.tile_size(plan.kv_dtype)
+    reader = [
+        plan.batch,                   # 0 batch
+        plan.num_kv_heads,            # 1 num_kv_heads
+        plan.seq_len // TILE,         # 2 seq_tiles
+        plan.d_tiles,                 # 3 d_tiles
+        plan.dv_tiles,                # 4 dv_tiles
+        plan.q_tiles,                 # 5 q_tiles
+        plan.group_size,              # 6 group_size
+        nh_tiles,                     # 7 nh_tiles
+        plan.pieces_per_work,         # 8 pieces_per_work
+        plan.fixed_chunk_tiles,       # 9 fixed_chunk_tiles
+        plan.max_chunk_tiles,         # 10 max_chunk_tiles
+        int(plan.share_cache),        # 11 share_cache
+        kv_tile,                      # 12 kv_tile_bytes
+    ]
+    writer = [
+        plan.num_kv_heads,            # 0 num_kv_heads
+        plan.q_tiles,                 # 1 q_tiles
+        plan.dv_tiles,                # 2 dv_tiles
+        plan.group_size,              # 3 group_size
+        nh_tiles,                     # 4 nh_tiles
+        plan.pieces_per_work,         # 5 pieces_per_work
+        plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
+        int(plan.return_lse),         # 7 return_lse
+    ]
+    compute_args = [
+        plan.q_tiles,                 # 0 q_tiles
+        plan.d_tiles,                 # 1 d_tiles
+        plan.dv_tiles,                # 2 dv_tiles
+        plan.max_chunk_tiles,         # 3 max_chunk_tiles
+        plan.fixed_chunk_tiles,       # 4 fixed_chunk_tiles
+        plan.pieces_per_work,         # 5 pieces_per_work
+        compute.dst_tiles,            # 6 dst_tiles
+        _float_bits(scale),           # 7 scale_bits
+        int(plan.return_lse),         # 8 return_lse
+    ]
+    return {"reader": reader, "writer": writer, "compute": compute_args}
+
+
+def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
+    pieces: tuple[Piece, ...] = plan.core_pieces[core]
+    n = len(pieces)
+    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), n]
+    writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0, n]
+    compute: list[Arg] = [n]
+    area = 0
+    for slot, p in enumerate(pieces):
+        if p.slot != slot:
+            raise FactoryError(f"plan: core ({core.x},{core.y}) lists piece slot {p.slot} at position {slot}")
+        # The writer hands partial areas over in slot order, so a piece's first area must be the
+        # running total of the heights before it (how the plan numbers them).
+        if p.height and p.recv_area != area:
+            raise FactoryError(f"plan: piece {p} has area {p.recv_area}, the slot order gives {area}")
+        area += p.height
+        reader += [p.user, p.kv_head, p.index]
+        if p.parent_core is None:
+            writer += [p.user, p.kv_head, p.index, 0, 0, 0]
+        else:
+            writer += [p.user, p.kv_head, p.index, NocX(p.parent_core), NocY(p.parent_core), p.parent_area]
+        compute += [p.user, p.index]
+    return {"reader": reader, "writer": writer, "compute": compute}
+
+
+def build_program(
+    plan: DecodePlan,
+    *,
+    q: TileTensor,
+    k: TileTensor,
+    v: TileTensor,
+    cur_pos_source: Optional[Positions],
+    scale: float,
+    compute: ComputeSettings,
+) -> Program:
+    """The one FlashDecode program of a decode step (see the module doc for its pieces).
+
+    q/k/v: tile tensors in the plan's shapes and formats; cur_pos_source: the positions (list or
+    int tensor; None to take the plan's); scale: the softmax scale; compute: the compute-kernel
+    settings, whose fp32 accumulation must be the plan's (it sized DST blocks).
+    """
+    b, nh, nkv, s = plan.batch, plan.num_q_heads, plan.num_kv_heads, plan.seq_len
+    kv_batch = 1 if plan.share_cache else b
+    q = _expect_tile_tensor("q", q, (1, b, nh, plan.head_dim), DataType.bfloat16)
+    k = _expect_tile_tensor("k", k, (kv_batch, nkv, s, plan.head_dim), plan.kv_dtype)
+    v = _expect_tile_tensor("v", v, (kv_batch, nkv, s, plan.head_dim_v), plan.kv_dtype)
+    if not isinstance(compute, ComputeSettings):
+        raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
+    if compute.fp32_dest_acc_en != plan.fp32_dest_acc_en or compute.dst_tiles != plan.dst_tiles:
+        raise FactoryError(
+            f"compute: fp32_dest_acc_en={compute.fp32_dest_acc_en} (DST {compute.dst_tiles} tiles) differs from "
+            f"the plan's fp32_dest_acc_en={plan.fp32_dest_acc_en} (DST {plan.dst_tiles} tiles)"
+        )
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale == 0:
+        raise FactoryError(f"scale: expected a finite non-zero number, got {scale!r}")
+
+    cores = plan.active_cores
+    core_set = CoreRangeSet.of(cores)
+    sources = kernel_sources()
+    ct = _compile_args(plan, float(scale), compute)
+    rt = {c: _runtime_args(plan, c) for c in cores}
+    kernels = [
+        Kernel("reader", sources["reader"], KernelKind.READER, core_set, ct["reader"],
+               runtime_args={c: rt[c]["reader"] for c in cores}),
+        Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, ct["writer"],
+               runtime_args={c: rt[c]["writer"] for c in cores}),
+        Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, ct["compute"],
+               runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute),
+    ]
+    cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages) for cb in plan.circular_buffers]
+    # One semaphore per tree height level: children of every piece of height h on a core count on
+    # semaphore h - 1 of that core.
+    semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
+
+    bf16 = DataType.bfloat16
+    tensors = [
+        DramTensor("q", bf16, formats.tile_size(bf16), q.num_pages, q.shape, "tile", q.data),
+        DramTensor("k", plan.kv_dtype, k.page_size, k.num_pages, k.shape, "tile", k.data),
+        DramTensor("v", plan.kv_dtype, v.page_size, v.num_pages, v.shape, "tile", v.data),
+        DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", positions_bytes(plan, cur_pos_source)),
+    ]
+    out_shape = (1, b, nh, plan.head_dim_v)
+    tensors.append(DramTensor("out", bf16, formats.tile_size(bf16), formats.num_tiles(out_shape), out_shape,
+                              "tile", None, is_output=True))
+    if plan.return_lse:
+        row = plan.q_tiles * TILE
+        tensors.append(DramTensor("lse", DataType.float32, 4 * row, b * nkv, (b * nkv, row), "row_major",
+                                  None, is_output=True))
+    return Program(kernels=kernels, circular_buffers=cbs, semaphores=semaphores, tensors=tensors)
+
+
+# ---- outputs ------------------------------------------------------------------------------------
+
+
+def decode_outputs(plan: DecodePlan, tensors: dict[str, bytes]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(out [1, B, NH, Dv] torch.bfloat16, lse [1, B, NH] float32 or None) from the output images."""
+    shape = (1, plan.batch, plan.num_q_heads, plan.head_dim_v)
+    out = formats.unpack_tiles(tensors["out"], DataType.bfloat16, shape).to(torch.bfloat16)
+    lse = None
+    if plan.return_lse:
+        row = plan.q_tiles * TILE
+        raw = np.frombuffer(tensors["lse"], dtype="<f4").reshape(plan.batch, plan.num_kv_heads, row)
+        lse = torch.from_numpy(raw[:, :, : plan.group_size].copy()).reshape(1, plan.batch, plan.num_q_heads)
+    return out, lse
+
+
+def run_flash_decode(
+    plan: DecodePlan,
+    *,
+    q: TileTensor,
+    k: TileTensor,
+    v: TileTensor,
+    cur_pos_source: Optional[Positions],
+    scale: float,
+    compute: ComputeSettings,
+    backend: str = "host",
+) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
+    """Build and run the program; returns (out, lse or None, the backend's RunResult)."""
+    program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute)
+    if backend != "host":
+        raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
+    from ttdecode.runtime import run_program
+
+    result = run_program(program)
+    out, lse = decode_outputs(plan, result.tensors)
+    return out, lse, result

@@ -1,0 +1,201 @@
+"""Compiling the runner executable and the kernel libraries, cached by content hash.
+
+Cache: ``$TTDECODE_CACHE`` or ``~/.cache/ttdecode``, subdirectory ``runtime/``. A kernel library's key
+covers the wrapper and configuration sources, the kernel file and every file in its directory, the
+runtime API headers, compile-time args, defines and the compiler's identity, so a second run with the
+same inputs reuses the library and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC_DIR = HERE / "src"
+INCLUDE_DIR = HERE / "include"
+
+RUNNER_FLAGS = ["-std=c++17", "-O2", "-g0", "-pthread", "-rdynamic", "-Wall", "-Wno-unused-function"]
+# -fno-gnu-unique: inline variables must stay private to each loaded copy of a kernel (one per core).
+KERNEL_FLAGS = ["-std=c++17", "-O2", "-g0", "-fPIC", "-shared", "-fno-gnu-unique", "-Wl,-Bsymbolic",
+                "-Wno-deprecated-declarations"]
+
+
+class CompilerNotFound(RuntimeError):
+    pass
+
+
+class KernelCompileError(RuntimeError):
+    """A kernel source did not compile against the runtime's API headers."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TTDECODE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ttdecode")
+    d = Path(root) / "runtime"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@lru_cache(maxsize=None)
+def _compiler_for(cxx_env: str | None) -> tuple[str, str]:
+    candidates = [cxx_env] if cxx_env else ["g++", "clang++", "clang++-19", "c++"]
+    for c in candidates:
+        path = shutil.which(c) if c else None
+        if path:
+            try:
+                ver = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue
+            return path, ver.splitlines()[0] if ver else path
+    if cxx_env:
+        raise CompilerNotFound(f"$CXX={cxx_env!r} is not an executable C++ compiler")
+    raise CompilerNotFound(
+        "the ttdecode host runtime needs a C++17 compiler at run time: install g++ or clang++, or set $CXX"
+    )
+
+
+def compiler() -> tuple[str, str]:
+    """(path, version line) of the C++ compiler: $CXX, else g++ / clang++ on PATH."""
+    return _compiler_for(os.environ.get("CXX"))
+
+
+def _flags_for(cxx_path: str, flags: list[str]) -> list[str]:
+    if "clang" in os.path.basename(cxx_path):
+        return [f for f in flags if f != "-fno-gnu-unique"]  # clang never emits GNU unique symbols
+    return flags
+
+
+def _digest(parts: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()[:24]
+
+
+def _tree_bytes(root: Path, suffixes: tuple[str, ...]) -> list[bytes]:
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix in suffixes:
+            out.append(str(p.relative_to(root)).encode())
+            out.append(p.read_bytes())
+    return out
+
+
+class _Lock:
+    """An exclusive file lock, so concurrent processes do not build the same artefact twice."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.f = open(self.path, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def _run_compiler(cmd: list[str], what: str, exc=RuntimeError) -> None:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise exc(f"compiling {what} failed:\n{' '.join(cmd)}\n{p.stderr.strip()}")
+
+
+_runner_lock = threading.Lock()
+
+
+def build_runner() -> tuple[Path, bool]:
+    """Path of the runner executable (building it on first use); True if it was built now."""
+    cxx, version = compiler()
+    sources = sorted(SRC_DIR.glob("*.cpp"))
+    key = _digest([version.encode(), " ".join(RUNNER_FLAGS).encode()] + _tree_bytes(SRC_DIR, (".cpp", ".hpp", ".h")))
+    out = cache_dir() / f"runner-{key}" / "ttrt_runner"
+    with _runner_lock:
+        if out.exists():
+            return out, False
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _Lock(out.parent / ".lock"):
+            if out.exists():
+                return out, False
+            tmp = out.with_suffix(".tmp")
+            cmd = [cxx, *_flags_for(cxx, RUNNER_FLAGS), "-I", str(SRC_DIR), *map(str, sources), "-o", str(tmp), "-ldl"]
+            _run_compiler(cmd, "the ttdecode runner")
+            os.replace(tmp, out)
+    return out, True
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """Everything that determines one kernel library."""
+
+    source: Path
+    compile_time_args: tuple[int, ...]
+    defines: tuple[tuple[str, str], ...]
+    config_header: str  # ttrt_kernel_config.h
+    label: str          # for messages: kernel name and kind
+
+    def wrapper(self) -> str:
+        return (f'#include "{self.source}"\n'
+                'extern "C" __attribute__((visibility("default"))) void ttrt_kernel_entry() { kernel_main(); }\n')
+
+    def key(self, version: str) -> str:
+        parts = [version.encode(), " ".join(KERNEL_FLAGS).encode(), self.wrapper().encode(),
+                 self.config_header.encode(), repr(self.compile_time_args).encode(), repr(self.defines).encode()]
+        parts += _tree_bytes(self.source.parent, (".cpp", ".hpp", ".h", ".inc"))
+        parts += _headers_digest()
+        return _digest(parts)
+
+
+@lru_cache(maxsize=1)
+def _headers_digest_cached(stamp: tuple) -> tuple[bytes, ...]:
+    return tuple(_tree_bytes(INCLUDE_DIR, (".h", ".hpp")))
+
+
+def _headers_digest() -> list[bytes]:
+    stamp = tuple((str(p), p.stat().st_mtime_ns) for p in sorted(INCLUDE_DIR.rglob("*")) if p.is_file())
+    return list(_headers_digest_cached(stamp))
+
+
+def _build_one(kb: KernelBuild, cxx: str, version: str) -> tuple[Path, bool]:
+    key = kb.key(version)
+    out = cache_dir() / "kernels" / f"{kb.source.stem}-{key}.so"
+    if out.exists():
+        return out, False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ttrt-build-") as tmp:
+        t = Path(tmp)
+        (t / "ttrt_kernel_config.h").write_text(kb.config_header)
+        (t / "wrapper.cpp").write_text(kb.wrapper())
+        args = ",".join(str(int(a) & 0xFFFFFFFF) for a in kb.compile_time_args)
+        cmd = [cxx, *_flags_for(cxx, KERNEL_FLAGS), "-I", str(INCLUDE_DIR), "-I", str(t), "-I", str(kb.source.parent),
+               f"-DKERNEL_COMPILE_TIME_ARGS={args}"]
+        cmd += [f"-D{k}={v}" if v != "" else f"-D{k}" for k, v in kb.defines]
+        cmd += [str(t / "wrapper.cpp"), "-o", str(t / "k.so")]
+        _run_compiler(cmd, f"{kb.label} ({kb.source})", KernelCompileError)
+        tmp_out = out.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(t / "k.so", tmp_out)
+        os.replace(tmp_out, out)
+    return out, True
+
+
+def build_kernels(builds: list[KernelBuild]) -> tuple[list[Path], int]:
+    """Library paths for `builds` (same order) and how many had to be compiled."""
+    cxx, version = compiler()
+    unique = list(dict.fromkeys(builds))
+    workers = max(1, min(len(unique), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda kb: _build_one(kb, cxx, version), unique))
+    paths = {kb: r[0] for kb, r in zip(unique, results)}
+    return [paths[kb] for kb in builds], sum(1 for r in results if r[1])

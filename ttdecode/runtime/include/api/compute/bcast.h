@@ -1,0 +1,134 @@
+// Element-wise ops with the second operand broadcast (tt-metal 0.81.1 signatures): COL uses column 0
+// of the icb1 tile for every column, ROW its row 0 for every row, SCALAR its element (0, 0).
+#pragma once
+
+#include "api/compute/common.h"
+
+namespace ckernel {
+namespace ttrt_detail {
+ALWI void bcast_init(EltwiseBinaryType op, BroadcastType dim, uint32_t icb0, uint32_t icb1, const char* name) {
+    ttrt_fpu_init(2 /*FPU_ELTWISE*/, int(op) | (int(dim) << 8), 0, icb0, icb1, name);
+}
+ALWI void bcast_op(EltwiseBinaryType op, BroadcastType dim, uint32_t icb0, uint32_t icb1, uint32_t itile0,
+                   uint32_t itile1, uint32_t idst, const char* name) {
+    ttrt_binary(int(op), int(dim), icb0, icb1, itile0, itile1, idst, name);
+}
+}  // namespace ttrt_detail
+
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void sub_tiles_bcast_cols(uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst) {
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWSUB, BroadcastType::COL, icb0, icb1, itile0, itile1, idst,
+                          "sub_tiles_bcast_cols");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void sub_tiles_bcast_scalar(uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst) {
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWSUB, BroadcastType::SCALAR, icb0, icb1, itile0, itile1, idst,
+                          "sub_tiles_bcast_scalar");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void mul_tiles_bcast_cols(uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst) {
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWMUL, BroadcastType::COL, icb0, icb1, itile0, itile1, idst,
+                          "mul_tiles_bcast_cols");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void mul_tiles_bcast_rows(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    if (bcast_row_idx != 0) ttrt_fail("mul_tiles_bcast_rows: bcast_row_idx != 0 is not modelled");
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWMUL, BroadcastType::ROW, icb0, icb1, itile0, itile1, idst,
+                          "mul_tiles_bcast_rows");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void add_tiles_bcast_rows(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    if (bcast_row_idx != 0) ttrt_fail("add_tiles_bcast_rows: bcast_row_idx != 0 is not modelled");
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWADD, BroadcastType::ROW, icb0, icb1, itile0, itile1, idst,
+                          "add_tiles_bcast_rows");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void sub_tiles_bcast_rows(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    if (bcast_row_idx != 0) ttrt_fail("sub_tiles_bcast_rows: bcast_row_idx != 0 is not modelled");
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWSUB, BroadcastType::ROW, icb0, icb1, itile0, itile1, idst,
+                          "sub_tiles_bcast_rows");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void add_tiles_bcast_cols(uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst) {
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWADD, BroadcastType::COL, icb0, icb1, itile0, itile1, idst,
+                          "add_tiles_bcast_cols");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void add_tiles_bcast_scalar(uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst) {
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWADD, BroadcastType::SCALAR, icb0, icb1, itile0, itile1, idst,
+                          "add_tiles_bcast_scalar");
+}
+template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void mul_tiles_bcast_scalar(uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst) {
+    ttrt_detail::bcast_op(EltwiseBinaryType::ELWMUL, BroadcastType::SCALAR, icb0, icb1, itile0, itile1, idst,
+                          "mul_tiles_bcast_scalar");
+}
+template <EltwiseBinaryType tBcastOp, BroadcastType tBcastDim, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void any_tiles_bcast(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    if (bcast_row_idx != 0) ttrt_fail("any_tiles_bcast: bcast_row_idx != 0 is not modelled");
+    ttrt_detail::bcast_op(tBcastOp, tBcastDim, icb0, icb1, itile0, itile1, idst, "any_tiles_bcast");
+}
+template <BroadcastType tBcastDim, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void add_tiles_bcast(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    any_tiles_bcast<EltwiseBinaryType::ELWADD, tBcastDim, is_fp32_dest_acc_en>(icb0, icb1, itile0, itile1, idst,
+                                                                               bcast_row_idx);
+}
+template <BroadcastType tBcastDim, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void sub_tiles_bcast(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    any_tiles_bcast<EltwiseBinaryType::ELWSUB, tBcastDim, is_fp32_dest_acc_en>(icb0, icb1, itile0, itile1, idst,
+                                                                               bcast_row_idx);
+}
+template <BroadcastType tBcastDim, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void mul_tiles_bcast(
+    uint32_t icb0, uint32_t icb1, uint32_t itile0, uint32_t itile1, uint32_t idst, uint32_t bcast_row_idx = 0) {
+    any_tiles_bcast<EltwiseBinaryType::ELWMUL, tBcastDim, is_fp32_dest_acc_en>(icb0, icb1, itile0, itile1, idst,
+                                                                               bcast_row_idx);
+}
+ALWI void add_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWADD, BroadcastType::ROW, icb0, icb1, "add_bcast_rows_init");
+}
+ALWI void sub_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWSUB, BroadcastType::ROW, icb0, icb1, "sub_bcast_rows_init");
+}
+ALWI void add_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWADD, BroadcastType::COL, icb0, icb1, "add_bcast_cols_init");
+}
+ALWI void add_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWADD, BroadcastType::SCALAR, icb0, icb1, "add_bcast_scalar_init");
+}
+ALWI void mul_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWMUL, BroadcastType::SCALAR, icb0, icb1, "mul_bcast_scalar_init");
+}
+ALWI void mul_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWMUL, BroadcastType::COL, icb0, icb1, "mul_bcast_cols_init");
+}
+ALWI void mul_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWMUL, BroadcastType::ROW, icb0, icb1, "mul_bcast_rows_init");
+}
+ALWI void sub_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWSUB, BroadcastType::COL, icb0, icb1, "sub_bcast_cols_init");
+}
+ALWI void sub_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(EltwiseBinaryType::ELWSUB, BroadcastType::SCALAR, icb0, icb1, "sub_bcast_scalar_init");
+}
+template <EltwiseBinaryType tBcastOp, BroadcastType tBcastDim>
+ALWI void bcast_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
+    (void)call_line;
+    ttrt_detail::bcast_init(tBcastOp, tBcastDim, icb0, icb1, "bcast_init");
+}
+}  // namespace ckernel

@@ -1,0 +1,17 @@
+// Umbrella compute header (tt-metal 0.81.1 layout): the common calls plus log_tile.
+#pragma once
+
+#include <cstdint>
+
+#include "api/compute/common.h"
+
+namespace ckernel {
+template <bool fast_and_approx = false, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void log_tile_init() {
+    ttrt_sfpu_init(3 /*SF_LOG*/, fast_and_approx ? 1 : 0, "log_tile_init");
+}
+template <bool fast_and_approx = false, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void log_tile(uint32_t idst) {
+    ttrt_sfpu_unary(3 /*SF_LOG*/, idst, int(VectorMode::RC), 0, "log_tile");
+}
+}  // namespace ckernel

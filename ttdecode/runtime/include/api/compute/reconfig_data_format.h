@@ -1,0 +1,43 @@
+// Unpacker / packer data-format reconfiguration (tt-metal 0.81.1 signatures). The runtime tracks the
+// configured formats and rejects an unpack or pack through a CB of another format.
+#pragma once
+
+#include "api/compute/common_globals.h"
+
+namespace ckernel {
+template <SrcOrder src_order = SrcOrder::Regular>
+ALWI void reconfig_data_format(const uint32_t icb0_new_operand, const uint32_t icb1_new_operand) {
+    constexpr bool reverse = (src_order == SrcOrder::Reverse);
+    ttrt_reconfig_srca(reverse ? icb1_new_operand : icb0_new_operand);
+    ttrt_reconfig_srcb(reverse ? icb0_new_operand : icb1_new_operand);
+}
+template <SrcOrder src_order = SrcOrder::Regular>
+ALWI void reconfig_data_format(
+    const uint32_t icb0_old_operand,
+    const uint32_t icb0_new_operand,
+    const uint32_t icb1_old_operand,
+    const uint32_t icb1_new_operand) {
+    (void)icb0_old_operand;
+    (void)icb1_old_operand;
+    reconfig_data_format<src_order>(icb0_new_operand, icb1_new_operand);
+}
+ALWI void reconfig_data_format_srca(const uint32_t srca_new_operand) { ttrt_reconfig_srca(srca_new_operand); }
+ALWI void reconfig_data_format_srca(const uint32_t srca_old_operand, const uint32_t srca_new_operand) {
+    (void)srca_old_operand;
+    ttrt_reconfig_srca(srca_new_operand);
+}
+ALWI void reconfig_data_format_srcb(const uint32_t srcb_new_operand) { ttrt_reconfig_srcb(srcb_new_operand); }
+ALWI void reconfig_data_format_srcb(const uint32_t srcb_old_operand, const uint32_t srcb_new_operand) {
+    (void)srcb_old_operand;
+    ttrt_reconfig_srcb(srcb_new_operand);
+}
+template <bool is_tile_dim_reconfig_en = false>
+ALWI void pack_reconfig_data_format(const uint32_t new_cb_id) {
+    ttrt_reconfig_pack(new_cb_id);
+}
+template <bool is_tile_dim_reconfig_en = false>
+ALWI void pack_reconfig_data_format(const uint32_t old_cb_id, const uint32_t new_cb_id) {
+    (void)old_cb_id;
+    ttrt_reconfig_pack(new_cb_id);
+}
+}  // namespace ckernel

@@ -1,0 +1,23 @@
+// Compute-kernel model of the ttdecode host runtime: the DST register file, the unpack/math/pack
+// configuration state, and the tile operations (see compute.cpp for the exact semantics).
+#pragma once
+
+#include "engine.hpp"
+
+namespace ttrt {
+
+enum ComputeOp {
+    OP_MATMUL, OP_ADD, OP_SUB, OP_MUL, OP_ADD_BCAST, OP_SUB_BCAST, OP_MUL_BCAST, OP_REDUCE_MAX, OP_REDUCE_SUM,
+    OP_COPY, OP_EXP, OP_RECIP, OP_LOG, OP_SCALAR, OP_MAX, OP_PACK, kNumComputeOps
+};
+const char* compute_op_name(int op);
+
+// FPU configurations set by the *_init calls.
+enum FpuKind { FPU_NONE = 0, FPU_MATMUL = 1, FPU_ELTWISE = 2, FPU_REDUCE = 3, FPU_COPY = 4 };
+// SFPU operations; an op needs the matching init (the scalar family shares one init).
+enum SfpuOp { SF_NONE = 0, SF_EXP, SF_RECIP, SF_LOG, SF_SCALAR_INIT, SF_ADD_S, SF_SUB_S, SF_MUL_S, SF_DIV_S, SF_RSUB_S, SF_MAX };
+
+ComputeState* new_compute_state(Kernel& k);
+void check_compute_end(Kernel& k);
+
+}  // namespace ttrt

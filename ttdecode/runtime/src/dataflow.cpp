@@ -1,0 +1,504 @@
+// Circular buffers, NoC transfers and semaphores of the ttdecode host runtime, with the checks the
+// device relies on. Every failure names the core, the kernel and the call (see engine.cpp: fail).
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "compute.hpp"
+#include "engine.hpp"
+
+namespace ttrt {
+
+constexpr uint64_t kBankHalf = 1ull << 30;  // two banks per DRAM channel: offsets 0 and 1 GiB
+constexpr uint8_t kPoison = 0xFF;           // NaN in every float format
+
+static std::string str(uint64_t v) { return std::to_string(v); }
+
+// ------------------------------------------------------------------ circular buffers
+
+static CbConfig& cb_cfg(Kernel& k, int32_t cb, const char* api) {
+    if (cb < 0 || cb >= kNumCbs) fail(std::string(api) + ": CB index " + std::to_string(cb) + " outside 0..31");
+    CbConfig& cfg = k.core->cbcfg[cb];
+    if (!cfg.present) fail(std::string(api) + ": CB " + std::to_string(cb) + " is not configured on " + core_name(k.core));
+    return cfg;
+}
+
+static uint32_t cb_limit(const CbConfig& c) { return c.addr + c.page_size * c.num_pages; }
+
+// A CB pointer advances by whole pages and must land exactly on the end to wrap (device rule).
+static uint32_t advance(const CbConfig& c, uint32_t ptr, int32_t pages) {
+    ptr += uint32_t(pages) * c.page_size;
+    if (ptr == cb_limit(c)) ptr = c.addr;
+    return ptr;
+}
+
+static void check_contiguous(const CbConfig& c, uint32_t ptr, int32_t n, int32_t cb, const char* api, const char* side) {
+    if (uint64_t(ptr) + uint64_t(n) * c.page_size > cb_limit(c)) {
+        const uint32_t at = (ptr - c.addr) / c.page_size;
+        fail(std::string(api) + ": " + std::to_string(n) + " pages from " + side + " page " + std::to_string(at) +
+             " of CB " + std::to_string(cb) + " run past its end (" + std::to_string(c.num_pages) +
+             " pages); the pages of one call must be contiguous, so the CB size must be a multiple of the amounts "
+             "reserved/waited along a cycle");
+    }
+}
+
+static bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn) { return a < b + bn && b < a + an; }
+
+extern "C" void ttrt_cb_reserve_back(int32_t cb, int32_t n) {
+    note("cb_reserve_back", "cb=%d, %d pages", cb, n);
+    Kernel& k = cur();
+    CbConfig& c = cb_cfg(k, cb, "cb_reserve_back");
+    if (n < 0 || uint32_t(n) > c.num_pages) {
+        fail("cb_reserve_back: " + std::to_string(n) + " pages requested but CB " + std::to_string(cb) + " holds " +
+             std::to_string(c.num_pages) + " (this would wait forever on the device)");
+    }
+    CbView& v = k.cb[cb];
+    check_contiguous(c, v.wr, n, cb, "cb_reserve_back", "write");
+    ++k.counters.cb_calls;
+    record(k, EV_CB_RESERVE, uint16_t(cb), uint32_t(n));
+    Wait w;
+    w.kind = WaitKind::CbBack;
+    w.cb = cb;
+    w.n = uint32_t(n);
+    block_until(w);
+    v.reserved = std::max(v.reserved, uint32_t(n));
+}
+
+extern "C" void ttrt_cb_push_back(int32_t cb, int32_t n) {
+    note("cb_push_back", "cb=%d, %d pages", cb, n);
+    Kernel& k = cur();
+    CbConfig& c = cb_cfg(k, cb, "cb_push_back");
+    CbView& v = k.cb[cb];
+    if (n < 0 || uint32_t(n) > v.reserved) {
+        fail("cb_push_back: pushes " + std::to_string(n) + " pages of CB " + std::to_string(cb) + " but only " +
+             std::to_string(v.reserved) + " are reserved (missing or too small cb_reserve_back)");
+    }
+    const uint32_t bytes = uint32_t(n) * c.page_size;
+    for (Kernel* o : k.core->k) {
+        if (!o) continue;
+        for (const PendingRead& r : o->reads) {
+            if (overlaps(r.dst, r.size, v.wr, bytes)) {
+                fail("cb_push_back: pushes pages of CB " + std::to_string(cb) + " while a noc_async_read into " +
+                     hex(r.dst) + " (" + str(r.size) + " B) by the " + kind_name(o->kind) +
+                     " kernel is outstanding (missing noc_async_read_barrier before the push)");
+            }
+        }
+    }
+    CbCounters& cc = k.core->cbc[cb];
+    cc.received += uint32_t(n);
+    ++cc.pushes;
+    v.wr = advance(c, v.wr, n);
+    v.reserved -= uint32_t(n);
+    v.pack_next = 0;
+    ++k.counters.cb_calls;
+    record(k, EV_CB_PUSH, uint16_t(cb), uint32_t(n));
+}
+
+extern "C" void ttrt_cb_wait_front(int32_t cb, int32_t n) {
+    note("cb_wait_front", "cb=%d, %d pages", cb, n);
+    Kernel& k = cur();
+    CbConfig& c = cb_cfg(k, cb, "cb_wait_front");
+    if (n < 0 || uint32_t(n) > c.num_pages) {
+        fail("cb_wait_front: waits for " + std::to_string(n) + " pages but CB " + std::to_string(cb) + " holds " +
+             std::to_string(c.num_pages) + " (this would wait forever on the device)");
+    }
+    CbView& v = k.cb[cb];
+    check_contiguous(c, v.rd, n, cb, "cb_wait_front", "read");
+    ++k.counters.cb_calls;
+    record(k, EV_CB_WAIT, uint16_t(cb), uint32_t(n));
+    Wait w;
+    w.kind = WaitKind::CbFront;
+    w.cb = cb;
+    w.n = uint32_t(n);
+    block_until(w);
+    v.waited = std::max(v.waited, uint32_t(n));
+}
+
+extern "C" void ttrt_cb_pop_front(int32_t cb, int32_t n) {
+    note("cb_pop_front", "cb=%d, %d pages", cb, n);
+    Kernel& k = cur();
+    CbConfig& c = cb_cfg(k, cb, "cb_pop_front");
+    CbView& v = k.cb[cb];
+    if (n < 0 || uint32_t(n) > v.waited) {
+        fail("cb_pop_front: pops " + std::to_string(n) + " pages of CB " + std::to_string(cb) + " but only " +
+             std::to_string(v.waited) + " were made visible by cb_wait_front (missing or too small cb_wait_front)");
+    }
+    const uint32_t bytes = uint32_t(n) * c.page_size;
+    for (Kernel* o : k.core->k) {
+        if (!o) continue;
+        for (const PendingWrite& w : o->writes) {
+            if (!w.flushed && overlaps(w.src, w.size, v.rd, bytes)) {
+                fail("cb_pop_front: pops pages of CB " + std::to_string(cb) + " that are the source of an outstanding "
+                     "noc_async_write (" + hex(w.src) + ", " + str(w.size) + " B) by the " + kind_name(o->kind) +
+                     " kernel (missing noc_async_write_barrier or noc_async_writes_flushed before the pop)");
+            }
+        }
+    }
+    CbCounters& cc = k.core->cbc[cb];
+    cc.acked += uint32_t(n);
+    ++cc.pops;
+    v.rd = advance(c, v.rd, n);
+    v.waited -= uint32_t(n);
+    ++k.counters.cb_calls;
+    record(k, EV_CB_POP, uint16_t(cb), uint32_t(n));
+}
+
+extern "C" bool ttrt_cb_pages_reservable_at_back(int32_t cb, int32_t n) {
+    note("cb_pages_reservable_at_back", "cb=%d, %d pages", cb, n);
+    Kernel& k = cur();
+    CbConfig& c = cb_cfg(k, cb, "cb_pages_reservable_at_back");
+    const CbCounters& cc = k.core->cbc[cb];
+    return uint64_t(n) <= c.num_pages - (cc.received - cc.acked);
+}
+
+extern "C" bool ttrt_cb_pages_available_at_front(int32_t cb, int32_t n) {
+    note("cb_pages_available_at_front", "cb=%d, %d pages", cb, n);
+    Kernel& k = cur();
+    cb_cfg(k, cb, "cb_pages_available_at_front");
+    const CbCounters& cc = k.core->cbc[cb];
+    return uint64_t(n) <= cc.received - cc.acked;
+}
+
+extern "C" uint32_t ttrt_get_write_ptr(uint32_t cb) {
+    note("get_write_ptr", "cb=%u", cb);
+    Kernel& k = cur();
+    cb_cfg(k, int32_t(cb), "get_write_ptr");
+    return k.cb[cb].wr;
+}
+
+extern "C" uint32_t ttrt_get_read_ptr(uint32_t cb) {
+    note("get_read_ptr", "cb=%u", cb);
+    Kernel& k = cur();
+    cb_cfg(k, int32_t(cb), "get_read_ptr");
+    if (k.cb[cb].waited == 0) {
+        fail("get_read_ptr: CB " + std::to_string(cb) + " has no pages made visible by cb_wait_front in this kernel "
+             "(the read pointer is only valid between cb_wait_front and cb_pop_front)");
+    }
+    return k.cb[cb].rd;
+}
+
+extern "C" uint32_t ttrt_compute_tile_address(uint32_t cb, uint32_t tile_index) {
+    note("get_tile_address", "cb=%u, tile %u", cb, tile_index);
+    Kernel& k = cur();
+    CbConfig& c = cb_cfg(k, int32_t(cb), "get_tile_address");
+    if (tile_index >= k.cb[cb].waited) {
+        fail("get_tile_address: tile " + std::to_string(tile_index) + " of CB " + std::to_string(cb) + " but only " +
+             std::to_string(k.cb[cb].waited) + " pages were made visible by cb_wait_front");
+    }
+    return k.cb[cb].rd + tile_index * c.page_size;
+}
+
+// ------------------------------------------------------------------ NoC addressing
+
+int dram_channel_of(int x, int y) {
+    for (int b = 0; b < kNumBanks; ++b) {
+        if (g.dram_bank_x[b] == x && g.dram_bank_y[b] == y) return b / 2;
+    }
+    return -1;
+}
+
+Core* core_at_noc(int x, int y) {
+    for (Core* c : g.cores) {
+        if (c->nx == x && c->ny == y) return c;
+    }
+    return nullptr;
+}
+
+// Is [addr, addr+size) inside one CB or the semaphores of `c`?
+static bool in_l1_region(const Core& c, uint32_t addr, uint32_t size) {
+    for (const CbConfig& cfg : c.cbcfg) {
+        if (cfg.present && addr >= cfg.addr && uint64_t(addr) + size <= cb_limit(cfg)) return true;
+    }
+    return c.num_sems && addr >= c.sem_base && uint64_t(addr) + size <= c.sem_base + 16ull * c.num_sems;
+}
+
+static std::string l1_regions(const Core& c) {
+    std::string s;
+    for (int i = 0; i < kNumCbs; ++i) {
+        const CbConfig& cfg = c.cbcfg[i];
+        if (cfg.present) s += " CB" + std::to_string(i) + " " + hex(cfg.addr) + ".." + hex(cb_limit(cfg)) + ";";
+    }
+    if (c.num_sems) s += " semaphores " + hex(c.sem_base) + ".." + hex(c.sem_base + 16 * c.num_sems) + ";";
+    return s.empty() ? " none" : s;
+}
+
+struct Target {
+    Core* core = nullptr;  // worker L1
+    Tensor* tensor = nullptr;
+    int bank = -1;
+    uint64_t local = 0;   // L1 address, or offset in the tensor's bank region
+    uint8_t* bytes = nullptr;
+    uint32_t align_mask = 15;
+};
+
+static Target resolve(uint64_t noc_addr, uint32_t size, bool is_read, const char* api) {
+    Target t;
+    const int x = int((noc_addr >> NOC_LOCAL_BITS) & 0x3F);
+    const int y = int((noc_addr >> (NOC_LOCAL_BITS + 6)) & 0x3F);
+    const uint64_t local = noc_addr & ((1ull << NOC_LOCAL_BITS) - 1);
+    if (Core* c = core_at_noc(x, y)) {
+        if (!in_l1_region(*c, uint32_t(local), size) || local + size > kL1Size) {
+            fail(std::string(api) + ": " + (is_read ? "reads " : "writes ") + str(size) + " B at " + hex(local) + " of " +
+                 core_name(c) + ", outside its CBs and semaphores (regions:" + l1_regions(*c) + ")");
+        }
+        t.core = c;
+        t.local = local;
+        t.bytes = c->l1 + local;
+        return t;
+    }
+    const int ch = dram_channel_of(x, y);
+    if (ch < 0) {
+        fail(std::string(api) + ": NoC address " + hex(noc_addr) + " targets (x=" + std::to_string(x) + ", y=" +
+             std::to_string(y) + "), which is neither a worker core of this program nor a DRAM bank");
+    }
+    const int bank = 2 * ch + (local >= kBankHalf ? 1 : 0);
+    const uint64_t off = local - g.dram_bank_offset[bank];
+    for (Tensor& ten : g.tensors) {
+        if (off >= ten.base && off + size <= uint64_t(ten.base) + ten.per_bank) {
+            t.tensor = &ten;
+            t.bank = bank;
+            t.local = off - ten.base;
+            t.bytes = ten.bank[bank].data() + t.local;
+            t.align_mask = is_read ? 31 : 15;
+            return t;
+        }
+    }
+    std::string have;
+    for (const Tensor& ten : g.tensors) {
+        have += " '" + ten.name + "' " + hex(ten.base) + ".." + hex(uint64_t(ten.base) + ten.per_bank) + ";";
+    }
+    fail(std::string(api) + ": " + (is_read ? "reads " : "writes ") + str(size) + " B at " + hex(off) + " of DRAM bank " +
+         std::to_string(bank) + ", not inside one tensor (tensors per bank:" + (have.empty() ? " none" : have) + ")");
+}
+
+static void check_alignment(uint32_t l1, const Target& t, const char* api, bool is_read) {
+    if ((l1 & t.align_mask) != (uint32_t(t.local + (t.tensor ? t.tensor->base : 0)) & t.align_mask)) {
+        fail(std::string(api) + ": misaligned transfer: local L1 address " + hex(l1) + " and the " +
+             (t.tensor ? "DRAM" : "remote L1") + " address must agree modulo " + std::to_string(t.align_mask + 1) +
+             " B (Wormhole NoC " + (t.tensor ? (is_read ? "DRAM read" : "DRAM write") : "L1") + " alignment)");
+    }
+}
+
+static void count_transfer(Kernel& k, const Target& t, uint32_t size, bool is_read) {
+    if (t.tensor) {
+        (is_read ? k.counters.dram_read : k.counters.dram_write)[t.bank] += size;
+        record(k, is_read ? EV_READ_DRAM : EV_WRITE_DRAM, uint16_t(t.bank), size);
+    } else {
+        (is_read ? k.counters.noc_read_from : k.counters.noc_write_to)[t.core->index] += size;
+        record(k, is_read ? EV_READ_L1 : EV_WRITE_L1, uint16_t(t.core->index), size);
+    }
+}
+
+// ------------------------------------------------------------------ NoC transfers
+
+extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const char* api) {
+    note(api, "src=%s, dst=%s, %u B", hex(src).c_str(), hex(dst).c_str(), size);
+    Kernel& k = cur();
+    Core& me = *k.core;
+    if (size == 0) return;
+    l1_ptr(me, dst, size, api);
+    if (!in_l1_region(me, dst, size)) {
+        fail(std::string(api) + ": destination " + hex(dst) + " (" + str(size) + " B) is outside the CBs and "
+             "semaphores of " + core_name(&me) + " (regions:" + l1_regions(me) + ")");
+    }
+    Target t = resolve(src, size, true, api);
+    check_alignment(dst, t, api, true);
+    for (Kernel* o : me.k) {
+        if (!o) continue;
+        for (const PendingWrite& w : o->writes) {
+            if (!w.flushed && overlaps(w.src, w.size, dst, size)) {
+                fail(std::string(api) + ": reads into " + hex(dst) + ", the source of an outstanding noc_async_write "
+                     "(missing noc_async_write_barrier before reusing the buffer)");
+            }
+        }
+    }
+    PendingRead r{dst, size, k.read_staging.size()};
+    k.read_staging.insert(k.read_staging.end(), t.bytes, t.bytes + size);
+    k.reads.push_back(r);
+    std::memset(me.l1 + dst, kPoison, size);  // until the barrier the data has not arrived
+    count_transfer(k, t, size, true);
+}
+
+extern "C" void ttrt_noc_write(uint32_t src, uint64_t dst, uint32_t size, const char* api) {
+    note(api, "src=%s, dst=%s, %u B", hex(src).c_str(), hex(dst).c_str(), size);
+    Kernel& k = cur();
+    Core& me = *k.core;
+    if (size == 0) return;
+    l1_ptr(me, src, size, api);
+    if (!in_l1_region(me, src, size)) {
+        fail(std::string(api) + ": source " + hex(src) + " (" + str(size) + " B) is outside the CBs and semaphores of " +
+             core_name(&me) + " (regions:" + l1_regions(me) + ")");
+    }
+    Target t = resolve(dst, size, false, api);
+    check_alignment(src, t, api, false);
+    PendingWrite w{src, size, t.core ? t.core->index : -1, -1, t.bank, t.local, k.write_staging.size(), false};
+    if (t.tensor) {
+        w.dst_tensor = int(t.tensor - g.tensors.data());
+        t.tensor->written = true;
+    }
+    k.write_staging.insert(k.write_staging.end(), me.l1 + src, me.l1 + src + size);
+    k.writes.push_back(w);
+    std::memset(t.bytes, kPoison, size);  // the destination holds no valid data until the barrier
+    count_transfer(k, t, size, false);
+}
+
+static uint8_t* write_destination(const PendingWrite& w) {
+    if (w.dst_core >= 0) return g.cores[w.dst_core]->l1 + w.dst_addr;
+    return g.tensors[w.dst_tensor].bank[w.dst_bank].data() + w.dst_addr;
+}
+
+static void check_write_sources(Kernel& k, const char* api) {
+    for (PendingWrite& w : k.writes) {
+        if (!w.flushed && std::memcmp(k.write_staging.data() + w.staging, k.core->l1 + w.src, w.size) != 0) {
+            fail(std::string(api) + ": the source " + hex(w.src) + " (" + str(w.size) + " B) of a noc_async_write was "
+                 "modified before the write completed (reuse the buffer only after noc_async_write_barrier or "
+                 "noc_async_writes_flushed)");
+        }
+    }
+}
+
+extern "C" void ttrt_noc_read_barrier(void) {
+    note("noc_async_read_barrier");
+    Kernel& k = cur();
+    for (const PendingRead& r : k.reads) {
+        std::memcpy(k.core->l1 + r.dst, k.read_staging.data() + r.staging, r.size);
+    }
+    record(k, EV_READ_BARRIER, 0, uint32_t(k.reads.size()));
+    k.reads.clear();
+    k.read_staging.clear();
+}
+
+extern "C" void ttrt_noc_writes_flushed(void) {
+    note("noc_async_writes_flushed");
+    Kernel& k = cur();
+    check_write_sources(k, "noc_async_writes_flushed");
+    for (PendingWrite& w : k.writes) w.flushed = true;
+}
+
+extern "C" void ttrt_noc_write_barrier(void) {
+    note("noc_async_write_barrier");
+    Kernel& k = cur();
+    check_write_sources(k, "noc_async_write_barrier");
+    for (const PendingWrite& w : k.writes) {
+        std::memcpy(write_destination(w), k.write_staging.data() + w.staging, w.size);
+    }
+    record(k, EV_WRITE_BARRIER, 0, uint32_t(k.writes.size()));
+    k.writes.clear();
+    k.write_staging.clear();
+}
+
+extern "C" void ttrt_noc_atomic_barrier(void) {
+    note("noc_async_atomic_barrier");
+    Kernel& k = cur();
+    record(k, EV_ATOMIC_BARRIER, 0, k.atomics_outstanding);
+    k.atomics_outstanding = 0;
+}
+
+extern "C" void ttrt_noc_full_barrier(void) {
+    ttrt_noc_read_barrier();
+    ttrt_noc_write_barrier();
+    ttrt_noc_atomic_barrier();
+    note("noc_async_full_barrier");
+}
+
+// ------------------------------------------------------------------ semaphores
+
+static uint32_t local_addr(Kernel& k, volatile uint32_t* p, const char* api) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (a < kWindowBase || a + 4 > kL1Size || (a & 3)) {
+        fail(std::string(api) + ": " + hex(a) + " is not a 4-byte aligned L1 address of " + core_name(k.core));
+    }
+    if (!in_l1_region(*k.core, uint32_t(a), 4)) {
+        fail(std::string(api) + ": " + hex(a) + " is outside the CBs and semaphores of " + core_name(k.core) +
+             " (regions:" + l1_regions(*k.core) + ")");
+    }
+    return uint32_t(a);
+}
+
+extern "C" void ttrt_sem_inc(uint64_t dst, uint32_t incr) {
+    note("noc_semaphore_inc", "addr=%s, +%u", hex(dst).c_str(), incr);
+    Kernel& k = cur();
+    const int x = int((dst >> NOC_LOCAL_BITS) & 0x3F), y = int((dst >> (NOC_LOCAL_BITS + 6)) & 0x3F);
+    const uint64_t local = dst & ((1ull << NOC_LOCAL_BITS) - 1);
+    Core* c = core_at_noc(x, y);
+    if (!c) {
+        fail("noc_semaphore_inc: NoC address " + hex(dst) + " targets (x=" + std::to_string(x) + ", y=" +
+             std::to_string(y) + "), which is not a worker core of this program");
+    }
+    if (!c->num_sems || local < c->sem_base || local + 4 > c->sem_base + 16ull * c->num_sems || (local & 3)) {
+        fail("noc_semaphore_inc: " + hex(local) + " is not a semaphore of " + core_name(c) + " (semaphores: " +
+             (c->num_sems ? hex(c->sem_base) + ".." + hex(c->sem_base + 16 * c->num_sems) : std::string("none")) + ")");
+    }
+    size_t pending = 0;
+    for (const PendingWrite& w : k.writes) pending += (w.dst_core == c->index);
+    if (pending) {
+        fail("noc_semaphore_inc: signals " + core_name(c) + " while " + std::to_string(pending) +
+             " noc_async_write(s) to it are outstanding; the data may land after the signal (call "
+             "noc_async_write_barrier first)");
+    }
+    uint32_t v;
+    std::memcpy(&v, c->l1 + local, 4);
+    v += incr;
+    std::memcpy(c->l1 + local, &v, 4);
+    ++k.atomics_outstanding;
+    ++k.counters.sem_inc_to[c->index];
+    record(k, EV_SEM_INC, uint16_t(c->index), incr);
+}
+
+extern "C" void ttrt_sem_set(volatile uint32_t* sem, uint32_t value) {
+    note("noc_semaphore_set", "addr=%s, %u", hex(uintptr_t(sem)).c_str(), value);
+    Kernel& k = cur();
+    const uint32_t a = local_addr(k, sem, "noc_semaphore_set");
+    std::memcpy(k.core->l1 + a, &value, 4);
+    record(k, EV_SEM_SET, 0, value);
+}
+
+extern "C" void ttrt_sem_wait(volatile uint32_t* sem, uint32_t value, int at_least) {
+    const char* api = at_least ? "noc_semaphore_wait_min" : "noc_semaphore_wait";
+    note(api, "addr=%s, %s%u", hex(uintptr_t(sem)).c_str(), at_least ? ">=" : "==", value);
+    Kernel& k = cur();
+    Wait w;
+    w.kind = WaitKind::Sem;
+    w.addr = local_addr(k, sem, api);
+    w.value = value;
+    w.at_least = at_least != 0;
+    ++k.counters.sem_waits;
+    record(k, EV_SEM_WAIT, 0, value);
+    block_until(w);
+}
+
+// ------------------------------------------------------------------ misc
+
+extern "C" void ttrt_note_call(const char* api) { note(api); }
+
+extern "C" [[noreturn]] void ttrt_fail(const char* message) { fail(message); }
+
+extern "C" void ttrt_bad_arg_index(int common, int idx, uint32_t count) {
+    note(common ? "get_common_arg_val" : "get_arg_val", "%d", idx);
+    fail(std::string(common ? "get_common_arg_val" : "get_arg_val") + ": index " + std::to_string(idx) + " but the " +
+         (common ? "kernel has " : "core has ") + std::to_string(count) + (common ? " common" : "") + " runtime args");
+}
+
+void check_kernel_end(Kernel& k) {
+    if (!k.reads.empty()) {
+        fail("kernel ended with " + std::to_string(k.reads.size()) +
+             " outstanding noc_async_read(s) (missing noc_async_read_barrier)");
+    }
+    if (!k.writes.empty()) {
+        fail("kernel ended with " + std::to_string(k.writes.size()) +
+             " outstanding noc_async_write(s) (missing noc_async_write_barrier)");
+    }
+    if (k.atomics_outstanding) {
+        fail("kernel ended with " + std::to_string(k.atomics_outstanding) +
+             " outstanding semaphore increment(s) (missing noc_async_atomic_barrier)");
+    }
+    for (int cb = 0; cb < kNumCbs; ++cb) {
+        if (k.cb[cb].reserved) {
+            fail("kernel ended with " + std::to_string(k.cb[cb].reserved) + " pages of CB " + std::to_string(cb) +
+                 " reserved but never pushed");
+        }
+    }
+    if (k.cs) check_compute_end(k);
+}
+
+}  // namespace ttrt
