@@ -20,17 +20,22 @@ constexpr uint32_t cb_pos_writer = 4;    // the same page, for the writer
 constexpr uint32_t cb_mask = 5;          // -inf past cur_pos in the causal boundary tile, 0 elsewhere
 constexpr uint32_t cb_scaler = 6;        // reduce scaler: row 0 of every face 1.0, the rest 0
 constexpr uint32_t cb_ones = 7;          // all ones: P x ones puts the row sums in every column
-constexpr uint32_t cb_scores = 8;        // fp32 scores of one q tile row over one chunk
-constexpr uint32_t cb_probs = 9;         // fp32 exp((S - m) * scale) of the same
-constexpr uint32_t cb_max = 10;          // running row max m (unscaled), old tiles then new ones
-constexpr uint32_t cb_sum = 11;          // running row sum l
-constexpr uint32_t cb_acc = 12;          // running unnormalized output O
-constexpr uint32_t cb_alpha = 13;        // rescale factors, then 1/l
-constexpr uint32_t cb_partial_out = 14;  // this piece's (O, m, l), sent to the parent
-constexpr uint32_t cb_partial_in = 15;   // children's partials, written by their writers over the NoC
-constexpr uint32_t cb_out = 16;          // bf16 output tiles of the root
-constexpr uint32_t cb_lse = 17;          // fp32 LSE tiles of the root (column 0 holds the value)
-constexpr uint32_t cb_staging = 18;      // writer scratch: a block of zero rows and one LSE row
+constexpr uint32_t cb_scores = 8;        // fp32 scores of one q tile row over one chunk (also scratch)
+constexpr uint32_t cb_probs = 9;         // fp32 exp((S - m) * scale) of the same (also scratch)
+// The running statistics and output live in two sets of CBs used in turn: a chunk or a merge reads
+// the current set and writes the other, so every CB is filled and emptied whole.
+constexpr uint32_t cb_max_a = 10;        // running row max m (unscaled), one tile per q tile row
+constexpr uint32_t cb_max_b = 11;
+constexpr uint32_t cb_sum_a = 12;        // running row sum l
+constexpr uint32_t cb_sum_b = 13;
+constexpr uint32_t cb_acc_a = 14;        // running unnormalized output O
+constexpr uint32_t cb_acc_b = 15;
+constexpr uint32_t cb_alpha = 16;        // rescale factors (e_own, e_child), then 1/l
+constexpr uint32_t cb_partial_out = 17;  // this piece's (O, m, l), sent to the parent
+constexpr uint32_t cb_partial_in = 18;   // children's partials, written by their writers over the NoC
+constexpr uint32_t cb_out = 19;          // bf16 output tiles of the root
+constexpr uint32_t cb_lse = 20;          // fp32 LSE tiles of the root (column 0 holds the value)
+constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows and one LSE row
 
 constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;

@@ -265,8 +265,8 @@ inline void pack_to_scratch(uint32_t cb) {
 
 // Tile `out_index` of out_cb's reserved space = cb_scores[0] + cb_probs[0] (the two scratch tiles).
 void add_scratch_tiles(uint32_t out_cb, uint32_t out_index) {
-    cb_wait_front(cb_scores, 1);
-    cb_wait_front(cb_probs, 1);
+    cb_wait_front(cb_scores, max_chunk_tiles);
+    cb_wait_front(cb_probs, max_chunk_tiles);
     tile_regs_acquire();
     use_operands(cb_scores, cb_probs);
     add_init(cb_scores, cb_probs);

@@ -291,17 +291,21 @@ def flash_decode_cbs(
         (5, "mask", bf16, 2048, 1),  # -inf beyond cur_pos in the boundary tile
         (6, "scaler", bf16, 2048, 1),  # reduce scaler (row 0 of each face = 1)
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
-        (8, "scores", f32, 4096, max_chunk_tiles),
+        (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
         (9, "probs", f32, 4096, max_chunk_tiles),
-        (10, "max", f32, 4096, 2 * q_tiles),  # running row max (old + new)
-        (11, "sum", f32, 4096, 2 * q_tiles),  # running row sum
-        (12, "acc", f32, 4096, 2 * q_tiles * dv_tiles),  # running O
-        (13, "alpha", f32, 4096, 2),  # rescale factors (two in a merge), 1/l
-        (14, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
-        (15, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
-        (16, "out", bf16, 2048, q_tiles * dv_tiles),
-        (17, "lse", f32, 4096, q_tiles),
-        (18, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
+        # running max / sum / output in two sets used in turn (each read whole, then written whole)
+        (10, "max_a", f32, 4096, q_tiles),
+        (11, "max_b", f32, 4096, q_tiles),
+        (12, "sum_a", f32, 4096, q_tiles),
+        (13, "sum_b", f32, 4096, q_tiles),
+        (14, "acc_a", f32, 4096, q_tiles * dv_tiles),
+        (15, "acc_b", f32, 4096, q_tiles * dv_tiles),
+        (16, "alpha", f32, 4096, 2),  # rescale factors (two in a merge), 1/l
+        (17, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
+        (18, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
+        (19, "out", bf16, 2048, q_tiles * dv_tiles),
+        (20, "lse", f32, 4096, q_tiles),
+        (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
     ]
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
 

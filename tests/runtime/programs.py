@@ -48,3 +48,60 @@ def copy_program(x: torch.Tensor, dtype: DataType, cores: list[CoreCoord], cb_pa
         writer.runtime_args[c] = [BufferAddress("y"), start, count]
     cbs = [CircularBuffer(0, where, dtype, tile_size(dtype), cb_pages)]
     return Program([reader, writer], cbs, [], [tensor_in("x", x, dtype), tensor_out("y", x.shape, dtype)])
+
+
+def tile_op_program(op: str, inputs: dict[int, torch.Tensor], n_out: int, *, kt: int = 1, transpose: int = 0,
+                    dst_index: int = 0, dtype: DataType = DataType.bfloat16, out_dtype: DataType | None = None,
+                    settings: ComputeSettings | None = None, extra_defines: dict[str, str] | None = None,
+                    core: CoreCoord = CoreCoord(0, 0)) -> Program:
+    """One core: inputs_reader feeds `inputs` (CB index -> tensor), tile_op.cpp runs `op`, copy_writer
+    writes `n_out` tiles of CB 16 to tensor "out"."""
+    out_dtype = out_dtype or dtype
+    where = crs([core])
+    tensors = [tensor_in(f"in{cb}", x, dtype) for cb, x in sorted(inputs.items())]
+    reader_args: list = [len(inputs)]
+    for cb, x in sorted(inputs.items()):
+        reader_args += [BufferAddress(f"in{cb}"), cb, num_tiles(x.shape)]
+    reader = Kernel("inputs_reader", kernel_path("inputs_reader.cpp"), KernelKind.READER, where,
+                    runtime_args={core: reader_args})
+    defines = {f"OP_{op.upper()}": "1", **(extra_defines or {})}
+    compute = Kernel("tile_op", kernel_path("tile_op.cpp"), KernelKind.COMPUTE, where,
+                     compile_time_args=[n_out, kt, transpose, dst_index], defines=defines, runtime_args={core: []},
+                     compute=settings or ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=True))
+    writer = Kernel("copy_writer", kernel_path("copy_writer.cpp"), KernelKind.WRITER, where, compile_time_args=[16],
+                    runtime_args={core: [BufferAddress("out"), 0, n_out]})
+    cbs = [CircularBuffer(cb, where, dtype, tile_size(dtype), max(2, kt)) for cb in sorted(inputs)]
+    cbs.append(CircularBuffer(16, where, out_dtype, tile_size(out_dtype), 2))
+    tensors.append(tensor_out("out", (32, 32 * n_out), out_dtype))
+    return Program([reader, compute, writer], cbs, [], tensors)
+
+
+def out_tiles(res, prog: Program) -> torch.Tensor:
+    """The output tensor of a tile_op program as [n_out, 32, 32] float32."""
+    from ttdecode.formats import unpack_tiles
+
+    t = prog.tensor("out")
+    x = unpack_tiles(res.tensors["out"], t.data_format, t.shape)
+    return x.reshape(32, -1, 32).permute(1, 0, 2)
+
+
+def handshake_program(x: torch.Tensor, dtype: DataType, sender_defines=None, receiver_defines=None) -> Program:
+    """Core (0,0) reads one tile of x and sends it to core (1,0) over the NoC with a semaphore handshake;
+    core (1,0) writes it to tensor "y"."""
+    from ttdecode.program import NocX, NocY
+
+    a, b = CoreCoord(0, 0), CoreCoord(1, 0)
+    both = crs([a, b])
+    kernels = [
+        Kernel("copy_reader", kernel_path("copy_reader.cpp"), KernelKind.READER, crs([a]), compile_time_args=[0],
+               runtime_args={a: [BufferAddress("x"), 0, 1]}),
+        Kernel("sem_sender", kernel_path("sem_sender.cpp"), KernelKind.WRITER, crs([a]), compile_time_args=[0],
+               defines=dict(sender_defines or {}), runtime_args={a: [NocX(b), NocY(b)]}),
+        Kernel("sem_receiver", kernel_path("sem_receiver.cpp"), KernelKind.READER, crs([b]), compile_time_args=[0],
+               defines=dict(receiver_defines or {}), runtime_args={b: [NocX(a), NocY(a)]}),
+        Kernel("copy_writer", kernel_path("copy_writer.cpp"), KernelKind.WRITER, crs([b]), compile_time_args=[0],
+               runtime_args={b: [BufferAddress("y"), 0, 1]}),
+    ]
+    cbs = [CircularBuffer(0, both, dtype, tile_size(dtype), 2)]
+    sems = [Semaphore(0, both, 0), Semaphore(1, both, 0)]
+    return Program(kernels, cbs, sems, [tensor_in("x", x, dtype), tensor_out("y", x.shape, dtype)])
