@@ -6,13 +6,12 @@
 //
 // Numbers: scores, probabilities, statistics and the accumulator live in float32 CBs and are
 // combined in float32 DST (fp32 accumulation). The row max m is kept unscaled and the scale is
-// folded into every exponent: P = exp((S - m) * scale). The statistics are combined the way
-// whose device semantics are plain: a reduce into a freshly acquired DST, SFPU binary ops on
-// tiles copied into DST, and an eltwise product in DST that a matmul then accumulates onto.
+// folded into every exponent: P = exp((S - m) * scale). Only API patterns with plain device
+// semantics are used: a reduce into a freshly acquired DST, SFPU ops on tiles in DST, and an
+// eltwise product in DST that a matmul then accumulates onto.
 //
-// Running tiles (m, l, O) use their CB as a queue: while q tile row qi is updated the old tile of
-// row qi is at the front (index 0) and the new one is pushed at index q_tiles; the old one is
-// popped afterwards, so after the last row the queue holds the new tiles in row order again.
+// The running (m, l, O) live in two CB sets used in turn: each chunk or merge reads the current
+// set and writes the other one, so every CB is filled from its first page and emptied whole.
 
 #include <stdint.h>
 
@@ -49,12 +48,21 @@ constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
+constexpr uint32_t acc_tiles = q_tiles * dv_tiles;
 constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
-constexpr uint32_t partial_max_offset = q_tiles * dv_tiles;  // partial layout: O tiles, m tiles, l tiles
-constexpr uint32_t partial_sum_offset = q_tiles * dv_tiles + q_tiles;
+constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, m tiles, l tiles
+constexpr uint32_t partial_sum_offset = acc_tiles + q_tiles;
 constexpr uint32_t NO_MASK = 0xFFFFFFFFu;
 
 static_assert(dst_tiles >= 2, "the running max needs two DST tiles");
+
+// One set of running tiles: m and l (one tile per q tile row), O (dv_tiles per q tile row).
+struct Running {
+    uint32_t max;
+    uint32_t sum;
+    uint32_t acc;
+};
+constexpr Running running_sets[2] = {{cb_max_a, cb_sum_a, cb_acc_a}, {cb_max_b, cb_sum_b, cb_acc_b}};
 
 // Operand formats for an eltwise / broadcast op: a -> srcA, b -> srcB.
 inline void use_operands(uint32_t a, uint32_t b) { reconfig_data_format(a, b); }
@@ -67,7 +75,7 @@ inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
     copy_tile(cb, tile, dst);
 }
 
-// dst *= scale, then dst = exp(dst), for dst tiles [0, n).
+// dst *= scale, then dst = exp(dst), for DST tiles [0, n).
 inline void scaled_exp(uint32_t n) {
     binop_with_scalar_tile_init();
     for (uint32_t i = 0; i < n; ++i) {
@@ -79,7 +87,14 @@ inline void scaled_exp(uint32_t n) {
     }
 }
 
-// Pack DST tiles [0, n) to tiles [first, first + n) of the reserved space of cb.
+// dst = a - b for tile ia of cb_a and tile ib of cb_b (column vectors of statistics).
+inline void difference(uint32_t cb_a, uint32_t ia, uint32_t cb_b, uint32_t ib, uint32_t dst) {
+    use_operands(cb_a, cb_b);
+    sub_init(cb_a, cb_b);
+    sub_tiles(cb_a, cb_b, ia, ib, dst);
+}
+
+// Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space.
 inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_stride = 1) {
     tile_regs_commit();
     tile_regs_wait();
@@ -89,6 +104,29 @@ inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_str
     }
     tile_regs_release();
 }
+
+// Pack DST tile 0 into a whole-slot reservation of a scratch CB (cb_scores / cb_probs take whole
+// slots everywhere, so their FIFOs stay aligned).
+inline void pack_to_scratch(uint32_t cb) {
+    cb_reserve_back(cb, max_chunk_tiles);
+    pack_block(cb, 0, 1);
+    cb_push_back(cb, max_chunk_tiles);
+}
+
+// Tile out_index of out_cb's reserved space = scratch tile of cb_scores + scratch tile of cb_probs.
+void add_scratch_tiles(uint32_t out_cb, uint32_t out_index) {
+    cb_wait_front(cb_scores, max_chunk_tiles);
+    cb_wait_front(cb_probs, max_chunk_tiles);
+    tile_regs_acquire();
+    use_operands(cb_scores, cb_probs);
+    add_init(cb_scores, cb_probs);
+    add_tiles(cb_scores, cb_probs, 0, 0, 0);
+    pack_block(out_cb, out_index, 1);
+    cb_pop_front(cb_scores, max_chunk_tiles);
+    cb_pop_front(cb_probs, max_chunk_tiles);
+}
+
+// ---- one chunk ----------------------------------------------------------------------------------
 
 // S = Q_qi . K^T over the chunk's `tiles` key tiles. The tile holding cur_pos (mask_tile) starts
 // from the mask in DST and the matmul accumulates on top, so keys past cur_pos become -inf.
@@ -110,105 +148,86 @@ void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t mask_tile) {
         pack_block(cb_scores, j0, n);
     }
     cb_push_back(cb_scores, max_chunk_tiles);
+    cb_wait_front(cb_scores, max_chunk_tiles);
 }
 
-// m_new = max(m_old, rowmax(S)) for q tile row qi; pushed at the back of cb_max.
-void chunk_row_max(uint32_t tiles, bool first) {
-    cb_wait_front(cb_scores, max_chunk_tiles);
-    cb_reserve_back(cb_max, 1);
+// Row qi of the new max: max(m_old, rowmax(S)).
+void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
     tile_regs_acquire();
     use_operands(cb_scores, cb_scaler);
-    reduce_init<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_scores, cb_scaler, cb_max);
+    reduce_init<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_scores, cb_scaler, next.max);
     for (uint32_t j = 0; j < tiles; ++j) {
         reduce_tile<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_scores, cb_scaler, j, 0, 0);
     }
     reduce_uninit();
-    if (!first) {
-        cb_wait_front(cb_max, 1);
-        copy_to_dst(cb_max, 0, 1);  // m_old of this row is at the front
+    if (old != nullptr) {
+        copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();
         binary_max_tile(0, 1, 0);
     }
-    pack_block(cb_max, 0, 1);
-    cb_push_back(cb_max, 1);
+    pack_block(next.max, 0, 1);  // pack indices count from the last push
+    cb_push_back(next.max, 1);
+    cb_wait_front(next.max, qi + 1);
 }
 
-// exp((a - b) * scale) into dst, a = tile ia of cb_a, b = tile ib of cb_b (both column vectors).
-inline void scaled_exp_of_difference(uint32_t cb_a, uint32_t ia, uint32_t cb_b, uint32_t ib, uint32_t dst) {
-    use_operands(cb_a, cb_b);
-    sub_init(cb_a, cb_b);
-    sub_tiles(cb_a, cb_b, ia, ib, dst);
-}
-
-// alpha = exp((m_old - m_new) * scale): the factor that rescales the old l and O.
-void chunk_alpha() {
-    cb_wait_front(cb_max, q_tiles + 1);
-    cb_reserve_back(cb_alpha, 1);
+// alpha = exp((m_old - m_new) * scale): the factor that rescales row qi's old l and O.
+void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
+    cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
-    scaled_exp_of_difference(cb_max, 0, cb_max, q_tiles, 0);
+    difference(old.max, qi, next.max, qi, 0);
     scaled_exp(1);
     pack_block(cb_alpha, 0, 1);
-    cb_push_back(cb_alpha, 1);
+    cb_push_back(cb_alpha, 2);
+    cb_wait_front(cb_alpha, 2);
 }
 
-// P = exp((S - m_new) * scale), m_new broadcast along the row.
-void chunk_probs(uint32_t tiles, uint32_t m_new_index) {
-    cb_wait_front(cb_max, m_new_index + 1);
+// P = exp((S - m_new) * scale), m_new broadcast along each row.
+void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
     cb_reserve_back(cb_probs, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
         const uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
         tile_regs_acquire();
-        use_operands(cb_scores, cb_max);
-        sub_bcast_cols_init(cb_scores, cb_max);
+        use_operands(cb_scores, next.max);
+        sub_bcast_cols_init(cb_scores, next.max);
         for (uint32_t j = 0; j < n; ++j) {
-            sub_tiles_bcast_cols(cb_scores, cb_max, j0 + j, m_new_index, j);
+            sub_tiles_bcast_cols(cb_scores, next.max, j0 + j, qi, j);
         }
         scaled_exp(n);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
+    cb_wait_front(cb_probs, max_chunk_tiles);
     cb_pop_front(cb_scores, max_chunk_tiles);
 }
 
 // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
 // by the matmul onto the rescaled old sum in the same DST tile.
-void chunk_row_sum(uint32_t tiles, bool first) {
-    cb_wait_front(cb_probs, max_chunk_tiles);
-    cb_reserve_back(cb_sum, 1);
+void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
     tile_regs_acquire();
-    if (!first) {
-        cb_wait_front(cb_sum, 1);
-        cb_wait_front(cb_alpha, 1);
-        use_operands(cb_sum, cb_alpha);
-        mul_bcast_cols_init(cb_sum, cb_alpha);
-        mul_tiles_bcast_cols(cb_sum, cb_alpha, 0, 0, 0);
+    if (old != nullptr) {
+        use_operands(old->sum, cb_alpha);
+        mul_bcast_cols_init(old->sum, cb_alpha);
+        mul_tiles_bcast_cols(old->sum, cb_alpha, qi, 0, 0);
     }
     use_matmul_operands(cb_probs, cb_ones);
     matmul_init(cb_probs, cb_ones);
     for (uint32_t j = 0; j < tiles; ++j) {
         matmul_tiles(cb_probs, cb_ones, j, 0, 0);
     }
-    pack_block(cb_sum, 0, 1);
-    cb_push_back(cb_sum, 1);
-    if (!first) {
-        cb_pop_front(cb_sum, 1);
-    }
+    pack_block(next.sum, 0, 1);
+    cb_push_back(next.sum, 1);
 }
 
-// O_new = O_old * alpha + P . V, a block of Dv tiles per DST acquire.
-void chunk_output(uint32_t tiles, bool first) {
-    if (!first) {
-        cb_wait_front(cb_acc, dv_tiles);
-    }
-    cb_reserve_back(cb_acc, dv_tiles);
+// O_new = O_old * alpha + P . V for row qi, a block of Dv tiles per DST acquire.
+void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
     for (uint32_t v0 = 0; v0 < dv_tiles; v0 += dst_tiles) {
         const uint32_t n = dv_tiles - v0 < dst_tiles ? dv_tiles - v0 : dst_tiles;
         tile_regs_acquire();
-        if (!first) {
-            use_operands(cb_acc, cb_alpha);
-            mul_bcast_cols_init(cb_acc, cb_alpha);
+        if (old != nullptr) {
+            use_operands(old->acc, cb_alpha);
+            mul_bcast_cols_init(old->acc, cb_alpha);
             for (uint32_t v = 0; v < n; ++v) {
-                mul_tiles_bcast_cols(cb_acc, cb_alpha, v0 + v, 0, v);
+                mul_tiles_bcast_cols(old->acc, cb_alpha, qi * dv_tiles + v0 + v, 0, v);
             }
         }
         use_matmul_operands(cb_probs, cb_v);
@@ -218,35 +237,54 @@ void chunk_output(uint32_t tiles, bool first) {
                 matmul_tiles(cb_probs, cb_v, j, j * dv_tiles + v0 + v, v);
             }
         }
-        pack_block(cb_acc, v0, n);
+        pack_block(next.acc, v0, n);
     }
-    cb_push_back(cb_acc, dv_tiles);
-    if (!first) {
-        cb_pop_front(cb_acc, dv_tiles);
-    }
+    cb_push_back(next.acc, dv_tiles);
 }
 
-// One chunk of keys for every q tile row. The K/V slot stays until all rows are done.
-void process_chunk(uint32_t tiles, bool first, uint32_t mask_tile) {
+inline void reserve_running(const Running& set) {
+    cb_reserve_back(set.max, q_tiles);
+    cb_reserve_back(set.sum, q_tiles);
+    cb_reserve_back(set.acc, acc_tiles);
+}
+
+inline void wait_running(const Running& set) {
+    cb_wait_front(set.max, q_tiles);
+    cb_wait_front(set.sum, q_tiles);
+    cb_wait_front(set.acc, acc_tiles);
+}
+
+inline void pop_running(const Running& set) {
+    cb_pop_front(set.max, q_tiles);
+    cb_pop_front(set.sum, q_tiles);
+    cb_pop_front(set.acc, acc_tiles);
+}
+
+// One chunk of keys for every q tile row: reads the running set `old` (none for the first chunk)
+// and writes `next`. The K/V slot stays until all rows are done.
+void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint32_t mask_tile) {
     cb_wait_front(cb_k, k_slot_tiles);
     cb_wait_front(cb_v, v_slot_tiles);
     if (mask_tile != NO_MASK) {
         cb_wait_front(cb_mask, 1);
     }
+    reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         chunk_scores(qi, tiles, mask_tile);
-        chunk_row_max(tiles, first);
-        if (!first) {
-            chunk_alpha();
+        chunk_row_max(qi, tiles, old, next);
+        if (old != nullptr) {
+            chunk_alpha(qi, *old, next);
         }
-        chunk_probs(tiles, first ? qi : q_tiles);
-        chunk_row_sum(tiles, first);
-        chunk_output(tiles, first);
+        chunk_probs(qi, tiles, next);
+        chunk_row_sum(qi, tiles, old, next);
+        chunk_output(qi, tiles, old, next);
         cb_pop_front(cb_probs, max_chunk_tiles);
-        if (!first) {
-            cb_pop_front(cb_alpha, 1);
-            cb_pop_front(cb_max, 1);  // m_old of this row
+        if (old != nullptr) {
+            cb_pop_front(cb_alpha, 2);
         }
+    }
+    if (old != nullptr) {
+        pop_running(*old);
     }
     if (mask_tile != NO_MASK) {
         cb_pop_front(cb_mask, 1);
@@ -255,30 +293,11 @@ void process_chunk(uint32_t tiles, bool first, uint32_t mask_tile) {
     cb_pop_front(cb_v, v_slot_tiles);
 }
 
-// Pack DST tile 0 into a whole-slot reservation of `cb` (cb_scores / cb_probs as scratch; they take
-// whole slots everywhere, so their FIFO stays aligned).
-inline void pack_to_scratch(uint32_t cb) {
-    cb_reserve_back(cb, max_chunk_tiles);
-    pack_block(cb, 0, 1);
-    cb_push_back(cb, max_chunk_tiles);
-}
+// ---- the tree -----------------------------------------------------------------------------------
 
-// Tile `out_index` of out_cb's reserved space = cb_scores[0] + cb_probs[0] (the two scratch tiles).
-void add_scratch_tiles(uint32_t out_cb, uint32_t out_index) {
-    cb_wait_front(cb_scores, max_chunk_tiles);
-    cb_wait_front(cb_probs, max_chunk_tiles);
-    tile_regs_acquire();
-    use_operands(cb_scores, cb_probs);
-    add_init(cb_scores, cb_probs);
-    add_tiles(cb_scores, cb_probs, 0, 0, 0);
-    pack_block(out_cb, out_index, 1);
-    cb_pop_front(cb_scores, max_chunk_tiles);
-    cb_pop_front(cb_probs, max_chunk_tiles);
-}
-
-// Tile out_index of out_cb = a * e_s + c * e_c, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_s / e_c are tiles 0 / 1 of cb_alpha broadcast along the rows. Row by row,
-// so rows past the group (which a child does not send) never reach the rows that are written out.
+// Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
+// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha broadcast along the rows. Row by
+// row, so rows past the group (which a child does not send) never reach the rows written out.
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
     const uint32_t sources[2] = {cb_a, cb_partial_in};
     const uint32_t tiles[2] = {ia, ic};
@@ -293,113 +312,98 @@ void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint
     add_scratch_tiles(out_cb, out_index);
 }
 
-// Merge the child partial in area `area` of cb_partial_in into the running (O, m, l):
-// m = max(m_s, m_c); e_s = exp((m_s - m) * scale), e_c = exp((m_c - m) * scale);
-// l = l_s * e_s + l_c * e_c; O = O_s * e_s + O_c * e_c.
-void merge_child(uint32_t area) {
+// Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `next`:
+// m = max(m_own, m_c); e_own = exp((m_own - m) * scale), e_c = exp((m_c - m) * scale);
+// l = l_own * e_own + l_c * e_c; O = O_own * e_own + O_c * e_c.
+void merge_child(uint32_t area, const Running& own, const Running& next) {
     const uint32_t base = area * partial_tiles;
+    reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        cb_wait_front(cb_max, q_tiles);
-        cb_wait_front(cb_sum, q_tiles);
-        cb_wait_front(cb_acc, q_tiles * dv_tiles);
         const uint32_t m_c = base + partial_max_offset + qi;
         const uint32_t l_c = base + partial_sum_offset + qi;
 
-        cb_reserve_back(cb_max, 1);
         tile_regs_acquire();
-        copy_to_dst(cb_max, 0, 0);
+        copy_to_dst(own.max, qi, 0);
         copy_to_dst(cb_partial_in, m_c, 1);
         binary_max_tile_init();
         binary_max_tile(0, 1, 0);
-        pack_block(cb_max, 0, 1);
-        cb_push_back(cb_max, 1);
+        pack_block(next.max, 0, 1);
+        cb_push_back(next.max, 1);
+        cb_wait_front(next.max, qi + 1);
 
-        cb_wait_front(cb_max, q_tiles + 1);
         cb_reserve_back(cb_alpha, 2);
         tile_regs_acquire();
-        scaled_exp_of_difference(cb_max, 0, cb_max, q_tiles, 0);
-        scaled_exp_of_difference(cb_partial_in, m_c, cb_max, q_tiles, 1);
+        difference(own.max, qi, next.max, qi, 0);
+        difference(cb_partial_in, m_c, next.max, qi, 1);
         scaled_exp(2);
         pack_block(cb_alpha, 0, 2);
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
 
-        cb_reserve_back(cb_sum, 1);
-        rescaled_sum(cb_sum, 0, l_c, cb_sum, 0);
-        cb_push_back(cb_sum, 1);
-        cb_pop_front(cb_sum, 1);
-
-        cb_reserve_back(cb_acc, dv_tiles);
+        rescaled_sum(own.sum, qi, l_c, next.sum, 0);
+        cb_push_back(next.sum, 1);
         for (uint32_t v = 0; v < dv_tiles; ++v) {
-            rescaled_sum(cb_acc, v, base + qi * dv_tiles + v, cb_acc, v);
+            rescaled_sum(own.acc, qi * dv_tiles + v, base + qi * dv_tiles + v, next.acc, v);
         }
-        cb_push_back(cb_acc, dv_tiles);
-        cb_pop_front(cb_acc, dv_tiles);
-
+        cb_push_back(next.acc, dv_tiles);
         cb_pop_front(cb_alpha, 2);
-        cb_pop_front(cb_max, 1);  // m_s of this row
     }
-}
-
-// The piece's final (O, m, l), one tile per q tile row in row order.
-inline void wait_running_tiles() {
-    cb_wait_front(cb_max, q_tiles);
-    cb_wait_front(cb_sum, q_tiles);
-    cb_wait_front(cb_acc, q_tiles * dv_tiles);
+    pop_running(own);
 }
 
 // Root: out = O / l in bf16, and LSE = m * scale + log(l) when asked.
-void finish_root() {
-    wait_running_tiles();
-    cb_reserve_back(cb_out, q_tiles * dv_tiles);
+void finish_root(const Running& set) {
+    wait_running(set);
+    cb_reserve_back(cb_out, acc_tiles);
     if (return_lse) {
         cb_reserve_back(cb_lse, q_tiles);
     }
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        cb_reserve_back(cb_alpha, 1);
+        cb_reserve_back(cb_alpha, 2);
         tile_regs_acquire();
-        copy_to_dst(cb_sum, qi, 0);
+        copy_to_dst(set.sum, qi, 0);
         recip_tile_init();
         recip_tile(0);
         pack_block(cb_alpha, 0, 1);
-        cb_push_back(cb_alpha, 1);
-        cb_wait_front(cb_alpha, 1);
+        cb_push_back(cb_alpha, 2);
+        cb_wait_front(cb_alpha, 2);
 
         for (uint32_t v0 = 0; v0 < dv_tiles; v0 += dst_tiles) {
             const uint32_t n = dv_tiles - v0 < dst_tiles ? dv_tiles - v0 : dst_tiles;
             tile_regs_acquire();
-            use_operands(cb_acc, cb_alpha);
-            mul_bcast_cols_init(cb_acc, cb_alpha);
+            use_operands(set.acc, cb_alpha);
+            mul_bcast_cols_init(set.acc, cb_alpha);
             for (uint32_t v = 0; v < n; ++v) {
-                mul_tiles_bcast_cols(cb_acc, cb_alpha, qi * dv_tiles + v0 + v, 0, v);
+                mul_tiles_bcast_cols(set.acc, cb_alpha, qi * dv_tiles + v0 + v, 0, v);
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         }
-        cb_pop_front(cb_alpha, 1);
+        cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
             tile_regs_acquire();
-            copy_to_dst(cb_sum, qi, 0);
+            copy_to_dst(set.sum, qi, 0);
             log_tile_init();
             log_tile(0);
             pack_to_scratch(cb_scores);
             tile_regs_acquire();
-            copy_to_dst(cb_max, qi, 0);
+            copy_to_dst(set.max, qi, 0);
             binop_with_scalar_tile_init();
             mul_unary_tile(0, scale_bits);
             pack_to_scratch(cb_probs);
             add_scratch_tiles(cb_lse, qi);
         }
     }
-    cb_push_back(cb_out, q_tiles * dv_tiles);
+    cb_push_back(cb_out, acc_tiles);
     if (return_lse) {
         cb_push_back(cb_lse, q_tiles);
     }
+    pop_running(set);
 }
 
 // Non-root: copy (O, m, l) into cb_partial_out for the writer to send up the tree.
-void send_partial() {
-    wait_running_tiles();
+void send_partial(const Running& set) {
+    wait_running(set);
     cb_reserve_back(cb_partial_out, partial_tiles);
     for (uint32_t t0 = 0; t0 < partial_tiles; t0 += dst_tiles) {
         const uint32_t n = partial_tiles - t0 < dst_tiles ? partial_tiles - t0 : dst_tiles;
@@ -407,16 +411,17 @@ void send_partial() {
         for (uint32_t i = 0; i < n; ++i) {
             const uint32_t t = t0 + i;
             if (t < partial_max_offset) {
-                copy_to_dst(cb_acc, t, i);
+                copy_to_dst(set.acc, t, i);
             } else if (t < partial_sum_offset) {
-                copy_to_dst(cb_max, t - partial_max_offset, i);
+                copy_to_dst(set.max, t - partial_max_offset, i);
             } else {
-                copy_to_dst(cb_sum, t - partial_sum_offset, i);
+                copy_to_dst(set.sum, t - partial_sum_offset, i);
             }
         }
         pack_block(cb_partial_out, t0, n);
     }
     cb_push_back(cb_partial_out, partial_tiles);
+    pop_running(set);
 }
 
 }  // namespace
@@ -451,11 +456,16 @@ void kernel_main() {
         }
 
         cb_wait_front(cb_q, q_tiles * d_tiles);
+        uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
             // The root's last chunk ends with the tile holding cur_pos.
             const bool boundary = index == 0 && c + 1 == range.num_chunks;
-            process_chunk(tiles, c == 0, boundary ? tiles - 1 : NO_MASK);
+            const uint32_t next = c == 0 ? 0 : cur ^ 1;
+            process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next],
+                          boundary ? tiles - 1 : NO_MASK);
+            cur = next;
+            wait_running(running_sets[cur]);
         }
         cb_pop_front(cb_q, q_tiles * d_tiles);
 
@@ -464,19 +474,18 @@ void kernel_main() {
             cb_wait_front(cb_partial_in, height * partial_tiles);
             for (uint32_t r = 0; r < height; ++r) {
                 if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r))) {
-                    merge_child(r);
+                    merge_child(r, running_sets[cur], running_sets[cur ^ 1]);
+                    cur ^= 1;
+                    wait_running(running_sets[cur]);
                 }
             }
             cb_pop_front(cb_partial_in, height * partial_tiles);
         }
 
         if (index == 0) {
-            finish_root();
+            finish_root(running_sets[cur]);
         } else {
-            send_partial();
+            send_partial(running_sets[cur]);
         }
-        cb_pop_front(cb_acc, q_tiles * dv_tiles);
-        cb_pop_front(cb_max, q_tiles);
-        cb_pop_front(cb_sum, q_tiles);
     }
 }

@@ -122,7 +122,7 @@ def _gather_paged(cache: torch.Tensor, page_table: torch.Tensor, length: int) ->
     batch, n_blocks = used.shape
     blocks = cache[used]  # [B, n_blocks, NKV, bs, X]
     flat = blocks.permute(0, 2, 1, 3, 4).reshape(batch, nkv, n_blocks * block_size, width)
-    return flat[:, :, :length]
+    return flat[:, :, :length].contiguous()
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,9 @@ class _Cache:
             return kk, vv
         kk = self.k[:, :, :length]
         vv = kk[..., : self.dv] if self.v is None else self.v[:, :, :length]
-        return kk.expand(self.batch, -1, -1, -1), vv.expand(self.batch, -1, -1, -1)
+        # contiguous copies: both layouts then reach the same matmul kernels, so paged and
+        # contiguous caches give bit-identical results
+        return kk.expand(self.batch, -1, -1, -1).contiguous(), vv.expand(self.batch, -1, -1, -1).contiguous()
 
 
 def _check_page_table(page_table: object, batch: int, num_blocks: int) -> torch.Tensor:

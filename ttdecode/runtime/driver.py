@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import shutil
 import subprocess
 import tempfile
@@ -277,5 +279,8 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0) -> RunResult
             tensors[t.name] = f.read_bytes() if f.exists() else bytes(t.data or b"")
         counters = _read_counters(program, lay, work, order)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("TTDECODE_RUNTIME_KEEP"):  # debugging: keep program.txt and the outputs
+            print(f"ttdecode.runtime: run files kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return RunResult(tensors, counters, compile_seconds, run_seconds)

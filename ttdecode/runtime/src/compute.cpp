@@ -27,6 +27,7 @@
 #include <cstring>
 #include <string>
 
+#include "fast_unpack.hpp"
 #include "tile_formats.hpp"
 
 namespace ttrt {
@@ -182,10 +183,10 @@ static const float* unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx
              " B, smaller than a " + df_name(c.format) + " tile (" + std::to_string(size) + " B)");
     }
     const uint8_t* raw = k.core->l1 + addr;
-    TileCacheEntry& e = s.cache[(addr >> 6) % 8];
+    TileCacheEntry& e = s.cache[((addr >> 4) * 2654435761u >> 29) & 7];
     if (!(e.valid && e.addr == addr && e.format == c.format && std::memcmp(e.raw, raw, size) == 0)) {
         std::memcpy(e.raw, raw, size);
-        fmt::unpack_tile(f, raw, e.values);
+        fast_unpack_tile(f, raw, e.values);
         e.addr = addr;
         e.format = c.format;
         e.valid = true;
@@ -202,7 +203,7 @@ static float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* ap
 // ------------------------------------------------------------------ configuration
 
 extern "C" void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb) {
-    note("compute_kernel_hw_startup", "%u, %u, %u", icb0, icb1, ocb);
+    note("compute_kernel_hw_startup", "%llu, %llu, %llu", icb0, icb1, ocb);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     auto f = [&](uint32_t cb) -> int {
@@ -228,15 +229,15 @@ static int cb_format(Kernel& k, uint32_t cb, const char* api) {
 }
 
 extern "C" void ttrt_reconfig_srca(uint32_t cb) {
-    note("reconfig_data_format_srca", "%u", cb);
+    note("reconfig_data_format_srca", "%llu", cb);
     cs(cur()).srca = cb_format(cur(), cb, "reconfig_data_format_srca");
 }
 extern "C" void ttrt_reconfig_srcb(uint32_t cb) {
-    note("reconfig_data_format_srcb", "%u", cb);
+    note("reconfig_data_format_srcb", "%llu", cb);
     cs(cur()).srcb = cb_format(cur(), cb, "reconfig_data_format_srcb");
 }
 extern "C" void ttrt_reconfig_pack(uint32_t cb) {
-    note("pack_reconfig_data_format", "%u", cb);
+    note("pack_reconfig_data_format", "%llu", cb);
     cs(cur()).pack = cb_format(cur(), cb, "pack_reconfig_data_format");
 }
 
@@ -258,7 +259,7 @@ extern "C" void ttrt_tile_regs(int step) {
 }
 
 extern "C" void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t icb1, const char* api) {
-    note(api, "%u, %u", icb0, icb1);
+    note(api, "%llu, %llu", icb0, icb1);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     cb_format(k, icb0, api);
@@ -303,7 +304,7 @@ static void transpose(const float* in, float* out) {
 
 extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1, uint32_t idst, uint32_t ct,
                             uint32_t rt, uint32_t kt, const char* api) {
-    note(api, "in0=%u, in1=%u, tiles %u, %u, dst %u", in0, in1, i0, i1, idst);
+    note(api, "in0=%llu, in1=%llu, tiles %llu, %llu, dst %llu", in0, in1, i0, i1, idst);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
@@ -335,7 +336,7 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
 
 extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uint32_t i0, uint32_t i1, uint32_t idst,
                             const char* api) {
-    note(api, "%u, %u, tiles %u, %u, dst %u", icb0, icb1, i0, i1, idst);
+    note(api, "%llu, %llu, tiles %llu, %llu, dst %llu", icb0, icb1, i0, i1, idst);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
@@ -375,7 +376,7 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
 extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler, uint32_t itile, uint32_t itile_scaler,
                             uint32_t idst) {
     const char* api = "reduce_tile";
-    note(api, "%u, %u, tiles %u, %u, dst %u", icb, icb_scaler, itile, itile_scaler, idst);
+    note(api, "%llu, %llu, tiles %llu, %llu, dst %llu", icb, icb_scaler, itile, itile_scaler, idst);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
@@ -418,7 +419,7 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
 
 extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     const char* api = "copy_tile";
-    note(api, "cb=%u, tile %u, dst %u", cb, itile, idst);
+    note(api, "cb=%llu, tile %llu, dst %llu", cb, itile, idst);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
@@ -464,7 +465,7 @@ static void region(int vector_mode, uint32_t& r1, uint32_t& c1) {
 }
 
 extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, const char* api) {
-    note(api, "dst %u", idst);
+    note(api, "dst %llu", idst);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
@@ -500,7 +501,7 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
 }
 
 extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, int vector_mode, const char* api) {
-    note(api, "dst %u, %u -> %u", i0, i1, o);
+    note(api, "dst %llu, %llu -> %llu", i0, i1, o);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
@@ -530,7 +531,7 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
 
 extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, int out_of_order) {
     const char* api = "pack_tile";
-    note(api, "dst %u -> cb %u", idst, cb);
+    note(api, "dst %llu -> cb %llu", idst, cb);
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_WAITED, api);

@@ -45,7 +45,7 @@ static void check_contiguous(const CbConfig& c, uint32_t ptr, int32_t n, int32_t
 static bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn) { return a < b + bn && b < a + an; }
 
 extern "C" void ttrt_cb_reserve_back(int32_t cb, int32_t n) {
-    note("cb_reserve_back", "cb=%d, %d pages", cb, n);
+    note("cb_reserve_back", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
     CbConfig& c = cb_cfg(k, cb, "cb_reserve_back");
     if (n < 0 || uint32_t(n) > c.num_pages) {
@@ -65,7 +65,7 @@ extern "C" void ttrt_cb_reserve_back(int32_t cb, int32_t n) {
 }
 
 extern "C" void ttrt_cb_push_back(int32_t cb, int32_t n) {
-    note("cb_push_back", "cb=%d, %d pages", cb, n);
+    note("cb_push_back", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
     CbConfig& c = cb_cfg(k, cb, "cb_push_back");
     CbView& v = k.cb[cb];
@@ -95,7 +95,7 @@ extern "C" void ttrt_cb_push_back(int32_t cb, int32_t n) {
 }
 
 extern "C" void ttrt_cb_wait_front(int32_t cb, int32_t n) {
-    note("cb_wait_front", "cb=%d, %d pages", cb, n);
+    note("cb_wait_front", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
     CbConfig& c = cb_cfg(k, cb, "cb_wait_front");
     if (n < 0 || uint32_t(n) > c.num_pages) {
@@ -115,7 +115,7 @@ extern "C" void ttrt_cb_wait_front(int32_t cb, int32_t n) {
 }
 
 extern "C" void ttrt_cb_pop_front(int32_t cb, int32_t n) {
-    note("cb_pop_front", "cb=%d, %d pages", cb, n);
+    note("cb_pop_front", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
     CbConfig& c = cb_cfg(k, cb, "cb_pop_front");
     CbView& v = k.cb[cb];
@@ -144,7 +144,7 @@ extern "C" void ttrt_cb_pop_front(int32_t cb, int32_t n) {
 }
 
 extern "C" bool ttrt_cb_pages_reservable_at_back(int32_t cb, int32_t n) {
-    note("cb_pages_reservable_at_back", "cb=%d, %d pages", cb, n);
+    note("cb_pages_reservable_at_back", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
     CbConfig& c = cb_cfg(k, cb, "cb_pages_reservable_at_back");
     const CbCounters& cc = k.core->cbc[cb];
@@ -152,7 +152,7 @@ extern "C" bool ttrt_cb_pages_reservable_at_back(int32_t cb, int32_t n) {
 }
 
 extern "C" bool ttrt_cb_pages_available_at_front(int32_t cb, int32_t n) {
-    note("cb_pages_available_at_front", "cb=%d, %d pages", cb, n);
+    note("cb_pages_available_at_front", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
     cb_cfg(k, cb, "cb_pages_available_at_front");
     const CbCounters& cc = k.core->cbc[cb];
@@ -160,14 +160,14 @@ extern "C" bool ttrt_cb_pages_available_at_front(int32_t cb, int32_t n) {
 }
 
 extern "C" uint32_t ttrt_get_write_ptr(uint32_t cb) {
-    note("get_write_ptr", "cb=%u", cb);
+    note("get_write_ptr", "cb=%llu", cb);
     Kernel& k = cur();
     cb_cfg(k, int32_t(cb), "get_write_ptr");
     return k.cb[cb].wr;
 }
 
 extern "C" uint32_t ttrt_get_read_ptr(uint32_t cb) {
-    note("get_read_ptr", "cb=%u", cb);
+    note("get_read_ptr", "cb=%llu", cb);
     Kernel& k = cur();
     cb_cfg(k, int32_t(cb), "get_read_ptr");
     if (k.cb[cb].waited == 0) {
@@ -178,7 +178,7 @@ extern "C" uint32_t ttrt_get_read_ptr(uint32_t cb) {
 }
 
 extern "C" uint32_t ttrt_compute_tile_address(uint32_t cb, uint32_t tile_index) {
-    note("get_tile_address", "cb=%u, tile %u", cb, tile_index);
+    note("get_tile_address", "cb=%llu, tile %llu", cb, tile_index);
     Kernel& k = cur();
     CbConfig& c = cb_cfg(k, int32_t(cb), "get_tile_address");
     if (tile_index >= k.cb[cb].waited) {
@@ -292,7 +292,7 @@ static void count_transfer(Kernel& k, const Target& t, uint32_t size, bool is_re
 // ------------------------------------------------------------------ NoC transfers
 
 extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const char* api) {
-    note(api, "src=%s, dst=%s, %u B", hex(src).c_str(), hex(dst).c_str(), size);
+    note(api, "src=0x%llx, dst=0x%llx, %llu B", src, dst, size);
     Kernel& k = cur();
     Core& me = *k.core;
     if (size == 0) return;
@@ -320,7 +320,7 @@ extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const c
 }
 
 extern "C" void ttrt_noc_write(uint32_t src, uint64_t dst, uint32_t size, const char* api) {
-    note(api, "src=%s, dst=%s, %u B", hex(src).c_str(), hex(dst).c_str(), size);
+    note(api, "src=0x%llx, dst=0x%llx, %llu B", src, dst, size);
     Kernel& k = cur();
     Core& me = *k.core;
     if (size == 0) return;
@@ -416,7 +416,7 @@ static uint32_t local_addr(Kernel& k, volatile uint32_t* p, const char* api) {
 }
 
 extern "C" void ttrt_sem_inc(uint64_t dst, uint32_t incr) {
-    note("noc_semaphore_inc", "addr=%s, +%u", hex(dst).c_str(), incr);
+    note("noc_semaphore_inc", "addr=0x%llx, +%llu", dst, incr);
     Kernel& k = cur();
     const int x = int((dst >> NOC_LOCAL_BITS) & 0x3F), y = int((dst >> (NOC_LOCAL_BITS + 6)) & 0x3F);
     const uint64_t local = dst & ((1ull << NOC_LOCAL_BITS) - 1);
@@ -446,7 +446,7 @@ extern "C" void ttrt_sem_inc(uint64_t dst, uint32_t incr) {
 }
 
 extern "C" void ttrt_sem_set(volatile uint32_t* sem, uint32_t value) {
-    note("noc_semaphore_set", "addr=%s, %u", hex(uintptr_t(sem)).c_str(), value);
+    note("noc_semaphore_set", "addr=0x%llx, %llu", uintptr_t(sem), value);
     Kernel& k = cur();
     const uint32_t a = local_addr(k, sem, "noc_semaphore_set");
     std::memcpy(k.core->l1 + a, &value, 4);
@@ -455,7 +455,7 @@ extern "C" void ttrt_sem_set(volatile uint32_t* sem, uint32_t value) {
 
 extern "C" void ttrt_sem_wait(volatile uint32_t* sem, uint32_t value, int at_least) {
     const char* api = at_least ? "noc_semaphore_wait_min" : "noc_semaphore_wait";
-    note(api, "addr=%s, %s%u", hex(uintptr_t(sem)).c_str(), at_least ? ">=" : "==", value);
+    note(api, at_least ? "addr=0x%llx, >=%llu" : "addr=0x%llx, ==%llu", uintptr_t(sem), value);
     Kernel& k = cur();
     Wait w;
     w.kind = WaitKind::Sem;
@@ -474,7 +474,7 @@ extern "C" void ttrt_note_call(const char* api) { note(api); }
 extern "C" [[noreturn]] void ttrt_fail(const char* message) { fail(message); }
 
 extern "C" void ttrt_bad_arg_index(int common, int idx, uint32_t count) {
-    note(common ? "get_common_arg_val" : "get_arg_val", "%d", idx);
+    note(common ? "get_common_arg_val" : "get_arg_val", "%lld", idx);
     fail(std::string(common ? "get_common_arg_val" : "get_arg_val") + ": index " + std::to_string(idx) + " but the " +
          (common ? "kernel has " : "core has ") + std::to_string(count) + (common ? " common" : "") + " runtime args");
 }

@@ -51,18 +51,23 @@ Kernel& cur() {
     return *g.cur;
 }
 
-void note(const char* api, const char* fmt, ...) {
+void note_raw(const char* api, const char* fmt, const unsigned long long* argv, int argc) {
     g_progress.fetch_add(1, std::memory_order_relaxed);
     Kernel& k = cur();
     k.last_call = api;
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        std::vsnprintf(k.last_args, sizeof k.last_args, fmt, ap);
-        va_end(ap);
-    } else {
-        k.last_args[0] = 0;
+    k.last_fmt = fmt;
+    for (int i = 0; i < argc && i < 5; ++i) k.last_argv[i] = argv[i];
+}
+
+std::string call_text(const Kernel& k) {
+    std::string s = k.last_call ? k.last_call : "?";
+    if (k.last_fmt) {
+        char buf[200];
+        const unsigned long long* a = k.last_argv;
+        std::snprintf(buf, sizeof buf, k.last_fmt, a[0], a[1], a[2], a[3], a[4]);
+        s += "(" + std::string(buf) + ")";
     }
+    return s;
 }
 
 void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag) {
@@ -194,7 +199,7 @@ static void fiber_main() {
     k.entry();
     g_progress.fetch_add(1, std::memory_order_relaxed);
     k.last_call = "(kernel end)";
-    k.last_args[0] = 0;
+    k.last_fmt = nullptr;
     check_kernel_end(k);
     k.state = Kernel::Done;
     swapcontext(&k.ctx, &g.sched_ctx);
@@ -281,9 +286,10 @@ void start_watchdog() {
             const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
             if (idle >= g.watchdog_seconds) {
                 Kernel* k = g.cur;
-                std::string who = k ? kernel_label(k) : std::string("the runtime");
+                char secs[32];
+                std::snprintf(secs, sizeof secs, "%.1f", idle);
                 write_error_report("watchdog",
-                                   who + " made no API call for " + std::to_string(idle) +
+                                   std::string(k ? "the kernel" : "the runtime") + " made no API call for " + secs +
                                        " s (a loop that polls memory without an API call never ends here)",
                                    k);
                 _exit(5);

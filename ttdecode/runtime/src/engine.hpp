@@ -109,7 +109,8 @@ struct Kernel {
     bool started = false;
     Wait wait;
     const char* last_call = "(kernel start)";
-    char last_args[160] = "";
+    const char* last_fmt = nullptr;       // printf format of the arguments (all %ll*), formatted on report
+    unsigned long long last_argv[5] = {};
     CbView cb[kNumCbs];
     std::vector<PendingRead> reads;
     std::vector<PendingWrite> writes;
@@ -166,7 +167,15 @@ std::string hex(uint64_t v);
 std::string core_name(const Core* c);
 std::string kernel_label(const Kernel* k);
 Kernel& cur();
-void note(const char* api, const char* fmt = nullptr, ...);
+// Records the API call a kernel is in (formatted only when a report needs it).
+void note_raw(const char* api, const char* fmt, const unsigned long long* argv, int argc);
+inline void note(const char* api) { note_raw(api, nullptr, nullptr, 0); }
+template <typename... A>
+inline void note(const char* api, const char* fmt, A... a) {
+    const unsigned long long argv[] = {(unsigned long long)(a)...};
+    note_raw(api, fmt, argv, int(sizeof...(A)));
+}
+std::string call_text(const Kernel& k);  // "api(args)"
 void block_until(const Wait& w);
 bool wait_satisfied(const Kernel& k);
 std::string describe_wait(const Kernel& k);

@@ -15,6 +15,7 @@
 
 #include "compute.hpp"
 #include "engine.hpp"
+#include "fast_unpack.hpp"
 #include "report.hpp"
 
 namespace ttrt {
@@ -38,10 +39,19 @@ static std::string unescape(const std::string& s) {
     return o == "-" ? std::string() : o;
 }
 
-static void read_file(const std::string& path, std::vector<uint8_t>& out, size_t expect) {
-    std::ifstream f(path, std::ios::binary);
+static void read_whole(const std::string& path, std::vector<uint8_t>& out) {
+    FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) fail_kind("internal", "cannot read " + path);
-    out.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    std::fseek(f, 0, SEEK_END);
+    out.resize(size_t(std::ftell(f)));
+    std::fseek(f, 0, SEEK_SET);
+    const size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), f);
+    std::fclose(f);
+    if (got != out.size()) fail_kind("internal", "short read of " + path);
+}
+
+static void read_file(const std::string& path, std::vector<uint8_t>& out, size_t expect) {
+    read_whole(path, out);
     if (out.size() != expect) {
         fail_kind("internal", path + ": " + std::to_string(out.size()) + " bytes, expected " + std::to_string(expect));
     }
@@ -176,11 +186,7 @@ static void parse_program(const std::string& path) {
             k->fidelity = fid;
             k->core->k[slot] = k;
             g.kernels.push_back(k);
-            if (!libs.count(k->so_path)) {
-                std::ifstream lf(k->so_path, std::ios::binary);
-                if (!lf) fail_kind("internal", "cannot read kernel library " + k->so_path);
-                libs[k->so_path].assign(std::istreambuf_iterator<char>(lf), std::istreambuf_iterator<char>());
-            }
+            if (!libs.count(k->so_path)) read_whole(k->so_path, libs[k->so_path]);
         } else if (tag == "rta" || tag == "crta") {
             int ci, slot;
             size_t n;
@@ -217,8 +223,31 @@ static void parse_program(const std::string& path) {
 
 }  // namespace ttrt
 
+// Checks fast_unpack_tile against ttdecode::formats::unpack_tile on pseudo-random tiles of every
+// format (specials included); prints the number of mismatching tiles.
+static int self_test() {
+    namespace f = ttdecode::formats;
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    auto next = [&] { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; return seed; };
+    int bad = 0;
+    for (int t = 0; t < 2000; ++t) {
+        for (f::DataFormat fmt : {f::DataFormat::Float32, f::DataFormat::Float16_b, f::DataFormat::Bfp8_b,
+                                  f::DataFormat::Bfp4_b}) {
+            uint8_t img[4096];
+            for (auto& b : img) b = uint8_t(next());
+            float want[1024], got[1024];
+            f::unpack_tile(fmt, img, want);
+            ttrt::fast_unpack_tile(fmt, img, got);
+            bad += std::memcmp(want, got, sizeof want) != 0;
+        }
+    }
+    std::printf("fast_unpack mismatches: %d\n", bad);
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     using namespace ttrt;
+    if (argc == 2 && std::strcmp(argv[1], "--self-test") == 0) return self_test();
     if (argc != 2) {
         std::fprintf(stderr, "usage: %s <program.txt>\n", argv[0]);
         return 1;

@@ -40,8 +40,7 @@ static std::string kernel_json(const Kernel& k) {
         case Kernel::Blocked: state = "blocked"; break;
         case Kernel::Ready: state = k.started && &k == g.cur ? "running" : "ready"; break;
     }
-    std::string call = std::string(k.last_call ? k.last_call : "?");
-    if (k.last_args[0]) call += "(" + std::string(k.last_args) + ")";
+    const std::string call = call_text(k);
     std::string s = "{\"core\": [" + std::to_string(k.core->lx) + ", " + std::to_string(k.core->ly) + "]";
     s += ", \"kind\": " + json_str(kind_name(k.kind));
     s += ", \"name\": " + json_str(k.name);
