@@ -32,6 +32,7 @@ from typing import Any, Optional, Union
 import torch
 
 from ttdecode.validate import DecodeInputs, TensorMeta, fail, validate_decode
+from ttdecode.formats import DataType
 
 __all__ = [
     "BACKENDS",
@@ -204,15 +205,9 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
 
 def _dequantize(meta: TensorMeta) -> torch.Tensor:
     """The exact values the kernels would read, as float64 (torch floats pass through bfloat16)."""
-    if meta.kind == "torch":
-        return meta.obj.detach().to("cpu").to(torch.bfloat16).to(torch.float64)
-    if meta.kind == "tile":
-        from ttdecode.tensor import dequantize
+    from ttdecode.tensor import dequantize
 
-        return dequantize(meta.obj).to(torch.float64)
-    import ttnn  # a ttnn tensor came in, so ttnn is imported already
-
-    return ttnn.to_torch(meta.obj).to(torch.float64)
+    return dequantize(meta.obj, default_dtype=DataType.bfloat16)
 
 
 def _run_reference(inputs: DecodeInputs) -> Result:
