@@ -45,6 +45,7 @@ constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
 constexpr uint32_t dst_tiles = get_compile_time_arg_val(6);  // usable DST tiles (4 with fp32, half-sync)
 constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of the softmax scale
 constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
+constexpr uint32_t inv_scale_bits = get_compile_time_arg_val(9);  // float32 bits of 1 / scale
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -128,8 +129,9 @@ void add_scratch_tiles(uint32_t out_cb, uint32_t out_index) {
 
 // ---- one chunk ----------------------------------------------------------------------------------
 
-// S = Q_qi . K^T over the chunk's `tiles` key tiles. The tile holding cur_pos (mask_tile) starts
-// from the mask in DST and the matmul accumulates on top, so keys past cur_pos become -inf.
+// S = Q_qi . K^T over the chunk's `tiles` key tiles, for the row max only. The tile holding
+// cur_pos (mask_tile) starts from the mask in DST and the matmul accumulates on top, so keys past
+// cur_pos become -inf.
 void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t mask_tile) {
     cb_reserve_back(cb_scores, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
@@ -168,6 +170,7 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     pack_block(next.max, 0, 1);  // pack indices count from the last push
     cb_push_back(next.max, 1);
     cb_wait_front(next.max, qi + 1);
+    cb_pop_front(cb_scores, max_chunk_tiles);
 }
 
 // alpha = exp((m_old - m_new) * scale): the factor that rescales row qi's old l and O.
@@ -181,23 +184,33 @@ void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
     cb_wait_front(cb_alpha, 2);
 }
 
-// P = exp((S - m_new) * scale), m_new broadcast along each row.
-void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
+// P = exp((S - m_new) * scale). DST starts from (mask or 0) - m_new, broadcast along each row,
+// and the matmul accumulates Q . K^T on top, so the scores enter the exponent in full fp32: the
+// copies in cb_scores were rounded to TF32 by the unpacker, which only the row max saw (any
+// stabilizer serves, and m is exact in TF32, so m enters exactly too).
+void chunk_probs(uint32_t qi, uint32_t tiles, uint32_t mask_tile, const Running& next) {
     cb_reserve_back(cb_probs, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
         const uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
         tile_regs_acquire();
-        use_operands(cb_scores, next.max);
-        sub_bcast_cols_init(cb_scores, next.max);
         for (uint32_t j = 0; j < n; ++j) {
-            sub_tiles_bcast_cols(cb_scores, next.max, j0 + j, qi, j);
+            const uint32_t start = j0 + j == mask_tile ? cb_mask : cb_zeros;
+            use_operands(start, next.max);
+            sub_bcast_cols_init(start, next.max);
+            sub_tiles_bcast_cols(start, next.max, 0, qi, j);
+        }
+        use_matmul_operands(cb_q, cb_k);
+        matmul_init(cb_q, cb_k, 1 /* transpose K */);
+        for (uint32_t j = 0; j < n; ++j) {
+            for (uint32_t d = 0; d < d_tiles; ++d) {
+                matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
+            }
         }
         scaled_exp(n);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
     cb_wait_front(cb_probs, max_chunk_tiles);
-    cb_pop_front(cb_scores, max_chunk_tiles);
 }
 
 // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
@@ -275,7 +288,7 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint
         if (old != nullptr) {
             chunk_alpha(qi, *old, next);
         }
-        chunk_probs(qi, tiles, next);
+        chunk_probs(qi, tiles, mask_tile, next);
         chunk_row_sum(qi, tiles, old, next);
         chunk_output(qi, tiles, old, next);
         cb_pop_front(cb_probs, max_chunk_tiles);
@@ -381,17 +394,24 @@ void finish_root(const Running& set) {
         cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
+            // LSE = scale * (m + log(l) / scale): m is exact in the FPU's TF32 operands (it is a
+            // max of TF32 scores), so only the small log term is rounded there.
             tile_regs_acquire();
             copy_to_dst(set.sum, qi, 0);
             log_tile_init();
             log_tile(0);
-            pack_to_scratch(cb_scores);
+            binop_with_scalar_tile_init();
+            mul_unary_tile(0, inv_scale_bits);
+            pack_to_scratch(cb_probs);
+            cb_wait_front(cb_probs, max_chunk_tiles);
             tile_regs_acquire();
-            copy_to_dst(set.max, qi, 0);
+            use_operands(set.max, cb_probs);
+            add_init(set.max, cb_probs);
+            add_tiles(set.max, cb_probs, qi, 0, 0);
             binop_with_scalar_tile_init();
             mul_unary_tile(0, scale_bits);
-            pack_to_scratch(cb_probs);
-            add_scratch_tiles(cb_lse, qi);
+            pack_block(cb_lse, qi, 1);
+            cb_pop_front(cb_probs, max_chunk_tiles);
         }
     }
     cb_push_back(cb_out, acc_tiles);
@@ -436,6 +456,7 @@ void kernel_main() {
     // Constant tiles from the writer and the positions from the reader stay for the whole kernel.
     cb_wait_front(cb_scaler, 1);
     cb_wait_front(cb_ones, 1);
+    cb_wait_front(cb_zeros, 1);
     cb_wait_front(cb_pos_compute, 1);
 
     for (uint32_t p = 0; p < num_pieces; ++p) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// FlashDecode writer (BRISC). Makes the constant tiles (reduce scaler, ones) and each
+// FlashDecode writer (BRISC). Makes the constant tiles (reduce scaler, ones, zeros) and each
 // root's causal mask; moves partial results up the merge tree; writes the roots' output rows and
 // LSE rows to DRAM.
 //
@@ -93,6 +93,7 @@ void kernel_main() {
     // Constant tiles for the compute kernel.
     push_constant_tile(cb_scaler, [](uint32_t row, uint32_t) { return row % FACE == 0 ? BF16_ONE : (uint16_t)0; });
     push_constant_tile(cb_ones, [](uint32_t, uint32_t) { return BF16_ONE; });
+    push_constant_tile(cb_zeros, [](uint32_t, uint32_t) { return (uint16_t)0; });
 
     // Scratch: a block of zero rows (the output of a skipped user) followed by one LSE row.
     const uint32_t zeros_l1 = get_write_ptr(cb_staging);

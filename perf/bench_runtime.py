@@ -80,7 +80,7 @@ def main() -> None:
         prog = multicore_tile_op("matmul", grid(1, 1), 1, 1)
         r = run_program(prog)
         rows.append(("runner build (once per runtime version)", f"{runner_s:.2f} s", "-"))
-        rows.append(("first compile, 3 kernels (parallel)", f"{r.compile_seconds:.2f} s", "<= 5 s per kernel"))
+        rows.append(("first compile, 3 kernels (2 at a time)", f"{r.compile_seconds:.2f} s", "<= 5 s per kernel"))
         if old is None:
             del os.environ["TTDECODE_CACHE"]
         else:
@@ -93,10 +93,12 @@ def main() -> None:
     start_total = r.compile_seconds + r.run_seconds
     rows.append(("cached start+run, 64 cores x 3 kernels", f"{start_total:.3f} s", "<= 0.5 s"))
     # 3. Throughput on one core.
-    mm = timed(multicore_tile_op("matmul", grid(1, 1), 16, 32))
-    rows.append(("tile matmul throughput (1 core)", f"{mm.counters.tiles('matmul') / mm.run_seconds:,.0f} tiles/s", "-"))
-    ex = timed(multicore_tile_op("exp", grid(1, 1), 512, 1))
-    rows.append(("exp throughput incl. copy+pack (1 core)", f"{ex.counters.tiles('exp') / ex.run_seconds:,.0f} tiles/s", "-"))
+    mm = timed(multicore_tile_op("matmul", grid(1, 1), 64, 32))
+    rows.append(("tile matmul throughput (1 core, 2048 tiles)",
+                 f"{mm.counters.tiles('matmul') / mm.run_seconds:,.0f} tiles/s", "-"))
+    ex = timed(multicore_tile_op("exp", grid(1, 1), 4096, 1))
+    rows.append(("exp throughput incl. copy+pack (1 core, 4096 tiles)",
+                 f"{ex.counters.tiles('exp') / ex.run_seconds:,.0f} tiles/s", "-"))
     # 4. Decode-sized work: 64 cores x 256 bfp8 matmuls, then 64 cores x 32 exp tiles.
     dm = timed(multicore_tile_op("matmul", cores64, 8, 32, dtype=BFP8), repeat=1)
     de = timed(multicore_tile_op("exp", cores64, 32, 1), repeat=1)

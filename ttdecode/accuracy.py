@@ -7,7 +7,10 @@ inputs, so they measure the kernels' own arithmetic, not the input formats.
   cannot see (PCC is invariant to scaling, which is how a 2.6% error can pass PCC 0.999);
 - ``pcc(a, ref)``: Pearson correlation, the metric tt-metal's tests use.
 
-Skipped users (all-zero rows) and -inf LSE entries are compared exactly by the tests, not here.
+The LSE (natural log of the softmax denominator) is checked by its absolute error instead: an
+error d in the LSE scales the denominator it stands for by e^d, so ``max_lse_abs`` = 1e-2 is the
+same 1% budget as the output's; PCC over a handful of near-equal LSE values says little. An LSE of
+-inf (a skipped user) must be -inf exactly.
 """
 
 from __future__ import annotations
@@ -16,19 +19,21 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Thresholds", "THRESHOLDS", "rel_l2", "pcc", "check_close"]
+__all__ = ["Thresholds", "THRESHOLDS", "rel_l2", "pcc", "check_close", "check_lse"]
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """A result passes when rel_l2 <= max_rel_l2 and pcc >= min_pcc."""
+    """An output passes when rel_l2 <= max_rel_l2 and pcc >= min_pcc; an LSE when every finite
+    entry is within max_lse_abs of the reference."""
 
     max_rel_l2: float
     min_pcc: float
+    max_lse_abs: float
 
 
-#: Output and LSE thresholds for bf16, bfloat8_b and bfloat4_b K/V (against the dequantized K/V).
-THRESHOLDS = Thresholds(max_rel_l2=1e-2, min_pcc=0.9999)
+#: Thresholds for bf16, bfloat8_b and bfloat4_b K/V (against the dequantized K/V).
+THRESHOLDS = Thresholds(max_rel_l2=1e-2, min_pcc=0.9999, max_lse_abs=1e-2)
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -72,3 +77,22 @@ def check_close(a: torch.Tensor, ref: torch.Tensor, what: str, thresholds: Thres
             f"{what}: rel_l2 {e:.3e} (max {thresholds.max_rel_l2:.0e}), pcc {c:.6f} (min {thresholds.min_pcc})"
         )
     return e, c
+
+
+def check_lse(a: torch.Tensor, ref: torch.Tensor, what: str, thresholds: Thresholds = THRESHOLDS) -> float:
+    """Assert -inf exactly where the reference has it and |a - ref| <= max_lse_abs elsewhere;
+    returns the largest absolute error."""
+    x, r = _flat(a), _flat(ref)
+    if x.shape != r.shape:
+        raise ValueError(f"check_lse: shapes differ: {tuple(a.shape)} vs {tuple(ref.shape)}")
+    skipped = torch.isneginf(r)
+    if not torch.equal(torch.isneginf(x), skipped):
+        raise AssertionError(f"{what}: -inf at {torch.isneginf(x).nonzero().flatten().tolist()[:8]}, "
+                             f"the reference at {skipped.nonzero().flatten().tolist()[:8]}")
+    live_x, live_r = x[~skipped], r[~skipped]
+    if not torch.isfinite(live_x).all():
+        raise AssertionError(f"{what}: non-finite LSE where the reference is finite")
+    err = (live_x - live_r).abs().max().item() if live_x.numel() else 0.0
+    if err > thresholds.max_lse_abs:
+        raise AssertionError(f"{what}: LSE off by {err:.3e} (max {thresholds.max_lse_abs:.0e})")
+    return err

@@ -33,14 +33,14 @@ from typing import Sequence
 
 from ttdecode.formats import DataType
 from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, CoreCoord
+# the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
+from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 TILE = 32
 #: Largest dynamic chunk, in tiles (k_chunk_size = 0).
 DYNAMIC_CHUNK_MAX_TILES = 8
 #: Deepest reduction tree the kernels support (2^6 = 64 pieces per work).
 MAX_ROUNDS = 6
-#: L1 kept by firmware and the kernel config at the bottom of every core (Wormhole, tt-metal 0.81).
-L1_RESERVED_BYTES = 0x19000  # refined to the runtime's L1_UNRESERVED_BASE when known
 
 _TILE_BYTES = {
     DataType.float32: 4096,
@@ -230,7 +230,8 @@ class DecodePlan:
 
     @property
     def l1_bytes_per_core(self) -> int:
-        return L1_RESERVED_BYTES + sum(cb.total_size for cb in self.circular_buffers)
+        return L1_UNRESERVED_BASE + sum(-(-cb.total_size // CB_ALIGNMENT) * CB_ALIGNMENT
+                                        for cb in self.circular_buffers)
 
     @property
     def active_cores(self) -> tuple[CoreCoord, ...]:
@@ -306,6 +307,7 @@ def flash_decode_cbs(
         (19, "out", bf16, 2048, q_tiles * dv_tiles),
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
+        (22, "zeros", bf16, 2048, 1),  # a zero tile (the start of an unmasked score tile)
     ]
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
 
@@ -488,7 +490,7 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
         lines.append(f"... {len(plan.pieces) - max_rows} more pieces")
     lines.append("")
     lines.append(f"L1 per core: {plan.l1_bytes_per_core / 1024:.1f} KiB of {L1_BYTES_PER_CORE // 1024} KiB "
-                 f"(reserved {L1_RESERVED_BYTES // 1024} KiB)")
+                 f"(firmware and kernel config below {L1_UNRESERVED_BASE:#x})")
     for cb in plan.circular_buffers:
         lines.append(f"  cb{cb.index:<3} {cb.name:<12} {cb.data_format.value:<10} {cb.num_pages:>4} x {cb.page_size:>5} B = {cb.total_size / 1024:8.1f} KiB")
     return "\n".join(lines)

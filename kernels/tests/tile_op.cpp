@@ -8,6 +8,9 @@
 // output for matmul/reduce), transpose (matmul), DST index used.
 // Fault defines: MISSING_INIT (binary op after reduce_init), SKIP_REGS_WAIT (pack without tile_regs_wait),
 // READ_UNWAITED_TILE (unpacks a tile beyond the ones waited for).
+// PACK_UNWRITTEN (packs DST index d + 1, never written), SKIP_HW_STARTUP (binary ops without
+// compute_kernel_hw_startup: the unpacker formats are never configured).
+// MUL_ONTO_COPY (with OP_MUL): copies in0 into the DST tile first, then mul_tiles into the same tile.
 #include <cstdint>
 
 #include "api/compute/bcast.h"
@@ -28,7 +31,11 @@ static void emit(uint32_t d) {
     tile_regs_wait();
 #endif
     cb_reserve_back(out, 1);
+#ifdef PACK_UNWRITTEN
+    pack_tile(d + 1, out);
+#else
     pack_tile(d, out);
+#endif
     cb_push_back(out, 1);
     tile_regs_release();
 }
@@ -97,7 +104,9 @@ void kernel_main() {
         cb_pop_front(in1, kt);
     }
 #else
+#ifndef SKIP_HW_STARTUP
     compute_kernel_hw_startup(in0, in1, out);
+#endif
 #if defined(MISSING_INIT)
     reduce_init<PoolType::SUM, ReduceDim::REDUCE_ROW>(in0, in1, out);
 #elif defined(OP_ADD)
@@ -125,6 +134,11 @@ void kernel_main() {
 #elif defined(OP_SUB)
         sub_tiles(in0, in1, t0, 0, d);
 #elif defined(OP_MUL)
+#ifdef MUL_ONTO_COPY
+        copy_init(in0);
+        copy_tile(in0, 0, d);
+        mul_init(in0, in1);
+#endif
         mul_tiles(in0, in1, t0, 0, d);
 #elif defined(OP_SUB_BCAST_COLS)
         sub_tiles_bcast_cols(in0, in1, t0, 0, d);

@@ -114,3 +114,24 @@ def test_null_pointer_write_becomes_a_kernel_error():
 def test_polling_memory_without_api_calls_trips_the_watchdog():
     err = fails(copy_with(reader=["SPIN_WITHOUT_API"]), "made no API call for")
     assert err.kind == "watchdog"
+
+
+def test_failed_assert_names_the_condition_and_the_kernel():
+    fails(copy_with(reader=["ASSERT_TILE_COUNT"]), "reader kernel 'copy_reader'", "ASSERT failed: n == 1000")
+
+
+def test_dprint_lines_reach_stderr_with_the_core(capsys):
+    run_program(copy_with(reader=["PRINT_COUNT"]))
+    assert "core (0, 0) reader: tiles 2" in capsys.readouterr().err
+
+
+def test_packing_a_dst_tile_that_was_never_written_is_caught():
+    a = torch.randn(32, 32)
+    fails(tile_op_program("add", {0: a, 1: a}, 1, extra_defines={"PACK_UNWRITTEN": ""}),
+          "pack_tile: DST tile 1 was not written since tile_regs_acquire")
+
+
+def test_unpacking_with_unconfigured_formats_is_caught():
+    a = torch.randn(32, 32)
+    fails(tile_op_program("add", {0: a, 1: a}, 1, extra_defines={"SKIP_HW_STARTUP": ""}),
+          "add_tiles: unpacker srcA is configured for (not configured) but CB 0 holds Float16_b")

@@ -63,6 +63,7 @@ def _config_header(kernel: Kernel, cb_formats: dict[int, layout.CbPlacement]) ->
         f"#define TTRT_MATH_APPROX_MODE {'true' if cs and cs.math_approx_mode else 'false'}",
         f"#define TTRT_MATH_FIDELITY {_FIDELITY[cs.math_fidelity.value] if cs else 4}",
         f"#define TTRT_DST_FULL_SYNC_EN {'true' if cs and cs.dst_full_sync_en else 'false'}",
+        f"#define TTRT_COMPUTE_KERNEL {1 if cs else 0}",
         "",
     ]
     return "\n".join(lines)
@@ -153,7 +154,7 @@ def _write_program(program: Program, lay: _Layout, libs: dict[int, Path], work: 
     for i, t in enumerate(program.tensors):
         p = lay.tensors[t.name]
         inp = "-"
-        if t.data is not None and not t.is_output:
+        if t.data is not None:
             inp = str(work / f"in{i}.bin")
             Path(inp).write_bytes(t.data)
         out.append(f"tensor {_enc(t.name)} {p.base} {p.page_size} {p.aligned_page} {p.num_pages} {_enc(inp)} "
@@ -271,6 +272,9 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0) -> RunResult
         t1 = time.perf_counter()
         proc = subprocess.run([str(runner), str(prog_file)], capture_output=True, text=True)
         run_seconds = time.perf_counter() - t1
+        for line in proc.stderr.splitlines():  # DPRINT output of the kernels
+            if line.startswith("DPRINT "):
+                print(line[7:], file=sys.stderr)
         if proc.returncode != 0:
             _raise_failure(work, proc)
         tensors: dict[str, bytes] = {}

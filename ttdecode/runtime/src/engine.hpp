@@ -186,6 +186,8 @@ uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what);
 // Kernel exit checks (pending transfers, reserved pages).
 void check_kernel_end(Kernel& k);
 
+uint32_t cb_limit(const CbConfig& c);  // end address of a CB
+bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn);
 // DRAM bank of a NoC (x, y) or -1; and tensor lookup within a bank.
 int dram_channel_of(int x, int y);
 Core* core_at_noc(int x, int y);

@@ -134,7 +134,8 @@ static void parse_program(const std::string& path) {
             t.in_path = unescape(inp);
             t.out_path = unescape(outp);
             t.per_bank = t.aligned_page * ((t.num_pages + kNumBanks - 1) / kNumBanks);
-            for (auto& b : t.bank) b.assign(t.per_bank, 0);
+            // An output starts as poison (0xFF: NaN in every float format), as uninitialised DRAM would.
+            for (auto& b : t.bank) b.assign(t.per_bank, t.in_path.empty() ? 0xFF : 0);
             if (!t.in_path.empty()) {
                 std::vector<uint8_t> img;
                 read_file(t.in_path, img, size_t(t.page_size) * t.num_pages);

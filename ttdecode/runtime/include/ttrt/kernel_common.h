@@ -29,18 +29,25 @@ constexpr uint8_t noc_index = NOC_INDEX;
 // The runner reports an out-of-range argument index with the core and kernel.
 extern "C" void ttrt_bad_arg_index(int common, int idx, uint32_t count);
 
-static FORCE_INLINE uintptr_t get_arg_addr(int arg_idx) {
+// Compute kernels get a 32-bit address, dataflow kernels a uintptr_t (as the two tt-metal headers do).
+#if TTRT_COMPUTE_KERNEL
+using ttrt_arg_addr_t = uint32_t;
+#else
+using ttrt_arg_addr_t = uintptr_t;
+#endif
+
+static FORCE_INLINE ttrt_arg_addr_t get_arg_addr(int arg_idx) {
     if (arg_idx < 0 || (uint32_t)arg_idx >= rta_count) {
         ttrt_bad_arg_index(0, arg_idx, rta_count);
     }
-    return (uintptr_t)&rta_l1_base[arg_idx];
+    return (ttrt_arg_addr_t)(uintptr_t)&rta_l1_base[arg_idx];
 }
 
-static FORCE_INLINE uintptr_t get_common_arg_addr(int arg_idx) {
+static FORCE_INLINE ttrt_arg_addr_t get_common_arg_addr(int arg_idx) {
     if (arg_idx < 0 || (uint32_t)arg_idx >= crta_count) {
         ttrt_bad_arg_index(1, arg_idx, crta_count);
     }
-    return (uintptr_t)&crta_l1_base[arg_idx];
+    return (ttrt_arg_addr_t)(uintptr_t)&crta_l1_base[arg_idx];
 }
 
 template <typename T>

@@ -196,26 +196,10 @@ inline void noc_async_write(
     ttrt_noc_write(src_local_l1_addr, dst_noc_addr, size, "noc_async_write");
 }
 
-// Page size of an address generator, as the device's noc_async_read_page works it out: the aligned
-// page size when the generator has one, else its page size.
-template <typename, typename = void>
-inline constexpr bool ttrt_has_aligned_page_size_v = false;
-template <typename T>
-inline constexpr bool ttrt_has_aligned_page_size_v<T, std::void_t<decltype(std::declval<T>().aligned_page_size)>> = true;
-
-template <typename AddrGen>
-FORCE_INLINE uint32_t ttrt_addrgen_page_size(const AddrGen& addrgen) {
-    if constexpr (ttrt_has_aligned_page_size_v<AddrGen>) {
-        return addrgen.aligned_page_size;
-    } else {
-        return addrgen.page_size;
-    }
-}
-
 template <typename AddrGen, bool enable_noc_tracing = true>
 FORCE_INLINE void noc_async_read_page(
     const uint32_t id, const AddrGen& addrgen, uint32_t dst_local_l1_addr, uint32_t offset = 0, uint8_t noc = noc_index) {
-    ttrt_noc_read(addrgen.get_noc_addr(id, offset, noc), dst_local_l1_addr, ttrt_addrgen_page_size(addrgen),
+    ttrt_noc_read(addrgen.get_noc_addr(id, offset, noc), dst_local_l1_addr, addrgen.page_size,
                   "noc_async_read_page");
 }
 

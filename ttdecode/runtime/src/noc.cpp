@@ -1,6 +1,7 @@
-// Circular buffers, NoC transfers and semaphores of the ttdecode host runtime, with the checks the
-// device relies on. Every failure names the core, the kernel and the call (see engine.cpp: fail).
+// NoC transfers, barriers and semaphores of the ttdecode host runtime. A transfer copies a snapshot of
+// its source at issue and lands at its barrier; until then the destination holds poison (0xFF).
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -13,180 +14,6 @@ constexpr uint64_t kBankHalf = 1ull << 30;  // two banks per DRAM channel: offse
 constexpr uint8_t kPoison = 0xFF;           // NaN in every float format
 
 static std::string str(uint64_t v) { return std::to_string(v); }
-
-// ------------------------------------------------------------------ circular buffers
-
-static CbConfig& cb_cfg(Kernel& k, int32_t cb, const char* api) {
-    if (cb < 0 || cb >= kNumCbs) fail(std::string(api) + ": CB index " + std::to_string(cb) + " outside 0..31");
-    CbConfig& cfg = k.core->cbcfg[cb];
-    if (!cfg.present) fail(std::string(api) + ": CB " + std::to_string(cb) + " is not configured on " + core_name(k.core));
-    return cfg;
-}
-
-static uint32_t cb_limit(const CbConfig& c) { return c.addr + c.page_size * c.num_pages; }
-
-// A CB pointer advances by whole pages and must land exactly on the end to wrap (device rule).
-static uint32_t advance(const CbConfig& c, uint32_t ptr, int32_t pages) {
-    ptr += uint32_t(pages) * c.page_size;
-    if (ptr == cb_limit(c)) ptr = c.addr;
-    return ptr;
-}
-
-static void check_contiguous(const CbConfig& c, uint32_t ptr, int32_t n, int32_t cb, const char* api, const char* side) {
-    if (uint64_t(ptr) + uint64_t(n) * c.page_size > cb_limit(c)) {
-        const uint32_t at = (ptr - c.addr) / c.page_size;
-        fail(std::string(api) + ": " + std::to_string(n) + " pages from " + side + " page " + std::to_string(at) +
-             " of CB " + std::to_string(cb) + " run past its end (" + std::to_string(c.num_pages) +
-             " pages); the pages of one call must be contiguous, so the CB size must be a multiple of the amounts "
-             "reserved/waited along a cycle");
-    }
-}
-
-static bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn) { return a < b + bn && b < a + an; }
-
-extern "C" void ttrt_cb_reserve_back(int32_t cb, int32_t n) {
-    note("cb_reserve_back", "cb=%lld, %lld pages", cb, n);
-    Kernel& k = cur();
-    CbConfig& c = cb_cfg(k, cb, "cb_reserve_back");
-    if (n < 0 || uint32_t(n) > c.num_pages) {
-        fail("cb_reserve_back: " + std::to_string(n) + " pages requested but CB " + std::to_string(cb) + " holds " +
-             std::to_string(c.num_pages) + " (this would wait forever on the device)");
-    }
-    CbView& v = k.cb[cb];
-    check_contiguous(c, v.wr, n, cb, "cb_reserve_back", "write");
-    ++k.counters.cb_calls;
-    record(k, EV_CB_RESERVE, uint16_t(cb), uint32_t(n));
-    Wait w;
-    w.kind = WaitKind::CbBack;
-    w.cb = cb;
-    w.n = uint32_t(n);
-    block_until(w);
-    v.reserved = std::max(v.reserved, uint32_t(n));
-}
-
-extern "C" void ttrt_cb_push_back(int32_t cb, int32_t n) {
-    note("cb_push_back", "cb=%lld, %lld pages", cb, n);
-    Kernel& k = cur();
-    CbConfig& c = cb_cfg(k, cb, "cb_push_back");
-    CbView& v = k.cb[cb];
-    if (n < 0 || uint32_t(n) > v.reserved) {
-        fail("cb_push_back: pushes " + std::to_string(n) + " pages of CB " + std::to_string(cb) + " but only " +
-             std::to_string(v.reserved) + " are reserved (missing or too small cb_reserve_back)");
-    }
-    const uint32_t bytes = uint32_t(n) * c.page_size;
-    for (Kernel* o : k.core->k) {
-        if (!o) continue;
-        for (const PendingRead& r : o->reads) {
-            if (overlaps(r.dst, r.size, v.wr, bytes)) {
-                fail("cb_push_back: pushes pages of CB " + std::to_string(cb) + " while a noc_async_read into " +
-                     hex(r.dst) + " (" + str(r.size) + " B) by the " + kind_name(o->kind) +
-                     " kernel is outstanding (missing noc_async_read_barrier before the push)");
-            }
-        }
-    }
-    CbCounters& cc = k.core->cbc[cb];
-    cc.received += uint32_t(n);
-    ++cc.pushes;
-    v.wr = advance(c, v.wr, n);
-    v.reserved -= uint32_t(n);
-    v.pack_next = 0;
-    ++k.counters.cb_calls;
-    record(k, EV_CB_PUSH, uint16_t(cb), uint32_t(n));
-}
-
-extern "C" void ttrt_cb_wait_front(int32_t cb, int32_t n) {
-    note("cb_wait_front", "cb=%lld, %lld pages", cb, n);
-    Kernel& k = cur();
-    CbConfig& c = cb_cfg(k, cb, "cb_wait_front");
-    if (n < 0 || uint32_t(n) > c.num_pages) {
-        fail("cb_wait_front: waits for " + std::to_string(n) + " pages but CB " + std::to_string(cb) + " holds " +
-             std::to_string(c.num_pages) + " (this would wait forever on the device)");
-    }
-    CbView& v = k.cb[cb];
-    check_contiguous(c, v.rd, n, cb, "cb_wait_front", "read");
-    ++k.counters.cb_calls;
-    record(k, EV_CB_WAIT, uint16_t(cb), uint32_t(n));
-    Wait w;
-    w.kind = WaitKind::CbFront;
-    w.cb = cb;
-    w.n = uint32_t(n);
-    block_until(w);
-    v.waited = std::max(v.waited, uint32_t(n));
-}
-
-extern "C" void ttrt_cb_pop_front(int32_t cb, int32_t n) {
-    note("cb_pop_front", "cb=%lld, %lld pages", cb, n);
-    Kernel& k = cur();
-    CbConfig& c = cb_cfg(k, cb, "cb_pop_front");
-    CbView& v = k.cb[cb];
-    if (n < 0 || uint32_t(n) > v.waited) {
-        fail("cb_pop_front: pops " + std::to_string(n) + " pages of CB " + std::to_string(cb) + " but only " +
-             std::to_string(v.waited) + " were made visible by cb_wait_front (missing or too small cb_wait_front)");
-    }
-    const uint32_t bytes = uint32_t(n) * c.page_size;
-    for (Kernel* o : k.core->k) {
-        if (!o) continue;
-        for (const PendingWrite& w : o->writes) {
-            if (!w.flushed && overlaps(w.src, w.size, v.rd, bytes)) {
-                fail("cb_pop_front: pops pages of CB " + std::to_string(cb) + " that are the source of an outstanding "
-                     "noc_async_write (" + hex(w.src) + ", " + str(w.size) + " B) by the " + kind_name(o->kind) +
-                     " kernel (missing noc_async_write_barrier or noc_async_writes_flushed before the pop)");
-            }
-        }
-    }
-    CbCounters& cc = k.core->cbc[cb];
-    cc.acked += uint32_t(n);
-    ++cc.pops;
-    v.rd = advance(c, v.rd, n);
-    v.waited -= uint32_t(n);
-    ++k.counters.cb_calls;
-    record(k, EV_CB_POP, uint16_t(cb), uint32_t(n));
-}
-
-extern "C" bool ttrt_cb_pages_reservable_at_back(int32_t cb, int32_t n) {
-    note("cb_pages_reservable_at_back", "cb=%lld, %lld pages", cb, n);
-    Kernel& k = cur();
-    CbConfig& c = cb_cfg(k, cb, "cb_pages_reservable_at_back");
-    const CbCounters& cc = k.core->cbc[cb];
-    return uint64_t(n) <= c.num_pages - (cc.received - cc.acked);
-}
-
-extern "C" bool ttrt_cb_pages_available_at_front(int32_t cb, int32_t n) {
-    note("cb_pages_available_at_front", "cb=%lld, %lld pages", cb, n);
-    Kernel& k = cur();
-    cb_cfg(k, cb, "cb_pages_available_at_front");
-    const CbCounters& cc = k.core->cbc[cb];
-    return uint64_t(n) <= cc.received - cc.acked;
-}
-
-extern "C" uint32_t ttrt_get_write_ptr(uint32_t cb) {
-    note("get_write_ptr", "cb=%llu", cb);
-    Kernel& k = cur();
-    cb_cfg(k, int32_t(cb), "get_write_ptr");
-    return k.cb[cb].wr;
-}
-
-extern "C" uint32_t ttrt_get_read_ptr(uint32_t cb) {
-    note("get_read_ptr", "cb=%llu", cb);
-    Kernel& k = cur();
-    cb_cfg(k, int32_t(cb), "get_read_ptr");
-    if (k.cb[cb].waited == 0) {
-        fail("get_read_ptr: CB " + std::to_string(cb) + " has no pages made visible by cb_wait_front in this kernel "
-             "(the read pointer is only valid between cb_wait_front and cb_pop_front)");
-    }
-    return k.cb[cb].rd;
-}
-
-extern "C" uint32_t ttrt_compute_tile_address(uint32_t cb, uint32_t tile_index) {
-    note("get_tile_address", "cb=%llu, tile %llu", cb, tile_index);
-    Kernel& k = cur();
-    CbConfig& c = cb_cfg(k, int32_t(cb), "get_tile_address");
-    if (tile_index >= k.cb[cb].waited) {
-        fail("get_tile_address: tile " + std::to_string(tile_index) + " of CB " + std::to_string(cb) + " but only " +
-             std::to_string(k.cb[cb].waited) + " pages were made visible by cb_wait_front");
-    }
-    return k.cb[cb].rd + tile_index * c.page_size;
-}
 
 // ------------------------------------------------------------------ NoC addressing
 
@@ -470,6 +297,11 @@ extern "C" void ttrt_sem_wait(volatile uint32_t* sem, uint32_t value, int at_lea
 // ------------------------------------------------------------------ misc
 
 extern "C" void ttrt_note_call(const char* api) { note(api); }
+
+extern "C" void ttrt_dprint(const char* line) {
+    Kernel& k = cur();
+    std::fprintf(stderr, "DPRINT %s %s: %s\n", core_name(k.core).c_str(), kind_name(k.kind), line);
+}
 
 extern "C" [[noreturn]] void ttrt_fail(const char* message) { fail(message); }
 

@@ -1,0 +1,268 @@
+"""The FlashDecode kernels on the host runtime against the float64 reference.
+
+Every case feeds the kernels tile images (bf16 Q; bf16 / bfloat8_b / bfloat4_b K and V) and compares
+with `sdpa_decode_reference` run on exactly those values (the images dequantized), so the figures
+measure the kernels' arithmetic. Inputs are N(0, 1) with 10x outliers at probability 0.001.
+Thresholds live in `ttdecode.accuracy.THRESHOLDS`. Position sweeps put one user per position in a
+single program to keep the number of runs low.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pytest
+import torch
+
+from ttdecode.accuracy import THRESHOLDS, check_close, check_lse
+from ttdecode.factory import run_flash_decode
+from ttdecode.formats import DataType
+from ttdecode.plan import DecodePlan, make_plan, piece_range
+from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.reference import sdpa_decode_reference
+from ttdecode.tensor import TileTensor, from_torch, to_torch
+
+BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
+
+
+def randn_with_outliers(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    """N(0, 1) with 10x outliers at probability 0.001 (the input model of tt-metal's tests)."""
+    x = torch.randn(*shape, generator=gen)
+    return torch.where(torch.rand(*shape, generator=gen) < 1e-3, 10 * x, x)
+
+
+@dataclass
+class Case:
+    plan: DecodePlan
+    out: torch.Tensor  # [1, B, NH, Dv] bf16
+    lse: Optional[torch.Tensor]  # [1, B, NH] float32
+    ref: torch.Tensor  # float64
+    ref_lse: torch.Tensor  # float64
+    result: object  # the runtime's RunResult
+
+
+def make_tensors(b: int, nh: int, nkv: int, s: int, d: int, kv: DataType, seed: int, share: bool = False):
+    gen = torch.Generator().manual_seed(seed)
+    kb = 1 if share else b
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k = from_torch(randn_with_outliers((kb, nkv, s, d), gen), kv)
+    v = from_torch(randn_with_outliers((kb, nkv, s, d), gen), kv)
+    return q, k, v
+
+
+def run_case(
+    *, b: int, nh: int, nkv: int, s: int, d: int, pos: Sequence[int], kv: DataType = BFP8,
+    grid: tuple[int, int] = (8, 8), max_cores: int = 16, k_chunk: int = 0, lse: bool = True,
+    share: bool = False, seed: int = 0, tensors: Optional[tuple[TileTensor, TileTensor, TileTensor]] = None,
+    pos_as_tensor: bool = False,
+) -> Case:
+    q, k, v = tensors if tensors is not None else make_tensors(b, nh, nkv, s, d, kv, seed, share)
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                     cur_pos=None if pos_as_tensor else list(pos), grid=grid, max_cores_per_head_batch=max_cores,
+                     k_chunk_size=k_chunk, return_lse=lse, share_cache=share)
+    source = torch.tensor(list(pos), dtype=torch.int32) if pos_as_tensor else None
+    scale = 1.0 / math.sqrt(d)
+    out, out_lse, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=source, scale=scale,
+                                            compute=ComputeSettings())
+    ref, ref_lse = sdpa_decode_reference(
+        to_torch(q).double(), to_torch(k).double(), to_torch(v).double(), cur_pos=list(pos), scale=scale,
+        share_cache=share, return_lse=True,
+    )
+    return Case(plan, out, out_lse, ref, ref_lse, result)
+
+
+def assert_users_close(case: Case, users: Sequence[int], what: str) -> tuple[float, float]:
+    """Every listed user passes on its own (output and LSE); returns the worst (rel_l2, pcc)."""
+    worst_e, worst_c = 0.0, 1.0
+    for u in users:
+        e, c = check_close(case.out[:, u], case.ref[:, u], f"{what}: user {u} output")
+        worst_e, worst_c = max(worst_e, e), min(worst_c, c)
+        if case.lse is not None:
+            check_lse(case.lse[:, u], case.ref_lse[:, u], f"{what}: user {u} LSE")
+    return worst_e, worst_c
+
+
+def kv_bytes_of_valid_tiles(plan: DecodePlan, pos: Sequence[int], tile_bytes: int) -> int:
+    """K+V bytes of every tile up to the one holding cur_pos, over all users and KV heads."""
+    tiles = sum((p + 32) // 32 for p in pos if p >= 0)
+    return tiles * plan.num_kv_heads * (plan.d_tiles + plan.dv_tiles) * tile_bytes
+
+
+# ---- position sweeps ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "max_cores, kv, k_chunk, pieces",
+    [
+        (1, BF16, 0, 1),
+        (2, BFP8, 32, 2),
+        (3, BFP8, 64, 3),
+        (5, BFP4, 0, 5),
+        (8, BF16, 128, 2),  # 256 keys hold two 128-key chunks
+        (8, BFP4, 32, 8),
+        (16, BFP8, 0, 8),  # 256 keys hold 8 tiles: the planner caps the pieces at 8
+    ],
+)
+def test_every_position_of_a_256_key_cache_matches_the_reference(max_cores, kv, k_chunk, pieces) -> None:
+    s = 256
+    case = run_case(b=s, nh=8, nkv=1, s=s, d=64, pos=range(s), kv=kv, max_cores=max_cores, k_chunk=k_chunk,
+                    seed=max_cores)
+    assert case.plan.pieces_per_work == pieces
+    assert_users_close(case, range(s), f"S=256 sweep, {pieces} pieces, {kv.value}, k_chunk {k_chunk}")
+
+
+@pytest.mark.parametrize("first", [0, 128, 256, 384])
+def test_every_position_of_a_512_key_cache_with_16_pieces_per_head(first: int) -> None:
+    pos = list(range(first, first + 128))
+    case = run_case(b=128, nh=4, nkv=1, s=512, d=64, pos=pos, kv=BFP8, max_cores=16, seed=first)
+    assert case.plan.pieces_per_work == 16
+    assert_users_close(case, range(128), "S=512 sweep, 16 pieces")
+
+
+def test_position_zero_returns_the_first_value_row_exactly() -> None:
+    # One key: softmax weight 1, so every q head of the group outputs V[0] (bfp8 values are exact
+    # in bf16), whatever the number of pieces, and the LSE is the scaled score itself.
+    case = run_case(b=2, nh=8, nkv=2, s=1024, d=64, pos=[0, 0], kv=BFP8, max_cores=8)
+    v0 = to_torch(make_tensors(2, 8, 2, 1024, 64, BFP8, 0)[2])[:, :, 0, :]  # [B, NKV, D]
+    expected = v0.repeat_interleave(4, dim=1).unsqueeze(0).to(torch.bfloat16)
+    assert torch.equal(case.out, expected)
+    check_lse(case.lse, case.ref_lse, "cur_pos 0 LSE")
+
+
+def test_users_at_different_positions_and_skipped_users_share_one_program() -> None:
+    pos = [-1, 0, 31, 32, 777, -1, 1023, 500]
+    case = run_case(b=len(pos), nh=16, nkv=4, s=1024, d=128, pos=pos, kv=BFP8, max_cores=8)
+    live = [u for u, p in enumerate(pos) if p >= 0]
+    assert_users_close(case, live, "mixed batch")
+    for u in (0, 5):
+        assert torch.count_nonzero(case.out[:, u]) == 0, f"skipped user {u} must output zeros"
+    check_lse(case.lse, case.ref_lse, "mixed batch, skipped users included")
+
+
+# ---- model shapes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_llama31_8b_on_n150_reads_each_kv_byte_once(batch: int) -> None:
+    pos = [8191] if batch == 1 else [8191 - 253 * u for u in range(batch)]
+    case = run_case(b=batch, nh=32, nkv=8, s=8192, d=128, pos=pos, kv=BFP8, max_cores=16, lse=False)
+    assert case.plan.pieces_per_work == 8
+    assert_users_close(case, range(batch), f"Llama-3.1-8B N150 B={batch}")
+    readers = [kc for kc in case.result.counters.kernels if kc.kind is KernelKind.READER]
+    kv_bytes = kv_bytes_of_valid_tiles(case.plan, pos, 1088)
+    q_bytes = sum(1 for pc in case.plan.pieces if not piece_range(pos[pc.user], 0, 8, pc.index).empty) * 4 * 4 * 64
+    pos_bytes = 2 * 4 * batch * len(readers)
+    assert sum(sum(kc.dram_read_bytes) for kc in readers) == kv_bytes + q_bytes + pos_bytes
+
+
+#: Bandwidth model for the reduction check: one NoC link moves 32 B per cycle; 288 GB/s of DRAM
+#: at 1 GHz shared by the 64 cores of an 8x8 grid is 4.5 B per cycle per core.
+NOC_BYTES_PER_CYCLE = 32.0
+DRAM_BYTES_PER_CYCLE_PER_CORE = 288.0 / 64
+
+
+@pytest.mark.parametrize("nh", [4, 8])
+@pytest.mark.parametrize("max_cores", [16, 64])
+def test_t3k_per_chip_shapes_send_small_partials_up_a_log_depth_tree(nh: int, max_cores: int) -> None:
+    pos = [8191, 4000, 100, 6000]
+    case = run_case(b=4, nh=nh, nkv=1, s=8192, d=128, pos=pos, kv=BFP8, max_cores=max_cores, lse=False)
+    assert case.plan.pieces_per_work == max_cores
+    assert_users_close(case, range(4), f"T3K {nh}q/1kv, {max_cores} pieces")
+    counters = case.result.counters.kernels
+    # Each piece with work sends one partial holding only the group's rows: O (dv tiles x 2 faces)
+    # and m, l (the face of column 0), in fp32.
+    partial_bytes = nh * 64 * (4 * 2 + 2)
+    senders = sum(
+        1 for pc in case.plan.pieces
+        if pc.index and not piece_range(pos[pc.user], 0, max_cores, pc.index).empty
+    )
+    writers = [kc for kc in counters if kc.kind is KernelKind.WRITER]
+    assert sum(sum(kc.noc_write_bytes.values()) for kc in writers) == senders * partial_bytes
+    assert sum(sum(kc.sem_incs.values()) for kc in writers) == senders  # one signal per partial
+    # The time to move the partials into the busiest core stays a small fraction of the time the
+    # busiest reader spends on DRAM.
+    incoming: dict = {}
+    for kc in writers:
+        for core, n in kc.noc_write_bytes.items():
+            incoming[core] = incoming.get(core, 0) + n
+    dram = max(sum(kc.dram_read_bytes) for kc in counters if kc.kind is KernelKind.READER)
+    ratio = (max(incoming.values()) / NOC_BYTES_PER_CYCLE) / (dram / DRAM_BYTES_PER_CYCLE_PER_CORE)
+    assert ratio < 0.1, f"reduction transfer time {ratio:.1%} of the DRAM time"
+
+
+@pytest.mark.parametrize("nh, nkv", [(64, 1), (96, 2)])
+def test_gqa_groups_larger_than_one_tile_of_q_heads(nh: int, nkv: int) -> None:
+    pos = [1023, 33, 600]
+    case = run_case(b=3, nh=nh, nkv=nkv, s=1024, d=64, pos=pos, kv=BFP8, max_cores=8)
+    assert case.plan.q_tiles == 2
+    assert_users_close(case, range(3), f"GQA {nh}q/{nkv}kv")
+
+
+@pytest.mark.parametrize("d, kv", [(64, BFP4), (96, BF16), (256, BFP8)])
+def test_head_dims_other_than_128(d: int, kv: DataType) -> None:
+    pos = [2047, 1000, 64]
+    case = run_case(b=3, nh=8, nkv=2, s=2048, d=d, pos=pos, kv=kv, max_cores=8)
+    assert_users_close(case, range(3), f"D={d}")
+
+
+def test_mha_and_mqa_layouts() -> None:
+    for nh, nkv in ((8, 8), (8, 1)):
+        case = run_case(b=2, nh=nh, nkv=nkv, s=512, d=64, pos=[511, 200], kv=BFP8, max_cores=4)
+        assert_users_close(case, range(2), f"{nh}q/{nkv}kv")
+
+
+def test_share_cache_reads_kv_batch_zero_for_every_user() -> None:
+    pos = [1000, 17, 511]
+    case = run_case(b=3, nh=8, nkv=2, s=1024, d=64, pos=pos, kv=BFP8, max_cores=8, share=True)
+    assert_users_close(case, range(3), "share_cache")
+
+
+# ---- positions on the device, batch invariance ---------------------------------------------------
+
+
+def test_cur_pos_tensor_gives_the_bits_of_the_cur_pos_list() -> None:
+    pos = [700, -1, 3, 1023]
+    tensors = make_tensors(4, 8, 2, 1024, 64, BFP8, 7)
+    listed = run_case(b=4, nh=8, nkv=2, s=1024, d=64, pos=pos, tensors=tensors, max_cores=8)
+    on_device = run_case(b=4, nh=8, nkv=2, s=1024, d=64, pos=pos, tensors=tensors, max_cores=8, pos_as_tensor=True)
+    assert on_device.plan.cur_pos is None
+    assert listed.result.tensors["out"] == on_device.result.tensors["out"]
+    assert listed.result.tensors["lse"] == on_device.result.tensors["lse"]
+    assert_users_close(on_device, [0, 2, 3], "cur_pos_tensor")
+
+
+def test_a_users_output_does_not_depend_on_the_rest_of_the_batch() -> None:
+    nh, nkv, s, d = 8, 2, 2048, 64
+    gen = torch.Generator().manual_seed(11)
+    q = randn_with_outliers((1, 6, nh, d), gen)
+    k = randn_with_outliers((6, nkv, s, d), gen)
+    v = randn_with_outliers((6, nkv, s, d), gen)
+    pos = [1500, 2047, 5, -1, 900, 1200]
+
+    def tiles(users: list[int]):
+        return from_torch(q[:, users], BF16), from_torch(k[users], BFP8), from_torch(v[users], BFP8)
+
+    alone = run_case(b=1, nh=nh, nkv=nkv, s=s, d=d, pos=[pos[0]], tensors=tiles([0]), max_cores=8)
+    full = run_case(b=6, nh=nh, nkv=nkv, s=s, d=d, pos=pos, tensors=tiles(list(range(6))), max_cores=8)
+    other = run_case(b=3, nh=nh, nkv=nkv, s=s, d=d, pos=[pos[4], pos[0], pos[1]], tensors=tiles([4, 0, 1]),
+                     max_cores=8, grid=(6, 5))
+    assert torch.equal(full.out[:, 0].view(torch.int16), alone.out[:, 0].view(torch.int16))
+    assert torch.equal(other.out[:, 1].view(torch.int16), alone.out[:, 0].view(torch.int16))
+    assert torch.equal(full.lse[:, 0].view(torch.int32), alone.lse[:, 0].view(torch.int32))
+    assert torch.equal(other.lse[:, 1].view(torch.int32), alone.lse[:, 0].view(torch.int32))
+    check_close(alone.out, alone.ref, "batch invariance: the lone user")
+
+
+# ---- long context -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_128k_context_with_64_pieces_per_head() -> None:
+    s = 131072
+    pos = [s - 1, 70000]
+    case = run_case(b=2, nh=8, nkv=1, s=s, d=128, pos=pos, kv=BFP8, max_cores=64)
+    assert case.plan.pieces_per_work == 64
+    e, c = assert_users_close(case, range(2), "128K context")
+    assert e <= THRESHOLDS.max_rel_l2 and c >= THRESHOLDS.min_pcc

@@ -1,0 +1,257 @@
+// FPU (matmul, element-wise, broadcast, reduce, copy) and SFPU (exp, recip, log, scalar, max) tile
+// operations of the compute model; semantics in compute.cpp's header comment and ../README.md.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "compute_state.hpp"
+
+namespace ttrt {
+
+// ------------------------------------------------------------------ FPU operations
+
+// C += A x B over 32x32 tiles (row-major); the inner loop vectorises.
+static void matmul_acc(const float* __restrict a, const float* __restrict b, float* __restrict c) {
+    for (int i = 0; i < 32; ++i) {
+        float row[32];
+        for (int j = 0; j < 32; ++j) row[j] = 0.f;
+        for (int kk = 0; kk < 32; ++kk) {
+            const float av = a[i * 32 + kk];
+            const float* br = b + kk * 32;
+            for (int j = 0; j < 32; ++j) row[j] += av * br[j];
+        }
+        for (int j = 0; j < 32; ++j) c[i * 32 + j] += row[j];
+    }
+}
+
+static void transpose(const float* in, float* out) {
+    for (int r = 0; r < 32; ++r)
+        for (int c = 0; c < 32; ++c) out[c * 32 + r] = in[r * 32 + c];
+}
+
+extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1, uint32_t idst, uint32_t ct,
+                            uint32_t rt, uint32_t kt, const char* api) {
+    note(api, "in0=%llu, in1=%llu, tiles %llu, %llu, dst %llu", in0, in1, i0, i1, idst);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    if (s.fpu != FPU_MATMUL) check_fpu(s, FPU_MATMUL, 0, -1, api, "matmul_init");
+    const bool transpose_b = s.fpu_a != 0;
+    float a[kTileValues], b[kTileValues], tmp[kTileValues];
+    for (uint32_t r = 0; r < rt; ++r) {
+        uint8_t df;
+        const float* av = unpack(k, s, in0, i0 + r * kt, api, &df);
+        check_src_format(s, false, in0, df, api);  // in0 goes to srcB
+        to_src(av, a, df, k.fp32_acc);
+        for (uint32_t c = 0; c < ct; ++c) {
+            const float* bv = unpack(k, s, in1, i1 + c, api, &df);
+            check_src_format(s, true, in1, df, api);  // in1 goes to srcA
+            to_src(bv, tmp, df, k.fp32_acc);
+            if (transpose_b) transpose(tmp, b);
+            else std::memcpy(b, tmp, sizeof b);
+            const uint32_t d = idst + r * ct + c;
+            float* out = dst_tile(k, s, d, api);
+            if (!s.defined[d]) std::fill(out, out + kTileValues, 0.f);
+            matmul_acc(a, b, out);
+            for (uint32_t i = 0; i < kTileValues; ++i) out[i] = dst_round(out[i], k.fp32_acc);
+            s.defined[d] = true;
+        }
+    }
+    k.counters.op_tiles[OP_MATMUL] += uint64_t(rt) * ct;
+    record(k, EV_COMPUTE, OP_MATMUL, rt * ct);
+}
+
+extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uint32_t i0, uint32_t i1, uint32_t idst,
+                            const char* api) {
+    note(api, "%llu, %llu, tiles %llu, %llu, dst %llu", icb0, icb1, i0, i1, idst);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_fpu(s, FPU_ELTWISE, op | (bcast << 8), -1, api,
+              bcast ? "the matching *_bcast_*_init" : "the matching add_init / sub_init / mul_init");
+    uint8_t df;
+    float a[kTileValues], b[kTileValues];
+    to_src(unpack(k, s, icb0, i0, api, &df), a, df, k.fp32_acc);
+    check_src_format(s, true, icb0, df, api);
+    to_src(unpack(k, s, icb1, i1, api, &df), b, df, k.fp32_acc);
+    check_src_format(s, false, icb1, df, api);
+    float* out = dst_tile(k, s, idst, api);
+    const bool was = s.defined[idst];
+    const bool acc = s.fpu_b != 0;
+    for (uint32_t r = 0; r < 32; ++r) {
+        for (uint32_t c = 0; c < 32; ++c) {
+            const uint32_t i = r * 32 + c;
+            float bv = b[i];
+            if (bcast == 1) bv = b[r * 32];       // COL: column 0
+            else if (bcast == 2) bv = b[c];       // ROW: row 0
+            else if (bcast == 3) bv = b[0];       // SCALAR
+            const float prev = was ? out[i] : 0.f;
+            float v;
+            if (op == 0) v = prev + a[i] * bv;                       // ELWMUL always accumulates
+            else if (op == 2) v = (acc ? prev : 0.f) + (a[i] + bv);  // ELWADD
+            else v = (acc ? prev : 0.f) + (a[i] - bv);               // ELWSUB
+            out[i] = dst_round(v, k.fp32_acc);
+        }
+    }
+    s.defined[idst] = true;
+    const int opc = op == 0 ? OP_MUL : op == 2 ? OP_ADD : OP_SUB;
+    const int counted = bcast ? opc + (OP_ADD_BCAST - OP_ADD) : opc;
+    k.counters.op_tiles[counted] += 1;
+    record(k, EV_COMPUTE, uint16_t(counted), 1);
+}
+
+extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler, uint32_t itile, uint32_t itile_scaler,
+                            uint32_t idst) {
+    const char* api = "reduce_tile";
+    note(api, "%llu, %llu, tiles %llu, %llu, dst %llu", icb, icb_scaler, itile, itile_scaler, idst);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_fpu(s, FPU_REDUCE, pool, dim, api, "reduce_init with the same PoolType and ReduceDim");
+    if (dim != 0) fail("reduce_tile: only ReduceDim::REDUCE_ROW is modelled by the host runtime");
+    if (pool == 3) fail("reduce_tile: PoolType::MIN has no hardware reduce (GMPOOL/GAPOOL only)");
+    const bool is_max = pool == 2;
+    uint8_t df, sdf;
+    float a[kTileValues], sc[kTileValues];
+    to_src(unpack(k, s, icb, itile, api, &df), a, df, k.fp32_acc);
+    to_src(unpack(k, s, icb_scaler, itile_scaler, api, &sdf), sc, sdf, k.fp32_acc);
+    // MAX: data in srcA, scaler in srcB; SUM/AVG swap the two (the scaler feeds srcA of a matmul).
+    check_src_format(s, is_max, icb, df, api);
+    check_src_format(s, !is_max, icb_scaler, sdf, api);
+    float* out = dst_tile(k, s, idst, api);
+    const bool was = s.defined[idst];
+    if (!was) std::fill(out, out + kTileValues, 0.f);
+    for (uint32_t r = 0; r < 32; ++r) {
+        float v;
+        if (is_max) {
+            v = was ? out[r * 32] : -INFINITY;
+            for (uint32_t c = 0; c < 32; ++c) {
+                const float w = sc[c];
+                if (w == 0.f) continue;  // an exponent of 0 scales to -inf: the column drops out
+                const float scale = std::ldexp(1.f, std::ilogb(w));
+                v = std::max(v, a[r * 32 + c] * scale);
+            }
+        } else {
+            float acc = 0.f;
+            for (uint32_t c = 0; c < 32; ++c) acc += a[r * 32 + c] * sc[c];
+            v = (was ? out[r * 32] : 0.f) + acc;
+        }
+        out[r * 32] = dst_round(v, k.fp32_acc);
+    }
+    s.defined[idst] = true;
+    const int opc = is_max ? OP_REDUCE_MAX : OP_REDUCE_SUM;
+    k.counters.op_tiles[opc] += 1;
+    record(k, EV_COMPUTE, uint16_t(opc), 1);
+}
+
+extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
+    const char* api = "copy_tile";
+    note(api, "cb=%llu, tile %llu, dst %llu", cb, itile, idst);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_fpu(s, FPU_COPY, s.fpu == FPU_COPY ? s.fpu_a : 0, -1, api, "copy_init");
+    uint8_t df;
+    const float* v = unpack(k, s, cb, itile, api, &df);
+    check_src_format(s, true, cb, df, api);
+    float tmp[kTileValues];
+    if (df == 0 && k.fp32_acc) std::memcpy(tmp, v, sizeof tmp);  // Float32 unpacks straight to an fp32 DST
+    else to_src(v, tmp, df, false);
+    float* out = dst_tile(k, s, idst, api);
+    if (s.fpu_a) transpose(tmp, out);
+    else std::memcpy(out, tmp, sizeof tmp);
+    for (uint32_t i = 0; i < kTileValues; ++i) out[i] = dst_round(out[i], k.fp32_acc);
+    s.defined[idst] = true;
+    k.counters.op_tiles[OP_COPY] += 1;
+    record(k, EV_COMPUTE, OP_COPY, 1);
+}
+
+// ------------------------------------------------------------------ SFPU operations
+
+static int sfpu_init_of(int op) { return op >= SF_ADD_S && op <= SF_RSUB_S ? SF_SCALAR_INIT : op; }
+
+extern "C" void ttrt_sfpu_init(int op, int approx, const char* api) {
+    note(api);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    s.sfpu = op;
+    s.sfpu_init = api;
+    (void)approx;
+}
+
+static void check_sfpu(ComputeState& s, int op, const char* api) {
+    if (s.sfpu == sfpu_init_of(op)) return;
+    fail(std::string(api) + ": the SFPU is configured by " + s.sfpu_init + " (call this op's init first)");
+}
+
+static void region(int vector_mode, uint32_t& r1, uint32_t& c1) {
+    r1 = 32, c1 = 32;
+    if (vector_mode == 1) r1 = 16;        // VectorMode::R: faces 0 and 1
+    else if (vector_mode == 2) c1 = 16;   // VectorMode::C: faces 0 and 2
+    else if (vector_mode != 4) r1 = c1 = 16;  // face 0 only
+}
+
+extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, const char* api) {
+    note(api, "dst %llu", idst);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_sfpu(s, op, api);
+    float* t = dst_tile(k, s, idst, api);
+    if (!s.defined[idst]) {
+        fail(std::string(api) + ": DST tile " + std::to_string(idst) + " holds no data since tile_regs_acquire "
+             "(SFPU reads of cleared DST rows are undefined on the device)");
+    }
+    const float p = from_bits(param);
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    for (uint32_t r = 0; r < r1; ++r) {
+        for (uint32_t c = 0; c < c1; ++c) {
+            float& x = t[r * 32 + c];
+            float v = x;
+            switch (op) {
+                case SF_EXP: v = std::exp(param ? x * p : x); break;
+                case SF_RECIP: v = 1.0f / x; break;
+                case SF_LOG: v = std::log(x); break;
+                case SF_ADD_S: v = x + p; break;
+                case SF_SUB_S: v = x - p; break;
+                case SF_MUL_S: v = x * p; break;
+                case SF_DIV_S: v = x / p; break;
+                case SF_RSUB_S: v = p - x; break;
+            }
+            x = dst_round(v, k.fp32_acc);
+        }
+    }
+    const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
+    k.counters.op_tiles[opc] += 1;
+    record(k, EV_COMPUTE, uint16_t(opc), 1);
+}
+
+extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, int vector_mode, const char* api) {
+    note(api, "dst %llu, %llu -> %llu", i0, i1, o);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_sfpu(s, op, api);
+    float* a = dst_tile(k, s, i0, api);
+    float* b = dst_tile(k, s, i1, api);
+    float* out = dst_tile(k, s, o, api);
+    for (uint32_t d : {i0, i1}) {
+        if (!s.defined[d]) {
+            fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data since tile_regs_acquire");
+        }
+    }
+    if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    for (uint32_t r = 0; r < r1; ++r)
+        for (uint32_t c = 0; c < c1; ++c) {
+            const uint32_t i = r * 32 + c;
+            out[i] = dst_round(std::max(a[i], b[i]), k.fp32_acc);
+        }
+    s.defined[o] = true;
+    k.counters.op_tiles[OP_MAX] += 1;
+    record(k, EV_COMPUTE, OP_MAX, 1);
+}
+
+}  // namespace ttrt

@@ -1,0 +1,82 @@
+// Internal state of the compute model, shared by compute.cpp (configuration, DST hand-over, pack) and
+// compute_ops.cpp (the FPU and SFPU tile operations).
+#pragma once
+
+#include <cstring>
+#include <string>
+
+#include "compute.hpp"
+#include "tile_formats.hpp"
+
+namespace ttrt {
+
+namespace fmt = ttdecode::formats;
+
+enum Regs { REGS_IDLE, REGS_ACQUIRED, REGS_COMMITTED, REGS_WAITED };
+
+struct TileCacheEntry {
+    uint32_t addr = 0;
+    uint8_t format = 0xff;
+    uint8_t raw[4096];
+    float values[kTileValues];
+    bool valid = false;
+};
+
+struct ComputeState {
+    int cap = 0;
+    float dst[kMaxDst][kTileValues];
+    bool defined[kMaxDst] = {};
+    Regs regs = REGS_IDLE;
+    int fpu = FPU_NONE, fpu_a = 0, fpu_b = 0;
+    const char* fpu_init = "(no init)";
+    int sfpu = SF_NONE;
+    const char* sfpu_init = "(no init)";
+    int srca = -1, srcb = -1, pack = -1;  // configured tt DataFormat values
+    bool reduce_mask = false;
+    bool started = false;
+    TileCacheEntry cache[8];
+};
+
+ComputeState& cs(Kernel& k);
+const char* df_name(int f);
+fmt::DataFormat codec_format(uint8_t df, const std::string& what);
+int cb_format(Kernel& k, uint32_t cb, const char* api);
+void check_regs(Kernel& k, ComputeState& s, Regs want, const char* api);
+void check_dst(Kernel& k, ComputeState& s, uint32_t idst, const char* api);
+void check_fpu(ComputeState& s, int kind, int a, int b, const char* api, const char* init_name);
+void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const char* api);
+// Decoded values (row-major) of tile `idx` of a CB this kernel waited for; *df_out gets its format.
+const float* unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api, uint8_t* df_out);
+float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api);
+
+// ------------------------------------------------------------------ precision
+
+inline uint32_t bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float from_bits(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// Value written into DST: bf16 (nearest even) unless DST is fp32.
+inline float dst_round(float x, bool fp32) {
+    if (fp32) return x;
+    return fmt::bf16_bits_to_float(fmt::float_to_bf16_bits(x));
+}
+
+// Operand as seen in srcA/srcB: denormals flushed; Float32 data truncated to TF32 or bf16.
+inline void to_src(const float* in, float* out, uint8_t df, bool fp32_acc) {
+    const uint32_t keep = df == 0 ? (fp32_acc ? 0xFFFFE000u : 0xFFFF0000u) : 0xFFFFFFFFu;
+    for (uint32_t i = 0; i < kTileValues; ++i) {
+        uint32_t u = bits(in[i]);
+        if (((u >> 23) & 0xFF) == 0) u &= 0x80000000u;
+        else if (((u >> 23) & 0xFF) != 0xFF) u &= keep;
+        out[i] = from_bits(u);
+    }
+}
+
+}  // namespace ttrt
