@@ -168,12 +168,42 @@ def test_ttnn_configs_are_accepted(ttnn) -> None:
     assert list(out.shape) == [1, B, NH, D]
 
 
-@pytest.mark.parametrize("backend", ["host", "device"])
-def test_kernel_backends_say_they_are_not_built(backend: str) -> None:
+def test_host_backend_runs_the_kernels_and_matches_the_reference() -> None:
+    from ttdecode.accuracy import check_close, check_lse
+
     q, k, v = qkv()
-    with pytest.raises(NotImplementedError, match=f"backend '{backend}' is not built yet"):
-        scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend=backend)
-    assert last_backend() == backend
+    out, lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 9], backend="host", return_lse=True)
+    ref, ref_lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 9], backend="reference",
+                                                       return_lse=True)
+    assert last_backend() == "reference"
+    assert out.dtype == torch.bfloat16 and list(out.shape) == [1, B, NH, D]
+    check_close(out, ref, "host backend output")
+    check_lse(lse, ref_lse, "host backend LSE")
+
+
+def test_device_backend_without_a_device_says_so() -> None:
+    q, k, v = qkv()
+    with pytest.raises(RuntimeError, match="no Tenstorrent device"):
+        scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="device")
+    assert last_backend() == "device"
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(is_causal=False, cur_pos=None), "is_causal=False"),
+        (dict(sliding_window_size=8), "sliding_window_size"),
+        (dict(attention_sink=torch.zeros(NH)), "attention_sink"),
+    ],
+)
+def test_kernel_backends_name_the_options_only_the_reference_has(options: dict, named: str) -> None:
+    q, k, v = qkv()
+    args = dict(cur_pos=[1, 2])
+    args.update(options)
+    if args["cur_pos"] is None:
+        del args["cur_pos"]
+    with pytest.raises(NotImplementedError, match=f"do not implement .*{named}.*backend='reference'"):
+        scaled_dot_product_attention_decode(q, k, v, backend="host", **args)
 
 
 def test_kernel_backends_get_the_validated_inputs_and_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,19 +244,19 @@ def _fake_device(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
 def test_auto_picks_device_only_when_one_is_available(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
                                                       available: bool, chosen: str) -> None:
     _fake_device(monkeypatch, available)
+    monkeypatch.setattr(api, "_run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     with caplog.at_level(logging.INFO, logger="ttdecode"):
-        with pytest.raises(NotImplementedError, match=f"backend '{chosen}'"):
-            scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
+        assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2]) == chosen
     assert last_backend() == chosen
     assert f"backend 'auto' -> '{chosen}'" in caplog.text
 
 
 def test_auto_without_a_device_module_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ttdecode.device", None)  # import raises ModuleNotFoundError
+    monkeypatch.setattr(api, "_run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
-    with pytest.raises(NotImplementedError, match="backend 'host'"):
-        scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="auto")
+    assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="auto") == "host"
     assert last_backend() == "host"
 
 
@@ -254,10 +284,10 @@ def test_reference_reads_the_same_values_the_kernels_get(ttnn) -> None:
     assert torch.equal(api._dequantize(describe("k", t)), dequantize(t))
 
 
-def test_auto_with_the_real_device_module_picks_host_here() -> None:
+def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.MonkeyPatch) -> None:
     from ttdecode import device
 
+    monkeypatch.setattr(api, "_run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
-    with pytest.raises(NotImplementedError):
-        scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
+    scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
     assert last_backend() == ("device" if device.available() else "host")

@@ -258,7 +258,6 @@ def test_a_users_output_does_not_depend_on_the_rest_of_the_batch() -> None:
 # ---- long context -------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_128k_context_with_64_pieces_per_head() -> None:
     s = 131072
     pos = [s - 1, 70000]

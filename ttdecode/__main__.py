@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("--seed", type=int, default=0)
     ref.add_argument("--repeat", type=_positive, default=1, help="timed runs (default 1)")
     ref.set_defaults(func=cmd_reference)
+    demo = sub.add_parser("demo", help="a Llama-3.1-8B decode step on the host runtime, checked against the reference")
+    demo.set_defaults(func=cmd_demo)
     parser.subcommands = sub  # type: ignore[attr-defined]
     return parser
 
@@ -149,6 +151,13 @@ def cmd_reference(args: argparse.Namespace) -> int:
     print(f"time per call: best {min(times) * 1e3:.1f} ms, mean {sum(times) / len(times) * 1e3:.1f} ms "
           f"over {len(times)} run(s)")
     return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`make demo` (see ttdecode/demo.py)."""
+    from ttdecode.demo import main as demo_main
+
+    return demo_main()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -188,16 +188,61 @@ def _make_plan(inputs: DecodeInputs) -> Any:
     )
 
 
-def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
-    """Run the FlashDecode kernels on ``backend`` ("host" or "device") — THE seam to wire.
+def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
+    """Options the FlashDecode kernels do not implement yet (the reference backend does)."""
+    gaps = []
+    if not inputs.is_causal:
+        gaps.append("is_causal=False (non-causal decode with attn_mask)")
+    if inputs.paged:
+        gaps.append("a paged KV cache (page_table)")
+    if inputs.attention_sink is not None:
+        gaps.append("attention_sink")
+    if inputs.sliding_window_size is not None:
+        gaps.append("sliding_window_size")
+    if inputs.v is None:
+        gaps.append("MLA (v=None with head_dim_v)")
+    elif inputs.head_dim_v != inputs.head_dim:
+        gaps.append(f"head_dim_v={inputs.head_dim_v} different from head_dim={inputs.head_dim}")
+    return gaps
 
-    Not built yet: raises NotImplementedError. Note for wiring: non-causal calls, paged caches,
-    masks, sinks, sliding windows and MLA are all already validated in ``inputs``.
-    """
-    raise NotImplementedError(
-        f"backend '{backend}' is not built yet: the FlashDecode kernels are not wired into "
-        f"ttdecode.api._run_kernels; use backend='reference' for the float64 reference"
+
+def compute_settings(inputs: DecodeInputs) -> Any:
+    """The compute-kernel settings of a call (ttdecode.program.ComputeSettings)."""
+    from ttdecode.program import ComputeSettings, MathFidelity
+
+    cc = inputs.compute_kernel_config
+    return ComputeSettings(
+        math_fidelity=MathFidelity(cc.math_fidelity),
+        fp32_dest_acc_en=cc.fp32_dest_acc_en,
+        math_approx_mode=inputs.program_config.resolved_exp_approx_mode(cc),
     )
+
+
+def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
+    """Run the FlashDecode kernels on ``backend`` ("host" or "device")."""
+    gaps = _kernel_gaps(inputs)
+    if gaps:
+        raise NotImplementedError(
+            f"backend '{backend}': the FlashDecode kernels do not implement {', '.join(gaps)} yet; "
+            f"backend='reference' computes every option"
+        )
+    if backend == "device":
+        from ttdecode import device
+
+        return device.run_decode(inputs, plan, compute_settings(inputs))
+    from ttdecode.factory import run_flash_decode
+    from ttdecode.tensor import as_tile_tensor
+
+    out, lse, _ = run_flash_decode(
+        plan,
+        q=as_tile_tensor(inputs.q.obj, DataType.bfloat16),
+        k=as_tile_tensor(inputs.k.obj, DataType.bfloat16),
+        v=as_tile_tensor(inputs.v.obj, DataType.bfloat16),
+        cur_pos_source=inputs.positions,
+        scale=inputs.scale,
+        compute=compute_settings(inputs),
+    )
+    return (out, lse) if inputs.return_lse else out
 
 
 # ---- the reference backend ----------------------------------------------------------------------

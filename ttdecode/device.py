@@ -393,3 +393,42 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
     ordered = [io_tensors[s.name] for s in inputs] + [allocated[s.name] for s in outputs]
     ttnn.generic_op(ordered, descriptor)
     return [allocated[s.name] for s in outputs]
+
+
+# ---- the decode op on a device ------------------------------------------------------------------
+
+
+def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
+    """Run the FlashDecode program of `plan` on the Wormhole holding the input tensors.
+
+    `inputs` is the API's validated `DecodeInputs`: Q, K, V (and cur_pos_tensor, if given) must be
+    ttnn tensors already on one device in interleaved DRAM; positions given as a list are uploaded as
+    an int32 row-major tensor. Returns the output (and the LSE `[1, B, NH]` as float32 torch when
+    `inputs.return_lse`), as ttnn tensors on the device for the output.
+    """
+    if not available():
+        raise RuntimeError(
+            "backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); "
+            "use backend='host' to run the same kernels on the host runtime"
+        )
+    ttnn = _require_ttnn()
+    from ttdecode.factory import build_program_for_device, decode_lse_rows
+
+    tensors = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    for name, meta in tensors.items():
+        if meta.kind != "ttnn" or not ttnn.is_tensor_storage_on_device(meta.obj):
+            raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a {meta.kind} tensor")
+    dev = inputs.q.obj.device()
+    if inputs.cur_pos_tensor is not None and inputs.cur_pos_tensor.kind == "ttnn":
+        cur_pos = inputs.cur_pos_tensor.obj
+    else:
+        import torch
+
+        cur_pos = ttnn.from_torch(torch.tensor(list(inputs.positions), dtype=torch.int32),
+                                  dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
+    program = build_program_for_device(plan, scale=inputs.scale, compute=compute)
+    outputs = launch(program, {"q": inputs.q.obj, "k": inputs.k.obj, "v": inputs.v.obj, "cur_pos": cur_pos}, dev)
+    out = outputs[0]
+    if not inputs.return_lse:
+        return out
+    return out, decode_lse_rows(plan, ttnn.to_torch(outputs[1]))
