@@ -5,10 +5,13 @@
 // normalized bf16 output and LSE (root) or the float32 partial (O, m, l) for the parent.
 //
 // Numbers: scores, probabilities, statistics and the accumulator live in float32 CBs and are
-// combined in float32 DST (fp32 accumulation). The row max m is kept unscaled and the scale is
-// folded into every exponent: P = exp((S - m) * scale). Only API patterns with plain device
-// semantics are used: a reduce into a freshly acquired DST, SFPU ops on tiles in DST, and an
-// eltwise product in DST that a matmul then accumulates onto.
+// combined in float32 DST (fp32 accumulation). The FPU reads a float32 CB tile as TF32 (10
+// mantissa bits), so each chunk computes Q . K^T twice: once into cb_scores, whose TF32 copy
+// only feeds the row max m (a max of TF32 values, hence exact in TF32 wherever the FPU reads it
+// again), and once straight into the exponent, onto (mask - m) preloaded in DST, so the scores
+// reach exp((S - m) * scale) in full fp32. m is kept unscaled; the scale is folded into every
+// exponent. Only API patterns with plain device semantics are used: a reduce into a freshly
+// acquired DST, SFPU ops on tiles in DST, an FPU op in DST that a matmul then accumulates onto.
 //
 // The running (m, l, O) live in two CB sets used in turn: each chunk or merge reads the current
 // set and writes the other one, so every CB is filled from its first page and emptied whole.
@@ -185,9 +188,7 @@ void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
 }
 
 // P = exp((S - m_new) * scale). DST starts from (mask or 0) - m_new, broadcast along each row,
-// and the matmul accumulates Q . K^T on top, so the scores enter the exponent in full fp32: the
-// copies in cb_scores were rounded to TF32 by the unpacker, which only the row max saw (any
-// stabilizer serves, and m is exact in TF32, so m enters exactly too).
+// and the matmul accumulates Q . K^T on top: the exponent sees the scores in full fp32.
 void chunk_probs(uint32_t qi, uint32_t tiles, uint32_t mask_tile, const Running& next) {
     cb_reserve_back(cb_probs, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
@@ -309,8 +310,9 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint
 // ---- the tree -----------------------------------------------------------------------------------
 
 // Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha broadcast along the rows. Row by
-// row, so rows past the group (which a child does not send) never reach the rows written out.
+// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha broadcast along the rows. Every
+// step is row by row, so rows past the group (which a child does not send) never reach the rows
+// written out. The two products meet in an FPU add through two scratch tiles.
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
     const uint32_t sources[2] = {cb_a, cb_partial_in};
     const uint32_t tiles[2] = {ia, ic};

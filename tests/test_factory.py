@@ -36,6 +36,7 @@ def _inputs(b: int, nh: int, nkv: int, s: int, d: int, kv: DataType = DataType.b
 _DRIVER = textwrap.dedent(
     """
     #include <cstdio>
+    #include <initializer_list>
     #include "common.hpp"
     using namespace flash_decode;
     int main() {
@@ -66,8 +67,10 @@ def common_hpp_table(tmp_path_factory: pytest.TempPathFactory) -> list[list[int]
         pytest.fail("no host C++ compiler (g++ or clang++) to build the common.hpp driver")
     d = tmp_path_factory.mktemp("common_hpp")
     (d / "driver.cpp").write_text(_DRIVER)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{KERNELS}", str(d / "driver.cpp"), "-o", str(d / "driver")],
-                   check=True, capture_output=True, text=True)
+    build = subprocess.run([cxx, "-std=c++17", "-O1", f"-I{KERNELS}", str(d / "driver.cpp"), "-o", str(d / "driver")],
+                           capture_output=True, text=True)
+    if build.returncode != 0:
+        pytest.fail(f"kernels/common.hpp does not compile on the host:\n{build.stderr}")
     out = subprocess.run([str(d / "driver")], check=True, capture_output=True, text=True).stdout
     return [[int(x) for x in line.split()] for line in out.splitlines()]
 

@@ -56,12 +56,12 @@ def run_case(
     *, b: int, nh: int, nkv: int, s: int, d: int, pos: Sequence[int], kv: DataType = BFP8,
     grid: tuple[int, int] = (8, 8), max_cores: int = 16, k_chunk: int = 0, lse: bool = True,
     share: bool = False, seed: int = 0, tensors: Optional[tuple[TileTensor, TileTensor, TileTensor]] = None,
-    pos_as_tensor: bool = False,
+    pos_as_tensor: bool = False, sub_grids=None,
 ) -> Case:
     q, k, v = tensors if tensors is not None else make_tensors(b, nh, nkv, s, d, kv, seed, share)
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
                      cur_pos=None if pos_as_tensor else list(pos), grid=grid, max_cores_per_head_batch=max_cores,
-                     k_chunk_size=k_chunk, return_lse=lse, share_cache=share)
+                     k_chunk_size=k_chunk, return_lse=lse, share_cache=share, sub_core_grids=sub_grids)
     source = torch.tensor(list(pos), dtype=torch.int32) if pos_as_tensor else None
     scale = 1.0 / math.sqrt(d)
     out, out_lse, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=source, scale=scale,
@@ -192,19 +192,25 @@ def test_t3k_per_chip_shapes_send_small_partials_up_a_log_depth_tree(nh: int, ma
     assert ratio < 0.1, f"reduction transfer time {ratio:.1%} of the DRAM time"
 
 
-@pytest.mark.parametrize("nh, nkv", [(64, 1), (96, 2)])
-def test_gqa_groups_larger_than_one_tile_of_q_heads(nh: int, nkv: int) -> None:
+@pytest.mark.parametrize("nh, nkv, q_tiles", [(64, 1, 2), (96, 2, 2), (80, 1, 3)])
+def test_gqa_groups_larger_than_one_tile_of_q_heads(nh: int, nkv: int, q_tiles: int) -> None:
     pos = [1023, 33, 600]
     case = run_case(b=3, nh=nh, nkv=nkv, s=1024, d=64, pos=pos, kv=BFP8, max_cores=8)
-    assert case.plan.q_tiles == 2
+    assert case.plan.q_tiles == q_tiles
     assert_users_close(case, range(3), f"GQA {nh}q/{nkv}kv")
 
 
-@pytest.mark.parametrize("d, kv", [(64, BFP4), (96, BF16), (256, BFP8)])
+@pytest.mark.parametrize("d, kv", [(32, BFP8), (64, BFP4), (96, BF16), (256, BFP8)])
 def test_head_dims_other_than_128(d: int, kv: DataType) -> None:
     pos = [2047, 1000, 64]
     case = run_case(b=3, nh=8, nkv=2, s=2048, d=d, pos=pos, kv=kv, max_cores=8)
     assert_users_close(case, range(3), f"D={d}")
+
+
+def test_fixed_512_key_chunks_span_sixteen_tiles() -> None:
+    case = run_case(b=2, nh=8, nkv=2, s=4096, d=128, pos=[4095, 2000], kv=BFP8, k_chunk=512, max_cores=4)
+    assert case.plan.max_chunk_tiles == 16
+    assert_users_close(case, range(2), "k_chunk_size 512")
 
 
 def test_mha_and_mqa_layouts() -> None:
@@ -253,6 +259,19 @@ def test_a_users_output_does_not_depend_on_the_rest_of_the_batch() -> None:
     assert torch.equal(full.lse[:, 0].view(torch.int32), alone.lse[:, 0].view(torch.int32))
     assert torch.equal(other.lse[:, 1].view(torch.int32), alone.lse[:, 0].view(torch.int32))
     check_close(alone.out, alone.ref, "batch invariance: the lone user")
+
+
+def test_a_sub_grid_gives_the_bits_of_the_full_grid() -> None:
+    pos = [1500, 2047, 64]
+    tensors = make_tensors(3, 8, 2, 2048, 64, BFP4, 5)
+    full = run_case(b=3, nh=8, nkv=2, s=2048, d=64, pos=pos, kv=BFP4, tensors=tensors, max_cores=4)
+    sub = run_case(b=3, nh=8, nkv=2, s=2048, d=64, pos=pos, kv=BFP4, tensors=tensors, max_cores=4,
+                   sub_grids=[((1, 1), (3, 2)), ((6, 0), (6, 3))])
+    assert full.plan.pieces_per_work == sub.plan.pieces_per_work == 4
+    assert len(sub.plan.cores) == 10
+    assert full.result.tensors["out"] == sub.result.tensors["out"]
+    assert full.result.tensors["lse"] == sub.result.tensors["lse"]
+    assert_users_close(sub, range(3), "sub-grid")
 
 
 # ---- long context -------------------------------------------------------------------------------

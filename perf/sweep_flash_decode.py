@@ -1,0 +1,278 @@
+"""FlashDecode sweeps on the host runtime, timed by the analytic Wormhole model (ttdecode.perfmodel).
+
+Every point is a real run of kernels/{reader,writer,compute}.cpp on the host runtime; the model turns
+the run's counters into an estimated Wormhole step time. Sweeps (bfloat8_b K/V, bf16 Q, HiFi2,
+fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
+
+  seq    Llama-3.1-8B on N150 (32 q / 8 kv heads, D 128), B 1, S 1K..32K (+64K, 128K while a run
+         stays under --long-limit seconds)
+  cores  T3K per chip (4q/1kv and 8q/1kv, D 128), B 1, S 32K, max_cores_per_head_batch 1..64
+  batch  Llama-3.1-8B on N150, S 8K, B 1, 8, 32
+
+Outputs in --out (default tech_report/figures/): sweep_flash_decode.csv, fd_time_vs_seq.png,
+fd_gbps_vs_cores.png, fd_reduction_share.png; a table on stdout.
+
+    PYTHONPATH=. python perf/sweep_flash_decode.py            # full (a few minutes)
+    PYTHONPATH=. python perf/sweep_flash_decode.py --quick    # a few points (< 2 minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ttdecode.factory import run_flash_decode  # noqa: E402
+from ttdecode.formats import DataType  # noqa: E402
+from ttdecode.perfmodel import WORMHOLE, StepEstimate, WormholeConstants, estimate_step  # noqa: E402
+from ttdecode.plan import DecodePlan, make_plan  # noqa: E402
+from ttdecode.program import ComputeSettings, MathFidelity  # noqa: E402
+from ttdecode.runtime.results import RunCounters  # noqa: E402
+from ttdecode.tensor import TileTensor, from_torch  # noqa: E402
+
+KV = DataType.bfloat8_b
+#: tt-metal's published best FlashDecode K/V read rate (REFERENCE.md section 3), drawn for comparison.
+TT_METAL_BEST_GBPS = 180.0
+#: The DRAM micro-benchmark's reached rate (REFERENCE.md section 2), drawn for comparison.
+DRAM_MEASURED_GBPS = 267.0
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration to run."""
+
+    sweep: str
+    model: str
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    seq_len: int
+    max_cores: int = 16
+    head_dim: int = 128
+
+
+def llama_seq_points(quick: bool, max_seq: int) -> list[Point]:
+    seqs = [1024, 8192] if quick else [s for s in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072) if s <= max_seq]
+    return [Point("seq", "Llama-3.1-8B N150 32q/8kv", 1, 32, 8, s) for s in seqs]
+
+
+def t3k_core_points(quick: bool) -> list[Point]:
+    cores = [1, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64]
+    heads = [4] if quick else [4, 8]
+    return [Point("cores", f"T3K chip {nh}q/1kv", 1, nh, 1, 32768, mc) for nh in heads for mc in cores]
+
+
+def batch_points(quick: bool) -> list[Point]:
+    batches = [1, 8] if quick else [1, 8, 32]
+    return [Point("batch", "Llama-3.1-8B N150 32q/8kv", b, 32, 8, 8192) for b in batches]
+
+
+_INPUTS: dict[tuple[int, ...], tuple[TileTensor, TileTensor, TileTensor]] = {}
+
+
+def inputs_for(p: Point) -> tuple[TileTensor, TileTensor, TileTensor]:
+    """N(0, 1) Q (bf16) and K/V (bfloat8_b) for the point's shape; cached per shape."""
+    key = (p.batch, p.num_q_heads, p.num_kv_heads, p.seq_len, p.head_dim)
+    if key not in _INPUTS:
+        _INPUTS.clear()  # one shape at a time: the long caches are large
+        g = torch.Generator().manual_seed(0)
+        q = from_torch(torch.randn(1, p.batch, p.num_q_heads, p.head_dim, generator=g))
+        k = from_torch(torch.randn(p.batch, p.num_kv_heads, p.seq_len, p.head_dim, generator=g), KV)
+        v = from_torch(torch.randn(p.batch, p.num_kv_heads, p.seq_len, p.head_dim, generator=g), KV)
+        _INPUTS[key] = (q, k, v)
+    return _INPUTS[key]
+
+
+def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
+    """Run the kernels for `p`; returns (plan, the run's counters, wall seconds incl. making inputs)."""
+    t0 = time.perf_counter()
+    q, k, v = inputs_for(p)
+    plan = make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq_len,
+                     head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.seq_len - 1] * p.batch,
+                     max_cores_per_head_batch=p.max_cores)
+    out, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(p.head_dim),
+                                      compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+    if not torch.isfinite(out.float()).all():
+        raise RuntimeError(f"{p}: the kernels produced non-finite outputs")
+    return plan, result.counters, time.perf_counter() - t0
+
+
+def with_sfpu_scale(c: WormholeConstants, factor: float) -> WormholeConstants:
+    """The constants with every SFPU op `factor` times as costly (sensitivity to the assumed costs)."""
+    scaled = {op: n * factor for op, n in c.sfpu_instructions_per_element.items()}
+    return dataclasses.replace(c, sfpu_instructions_per_element=scaled)
+
+
+def row_of(p: Point, plan: DecodePlan, e: StepEstimate, alt: dict[str, float], wall: float) -> dict[str, object]:
+    slowest = max(e.cores, key=lambda t: t.overlapped_us)
+    return {
+        "sweep": p.sweep, "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
+        "num_kv_heads": p.num_kv_heads, "seq_len": p.seq_len, "max_cores_per_head": p.max_cores,
+        "pieces_per_head": plan.pieces_per_work, "cores_used": len(e.cores),
+        "est_us": round(e.time_us, 3), "local_us": round(e.local_us, 3), "reduction_us": round(e.reduction_us, 3),
+        "reduction_share": round(e.reduction_share, 4), "bound": e.bound,
+        "slowest_dram_us": round(slowest.dram_us, 3), "slowest_compute_us": round(slowest.compute_us, 3),
+        "kv_bytes": e.kv_bytes, "dram_bytes": e.dram_bytes, "achieved_gbps": round(e.achieved_gbps, 2),
+        "pct_of_288": round(100 * e.achieved_gbps * 1e9 / WORMHOLE.dram_peak_bytes_per_s, 1),
+        "roofline_us": round(e.roofline_us, 3), "max_core_bytes": e.max_core_bytes,
+        "noc_bytes_per_round": "/".join(str(b) for b in e.noc_bytes_per_round),
+        "merge_us": round(e.merge_us, 3),
+        "est_us_sfpu_x0.5": round(alt["0.5"], 3), "est_us_sfpu_x2": round(alt["2"], 3),
+        "run_seconds": round(wall, 2),
+    }
+
+
+def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, dict[str, object]]]:
+    """Run every point; stops the S sweep once a run at S >= 64K exceeds `long_limit` seconds."""
+    seq_too_slow = False
+    for p in points:
+        if p.sweep == "seq" and seq_too_slow:
+            print(f"  skip S={p.seq_len}: a run at S >= 64K exceeded {long_limit:.0f} s", flush=True)
+            continue
+        plan, counters, wall = run_point(p)
+        if p.sweep == "seq" and p.seq_len >= 65536 and wall > long_limit:
+            seq_too_slow = True
+        e = estimate_step(plan, counters)
+        alt = {f: estimate_step(plan, counters, with_sfpu_scale(WORMHOLE, float(f))).time_us for f in ("0.5", "2")}
+        yield p, row_of(p, plan, e, alt, wall)
+
+
+COLUMNS = ["sweep", "model", "B", "S", "cores/head", "cores", "est us", "local", "reduce", "red %", "GB/s",
+           "% 288", "bound", "max B/core", "NoC B/round", "sfpu x.5/x2 us"]
+
+
+def print_table(rows: list[dict[str, object]]) -> None:
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for r in rows:
+        cells = [r["sweep"], r["model"], r["batch"], r["seq_len"], r["pieces_per_head"], r["cores_used"],
+                 f"{r['est_us']:.1f}", f"{r['local_us']:.1f}", f"{r['reduction_us']:.1f}",
+                 f"{100 * float(r['reduction_share']):.1f}", f"{r['achieved_gbps']:.1f}", r["pct_of_288"], r["bound"],
+                 r["max_core_bytes"], r["noc_bytes_per_round"] or "-",
+                 f"{r['est_us_sfpu_x0.5']:.1f}/{r['est_us_sfpu_x2']:.1f}"]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
+def write_csv(rows: list[dict[str, object]], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
+    """The three figures; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made: list[Path] = []
+    seq = [r for r in rows if r["sweep"] == "seq"]
+    if seq:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        s = [int(r["seq_len"]) for r in seq]
+        kv = [int(r["kv_bytes"]) for r in seq]
+        ax.plot(s, [r["est_us"] for r in seq], "o-", label="model: step time")
+        ax.plot(s, [r["local_us"] for r in seq], "s--", label="slowest core (DRAM/compute overlapped)")
+        ax.plot(s, [r["reduction_us"] for r in seq], "^:", label="reduction critical path")
+        ax.plot(s, [b / (WORMHOLE.dram_peak_bytes_per_s) * 1e6 for b in kv], "k-", lw=1,
+                label="DRAM roofline, 288 GB/s")
+        ax.plot(s, [b / (DRAM_MEASURED_GBPS * 1e9) * 1e6 for b in kv], "k--", lw=0.8,
+                label=f"{DRAM_MEASURED_GBPS:.0f} GB/s (DRAM micro-benchmark)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length S (keys)")
+        ax.set_ylabel("time per decode step (µs)")
+        ax.set_title("Llama-3.1-8B N150, B=1, bfloat8_b K/V (host-run kernels + Wormhole model)", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        made.append(out / "fd_time_vs_seq.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
+    cores = [r for r in rows if r["sweep"] == "cores"]
+    if cores:
+        models = sorted({str(r["model"]) for r in cores})
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for m in models:
+            rs = [r for r in cores if r["model"] == m]
+            ax.plot([r["pieces_per_head"] for r in rs], [r["achieved_gbps"] for r in rs], "o-", label=m)
+        ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
+        ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal published best ~180 GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("cores per KV head (max_cores_per_head_batch)")
+        ax.set_ylabel("K/V GB/s (model)")
+        ax.set_title("T3K per chip, B=1, S=32K", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        made.append(out / "fd_gbps_vs_cores.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
+
+        fig, axes = plt.subplots(1, 2, figsize=(9.6, 4.0))
+        for m in models:
+            rs = [r for r in cores if r["model"] == m]
+            axes[0].plot([r["pieces_per_head"] for r in rs], [100 * float(r["reduction_share"]) for r in rs], "o-", label=m)
+        axes[0].set_xscale("log", base=2)
+        axes[0].set_xlabel("cores per KV head")
+        axes[0].set_ylabel("reduction share of step time (%)")
+        axes[0].set_title("T3K per chip, B=1, S=32K", fontsize=9)
+        axes[0].grid(True, alpha=0.3)
+        axes[0].legend(fontsize=7)
+        if seq:
+            axes[1].plot([r["seq_len"] for r in seq], [100 * float(r["reduction_share"]) for r in seq], "o-",
+                         label="Llama-3.1-8B N150 B=1")
+            axes[1].set_xscale("log", base=2)
+            axes[1].set_xlabel("sequence length S")
+            axes[1].set_title("N150, 8 cores per KV head", fontsize=9)
+            axes[1].grid(True, alpha=0.3)
+            axes[1].legend(fontsize=7)
+        made.append(out / "fd_reduction_share.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
+    return made
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a few points (< 2 minutes)")
+    ap.add_argument("--out", type=Path, default=REPO / "tech_report" / "figures")
+    ap.add_argument("--max-seq", type=int, default=131072, help="longest S of the seq sweep")
+    ap.add_argument("--long-limit", type=float, default=60.0,
+                    help="seconds: after a run at S >= 64K taking longer, the longer S are skipped")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    points = llama_seq_points(args.quick, args.max_seq) + t3k_core_points(args.quick) + batch_points(args.quick)
+    rows: list[dict[str, object]] = []
+    t0 = time.perf_counter()
+    for p, row in run_sweeps(points, args.long_limit):
+        print(f"  {p.sweep:<5} {p.model:<26} B={p.batch:<2} S={p.seq_len:<6} cores/head={row['pieces_per_head']:<2} "
+              f"-> {row['est_us']:.1f} us, {row['achieved_gbps']:.1f} GB/s ({row['run_seconds']:.1f} s)", flush=True)
+        rows.append(row)
+    suffix = "_quick" if args.quick else ""
+    csv_path = args.out / f"sweep_flash_decode{suffix}.csv"
+    write_csv(rows, csv_path)
+    figs = plot(rows, args.out) if not args.quick else []
+    print()
+    print_table(rows)
+    print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {csv_path}" +
+          "".join(f", {f}" for f in figs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

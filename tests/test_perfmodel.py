@@ -1,0 +1,202 @@
+"""The analytic Wormhole timing model (ttdecode.perfmodel): its terms on synthetic counters, and its
+reading of one tiny real run of the FlashDecode kernels on the host runtime."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ttdecode.factory import run_flash_decode
+from ttdecode.formats import DataType, tile_size
+from ttdecode.perfmodel import (
+    WORMHOLE,
+    CONSTANT_SOURCES,
+    Message,
+    StepEstimate,
+    compute_cycles,
+    dram_seconds_per_core,
+    estimate_step,
+    message_cycles,
+    noc_hops,
+    tree_critical_path,
+)
+from ttdecode.plan import DecodePlan, make_plan, tree_parent, valid_tiles
+from ttdecode.program import ComputeSettings, CoreCoord, MathFidelity
+from ttdecode.tensor import from_torch
+
+BANKS = WORMHOLE.dram_banks
+
+
+def _cores(n: int) -> list[CoreCoord]:
+    return [CoreCoord(i % 8, i // 8) for i in range(n)]
+
+
+# ---- DRAM -----------------------------------------------------------------------------------------
+
+
+def test_dram_term_equals_bytes_over_peak_bandwidth_when_every_core_reads_every_bank_evenly() -> None:
+    per_bank = 24_000
+    loads = {c: [per_bank] * BANKS for c in _cores(64)}
+    t = dram_seconds_per_core(loads)
+    total = 64 * BANKS * per_bank
+    for seconds in t.values():
+        assert seconds == pytest.approx(total / WORMHOLE.dram_peak_bytes_per_s)
+
+
+def test_dram_term_of_a_lone_core_is_its_bytes_over_the_single_core_read_rate() -> None:
+    t = dram_seconds_per_core({CoreCoord(0, 0): [100_000] * BANKS})
+    assert t[CoreCoord(0, 0)] == pytest.approx(BANKS * 100_000 / (WORMHOLE.core_dram_read_bytes_per_cycle * 1e9))
+
+
+def test_busiest_bank_sets_the_dram_floor_of_every_core_reading_it() -> None:
+    loads = {c: [10_000] * BANKS for c in _cores(64)}
+    hot = [10_000] * BANKS
+    hot[3] = 1_000_000
+    loads[CoreCoord(0, 0)] = hot
+    t = dram_seconds_per_core(loads)
+    bank3 = 63 * 10_000 + 1_000_000
+    assert t[CoreCoord(1, 0)] == pytest.approx(bank3 / WORMHOLE.bank_bytes_per_s)
+    # a core that stays off the hot bank is not held by it
+    cold = [10_000] * BANKS
+    cold[3] = 0
+    loads[CoreCoord(1, 0)] = cold
+    t = dram_seconds_per_core(loads)
+    assert t[CoreCoord(1, 0)] < t[CoreCoord(0, 0)]
+
+
+def test_more_cores_per_head_reduce_the_per_core_dram_time_down_to_the_bank_floor() -> None:
+    head_bytes = 64 * BANKS * 10_000  # one KV head's K/V, spread evenly over the banks
+    times = []
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        loads = {c: [head_bytes // (n * BANKS)] * BANKS for c in _cores(n)}
+        times.append(max(dram_seconds_per_core(loads).values()))
+    assert all(a >= b for a, b in zip(times, times[1:]))
+    assert times[0] > 5 * times[-1]
+    assert times[-1] == pytest.approx(head_bytes / WORMHOLE.dram_peak_bytes_per_s)
+
+
+# ---- compute --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fidelity,cycles", [("LoFi", 16), ("HiFi2", 32), ("HiFi3", 48), ("HiFi4", 64)])
+def test_a_whole_matmul_tile_costs_the_fidelity_cycles(fidelity: str, cycles: int) -> None:
+    assert compute_cycles({"matmul": 10}, fidelity) == 10 * cycles
+
+
+def test_matmul_in0_under_eight_rows_costs_as_much_as_eight_rows() -> None:
+    eight = compute_cycles({"matmul": 1}, "LoFi", in0_rows=8)
+    assert eight == 16 * 8 / 32
+    for rows in (1, 4, 7):
+        assert compute_cycles({"matmul": 1}, "LoFi", in0_rows=rows) == eight
+    assert compute_cycles({"matmul": 1}, "LoFi", in0_rows=9) == 2 * eight
+
+
+def test_sfpu_tile_costs_its_instructions_over_32_lanes_and_pack_is_free() -> None:
+    per_element = WORMHOLE.sfpu_instructions_per_element["exp"]
+    assert compute_cycles({"exp": 3}, "HiFi2") == 3 * per_element * 1024 / WORMHOLE.sfpu_lanes
+    assert compute_cycles({"pack": 100}, "HiFi4") == 0
+
+
+def test_every_constant_names_its_source() -> None:
+    for name in ("dram_peak_bytes_per_s", "core_dram_read_bytes_per_cycle", "noc_bytes_per_cycle", "noc_hop_cycles",
+                 "matmul_tile_cycles_lofi", "sfpu_instructions_per_element"):
+        assert CONSTANT_SOURCES[name]
+
+
+# ---- the reduction --------------------------------------------------------------------------------
+
+
+def test_message_costs_bytes_over_32_per_cycle_plus_9_cycles_per_hop() -> None:
+    assert message_cycles(3200, 0) == 100
+    assert message_cycles(3200, 4) == 100 + 36
+
+
+def test_noc0_hops_run_east_and_south_around_the_torus() -> None:
+    a, b = CoreCoord(0, 0), CoreCoord(1, 0)
+    assert noc_hops(a, b) == 1
+    assert noc_hops(b, a) == WORMHOLE.noc_grid[0] - 1  # the long way round
+    assert noc_hops(a, a) == 0
+    assert noc_hops(CoreCoord(3, 0), CoreCoord(4, 0)) == 2  # worker columns 4 and 6: column 5 is DRAM
+
+
+def _tree_messages(pieces: int, nbytes: int) -> list[Message]:
+    core = CoreCoord(0, 0)  # every piece on one core: zero hops, so only bytes and merges count
+    out = []
+    for i in range(1, pieces):
+        r, parent = tree_parent(i)  # type: ignore[misc]
+        out.append(Message(core, core, nbytes, i, (0, 0), i, parent, r))
+    return out
+
+
+def test_reduction_critical_path_grows_with_log2_of_the_pieces() -> None:
+    nbytes, merge = 2560, 1000.0
+    msg = message_cycles(nbytes, 0)
+    previous = 0.0
+    for pieces in range(1, 65):
+        path = tree_critical_path(_tree_messages(pieces, nbytes), merge)
+        rounds = math.ceil(math.log2(pieces)) if pieces > 1 else 0
+        if pieces & (pieces - 1) == 0:  # a full binomial tree: every round waits for its message
+            assert path == pytest.approx(rounds * (msg + merge)), pieces
+        else:  # a partial tree: some messages arrive while the parent still merges
+            assert rounds * merge + msg <= path <= rounds * (msg + merge), pieces
+        assert path >= previous, pieces
+        previous = path
+
+
+# ---- one tiny real run ----------------------------------------------------------------------------
+
+
+def _run(max_cores: int) -> tuple[DecodePlan, StepEstimate, object]:
+    b, nh, nkv, s, d = 1, 8, 2, 1024, 64
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, b, nh, d, generator=g))
+    k = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[s - 1],
+                     grid=(4, 2), max_cores_per_head_batch=max_cores)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(d),
+                                    compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+    return plan, estimate_step(plan, result.counters), result
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[int, tuple[DecodePlan, StepEstimate, object]]:
+    return {mc: _run(mc) for mc in (1, 4)}
+
+
+def test_real_run_kv_bytes_are_every_valid_key_tile_of_k_and_v_once(runs) -> None:
+    plan, est, _ = runs[4]
+    tiles = valid_tiles(plan.cur_pos[0]) * plan.num_kv_heads * (plan.d_tiles + plan.dv_tiles)
+    assert est.kv_bytes == tiles * tile_size(DataType.bfloat8_b)
+    assert est.dram_bytes > est.kv_bytes  # Q rows and positions too
+
+
+def test_real_run_messages_follow_the_binomial_tree_round_by_round(runs) -> None:
+    plan, est, _ = runs[4]
+    assert plan.pieces_per_work == 4 and plan.rounds == 2
+    assert est.messages == plan.num_kv_heads * (plan.pieces_per_work - 1)
+    assert est.noc_bytes_per_round[0] == 2 * est.noc_bytes_per_round[1] > 0
+
+
+def test_real_run_time_is_slowest_core_plus_reduction_and_bandwidth_is_kv_bytes_over_time(runs) -> None:
+    _, est, _ = runs[4]
+    assert est.time_us == pytest.approx(est.local_us + est.reduction_us)
+    assert est.local_us == pytest.approx(max(c.overlapped_us for c in est.cores))
+    assert est.achieved_gbps == pytest.approx(est.kv_bytes / (est.time_us * 1e-6) / 1e9)
+    assert 0 < est.reduction_share < 1
+    assert est.time_us >= est.roofline_us
+    assert est.fidelity == "HiFi2"
+
+
+def test_real_run_with_more_cores_per_head_reads_less_per_core_and_has_a_reduction(runs) -> None:
+    _, one, _ = runs[1]
+    _, four, _ = runs[4]
+    assert one.reduction_us == 0 and one.messages == 0
+    assert four.reduction_us > 0
+    assert four.max_core_bytes < one.max_core_bytes
+    assert max(c.dram_us for c in four.cores) < max(c.dram_us for c in one.cores)
+    assert sum(c.bytes_read for c in four.cores) >= sum(c.bytes_read for c in one.cores)  # Q rows per piece
+    assert np.isclose(four.kv_bytes, one.kv_bytes)
