@@ -315,15 +315,27 @@ def _layout(ttnn: ModuleType, layout: str, what: str) -> Any:
     raise DeviceError(f"{what}: layout expected 'tile' or 'row_major', got {layout!r}")
 
 
+def _element_name(spec: Any) -> str:
+    """The element type of a program tensor as ttnn names it (a row-major int tensor's own type)."""
+    return spec.element_type or spec.data_format.value
+
+
+def tensor_dtype(ttnn: ModuleType, spec: Any) -> "ttnn.DataType":
+    """The ttnn dtype a program tensor has on the device."""
+    if spec.element_type is not None:
+        return getattr(ttnn, spec.element_type)
+    return ttnn_data_type(ttnn, spec.data_format)
+
+
 def _check_page_geometry(spec: Any) -> None:
     """The program's page arithmetic must match how ttnn lays the tensor out in DRAM."""
     what = f"tensor {spec.name!r}"
     if spec.layout == "tile":
         want_size, want_pages = tile_size(spec.data_format), num_tiles(spec.shape)
     else:
-        elem = _ROW_MAJOR_ELEMENT_BYTES.get(spec.data_format.value)
+        elem = _ROW_MAJOR_ELEMENT_BYTES.get(_element_name(spec))
         if elem is None:
-            raise DeviceError(f"{what}: row-major layout needs float32/bfloat16/int32/uint32, got {spec.data_format.value}")
+            raise DeviceError(f"{what}: row-major layout needs float32/bfloat16/int32/uint32, got {_element_name(spec)}")
         want_size = spec.shape[-1] * elem
         want_pages = 1
         for d in spec.shape[:-1]:
@@ -331,7 +343,7 @@ def _check_page_geometry(spec: Any) -> None:
     if (spec.page_size, spec.num_pages) != (want_size, want_pages):
         raise DeviceError(
             f"{what}: program pages ({spec.num_pages} x {spec.page_size} B) differ from ttnn's "
-            f"{spec.layout} layout of shape {tuple(spec.shape)} in {spec.data_format.value} "
+            f"{spec.layout} layout of shape {tuple(spec.shape)} in {_element_name(spec)} "
             f"({want_pages} x {want_size} B)"
         )
 
@@ -341,8 +353,8 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
     what = f"io_tensors[{spec.name!r}]"
     if not ttnn.is_tensor_storage_on_device(tensor):
         raise DeviceError(f"{what}: expected a tensor on the device (ttnn.to_device), got one on the host")
-    if tensor.dtype != ttnn_data_type(ttnn, spec.data_format):
-        raise DeviceError(f"{what}: expected dtype {spec.data_format.value}, got {tensor.dtype}")
+    if tensor.dtype != tensor_dtype(ttnn, spec):
+        raise DeviceError(f"{what}: expected dtype {_element_name(spec)}, got {tensor.dtype}")
     if tensor.layout != _layout(ttnn, spec.layout, what):
         raise DeviceError(f"{what}: expected {spec.layout} layout, got {tensor.layout}")
     if tuple(tensor.shape) != tuple(spec.shape):
@@ -383,7 +395,7 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
         _check_page_geometry(spec)
         allocated[spec.name] = ttnn.allocate_tensor_on_device(
             ttnn.Shape(list(spec.shape)),
-            ttnn_data_type(ttnn, spec.data_format),
+            tensor_dtype(ttnn, spec),
             _layout(ttnn, spec.layout, f"tensor {spec.name!r}"),
             device,
             ttnn.DRAM_MEMORY_CONFIG,

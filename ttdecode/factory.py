@@ -58,7 +58,8 @@ from ttdecode.program import (
 )
 from ttdecode.tensor import TileTensor
 
-__all__ = ["FactoryError", "build_program", "run_flash_decode", "decode_outputs", "kernel_sources"]
+__all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
+           "decode_lse_rows", "kernel_sources"]
 
 Positions = Union[Sequence[int], torch.Tensor]
 
@@ -211,7 +212,7 @@ def build_program(
     scale: float,
     compute: ComputeSettings,
 ) -> Program:
-    """The one FlashDecode program of a decode step (see the module doc for its pieces).
+    """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
 
     q/k/v: tile tensors in the plan's shapes and formats; cur_pos_source: the positions (list or
     int tensor; None to take the plan's); scale: the softmax scale; compute: the compute-kernel
@@ -222,6 +223,17 @@ def build_program(
     q = _expect_tile_tensor("q", q, (1, b, nh, plan.head_dim), DataType.bfloat16)
     k = _expect_tile_tensor("k", k, (kv_batch, nkv, s, plan.head_dim), plan.kv_dtype)
     v = _expect_tile_tensor("v", v, (kv_batch, nkv, s, plan.head_dim_v), plan.kv_dtype)
+    images = {"q": q.data, "k": k.data, "v": v.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
+    return _program(plan, scale=scale, compute=compute, images=images)
+
+
+def build_program_for_device(plan: DecodePlan, *, scale: float, compute: ComputeSettings) -> Program:
+    """The same program without input bytes: on a device the inputs already live in DRAM."""
+    return _program(plan, scale=scale, compute=compute, images=None)
+
+
+def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
+             images: Optional[dict[str, bytes]]) -> Program:
     if not isinstance(compute, ComputeSettings):
         raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
     if compute.fp32_dest_acc_en != plan.fp32_dest_acc_en or compute.dst_tiles != plan.dst_tiles:
@@ -250,14 +262,23 @@ def build_program(
     # semaphore h - 1 of that core.
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
 
+    b, nkv = plan.batch, plan.num_kv_heads
+    kv_batch = 1 if plan.share_cache else b
+    q_shape = (1, b, plan.num_q_heads, plan.head_dim)
+    k_shape = (kv_batch, nkv, plan.seq_len, plan.head_dim)
+    v_shape = (kv_batch, nkv, plan.seq_len, plan.head_dim_v)
+    image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
     tensors = [
-        DramTensor("q", bf16, formats.tile_size(bf16), q.num_pages, q.shape, "tile", q.data),
-        DramTensor("k", plan.kv_dtype, k.page_size, k.num_pages, k.shape, "tile", k.data),
-        DramTensor("v", plan.kv_dtype, v.page_size, v.num_pages, v.shape, "tile", v.data),
-        DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", positions_bytes(plan, cur_pos_source)),
+        DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
+        DramTensor("k", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(k_shape), k_shape,
+                   "tile", image("k")),
+        DramTensor("v", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(v_shape), v_shape,
+                   "tile", image("v")),
+        # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
+        DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
-    out_shape = (1, b, nh, plan.head_dim_v)
+    out_shape = (1, b, plan.num_q_heads, plan.head_dim_v)
     tensors.append(DramTensor("out", bf16, formats.tile_size(bf16), formats.num_tiles(out_shape), out_shape,
                               "tile", None, is_output=True))
     if plan.return_lse:
@@ -270,15 +291,20 @@ def build_program(
 # ---- outputs ------------------------------------------------------------------------------------
 
 
+def decode_lse_rows(plan: DecodePlan, rows: torch.Tensor) -> torch.Tensor:
+    """LSE [1, B, NH] float32 from the kernel's rows [B * NKV, q_tiles * 32] (one per KV group)."""
+    rows = rows.reshape(plan.batch, plan.num_kv_heads, plan.q_tiles * TILE)
+    return rows[:, :, : plan.group_size].to(torch.float32).reshape(1, plan.batch, plan.num_q_heads).clone()
+
+
 def decode_outputs(plan: DecodePlan, tensors: dict[str, bytes]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(out [1, B, NH, Dv] torch.bfloat16, lse [1, B, NH] float32 or None) from the output images."""
     shape = (1, plan.batch, plan.num_q_heads, plan.head_dim_v)
     out = formats.unpack_tiles(tensors["out"], DataType.bfloat16, shape).to(torch.bfloat16)
     lse = None
     if plan.return_lse:
-        row = plan.q_tiles * TILE
-        raw = np.frombuffer(tensors["lse"], dtype="<f4").reshape(plan.batch, plan.num_kv_heads, row)
-        lse = torch.from_numpy(raw[:, :, : plan.group_size].copy()).reshape(1, plan.batch, plan.num_q_heads)
+        raw = np.frombuffer(tensors["lse"], dtype="<f4")
+        lse = decode_lse_rows(plan, torch.from_numpy(raw.copy()))
     return out, lse
 
 

@@ -213,8 +213,10 @@ class DramTensor:
     """An interleaved DRAM tensor: page k lives in bank k % 12.
 
     `data` holds the input byte image (num_pages * page_size bytes); None for an output, which
-    the backend allocates. `shape` is the logical shape (for the device path), `layout` "tile" or
-    "row_major".
+    the backend allocates, and for an input the backend already holds (the device path). `shape` is
+    the logical shape, `layout` "tile" or "row_major". `element_type` names the element type of a
+    row-major tensor whose elements are not a tile format ("int32", "uint32"); None means
+    `data_format`.
     """
 
     name: str
@@ -225,8 +227,14 @@ class DramTensor:
     layout: str = "tile"
     data: bytes | None = None
     is_output: bool = False
+    element_type: str | None = None
 
     def __post_init__(self) -> None:
+        if self.element_type is not None and (self.layout != "row_major" or self.element_type not in ("int32", "uint32")):
+            raise ValueError(
+                f"tensor {self.name}: element_type is for row-major int32/uint32 tensors, got "
+                f"{self.element_type!r} with layout {self.layout!r}"
+            )
         if self.data is not None and len(self.data) != self.page_size * self.num_pages:
             raise ValueError(
                 f"tensor {self.name}: data holds {len(self.data)} bytes, expected "

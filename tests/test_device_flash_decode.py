@@ -1,0 +1,91 @@
+"""The FlashDecode program on the device path: the real ttnn 0.81.1 descriptors, and the dataflow
+kernels compiled against the real tt-metal headers with the factory's own compile-time args."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ttdecode import device as dev
+from ttdecode.factory import build_program_for_device
+from ttdecode.formats import DataType
+from ttdecode.plan import make_plan
+from ttdecode.program import ComputeSettings, KernelKind
+
+LLAMA = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, seq_len=8192)
+
+
+@pytest.fixture(scope="module")
+def ttnn() -> Any:
+    from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
+
+    mod = import_ttnn()
+    if mod is None:
+        pytest.skip(f"ttnn cannot be imported here: {ttnn_unavailable_reason()}")
+    return mod
+
+
+class GridView:
+    """An 8x8 worker grid at NoC (18 + x, 18 + y) and made-up DRAM addresses."""
+
+    def __init__(self) -> None:
+        self.addresses = {"q": 0x100000, "k": 0x200000, "v": 0x300000, "cur_pos": 0x400000, "out": 0x500000,
+                          "lse": 0x600000}
+
+    def grid_size(self) -> tuple[int, int]:
+        return (8, 8)
+
+    def worker_core(self, core: Any) -> tuple[int, int]:
+        return (18 + core.x, 18 + core.y)
+
+    def buffer_address(self, name: str) -> int:
+        return self.addresses[name]
+
+
+def program(batch: int = 4, lse: bool = True, kv: DataType = DataType.bfloat8_b):
+    plan = make_plan(batch=batch, cur_pos=None, kv_dtype=kv, return_lse=lse, **LLAMA)
+    return plan, build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
+
+
+def test_device_program_carries_no_input_bytes_and_types_positions_int32() -> None:
+    _, prog = program()
+    assert all(t.data is None for t in prog.tensors)
+    pos = prog.tensor("cur_pos")
+    assert pos.element_type == "int32" and pos.layout == "row_major" and pos.page_size == 16
+
+
+def test_flash_decode_program_converts_to_real_ttnn_descriptors(ttnn: Any) -> None:
+    plan, prog = program()
+    desc = dev.build_program_descriptor(prog, GridView())
+    assert [k.kernel_source.rsplit("/", 1)[-1] for k in desc.kernels] == ["reader.cpp", "writer.cpp", "compute.cpp"]
+    assert len(desc.cbs) == len(plan.circular_buffers)
+    assert len(desc.semaphores) == plan.rounds
+    # the writer's parent coordinates were resolved to NoC coordinates of the grid
+    writer = next(k for k in prog.kernels if k.kind is KernelKind.WRITER)
+    some_core = next(c for c, args in writer.runtime_args.items() if args)
+    resolved = list(desc.kernels[1].runtime_args[some_core.x][some_core.y])
+    assert all(isinstance(a, int) for a in resolved)
+    assert resolved[0] == GridView().addresses["out"]
+
+
+def test_positions_are_int32_on_the_device_and_kv_keeps_its_format(ttnn: Any) -> None:
+    _, prog = program(batch=1, lse=False)
+    spec = prog.tensor("cur_pos")
+    assert dev.tensor_dtype(ttnn, spec) == ttnn.int32
+    assert dev.tensor_dtype(ttnn, prog.tensor("k")) == ttnn.bfloat8_b
+
+
+def test_device_backend_refuses_without_a_device() -> None:
+    assert not dev.available()  # this machine has no /dev/tenstorrent
+
+
+def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> None:
+    from tools import compile_real as cr
+
+    for kv in (DataType.bfloat8_b, DataType.bfloat16):
+        _, prog = program(batch=2, kv=kv)
+        results = cr.compile_program_kernels(prog)
+        assert len(results) == 2
+        for r in results:
+            assert r.ok, r.summary()
