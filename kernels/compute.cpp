@@ -30,6 +30,7 @@
 #include "api/compute/bcast.h"
 #include "api/compute/eltwise_binary.h"
 #include "api/compute/binary_max_min.h"
+#include "api/compute/eltwise_binary_sfpu.h"
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
@@ -109,25 +110,12 @@ inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_str
     tile_regs_release();
 }
 
-// Pack DST tile 0 into a whole-slot reservation of a scratch CB (cb_scores / cb_probs take whole
-// slots everywhere, so their FIFOs stay aligned).
-inline void pack_to_scratch(uint32_t cb) {
-    cb_reserve_back(cb, max_chunk_tiles);
-    pack_block(cb, 0, 1);
-    cb_push_back(cb, max_chunk_tiles);
-}
-
-// Tile out_index of out_cb's reserved space = scratch tile of cb_scores + scratch tile of cb_probs.
-void add_scratch_tiles(uint32_t out_cb, uint32_t out_index) {
-    cb_wait_front(cb_scores, max_chunk_tiles);
-    cb_wait_front(cb_probs, max_chunk_tiles);
-    tile_regs_acquire();
-    use_operands(cb_scores, cb_probs);
-    add_init(cb_scores, cb_probs);
-    add_tiles(cb_scores, cb_probs, 0, 0, 0);
-    pack_block(out_cb, out_index, 1);
-    cb_pop_front(cb_scores, max_chunk_tiles);
-    cb_pop_front(cb_probs, max_chunk_tiles);
+// DST tile dst = column 0 of tile `tile` of cb, in every column. The FPU reads the Float32 tile as
+// TF32, so this is exact for the running max (a max of TF32 scores) and for anything TF32-exact.
+inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
+    use_operands(cb_zeros, cb);
+    add_bcast_cols_init(cb_zeros, cb);
+    add_tiles_bcast_cols(cb_zeros, cb, 0, tile, dst);
 }
 
 // ---- one chunk ----------------------------------------------------------------------------------
@@ -310,21 +298,21 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint
 // ---- the tree -----------------------------------------------------------------------------------
 
 // Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha broadcast along the rows. Every
-// step is row by row, so rows past the group (which a child does not send) never reach the rows
-// written out. The two products meet in an FPU add through two scratch tiles.
+// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha (every column holds a row's factor).
+// All four tiles are copied exactly into DST and combined on the SFPU in fp32. Every step is row by
+// row, so rows past the group (which a child does not send) never reach the rows written out.
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
-    const uint32_t sources[2] = {cb_a, cb_partial_in};
-    const uint32_t tiles[2] = {ia, ic};
-    const uint32_t scratch[2] = {cb_scores, cb_probs};
-    for (uint32_t i = 0; i < 2; ++i) {
-        tile_regs_acquire();
-        use_operands(sources[i], cb_alpha);
-        mul_bcast_cols_init(sources[i], cb_alpha);
-        mul_tiles_bcast_cols(sources[i], cb_alpha, tiles[i], i, 0);
-        pack_to_scratch(scratch[i]);
-    }
-    add_scratch_tiles(out_cb, out_index);
+    tile_regs_acquire();
+    copy_to_dst(cb_a, ia, 0);
+    copy_to_dst(cb_alpha, 0, 1);
+    copy_to_dst(cb_partial_in, ic, 2);
+    copy_to_dst(cb_alpha, 1, 3);
+    mul_binary_tile_init();
+    mul_binary_tile(0, 1, 0);
+    mul_binary_tile(2, 3, 2);
+    add_binary_tile_init();
+    add_binary_tile(0, 2, 0);
+    pack_block(out_cb, out_index, 1);
 }
 
 // Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `next`:
@@ -346,10 +334,16 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
         cb_push_back(next.max, 1);
         cb_wait_front(next.max, qi + 1);
 
+        // e_own and e_child in every column: the three maxima broadcast exactly, the differences on
+        // the SFPU in fp32.
         cb_reserve_back(cb_alpha, 2);
         tile_regs_acquire();
-        difference(own.max, qi, next.max, qi, 0);
-        difference(cb_partial_in, m_c, next.max, qi, 1);
+        broadcast_column(own.max, qi, 0);
+        broadcast_column(cb_partial_in, m_c, 1);
+        broadcast_column(next.max, qi, 2);
+        sub_binary_tile_init();
+        sub_binary_tile(0, 2, 0);
+        sub_binary_tile(1, 2, 1);
         scaled_exp(2);
         pack_block(cb_alpha, 0, 2);
         cb_push_back(cb_alpha, 2);
@@ -396,24 +390,17 @@ void finish_root(const Running& set) {
         cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
-            // LSE = scale * (m + log(l) / scale): m is exact in the FPU's TF32 operands (it is a
-            // max of TF32 scores), so only the small log term is rounded there.
+            // LSE = m * scale + log(l), all in fp32 on the SFPU (column 0 holds the value).
             tile_regs_acquire();
             copy_to_dst(set.sum, qi, 0);
             log_tile_init();
             log_tile(0);
+            copy_to_dst(set.max, qi, 1);
             binop_with_scalar_tile_init();
-            mul_unary_tile(0, inv_scale_bits);
-            pack_to_scratch(cb_probs);
-            cb_wait_front(cb_probs, max_chunk_tiles);
-            tile_regs_acquire();
-            use_operands(set.max, cb_probs);
-            add_init(set.max, cb_probs);
-            add_tiles(set.max, cb_probs, qi, 0, 0);
-            binop_with_scalar_tile_init();
-            mul_unary_tile(0, scale_bits);
+            mul_unary_tile(1, scale_bits);
+            add_binary_tile_init();
+            add_binary_tile(0, 1, 0);
             pack_block(cb_lse, qi, 1);
-            cb_pop_front(cb_probs, max_chunk_tiles);
         }
     }
     cb_push_back(cb_out, acc_tiles);

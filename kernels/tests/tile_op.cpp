@@ -4,6 +4,10 @@
 //   OP_SUB_BCAST_COLS, OP_MUL_BCAST_COLS   out = in0 op (column 0 of in1)
 //   OP_REDUCE_MAX, OP_REDUCE_SUM           out col 0 = row max / row sum over kt tiles of in0, with the scaler in CB 2
 //   OP_EXP, OP_RECIP, OP_LOG               out = f(in0)
+//   OP_ADD_BINARY, OP_SUB_BINARY, OP_MUL_BINARY
+//                                          out = in0 op in1 on the SFPU: in0 copied to DST d, in1 to
+//                                          d + 1, result in d (NEAREST_EVEN: add/sub ask for
+//                                          DstRoundingMode::NearestEven)
 // CBs: in0 = 0, in1 = 1, scaler = 2, out = 16. Compile-time args: output tiles, kt (input tiles per
 // output for matmul/reduce), transpose (matmul), DST index used.
 // Fault defines: MISSING_INIT (binary op after reduce_init), SKIP_REGS_WAIT (pack without tile_regs_wait),
@@ -11,11 +15,14 @@
 // PACK_UNWRITTEN (packs DST index d + 1, never written), SKIP_HW_STARTUP (binary ops without
 // compute_kernel_hw_startup: the unpacker formats are never configured).
 // MUL_ONTO_COPY (with OP_MUL): copies in0 into the DST tile first, then mul_tiles into the same tile.
+// SFPU binary faults: WRONG_SFPU_INIT (the op runs under exp_tile_init), SKIP_SECOND_COPY (in1 never
+// reaches DST d + 1, so the op reads a tile with no data).
 #include <cstdint>
 
 #include "api/compute/bcast.h"
 #include "api/compute/compute_kernel_api.h"
 #include "api/compute/eltwise_binary.h"
+#include "api/compute/eltwise_binary_sfpu.h"
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/matmul.h"
@@ -68,6 +75,45 @@ void kernel_main() {
 #endif
         emit(d);
         cb_pop_front(in0, 1);
+    }
+#elif defined(OP_ADD_BINARY) || defined(OP_SUB_BINARY) || defined(OP_MUL_BINARY)
+#ifdef NEAREST_EVEN
+    constexpr DstRoundingMode rounding = DstRoundingMode::NearestEven;
+#else
+    constexpr DstRoundingMode rounding = DstRoundingMode::Default;
+#endif
+    compute_kernel_hw_startup(in0, in1, out);
+    for (uint32_t i = 0; i < n; ++i) {
+        cb_wait_front(in0, 1);
+        cb_wait_front(in1, 1);
+        tile_regs_acquire();
+        reconfig_data_format_srca(in0);
+        copy_init(in0);
+        copy_tile(in0, 0, d);
+#ifndef SKIP_SECOND_COPY
+        reconfig_data_format_srca(in1);
+        copy_init(in1);
+        copy_tile(in1, 0, d + 1);
+#endif
+#if defined(WRONG_SFPU_INIT)
+        exp_tile_init();
+#elif defined(OP_ADD_BINARY)
+        add_binary_tile_init();
+#elif defined(OP_SUB_BINARY)
+        sub_binary_tile_init();
+#else
+        mul_binary_tile_init();
+#endif
+#if defined(OP_ADD_BINARY)
+        add_binary_tile<rounding>(d, d + 1, d);
+#elif defined(OP_SUB_BINARY)
+        sub_binary_tile<rounding>(d, d + 1, d);
+#else
+        mul_binary_tile(d, d + 1, d);
+#endif
+        emit(d);
+        cb_pop_front(in0, 1);
+        cb_pop_front(in1, 1);
     }
 #elif defined(OP_REDUCE_MAX) || defined(OP_REDUCE_SUM)
 #if defined(OP_REDUCE_MAX)

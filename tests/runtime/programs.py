@@ -53,12 +53,14 @@ def copy_program(x: torch.Tensor, dtype: DataType, cores: list[CoreCoord], cb_pa
 def tile_op_program(op: str, inputs: dict[int, torch.Tensor], n_out: int, *, kt: int = 1, transpose: int = 0,
                     dst_index: int = 0, dtype: DataType = DataType.bfloat16, out_dtype: DataType | None = None,
                     settings: ComputeSettings | None = None, extra_defines: dict[str, str] | None = None,
-                    core: CoreCoord = CoreCoord(0, 0)) -> Program:
+                    core: CoreCoord = CoreCoord(0, 0), input_dtypes: dict[int, DataType] | None = None) -> Program:
     """One core: inputs_reader feeds `inputs` (CB index -> tensor), tile_op.cpp runs `op`, copy_writer
-    writes `n_out` tiles of CB 16 to tensor "out"."""
+    writes `n_out` tiles of CB 16 to tensor "out". Inputs are in `dtype` unless `input_dtypes` gives a
+    CB its own format."""
     out_dtype = out_dtype or dtype
+    fmt = {cb: (input_dtypes or {}).get(cb, dtype) for cb in inputs}
     where = crs([core])
-    tensors = [tensor_in(f"in{cb}", x, dtype) for cb, x in sorted(inputs.items())]
+    tensors = [tensor_in(f"in{cb}", x, fmt[cb]) for cb, x in sorted(inputs.items())]
     reader_args: list = [len(inputs)]
     for cb, x in sorted(inputs.items()):
         reader_args += [BufferAddress(f"in{cb}"), cb, num_tiles(x.shape)]
@@ -70,7 +72,7 @@ def tile_op_program(op: str, inputs: dict[int, torch.Tensor], n_out: int, *, kt:
                      compute=settings or ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=True))
     writer = Kernel("copy_writer", kernel_path("copy_writer.cpp"), KernelKind.WRITER, where, compile_time_args=[16],
                     runtime_args={core: [BufferAddress("out"), 0, n_out]})
-    cbs = [CircularBuffer(cb, where, dtype, tile_size(dtype), max(2, kt)) for cb in sorted(inputs)]
+    cbs = [CircularBuffer(cb, where, fmt[cb], tile_size(fmt[cb]), max(2, kt)) for cb in sorted(inputs)]
     cbs.append(CircularBuffer(16, where, out_dtype, tile_size(out_dtype), 2))
     tensors.append(tensor_out("out", (32, 32 * n_out), out_dtype))
     return Program([reader, compute, writer], cbs, [], tensors)

@@ -135,3 +135,15 @@ def test_unpacking_with_unconfigured_formats_is_caught():
     a = torch.randn(32, 32)
     fails(tile_op_program("add", {0: a, 1: a}, 1, extra_defines={"SKIP_HW_STARTUP": ""}),
           "add_tiles: unpacker srcA is configured for (not configured) but CB 0 holds Float16_b")
+
+
+def test_sfpu_binary_op_under_another_sfpu_init_is_caught():
+    a = torch.randn(32, 32)
+    fails(tile_op_program("add_binary", {0: a, 1: a}, 1, dst_index=1, extra_defines={"WRONG_SFPU_INIT": ""}),
+          "compute kernel 'tile_op'", "add_binary_tile: the SFPU is configured by exp_tile_init")
+
+
+def test_sfpu_binary_op_reading_a_dst_tile_without_data_is_caught():
+    a = torch.randn(32, 32)
+    fails(tile_op_program("mul_binary", {0: a, 1: a}, 1, dst_index=1, extra_defines={"SKIP_SECOND_COPY": ""}),
+          "compute kernel 'tile_op'", "mul_binary_tile: DST tile 2 holds no data since tile_regs_acquire")

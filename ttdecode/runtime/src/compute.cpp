@@ -102,7 +102,7 @@ void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const
 }
 
 // Decoded values of tile `idx` of a CB this kernel waited for (row-major floats).
-const float* unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api, uint8_t* df_out) {
+Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api) {
     if (cb >= uint32_t(kNumCbs) || !k.core->cbcfg[cb].present) {
         fail(std::string(api) + ": CB " + std::to_string(cb) + " is not configured on " + core_name(k.core));
     }
@@ -130,8 +130,7 @@ const float* unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const
         e.format = c.format;
         e.valid = true;
     }
-    *df_out = c.format;
-    return e.values;
+    return Unpacked{e.values, c.format};
 }
 
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api) {

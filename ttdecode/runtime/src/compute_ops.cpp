@@ -10,6 +10,16 @@ namespace ttrt {
 
 // ------------------------------------------------------------------ FPU operations
 
+// Tile `idx` of `cb` as the FPU sees it in srcA (srca) or srcB: unpacked, its format checked against
+// the unpacker's, then cut to the source register precision of that same format (TF32 / bf16 for
+// Float32 data). The format comes with the values, never from a variable set elsewhere.
+static void load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api,
+                         float* out) {
+    const Unpacked u = unpack(k, s, cb, idx, api);
+    check_src_format(s, srca, cb, u.format, api);
+    to_src(u.values, out, u.format, k.fp32_acc);
+}
+
 // C += A x B over 32x32 tiles (row-major); the inner loop vectorises.
 static void matmul_acc(const float* __restrict a, const float* __restrict b, float* __restrict c) {
     for (int i = 0; i < 32; ++i) {
@@ -39,14 +49,9 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
     const bool transpose_b = s.fpu_a != 0;
     float a[kTileValues], b[kTileValues], tmp[kTileValues];
     for (uint32_t r = 0; r < rt; ++r) {
-        uint8_t df;
-        const float* av = unpack(k, s, in0, i0 + r * kt, api, &df);
-        check_src_format(s, false, in0, df, api);  // in0 goes to srcB
-        to_src(av, a, df, k.fp32_acc);
+        load_operand(k, s, in0, i0 + r * kt, false, api, a);  // in0 goes to srcB
         for (uint32_t c = 0; c < ct; ++c) {
-            const float* bv = unpack(k, s, in1, i1 + c, api, &df);
-            check_src_format(s, true, in1, df, api);  // in1 goes to srcA
-            to_src(bv, tmp, df, k.fp32_acc);
+            load_operand(k, s, in1, i1 + c, true, api, tmp);  // in1 goes to srcA
             if (transpose_b) transpose(tmp, b);
             else std::memcpy(b, tmp, sizeof b);
             const uint32_t d = idst + r * ct + c;
@@ -69,12 +74,9 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
     check_regs(k, s, REGS_ACQUIRED, api);
     check_fpu(s, FPU_ELTWISE, op | (bcast << 8), -1, api,
               bcast ? "the matching *_bcast_*_init" : "the matching add_init / sub_init / mul_init");
-    uint8_t df;
     float a[kTileValues], b[kTileValues];
-    to_src(unpack(k, s, icb0, i0, api, &df), a, df, k.fp32_acc);
-    check_src_format(s, true, icb0, df, api);
-    to_src(unpack(k, s, icb1, i1, api, &df), b, df, k.fp32_acc);
-    check_src_format(s, false, icb1, df, api);
+    load_operand(k, s, icb0, i0, true, api, a);
+    load_operand(k, s, icb1, i1, false, api, b);
     float* out = dst_tile(k, s, idst, api);
     const bool was = s.defined[idst];
     const bool acc = s.fpu_b != 0;
@@ -111,13 +113,10 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
     if (dim != 0) fail("reduce_tile: only ReduceDim::REDUCE_ROW is modelled by the host runtime");
     if (pool == 3) fail("reduce_tile: PoolType::MIN has no hardware reduce (GMPOOL/GAPOOL only)");
     const bool is_max = pool == 2;
-    uint8_t df, sdf;
     float a[kTileValues], sc[kTileValues];
-    to_src(unpack(k, s, icb, itile, api, &df), a, df, k.fp32_acc);
-    to_src(unpack(k, s, icb_scaler, itile_scaler, api, &sdf), sc, sdf, k.fp32_acc);
     // MAX: data in srcA, scaler in srcB; SUM/AVG swap the two (the scaler feeds srcA of a matmul).
-    check_src_format(s, is_max, icb, df, api);
-    check_src_format(s, !is_max, icb_scaler, sdf, api);
+    load_operand(k, s, icb, itile, is_max, api, a);
+    load_operand(k, s, icb_scaler, itile_scaler, !is_max, api, sc);
     float* out = dst_tile(k, s, idst, api);
     const bool was = s.defined[idst];
     if (!was) std::fill(out, out + kTileValues, 0.f);
@@ -151,12 +150,11 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
     check_fpu(s, FPU_COPY, s.fpu == FPU_COPY ? s.fpu_a : 0, -1, api, "copy_init");
-    uint8_t df;
-    const float* v = unpack(k, s, cb, itile, api, &df);
-    check_src_format(s, true, cb, df, api);
+    const Unpacked u = unpack(k, s, cb, itile, api);
+    check_src_format(s, true, cb, u.format, api);
     float tmp[kTileValues];
-    if (df == 0 && k.fp32_acc) std::memcpy(tmp, v, sizeof tmp);  // Float32 unpacks straight to an fp32 DST
-    else to_src(v, tmp, df, false);
+    if (u.format == 0 && k.fp32_acc) std::memcpy(tmp, u.values, sizeof tmp);  // Float32 unpacks straight to an fp32 DST
+    else to_src(u.values, tmp, u.format, false);
     float* out = dst_tile(k, s, idst, api);
     if (s.fpu_a) transpose(tmp, out);
     else std::memcpy(out, tmp, sizeof tmp);
@@ -227,7 +225,33 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     record(k, EV_COMPUTE, uint16_t(opc), 1);
 }
 
-extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, int vector_mode, const char* api) {
+// bf16 narrowing on the SFPU: toward zero (what SFPSTORE does to a 16-bit DST) or to nearest even.
+static float bf16_toward_zero(float x) {
+    if (std::isnan(x)) return x;
+    return from_bits(bits(x) & 0xFFFF0000u);
+}
+static float bf16_nearest_even(float x) { return fmt::bf16_bits_to_float(fmt::float_to_bf16_bits(x)); }
+
+// One SFPU binary op on values a, b (fp32 registers), with the software rounding the LLK applies when
+// the op's is_fp32_dest_acc_en template argument is false.
+static float sfpu_binary_value(int op, float a, float b, bool fp32_template, bool nearest_even) {
+    switch (op) {
+        case SF_MAX: return std::max(a, b);
+        case SF_ADD_B:
+        case SF_SUB_B: {
+            const float r = op == SF_ADD_B ? a + b : a - b;
+            return !fp32_template && nearest_even ? bf16_nearest_even(r) : r;
+        }
+        case SF_MUL_B: {
+            if (fp32_template) return a * b;
+            return a == 0.f || b == 0.f ? 0.f : bf16_nearest_even(a * b);  // 0 * x = 0, as on the FPU
+        }
+    }
+    fail("sfpu binary op " + std::to_string(op) + " is not modelled");
+}
+
+extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, int vector_mode, int flags,
+                                 const char* api) {
     note(api, "dst %llu, %llu -> %llu", i0, i1, o);
     Kernel& k = cur();
     ComputeState& s = cs(k);
@@ -238,16 +262,20 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
     float* out = dst_tile(k, s, o, api);
     for (uint32_t d : {i0, i1}) {
         if (!s.defined[d]) {
-            fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data since tile_regs_acquire");
+            fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data since tile_regs_acquire "
+                 "(SFPU reads of cleared DST rows are undefined on the device)");
         }
     }
     if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
+    const bool fp32_template = flags & 1, nearest_even = flags & 2;
     uint32_t r1, c1;
     region(vector_mode, r1, c1);
     for (uint32_t r = 0; r < r1; ++r)
         for (uint32_t c = 0; c < c1; ++c) {
             const uint32_t i = r * 32 + c;
-            out[i] = dst_round(std::max(a[i], b[i]), k.fp32_acc);
+            const float v = sfpu_binary_value(op, a[i], b[i], fp32_template, nearest_even);
+            // A 16-bit DST keeps the upper half of the stored word (the max of two bf16 values is exact).
+            out[i] = k.fp32_acc ? v : bf16_toward_zero(v);
         }
     s.defined[o] = true;
     k.counters.op_tiles[OP_MAX] += 1;

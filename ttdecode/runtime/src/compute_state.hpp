@@ -45,8 +45,15 @@ void check_regs(Kernel& k, ComputeState& s, Regs want, const char* api);
 void check_dst(Kernel& k, ComputeState& s, uint32_t idst, const char* api);
 void check_fpu(ComputeState& s, int kind, int a, int b, const char* api, const char* init_name);
 void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const char* api);
-// Decoded values (row-major) of tile `idx` of a CB this kernel waited for; *df_out gets its format.
-const float* unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api, uint8_t* df_out);
+// Decoded values (row-major) of tile `idx` of a CB this kernel waited for, with the CB's data format.
+// Values and format travel together: callers never read a format that an unpack in the same
+// expression is still to set (argument evaluation order is unspecified in C++). `values` points into
+// a small cache and stays valid only until the next unpack.
+struct Unpacked {
+    const float* values;
+    uint8_t format;
+};
+Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api);
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api);
 
 // ------------------------------------------------------------------ precision

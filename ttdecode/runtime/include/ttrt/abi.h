@@ -50,7 +50,9 @@ void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst);
 // SFPU: init records the op; ops act on DST tiles.
 void ttrt_sfpu_init(int op, int approx, const char* api);
 void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, const char* api);
-void ttrt_sfpu_binary(int op, uint32_t idst0, uint32_t idst1, uint32_t odst, int vector_mode, const char* api);
+// flags: 1 = the op's is_fp32_dest_acc_en template argument, 2 = DstRoundingMode::NearestEven.
+void ttrt_sfpu_binary(int op, uint32_t idst0, uint32_t idst1, uint32_t odst, int vector_mode, int flags,
+                      const char* api);
 void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, int out_of_order);
 void ttrt_note_call(const char* api);
 [[noreturn]] void ttrt_fail(const char* message);

@@ -29,26 +29,25 @@ constexpr uint8_t noc_index = NOC_INDEX;
 // The runner reports an out-of-range argument index with the core and kernel.
 extern "C" void ttrt_bad_arg_index(int common, int idx, uint32_t count);
 
-// Compute kernels get a 32-bit address, dataflow kernels a uintptr_t (as the two tt-metal headers do).
+// Compute kernels get a 32-bit address, dataflow kernels a uintptr_t (as the two tt-metal headers
+// do; the host maps L1 at its device addresses, so both fit).
+static FORCE_INLINE volatile uint32_t* ttrt_arg_slot(int common, int arg_idx) {
+    const uint32_t count = common ? crta_count : rta_count;
+    if (arg_idx < 0 || (uint32_t)arg_idx >= count) {
+        ttrt_bad_arg_index(common, arg_idx, count);
+    }
+    return common ? &crta_l1_base[arg_idx] : &rta_l1_base[arg_idx];
+}
+
 #if TTRT_COMPUTE_KERNEL
-using ttrt_arg_addr_t = uint32_t;
+static FORCE_INLINE uint32_t get_arg_addr(int arg_idx) { return (uint32_t)(uintptr_t)ttrt_arg_slot(0, arg_idx); }
+
+static FORCE_INLINE uint32_t get_common_arg_addr(int arg_idx) { return (uint32_t)(uintptr_t)ttrt_arg_slot(1, arg_idx); }
 #else
-using ttrt_arg_addr_t = uintptr_t;
+static FORCE_INLINE uintptr_t get_arg_addr(int arg_idx) { return (uintptr_t)ttrt_arg_slot(0, arg_idx); }
+
+static FORCE_INLINE uintptr_t get_common_arg_addr(int arg_idx) { return (uintptr_t)ttrt_arg_slot(1, arg_idx); }
 #endif
-
-static FORCE_INLINE ttrt_arg_addr_t get_arg_addr(int arg_idx) {
-    if (arg_idx < 0 || (uint32_t)arg_idx >= rta_count) {
-        ttrt_bad_arg_index(0, arg_idx, rta_count);
-    }
-    return (ttrt_arg_addr_t)(uintptr_t)&rta_l1_base[arg_idx];
-}
-
-static FORCE_INLINE ttrt_arg_addr_t get_common_arg_addr(int arg_idx) {
-    if (arg_idx < 0 || (uint32_t)arg_idx >= crta_count) {
-        ttrt_bad_arg_index(1, arg_idx, crta_count);
-    }
-    return (ttrt_arg_addr_t)(uintptr_t)&crta_l1_base[arg_idx];
-}
 
 template <typename T>
 FORCE_INLINE T get_arg_val(int arg_idx) {

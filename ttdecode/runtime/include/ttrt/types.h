@@ -49,6 +49,8 @@ enum class DstSync : std::uint8_t { SyncHalf = 0, SyncFull = 1 };
 enum class BroadcastType : std::uint8_t { NONE = 0x0, COL = 0x1, ROW = 0x2, SCALAR = 0x3 };
 enum class MathFidelity : std::uint8_t { LoFi = 0, HiFi2 = 2, HiFi3 = 3, HiFi4 = 4 };
 enum class SrcOrder : uint8_t { Regular = 0, Reverse = 1 };
+// bf16 narrowing of SFPU binary results: Default truncates (SFPSTORE), NearestEven rounds in software.
+enum class DstRoundingMode : std::uint8_t { Default = 0, NearestEven = 1 };
 namespace p_sfpu {
 constexpr static std::uint32_t kCONST_1_FP16B = 0x3F80;
 }

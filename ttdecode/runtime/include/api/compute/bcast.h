@@ -6,7 +6,7 @@
 
 namespace ckernel {
 namespace ttrt_detail {
-ALWI void bcast_init(EltwiseBinaryType op, BroadcastType dim, uint32_t icb0, uint32_t icb1, const char* name) {
+ALWI void init_bcast(EltwiseBinaryType op, BroadcastType dim, uint32_t icb0, uint32_t icb1, const char* name) {
     ttrt_fpu_init(2 /*FPU_ELTWISE*/, int(op) | (int(dim) << 8), 0, icb0, icb1, name);
 }
 ALWI void bcast_op(EltwiseBinaryType op, BroadcastType dim, uint32_t icb0, uint32_t icb1, uint32_t itile0,
@@ -92,43 +92,43 @@ ALWI void mul_tiles_bcast(
 }
 ALWI void add_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWADD, BroadcastType::ROW, icb0, icb1, "add_bcast_rows_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWADD, BroadcastType::ROW, icb0, icb1, "add_bcast_rows_init");
 }
 ALWI void sub_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWSUB, BroadcastType::ROW, icb0, icb1, "sub_bcast_rows_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWSUB, BroadcastType::ROW, icb0, icb1, "sub_bcast_rows_init");
 }
 ALWI void add_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWADD, BroadcastType::COL, icb0, icb1, "add_bcast_cols_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWADD, BroadcastType::COL, icb0, icb1, "add_bcast_cols_init");
 }
 ALWI void add_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWADD, BroadcastType::SCALAR, icb0, icb1, "add_bcast_scalar_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWADD, BroadcastType::SCALAR, icb0, icb1, "add_bcast_scalar_init");
 }
 ALWI void mul_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWMUL, BroadcastType::SCALAR, icb0, icb1, "mul_bcast_scalar_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWMUL, BroadcastType::SCALAR, icb0, icb1, "mul_bcast_scalar_init");
 }
 ALWI void mul_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWMUL, BroadcastType::COL, icb0, icb1, "mul_bcast_cols_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWMUL, BroadcastType::COL, icb0, icb1, "mul_bcast_cols_init");
 }
 ALWI void mul_bcast_rows_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWMUL, BroadcastType::ROW, icb0, icb1, "mul_bcast_rows_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWMUL, BroadcastType::ROW, icb0, icb1, "mul_bcast_rows_init");
 }
 ALWI void sub_bcast_cols_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWSUB, BroadcastType::COL, icb0, icb1, "sub_bcast_cols_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWSUB, BroadcastType::COL, icb0, icb1, "sub_bcast_cols_init");
 }
 ALWI void sub_bcast_scalar_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(EltwiseBinaryType::ELWSUB, BroadcastType::SCALAR, icb0, icb1, "sub_bcast_scalar_init");
+    ttrt_detail::init_bcast(EltwiseBinaryType::ELWSUB, BroadcastType::SCALAR, icb0, icb1, "sub_bcast_scalar_init");
 }
 template <EltwiseBinaryType tBcastOp, BroadcastType tBcastDim>
 ALWI void bcast_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builtin_LINE()) {
     (void)call_line;
-    ttrt_detail::bcast_init(tBcastOp, tBcastDim, icb0, icb1, "bcast_init");
+    ttrt_detail::init_bcast(tBcastOp, tBcastDim, icb0, icb1, "bcast_init");
 }
 }  // namespace ckernel

@@ -128,14 +128,32 @@ struct InterleavedAddrGenFast {
     }
 };
 
+// The generic form takes address generators whose get_noc_addr() needs no argument (as in 0.81.1,
+// where the unused `resolver` parameter selects this overload); the interleaved generators have
+// their own (deprecated upstream) overloads below.
 template <typename AddrGen>
 FORCE_INLINE uint64_t get_noc_addr(
     const uint32_t id,
     const AddrGen& addrgen,
     uint32_t offset = 0,
     uint8_t noc = noc_index,
-    decltype(addrgen.get_noc_addr(0))* resolver = nullptr) {
+    decltype(addrgen.get_noc_addr())* resolver = nullptr) {
     (void)resolver;
+    return addrgen.get_noc_addr(id, offset, noc);
+}
+
+template <bool DRAM>
+FORCE_INLINE uint64_t
+get_noc_addr(const uint32_t id, const InterleavedAddrGen<DRAM>& addrgen, uint32_t offset = 0, uint8_t noc = noc_index) {
+    return addrgen.get_noc_addr(id, offset, noc);
+}
+
+template <bool DRAM, uint32_t tile_hw>
+FORCE_INLINE uint64_t get_noc_addr(
+    const uint32_t id,
+    const InterleavedAddrGenFast<DRAM, tile_hw>& addrgen,
+    uint32_t offset = 0,
+    uint8_t noc = noc_index) {
     return addrgen.get_noc_addr(id, offset, noc);
 }
 
@@ -228,10 +246,12 @@ FORCE_INLINE void noc_async_write_page(
     const uint32_t id,
     const AddrGen& addrgen,
     uint32_t src_local_l1_addr,
-    const uint32_t write_size_bytes,
-    const uint32_t offset = 0,
+    uint32_t size = 0,
+    uint32_t offset = 0,
     uint8_t noc = noc_index) {
-    ttrt_noc_write(src_local_l1_addr, addrgen.get_noc_addr(id, offset, noc), write_size_bytes, "noc_async_write_page");
+    // size 0 writes the whole page
+    ttrt_noc_write(src_local_l1_addr, addrgen.get_noc_addr(id, offset, noc), size ? size : addrgen.page_size,
+                   "noc_async_write_page");
 }
 
 template <bool DRAM>
