@@ -6,12 +6,18 @@
 //
 // Numbers: scores, probabilities, statistics and the accumulator live in float32 CBs and are
 // combined in float32 DST (fp32 accumulation). The FPU reads a float32 CB tile as TF32 (10
-// mantissa bits), so each chunk computes Q . K^T twice: once into cb_scores, whose TF32 copy
-// only feeds the row max m (a max of TF32 values, hence exact in TF32 wherever the FPU reads it
-// again), and once straight into the exponent, onto (mask - m) preloaded in DST, so the scores
-// reach exp((S - m) * scale) in full fp32. m is kept unscaled; the scale is folded into every
-// exponent. Only API patterns with plain device semantics are used: a reduce into a freshly
-// acquired DST, SFPU ops on tiles in DST, an FPU op in DST that a matmul then accumulates onto.
+// mantissa bits), so only the matmuls and the row max read float32 tiles through the FPU:
+// * Q . K^T is computed once per chunk into cb_scores (fp32, keys past cur_pos at -inf). The row
+//   max reads its TF32 copy, so m is a max of TF32 values: exact wherever the FPU reads it again
+//   (broadcast_column), and the same value everywhere. The exponent copies the scores exactly into
+//   DST and subtracts m on the SFPU: exp((S - m) * scale) sees the scores in full fp32.
+// * Rescaling (l, O by alpha), the merge of partials and the LSE run on the SFPU on tiles copied
+//   exactly into DST (rescale factors hold a row's value in every column), so the statistics stay
+//   fp32; only P enters its row sum and P . V as TF32 (the same P for both), and the root's final
+//   O x 1/l reads both as TF32 before rounding to the bf16 output.
+// m is kept unscaled; the scale is folded into every exponent. Only API patterns with plain device
+// semantics are used: a reduce into a freshly acquired DST, SFPU ops on tiles in DST, an FPU op or
+// an SFPU op in DST that a matmul then accumulates onto.
 //
 // The running (m, l, O) live in two CB sets used in turn: each chunk or merge reads the current
 // set and writes the other one, so every CB is filled from its first page and emptied whole.
@@ -49,7 +55,6 @@ constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
 constexpr uint32_t dst_tiles = get_compile_time_arg_val(6);  // usable DST tiles (4 with fp32, half-sync)
 constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of the softmax scale
 constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
-constexpr uint32_t inv_scale_bits = get_compile_time_arg_val(9);  // float32 bits of 1 / scale
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -59,7 +64,7 @@ constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, 
 constexpr uint32_t partial_sum_offset = acc_tiles + q_tiles;
 constexpr uint32_t NO_MASK = 0xFFFFFFFFu;
 
-static_assert(dst_tiles >= 2, "the running max needs two DST tiles");
+static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, child, e_child)");
 
 // One set of running tiles: m and l (one tile per q tile row), O (dv_tiles per q tile row).
 struct Running {
@@ -90,13 +95,6 @@ inline void scaled_exp(uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
         exp_tile(i);
     }
-}
-
-// dst = a - b for tile ia of cb_a and tile ib of cb_b (column vectors of statistics).
-inline void difference(uint32_t cb_a, uint32_t ia, uint32_t cb_b, uint32_t ib, uint32_t dst) {
-    use_operands(cb_a, cb_b);
-    sub_init(cb_a, cb_b);
-    sub_tiles(cb_a, cb_b, ia, ib, dst);
 }
 
 // Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space.
@@ -161,45 +159,58 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     pack_block(next.max, 0, 1);  // pack indices count from the last push
     cb_push_back(next.max, 1);
     cb_wait_front(next.max, qi + 1);
-    cb_pop_front(cb_scores, max_chunk_tiles);
 }
 
-// alpha = exp((m_old - m_new) * scale): the factor that rescales row qi's old l and O.
+// alpha = exp((m_old - m_new) * scale) in every column: the factor that rescales row qi's old l and O.
 void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
     cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
-    difference(old.max, qi, next.max, qi, 0);
+    broadcast_column(old.max, qi, 0);
+    broadcast_column(next.max, qi, 1);
+    sub_binary_tile_init();
+    sub_binary_tile(0, 1, 0);
     scaled_exp(1);
     pack_block(cb_alpha, 0, 1);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
 }
 
-// P = exp((S - m_new) * scale). DST starts from (mask or 0) - m_new, broadcast along each row,
-// and the matmul accumulates Q . K^T on top: the exponent sees the scores in full fp32.
-void chunk_probs(uint32_t qi, uint32_t tiles, uint32_t mask_tile, const Running& next) {
+// P = exp((S - m_new) * scale). The fp32 scores are copied exactly into DST and m_new, broadcast
+// along each row into the last DST tile, is subtracted on the SFPU, so the exponent sees the
+// scores in full fp32 (keys past cur_pos hold -inf and give 0). Frees the scores.
+void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
+    constexpr uint32_t block = dst_tiles - 1;
     cb_reserve_back(cb_probs, max_chunk_tiles);
-    for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
-        const uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
+    for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
+        const uint32_t n = tiles - j0 < block ? tiles - j0 : block;
         tile_regs_acquire();
         for (uint32_t j = 0; j < n; ++j) {
-            const uint32_t start = j0 + j == mask_tile ? cb_mask : cb_zeros;
-            use_operands(start, next.max);
-            sub_bcast_cols_init(start, next.max);
-            sub_tiles_bcast_cols(start, next.max, 0, qi, j);
+            copy_to_dst(cb_scores, j0 + j, j);
         }
-        use_matmul_operands(cb_q, cb_k);
-        matmul_init(cb_q, cb_k, 1 /* transpose K */);
+        broadcast_column(next.max, qi, n);
+        sub_binary_tile_init();
         for (uint32_t j = 0; j < n; ++j) {
-            for (uint32_t d = 0; d < d_tiles; ++d) {
-                matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
-            }
+            sub_binary_tile(j, n, j);
         }
         scaled_exp(n);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
     cb_wait_front(cb_probs, max_chunk_tiles);
+    cb_pop_front(cb_scores, max_chunk_tiles);
+}
+
+// DST tiles [0, n) = tiles [first, first + n) of cb times alpha, in fp32 on the SFPU (alpha is
+// copied into DST tile n, so n < dst_tiles).
+inline void rescaled_to_dst(uint32_t cb, uint32_t first, uint32_t n) {
+    copy_to_dst(cb_alpha, 0, n);
+    for (uint32_t i = 0; i < n; ++i) {
+        copy_to_dst(cb, first + i, i);
+    }
+    mul_binary_tile_init();
+    for (uint32_t i = 0; i < n; ++i) {
+        mul_binary_tile(i, n, i);
+    }
 }
 
 // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
@@ -207,9 +218,7 @@ void chunk_probs(uint32_t qi, uint32_t tiles, uint32_t mask_tile, const Running&
 void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
     tile_regs_acquire();
     if (old != nullptr) {
-        use_operands(old->sum, cb_alpha);
-        mul_bcast_cols_init(old->sum, cb_alpha);
-        mul_tiles_bcast_cols(old->sum, cb_alpha, qi, 0, 0);
+        rescaled_to_dst(old->sum, qi, 1);
     }
     use_matmul_operands(cb_probs, cb_ones);
     matmul_init(cb_probs, cb_ones);
@@ -220,17 +229,15 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_push_back(next.sum, 1);
 }
 
-// O_new = O_old * alpha + P . V for row qi, a block of Dv tiles per DST acquire.
+// O_new = O_old * alpha + P . V for row qi, a block of Dv tiles per DST acquire (one DST tile fewer
+// when alpha shares DST with the block).
 void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
-    for (uint32_t v0 = 0; v0 < dv_tiles; v0 += dst_tiles) {
-        const uint32_t n = dv_tiles - v0 < dst_tiles ? dv_tiles - v0 : dst_tiles;
+    const uint32_t block = old != nullptr ? dst_tiles - 1 : dst_tiles;
+    for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+        const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
         tile_regs_acquire();
         if (old != nullptr) {
-            use_operands(old->acc, cb_alpha);
-            mul_bcast_cols_init(old->acc, cb_alpha);
-            for (uint32_t v = 0; v < n; ++v) {
-                mul_tiles_bcast_cols(old->acc, cb_alpha, qi * dv_tiles + v0 + v, 0, v);
-            }
+            rescaled_to_dst(old->acc, qi * dv_tiles + v0, n);
         }
         use_matmul_operands(cb_probs, cb_v);
         matmul_init(cb_probs, cb_v);
@@ -277,7 +284,7 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint
         if (old != nullptr) {
             chunk_alpha(qi, *old, next);
         }
-        chunk_probs(qi, tiles, mask_tile, next);
+        chunk_probs(qi, tiles, next);
         chunk_row_sum(qi, tiles, old, next);
         chunk_output(qi, tiles, old, next);
         cb_pop_front(cb_probs, max_chunk_tiles);

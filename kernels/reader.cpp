@@ -3,10 +3,13 @@
 // FlashDecode reader (NCRISC). Reads the users' positions once, then for each piece placed on this
 // core: the q rows of the piece's KV group and, chunk by chunk, the piece's K and V tiles. Every
 // K/V byte a piece needs is read exactly once, and only tiles up to the one holding cur_pos.
+// The cache rows past cur_pos in that tile hold whatever the device memory held (NaN, inf): the
+// reader zeroes them in L1 before handing the chunk to the compute kernel.
 
 #include <stdint.h>
 
 #include "api/dataflow/dataflow_api.h"
+#include "api/debug/assert.h"
 #include "common.hpp"
 
 using namespace flash_decode;
@@ -37,6 +40,33 @@ void read_group_rows(
             }
         }
         r += rows;
+    }
+}
+
+// Zero rows [first_row, 32) of one K or V tile in L1 (a tile row is one key position), so whatever
+// the cache holds past cur_pos (NaN, inf) cannot reach the scores or P . V: a zero key gives the
+// score 0, which the mask turns into -inf, and a zero value row adds 0 x 0. A tile row spans two
+// face rows (faces 0/1 for rows 0-15, 2/3 for rows 16-31); in the block-float formats each face row
+// has its shared exponent byte and its codes (code 0 decodes to 0 whatever the exponent).
+template <uint32_t tile_bytes>
+void zero_rows_from(uint32_t tile_l1, uint32_t first_row) {
+    // K/V tiles are bfloat16 (2048 B), bfloat8_b (1088 B) or bfloat4_b (576 B).
+    ASSERT(tile_bytes == 2048 || tile_bytes == 1088 || tile_bytes == 576);
+    constexpr uint32_t exponent_bytes = tile_bytes == 2048 ? 0 : TILE * TILE / FACE;  // one per face row
+    constexpr uint32_t row_bytes = tile_bytes == 2048 ? 2 * FACE : tile_bytes == 1088 ? FACE : FACE / 2;
+    volatile tt_l1_ptr uint8_t* tile = reinterpret_cast<volatile tt_l1_ptr uint8_t*>(tile_l1);
+    for (uint32_t row = first_row; row < TILE; ++row) {
+        for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t face_row = face_row_offset(row, half) / FACE;  // face rows in tile order
+            if constexpr (exponent_bytes > 0) {
+                tile[face_row] = 0;
+            }
+            volatile tt_l1_ptr uint32_t* words =
+                reinterpret_cast<volatile tt_l1_ptr uint32_t*>(tile_l1 + exponent_bytes + face_row * row_bytes);
+            for (uint32_t w = 0; w < row_bytes / sizeof(uint32_t); ++w) {
+                words[w] = 0;
+            }
+        }
     }
 }
 
@@ -132,6 +162,19 @@ void kernel_main() {
             }
             // One barrier per chunk keeps the whole chunk's requests in flight together.
             noc_async_read_barrier();
+            // The root's last chunk ends with the tile holding cur_pos: its rows past cur_pos hold
+            // whatever the cache held there.
+            const uint32_t first_stale_row = (uint32_t)positions[user] % TILE + 1;
+            if (index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE) {
+                const uint32_t k_tile = get_write_ptr(cb_k) + (tiles - 1) * d_tiles * kv_tile_bytes;
+                const uint32_t v_tile = get_write_ptr(cb_v) + (tiles - 1) * dv_tiles * kv_tile_bytes;
+                for (uint32_t d = 0; d < d_tiles; ++d) {
+                    zero_rows_from<kv_tile_bytes>(k_tile + d * kv_tile_bytes, first_stale_row);
+                }
+                for (uint32_t d = 0; d < dv_tiles; ++d) {
+                    zero_rows_from<kv_tile_bytes>(v_tile + d * kv_tile_bytes, first_stale_row);
+                }
+            }
             cb_push_back(cb_k, k_slot_tiles);
             cb_push_back(cb_v, v_slot_tiles);
         }

@@ -141,6 +141,31 @@ def test_users_at_different_positions_and_skipped_users_share_one_program() -> N
     check_lse(case.lse, case.ref_lse, "mixed batch, skipped users included")
 
 
+@pytest.mark.parametrize("garbage", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("kv", [BF16, BFP8, BFP4], ids=lambda t: t.value)
+def test_nan_and_inf_in_the_cache_past_cur_pos_do_not_reach_the_output(kv: DataType, garbage: float) -> None:
+    # A device cache holds whatever was there before beyond cur_pos. Every position past cur_pos
+    # holds `garbage` in K and V; the boundary tile then mixes valid rows with garbage rows (cur_pos
+    # inside a tile, at its last row, at its first row), and the output must be the reference's,
+    # which never reads those positions.
+    pos = [0, 17, 30, 31, 32, 63, 100, 254]
+    b, nh, nkv, s, d = len(pos), 8, 2, 256, 64
+    gen = torch.Generator().manual_seed(21)
+    q = randn_with_outliers((1, b, nh, d), gen)
+    k = randn_with_outliers((b, nkv, s, d), gen)
+    v = randn_with_outliers((b, nkv, s, d), gen)
+    for u, p in enumerate(pos):
+        k[u, :, p + 1:] = garbage
+        v[u, :, p + 1:] = garbage
+    tensors = (from_torch(q, BF16), from_torch(k, kv), from_torch(v, kv))
+    stored_k, stored_v = to_torch(tensors[1]), to_torch(tensors[2])
+    for u, p in enumerate(pos):  # the tile images really hold the garbage, and only past cur_pos
+        assert not torch.isfinite(stored_k[u, :, p + 1:]).any() and not torch.isfinite(stored_v[u, :, p + 1:]).any()
+        assert torch.isfinite(stored_k[u, :, : p + 1]).all() and torch.isfinite(stored_v[u, :, : p + 1]).all()
+    case = run_case(b=b, nh=nh, nkv=nkv, s=s, d=d, pos=pos, kv=kv, tensors=tensors, max_cores=4)
+    assert_users_close(case, range(b), f"{garbage} past cur_pos, {kv.value}")
+
+
 # ---- model shapes -------------------------------------------------------------------------------
 
 
@@ -198,6 +223,18 @@ def test_gqa_groups_larger_than_one_tile_of_q_heads(nh: int, nkv: int, q_tiles: 
     case = run_case(b=3, nh=nh, nkv=nkv, s=1024, d=64, pos=pos, kv=BFP8, max_cores=8)
     assert case.plan.q_tiles == q_tiles
     assert_users_close(case, range(3), f"GQA {nh}q/{nkv}kv")
+
+
+def test_each_key_tile_meets_each_q_tile_row_in_one_score_matmul() -> None:
+    # Per q tile row and key tile: d_tiles matmul tiles for the scores (computed once, kept in fp32
+    # for both the row max and the exponent), one for the row sum (P x ones), dv_tiles for P . V.
+    pos = [1023, 33, 600]
+    case = run_case(b=3, nh=64, nkv=1, s=1024, d=64, pos=pos, kv=BFP8, max_cores=8)
+    plan = case.plan
+    key_tiles = sum((p + 32) // 32 for p in pos) * plan.num_kv_heads
+    assert plan.q_tiles == 2
+    assert case.result.counters.tiles("matmul") == key_tiles * plan.q_tiles * (plan.d_tiles + 1 + plan.dv_tiles)
+    assert_users_close(case, range(3), "one score pass")
 
 
 @pytest.mark.parametrize("d, kv", [(32, BFP8), (64, BFP4), (96, BF16), (256, BFP8)])

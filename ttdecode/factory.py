@@ -173,7 +173,6 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
         compute.dst_tiles,            # 6 dst_tiles
         _float_bits(scale),           # 7 scale_bits
         int(plan.return_lse),         # 8 return_lse
-        _float_bits(1.0 / scale),     # 9 inv_scale_bits
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 

@@ -22,7 +22,8 @@ EVENT_OPS = {
     7: "atomic_barrier", 8: "sem_inc", 9: "sem_wait", 10: "sem_set", 11: "cb_reserve", 12: "cb_push",
     13: "cb_wait", 14: "cb_pop", 15: "compute", 16: "blocked",
 }
-#: Compute ops counted in tiles (`KernelCounters.tiles`), in the runner's order.
+#: Compute ops counted in tiles (`KernelCounters.tiles`), in the runner's order. "max" counts every
+#: SFPU binary op on DST tiles (binary_max_tile, add/sub/mul_binary_tile); "scalar" the *_unary_tile ops.
 COMPUTE_OPS = ("matmul", "add", "sub", "mul", "add_bcast", "sub_bcast", "mul_bcast", "reduce_max", "reduce_sum",
                "copy", "exp", "recip", "log", "scalar", "max", "pack")
 

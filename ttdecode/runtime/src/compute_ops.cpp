@@ -1,4 +1,4 @@
-// FPU (matmul, element-wise, broadcast, reduce, copy) and SFPU (exp, recip, log, scalar, max) tile
+// FPU (matmul, element-wise, broadcast, reduce, copy) and SFPU (exp, recip, log, scalar, binary max/add/sub/mul) tile
 // operations of the compute model; semantics in compute.cpp's header comment and ../README.md.
 #include <algorithm>
 #include <cmath>
