@@ -14,7 +14,7 @@ demo: $(STAMP)
 	$(PY) -m ttdecode demo
 
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q -ra --durations=15
+	TTDECODE_REQUIRE_TTNN=1 $(PY) -m pytest -q -ra --durations=15
 
 setup: $(STAMP) system-deps
 

@@ -23,13 +23,6 @@ from ttdecode.reference import sdpa_decode_reference
 B, NH, NKV, S, D = 2, 8, 2, 128, 64
 
 
-@pytest.fixture(scope="module")
-def ttnn():
-    from ttdecode.ttnn_env import import_ttnn
-
-    mod = import_ttnn()
-    assert mod is not None, "ttnn==0.81.1 must be installed in the test environment"
-    return mod
 
 
 def rand(*shape: int, seed: int) -> torch.Tensor:

@@ -13,13 +13,6 @@ from ttdecode.config import (
 )
 
 
-@pytest.fixture(scope="module")
-def ttnn():
-    from ttdecode.ttnn_env import import_ttnn
-
-    mod = import_ttnn()
-    assert mod is not None, "ttnn==0.81.1 must be installed in the test environment"
-    return mod
 
 
 def test_program_config_defaults_match_ttnn_decode_defaults() -> None:

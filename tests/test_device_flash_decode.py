@@ -16,14 +16,6 @@ from ttdecode.program import ComputeSettings, KernelKind
 LLAMA = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, seq_len=8192)
 
 
-@pytest.fixture(scope="module")
-def ttnn() -> Any:
-    from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
-
-    mod = import_ttnn()
-    if mod is None:
-        pytest.skip(f"ttnn cannot be imported here: {ttnn_unavailable_reason()}")
-    return mod
 
 
 class GridView:

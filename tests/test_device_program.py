@@ -36,14 +36,6 @@ EXPECTED_FORMAT_CODES = {"float32": 0, "bfloat16": 5, "bfloat8_b": 6, "bfloat4_b
 NOC_SHIFT = 18
 
 
-@pytest.fixture(scope="module")
-def ttnn() -> Any:
-    from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
-
-    mod = import_ttnn()
-    if mod is None:
-        pytest.skip(f"ttnn cannot be imported: {ttnn_unavailable_reason()}")
-    return mod
 
 
 class FakeView:

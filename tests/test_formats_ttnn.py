@@ -8,6 +8,7 @@ on those bytes (packing) or on float32 bit patterns of `ttnn.to_torch` (unpackin
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -20,6 +21,8 @@ from ttdecode.formats import DataType
 from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
 
 ttnn = import_ttnn()
+if ttnn is None and os.environ.get("TTDECODE_REQUIRE_TTNN") == "1":  # `make test` installs ttnn
+    raise RuntimeError(f"ttnn is required for these interop tests: {ttnn_unavailable_reason()}")
 pytestmark = pytest.mark.skipif(ttnn is None, reason=f"ttnn cannot be imported: {ttnn_unavailable_reason()}")
 
 ALL = list(DataType)

@@ -510,73 +510,62 @@ def test_bad_argument_raises_naming_it(name, over, exc, match):
 # --------------------------------------------------------------------------- ttnn golden
 
 
-@pytest.fixture(scope="module")
-def ttnn_mod():
-    """ttnn behind the project's mock Wormhole cluster (skips, with the reason, if it cannot import)."""
-    from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
-
-    mod = import_ttnn()
-    if mod is None:
-        pytest.skip(f"ttnn golden function unavailable: {ttnn_unavailable_reason()}")
-    return mod
-
-
 def golden(ttnn, name):
     return getattr(ttnn.transformer, name).golden_function
 
 
 @pytest.mark.parametrize("window", [None, 1, 33])
 @pytest.mark.parametrize("NH,NKV", [(8, 2), (32, 1), (4, 4)])
-def test_matches_ttnn_golden_causal(ttnn_mod, NH, NKV, window):
+def test_matches_ttnn_golden_causal(ttnn, NH, NKV, window):
     q, k, v = make_case(B=4, NH=NH, NKV=NKV, S=128, D=64, seed=NH + NKV)
     cur_pos = [0, 31, 100, 127]
-    g = golden(ttnn_mod, "scaled_dot_product_attention_decode")
+    g = golden(ttnn, "scaled_dot_product_attention_decode")
     expected = g(q, k, v, cur_pos=cur_pos, sliding_window_size=window)
     torch.testing.assert_close(ref(q, k, v, cur_pos=cur_pos, sliding_window_size=window), expected, **F64)
 
 
-def test_matches_ttnn_golden_skip_scale_and_share_cache(ttnn_mod):
+def test_matches_ttnn_golden_skip_scale_and_share_cache(ttnn):
     q, k, v = make_case(B=3, S=128)
     cur_pos = [-1, 64, 127]
-    g = golden(ttnn_mod, "scaled_dot_product_attention_decode")
+    g = golden(ttnn, "scaled_dot_product_attention_decode")
     expected = g(q, k[:1], v[:1], cur_pos=cur_pos, scale=0.11, share_cache=True)
     out = ref(q, k[:1], v[:1], cur_pos=cur_pos, scale=0.11, share_cache=True)
     torch.testing.assert_close(out, expected, **F64)
 
 
 @pytest.mark.parametrize("mask_batch", [1, 3])
-def test_matches_ttnn_golden_non_causal_mask(ttnn_mod, mask_batch):
+def test_matches_ttnn_golden_non_causal_mask(ttnn, mask_batch):
     q, k, v = make_case(B=3, S=128)
     mask = randn(mask_batch, 1, 8, 128, seed=2)
     mask[..., :20] = float("-inf")
-    g = golden(ttnn_mod, "scaled_dot_product_attention_decode")
+    g = golden(ttnn, "scaled_dot_product_attention_decode")
     expected = g(q, k, v, is_causal=False, attn_mask=mask)
     torch.testing.assert_close(ref(q, k, v, is_causal=False, attn_mask=mask), expected, **F64)
 
 
-def test_matches_ttnn_golden_attention_sink(ttnn_mod):
+def test_matches_ttnn_golden_attention_sink(ttnn):
     # ttnn's golden evaluates the sink path in float32, hence the float32 tolerance.
     q, k, v = make_case(B=2, NH=8, NKV=1, S=128)
     sink = torch.cat([randn(8, 1, seed=5) * 3, torch.zeros(8, 31, dtype=torch.float64)], dim=1)
     cur_pos = [3, 127]
-    g = golden(ttnn_mod, "scaled_dot_product_attention_decode")
+    g = golden(ttnn, "scaled_dot_product_attention_decode")
     expected = g(q, k, v, cur_pos=cur_pos, attention_sink=sink, sliding_window_size=50)
     out = ref(q, k, v, cur_pos=cur_pos, attention_sink=sink, sliding_window_size=50)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_matches_ttnn_golden_paged(ttnn_mod):
+def test_matches_ttnn_golden_paged(ttnn):
     q, k, v = make_case(B=3, S=128)
     kp, table = to_paged(k, 32, seed=7, spare_blocks=0)
     vp, _ = to_paged(v, 32, seed=7, spare_blocks=0)
     cur_pos = torch.tensor([5, 64, 127], dtype=torch.int32)
-    g = golden(ttnn_mod, "paged_scaled_dot_product_attention_decode")
+    g = golden(ttnn, "paged_scaled_dot_product_attention_decode")
     expected = g(q, kp, vp, table, cur_pos_tensor=cur_pos)
     torch.testing.assert_close(ref(q, kp, vp, cur_pos=cur_pos, page_table=table), expected, **F64)
 
 
-def test_matches_ttnn_golden_mla(ttnn_mod):
+def test_matches_ttnn_golden_mla(ttnn):
     q, k, _ = make_case(B=2, NH=16, NKV=1, S=128, D=96)
-    g = golden(ttnn_mod, "flash_multi_latent_attention_decode")
+    g = golden(ttnn, "flash_multi_latent_attention_decode")
     expected = g(q, k, None, head_dim_v=64, cur_pos=[10, 127])
     torch.testing.assert_close(ref(q, k, None, cur_pos=[10, 127], head_dim_v=64), expected, **F64)

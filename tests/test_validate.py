@@ -278,14 +278,12 @@ def test_share_cache_with_paged_cache_is_an_error() -> None:
         paged(share_cache=True)
 
 
-def test_describe_reads_ttnn_and_tile_tensors() -> None:
+def test_describe_reads_ttnn_and_tile_tensors(ttnn) -> None:
     from ttdecode.formats import DataType
     from ttdecode.tensor import from_torch
-    from ttdecode.ttnn_env import import_ttnn
 
     t = describe("k", from_torch(torch.randn(2, 1, 40, 64), DataType.bfloat4_b))
     assert (t.kind, t.shape, t.dtype, t.storage_dtype) == ("tile", (2, 1, 40, 64), "bfloat4_b", "bfloat4_b")
-    ttnn = import_ttnn()
     x = ttnn.from_torch(torch.randn(2, 1, 40, 64), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT)
     t = describe("k", x)
     assert (t.kind, t.shape, t.dtype) == ("ttnn", (2, 1, 40, 64), "bfloat8_b")
