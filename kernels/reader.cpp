@@ -35,7 +35,7 @@ void read_group_rows(
             const uint32_t dst_tile = q_l1 + (dst_tile_row * d_tiles + d) * TILE * TILE * bytes_per_value;
             // The rows of a run are contiguous inside each of the two faces they cross.
             for (uint32_t half = 0; half < 2; ++half) {
-                const uint64_t src = get_noc_addr(page, q_gen) + face_row_offset(src_row, half) * bytes_per_value;
+                const uint64_t src = q_gen.get_noc_addr(page) + face_row_offset(src_row, half) * bytes_per_value;
                 noc_async_read(src, dst_tile + face_row_offset(dst_row, half) * bytes_per_value, rows * FACE * bytes_per_value);
             }
         }
@@ -109,8 +109,8 @@ void kernel_main() {
     cb_reserve_back(cb_pos_compute, 1);
     cb_reserve_back(cb_pos_writer, 1);
     const uint32_t pos_l1 = get_write_ptr(cb_pos_compute);
-    noc_async_read(get_noc_addr(0, pos_gen), pos_l1, pos_bytes);
-    noc_async_read(get_noc_addr(0, pos_gen), get_write_ptr(cb_pos_writer), pos_bytes);
+    noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
+    noc_async_read(pos_gen.get_noc_addr(0), get_write_ptr(cb_pos_writer), pos_bytes);
     noc_async_read_barrier();
     cb_push_back(cb_pos_compute, 1);
     cb_push_back(cb_pos_writer, 1);
@@ -153,11 +153,11 @@ void kernel_main() {
             uint32_t k_l1 = get_write_ptr(cb_k);
             uint32_t v_l1 = get_write_ptr(cb_v);
             for (uint32_t i = 0; i < tiles * d_tiles; ++i) {
-                noc_async_read(get_noc_addr(chunk_first_tile * d_tiles + i, k_gen), k_l1, kv_tile_bytes);
+                noc_async_read(k_gen.get_noc_addr(chunk_first_tile * d_tiles + i), k_l1, kv_tile_bytes);
                 k_l1 += kv_tile_bytes;
             }
             for (uint32_t i = 0; i < tiles * dv_tiles; ++i) {
-                noc_async_read(get_noc_addr(chunk_first_tile * dv_tiles + i, v_gen), v_l1, kv_tile_bytes);
+                noc_async_read(v_gen.get_noc_addr(chunk_first_tile * dv_tiles + i), v_l1, kv_tile_bytes);
                 v_l1 += kv_tile_bytes;
             }
             // One barrier per chunk keeps the whole chunk's requests in flight together.

@@ -200,7 +200,7 @@ void kernel_main() {
                 for (uint32_t half = 0; half < 2; ++half) {
                     // A skipped user (cur_pos -1) gets zero rows.
                     const uint32_t src = has_work ? src_tile + face_row_offset(src_row, half) * 2 : zeros_l1;
-                    const uint64_t dst = get_noc_addr(page, out_gen) + face_row_offset(dst_row, half) * 2;
+                    const uint64_t dst = out_gen.get_noc_addr(page) + face_row_offset(dst_row, half) * 2;
                     noc_async_write(src, dst, rows * BF16_FACE_ROW_BYTES);
                 }
             }
@@ -221,7 +221,7 @@ void kernel_main() {
                     row[y] = FP32_NEG_INF;
                 }
             }
-            noc_async_write(lse_row_l1, get_noc_addr(user * num_kv_heads + kv_head, lse_gen), lse_row_bytes);
+            noc_async_write(lse_row_l1, lse_gen.get_noc_addr(user * num_kv_heads + kv_head), lse_row_bytes);
         }
         // The sources (cb_out, cb_lse, the LSE row) are reused after this.
         noc_async_write_barrier();
