@@ -7,8 +7,10 @@ import os
 from hypothesis import settings
 
 # CI runs must be reproducible: the same examples every run, no example database on disk.
+# TTDECODE_HYPOTHESIS_SEARCH=1 draws fresh examples instead (to hunt for bugs locally).
 settings.register_profile("ttdecode", derandomize=True, database=None)
-settings.load_profile("ttdecode")
+settings.register_profile("search", derandomize=False, database=None)
+settings.load_profile("search" if os.environ.get("TTDECODE_HYPOTHESIS_SEARCH") == "1" else "ttdecode")
 
 # ttnn logs every mock-cluster open/close at INFO; keep the test output readable.
 os.environ.setdefault("TT_LOGGER_LEVEL", "error")
