@@ -37,6 +37,7 @@ constexpr uint32_t cb_out = 19;          // bf16 output tiles of the root
 constexpr uint32_t cb_lse = 20;          // fp32 LSE tiles of the root (column 0 holds the value)
 constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows and one LSE row
 constexpr uint32_t cb_zeros = 22;        // a zero tile: 0 - m is where an unmasked score tile starts
+constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
 
 constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;

@@ -4,7 +4,8 @@
 // core: the q rows of the piece's KV group and, chunk by chunk, the piece's K and V tiles. Every
 // K/V byte a piece needs is read exactly once, and only tiles up to the one holding cur_pos.
 // The cache rows past cur_pos in that tile hold whatever the device memory held (NaN, inf): the
-// reader zeroes them in L1 before handing the chunk to the compute kernel.
+// reader zeroes them in L1 before handing the chunk to the compute kernel. With a paged cache the
+// user's page-table row maps each logical key tile to its block.
 
 #include <stdint.h>
 
@@ -70,6 +71,20 @@ void zero_rows_from(uint32_t tile_l1, uint32_t first_row) {
     }
 }
 
+// Index of the K/V tile row (32 keys) holding logical key tile `tile` of one (user, KV head); its
+// pages are row * Dt + d. Rows are numbered (batch * NKV + h) * rows + r over a [batches, NKV,
+// rows * 32, D] tile tensor: a contiguous cache has batches = B and rows = S / 32; a paged one has
+// batches = num_blocks and rows = block_size / 32, and the user's page-table row names the block.
+template <bool paged, uint32_t num_kv_heads, uint32_t seq_tiles, uint32_t block_tiles>
+uint32_t kv_tile_row(volatile tt_l1_ptr int32_t* page_table_row, uint32_t kv_batch, uint32_t kv_head, uint32_t tile) {
+    if constexpr (paged) {
+        const uint32_t block = (uint32_t)page_table_row[tile / block_tiles];
+        return (block * num_kv_heads + kv_head) * block_tiles + tile % block_tiles;
+    } else {
+        return (kv_batch * num_kv_heads + kv_head) * seq_tiles + tile;
+    }
+}
+
 }  // namespace
 
 void kernel_main() {
@@ -86,23 +101,32 @@ void kernel_main() {
     constexpr uint32_t max_chunk_tiles = get_compile_time_arg_val(10);
     constexpr bool share_cache = get_compile_time_arg_val(11) == 1;
     constexpr uint32_t kv_tile_bytes = get_compile_time_arg_val(12);
+    constexpr bool paged = get_compile_time_arg_val(13) == 1;
+    constexpr uint32_t block_tiles = get_compile_time_arg_val(14);  // block_size / 32 (paged only)
+    constexpr uint32_t max_blocks = get_compile_time_arg_val(15);   // page-table entries per user (paged only)
+    static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
     constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
+    constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
 
     const uint32_t q_addr = get_arg_val<uint32_t>(0);
     const uint32_t k_addr = get_arg_val<uint32_t>(1);
     const uint32_t v_addr = get_arg_val<uint32_t>(2);
     const uint32_t pos_addr = get_arg_val<uint32_t>(3);
-    const uint32_t num_pieces = get_arg_val<uint32_t>(4);
-    constexpr uint32_t piece_args_base = 5;
+    const uint32_t page_table_addr = get_arg_val<uint32_t>(4);  // 0 without a paged cache
+    const uint32_t num_pieces = get_arg_val<uint32_t>(5);
+    constexpr uint32_t piece_args_base = 6;
     constexpr uint32_t args_per_piece = 3;
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
     const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr, .page_size = kv_tile_bytes};
     const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr, .page_size = kv_tile_bytes};
     const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
+    // The page table is row-major int32 [B, max_blocks]: one page per user.
+    const InterleavedAddrGen<true> page_table_gen = {
+        .bank_base_address = page_table_addr, .page_size = page_table_row_bytes};
 
     // The positions page goes to both the compute kernel and the writer, which derive the same
     // chunk ranges from it.
@@ -125,6 +149,15 @@ void kernel_main() {
         }
     }
 
+    // The reader's own scratch (never pushed): the page-table row of the user whose pieces it is
+    // reading. Pieces of one user are often adjacent, so the row is fetched only when the user changes.
+    uint32_t page_table_l1 = 0;
+    if constexpr (paged) {
+        page_table_l1 = get_write_ptr(cb_page_table);
+    }
+    volatile tt_l1_ptr int32_t* page_table_row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(page_table_l1);
+    uint32_t page_table_user = batch;  // no row loaded yet
+
     for (uint32_t p = 0; p < num_pieces; ++p) {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
@@ -136,15 +169,21 @@ void kernel_main() {
 
         cb_reserve_back(cb_q, q_tiles * d_tiles);
         read_group_rows(q_gen, get_write_ptr(cb_q), user, kv_head, group_size, nh_tiles, d_tiles);
+        if constexpr (paged) {
+            // The row lands under the same barrier as the q rows, before any K/V address uses it.
+            if (user != page_table_user) {
+                noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
+                page_table_user = user;
+            }
+        }
         noc_async_read_barrier();
         cb_push_back(cb_q, q_tiles * d_tiles);
 
-        // K/V tile (b, h, t, d) is page ((b * NKV + h) * St + t) * Dt + d; with share_cache every
-        // user reads KV batch 0.
+        // K/V tile (row, d) is page row * Dt + d (kv_tile_row); with share_cache every user reads
+        // KV batch 0.
         const uint32_t kv_batch = share_cache ? 0 : user;
-        const uint32_t head_first_tile = (kv_batch * num_kv_heads + kv_head) * seq_tiles;
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
-            const uint32_t chunk_first_tile = head_first_tile + range.first_tile + c * range.chunk_tiles;
+            const uint32_t chunk_first_tile = range.first_tile + c * range.chunk_tiles;
             const uint32_t tiles = range.tiles_in_chunk(c);
             // Every chunk takes a whole slot, even a short last one, so the two slots keep their
             // addresses; the compute kernel uses only the first `tiles` rows of tiles.
@@ -152,13 +191,22 @@ void kernel_main() {
             cb_reserve_back(cb_v, v_slot_tiles);
             uint32_t k_l1 = get_write_ptr(cb_k);
             uint32_t v_l1 = get_write_ptr(cb_v);
-            for (uint32_t i = 0; i < tiles * d_tiles; ++i) {
-                noc_async_read(k_gen.get_noc_addr(chunk_first_tile * d_tiles + i), k_l1, kv_tile_bytes);
-                k_l1 += kv_tile_bytes;
+            // K, then V, land tile row by tile row ([t][d] in the slot), wherever their blocks live.
+            for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
+                const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                    page_table_row, kv_batch, kv_head, t);
+                for (uint32_t d = 0; d < d_tiles; ++d) {
+                    noc_async_read(k_gen.get_noc_addr(row * d_tiles + d), k_l1, kv_tile_bytes);
+                    k_l1 += kv_tile_bytes;
+                }
             }
-            for (uint32_t i = 0; i < tiles * dv_tiles; ++i) {
-                noc_async_read(v_gen.get_noc_addr(chunk_first_tile * dv_tiles + i), v_l1, kv_tile_bytes);
-                v_l1 += kv_tile_bytes;
+            for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
+                const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                    page_table_row, kv_batch, kv_head, t);
+                for (uint32_t d = 0; d < dv_tiles; ++d) {
+                    noc_async_read(v_gen.get_noc_addr(row * dv_tiles + d), v_l1, kv_tile_bytes);
+                    v_l1 += kv_tile_bytes;
+                }
             }
             // One barrier per chunk keeps the whole chunk's requests in flight together.
             noc_async_read_barrier();

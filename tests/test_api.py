@@ -217,6 +217,24 @@ def test_kernel_backends_get_the_validated_inputs_and_the_plan(monkeypatch: pyte
     assert plan.kv_dtype.value == "bfloat16"
 
 
+def test_paged_calls_reach_the_kernel_backends_with_a_paged_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake(backend: str, inputs: Any, plan: Any) -> str:
+        seen.update(backend=backend, inputs=inputs, plan=plan)
+        return "ran"
+
+    monkeypatch.setattr(api, "_run_kernels", fake)
+    q, _, _ = qkv()
+    table = torch.tensor([[3, 0, 1, 2], [4, 5, 7, 6]], dtype=torch.int32)
+    kp, vp = rand(9, NKV, 32, D, seed=4), rand(9, NKV, 32, D, seed=5)
+    assert paged_scaled_dot_product_attention_decode(q, kp, vp, table, cur_pos=[S - 1, 40], backend="host") == "ran"
+    plan = seen["plan"]
+    assert api._kernel_gaps(seen["inputs"]) == []
+    assert (plan.block_size, plan.num_blocks, plan.max_blocks, plan.seq_len) == (32, 9, 4, S)
+    assert torch.equal(seen["inputs"].page_table_values, table.to(torch.int64))
+
+
 def test_planner_refusal_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     from ttdecode.plan import PlanError
 

@@ -23,7 +23,7 @@ class GridView:
 
     def __init__(self) -> None:
         self.addresses = {"q": 0x100000, "k": 0x200000, "v": 0x300000, "cur_pos": 0x400000, "out": 0x500000,
-                          "lse": 0x600000}
+                          "lse": 0x600000, "page_table": 0x700000}
 
     def grid_size(self) -> tuple[int, int]:
         return (8, 8)
@@ -35,8 +35,9 @@ class GridView:
         return self.addresses[name]
 
 
-def program(batch: int = 4, lse: bool = True, kv: DataType = DataType.bfloat8_b):
-    plan = make_plan(batch=batch, cur_pos=None, kv_dtype=kv, return_lse=lse, **LLAMA)
+def program(batch: int = 4, lse: bool = True, kv: DataType = DataType.bfloat8_b, block_size: int | None = None):
+    paging = dict(block_size=block_size, num_blocks=batch * LLAMA["seq_len"] // block_size) if block_size else {}
+    plan = make_plan(batch=batch, cur_pos=None, kv_dtype=kv, return_lse=lse, **paging, **LLAMA)
     return plan, build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
 
 
@@ -68,6 +69,21 @@ def test_positions_are_int32_on_the_device_and_kv_keeps_its_format(ttnn: Any) ->
     assert dev.tensor_dtype(ttnn, prog.tensor("k")) == ttnn.bfloat8_b
 
 
+def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: Any) -> None:
+    plan, prog = program(batch=2, block_size=64)
+    spec = prog.tensor("page_table")
+    assert spec.data is None and spec.layout == "row_major" and spec.shape == (2, 8192 // 64)
+    assert dev.tensor_dtype(ttnn, spec) == ttnn.int32
+    dev._check_page_geometry(spec)  # one int32 row per user, as ttnn lays out [B, max_blocks]
+    assert prog.tensor("k").shape == (2 * 128, 8, 64, 128)
+    desc = dev.build_program_descriptor(prog, GridView())
+    reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
+    some_core = next(iter(reader.runtime_args))
+    resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
+    assert resolved[:5] == [GridView().addresses[n] for n in ("q", "k", "v", "cur_pos", "page_table")]
+    assert len(desc.cbs) == len(plan.circular_buffers) == 24
+
+
 def test_device_backend_refuses_without_a_device() -> None:
     assert not dev.available()  # this machine has no /dev/tenstorrent
 
@@ -75,8 +91,8 @@ def test_device_backend_refuses_without_a_device() -> None:
 def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> None:
     from tools import compile_real as cr
 
-    for kv in (DataType.bfloat8_b, DataType.bfloat16):
-        _, prog = program(batch=2, kv=kv)
+    for kv, block in ((DataType.bfloat8_b, None), (DataType.bfloat16, None), (DataType.bfloat4_b, 128)):
+        _, prog = program(batch=2, kv=kv, block_size=block)
         results = cr.compile_program_kernels(prog)
         assert len(results) == 2
         for r in results:

@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from ttdecode import plan as plan_mod
-from ttdecode.factory import FactoryError, build_program, decode_outputs, kernel_sources, positions_bytes
+from ttdecode.factory import (
+    FactoryError,
+    build_program,
+    decode_outputs,
+    kernel_sources,
+    page_table_bytes,
+    positions_bytes,
+)
 from ttdecode.formats import DataType
 from ttdecode.plan import make_plan, piece_range, tree_children, tree_parent
 from ttdecode.program import BufferAddress, ComputeSettings, KernelKind, NocX, NocY
@@ -98,8 +105,12 @@ def test_common_hpp_circular_buffer_indices_equal_plan_names() -> None:
     text = (KERNELS / "common.hpp").read_text()
     in_kernels = {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr uint32_t cb_(\w+) = (\d+);", text)}
     specs = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
-                                      kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2)
+                                      kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2, max_blocks=4)
     assert in_kernels == {cb.name: cb.index for cb in specs}
+    # a contiguous cache has every buffer but the page-table row
+    contiguous = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
+                                           kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2)
+    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table"}
 
 
 # ---- the program ----------------------------------------------------------------------------------
@@ -136,12 +147,13 @@ def test_writer_args_point_each_piece_at_its_parents_core_and_area() -> None:
             continue
         w, r, c = writer.runtime_args[core], reader.runtime_args[core], compute.runtime_args[core]
         assert w[:3] == [BufferAddress("out"), 0, len(pieces)]
-        assert r[:5] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), len(pieces)]
+        assert r[:6] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), 0,
+                         len(pieces)]
         assert c[0] == len(pieces)
         for slot, piece in enumerate(pieces):
             args = w[3 + 6 * slot: 9 + 6 * slot]
             assert args[:3] == [piece.user, piece.kv_head, piece.index]
-            assert r[5 + 3 * slot: 8 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
+            assert r[6 + 3 * slot: 9 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
             assert c[1 + 2 * slot: 3 + 2 * slot] == [piece.user, piece.index]
             if piece.index == 0:
                 assert args[3:] == [0, 0, 0]
@@ -209,3 +221,82 @@ def test_decode_outputs_keeps_the_first_g_lse_values_of_each_group_row() -> None
     out, lse = decode_outputs(p, {"out": out_img, "lse": rows.tobytes()})
     assert out.dtype == torch.bfloat16 and out.shape == (1, 2, 6, 32)
     assert lse.tolist() == [[[0, 1, 2, 10, 11, 12], [100, 101, 102, 110, 111, 112]]]
+
+
+# ---- the paged cache ------------------------------------------------------------------------------
+
+
+def _paged_plan(**kw):
+    args = dict(batch=2, num_q_heads=8, num_kv_heads=2, seq_len=256, head_dim=64, cur_pos=[200, 31], grid=(4, 2),
+                max_cores_per_head_batch=4, block_size=64, num_blocks=10)
+    args.update(kw)
+    return make_plan(**args)
+
+
+def _paged_inputs(p, kv: DataType = DataType.bfloat8_b):
+    g = torch.Generator().manual_seed(1)
+    q = from_torch(torch.randn(1, p.batch, p.num_q_heads, p.head_dim, generator=g))
+    k = from_torch(torch.randn(p.num_blocks, p.num_kv_heads, p.block_size, p.head_dim, generator=g), kv)
+    v = from_torch(torch.randn(p.num_blocks, p.num_kv_heads, p.block_size, p.head_dim_v, generator=g), kv)
+    return q, k, v
+
+
+def test_paged_program_carries_the_page_table_and_the_block_geometry() -> None:
+    p = _paged_plan()
+    q, k, v = _paged_inputs(p)
+    table = torch.tensor([[9, 0, 4, 2], [1, 1, 8, 3]], dtype=torch.int32)
+    prog = build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings(),
+                         page_table=table)
+    geo = {t.name: (t.page_size, t.num_pages, t.shape, t.layout, t.element_type) for t in prog.tensors}
+    assert geo["k"] == (1088, 10 * 2 * 2 * 2, (10, 2, 64, 64), "tile", None)
+    assert geo["v"] == (1088, 10 * 2 * 2 * 2, (10, 2, 64, 64), "tile", None)
+    assert geo["page_table"] == (16, 2, (2, 4), "row_major", "int32")
+    assert prog.tensor("page_table").data == np.array([[9, 0, 4, 2], [1, 1, 8, 3]], dtype="<i4").tobytes()
+    reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
+    assert reader.compile_time_args[13:] == [1, 2, 4]  # paged, block tiles, blocks per user
+    for args in reader.runtime_args.values():
+        assert args[4] == BufferAddress("page_table")
+    # the page-table row CB: 4 int32 rounded up to 32 B, counted in the plan's L1
+    cb = next(c for c in p.circular_buffers if c.name == "page_table")
+    assert (cb.index, cb.page_size, cb.num_pages) == (23, 32, 1)
+    contiguous = make_plan(batch=2, num_q_heads=8, num_kv_heads=2, seq_len=256, head_dim=64, cur_pos=[200, 31],
+                           grid=(4, 2), max_cores_per_head_batch=4)
+    assert p.l1_bytes_per_core == contiguous.l1_bytes_per_core + 32
+    assert p.pieces == contiguous.pieces  # chunks and pieces count logical key tiles either way
+
+
+def test_contiguous_program_has_no_page_table() -> None:
+    p = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=256, head_dim=64, cur_pos=[10], grid=(2, 1))
+    q, k, v = _inputs(1, 8, 1, 256, 64)
+    prog = build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings())
+    assert "page_table" not in {t.name for t in prog.tensors}
+    reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
+    assert reader.compile_time_args[13:] == [0, 0, 0]
+    with pytest.raises(FactoryError, match="^page_table: expected None"):
+        build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings(),
+                      page_table=torch.zeros(1, 4, dtype=torch.int32))
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        (None, r"^page_table: expected an integer torch tensor \[2, 4\].*got NoneType"),
+        (torch.zeros(2, 4), r"^page_table: expected an integer torch tensor .*got torch.float32"),
+        (torch.zeros(2, 5, dtype=torch.int32), r"^page_table: expected shape \[2, 4\].*got \[2, 5\]"),
+        (torch.tensor([[0, 1, 2, 3], [4, 10, 0, 0]]), r"^page_table\[1, 1\]: expected a block id in 0..9, got 10"),
+        (torch.tensor([[0, 1, -1, 3], [4, 5, 0, 0]]), r"^page_table\[0, 2\]: expected a block id in 0..9, got -1"),
+    ],
+)
+def test_bad_page_tables_are_refused_naming_the_entry(table, message: str) -> None:
+    p = _paged_plan()
+    with pytest.raises(FactoryError, match=message):
+        page_table_bytes(p, table)
+
+
+def test_paged_k_must_have_the_block_shape() -> None:
+    p = _paged_plan()
+    q, _, v = _paged_inputs(p)
+    k = from_torch(torch.zeros(2, 2, 256, 64), DataType.bfloat8_b)  # a contiguous cache
+    with pytest.raises(FactoryError, match=r"^k: expected shape \[10, 2, 64, 64\]"):
+        build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings(),
+                      page_table=torch.zeros(2, 4, dtype=torch.int32))

@@ -116,6 +116,12 @@ def test_l1_overflow_is_refused_naming_the_knobs() -> None:
         (dict(head_dim=100), "head_dim: expected a multiple of 32"),
         (dict(sub_core_grids=[((0, 0), (8, 0))]), "sub_core_grids"),
         (dict(kv_dtype=DataType.float32), "kv_dtype"),
+        (dict(block_size=64), "block_size, num_blocks: expected both"),
+        (dict(block_size=48, num_blocks=4), "block_size: expected a multiple of 32, got 48"),
+        (dict(block_size=0, num_blocks=4), "block_size: expected a positive int, got 0"),
+        (dict(block_size=64, num_blocks=0), "num_blocks: expected a positive int, got 0"),
+        (dict(block_size=3072, num_blocks=4), "seq_len: expected a multiple of block_size=3072"),
+        (dict(block_size=64, num_blocks=4, share_cache=True), "share_cache: expected False with a paged cache"),
     ],
 )
 def test_bad_plan_arguments_are_refused(kwargs: dict, message: str) -> None:
@@ -147,3 +153,28 @@ def test_unknown_positions_leave_ranges_to_the_device() -> None:
     with pytest.raises(PlanError, match="read on the device"):
         plan.ranges(0)
     assert "on device" in format_plan(plan)
+
+
+def test_paged_plan_keeps_the_chunks_and_adds_the_page_table_row_to_l1() -> None:
+    # 8192 / 32 = 256 blocks per user: a 1 KiB int32 row, already a multiple of 32 B; 8192 / 2048 =
+    # 4 blocks (16 B) round up to 32 B.
+    base = make_plan(batch=4, seq_len=8192, cur_pos=[8191, 0, 33, -1], **LLAMA8B)
+    for block, row in ((32, 1024), (2048, 32)):
+        paged = make_plan(batch=4, seq_len=8192, cur_pos=[8191, 0, 33, -1], block_size=block, num_blocks=1000,
+                          **LLAMA8B)
+        assert paged.paged and (paged.block_size, paged.num_blocks, paged.max_blocks) == (block, 1000, 8192 // block)
+        assert paged.pieces == base.pieces and paged.max_chunk_tiles == base.max_chunk_tiles
+        assert [paged.ranges(u) for u in range(4)] == [base.ranges(u) for u in range(4)]
+        assert paged.l1_bytes_per_core == base.l1_bytes_per_core + row
+        assert "paged" in format_plan(paged) and "page_table" in format_plan(paged)
+    assert not base.paged and base.max_blocks == 0
+    assert "page_table" not in {cb.name for cb in base.circular_buffers}
+
+
+def test_page_table_row_counts_against_l1() -> None:
+    # A plan that fits in L1 without paging overflows when a huge page-table row is added.
+    args = dict(batch=1, num_q_heads=32, num_kv_heads=8, head_dim=128, seq_len=131072, cur_pos=[100])
+    base = make_plan(**args)
+    make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=base.l1_bytes_per_core + 131072 // 32 * 4)
+    with pytest.raises(PlanError, match="L1 overflow"):
+        make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=base.l1_bytes_per_core + 131072 // 32 * 4 - 1)

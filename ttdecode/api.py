@@ -185,6 +185,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         sub_core_grids=pc.sub_core_grids, k_chunk_size=pc.k_chunk_size,
         max_cores_per_head_batch=pc.max_cores_per_head_batch, fp32_dest_acc_en=cc.fp32_dest_acc_en,
         share_cache=inputs.share_cache, return_lse=inputs.return_lse,
+        block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
     )
 
 
@@ -193,8 +194,6 @@ def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
     gaps = []
     if not inputs.is_causal:
         gaps.append("is_causal=False (non-causal decode with attn_mask)")
-    if inputs.paged:
-        gaps.append("a paged KV cache (page_table)")
     if inputs.attention_sink is not None:
         gaps.append("attention_sink")
     if inputs.sliding_window_size is not None:
@@ -241,6 +240,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
         cur_pos_source=inputs.positions,
         scale=inputs.scale,
         compute=compute_settings(inputs),
+        page_table=inputs.page_table_values,  # None for a contiguous cache
     )
     return (out, lse) if inputs.return_lse else out
 

@@ -415,7 +415,8 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
 
     `inputs` is the API's validated `DecodeInputs`: Q, K, V (and cur_pos_tensor, if given) must be
     ttnn tensors already on one device in interleaved DRAM; positions given as a list are uploaded as
-    an int32 row-major tensor. Returns the output (and the LSE `[1, B, NH]` as float32 torch when
+    an int32 row-major tensor. A paged cache's page table goes to the kernels as the caller's ttnn
+    tensor (int32 row-major [B, max_blocks] in DRAM; `launch` checks it), or uploaded from torch. Returns the output (and the LSE `[1, B, NH]` as float32 torch when
     `inputs.return_lse`), as ttnn tensors on the device for the output.
     """
     if not available():
@@ -438,8 +439,17 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
 
         cur_pos = ttnn.from_torch(torch.tensor(list(inputs.positions), dtype=torch.int32),
                                   dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
+    io_tensors = {"q": inputs.q.obj, "k": inputs.k.obj, "v": inputs.v.obj, "cur_pos": cur_pos}
+    if inputs.paged:
+        if inputs.page_table.kind == "ttnn":
+            io_tensors["page_table"] = inputs.page_table.obj
+        else:
+            import torch
+
+            io_tensors["page_table"] = ttnn.from_torch(inputs.page_table_values.to(torch.int32), dtype=ttnn.int32,
+                                                       layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
     program = build_program_for_device(plan, scale=inputs.scale, compute=compute)
-    outputs = launch(program, {"q": inputs.q.obj, "k": inputs.k.obj, "v": inputs.v.obj, "cur_pos": cur_pos}, dev)
+    outputs = launch(program, io_tensors, dev)
     out = outputs[0]
     if not inputs.return_lse:
         return out

@@ -9,7 +9,9 @@ name        shape                                       layout     format
 ==========  ==========================================  =========  =================================
 q           [1, B, NH, D]                               tile       bfloat16
 k, v        [B or 1, NKV, S, D] / [.., Dv]              tile       the plan's kv_dtype
+            paged: [num_blocks, NKV, block_size, D/Dv]
 cur_pos     [B] int32 (-1 skips a user)                 row-major  4-byte words (DataType.float32)
+page_table  [B, max_blocks] int32 (paged only)          row-major  4-byte words, one page per user
 out         [1, B, NH, Dv]                              tile       bfloat16 (output)
 lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output)
 ==========  ==========================================  =========  =================================
@@ -20,7 +22,8 @@ the same program serves every decode step.
 
 Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
 
-- reader:  q, k, v, cur_pos addresses, n, then (user, kv head, piece index) per piece;
+- reader:  q, k, v, cur_pos, page_table (0 without paging) addresses, n, then (user, kv head,
+  piece index) per piece;
 - writer:  out, lse addresses (0 without LSE), n, then (user, kv head, piece index, parent NoC x,
   parent NoC y, parent's area) per piece (zeros for a root);
 - compute: n, then (user, piece index) per piece.
@@ -59,12 +62,12 @@ from ttdecode.program import (
 from ttdecode.tensor import TileTensor
 
 __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
-           "decode_lse_rows", "kernel_sources"]
+           "decode_lse_rows", "kernel_sources", "page_table_bytes"]
 
 Positions = Union[Sequence[int], torch.Tensor]
 
 #: Runtime args of each kernel: (header, per piece). plan.RUNTIME_ARGS_* hold the largest.
-READER_ARGS = (5, 3)
+READER_ARGS = (6, 3)
 WRITER_ARGS = (3, 6)
 COMPUTE_ARGS = (1, 2)
 assert max(a for a, _ in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_HEADER
@@ -128,6 +131,37 @@ def positions_bytes(plan: DecodePlan, cur_pos_source: Optional[Positions]) -> by
     return np.asarray(values, dtype="<i4").tobytes()
 
 
+def page_table_bytes(plan: DecodePlan, page_table: Any) -> bytes:
+    """The int32 page-table image [B, max_blocks] (row-major, one page per user) of a paged plan."""
+    if not plan.paged:
+        if page_table is not None:
+            raise FactoryError("page_table: expected None (the plan is for a contiguous cache), got a page table")
+        return b""
+    shape = [plan.batch, plan.max_blocks]
+    if not isinstance(page_table, torch.Tensor) or page_table.is_floating_point() or page_table.is_complex() \
+            or page_table.dtype is torch.bool:
+        got = f"{page_table.dtype} tensor" if isinstance(page_table, torch.Tensor) else type(page_table).__name__
+        raise FactoryError(f"page_table: expected an integer torch tensor {shape} (the paged plan's), got {got}")
+    if list(page_table.shape) != shape:
+        raise FactoryError(f"page_table: expected shape {shape} (B, max_blocks of the plan), got {list(page_table.shape)}")
+    table = page_table.detach().cpu().to(torch.int64)
+    bad = (table < 0) | (table >= plan.num_blocks)
+    if bool(bad.any()):
+        b, j = (int(i) for i in bad.nonzero()[0])
+        raise FactoryError(f"page_table[{b}, {j}]: expected a block id in 0..{plan.num_blocks - 1}, got {int(table[b, j])}")
+    return table.numpy().astype("<i4").tobytes()
+
+
+def _kv_shapes(plan: DecodePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """K and V shapes: [B or 1, NKV, S, D/Dv], or [num_blocks, NKV, block_size, D/Dv] when paged."""
+    if plan.paged:
+        lead, rows = plan.num_blocks, plan.block_size
+    else:
+        lead, rows = (1 if plan.share_cache else plan.batch), plan.seq_len
+    nkv = plan.num_kv_heads
+    return (lead, nkv, rows, plan.head_dim), (lead, nkv, rows, plan.head_dim_v)
+
+
 # ---- the program --------------------------------------------------------------------------------
 
 
@@ -152,6 +186,9 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
         plan.max_chunk_tiles,         # 10 max_chunk_tiles
         int(plan.share_cache),        # 11 share_cache
         kv_tile,                      # 12 kv_tile_bytes
+        int(plan.paged),              # 13 paged
+        (plan.block_size or 0) // TILE,  # 14 block_tiles (0 without paging)
+        plan.max_blocks,              # 15 max_blocks (0 without paging)
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -180,7 +217,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
 def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
     pieces: tuple[Piece, ...] = plan.core_pieces[core]
     n = len(pieces)
-    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), n]
+    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"),
+                         BufferAddress("page_table") if plan.paged else 0, n]
     writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0, n]
     compute: list[Arg] = [n]
     area = 0
@@ -210,19 +248,24 @@ def build_program(
     cur_pos_source: Optional[Positions],
     scale: float,
     compute: ComputeSettings,
+    page_table: Optional[torch.Tensor] = None,
 ) -> Program:
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
 
-    q/k/v: tile tensors in the plan's shapes and formats; cur_pos_source: the positions (list or
-    int tensor; None to take the plan's); scale: the softmax scale; compute: the compute-kernel
-    settings, whose fp32 accumulation must be the plan's (it sized DST blocks).
+    q/k/v: tile tensors in the plan's shapes and formats (paged: [num_blocks, NKV, block_size, D]);
+    cur_pos_source: the positions (list or int tensor; None to take the plan's); scale: the softmax
+    scale; compute: the compute-kernel settings, whose fp32 accumulation must be the plan's (it
+    sized DST blocks); page_table: a paged plan's integer tensor [B, max_blocks] (None otherwise).
     """
-    b, nh, nkv, s = plan.batch, plan.num_q_heads, plan.num_kv_heads, plan.seq_len
-    kv_batch = 1 if plan.share_cache else b
+    b, nh = plan.batch, plan.num_q_heads
+    k_shape, v_shape = _kv_shapes(plan)
     q = _expect_tile_tensor("q", q, (1, b, nh, plan.head_dim), DataType.bfloat16)
-    k = _expect_tile_tensor("k", k, (kv_batch, nkv, s, plan.head_dim), plan.kv_dtype)
-    v = _expect_tile_tensor("v", v, (kv_batch, nkv, s, plan.head_dim_v), plan.kv_dtype)
+    k = _expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
+    v = _expect_tile_tensor("v", v, v_shape, plan.kv_dtype)
     images = {"q": q.data, "k": k.data, "v": v.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
+    table_image = page_table_bytes(plan, page_table)  # also refuses a page table for a contiguous plan
+    if plan.paged:
+        images["page_table"] = table_image
     return _program(plan, scale=scale, compute=compute, images=images)
 
 
@@ -262,10 +305,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
 
     b, nkv = plan.batch, plan.num_kv_heads
-    kv_batch = 1 if plan.share_cache else b
     q_shape = (1, b, plan.num_q_heads, plan.head_dim)
-    k_shape = (kv_batch, nkv, plan.seq_len, plan.head_dim)
-    v_shape = (kv_batch, nkv, plan.seq_len, plan.head_dim_v)
+    k_shape, v_shape = _kv_shapes(plan)
     image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
     tensors = [
@@ -277,6 +318,10 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
         # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
         DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
+    if plan.paged:
+        # int32 block ids, one row-major page per user (ttnn's layout of a [B, max_blocks] int32 tensor)
+        tensors.append(DramTensor("page_table", DataType.float32, 4 * plan.max_blocks, b, (b, plan.max_blocks),
+                                  "row_major", image("page_table"), element_type="int32"))
     out_shape = (1, b, plan.num_q_heads, plan.head_dim_v)
     tensors.append(DramTensor("out", bf16, formats.tile_size(bf16), formats.num_tiles(out_shape), out_shape,
                               "tile", None, is_output=True))
@@ -317,9 +362,11 @@ def run_flash_decode(
     scale: float,
     compute: ComputeSettings,
     backend: str = "host",
+    page_table: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
     """Build and run the program; returns (out, lse or None, the backend's RunResult)."""
-    program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute)
+    program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
+                            page_table=page_table)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program

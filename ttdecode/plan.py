@@ -204,6 +204,19 @@ class DecodePlan:
     core_pieces: dict[CoreCoord, tuple[Piece, ...]] = field(repr=False)
     circular_buffers: tuple[CBSpec, ...] = field(repr=False)
     recv_areas: dict[CoreCoord, int] = field(repr=False)  # scratch areas per core
+    # paged cache: K/V [num_blocks, NKV, block_size, D] and a page table [B, seq_len / block_size];
+    # None for a contiguous cache. Chunks and pieces still count key tiles of the logical sequence.
+    block_size: int | None = None
+    num_blocks: int | None = None
+
+    @property
+    def paged(self) -> bool:
+        return self.block_size is not None
+
+    @property
+    def max_blocks(self) -> int:
+        """Page-table entries per user (0 for a contiguous cache)."""
+        return self.seq_len // self.block_size if self.block_size else 0
 
     # -- derived shape facts --
     @property
@@ -269,9 +282,11 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
-    batch: int, recv_areas: int,
+    batch: int, recv_areas: int, max_blocks: int = 0,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
+
+    `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row.
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores), so the only roundings beyond the
@@ -309,6 +324,9 @@ def flash_decode_cbs(
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
         (22, "zeros", bf16, 2048, 1),  # a zero tile (the start of an unmasked score tile)
     ]
+    if max_blocks:
+        # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
+        specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
 
 
@@ -331,9 +349,15 @@ def make_plan(
     dst_full_sync_en: bool = False,
     share_cache: bool = False,
     return_lse: bool = False,
+    block_size: int | None = None,
+    num_blocks: int | None = None,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
-    """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run."""
+    """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
+
+    A paged cache gives `block_size` (keys per block, a multiple of 32 dividing seq_len) and
+    `num_blocks` (blocks in the K/V tensors); both or neither.
+    """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
                     ("seq_len", seq_len), ("head_dim", head_dim), ("head_dim_v", head_dim_v)):
@@ -355,6 +379,23 @@ def make_plan(
             )
         if seq_len % k_chunk_size:
             raise PlanError(f"k_chunk_size: seq_len={seq_len} is not a multiple of k_chunk_size={k_chunk_size}")
+    if (block_size is None) != (num_blocks is None):
+        raise PlanError(
+            f"block_size, num_blocks: expected both (a paged cache) or neither, got block_size={block_size!r}, "
+            f"num_blocks={num_blocks!r}"
+        )
+    if block_size is not None:
+        for name, v in (("block_size", block_size), ("num_blocks", num_blocks)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise PlanError(f"{name}: expected a positive int, got {v!r}")
+        if block_size % TILE:
+            raise PlanError(f"block_size: expected a multiple of {TILE}, got {block_size}")
+        if seq_len % block_size:
+            raise PlanError(
+                f"seq_len: expected a multiple of block_size={block_size} (max_blocks x block_size), got {seq_len}"
+            )
+        if share_cache:
+            raise PlanError("share_cache: expected False with a paged cache, got True")
     if not 1 <= max_cores_per_head_batch <= 1 << MAX_ROUNDS:
         raise PlanError(
             f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
@@ -417,6 +458,7 @@ def make_plan(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
+        max_blocks=seq_len // block_size if block_size else 0,
     )
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     plan = DecodePlan(
@@ -426,14 +468,15 @@ def make_plan(
         pieces_per_work=pieces, rounds=rounds, fixed_chunk_tiles=fixed, max_chunk_tiles=max_chunk_tiles,
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
+        block_size=block_size, num_blocks=num_blocks,
     )
     _check_resources(plan, l1_bytes_per_core)
     return plan
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
-#: factory.py: reader 5 + 3 per piece, writer 3 + 6, compute 1 + 2).
-RUNTIME_ARGS_HEADER = 5
+#: factory.py: reader 6 + 3 per piece, writer 3 + 6, compute 1 + 2).
+RUNTIME_ARGS_HEADER = 6
 RUNTIME_ARGS_PER_PIECE = 6
 
 
@@ -461,7 +504,8 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
     """A readable table of the plan and its L1 use."""
     lines = [
         f"FlashDecode plan: B={plan.batch} NH={plan.num_q_heads} NKV={plan.num_kv_heads} S={plan.seq_len} "
-        f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}",
+        f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}"
+        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else ""),
         f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
