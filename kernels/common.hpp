@@ -17,7 +17,7 @@ constexpr uint32_t cb_k = 1;             // K chunks, double-buffered, one slot 
 constexpr uint32_t cb_v = 2;             // V chunks, same slots with dv_tiles
 constexpr uint32_t cb_pos_compute = 3;   // int32 positions of every user, for the compute kernel
 constexpr uint32_t cb_pos_writer = 4;    // the same page, for the writer
-constexpr uint32_t cb_mask = 5;          // -inf past cur_pos in the causal boundary tile, 0 elsewhere
+constexpr uint32_t cb_mask = 5;          // a piece's two masks: its first tile (window start), its last (cur_pos)
 constexpr uint32_t cb_scaler = 6;        // reduce scaler: row 0 of every face 1.0, the rest 0
 constexpr uint32_t cb_ones = 7;          // all ones: P x ones puts the row sums in every column
 constexpr uint32_t cb_scores = 8;        // fp32 scores of one q tile row over one chunk (also scratch)
@@ -38,6 +38,7 @@ constexpr uint32_t cb_lse = 20;          // fp32 LSE tiles of the root (column 0
 constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows and one LSE row
 constexpr uint32_t cb_zeros = 22;        // a zero tile: 0 - m is where an unmasked score tile starts
 constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
+constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sink logits (bf16, column 0)
 
 constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;
@@ -48,8 +49,24 @@ constexpr uint32_t DYNAMIC_CHUNK_MAX_TILES = 8;
 
 // ---- chunk arithmetic (plan.valid_tiles / chunk_tiles_for / piece_range) ------------------------
 
-// Key tiles a user attends: ceil((cur_pos + 1) / 32); 0 for a skipped user (cur_pos -1).
-inline uint32_t valid_tiles(int32_t cur_pos) { return cur_pos < 0 ? 0 : (uint32_t)(cur_pos + (int32_t)TILE) / TILE; }
+// Oldest key a user attends: 0, or max(0, cur_pos - window + 1) with a sliding window of `window`
+// keys (0 = no window).
+inline uint32_t window_first_key(int32_t cur_pos, uint32_t window) {
+    if (window == 0 || cur_pos < 0) {
+        return 0;
+    }
+    const int32_t first = cur_pos - (int32_t)window + 1;
+    return first > 0 ? (uint32_t)first : 0;
+}
+
+// The tile holding that key: the first tile the user's pieces read.
+inline uint32_t window_first_tile(int32_t cur_pos, uint32_t window) { return window_first_key(cur_pos, window) / TILE; }
+
+// Key tiles a user attends: window_first_tile .. cur_pos / 32 (ceil((cur_pos + 1) / 32) without a
+// window); 0 for a skipped user (cur_pos -1).
+inline uint32_t valid_tiles(int32_t cur_pos, uint32_t window = 0) {
+    return cur_pos < 0 ? 0 : (uint32_t)(cur_pos + (int32_t)TILE) / TILE - window_first_tile(cur_pos, window);
+}
 
 inline uint32_t pow2ceil(uint32_t x) {
     uint32_t p = 1;
@@ -60,20 +77,20 @@ inline uint32_t pow2ceil(uint32_t x) {
 }
 
 // Chunk size in tiles: the fixed one, or (dynamic) the power of two >= T / pieces, capped at 8.
-inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces) {
+inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0) {
     if (fixed_chunk_tiles > 0) {
         return fixed_chunk_tiles;
     }
-    const uint32_t t = valid_tiles(cur_pos);
+    const uint32_t t = valid_tiles(cur_pos, window);
     const uint32_t per_piece = t ? (t + pieces - 1) / pieces : 1;
     const uint32_t c = pow2ceil(per_piece);
     return c < DYNAMIC_CHUNK_MAX_TILES ? c : DYNAMIC_CHUNK_MAX_TILES;
 }
 
 // Chunks of a user: ceil(T / chunk).
-inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces) {
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces);
-    return (valid_tiles(cur_pos) + c - 1) / c;
+inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0) {
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window);
+    return (valid_tiles(cur_pos, window) + c - 1) / c;
 }
 
 struct PieceRange {
@@ -92,10 +109,12 @@ struct PieceRange {
 };
 
 // The chunks of piece `index` (0 = root, owning the last chunk): pieces deal the n chunks from the
-// end, the first n % pieces of them one chunk more than the others.
-inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index) {
-    const uint32_t t = valid_tiles(cur_pos);
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces);
+// end, the first n % pieces of them one chunk more than the others. Chunks count from the first
+// attended tile, so with a sliding window the pieces cover exactly the window's tiles.
+inline PieceRange piece_range(
+    int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index, uint32_t window = 0) {
+    const uint32_t t = valid_tiles(cur_pos, window);
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window);
     const uint32_t n = (t + c - 1) / c;
     const uint32_t base = n / pieces;
     const uint32_t extra = n % pieces;
@@ -108,16 +127,43 @@ inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint3
     const uint32_t end_chunk = n - above;
     r.first_chunk = end_chunk - count;
     r.num_chunks = count;
-    r.first_tile = r.first_chunk * c;
     const uint32_t last_tile = end_chunk * c < t ? end_chunk * c : t;
-    r.num_tiles = last_tile - r.first_tile;
+    r.num_tiles = last_tile - r.first_chunk * c;
+    r.first_tile = window_first_tile(cur_pos, window) + r.first_chunk * c;
     return r;
+}
+
+// The masks of one piece with work. The root's last tile holds cur_pos: keys past it get -inf. With
+// a sliding window whose start is not tile aligned, the piece that reads the window's first tile
+// (the last piece with work) masks the keys before the start. The writer makes two mask tiles per
+// piece that has either: page 0 for the piece's first tile (the window start, and also the causal
+// boundary when the piece reads a single tile), page 1 for its last tile (the causal boundary).
+struct PieceMasks {
+    bool window_start;      // the piece's first tile holds the window start (keys < start_column: -inf)
+    bool causal;            // the piece's last tile holds cur_pos (keys > last_column: -inf)
+    uint32_t start_column;  // window_first_key % 32
+    uint32_t last_column;   // cur_pos % 32
+    bool any() const { return window_start || causal; }
+};
+
+inline PieceMasks piece_masks(int32_t cur_pos, const PieceRange& range, uint32_t index, uint32_t window) {
+    PieceMasks m{false, false, 0, 0};
+    if (range.empty()) {
+        return m;
+    }
+    const uint32_t first_key = window_first_key(cur_pos, window);
+    m.start_column = first_key % TILE;
+    m.last_column = (uint32_t)cur_pos % TILE;
+    m.window_start = m.start_column != 0 && range.first_tile == first_key / TILE;
+    m.causal = index == 0;
+    return m;
 }
 
 // A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in
 // index order), so empty pieces only ever have empty children.
-inline bool piece_has_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index) {
-    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces) && index < pieces;
+inline bool piece_has_work(
+    int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index, uint32_t window = 0) {
+    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window) && index < pieces;
 }
 
 // ---- the binomial merge tree (plan.tree_children / tree_parent) ---------------------------------
@@ -143,11 +189,12 @@ inline uint32_t tree_height(uint32_t index, uint32_t pieces) {
 inline uint32_t tree_parent(uint32_t index) { return index & (index - 1); }
 
 // Children of `index` that hold chunks for this user (each sends exactly one partial).
-inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index) {
+inline uint32_t children_with_work(
+    int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index, uint32_t window = 0) {
     uint32_t count = 0;
     for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
         if (tree_has_child(index, r, pieces) &&
-            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r))) {
+            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window)) {
             ++count;
         }
     }

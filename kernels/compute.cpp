@@ -2,7 +2,9 @@
 //
 // FlashDecode compute (TRISC0-2). For each piece on this core: online softmax over its chunks, one
 // q tile row at a time, then the merge of its children's partials in tree order, then either the
-// normalized bf16 output and LSE (root) or the float32 partial (O, m, l) for the parent.
+// normalized bf16 output and LSE (root) or the float32 partial (O, m, l) for the parent. With an
+// attention sink the root first folds the sink into (m, l, O) like one more merge (merge_sink);
+// with a sliding window the piece that reads the window's first tile masks the keys before it.
 //
 // Numbers: scores, probabilities, statistics and the accumulator live in float32 CBs and are
 // combined in float32 DST (fp32 accumulation). The FPU reads a float32 CB tile as TF32 (10
@@ -55,6 +57,8 @@ constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
 constexpr uint32_t dst_tiles = get_compile_time_arg_val(6);  // usable DST tiles (4 with fp32, half-sync)
 constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of the softmax scale
 constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
+constexpr uint32_t window = get_compile_time_arg_val(9);  // sliding window in keys (0 = none)
+constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -118,16 +122,19 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
 
 // ---- one chunk ----------------------------------------------------------------------------------
 
-// S = Q_qi . K^T over the chunk's `tiles` key tiles, for the row max only. The tile holding
-// cur_pos (mask_tile) starts from the mask in DST and the matmul accumulates on top, so keys past
-// cur_pos become -inf.
-void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t mask_tile) {
+// S = Q_qi . K^T over the chunk's `tiles` key tiles, for the row max only. A masked tile starts
+// from its mask in DST and the matmul accumulates on top, so masked keys become -inf: chunk tile
+// `first_mask_tile` takes mask page 0 (the piece's first tile), `last_mask_tile` page 1 (its last).
+void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t first_mask_tile, uint32_t last_mask_tile) {
     cb_reserve_back(cb_scores, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
         const uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
         tile_regs_acquire();
-        if (mask_tile != NO_MASK && mask_tile >= j0 && mask_tile < j0 + n) {
-            copy_to_dst(cb_mask, 0, mask_tile - j0);
+        if (first_mask_tile != NO_MASK && first_mask_tile >= j0 && first_mask_tile < j0 + n) {
+            copy_to_dst(cb_mask, 0, first_mask_tile - j0);
+        }
+        if (last_mask_tile != NO_MASK && last_mask_tile >= j0 && last_mask_tile < j0 + n) {
+            copy_to_dst(cb_mask, 1, last_mask_tile - j0);
         }
         use_matmul_operands(cb_q, cb_k);
         matmul_init(cb_q, cb_k, 1 /* transpose K */);
@@ -270,16 +277,15 @@ inline void pop_running(const Running& set) {
 }
 
 // One chunk of keys for every q tile row: reads the running set `old` (none for the first chunk)
-// and writes `next`. The K/V slot stays until all rows are done.
-void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint32_t mask_tile) {
+// and writes `next`. The K/V slot stays until all rows are done. The piece's masks (if any) are
+// already waited for.
+void process_chunk(
+    uint32_t tiles, const Running* old, const Running& next, uint32_t first_mask_tile, uint32_t last_mask_tile) {
     cb_wait_front(cb_k, k_slot_tiles);
     cb_wait_front(cb_v, v_slot_tiles);
-    if (mask_tile != NO_MASK) {
-        cb_wait_front(cb_mask, 1);
-    }
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        chunk_scores(qi, tiles, mask_tile);
+        chunk_scores(qi, tiles, first_mask_tile, last_mask_tile);
         chunk_row_max(qi, tiles, old, next);
         if (old != nullptr) {
             chunk_alpha(qi, *old, next);
@@ -294,9 +300,6 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, uint
     }
     if (old != nullptr) {
         pop_running(*old);
-    }
-    if (mask_tile != NO_MASK) {
-        cb_pop_front(cb_mask, 1);
     }
     cb_pop_front(cb_k, k_slot_tiles);
     cb_pop_front(cb_v, v_slot_tiles);
@@ -360,6 +363,62 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
         cb_push_back(next.sum, 1);
         for (uint32_t v = 0; v < dv_tiles; ++v) {
             rescaled_sum(own.acc, qi * dv_tiles + v, base + qi * dv_tiles + v, next.acc, v);
+        }
+        cb_push_back(next.acc, dv_tiles);
+        cb_pop_front(cb_alpha, 2);
+    }
+    pop_running(own);
+}
+
+// Root with an attention sink: fold the sink into the denominator, exactly as a merge with a
+// partial of max `sink`, sum 1 and output 0. m is kept in score units (logits / scale), and the
+// sink logit is sink * scale, so in those units the sink is its raw value:
+// m' = max(m, sink); e_own = exp((m - m') * scale), e_sink = exp((sink - m') * scale);
+// l' = l * e_own + e_sink; O' = O * e_own. Writes the running set `next`.
+void merge_sink(const Running& own, const Running& next) {
+    reserve_running(next);
+    for (uint32_t qi = 0; qi < q_tiles; ++qi) {
+        tile_regs_acquire();
+        copy_to_dst(own.max, qi, 0);
+        broadcast_column(cb_sink, qi, 1);  // bf16: exact
+        binary_max_tile_init();
+        binary_max_tile(0, 1, 0);
+        pack_block(next.max, 0, 1);
+        cb_push_back(next.max, 1);
+        cb_wait_front(next.max, qi + 1);
+
+        cb_reserve_back(cb_alpha, 2);
+        tile_regs_acquire();
+        broadcast_column(own.max, qi, 0);
+        broadcast_column(cb_sink, qi, 1);
+        broadcast_column(next.max, qi, 2);
+        sub_binary_tile_init();
+        sub_binary_tile(0, 2, 0);
+        sub_binary_tile(1, 2, 1);
+        scaled_exp(2);
+        pack_block(cb_alpha, 0, 2);
+        cb_push_back(cb_alpha, 2);
+        cb_wait_front(cb_alpha, 2);
+
+        // l' = l * e_own + e_sink
+        tile_regs_acquire();
+        copy_to_dst(own.sum, qi, 0);
+        copy_to_dst(cb_alpha, 0, 1);
+        copy_to_dst(cb_alpha, 1, 2);
+        mul_binary_tile_init();
+        mul_binary_tile(0, 1, 0);
+        add_binary_tile_init();
+        add_binary_tile(0, 2, 0);
+        pack_block(next.sum, 0, 1);
+        cb_push_back(next.sum, 1);
+
+        // O' = O * e_own (rescaled_to_dst multiplies by cb_alpha tile 0)
+        constexpr uint32_t block = dst_tiles - 1;
+        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+            tile_regs_acquire();
+            rescaled_to_dst(own.acc, qi * dv_tiles + v0, n);
+            pack_block(next.acc, v0, n);
         }
         cb_push_back(next.acc, dv_tiles);
         cb_pop_front(cb_alpha, 2);
@@ -459,7 +518,7 @@ void kernel_main() {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const int32_t cur_pos = (int32_t)read_tile_value(cb_pos_compute, 0, user);
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
         const uint32_t height = tree_height(index, pieces_per_work);
 
         if (range.empty()) {
@@ -472,17 +531,28 @@ void kernel_main() {
             continue;
         }
 
+        // The piece's masks (writer.cpp): page 0 on its first tile (window start, plus the causal
+        // boundary when the piece reads one tile), page 1 on its last tile (the causal boundary).
+        const PieceMasks masks = piece_masks(cur_pos, range, index, window);
+        const bool first_tile_masked = masks.window_start || (masks.causal && range.num_tiles == 1);
+        const bool last_tile_masked = masks.causal && range.num_tiles > 1;
+        if (masks.any()) {
+            cb_wait_front(cb_mask, 2);
+        }
         cb_wait_front(cb_q, q_tiles * d_tiles);
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
-            // The root's last chunk ends with the tile holding cur_pos.
-            const bool boundary = index == 0 && c + 1 == range.num_chunks;
+            const bool first = c == 0;
+            const bool last = c + 1 == range.num_chunks;
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
             process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next],
-                          boundary ? tiles - 1 : NO_MASK);
+                          first && first_tile_masked ? 0 : NO_MASK, last && last_tile_masked ? tiles - 1 : NO_MASK);
             cur = next;
             wait_running(running_sets[cur]);
+        }
+        if (masks.any()) {
+            cb_pop_front(cb_mask, 2);
         }
         cb_pop_front(cb_q, q_tiles * d_tiles);
 
@@ -490,7 +560,7 @@ void kernel_main() {
         if (height > 0) {
             cb_wait_front(cb_partial_in, height * partial_tiles);
             for (uint32_t r = 0; r < height; ++r) {
-                if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r))) {
+                if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window)) {
                     merge_child(r, running_sets[cur], running_sets[cur ^ 1]);
                     cur ^= 1;
                     wait_running(running_sets[cur]);
@@ -500,6 +570,12 @@ void kernel_main() {
         }
 
         if (index == 0) {
+            if constexpr (has_sink) {
+                cb_wait_front(cb_sink, q_tiles);
+                merge_sink(running_sets[cur], running_sets[cur ^ 1]);
+                cur ^= 1;
+                cb_pop_front(cb_sink, q_tiles);
+            }
             finish_root(running_sets[cur]);
         } else {
             send_partial(running_sets[cur]);

@@ -2,10 +2,12 @@
 //
 // FlashDecode reader (NCRISC). Reads the users' positions once, then for each piece placed on this
 // core: the q rows of the piece's KV group and, chunk by chunk, the piece's K and V tiles. Every
-// K/V byte a piece needs is read exactly once, and only tiles up to the one holding cur_pos.
-// The cache rows past cur_pos in that tile hold whatever the device memory held (NaN, inf): the
-// reader zeroes them in L1 before handing the chunk to the compute kernel. With a paged cache the
-// user's page-table row maps each logical key tile to its block.
+// K/V byte a piece needs is read exactly once, and only the tiles a user attends: up to the one
+// holding cur_pos, and with a sliding window from the one holding the window's first key. The cache
+// rows outside the attended keys in those two tiles hold whatever the device memory held (NaN,
+// inf): the reader zeroes them in L1 before handing the chunk to the compute kernel. With a paged
+// cache the user's page-table row maps each logical key tile to its block. With an attention sink,
+// a root piece also reads its KV group's sink logits (column 0 of a [NH, 32] bf16 tile tensor).
 
 #include <stdint.h>
 
@@ -44,19 +46,19 @@ void read_group_rows(
     }
 }
 
-// Zero rows [first_row, 32) of one K or V tile in L1 (a tile row is one key position), so whatever
-// the cache holds past cur_pos (NaN, inf) cannot reach the scores or P . V: a zero key gives the
-// score 0, which the mask turns into -inf, and a zero value row adds 0 x 0. A tile row spans two
+// Zero rows [first_row, end_row) of one K or V tile in L1 (a tile row is one key position), so
+// whatever the cache holds outside the attended keys (NaN, inf) cannot reach the scores or P . V: a
+// zero key gives the score 0, which the mask turns into -inf, and a zero value row adds 0 x 0. A tile row spans two
 // face rows (faces 0/1 for rows 0-15, 2/3 for rows 16-31); in the block-float formats each face row
 // has its shared exponent byte and its codes (code 0 decodes to 0 whatever the exponent).
 template <uint32_t tile_bytes>
-void zero_rows_from(uint32_t tile_l1, uint32_t first_row) {
+void zero_rows(uint32_t tile_l1, uint32_t first_row, uint32_t end_row) {
     // K/V tiles are bfloat16 (2048 B), bfloat8_b (1088 B) or bfloat4_b (576 B).
     ASSERT(tile_bytes == 2048 || tile_bytes == 1088 || tile_bytes == 576);
     constexpr uint32_t exponent_bytes = tile_bytes == 2048 ? 0 : TILE * TILE / FACE;  // one per face row
     constexpr uint32_t row_bytes = tile_bytes == 2048 ? 2 * FACE : tile_bytes == 1088 ? FACE : FACE / 2;
     volatile tt_l1_ptr uint8_t* tile = reinterpret_cast<volatile tt_l1_ptr uint8_t*>(tile_l1);
-    for (uint32_t row = first_row; row < TILE; ++row) {
+    for (uint32_t row = first_row; row < end_row; ++row) {
         for (uint32_t half = 0; half < 2; ++half) {
             const uint32_t face_row = face_row_offset(row, half) / FACE;  // face rows in tile order
             if constexpr (exponent_bytes > 0) {
@@ -68,6 +70,19 @@ void zero_rows_from(uint32_t tile_l1, uint32_t first_row) {
                 words[w] = 0;
             }
         }
+    }
+}
+
+// Zero rows [first_row, end_row) of key tile `t` of a chunk: its d_tiles K tiles and dv_tiles V tiles.
+template <uint32_t d_tiles, uint32_t dv_tiles, uint32_t kv_tile_bytes>
+void zero_kv_rows(uint32_t k_slot, uint32_t v_slot, uint32_t t, uint32_t first_row, uint32_t end_row) {
+    const uint32_t k_tile = k_slot + t * d_tiles * kv_tile_bytes;
+    const uint32_t v_tile = v_slot + t * dv_tiles * kv_tile_bytes;
+    for (uint32_t d = 0; d < d_tiles; ++d) {
+        zero_rows<kv_tile_bytes>(k_tile + d * kv_tile_bytes, first_row, end_row);
+    }
+    for (uint32_t d = 0; d < dv_tiles; ++d) {
+        zero_rows<kv_tile_bytes>(v_tile + d * kv_tile_bytes, first_row, end_row);
     }
 }
 
@@ -104,6 +119,8 @@ void kernel_main() {
     constexpr bool paged = get_compile_time_arg_val(13) == 1;
     constexpr uint32_t block_tiles = get_compile_time_arg_val(14);  // block_size / 32 (paged only)
     constexpr uint32_t max_blocks = get_compile_time_arg_val(15);   // page-table entries per user (paged only)
+    constexpr uint32_t window = get_compile_time_arg_val(16);       // sliding window in keys (0 = none)
+    constexpr bool has_sink = get_compile_time_arg_val(17) == 1;    // attention sink logits to read
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
@@ -117,12 +134,15 @@ void kernel_main() {
     const uint32_t pos_addr = get_arg_val<uint32_t>(3);
     const uint32_t page_table_addr = get_arg_val<uint32_t>(4);  // 0 without a paged cache
     const uint32_t num_pieces = get_arg_val<uint32_t>(5);
-    constexpr uint32_t piece_args_base = 6;
+    const uint32_t sink_addr = get_arg_val<uint32_t>(6);  // 0 without an attention sink
+    constexpr uint32_t piece_args_base = 7;
     constexpr uint32_t args_per_piece = 3;
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
     const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr, .page_size = kv_tile_bytes};
     const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr, .page_size = kv_tile_bytes};
+    // The sink tiles [NH, 32] bf16: the same tile rows as one user's Q with a single column tile.
+    const InterleavedAddrGen<true> sink_gen = {.bank_base_address = sink_addr, .page_size = q_tile_bytes};
     const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
     // The page table is row-major int32 [B, max_blocks]: one page per user.
     const InterleavedAddrGen<true> page_table_gen = {
@@ -148,6 +168,13 @@ void kernel_main() {
             q_words[i] = 0;
         }
     }
+    // Likewise cb_sink (one root's sink tiles): rows past the group stay zero.
+    if constexpr (has_sink) {
+        volatile tt_l1_ptr uint32_t* sink_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_sink));
+        for (uint32_t i = 0; i < q_tiles * q_tile_bytes / sizeof(uint32_t); ++i) {
+            sink_words[i] = 0;
+        }
+    }
 
     // The reader's own scratch (never pushed): the page-table row of the user whose pieces it is
     // reading. Pieces of one user are often adjacent, so the row is fetched only when the user changes.
@@ -162,7 +189,8 @@ void kernel_main() {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
-        const PieceRange range = piece_range(positions[user], fixed_chunk_tiles, pieces_per_work, index);
+        const int32_t cur_pos = positions[user];
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
         if (range.empty()) {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
@@ -176,8 +204,20 @@ void kernel_main() {
                 page_table_user = user;
             }
         }
+        if constexpr (has_sink) {
+            // The root folds the sink into its denominator: the group's rows of the sink tiles.
+            if (index == 0) {
+                cb_reserve_back(cb_sink, q_tiles);
+                read_group_rows(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles, 1);
+            }
+        }
         noc_async_read_barrier();
         cb_push_back(cb_q, q_tiles * d_tiles);
+        if constexpr (has_sink) {
+            if (index == 0) {
+                cb_push_back(cb_sink, q_tiles);
+            }
+        }
 
         // K/V tile (row, d) is page row * Dt + d (kv_tile_row); with share_cache every user reads
         // KV batch 0.
@@ -211,17 +251,17 @@ void kernel_main() {
             // One barrier per chunk keeps the whole chunk's requests in flight together.
             noc_async_read_barrier();
             // The root's last chunk ends with the tile holding cur_pos: its rows past cur_pos hold
-            // whatever the cache held there.
-            const uint32_t first_stale_row = (uint32_t)positions[user] % TILE + 1;
-            if (index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE) {
-                const uint32_t k_tile = get_write_ptr(cb_k) + (tiles - 1) * d_tiles * kv_tile_bytes;
-                const uint32_t v_tile = get_write_ptr(cb_v) + (tiles - 1) * dv_tiles * kv_tile_bytes;
-                for (uint32_t d = 0; d < d_tiles; ++d) {
-                    zero_rows_from<kv_tile_bytes>(k_tile + d * kv_tile_bytes, first_stale_row);
-                }
-                for (uint32_t d = 0; d < dv_tiles; ++d) {
-                    zero_rows_from<kv_tile_bytes>(v_tile + d * kv_tile_bytes, first_stale_row);
-                }
+            // whatever the cache held there. The piece's first chunk may start with the tile holding
+            // a sliding window's first key: its rows before that key likewise.
+            const PieceMasks masks = piece_masks(cur_pos, range, index, window);
+            const uint32_t first_stale_row = masks.last_column + 1;
+            if (masks.causal && c + 1 == range.num_chunks && first_stale_row < TILE) {
+                zero_kv_rows<d_tiles, dv_tiles, kv_tile_bytes>(
+                    get_write_ptr(cb_k), get_write_ptr(cb_v), tiles - 1, first_stale_row, TILE);
+            }
+            if (masks.window_start && c == 0) {
+                zero_kv_rows<d_tiles, dv_tiles, kv_tile_bytes>(
+                    get_write_ptr(cb_k), get_write_ptr(cb_v), 0, 0, masks.start_column);
             }
             cb_push_back(cb_k, k_slot_tiles);
             cb_push_back(cb_v, v_slot_tiles);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // FlashDecode writer (BRISC). Makes the constant tiles (reduce scaler, ones, zeros) and each
-// root's causal mask; moves partial results up the merge tree; writes the roots' output rows and
+// piece's masks (the root's causal boundary, a sliding window's start); moves partial results up the merge tree; writes the roots' output rows and
 // LSE rows to DRAM.
 //
 // Partials travel in float32: a partial is an unnormalized accumulator (O, running max m, row sum
@@ -76,6 +76,7 @@ void kernel_main() {
     constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
     constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(6);
     constexpr bool return_lse = get_compile_time_arg_val(7) == 1;
+    constexpr uint32_t window = get_compile_time_arg_val(8);  // sliding window in keys (0 = none)
     constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);  // O, then m, then l
     constexpr uint32_t partial_bytes = partial_tiles * FP32_TILE_BYTES;
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
@@ -120,7 +121,7 @@ void kernel_main() {
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const uint32_t height = tree_height(index, pieces_per_work);
         if (height > 0) {
-            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index);
+            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window);
         }
     }
     bool level_arrived[MAX_ROUNDS] = {false};
@@ -133,15 +134,31 @@ void kernel_main() {
         const uint32_t parent_y = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 4);
         const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
         const int32_t cur_pos = positions[user];
-        const bool has_work = piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
+        const bool has_work = !range.empty();
         const uint32_t height = tree_height(index, pieces_per_work);
         const bool is_root = index == 0;
 
-        // The root's last chunk ends in the tile holding cur_pos: keys past cur_pos get -inf. Pushed
-        // first, so the compute kernel can run all its chunks while the children still work.
-        if (is_root && has_work) {
-            const uint32_t last_key = (uint32_t)cur_pos % TILE;
-            push_constant_tile(cb_mask, [last_key](uint32_t, uint32_t col) { return col > last_key ? BF16_NEG_INF : (uint16_t)0; });
+        // The piece's masks (common.hpp piece_masks): page 0 for its first tile, page 1 for its last.
+        // Keys before a sliding window's start and past cur_pos get -inf. Pushed first, so the
+        // compute kernel can run all its chunks while the children still work.
+        const PieceMasks masks = piece_masks(cur_pos, range, index, window);
+        if (masks.any()) {
+            const uint32_t start = masks.window_start ? masks.start_column : 0;
+            const uint32_t last = masks.last_column;
+            // page 0: the first tile; it also holds cur_pos when the piece reads a single tile
+            const bool first_holds_cur_pos = masks.causal && range.num_tiles == 1;
+            const uint32_t first_end = first_holds_cur_pos ? last : TILE - 1;
+            cb_reserve_back(cb_mask, 2);
+            const uint32_t mask_l1 = get_write_ptr(cb_mask);
+            fill_bf16_tile(mask_l1, [start, first_end](uint32_t, uint32_t col) {
+                return col < start || col > first_end ? BF16_NEG_INF : (uint16_t)0;
+            });
+            // page 1: the last tile (used only when the piece reads more than one)
+            fill_bf16_tile(mask_l1 + BF16_TILE_BYTES, [last](uint32_t, uint32_t col) {
+                return col > last ? BF16_NEG_INF : (uint16_t)0;
+            });
+            cb_push_back(cb_mask, 2);
         }
 
         // Hand the children's areas to the compute kernel once every partial of this height level

@@ -185,16 +185,17 @@ def test_device_backend_without_a_device_says_so() -> None:
     "options, named",
     [
         (dict(is_causal=False, cur_pos=None), "is_causal=False"),
-        (dict(sliding_window_size=8), "sliding_window_size"),
-        (dict(attention_sink=torch.zeros(NH)), "attention_sink"),
+        (dict(is_causal=False, cur_pos=None, attn_mask=torch.zeros(1, 1, NH, 128)), "is_causal=False"),
+        (dict(v=None, head_dim_v=32), "MLA"),
     ],
 )
 def test_kernel_backends_name_the_options_only_the_reference_has(options: dict, named: str) -> None:
     q, k, v = qkv()
-    args = dict(cur_pos=[1, 2])
+    args = dict(cur_pos=[1, 2], v=v)
     args.update(options)
     if args["cur_pos"] is None:
         del args["cur_pos"]
+    v = args.pop("v")
     with pytest.raises(NotImplementedError, match=f"do not implement .*{named}.*backend='reference'"):
         scaled_dot_product_attention_decode(q, k, v, backend="host", **args)
 

@@ -48,18 +48,20 @@ _DRIVER = textwrap.dedent(
     using namespace flash_decode;
     int main() {
         const unsigned fixed_sizes[] = {0, 1, 2, 4, 8, 16};
+        for (unsigned window : {0u, 1u, 7u, 32u, 33u, 100u, 300u, 5000u}) {
         for (int pos = -1; pos < 1100; pos += (pos < 100 ? 1 : 53)) {
             for (unsigned fixed : fixed_sizes) {
                 for (unsigned pieces : {1u, 2u, 3u, 5u, 7u, 8u, 16u, 33u, 64u}) {
                     for (unsigned i = 0; i < pieces; ++i) {
-                        PieceRange r = piece_range(pos, fixed, pieces, i);
-                        std::printf("%d %u %u %u %u %u %u %u %u %u %u %u\\n", pos, fixed, pieces, i, r.first_chunk,
+                        PieceRange r = piece_range(pos, fixed, pieces, i, window);
+                        std::printf("%d %u %u %u %u %u %u %u %u %u %u %u %u\\n", pos, fixed, pieces, i, r.first_chunk,
                                     r.num_chunks, r.chunk_tiles, r.first_tile, r.num_tiles,
                                     tree_height(i, pieces), i ? tree_parent(i) : 0u,
-                                    children_with_work(pos, fixed, pieces, i));
+                                    children_with_work(pos, fixed, pieces, i, window), window);
                     }
                 }
             }
+        }
         }
         return 0;
     }
@@ -84,20 +86,20 @@ def common_hpp_table(tmp_path_factory: pytest.TempPathFactory) -> list[list[int]
 
 def test_common_hpp_chunk_ranges_equal_plan_piece_range(common_hpp_table: list[list[int]]) -> None:
     assert len(common_hpp_table) > 10_000
-    for pos, fixed, pieces, i, first_chunk, count, c, first_tile, ntiles, *_ in common_hpp_table:
-        r = piece_range(pos, fixed, pieces, i)
+    for pos, fixed, pieces, i, first_chunk, count, c, first_tile, ntiles, *_, window in common_hpp_table:
+        r = piece_range(pos, fixed, pieces, i, window)
         assert (r.num_chunks, r.chunk_tiles, r.num_tiles) == (count, c, ntiles), (pos, fixed, pieces, i)
         if count:
             assert (r.first_chunk, r.first_tile) == (first_chunk, first_tile), (pos, fixed, pieces, i)
 
 
 def test_common_hpp_tree_equals_plan_tree_and_counts_children_with_work(common_hpp_table: list[list[int]]) -> None:
-    for pos, fixed, pieces, i, _, _, _, _, _, height, parent, with_work in common_hpp_table:
+    for pos, fixed, pieces, i, _, _, _, _, _, height, parent, with_work, window in common_hpp_table:
         children = tree_children(i, pieces)
         assert height == len(children), (pieces, i)
         if i:
             assert parent == tree_parent(i)[1], (pieces, i)
-        expected = sum(1 for _, child in children if not piece_range(pos, fixed, pieces, child).empty)
+        expected = sum(1 for _, child in children if not piece_range(pos, fixed, pieces, child, window).empty)
         assert with_work == expected, (pos, fixed, pieces, i)
 
 
@@ -105,12 +107,13 @@ def test_common_hpp_circular_buffer_indices_equal_plan_names() -> None:
     text = (KERNELS / "common.hpp").read_text()
     in_kernels = {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr uint32_t cb_(\w+) = (\d+);", text)}
     specs = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
-                                      kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2, max_blocks=4)
+                                      kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2, max_blocks=4,
+                                      attention_sink=True)
     assert in_kernels == {cb.name: cb.index for cb in specs}
-    # a contiguous cache has every buffer but the page-table row
+    # a contiguous cache without a sink has every buffer but the page-table row and the sink tiles
     contiguous = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                            kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2)
-    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table"}
+    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table", "sink"}
 
 
 # ---- the program ----------------------------------------------------------------------------------
@@ -147,13 +150,13 @@ def test_writer_args_point_each_piece_at_its_parents_core_and_area() -> None:
             continue
         w, r, c = writer.runtime_args[core], reader.runtime_args[core], compute.runtime_args[core]
         assert w[:3] == [BufferAddress("out"), 0, len(pieces)]
-        assert r[:6] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), 0,
-                         len(pieces)]
+        assert r[:7] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), 0,
+                         len(pieces), 0]
         assert c[0] == len(pieces)
         for slot, piece in enumerate(pieces):
             args = w[3 + 6 * slot: 9 + 6 * slot]
             assert args[:3] == [piece.user, piece.kv_head, piece.index]
-            assert r[6 + 3 * slot: 9 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
+            assert r[7 + 3 * slot: 10 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
             assert c[1 + 2 * slot: 3 + 2 * slot] == [piece.user, piece.index]
             if piece.index == 0:
                 assert args[3:] == [0, 0, 0]
@@ -253,7 +256,7 @@ def test_paged_program_carries_the_page_table_and_the_block_geometry() -> None:
     assert geo["page_table"] == (16, 2, (2, 4), "row_major", "int32")
     assert prog.tensor("page_table").data == np.array([[9, 0, 4, 2], [1, 1, 8, 3]], dtype="<i4").tobytes()
     reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
-    assert reader.compile_time_args[13:] == [1, 2, 4]  # paged, block tiles, blocks per user
+    assert reader.compile_time_args[13:16] == [1, 2, 4]  # paged, block tiles, blocks per user
     for args in reader.runtime_args.values():
         assert args[4] == BufferAddress("page_table")
     # the page-table row CB: 4 int32 rounded up to 32 B, counted in the plan's L1
@@ -271,7 +274,7 @@ def test_contiguous_program_has_no_page_table() -> None:
     prog = build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings())
     assert "page_table" not in {t.name for t in prog.tensors}
     reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
-    assert reader.compile_time_args[13:] == [0, 0, 0]
+    assert reader.compile_time_args[13:16] == [0, 0, 0]
     with pytest.raises(FactoryError, match="^page_table: expected None"):
         build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings(),
                       page_table=torch.zeros(1, 4, dtype=torch.int32))

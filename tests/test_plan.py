@@ -178,3 +178,15 @@ def test_page_table_row_counts_against_l1() -> None:
     make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=base.l1_bytes_per_core + 131072 // 32 * 4)
     with pytest.raises(PlanError, match="L1 overflow"):
         make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=base.l1_bytes_per_core + 131072 // 32 * 4 - 1)
+
+
+@pytest.mark.parametrize("window", [1, 7, 32, 33, 100, 5000])
+@pytest.mark.parametrize("pieces, fixed", [(1, 0), (3, 1), (5, 0), (8, 2), (16, 0)])
+def test_sliding_window_piece_ranges_cover_exactly_the_attended_tiles(window: int, pieces: int, fixed: int) -> None:
+    for pos in range(-1, 400):
+        ranges = [piece_range(pos, fixed, pieces, i, window) for i in range(pieces)]
+        tiles = sorted(t for r in ranges for t in range(r.first_tile, r.first_tile + r.num_tiles))
+        attended = sorted({p // 32 for p in range(max(0, pos - window + 1), pos + 1)})
+        assert tiles == attended, (pos, window, pieces, fixed)
+        if pos >= 0:
+            assert ranges[0].first_tile + ranges[0].num_tiles - 1 == pos // 32  # root holds the boundary

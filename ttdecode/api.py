@@ -186,6 +186,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         max_cores_per_head_batch=pc.max_cores_per_head_batch, fp32_dest_acc_en=cc.fp32_dest_acc_en,
         share_cache=inputs.share_cache, return_lse=inputs.return_lse,
         block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
+        sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
     )
 
 
@@ -194,10 +195,6 @@ def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
     gaps = []
     if not inputs.is_causal:
         gaps.append("is_causal=False (non-causal decode with attn_mask)")
-    if inputs.attention_sink is not None:
-        gaps.append("attention_sink")
-    if inputs.sliding_window_size is not None:
-        gaps.append("sliding_window_size")
     if inputs.v is None:
         gaps.append("MLA (v=None with head_dim_v)")
     elif inputs.head_dim_v != inputs.head_dim:
@@ -241,6 +238,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
         scale=inputs.scale,
         compute=compute_settings(inputs),
         page_table=inputs.page_table_values,  # None for a contiguous cache
+        attention_sink=None if inputs.attention_sink is None else _sink_values(inputs.attention_sink),
     )
     return (out, lse) if inputs.return_lse else out
 
@@ -255,6 +253,14 @@ def _dequantize(meta: TensorMeta) -> torch.Tensor:
     return dequantize(meta.obj, default_dtype=DataType.bfloat16)
 
 
+def _sink_values(meta: TensorMeta) -> torch.Tensor:
+    """The sink logits the kernels read, float32 [NH] or [NH, 32] (a torch [NH] goes through bf16)."""
+    obj = meta.obj
+    if isinstance(obj, torch.Tensor) and obj.dim() == 1:
+        return obj.detach().cpu().to(torch.bfloat16).to(torch.float32)
+    return _dequantize(meta).to(torch.float32)
+
+
 def _run_reference(inputs: DecodeInputs) -> Result:
     """Float64 reference on the dequantized inputs; bfloat16 output, float32 LSE."""
     from ttdecode.reference import sdpa_decode_reference
@@ -265,7 +271,7 @@ def _run_reference(inputs: DecodeInputs) -> Result:
         is_causal=inputs.is_causal,
         attn_mask=deq(inputs.attn_mask),
         cur_pos=list(inputs.positions) if inputs.positions is not None else None,
-        attention_sink=deq(inputs.attention_sink),
+        attention_sink=None if inputs.attention_sink is None else _sink_values(inputs.attention_sink).double(),
         scale=inputs.scale,
         sliding_window_size=inputs.sliding_window_size,
         share_cache=inputs.share_cache,

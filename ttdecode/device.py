@@ -410,6 +410,18 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
 # ---- the decode op on a device ------------------------------------------------------------------
 
 
+def to_torch_sink(inputs: Any) -> Any:
+    """The attention sink as a float32 torch [NH, 32] (column 0 holds each head's logit)."""
+    import torch
+
+    from ttdecode.tensor import dequantize
+
+    sink = dequantize(inputs.attention_sink.obj, default_dtype=DataType.bfloat16).float()
+    if sink.dim() == 1:
+        sink = sink[:, None].expand(-1, 32).contiguous()
+    return sink
+
+
 def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
     """Run the FlashDecode program of `plan` on the Wormhole holding the input tensors.
 
@@ -448,6 +460,9 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
 
             io_tensors["page_table"] = ttnn.from_torch(inputs.page_table_values.to(torch.int32), dtype=ttnn.int32,
                                                        layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
+    if plan.attention_sink:
+        io_tensors["sink"] = ttnn.from_torch(to_torch_sink(inputs), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                                             device=dev)
     program = build_program_for_device(plan, scale=inputs.scale, compute=compute)
     outputs = launch(program, io_tensors, dev)
     out = outputs[0]

@@ -12,6 +12,7 @@ k, v        [B or 1, NKV, S, D] / [.., Dv]              tile       the plan's kv
             paged: [num_blocks, NKV, block_size, D/Dv]
 cur_pos     [B] int32 (-1 skips a user)                 row-major  4-byte words (DataType.float32)
 page_table  [B, max_blocks] int32 (paged only)          row-major  4-byte words, one page per user
+sink        [NH, 32] (attention sink only; column 0)    tile       bfloat16
 out         [1, B, NH, Dv]                              tile       bfloat16 (output)
 lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output)
 ==========  ==========================================  =========  =================================
@@ -22,7 +23,8 @@ the same program serves every decode step.
 
 Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
 
-- reader:  q, k, v, cur_pos, page_table (0 without paging) addresses, n, then (user, kv head,
+- reader:  q, k, v, cur_pos, page_table (0 without paging) addresses, n, sink address (0 without
+  a sink), then (user, kv head,
   piece index) per piece;
 - writer:  out, lse addresses (0 without LSE), n, then (user, kv head, piece index, parent NoC x,
   parent NoC y, parent's area) per piece (zeros for a root);
@@ -59,7 +61,7 @@ from ttdecode.program import (
     Program,
     Semaphore,
 )
-from ttdecode.tensor import TileTensor
+from ttdecode.tensor import TileTensor, from_torch, to_torch
 
 __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
            "decode_lse_rows", "kernel_sources", "page_table_bytes"]
@@ -152,6 +154,27 @@ def page_table_bytes(plan: DecodePlan, page_table: Any) -> bytes:
     return table.numpy().astype("<i4").tobytes()
 
 
+def sink_tiles(plan: DecodePlan, attention_sink: Any) -> TileTensor:
+    """The sink as the kernels read it: bf16 tiles [NH, 32], the head's logit in column 0.
+    Takes a torch float tensor [NH] or [NH, 32] (column 0) or a TileTensor [NH, 32]."""
+    nh = plan.num_q_heads
+    if isinstance(attention_sink, TileTensor):
+        attention_sink = to_torch(attention_sink)
+    if not isinstance(attention_sink, torch.Tensor) or not attention_sink.is_floating_point():
+        got = f"{attention_sink.dtype} tensor" if isinstance(attention_sink, torch.Tensor) else type(attention_sink).__name__
+        raise FactoryError(f"attention_sink: expected a float tensor [NH={nh}] or [NH={nh}, 32], got {got}")
+    shape = list(attention_sink.shape)
+    if shape == [nh]:
+        column0 = attention_sink
+    elif shape == [nh, TILE]:
+        column0 = attention_sink[:, 0]
+    else:
+        raise FactoryError(f"attention_sink: expected shape [{nh}] or [{nh}, 32], got {shape}")
+    tile = torch.zeros(nh, TILE, dtype=torch.float32)
+    tile[:, 0] = column0.detach().cpu().to(torch.float32)
+    return from_torch(tile, DataType.bfloat16)
+
+
 def _kv_shapes(plan: DecodePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """K and V shapes: [B or 1, NKV, S, D/Dv], or [num_blocks, NKV, block_size, D/Dv] when paged."""
     if plan.paged:
@@ -189,6 +212,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
         int(plan.paged),              # 13 paged
         (plan.block_size or 0) // TILE,  # 14 block_tiles (0 without paging)
         plan.max_blocks,              # 15 max_blocks (0 without paging)
+        plan.sliding_window_size,     # 16 sliding window in keys (0 = none)
+        int(plan.attention_sink),     # 17 attention sink
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -199,6 +224,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
         plan.pieces_per_work,         # 5 pieces_per_work
         plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
         int(plan.return_lse),         # 7 return_lse
+        plan.sliding_window_size,     # 8 sliding window in keys (0 = none)
     ]
     compute_args = [
         plan.q_tiles,                 # 0 q_tiles
@@ -210,6 +236,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
         compute.dst_tiles,            # 6 dst_tiles
         _float_bits(scale),           # 7 scale_bits
         int(plan.return_lse),         # 8 return_lse
+        plan.sliding_window_size,     # 9 sliding window in keys (0 = none)
+        int(plan.attention_sink),     # 10 attention sink
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -218,7 +246,8 @@ def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
     pieces: tuple[Piece, ...] = plan.core_pieces[core]
     n = len(pieces)
     reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"),
-                         BufferAddress("page_table") if plan.paged else 0, n]
+                         BufferAddress("page_table") if plan.paged else 0, n,
+                         BufferAddress("sink") if plan.attention_sink else 0]
     writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0, n]
     compute: list[Arg] = [n]
     area = 0
@@ -249,6 +278,7 @@ def build_program(
     scale: float,
     compute: ComputeSettings,
     page_table: Optional[torch.Tensor] = None,
+    attention_sink: Optional[torch.Tensor] = None,
 ) -> Program:
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
 
@@ -266,6 +296,10 @@ def build_program(
     table_image = page_table_bytes(plan, page_table)  # also refuses a page table for a contiguous plan
     if plan.paged:
         images["page_table"] = table_image
+    if plan.attention_sink:
+        images["sink"] = sink_tiles(plan, attention_sink).data
+    elif attention_sink is not None:
+        raise FactoryError("attention_sink: expected None (the plan has no sink), got a tensor")
     return _program(plan, scale=scale, compute=compute, images=images)
 
 
@@ -318,6 +352,10 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
         # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
         DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
+    if plan.attention_sink:
+        sink_shape = (plan.num_q_heads, TILE)
+        tensors.append(DramTensor("sink", bf16, formats.tile_size(bf16), formats.num_tiles(sink_shape), sink_shape,
+                                  "tile", image("sink")))
     if plan.paged:
         # int32 block ids, one row-major page per user (ttnn's layout of a [B, max_blocks] int32 tensor)
         tensors.append(DramTensor("page_table", DataType.float32, 4 * plan.max_blocks, b, (b, plan.max_blocks),
@@ -363,10 +401,11 @@ def run_flash_decode(
     compute: ComputeSettings,
     backend: str = "host",
     page_table: Optional[torch.Tensor] = None,
+    attention_sink: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
     """Build and run the program; returns (out, lse or None, the backend's RunResult)."""
     program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
-                            page_table=page_table)
+                            page_table=page_table, attention_sink=attention_sink)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program

@@ -8,7 +8,8 @@ that cannot fit is refused here, before anything runs, with the knob to turn.
 Vocabulary (see tech_report/architecture.md):
 
 - a *work* is one (user b, KV head h): the q heads of KV group h attend keys 0..cur_pos[b];
-- the work's valid key tiles ``T = ceil((cur_pos + 1) / 32)`` are cut into *chunks* of ``c`` tiles
+- the work's valid key tiles ``T = ceil((cur_pos + 1) / 32)`` (with a sliding window W, the tiles
+  from ``floor(max(0, cur_pos - W + 1) / 32)`` to ``cur_pos // 32``) are cut into *chunks* of ``c`` tiles
   (``k_chunk_size / 32``, or dynamic from cur_pos), and the chunks are dealt over ``p`` *pieces*;
   ``p = min(max_cores_per_head_batch, max(1, cores // NKV), max chunks)`` depends on the config and
   the model shape only -- never on the batch size or the other users (batch invariance);
@@ -61,12 +62,26 @@ def _pow2ceil(x: int) -> int:
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
-def valid_tiles(cur_pos: int) -> int:
-    """Key tiles a user attends: ceil((cur_pos + 1) / 32); 0 for a skipped user (cur_pos -1)."""
-    return 0 if cur_pos < 0 else (cur_pos + TILE) // TILE
+def window_first_tile(cur_pos: int, window: int = 0) -> int:
+    """First key tile a user attends: 0, or with a sliding window of `window` keys (0 = none) the
+    tile holding the oldest attended key max(0, cur_pos - window + 1)."""
+    if window <= 0 or cur_pos < 0:
+        return 0
+    return max(0, cur_pos - window + 1) // TILE
 
 
-def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int) -> int:
+def window_first_key(cur_pos: int, window: int = 0) -> int:
+    """Oldest attended key: 0, or max(0, cur_pos - window + 1) with a sliding window."""
+    return 0 if window <= 0 else max(0, cur_pos - window + 1)
+
+
+def valid_tiles(cur_pos: int, window: int = 0) -> int:
+    """Key tiles a user attends: tiles window_first_tile..cur_pos // 32 (ceil((cur_pos + 1) / 32)
+    without a window); 0 for a skipped user (cur_pos -1)."""
+    return 0 if cur_pos < 0 else (cur_pos + TILE) // TILE - window_first_tile(cur_pos, window)
+
+
+def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: int = 0) -> int:
     """Chunk size in tiles for a user at cur_pos.
 
     Fixed chunks (k_chunk_size > 0) are the config's. Dynamic chunks (fixed_chunk_tiles == 0)
@@ -75,14 +90,14 @@ def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int) -> int:
     """
     if fixed_chunk_tiles > 0:
         return fixed_chunk_tiles
-    t = valid_tiles(cur_pos)
+    t = valid_tiles(cur_pos, window)
     per_piece = -(-t // pieces) if t else 1
     return min(DYNAMIC_CHUNK_MAX_TILES, _pow2ceil(per_piece))
 
 
 @dataclass(frozen=True)
 class PieceRange:
-    """The key tiles one piece reads: tiles [first_tile, first_tile + num_tiles)."""
+    """The key tiles one piece reads: tiles [first_tile, first_tile + num_tiles) of the cache."""
 
     first_chunk: int
     num_chunks: int
@@ -95,10 +110,13 @@ class PieceRange:
         return self.num_chunks == 0
 
 
-def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int) -> PieceRange:
-    """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos."""
-    t = valid_tiles(cur_pos)
-    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces)
+def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0) -> PieceRange:
+    """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos.
+
+    Chunks are counted from the first attended tile (window_first_tile), so with a sliding window
+    the pieces cover exactly the window's tiles."""
+    t = valid_tiles(cur_pos, window)
+    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window)
     n = -(-t // c)
     base, extra = divmod(n, pieces)
     # pieces 0..index-1 hold the chunks above this one
@@ -108,9 +126,10 @@ def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int) -
     first_chunk = end_chunk - count
     if count == 0:
         return PieceRange(first_chunk=0, num_chunks=0, chunk_tiles=c, first_tile=0, num_tiles=0)
+    start = window_first_tile(cur_pos, window)
     first_tile = first_chunk * c
     last_tile = min(end_chunk * c, t)
-    return PieceRange(first_chunk, count, c, first_tile, last_tile - first_tile)
+    return PieceRange(first_chunk, count, c, start + first_tile, last_tile - first_tile)
 
 
 # ---- the reduction tree -------------------------------------------------------------------
@@ -208,6 +227,10 @@ class DecodePlan:
     # None for a contiguous cache. Chunks and pieces still count key tiles of the logical sequence.
     block_size: int | None = None
     num_blocks: int | None = None
+    # causal sliding window in keys (0 = none): a user attends keys cur_pos - W < p <= cur_pos
+    sliding_window_size: int = 0
+    # an attention sink (one logit per q head) joins the root's softmax denominator
+    attention_sink: bool = False
 
     @property
     def paged(self) -> bool:
@@ -255,7 +278,8 @@ class DecodePlan:
         if self.cur_pos is None:
             raise PlanError("positions are read on the device (cur_pos_tensor); the plan does not know them")
         return [
-            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i)
+            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i,
+                        self.sliding_window_size)
             for i in range(self.pieces_per_work)
         ]
 
@@ -282,11 +306,12 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
-    batch: int, recv_areas: int, max_blocks: int = 0,
+    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
-    `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row.
+    `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row;
+    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0).
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores), so the only roundings beyond the
@@ -304,7 +329,9 @@ def flash_decode_cbs(
         (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles),
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
-        (5, "mask", bf16, 2048, 1),  # -inf beyond cur_pos in the boundary tile
+        # a piece's two mask tiles: its first tile (-inf before a sliding window's start; with the
+        # causal mask too when the piece holds one tile) and its last tile (-inf beyond cur_pos)
+        (5, "mask", bf16, 2048, 2),
         (6, "scaler", bf16, 2048, 1),  # reduce scaler (row 0 of each face = 1)
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
@@ -327,6 +354,8 @@ def flash_decode_cbs(
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
+    if attention_sink:
+        specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
 
 
@@ -351,12 +380,15 @@ def make_plan(
     return_lse: bool = False,
     block_size: int | None = None,
     num_blocks: int | None = None,
+    sliding_window_size: int | None = None,
+    attention_sink: bool = False,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
 
     A paged cache gives `block_size` (keys per block, a multiple of 32 dividing seq_len) and
-    `num_blocks` (blocks in the K/V tensors); both or neither.
+    `num_blocks` (blocks in the K/V tensors); both or neither. `sliding_window_size` (keys, None
+    or 0 = none) limits each user to its last W keys; `attention_sink` adds the sink q rows.
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -396,6 +428,9 @@ def make_plan(
             )
         if share_cache:
             raise PlanError("share_cache: expected False with a paged cache, got True")
+    window = 0 if sliding_window_size is None else sliding_window_size
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        raise PlanError(f"sliding_window_size: expected None or a positive int, got {sliding_window_size!r}")
     if not 1 <= max_cores_per_head_batch <= 1 << MAX_ROUNDS:
         raise PlanError(
             f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
@@ -458,7 +493,7 @@ def make_plan(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
-        max_blocks=seq_len // block_size if block_size else 0,
+        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink),
     )
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     plan = DecodePlan(
@@ -468,7 +503,8 @@ def make_plan(
         pieces_per_work=pieces, rounds=rounds, fixed_chunk_tiles=fixed, max_chunk_tiles=max_chunk_tiles,
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
-        block_size=block_size, num_blocks=num_blocks,
+        block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
+        attention_sink=bool(attention_sink),
     )
     _check_resources(plan, l1_bytes_per_core)
     return plan
@@ -520,7 +556,8 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
             if rows >= max_rows:
                 break
             if plan.cur_pos is not None:
-                r = piece_range(plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index)
+                r = piece_range(plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
+                                plan.sliding_window_size)
                 chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
                 keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((r.first_tile + r.num_tiles) * TILE, plan.cur_pos[p.user] + 1) - 1}"
             else:
