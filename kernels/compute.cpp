@@ -325,6 +325,40 @@ void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint
     pack_block(out_cb, out_index, 1);
 }
 
+// The factors of a merge of q tile row qi: m' = max(m_own, m_other) into `next.max`, then
+// cb_alpha = [exp((m_own - m') * scale), exp((m_other - m') * scale)] in every column: the three
+// maxima broadcast, the differences on the SFPU in fp32. A partial's max tile already holds its
+// values in column 0 of an fp32 tile and is copied as is; a sink tile (bf16, values in column 0
+// only) is broadcast first.
+void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
+                   bool other_is_sink) {
+    tile_regs_acquire();
+    copy_to_dst(own.max, qi, 0);
+    if (other_is_sink) {
+        broadcast_column(other_cb, other_tile, 1);  // bf16: exact
+    } else {
+        copy_to_dst(other_cb, other_tile, 1);
+    }
+    binary_max_tile_init();
+    binary_max_tile(0, 1, 0);
+    pack_block(next.max, 0, 1);
+    cb_push_back(next.max, 1);
+    cb_wait_front(next.max, qi + 1);
+
+    cb_reserve_back(cb_alpha, 2);
+    tile_regs_acquire();
+    broadcast_column(own.max, qi, 0);
+    broadcast_column(other_cb, other_tile, 1);
+    broadcast_column(next.max, qi, 2);
+    sub_binary_tile_init();
+    sub_binary_tile(0, 2, 0);
+    sub_binary_tile(1, 2, 1);
+    scaled_exp(2);
+    pack_block(cb_alpha, 0, 2);
+    cb_push_back(cb_alpha, 2);
+    cb_wait_front(cb_alpha, 2);
+}
+
 // Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `next`:
 // m = max(m_own, m_c); e_own = exp((m_own - m) * scale), e_c = exp((m_c - m) * scale);
 // l = l_own * e_own + l_c * e_c; O = O_own * e_own + O_c * e_c.
@@ -335,29 +369,7 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
         const uint32_t m_c = base + partial_max_offset + qi;
         const uint32_t l_c = base + partial_sum_offset + qi;
 
-        tile_regs_acquire();
-        copy_to_dst(own.max, qi, 0);
-        copy_to_dst(cb_partial_in, m_c, 1);
-        binary_max_tile_init();
-        binary_max_tile(0, 1, 0);
-        pack_block(next.max, 0, 1);
-        cb_push_back(next.max, 1);
-        cb_wait_front(next.max, qi + 1);
-
-        // e_own and e_child in every column: the three maxima broadcast exactly, the differences on
-        // the SFPU in fp32.
-        cb_reserve_back(cb_alpha, 2);
-        tile_regs_acquire();
-        broadcast_column(own.max, qi, 0);
-        broadcast_column(cb_partial_in, m_c, 1);
-        broadcast_column(next.max, qi, 2);
-        sub_binary_tile_init();
-        sub_binary_tile(0, 2, 0);
-        sub_binary_tile(1, 2, 1);
-        scaled_exp(2);
-        pack_block(cb_alpha, 0, 2);
-        cb_push_back(cb_alpha, 2);
-        cb_wait_front(cb_alpha, 2);
+        merge_factors(own, next, qi, cb_partial_in, m_c, false);
 
         rescaled_sum(own.sum, qi, l_c, next.sum, 0);
         cb_push_back(next.sum, 1);
@@ -378,27 +390,7 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
 void merge_sink(const Running& own, const Running& next) {
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        tile_regs_acquire();
-        copy_to_dst(own.max, qi, 0);
-        broadcast_column(cb_sink, qi, 1);  // bf16: exact
-        binary_max_tile_init();
-        binary_max_tile(0, 1, 0);
-        pack_block(next.max, 0, 1);
-        cb_push_back(next.max, 1);
-        cb_wait_front(next.max, qi + 1);
-
-        cb_reserve_back(cb_alpha, 2);
-        tile_regs_acquire();
-        broadcast_column(own.max, qi, 0);
-        broadcast_column(cb_sink, qi, 1);
-        broadcast_column(next.max, qi, 2);
-        sub_binary_tile_init();
-        sub_binary_tile(0, 2, 0);
-        sub_binary_tile(1, 2, 1);
-        scaled_exp(2);
-        pack_block(cb_alpha, 0, 2);
-        cb_push_back(cb_alpha, 2);
-        cb_wait_front(cb_alpha, 2);
+        merge_factors(own, next, qi, cb_sink, qi, true);
 
         // l' = l * e_own + e_sink
         tile_regs_acquire();
