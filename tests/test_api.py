@@ -303,3 +303,12 @@ def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.Mo
     q, k, v = qkv()
     scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
     assert last_backend() == ("device" if device.available() else "host")
+
+
+def test_packer_l1_acc_is_refused_by_the_kernel_backends() -> None:
+    from ttdecode.config import ComputeKernelConfig
+
+    q, k, v = qkv()
+    cc = ComputeKernelConfig(packer_l1_acc=True)
+    with pytest.raises(NotImplementedError, match="backend 'host': .*compute_kernel_config.packer_l1_acc=True"):
+        scaled_dot_product_attention_decode(q, k, v, cur_pos=[3, 4], compute_kernel_config=cc, backend="host")

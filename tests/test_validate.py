@@ -297,3 +297,12 @@ def test_tile_and_ttnn_q_must_be_bfloat16() -> None:
 
     with pytest.raises(TypeError, match="argument 'q': expected a tile tensor in bfloat16, got dtype bfloat8_b"):
         run(q=from_torch(torch.randn(1, B, NH, D), DataType.bfloat8_b))
+
+
+def test_memory_config_other_than_interleaved_dram_is_refused(ttnn) -> None:
+    run(memory_config=ttnn.DRAM_MEMORY_CONFIG)  # what the writer produces: accepted
+    with pytest.raises(ValueError, match="argument 'memory_config': expected an interleaved DRAM ttnn.MemoryConfig"
+                                         ".*got buffer_type L1, memory_layout INTERLEAVED"):
+        run(memory_config=ttnn.L1_MEMORY_CONFIG)
+    with pytest.raises(ValueError, match="argument 'memory_config': .*got buffer_type L1, memory_layout HEIGHT_SHARDED"):
+        run(memory_config=ttnn.L1_HEIGHT_SHARDED_MEMORY_CONFIG)

@@ -16,8 +16,9 @@ Backends (``backend=``):
 * ``"auto"``: ``"device"`` if ``ttdecode.device.available()``, else ``"host"``. The choice is logged
   (logger ``"ttdecode"``, INFO) and ``last_backend()`` returns the backend the last call used.
 
-``memory_config`` is checked (None or a ``ttnn.MemoryConfig``) and only used on the device; the
-host and reference paths ignore it. Unlike ttnn's golden function, causal mode needs positions
+``memory_config`` must be None or an interleaved DRAM ``ttnn.MemoryConfig`` (what the writer kernel
+produces; L1 and sharded outputs are refused by name). ``compute_kernel_config.packer_l1_acc=True``
+is refused by the kernel backends (their packs never accumulate onto L1). Unlike ttnn's golden function, causal mode needs positions
 (``cur_pos`` or ``cur_pos_tensor``): there is no silent "last position" default.
 Extensions over ttnn: ``return_lse``, ``backend``, ``head_dim_v`` with ``v=None`` (MLA, as in
 ``ttnn.transformer.flash_multi_latent_attention_decode``), and ``cur_pos`` on the paged entry.
@@ -199,6 +200,9 @@ def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
         gaps.append("MLA (v=None with head_dim_v)")
     elif inputs.head_dim_v != inputs.head_dim:
         gaps.append(f"head_dim_v={inputs.head_dim_v} different from head_dim={inputs.head_dim}")
+    if inputs.compute_kernel_config.packer_l1_acc:
+        gaps.append("compute_kernel_config.packer_l1_acc=True (the kernels accumulate in DST and never pack "
+                    "onto L1; set it False)")
     return gaps
 
 

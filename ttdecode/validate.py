@@ -380,9 +380,21 @@ def check_k_chunk_size(program_config: SDPAProgramConfig, seq_len: int) -> None:
 
 
 def check_memory_config(memory_config: object) -> None:
-    """``memory_config``: None or a ``ttnn.MemoryConfig``."""
-    if memory_config is not None and type(memory_config).__name__ != "MemoryConfig":
+    """``memory_config``: None or an interleaved DRAM ``ttnn.MemoryConfig`` (``ttnn.DRAM_MEMORY_CONFIG``).
+
+    The writer kernel writes the output page by page into an interleaved DRAM tensor; an L1 or
+    sharded output placement is not implemented, so it is refused rather than ignored.
+    """
+    if memory_config is None:
+        return
+    if type(memory_config).__name__ != "MemoryConfig":
         raise fail("memory_config", "None or a ttnn.MemoryConfig", type(memory_config).__name__, TypeError)
+    buffer_type = str(getattr(memory_config, "buffer_type", "?")).rsplit(".", 1)[-1]
+    layout = str(getattr(memory_config, "memory_layout", "?")).rsplit(".", 1)[-1]
+    if (buffer_type, layout) != ("DRAM", "INTERLEAVED"):
+        raise fail("memory_config",
+                   "an interleaved DRAM ttnn.MemoryConfig (ttnn.DRAM_MEMORY_CONFIG; L1 and sharded outputs "
+                   "are not implemented)", f"buffer_type {buffer_type}, memory_layout {layout}")
 
 
 # ---- everything together ---------------------------------------------------------------------
