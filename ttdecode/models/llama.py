@@ -400,12 +400,13 @@ class LlamaDecoder:
         self.allocator.commit(plan)
         return logits
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 eos_token_id: Optional[int] = None) -> torch.Tensor:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: Optional[int] = None,
+                 return_logits: bool = False) -> Any:
         """Greedy decoding of ``input_ids`` int ``[B', P]`` (B' <= batch) in slots 0..B'-1 (their
         caches restart; other slots are left as they are). Returns int64 ``[B', P + N]`` with
         N <= ``max_new_tokens``: a user that produced ``eos_token_id`` is padded with it, and
-        decoding stops when every user did."""
+        decoding stops when every user did. ``return_logits``: also return the float32 logits
+        ``[B', N, vocab]`` each new token was chosen from."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dim() != 2:
             raise _fail("input_ids", "an int64 tensor [B, P]",
                         f"{type(input_ids).__name__} {getattr(input_ids, 'dtype', '')} "
@@ -429,11 +430,13 @@ class LlamaDecoder:
         tokens = torch.zeros(self.batch, dtype=torch.int64)
         positions = torch.full((self.batch,), -1, dtype=torch.int64)
         logits = None
+        chosen_from = []
         for t in range(plen):
             tokens[:nb] = ids[:, t]
             positions[:nb] = t
             logits = self.step(tokens, positions)
         for n in range(max_new_tokens):
+            chosen_from.append(logits[:nb])
             nxt = logits[:nb].argmax(-1)
             if eos_token_id is not None:
                 nxt = torch.where(done, torch.tensor(eos_token_id), nxt)
@@ -444,4 +447,8 @@ class LlamaDecoder:
             tokens[:nb] = nxt
             positions[:nb] = torch.where(done, -1, plen + n)
             logits = self.step(tokens, positions)
-        return torch.cat(out, dim=1)
+        ids_out = torch.cat(out, dim=1)
+        if return_logits:
+            shape = (nb, 0, self.spec.vocab_size)
+            return ids_out, torch.stack(chosen_from, dim=1) if chosen_from else torch.zeros(shape)
+        return ids_out
