@@ -18,7 +18,8 @@ Tensor parallel (``devices=N``), Megatron style as tt-metal's Llama on a T3K: de
 heads ``[d*NKV/N, (d+1)*NKV/N)`` and their query heads (Q/K/V column-parallel by KV head group),
 its slice of the MLP's intermediate dimension (gate/up column-parallel), the matching columns of
 the O and down projections (row-parallel, each followed by an all-reduce) and a vocabulary slice of
-the LM head (all-gathered). Each device keeps only its heads' KV cache; the block allocator and
+the LM head (all-gathered); the embedding lookup runs once on the host and every device gets the
+embedded tokens (tt-metal replicates the embedding table on every chip instead). Each device keeps only its heads' KV cache; the block allocator and
 the page table are shared. With N > 1 every device is a worker of a ``ttdecode.distributed``
 process group (gloo), started by the decoder and kept until ``close()``.
 """
@@ -101,9 +102,9 @@ def _shard_weights(state: dict[str, torch.Tensor], spec: LlamaSpec, rank: int, w
     i_rows = slice(rank * inter, (rank + 1) * inter)
     vocab_l = math.ceil(spec.vocab_size / world)
     f = lambda name: state[name].detach().to(torch.float32)  # noqa: E731
-    out = {"embed": f("model.embed_tokens.weight"), "norm": f("model.norm.weight")}
-    lm = f("lm_head.weight") if "lm_head.weight" in state else out["embed"]
-    lm_l = lm[rank * vocab_l:(rank + 1) * vocab_l]
+    out = {"norm": f("model.norm.weight")}
+    lm = state["lm_head.weight"] if "lm_head.weight" in state else state["model.embed_tokens.weight"]
+    lm_l = lm[rank * vocab_l:(rank + 1) * vocab_l].detach().to(torch.float32)
     if lm_l.shape[0] < vocab_l:  # the last slice is padded with zero rows (trimmed after the gather)
         lm_l = torch.cat([lm_l, lm_l.new_zeros(vocab_l - lm_l.shape[0], lm_l.shape[1])])
     out["lm_head"] = lm_l.contiguous()
@@ -130,10 +131,11 @@ def _shard_weights(state: dict[str, torch.Tensor], spec: LlamaSpec, rank: int, w
 
 @dataclass(frozen=True)
 class StepInputs:
-    """One step as every device sees it: tokens/positions ``[B]``, the page table after the step's
-    allocation, and the cache rows to write (user, block, row in block) of the active users."""
+    """One step as every device sees it: the embedded tokens ``[B, hidden]`` float32 (the embedding
+    lookup runs once, on the host), positions ``[B]``, the page table after the step's allocation,
+    and the cache rows to write (user, block, row in block) of the active users."""
 
-    tokens: torch.Tensor
+    hidden: torch.Tensor
     positions: tuple[int, ...]
     page_table: torch.Tensor
     writes: tuple[tuple[int, int, int], ...]
@@ -189,7 +191,7 @@ class LlamaShard:
         bsz = len(s.positions)
         pos = torch.tensor(s.positions, dtype=torch.int64)
         active = pos >= 0
-        x = self.w["embed"][torch.where(active, s.tokens, 0)]
+        x = s.hidden
         cos, sin = rope.cos_sin(self.freq, pos.clamp(min=0))
         users = [b for b, _, _ in s.writes]
         blocks = [blk for _, blk, _ in s.writes]
@@ -281,6 +283,7 @@ class LlamaDecoder:
         if spec.intermediate_size % devices:
             raise _fail("devices", f"a divisor of the MLP intermediate size {spec.intermediate_size}", devices)
         self.spec = spec
+        self._embed = state["model.embed_tokens.weight"].detach()  # [vocab, hidden], its own dtype
         self.batch, self.max_seq_len, self.devices = batch, max_seq_len, devices
         self.kv_dtype, self.block_size = kv, block_size
         self.backend = _resolve_backend(backend)
@@ -392,7 +395,8 @@ class LlamaDecoder:
                 table[b, i] = blk
         writes = tuple((b, int(table[b, p // self.block_size]), p % self.block_size)
                        for b, p in enumerate(pos) if p >= 0)
-        s = StepInputs(tokens=tok, positions=pos, page_table=table, writes=writes)
+        hidden = self._embed[torch.where(torch.tensor(pos) >= 0, tok, 0)].to(torch.float32)
+        s = StepInputs(hidden=hidden, positions=pos, page_table=table, writes=writes)
         if self._pool is None:
             logits = self._shard.step(s)
         else:
