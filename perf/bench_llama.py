@@ -16,9 +16,9 @@ host runtime (backend ``host``), bfloat8_b KV caches of 8K positions filled with
 
 For every case that calls the op, the model estimate of the attention on a Wormhole
 (``ttdecode.perfmodel.estimate_step`` of the counters of the same kernel runs) is printed as "per
-layer" (one call serves all B users) and "per token" (= per layer x the full model's layers, 32
-for 8B and 80 for 70B: the attention share of one full-depth decode step, which yields one token
-per user). These are MODEL ESTIMATES, not device measurements. Host wall times are of this
+layer" (one call serves all B users), "per step" (= per layer x the full model's layers, 32 for
+8B and 80 for 70B: the attention share of one full-depth decode step, which yields one token per
+user) and "per token" (per step / B). These are MODEL ESTIMATES, not device measurements. Host wall times are of this
 machine (2 shared cores).
 
     PYTHONPATH=. python perf/bench_llama.py            # all cases (a few minutes), plot in --out
@@ -168,7 +168,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     names = [r["case"] for r in rows]
     a.barh(names, [r["host_s"] * 1e3 for r in rows], color="tab:gray")
     a.set_xscale("log")
@@ -177,7 +177,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> Path:
     m = [r for r in rows if not math.isnan(r["attn_model_us_layer"])]
     b.barh([r["case"] for r in m], [r["attn_model_us_layer"] for r in m], color="tab:blue")
     b.set_xscale("log")
-    b.set_xlabel("attention per layer on one Wormhole (us, MODEL ESTIMATE)")
+    b.set_xlabel("attention per layer, one Wormhole (us, model estimate)")
     b.set_title("ttdecode.perfmodel estimate (not measured)")
     fig.tight_layout()
     path = out / "llama_decode_bench.png"
@@ -203,13 +203,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name, batch in cases:
         rows.append(bench_model(name, batch, args.seq, args.layers, args.repeat))
         print(f"  done {rows[-1]['case']}", file=sys.stderr, flush=True)
-    print(f"{'case':28s} {'layers':>6s} {'S':>6s} {'host ms/step':>13s} {'model us/layer':>15s} {'model us/token':>15s}")
+    print(f"{'case':28s} {'layers':>6s} {'S':>6s} {'host ms/step':>13s} {'model us/layer':>15s} "
+          f"{'model us/step':>18s} {'model us/token':>15s}")
     for r in rows:
-        tok = "" if math.isnan(r["attn_model_us_token"]) else f"{r['attn_model_us_token']:.0f} ({r['full_layers']} L)"
+        full = r["attn_model_us_token"]
+        step = "" if math.isnan(full) else f"{full:.0f} ({r['full_layers']} L)"
+        users = int(r["case"].split("B=")[1]) if "B=" in r["case"] else 1
+        tok = "" if math.isnan(full) else f"{full / users:.0f}"
         print(f"{r['case']:28s} {r['layers']:6d} {r['seq']:6d} {r['host_s'] * 1e3:13.1f} "
-              f"{r['attn_model_us_layer']:15.1f} {tok:>15s}")
+              f"{r['attn_model_us_layer']:15.1f} {step:>18s} {tok:>15s}")
     print("host ms: measured wall time on this machine; model us: ttdecode.perfmodel ESTIMATES of the attention "
-          "on one Wormhole chip (not device measurements); per token = per layer x the full model's layers")
+          "on one Wormhole chip (not device measurements); per step = per layer x the full model's layers (one "
+          "full-depth decode step, one token per user); per token = per step / B")
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"plot: {plot(rows, args.out)}")
     return 0
