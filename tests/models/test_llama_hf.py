@@ -67,3 +67,31 @@ def test_from_pretrained_loads_a_saved_checkpoint_like_from_hf(tmp_path):
     results = teacher_forced(LlamaDecoder.from_pretrained(tmp_path, batch=3, max_seq_len=32, backend="reference",
                                                           block_size=32), hf, sched)
     assert_hf_agreement(results)
+
+
+def test_a_users_logits_are_bit_identical_whatever_the_other_slots_hold():
+    # host kernels; the same decoder batch (slot count), other slots idle, busy or joining
+    hf = hf_llama(8, 2, 64, layers=1)
+    g = torch.Generator().manual_seed(0)
+    mine, others = torch.randint(0, 512, (5,), generator=g), torch.randint(0, 512, (4, 5), generator=g)
+    alone = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, backend="host", block_size=32)
+    crowded = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, backend="host", block_size=32)
+    for t in range(5):
+        a = alone.step(torch.tensor([int(mine[t]), 0, 0, 0]), torch.tensor([t, -1, -1, -1]))
+        tokens = others[:, t].clone()
+        tokens[2] = mine[t]
+        b = crowded.step(tokens, torch.tensor([t, max(t - 2, -1), t, t if t < 3 else -1]))
+        assert torch.equal(a[0], b[2])
+
+
+def test_the_constructor_logs_the_cache_size_in_one_line(caplog):
+    hf = hf_llama(8, 2, 64, layers=1)
+    with caplog.at_level("INFO", logger="ttdecode"):
+        dec = LlamaDecoder.from_hf(hf, batch=3, max_seq_len=100, kv_dtype=ttdecode.bfloat8_b, backend="reference",
+                                   block_size=32)
+    lines = [r.getMessage() for r in caplog.records if "KV cache" in r.getMessage()]
+    assert len(lines) == 1
+    # 1 layer x K,V x (3 users x 4 blocks) x 2 heads x 32 x 64 values at 1088 bytes per 1024-value tile
+    expected = 2 * 12 * 2 * 32 * 64 // 1024 * 1088
+    assert dec.cache_bytes == expected and f"{expected / 2**20:.2f} MiB" in lines[0]
+    assert "12 blocks" in lines[0] and "bfloat8_b" in lines[0]

@@ -48,14 +48,33 @@ def test_tensor_parallel_matches_one_device_and_hf(devices, heads, kv_heads):
     assert_hf_agreement(results)
 
 
-def test_tensor_parallel_greedy_generate_equals_hf():
-    hf = hf_llama(8, 2, 64, separated=True, seed=3)
+@pytest.mark.parametrize("devices, heads, kv_heads, head_dim", [(2, 8, 2, 64), (8, 16, 8, 32)])
+def test_tensor_parallel_greedy_generate_equals_hf(devices, heads, kv_heads, head_dim):
+    hf = hf_llama(heads, kv_heads, head_dim, separated=True, seed=3)
     prompt = torch.randint(0, hf.config.vocab_size, (2, 4), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
                                do_sample=False, pad_token_id=0)
-    with LlamaDecoder.from_hf(hf, batch=2, max_seq_len=32, devices=2, backend="reference", block_size=32) as dec:
+        top2 = hf(expected).logits[:, 3:-1].double().topk(2, dim=-1).values
+        assert float((top2[..., 0] - top2[..., 1]).min()) > 1.0  # a clear greedy choice at every step
+    with LlamaDecoder.from_hf(hf, batch=2, max_seq_len=32, devices=devices, backend="reference",
+                              block_size=32) as dec:
         assert torch.equal(dec.generate(prompt, max_new_tokens=20), expected)
+
+
+def test_tensor_parallel_on_host_kernels_matches_one_device():
+    hf = hf_llama(8, 2, 64, layers=1)
+    g = torch.Generator().manual_seed(2)
+    seqs = torch.randint(0, hf.config.vocab_size, (2, 4), generator=g)
+    options = dict(batch=2, max_seq_len=32, backend="host", block_size=32)
+    one = LlamaDecoder.from_hf(hf, **options)
+    with LlamaDecoder.from_hf(hf, devices=2, **options) as two:
+        for t in range(4):
+            pos = torch.tensor([t, t - 1 if t else -1])
+            a, b = one.step(seqs[:, t], pos), two.step(seqs[:, t], pos)
+            for i in range(2):
+                if pos[i] >= 0:
+                    assert _rel(b[i], a[i]) <= 1e-2
 
 
 def test_devices_must_divide_the_kv_heads():
