@@ -93,7 +93,7 @@ float reciprocal(float in, int max_iter, bool round_to_bf16, const Consts& k) {
 }
 
 // calculate_log_body (ttnn's Wormhole log): a = m * 2^k with m in [0.75, 1.5) by integer arithmetic,
-// log1p(m - 1) by a polynomial (degree 8 with an fp32 template, 4 otherwise), + k ln2; 0 -> -inf,
+// log1p(f = m - 1) = f + f^2 r(f) (r of degree 8 with an fp32 template, 2 otherwise), + k ln2; 0 -> -inf,
 // +inf -> +inf, negative -> NaN. Constants LReg[12..14] from log_init.
 float log(float a, bool fast_approx, bool fp32_template, const Consts& k) {
     if (!fast_approx) a = mad(a, 1.f, 0.f);
