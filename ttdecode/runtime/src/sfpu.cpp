@@ -203,30 +203,66 @@ static void check_defined(ComputeState& s, uint32_t d, const char* api) {
     }
 }
 
-// One lane of a unary op: value loaded from DST -> value to store.
-static float unary_lane(int op, float x, float p, int flags, const Consts& kc, uint16_t scale) {
+// Applies `f` (value loaded from DST -> value to store) to the lanes of `t` that `vector_mode` covers.
+template <class F>
+static void for_lanes(float* t, int vector_mode, bool fp32_dst, F f) {
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    for (uint32_t r = 0; r < r1; ++r)
+        for (uint32_t c = 0; c < c1; ++c) {
+            float& x = t[r * 32 + c];
+            x = store(f(load(x, fp32_dst)), fp32_dst);
+        }
+}
+
+// A unary op on the lanes of DST tile `t` (the op's switch outside the lane loop).
+static void unary_tile(int op, float* t, int vector_mode, bool fp32_dst, uint32_t param, int flags, const Consts& kc) {
     const bool fp32 = flags & F_FP32, approx = flags & F_APPROX;
+    const float p = from_bits(param);
+    const uint16_t scale = uint16_t(param);
     switch (op) {
         case SF_EXP:
-            if (approx) return exp_approx(x, kc);
-            if (!fp32) return exp_21f(x, flags & F_SCALE_EN, scale, flags & F_CLAMP_NEG, false, kc);
-            if (flags & F_SCALE_EN) x = mad(x, f32(uint32_t(scale) << 16), 0.f);
-            return exp_fp32_accurate(x);
-        case SF_RECIP:
-            if (approx) return reciprocal(x, 0, false, kc);
-            return fp32 ? reciprocal(x, 2, false, kc) : reciprocal(x, 1, true, kc);
+            if (approx) {
+                // The approximate exp first rewrites DST with max(x, threshold), then reloads it.
+                for_lanes(t, vector_mode, fp32_dst, [&](float x) { return exp_approx_sanitize(x, kc); });
+                for_lanes(t, vector_mode, fp32_dst, [&](float x) { return exp_approx(x, kc); });
+            } else if (!fp32) {
+                const bool scale_en = flags & F_SCALE_EN, clamp = flags & F_CLAMP_NEG;
+                for_lanes(t, vector_mode, fp32_dst,
+                          [&](float x) { return exp_21f(x, scale_en, scale, clamp, false, kc); });
+            } else if (flags & F_SCALE_EN) {
+                const float s = f32(uint32_t(scale) << 16);
+                for_lanes(t, vector_mode, fp32_dst, [&](float x) { return exp_fp32_accurate(mad(x, s, 0.f)); });
+            } else {
+                for_lanes(t, vector_mode, fp32_dst, [&](float x) { return exp_fp32_accurate(x); });
+            }
+            return;
+        case SF_RECIP: {
+            const int iters = approx ? 0 : fp32 ? 2 : 1;
+            const bool round = !approx && !fp32;
+            for_lanes(t, vector_mode, fp32_dst, [&](float x) { return reciprocal(x, iters, round, kc); });
+            return;
+        }
         case SF_LOG: {
-            const float r = sfpu::log(x, flags & F_FAST_APPROX, fp32, kc);
-            return fp32 ? r : to_bf16(r);
+            const bool fast = flags & F_FAST_APPROX;
+            for_lanes(t, vector_mode, fp32_dst, [&](float x) {
+                const float r = sfpu::log(x, fast, fp32, kc);
+                return fp32 ? r : to_bf16(r);
+            });
+            return;
         }
-        case SF_ADD_S: return mad(x, 1.f, p);
-        case SF_SUB_S: return mad(p, -1.f, x);
-        case SF_MUL_S: return mad(x, p, 0.f);
-        case SF_DIV_S: return mad(x, p, 0.f);  // the LLK multiplies: param is the divisor's reciprocal
-        case SF_RSUB_S: {
-            const float r = mad(x, -1.f, p);
-            return fp32 ? r : bf16_rne_int(r);
-        }
+        case SF_ADD_S: for_lanes(t, vector_mode, fp32_dst, [&](float x) { return mad(x, 1.f, p); }); return;
+        case SF_SUB_S: for_lanes(t, vector_mode, fp32_dst, [&](float x) { return mad(p, -1.f, x); }); return;
+        case SF_MUL_S:
+        case SF_DIV_S:  // the LLK multiplies: param is the divisor's reciprocal
+            for_lanes(t, vector_mode, fp32_dst, [&](float x) { return mad(x, p, 0.f); });
+            return;
+        case SF_RSUB_S:
+            for_lanes(t, vector_mode, fp32_dst, [&](float x) {
+                const float r = mad(x, -1.f, p);
+                return fp32 ? r : bf16_rne_int(r);
+            });
+            return;
     }
     fail("sfpu unary op " + std::to_string(op) + " is not modelled");
 }
@@ -240,21 +276,7 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     check_sfpu(s, op, api);
     float* t = dst_tile(k, s, idst, api);
     check_defined(s, idst, api);
-    const bool fp32_dst = k.fp32_acc;
-    const float p = from_bits(param);
-    const uint16_t scale = uint16_t(param);
-    const Consts kc = s.sfpu_consts;
-    uint32_t r1, c1;
-    region(vector_mode, r1, c1);
-    const bool sanitize = op == SF_EXP && (flags & F_APPROX);
-    for (uint32_t r = 0; r < r1; ++r) {
-        for (uint32_t c = 0; c < c1; ++c) {
-            float& x = t[r * 32 + c];
-            // The approximate exp first rewrites DST with max(x, threshold), then reloads it.
-            if (sanitize) x = store(exp_approx_sanitize(load(x, fp32_dst), kc), fp32_dst);
-            x = store(unary_lane(op, load(x, fp32_dst), p, flags, kc, scale), fp32_dst);
-        }
-    }
+    unary_tile(op, t, vector_mode, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
     k.counters.op_tiles[opc] += 1;
     record(k, EV_COMPUTE, uint16_t(opc), 1);
