@@ -19,3 +19,9 @@ def test_llama_cli_generates_and_reports_hf_agreement(capsys):
 def test_llama_cli_refuses_bad_counts(capsys):
     assert main(["llama", "--new-tokens", "0"]) == 2
     assert "--new-tokens: expected an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_llama_cli_refuses_a_checkpoint_that_is_not_a_llama(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    assert main(["llama", "--checkpoint", str(tmp_path)]) == 2
+    assert "--checkpoint: expected a Hugging Face Llama directory" in capsys.readouterr().err

@@ -83,8 +83,16 @@ def cmd_llama(args: argparse.Namespace) -> int:
     if args.new_tokens < 1:
         raise ValueError(f"--new-tokens: expected an int >= 1, got {args.new_tokens}")
     if args.checkpoint:
+        import json
+        from pathlib import Path
+
         from transformers import LlamaForCausalLM
 
+        cfg = Path(args.checkpoint) / "config.json"
+        kind = json.loads(cfg.read_text()).get("model_type") if cfg.is_file() else None
+        if kind != "llama":
+            raise ValueError(f"--checkpoint: expected a Hugging Face Llama directory (config.json with model_type "
+                             f"'llama'), got {args.checkpoint!r} (model_type {kind!r})")
         hf = LlamaForCausalLM.from_pretrained(args.checkpoint, local_files_only=True).float().eval()
         what = f"checkpoint {args.checkpoint}"
     else:
