@@ -12,25 +12,44 @@ namespace ttrt {
 
 // Tile `idx` of `cb` as the FPU sees it in srcA (srca) or srcB: unpacked, its format checked against
 // the unpacker's, then cut to the source register precision of that same format (TF32 / bf16 for
-// Float32 data). The format comes with the values, never from a variable set elsewhere.
-static void load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api,
+// Float32 data). The format comes with the values, never from a variable set elsewhere. Returns
+// whether the register holds TF32 (a Float32 CB with fp32_dest_acc_en), i.e. the SrcAStyle it implies.
+static bool load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api,
                          float* out) {
     const Unpacked u = unpack(k, s, cb, idx, api);
     check_src_format(s, srca, cb, u.format, api);
     to_src(u.values, out, u.format, k.fp32_acc);
+    return u.format == 0 && k.fp32_acc;
 }
 
-// C += A x B over 32x32 tiles (row-major); the inner loop vectorises.
-static void matmul_acc(const float* __restrict a, const float* __restrict b, float* __restrict c) {
+// Fidelity slices of a source tile: out[0] = phase-0 bits, out[1] = the bits of the later phase
+// (SrcA: phase bit 0; SrcB: phase bit 1). Products of slices are exact in fp32.
+static void slices(const float* in, bool srca, float (*out)[kTileValues]) {
+    for (uint32_t i = 0; i < kTileValues; ++i) {
+        out[0][i] = srca ? fid_a(in[i], 0) : fid_b(in[i], 0);
+        out[1][i] = srca ? fid_a(in[i], 1) : fid_b(in[i], 2);
+    }
+}
+
+// One fidelity phase of a 32x32 tile product into DST, as the LLK issues MVMULs: for each output
+// element, each 16-deep half of the inner dimension is one MVMUL, summed in fp32 from 0 in k order
+// (MVMUL.md's model), then added to DST and written back with DST's rounding. b is k-major (B[k][j]).
+static void mvmul_phase(const float* __restrict a, const float* __restrict b, float* __restrict c, bool fp32) {
     for (int i = 0; i < 32; ++i) {
-        float row[32];
-        for (int j = 0; j < 32; ++j) row[j] = 0.f;
-        for (int kk = 0; kk < 32; ++kk) {
-            const float av = a[i * 32 + kk];
-            const float* br = b + kk * 32;
-            for (int j = 0; j < 32; ++j) row[j] += av * br[j];
+        for (int h = 0; h < 2; ++h) {
+            float row[32];
+            for (int j = 0; j < 32; ++j) row[j] = 0.f;
+            for (int kk = h * 16; kk < h * 16 + 16; ++kk) {
+                const float av = a[i * 32 + kk];
+                const float* br = b + kk * 32;
+                for (int j = 0; j < 32; ++j) row[j] += av * br[j];
+            }
+            float* cr = c + i * 32;
+            if (fp32)
+                for (int j = 0; j < 32; ++j) cr[j] += row[j];
+            else
+                for (int j = 0; j < 32; ++j) cr[j] = dst_round(cr[j] + row[j], false);
         }
-        for (int j = 0; j < 32; ++j) c[i * 32 + j] += row[j];
     }
 }
 
@@ -47,18 +66,24 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
     check_regs(k, s, REGS_ACQUIRED, api);
     if (s.fpu != FPU_MATMUL) check_fpu(s, FPU_MATMUL, 0, -1, api, "matmul_init");
     const bool transpose_b = s.fpu_a != 0;
+    const int phases = fidelity_phases(k.fidelity);
     float a[kTileValues], b[kTileValues], tmp[kTileValues];
+    float as[2][kTileValues], bs[2][kTileValues];
     for (uint32_t r = 0; r < rt; ++r) {
         load_operand(k, s, in0, i0 + r * kt, false, api, a);  // in0 goes to srcB
         for (uint32_t c = 0; c < ct; ++c) {
-            load_operand(k, s, in1, i1 + c, true, api, tmp);  // in1 goes to srcA
+            const bool tf32 = load_operand(k, s, in1, i1 + c, true, api, tmp);  // in1 goes to srcA
             if (transpose_b) transpose(tmp, b);
             else std::memcpy(b, tmp, sizeof b);
+            float a2[kTileValues];
+            std::memcpy(a2, a, sizeof a2);
+            (void)tf32;  // mixed TF32/BF16 sources: each register is read as it holds (see ttrt_binary)
+            slices(a2, false, as);
+            slices(b, true, bs);
             const uint32_t d = idst + r * ct + c;
             float* out = dst_tile(k, s, d, api);
             if (!s.defined[d]) std::fill(out, out + kTileValues, 0.f);
-            matmul_acc(a, b, out);
-            for (uint32_t i = 0; i < kTileValues; ++i) out[i] = dst_round(out[i], k.fp32_acc);
+            for (int p = 0; p < phases; ++p) mvmul_phase(as[(p >> 1) & 1], bs[p & 1], out, k.fp32_acc);
             s.defined[d] = true;
         }
     }
@@ -75,11 +100,14 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
     check_fpu(s, FPU_ELTWISE, op | (bcast << 8), -1, api,
               bcast ? "the matching *_bcast_*_init" : "the matching add_init / sub_init / mul_init");
     float a[kTileValues], b[kTileValues];
-    load_operand(k, s, icb0, i0, true, api, a);
+    const bool tf32 = load_operand(k, s, icb0, i0, true, api, a);
     load_operand(k, s, icb1, i1, false, api, b);
+    (void)tf32;  // mixed TF32/BF16 sources: each register is read as it holds (ReadBF16 is undefined in the docs)
     float* out = dst_tile(k, s, idst, api);
     const bool was = s.defined[idst];
     const bool acc = s.fpu_b != 0;
+    // ELWMUL runs the fidelity phases (llk_math_eltwise_binary.h); ELWADD/ELWSUB are LoFi only.
+    const int phases = op == 0 ? fidelity_phases(k.fidelity) : 1;
     for (uint32_t r = 0; r < 32; ++r) {
         for (uint32_t c = 0; c < 32; ++c) {
             const uint32_t i = r * 32 + c;
@@ -88,10 +116,15 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
             else if (bcast == 2) bv = b[c];       // ROW: row 0
             else if (bcast == 3) bv = b[0];       // SCALAR
             const float prev = was ? out[i] : 0.f;
+            if (op == 0) {  // ELWMUL always accumulates, one DST write per phase (ELWMUL.md)
+                float v = prev;
+                for (int p = 0; p < phases; ++p) v = dst_round(fid_a(a[i], p) * fid_b(bv, p) + v, k.fp32_acc);
+                out[i] = v;
+                continue;
+            }
             float v;
-            if (op == 0) v = prev + a[i] * bv;                       // ELWMUL always accumulates
-            else if (op == 2) v = (acc ? prev : 0.f) + (a[i] + bv);  // ELWADD
-            else v = (acc ? prev : 0.f) + (a[i] - bv);               // ELWSUB
+            if (op == 2) v = (acc ? prev : 0.f) + (a[i] + bv);  // ELWADD
+            else v = (acc ? prev : 0.f) + (a[i] - bv);          // ELWSUB
             out[i] = dst_round(v, k.fp32_acc);
         }
     }
@@ -131,11 +164,17 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
                 v = std::max(v, a[r * 32 + c] * scale);
             }
         } else {
-            float acc = 0.f;
-            for (uint32_t c = 0; c < 32; ++c) acc += a[r * 32 + c] * sc[c];
-            v = (was ? out[r * 32] : 0.f) + acc;
+            // GAPOOL runs the fidelity phases (llk_math_reduce.h); the data sits in srcB, the scaler in
+            // srcA; each phase adds each 16-column half, summed in fp32 from 0, to DST with its rounding.
+            v = was ? out[r * 32] : 0.f;
+            for (int p = 0; p < fidelity_phases(k.fidelity); ++p)
+                for (uint32_t h = 0; h < 2; ++h) {
+                    float acc = 0.f;
+                    for (uint32_t c = h * 16; c < h * 16 + 16; ++c) acc += fid_b(a[r * 32 + c], p) * fid_a(sc[c], p);
+                    v = dst_round(v + acc, k.fp32_acc);
+                }
         }
-        out[r * 32] = dst_round(v, k.fp32_acc);
+        out[r * 32] = is_max ? dst_round(v, k.fp32_acc) : v;
     }
     s.defined[idst] = true;
     const int opc = is_max ? OP_REDUCE_MAX : OP_REDUCE_SUM;

@@ -88,4 +88,24 @@ inline void to_src(const float* in, float* out, uint8_t df, bool fp32_acc) {
     }
 }
 
+// ------------------------------------------------------------------ fidelity phases (SrcASrcB.md, ELWMUL.md)
+
+// Number of fidelity phases the LLK issues per multiply (llk_math_matmul.h / llk_math_eltwise_binary.h /
+// llk_math_reduce.h: LoFi runs one, HiFiN runs N, phases 0..N-1 from FIDELITY_BASE 0).
+inline int fidelity_phases(int fidelity) { return fidelity <= 0 ? 1 : fidelity; }
+
+// SrcAFidelityBits (ELWMUL.md): phase bit 0 clear -> sign, exponent, implicit 1 and the top 4 mantissa bits;
+// set -> the next 5 mantissa bits (x minus its value with those bits cleared).
+inline float fid_a(float x, int phase) {
+    const uint32_t u = bits(x);
+    if ((phase & 1) == 0) return from_bits(u & 0xfff80000u);
+    return x - from_bits(u & 0xfff83fffu);
+}
+// SrcBFidelityBits: phase bit 1 clear -> top 6 mantissa bits; set -> the next 4.
+inline float fid_b(float x, int phase) {
+    const uint32_t u = bits(x);
+    if ((phase & 2) == 0) return from_bits(u & 0xfffe0000u);
+    return x - from_bits(u & 0xfffe1fffu);
+}
+
 }  // namespace ttrt
