@@ -20,7 +20,9 @@
 //   columns become 0 on an undefined tile and are left alone otherwise. Between reduce_init<ROW> and
 //   reduce_uninit the packer masks every packed tile to its columns 0 and 16 (the rest packs as 0).
 // * SFPU ops (sfpu.cpp) run the LLK's algorithms lane by lane on the ISA's instruction models; the
-//   approximation modes select them. Math fidelity is recorded, not modelled.
+//   approximation modes select them.
+// * Math fidelity: matmul, mul (eltwise/bcast) and the SUM reduce run the LLK's fidelity phases on the
+//   SrcA/SrcB fidelity bit slices (compute_ops.cpp; SrcASrcB.md, ELWMUL.md, MVMUL.md).
 #include "compute_state.hpp"
 
 #include <algorithm>
