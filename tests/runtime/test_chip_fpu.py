@@ -129,3 +129,30 @@ def test_lofi_and_hifi4_differ_where_the_docs_say(op):
     k = 32 if op == "matmul" else 1
     assert np.all(lo == np.float32(k * 1.0 * (1.0 + 2.0**-6)))  # only the phase-0 slices multiply
     assert np.all(hi == np.float32(k * (1.0 + 2.0**-7) * (1.0 + 2.0**-6 + 2.0**-7)))
+
+
+def model_reduce_sum_row(data: np.ndarray, scaler_row: np.ndarray, phases: int, fp32: bool) -> np.ndarray:
+    """SUM reduce along rows (GAPOOL, data in SrcB, scaler row in SrcA): per phase, each 16-column half
+    summed in fp32 from 0, then added to DST with DST's rounding. Returns the 32 row sums."""
+    out = np.zeros(32, np.float32)
+    for p in range(phases):
+        prod = (fid_b(data, p) * fid_a(scaler_row, p)[None, :]).astype(np.float32)
+        for h in range(2):
+            x = np.zeros(32, np.float32)
+            for c in range(h * 16, h * 16 + 16):
+                x = (x + prod[:, c]).astype(np.float32)
+            out = dst_write(out + x, fp32)
+    return out
+
+
+@pytest.mark.parametrize("fp32", [True, False], ids=["fp32dst", "bf16dst"])
+@pytest.mark.parametrize("fid", [MathFidelity.LoFi, MathFidelity.HiFi4], ids=lambda f: f.name)
+def test_sum_reduce_follows_fidelity_phases(fid, fp32):
+    rng = np.random.default_rng(11)
+    data = edge_tile(rng, False)
+    scaler = np.full((32, 32), 1.0 + 2.0**-3 + 2.0**-6, np.float32)  # bits in both SrcA slices
+    prog = tile_op_program("reduce_sum", {0: torch.from_numpy(data.copy()), 2: torch.from_numpy(scaler)}, 1,
+                           dtype=BF16, out_dtype=F32, settings=ComputeSettings(math_fidelity=fid, fp32_dest_acc_en=fp32))
+    got = out_tiles(run_program(prog), prog)[0].numpy()[:, 0]
+    want = model_reduce_sum_row(src_register(data, 0xFFFFFFFF), scaler[0], PHASES[fid], fp32)
+    np.testing.assert_array_equal(_u(got), _u(want))
