@@ -57,6 +57,7 @@ void note_raw(const char* api, const char* fmt, const unsigned long long* argv, 
     k.last_call = api;
     k.last_fmt = fmt;
     for (int i = 0; i < argc && i < 5; ++i) k.last_argv[i] = argv[i];
+    if (g.perturb) perturb_point();
 }
 
 std::string call_text(const Kernel& k) {
@@ -161,15 +162,24 @@ void block_until(const Wait& w) {
 
 // ------------------------------------------------------------------ L1 window
 
+static void map_window(int core_index);
+static void map_window_for(Kernel& k) { map_window(k.core->index); }
+
 static void map_window(int core_index) {
     if (g.window_core == core_index) {
         return;
     }
     Core& c = *g.cores[core_index];
-    void* p = mmap(reinterpret_cast<void*>(uintptr_t(kWindowBase)), kL1Size - kWindowBase, PROT_READ | PROT_WRITE,
+    const uint32_t prev_top = g.window_core >= 0 ? g.cores[g.window_core]->top : kWindowBase;
+    void* p = mmap(reinterpret_cast<void*>(uintptr_t(kWindowBase)), c.top - kWindowBase, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, c.fd, kWindowBase);
     if (p == MAP_FAILED || p != reinterpret_cast<void*>(uintptr_t(kWindowBase))) {
         fail_kind("internal", "cannot map the L1 window of " + core_name(&c) + ": " + std::strerror(errno));
+    }
+    if (prev_top > c.top) {  // the previous core's L1 reached higher: unmap the difference again
+        void* q = mmap(reinterpret_cast<void*>(uintptr_t(c.top)), prev_top - c.top, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (q == MAP_FAILED) fail_kind("internal", std::string("cannot unmap unallocated L1: ") + std::strerror(errno));
     }
     g.window_core = core_index;
 }
@@ -230,10 +240,77 @@ static void run_kernel(Kernel& k) {
     g.cur = nullptr;
 }
 
+// ------------------------------------------------------------------ schedule perturbation
+//
+// A perturbed run (seeded) draws every choice from one xorshift stream, so a seed replays exactly.
+// At every API call a kernel may land one transfer or semaphore increment in flight (of any kernel)
+// and may yield; the scheduler then picks the next kernel at random among the runnable ones.
+
+uint64_t next_random() {
+    uint64_t x = g.rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return g.rng = x;
+}
+
+bool land_one_in_flight() {
+    while (!g.in_flight.empty()) {
+        const size_t i = size_t(next_random() % g.in_flight.size());
+        const InFlight f = g.in_flight[i];
+        g.in_flight[i] = g.in_flight.back();
+        g.in_flight.pop_back();
+        const size_t list_size = f.kind == 0 ? f.k->reads.size() : f.kind == 1 ? f.k->writes.size() : f.k->incs.size();
+        if (f.epoch != f.k->epoch[f.kind] || f.index >= list_size) continue;  // its barrier already landed it
+        const bool landed = f.kind == 0 ? f.k->reads[f.index].landed
+                            : f.kind == 1 ? f.k->writes[f.index].landed
+                                          : f.k->incs[f.index].landed;
+        if (landed) continue;
+        land(f);
+        return true;
+    }
+    return false;
+}
+
+void perturb_point() {
+    Kernel& k = *g.cur;
+    if (!g.in_flight.empty() && next_random() % g.land_one_in == 0) land_one_in_flight();
+    if (next_random() % g.yield_one_in == 0) {
+        // Preempted between two API calls: the kernel stays ready and the scheduler picks anew.
+        swapcontext(&k.ctx, &g.sched_ctx);
+        map_window_for(k);
+    }
+}
+
 [[noreturn]] static void report_deadlock() {
     std::ostringstream s;
     s << "deadlock: every live kernel is blocked";
     fail_kind("deadlock", s.str());
+}
+
+static bool runnable(const Kernel& k) {
+    return k.state != Kernel::Done && (k.state != Kernel::Blocked || wait_satisfied(k));
+}
+
+// Perturbed schedule: the next kernel is drawn at random among the runnable ones; when none is
+// runnable, transfers and increments still in flight land (in random order) before a deadlock is declared.
+static void run_all_perturbed(size_t live) {
+    std::vector<Kernel*> ready;
+    ready.reserve(g.kernels.size());
+    while (live) {
+        ready.clear();
+        for (Kernel* k : g.kernels) {
+            if (runnable(*k)) ready.push_back(k);
+        }
+        if (ready.empty()) {
+            if (land_one_in_flight()) continue;
+            report_deadlock();
+        }
+        Kernel& k = *ready[size_t(next_random() % ready.size())];
+        run_kernel(k);
+        g_progress.fetch_add(1, std::memory_order_relaxed);
+        if (k.state == Kernel::Done) --live;
+    }
 }
 
 void run_all() {
@@ -241,6 +318,10 @@ void run_all() {
     for (Kernel* k : g.kernels) {
         start_fiber(*k);
         ++live;
+    }
+    if (g.perturb) {
+        run_all_perturbed(live);
+        return;
     }
     const size_t ncores = g.cores.size();
     size_t start = 0;
@@ -311,7 +392,9 @@ static void crash_handler(int sig, siginfo_t* info, void*) {
         if (addr < kWindowBase) {
             msg += " (below L1 " + hex(kWindowBase) + ": null pointer or the reserved firmware region)";
         } else if (addr < kL1Size) {
-            msg += " (inside L1 but not mapped)";
+            msg += " (L1 above the core's highest CB";
+            if (g.cur) msg += ", which ends at " + hex(g.cur->core->top);
+            msg += ": allocated to nothing in this program)";
         } else if (g.cur && addr >= uintptr_t(g.cur->stack) && addr < uintptr_t(g.cur->stack) + 4096) {
             msg += " (kernel stack overflow: the fiber stack is 1 MiB)";
         }
@@ -341,5 +424,10 @@ void install_crash_handlers() {
 }
 
 [[noreturn]] void fail(const std::string& message) { fail_kind("kernel_error", message); }
+
+[[noreturn]] void fail_for(const Kernel* k, const std::string& message) {
+    write_error_report("kernel_error", message, k);
+    _exit(2);
+}
 
 }  // namespace ttrt
