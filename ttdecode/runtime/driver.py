@@ -252,11 +252,12 @@ def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple
 SCHEDULE_SEED_ENV = "TTDECODE_SCHEDULE_SEED"
 
 
-def schedule_seed_from(value: object, where: str) -> int | None:
-    """A schedule seed: None (the deterministic schedule) or an int in [0, 2**64); `where` names the source."""
+def schedule_seed_from(value: object, where: str, *, text: bool = False) -> int | None:
+    """A schedule seed: None (the deterministic schedule) or an int in [0, 2**64); `where` names the
+    source. With `text` (an environment variable) a string is parsed; an empty one means None."""
     if value is None:
         return None
-    if isinstance(value, str):
+    if text and isinstance(value, str):
         text = value.strip()
         if not text:
             return None
@@ -285,7 +286,8 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_see
     visible at random points before the sender's atomic barrier. None runs the deterministic schedule.
     """
     if schedule_seed is None:
-        schedule_seed = schedule_seed_from(os.environ.get(SCHEDULE_SEED_ENV), f"environment variable {SCHEDULE_SEED_ENV}")
+        schedule_seed = schedule_seed_from(os.environ.get(SCHEDULE_SEED_ENV), f"environment variable {SCHEDULE_SEED_ENV}",
+                                           text=True)
     else:
         schedule_seed = schedule_seed_from(schedule_seed, "run_program: schedule_seed")
     lay = _Layout(program)

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
@@ -102,6 +103,7 @@ bool wait_satisfied(const Kernel& k) {
             std::memcpy(&v, c.l1 + w.addr, 4);
             return w.at_least ? v >= w.value : v == w.value;
         }
+        case WaitKind::Landed: return all_landed(k, int(w.n));
     }
     return true;
 }
@@ -136,6 +138,10 @@ std::string describe_wait(const Kernel& k) {
             s << "): value " << v << ", waiting for " << (w.at_least ? ">= " : "== ") << w.value;
             break;
         }
+        case WaitKind::Landed:
+            s << (w.n == 0 ? "noc_async_read_barrier" : w.n == 1 ? "noc_async_write_barrier" : "noc_async_atomic_barrier")
+              << ": transactions still in flight";
+            break;
     }
     return s.str();
 }
@@ -254,32 +260,56 @@ uint64_t next_random() {
     return g.rng = x;
 }
 
+static bool later(const InFlight& a, const InFlight& b) { return a.due > b.due; }
+
+void add_in_flight(Kernel& k, uint8_t kind, uint32_t index) {
+    g.in_flight.push_back(InFlight{&k, kind, index, k.epoch[kind], g.tick + next_random() % g.max_delay});
+    std::push_heap(g.in_flight.begin(), g.in_flight.end(), later);
+}
+
+// Pops the earliest item of the heap; lands it unless its barrier already did. True if it landed.
+static bool land_front() {
+    std::pop_heap(g.in_flight.begin(), g.in_flight.end(), later);
+    const InFlight f = g.in_flight.back();
+    g.in_flight.pop_back();
+    const size_t list_size = f.kind == 0 ? f.k->reads.size() : f.kind == 1 ? f.k->writes.size() : f.k->incs.size();
+    if (f.epoch != f.k->epoch[f.kind] || f.index >= list_size) return false;  // its barrier already landed it
+    const bool landed = f.kind == 0 ? f.k->reads[f.index].landed
+                        : f.kind == 1 ? f.k->writes[f.index].landed
+                                      : f.k->incs[f.index].landed;
+    if (landed) return false;
+    land(f);
+    return true;
+}
+
 bool land_one_in_flight() {
     while (!g.in_flight.empty()) {
-        const size_t i = size_t(next_random() % g.in_flight.size());
-        const InFlight f = g.in_flight[i];
-        g.in_flight[i] = g.in_flight.back();
-        g.in_flight.pop_back();
-        const size_t list_size = f.kind == 0 ? f.k->reads.size() : f.kind == 1 ? f.k->writes.size() : f.k->incs.size();
-        if (f.epoch != f.k->epoch[f.kind] || f.index >= list_size) continue;  // its barrier already landed it
-        const bool landed = f.kind == 0 ? f.k->reads[f.index].landed
-                            : f.kind == 1 ? f.k->writes[f.index].landed
-                                          : f.k->incs[f.index].landed;
-        if (landed) continue;
-        land(f);
-        return true;
+        if (land_front()) return true;
     }
     return false;
 }
 
 void perturb_point() {
     Kernel& k = *g.cur;
-    if (!g.in_flight.empty() && next_random() % g.land_one_in == 0) land_one_in_flight();
+    ++g.tick;
+    while (!g.in_flight.empty() && g.in_flight.front().due <= g.tick) land_front();
     if (next_random() % g.yield_one_in == 0) {
         // Preempted between two API calls: the kernel stays ready and the scheduler picks anew.
         swapcontext(&k.ctx, &g.sched_ctx);
         map_window_for(k);
     }
+}
+
+void wait_landed(int kind) {
+    Kernel& k = cur();
+    if (all_landed(k, kind)) return;
+    // The barrier waits for its transactions; meanwhile other kernels run and time passes.
+    k.wait.kind = WaitKind::Landed;
+    k.wait.n = uint32_t(kind);
+    k.state = Kernel::Blocked;
+    swapcontext(&k.ctx, &g.sched_ctx);
+    k.state = Kernel::Ready;
+    k.wait.kind = WaitKind::None;
 }
 
 [[noreturn]] static void report_deadlock() {

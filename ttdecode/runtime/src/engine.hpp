@@ -53,7 +53,7 @@ struct CbView {
     uint32_t pack_next = 0;         // next page for in-order pack_tile
 };
 
-enum class WaitKind { None, CbFront, CbBack, Sem };
+enum class WaitKind { None, CbFront, CbBack, Sem, Landed };  // Landed: perturbed barriers (n = 0 reads, 1 writes, 2 incs)
 struct Wait {
     WaitKind kind = WaitKind::None;
     int cb = 0;
@@ -171,10 +171,12 @@ struct Tensor {
 
 // A transfer or increment in flight that a perturbed run may land early: kernel, kind (0 read,
 // 1 write, 2 semaphore increment), index in that kernel's list and the list's epoch at issue.
+// g.in_flight is a min-heap on `due`.
 struct InFlight {
     Kernel* k;
     uint8_t kind;
     uint32_t index, epoch;
+    uint64_t due;  // perturbation tick at which it lands, unless its barrier or an idle machine lands it first
 };
 
 struct Engine {
@@ -191,7 +193,9 @@ struct Engine {
     // Schedule perturbation (program line `perturb <seed>`); off: the deterministic schedule.
     bool perturb = false;
     uint64_t rng = 0;
-    uint32_t yield_one_in = 0, land_one_in = 0;  // per API call: chance 1/n to yield, to land a transfer
+    uint32_t yield_one_in = 0;  // per API call: chance 1/n to be preempted
+    uint32_t max_delay = 0;     // a transfer or increment lands 0 .. max_delay-1 ticks after issue
+    uint64_t tick = 0;          // API calls made so far (the clock of a perturbed run)
     std::vector<InFlight> in_flight;
 };
 
@@ -225,9 +229,12 @@ void check_kernel_end(Kernel& k);
 
 // ---- schedule perturbation (engine.cpp, noc.cpp) ----
 uint64_t next_random();                  // xorshift; only perturbed runs draw from it
-void perturb_point();                    // at every API call of a perturbed run: maybe land, maybe yield
-bool land_one_in_flight();               // land one random transfer/increment in flight; false if none
+void perturb_point();                    // at every API call of a perturbed run: land what is due, maybe yield
+void add_in_flight(Kernel& k, uint8_t kind, uint32_t index);  // a new transfer/increment, due at random
+bool land_one_in_flight();               // land the next transfer/increment due; false if none is left
 void land(const InFlight& f);            // (noc.cpp) deliver one, if still outstanding
+bool all_landed(const Kernel& k, int kind);  // (noc.cpp) no transfer/increment of that kind in flight
+void wait_landed(int kind);              // a perturbed barrier: block until the kernel's own have landed
 [[noreturn]] void fail_for(const Kernel* k, const std::string& message);  // error blamed on kernel k
 // The CB of core `c` whose pages pushed and not yet popped overlap [addr, addr+size), or -1; the
 // overlapping page range in *first / *last. Pages the kernel `holder` itself waited for are exempt.

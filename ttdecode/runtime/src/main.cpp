@@ -134,10 +134,10 @@ static void parse_program(const std::string& path) {
             g.rng = (z ^ (z >> 31)) | 1;
             // Each seed also picks how often kernels are preempted and transfers land early, so a
             // few seeds cover both fine interleavings and long uninterrupted runs.
-            static const uint32_t yield_choices[] = {2, 4, 16, 64};
-            static const uint32_t land_choices[] = {1, 3, 8};
+            static const uint32_t yield_choices[] = {1, 2, 4, 16};
+            static const uint32_t delay_choices[] = {2, 8, 32, 256};
             g.yield_one_in = yield_choices[next_random() % 4];
-            g.land_one_in = land_choices[next_random() % 3];
+            g.max_delay = delay_choices[next_random() % 4];
         } else if (tag == "bank") {
             int b;
             in >> b;

@@ -141,6 +141,17 @@ static void check_write_after_read(const Kernel& k, const PendingWrite& w) {
                      "receiver has reserved or released with cb_pop_front, and let it signal that first.");
 }
 
+bool all_landed(const Kernel& k, int kind) {
+    if (kind == 0) {
+        for (const PendingRead& r : k.reads) if (!r.landed) return false;
+    } else if (kind == 1) {
+        for (const PendingWrite& w : k.writes) if (!w.landed) return false;
+    } else {
+        for (const PendingInc& i : k.incs) if (!i.landed) return false;
+    }
+    return true;
+}
+
 // Lands one transfer or increment in flight (perturbed runs): its bytes or its increment arrive now.
 void land(const InFlight& f) {
     Kernel& k = *f.k;
@@ -191,7 +202,7 @@ extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const c
     k.read_staging.insert(k.read_staging.end(), t.bytes, t.bytes + size);
     k.reads.push_back(r);
     std::memset(me.l1 + dst, kPoison, size);  // until it lands the data has not arrived
-    if (g.perturb) g.in_flight.push_back(InFlight{&k, 0, uint32_t(k.reads.size() - 1), k.epoch[0]});
+    if (g.perturb) add_in_flight(k, 0, uint32_t(k.reads.size() - 1));
     count_transfer(k, t, size, true);
 }
 
@@ -218,7 +229,7 @@ extern "C" void ttrt_noc_write(uint32_t src, uint64_t dst, uint32_t size, const 
     k.write_staging.insert(k.write_staging.end(), me.l1 + src, me.l1 + src + size);
     k.writes.push_back(w);
     std::memset(t.bytes, kPoison, size);  // the destination holds no valid data until the write lands
-    if (g.perturb) g.in_flight.push_back(InFlight{&k, 1, uint32_t(k.writes.size() - 1), k.epoch[1]});
+    if (g.perturb) add_in_flight(k, 1, uint32_t(k.writes.size() - 1));
     count_transfer(k, t, size, false);
 }
 
@@ -240,14 +251,9 @@ static void check_write_sources(Kernel& k, const char* api) {
 extern "C" void ttrt_noc_read_barrier(void) {
     note("noc_async_read_barrier");
     Kernel& k = cur();
-    for (uint32_t i = 0; i < k.reads.size(); ++i) {
-        const PendingRead& r = k.reads[i];
-        if (r.landed) continue;
-        if (g.perturb) {
-            land(InFlight{&k, 0, i, k.epoch[0]});
-        } else {
-            std::memcpy(k.core->l1 + r.dst, k.read_staging.data() + r.staging, r.size);
-        }
+    if (g.perturb) wait_landed(0);
+    for (const PendingRead& r : k.reads) {
+        if (!r.landed) std::memcpy(k.core->l1 + r.dst, k.read_staging.data() + r.staging, r.size);
     }
     record(k, EV_READ_BARRIER, 0, uint32_t(k.reads.size()));
     k.reads.clear();
@@ -266,6 +272,7 @@ extern "C" void ttrt_noc_write_barrier(void) {
     note("noc_async_write_barrier");
     Kernel& k = cur();
     check_write_sources(k, "noc_async_write_barrier");
+    if (g.perturb) wait_landed(1);
     for (const PendingWrite& w : k.writes) {
         if (w.landed) continue;
         if (w.dst_core >= 0) check_write_after_read(k, w);
@@ -282,9 +289,7 @@ extern "C" void ttrt_noc_atomic_barrier(void) {
     Kernel& k = cur();
     record(k, EV_ATOMIC_BARRIER, 0, k.atomics_outstanding);
     // Every increment of this kernel has completed at its target when the barrier returns.
-    for (uint32_t i = 0; i < k.incs.size(); ++i) {
-        if (!k.incs[i].landed) land(InFlight{&k, 2, i, k.epoch[2]});
-    }
+    if (g.perturb) wait_landed(2);
     k.incs.clear();
     ++k.epoch[2];
     k.atomics_outstanding = 0;
@@ -335,7 +340,7 @@ extern "C" void ttrt_sem_inc(uint64_t dst, uint32_t incr) {
     if (g.perturb) {
         // Visible at the target some time before the sender's noc_async_atomic_barrier returns.
         k.incs.push_back(PendingInc{c->index, uint32_t(local), incr});
-        g.in_flight.push_back(InFlight{&k, 2, uint32_t(k.incs.size() - 1), k.epoch[2]});
+        add_in_flight(k, 2, uint32_t(k.incs.size() - 1));
     } else {
         uint32_t v;
         std::memcpy(&v, c->l1 + local, 4);
