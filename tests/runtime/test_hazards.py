@@ -21,6 +21,13 @@ from ttdecode.runtime.driver import SCHEDULE_SEED_ENV
 from programs import crs, kernel_path, tensor_in, tensor_out
 
 BF16, FP32 = DataType.bfloat16, DataType.float32
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_unless_seeded(monkeypatch):
+    """`schedule_seed=None` must mean the deterministic schedule here, even when the suite runs seeded."""
+    monkeypatch.delenv("TTDECODE_SCHEDULE_SEED", raising=False)
+
 POISON = 0xFF
 #: Seeds every perturbed check runs; a seed replays exactly, so the tests are deterministic.
 SEEDS = range(12)

@@ -24,8 +24,8 @@ constexpr int kMaxDst = 16;
 constexpr uint32_t kTileValues = 1024;
 constexpr int NOC_LOCAL_BITS = 36;
 // Poison byte: the L1 of every core at program start (outside what the host initialises), the
-// destination of a transfer until it lands, and every output tensor. 0xFF.. is a NaN in fp32, bf16
-// and fp16, and a NaN-exponent block in bfp8/bfp4 (see runtime/README.md, Hazards).
+// destination of a transfer until it lands, and every output tensor. 0xFF.. reads as NaN in fp32,
+// bf16, fp16, bfp8 and bfp4 (see runtime/README.md, Hazards).
 constexpr uint8_t kPoison = 0xFF;  // NoC address: y << 42 | x << 36 | local address
 
 enum class Kind : int { Reader = 0, Writer = 1, Compute = 2 };
