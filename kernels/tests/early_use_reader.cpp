@@ -1,8 +1,9 @@
 // Test kernel (reader): reads tiles 0 and 1 of an interleaved DRAM tensor into pages 0 and 1 of CB `cb`
 // and copies page 0 into page 2 with the CPU, then pushes the three pages.
 // Compile-time args: cb. Runtime args: tensor address.
-// Fault define: COPY_BEFORE_BARRIER (copies page 0 after issuing both reads but before
-// noc_async_read_barrier: the copy sees whatever page 0 holds while the read is in flight).
+// Fault defines: COPY_BEFORE_BARRIER (copies page 0 after issuing both reads but before
+// noc_async_read_barrier: the copy sees whatever page 0 holds while the read is in flight);
+// REREAD_AFTER_PUSH (after the push, reads tile 1 into page 0 again, which the writer may be reading).
 #include "api/dataflow/dataflow_api.h"
 
 namespace {
@@ -32,4 +33,8 @@ void kernel_main() {
     copy_page(base + 2 * page, base, page);
 #endif
     cb_push_back(cb, 3);
+#ifdef REREAD_AFTER_PUSH
+    noc_async_read(get_noc_addr(1, src), base, page);
+    noc_async_read_barrier();
+#endif
 }

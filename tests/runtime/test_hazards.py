@@ -111,6 +111,14 @@ def test_using_a_read_destination_before_its_barrier_depends_on_when_the_read_la
     assert copies == {tile0, bytes([POISON]) * 2048}
 
 
+def test_reading_into_pages_already_pushed_is_a_write_after_read_error():
+    with pytest.raises(KernelError) as e:
+        run_program(early_use_program({"REREAD_AFTER_PUSH": ""}))
+    msg = str(e.value)
+    assert "noc_async_read" in msg and "write-after-read hazard: reads into page 0 of CB 0" in msg
+    assert e.value.failing.name == "early_use_reader"
+
+
 # ---- semaphores: visible no later than the sender's atomic barrier ------------------------------
 
 

@@ -198,6 +198,14 @@ extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const c
             }
         }
     }
+    uint32_t first = 0, last = 0;
+    const int busy = cb_unreleased_overlap(me, dst, size, &k, &first, &last);
+    if (busy >= 0) {
+        fail(std::string(api) + ": write-after-read hazard: reads into " +
+             (first == last ? "page " + str(first) : "pages " + str(first) + ".." + str(last)) + " of CB " +
+             str(busy) + ", which " + core_name(&me) + " has pushed and not yet popped (its consumer may still be "
+             "reading them); read only into pages reserved with cb_reserve_back");
+    }
     PendingRead r{dst, size, k.read_staging.size(), t.bytes};
     k.read_staging.insert(k.read_staging.end(), t.bytes, t.bytes + size);
     k.reads.push_back(r);
