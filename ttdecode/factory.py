@@ -409,14 +409,18 @@ def run_flash_decode(
     backend: str = "host",
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
+    schedule_seed: Optional[int] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
-    """Build and run the program; returns (out, lse or None, the backend's RunResult)."""
+    """Build and run the program; returns (out, lse or None, the backend's RunResult).
+
+    `schedule_seed` runs the host runtime's perturbed schedule (see `ttdecode.runtime.run_program`).
+    """
     program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
                             exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program
 
-    result = run_program(program)
+    result = run_program(program, schedule_seed=schedule_seed)
     out, lse = decode_outputs(plan, result.tensors)
     return out, lse, result

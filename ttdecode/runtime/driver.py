@@ -146,8 +146,11 @@ def _kernel_build(kernel: Kernel, lay: _Layout) -> build.KernelBuild:
     )
 
 
-def _write_program(program: Program, lay: _Layout, libs: dict[int, Path], work: Path, watchdog: float) -> Path:
+def _write_program(program: Program, lay: _Layout, libs: dict[int, Path], work: Path, watchdog: float,
+                   schedule_seed: int | None = None) -> Path:
     out = [f"ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
+    if schedule_seed is not None:
+        out.append(f"perturb {schedule_seed}")
     for b in range(NUM_DRAM_BANKS):
         x, y = layout.dram_bank_noc(b)
         out.append(f"bank {b} {x} {y} {layout.dram_bank_offset(b)}")
@@ -246,14 +249,47 @@ def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple
     return RunCounters(list(lay.cores), out)
 
 
-def run_program(program: Program, *, watchdog_seconds: float = 2.0) -> RunResult:
+SCHEDULE_SEED_ENV = "TTDECODE_SCHEDULE_SEED"
+
+
+def schedule_seed_from(value: object, where: str, *, text: bool = False) -> int | None:
+    """A schedule seed: None (the deterministic schedule) or an int in [0, 2**64); `where` names the
+    source. With `text` (an environment variable) a string is parsed; an empty one means None."""
+    if value is None:
+        return None
+    if text and isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise ValueError(f"{where}: expected an integer schedule seed in [0, 2**64), got {text!r}") from None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{where}: expected an integer schedule seed or None, got {type(value).__name__} {value!r}")
+    if not 0 <= int(value) < (1 << 64):
+        raise ValueError(f"{where}: expected a schedule seed in [0, 2**64), got {int(value)}")
+    return int(value)
+
+
+def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_seed: int | None = None) -> RunResult:
     """Run every kernel of `program` on the host model of a Wormhole chip.
 
     Returns every DRAM tensor after the run (`tensors`, page-order byte images), the counters, and the
     compile and run wall times. Raises `KernelError` when a kernel breaks a device rule, crashes,
     polls without API calls for `watchdog_seconds`, or fails to compile, and `DeadlockError` when all
     live kernels block; both carry the state of every kernel.
+
+    `schedule_seed` (default: the environment variable TTDECODE_SCHEDULE_SEED, else None) perturbs
+    the schedule reproducibly: the next kernel is drawn at random, kernels are preempted between API
+    calls, NoC transfers land at random points before their barrier and semaphore increments become
+    visible at random points before the sender's atomic barrier. None runs the deterministic schedule.
     """
+    if schedule_seed is None:
+        schedule_seed = schedule_seed_from(os.environ.get(SCHEDULE_SEED_ENV), f"environment variable {SCHEDULE_SEED_ENV}",
+                                           text=True)
+    else:
+        schedule_seed = schedule_seed_from(schedule_seed, "run_program: schedule_seed")
     lay = _Layout(program)
     t0 = time.perf_counter()
     runner, _ = build.build_runner()
@@ -267,7 +303,7 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0) -> RunResult
 
     work = Path(tempfile.mkdtemp(prefix="ttrt-run-"))
     try:
-        prog_file = _write_program(program, lay, libs, work, float(watchdog_seconds))
+        prog_file = _write_program(program, lay, libs, work, float(watchdog_seconds), schedule_seed)
         order = sorted(lay.kernels, key=lambda key: (lay.index[key[0]], key[1]))
         t1 = time.perf_counter()
         proc = subprocess.run([str(runner), str(prog_file)], capture_output=True, text=True)
@@ -287,4 +323,4 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0) -> RunResult
             print(f"ttdecode.runtime: run files kept in {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    return RunResult(tensors, counters, compile_seconds, run_seconds)
+    return RunResult(tensors, counters, compile_seconds, run_seconds, schedule_seed)
