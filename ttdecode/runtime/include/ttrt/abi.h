@@ -47,6 +47,10 @@ void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler, uint32_t 
                  uint32_t idst);
 void ttrt_reduce_uninit(void);
 void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst);
+// bcast: 1 COL, 2 ROW, 3 SCALAR (BroadcastType values)
+void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_t idst);
+// SFPU reduce (sfpu_reduce): pool/format/dim as PoolType / DataFormat / ReduceDim values
+void ttrt_sfpu_reduce(int pool, int format, int dim, uint32_t idst, uint32_t ct_dim, uint32_t rt_dim);
 // SFPU: init records the op; ops act on DST tiles.
 void ttrt_sfpu_init(int op, int approx, const char* api);
 void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, const char* api);
