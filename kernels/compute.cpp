@@ -62,6 +62,7 @@ constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of
 constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
 constexpr uint32_t window = get_compile_time_arg_val(9);  // sliding window in keys (0 = none)
 constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
+constexpr bool exp_approx = get_compile_time_arg_val(11) == 1;  // exp_tile<approx> (exp_approx_mode)
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -106,9 +107,9 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
 
 // dst = exp(dst) for DST tiles [0, n).
 inline void exp_block(uint32_t n) {
-    exp_tile_init();
+    exp_tile_init<exp_approx>();
     for (uint32_t i = 0; i < n; ++i) {
-        exp_tile(i);
+        exp_tile<exp_approx>(i);
     }
 }
 

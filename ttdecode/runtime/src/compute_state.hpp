@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compute.hpp"
+#include "sfpu.hpp"
 #include "tile_formats.hpp"
 
 namespace ttrt {
@@ -31,6 +32,7 @@ struct ComputeState {
     const char* fpu_init = "(no init)";
     int sfpu = SF_NONE, sfpu_param = 0;  // the SFPU init and its parameter (approx flag / format)
     const char* sfpu_init = "(no init)";
+    sfpu::Consts sfpu_consts;  // LReg[12..14] as the last SFPU init programmed them
     // configured unpacker / packer formats: tt DataFormat values, + kUnpackToDest for a Float32 CB
     // unpacked straight to DST (its unpack format is Float32, not TF32)
     int srca = -1, srcb = -1, pack = -1;

@@ -1,5 +1,6 @@
 // sfpu_reduce<MAX, format, REDUCE_ROW> of the compute model (ckernel_sfpu_reduce.h in the ttnn 0.81.1
-// wheel): compare-and-swap on the SFPU over DST, so the row max is exact in DST's own precision.
+// wheel): SFPLOAD, SFPSWAP compare-and-swap, SFPSTORE on DST (sfpu.hpp's lane models), so the row max is
+// exact in DST's own precision.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -31,7 +32,6 @@ extern "C" void ttrt_sfpu_reduce(int pool, int format, int dim, uint32_t idst, u
     const float undefined = std::numeric_limits<float>::quiet_NaN();
     for (uint32_t i = 0; i < rt_dim; ++i) {
         float row_max[32];
-        for (uint32_t r = 0; r < 32; ++r) row_max[r] = -INFINITY;
         for (uint32_t j = 0; j < ct_dim; ++j) {
             const uint32_t t = idst + i * ct_dim + j;
             float* tile = dst_tile(k, s, t, api);
@@ -40,18 +40,17 @@ extern "C" void ttrt_sfpu_reduce(int pool, int format, int dim, uint32_t idst, u
                      "(SFPU reads of cleared DST rows are undefined on the device)");
             }
             for (uint32_t r = 0; r < 32; ++r) {
-                float m = -INFINITY;  // a NaN anywhere in the row makes the row's max NaN (not modelled finer)
-                for (uint32_t c = 0; c < 32; ++c) {
-                    const float x = tile[r * 32 + c];
-                    m = (std::isnan(x) || std::isnan(m)) ? undefined : std::max(m, x);
-                }
-                row_max[r] = (std::isnan(m) || std::isnan(row_max[r])) ? undefined : std::max(row_max[r], m);
+                // SFPSWAP's max: a total sign-magnitude order (-NaN < -inf < -0 < +0 < +inf < +NaN), so
+                // the LLK's tree of swaps gives the same value as this fold.
+                float m = sfpu::load(tile[r * 32], k.fp32_acc);
+                for (uint32_t c = 1; c < 32; ++c) m = sfpu::swap_max(m, sfpu::load(tile[r * 32 + c], k.fp32_acc));
+                row_max[r] = j == 0 ? m : sfpu::swap_max(row_max[r], m);
                 for (uint32_t c = 1; c < 32; ++c) tile[r * 32 + c] = undefined;
-                tile[r * 32] = m;  // a tile's own row max stays in its column 0
+                tile[r * 32] = sfpu::store(m, k.fp32_acc);  // a tile's own row max stays in its column 0
             }
         }
         float* first = s.dst[idst + i * ct_dim];
-        for (uint32_t r = 0; r < 32; ++r) first[r * 32] = row_max[r];
+        for (uint32_t r = 0; r < 32; ++r) first[r * 32] = sfpu::store(row_max[r], k.fp32_acc);
     }
     k.counters.op_tiles[OP_MAX] += uint64_t(ct_dim) * rt_dim;
     record(k, EV_COMPUTE, OP_MAX, ct_dim * rt_dim);

@@ -4,15 +4,20 @@
 #include <cstdint>
 
 #include "api/compute/common.h"
+#include "ttrt/sfpu_flags.h"
 
 namespace ckernel {
 template <bool fast_and_approx = false, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
 ALWI void log_tile_init() {
-    ttrt_sfpu_init(3 /*SF_LOG*/, fast_and_approx ? 1 : 0, "log_tile_init");
+    ttrt_sfpu_init(3 /*SF_LOG*/,
+                   (fast_and_approx ? TTRT_SFPU_FAST_APPROX : 0) | (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0), 0,
+                   "log_tile_init");
 }
 template <bool fast_and_approx = false, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
 ALWI void log_tile(uint32_t idst) {
-    ttrt_sfpu_unary(3 /*SF_LOG*/, idst, int(VectorMode::RC), 0, "log_tile");
+    ttrt_sfpu_unary(3 /*SF_LOG*/, idst, int(VectorMode::RC), 0,
+                    (fast_and_approx ? TTRT_SFPU_FAST_APPROX : 0) | (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0),
+                    "log_tile");
 }
 // sfpu_reduce (SFPU, fp32 compare-and-swap on DST): only PoolType::MAX with ReduceDim::REDUCE_ROW is
 // modelled. Over the ct_dim x rt_dim block of DST tiles from idst, column 0 of the first tile of each
@@ -27,6 +32,6 @@ ALWI void sfpu_reduce(uint32_t idst, uint32_t ct_dim = 1, uint32_t rt_dim = 1) {
 template <PoolType pool_type, DataFormat format, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
 ALWI void sfpu_reduce_init() {
     if (pool_type != PoolType::MAX) ttrt_fail("sfpu_reduce_init: only PoolType::MAX is modelled by the host runtime");
-    ttrt_sfpu_init(14 /*SF_REDUCE_MAX*/, int(format), "sfpu_reduce_init");
+    ttrt_sfpu_init(14 /*SF_REDUCE_MAX*/, 0, uint32_t(format), "sfpu_reduce_init");
 }
 }  // namespace ckernel
