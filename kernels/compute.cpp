@@ -24,8 +24,9 @@
 //
 // The running (m, l, O) live in two CB sets used in turn: each chunk or merge reads the current
 // set and writes the other one, so every CB is filled from its first page and emptied whole.
-// Rows are independent in every step (a partial's rows past the group, which no child sends, and
-// the columns of m and l other than column 0 are never written out).
+// Rows are independent in every step, and only column 0 of m and l is ever used (unary_bcast<COL>,
+// the LSE), so a partial's rows past the group and columns 16-31 of its m and l, which no child
+// sends (their L1 holds whatever was there), never reach the output.
 
 #include <stdint.h>
 
