@@ -145,6 +145,7 @@ struct Kernel {
     // compute settings
     int dst_tiles = 0, fidelity = 4;
     bool fp32_acc = false, approx = false, full_sync = false;
+    uint32_t unpack_to_dest = 0;  // bit i: CB i is unpacked straight to DST (UnpackToDestFp32)
 };
 
 struct Core {

@@ -189,7 +189,8 @@ static void parse_program(const std::string& path) {
             Kernel* k = new Kernel();
             in >> ci >> slot >> kind >> so >> name >> src >> k->rta_addr >> k->crta_addr >> k->dst_tiles;
             int fp32, approx, full, fid;
-            in >> fp32 >> approx >> full >> fid;
+            uint32_t u2d;
+            in >> fp32 >> approx >> full >> fid >> u2d;
             k->core = g.cores[ci];
             k->slot = slot;
             k->kind = Kind(kind);
@@ -200,6 +201,7 @@ static void parse_program(const std::string& path) {
             k->approx = approx;
             k->full_sync = full;
             k->fidelity = fid;
+            k->unpack_to_dest = u2d;
             k->core->k[slot] = k;
             g.kernels.push_back(k);
             if (!libs.count(k->so_path)) read_whole(k->so_path, libs[k->so_path]);
