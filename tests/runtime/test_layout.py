@@ -15,12 +15,12 @@ from programs import copy_program, grid
 
 
 def _wheel_mem_map_end():
-    try:
-        import ttnn  # noqa: F401  (only to locate the wheel)
-    except Exception:
-        return None
+    # Locate the wheel without importing ttnn: an import here, before ttdecode.ttnn_env has set the
+    # mock cluster, would leave ttnn without chips for every later test of the session.
     import importlib.util
     spec = importlib.util.find_spec("ttnn")
+    if spec is None or spec.origin is None:
+        return None
     hdr = Path(spec.origin).parent / "tt_metal/hw/inc/internal/tt-1xx/wormhole/dev_mem_map.h"
     return hdr if hdr.exists() else None
 
