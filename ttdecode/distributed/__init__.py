@@ -98,8 +98,16 @@ def _worker_main(rank: int, world_size: int, label: str, store_path: str, timeou
     torch.set_num_threads(threads)
     try:
         store = dist.FileStore(store_path, world_size)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout))
+        saved = os.dup(1)  # gloo prints a "connected to N peer ranks" line per rank on stdout: drop it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        try:
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=timeout))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
         return
