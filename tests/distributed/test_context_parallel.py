@@ -231,3 +231,33 @@ def test_a_dead_device_is_named_and_does_not_hang() -> None:
             ttdecode.context_parallel_decode(q, k, v, cur_pos=[10], devices=pool, backend="reference")
     finally:
         pool.close()
+
+
+def _combine_in_subgroups(ctx, combine: str, seed: int):
+    import torch.distributed as dist
+
+    from ttdecode.distributed.context import combine_over_group
+
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank creates both, in order
+    g = torch.Generator().manual_seed(seed + ctx.rank)
+    out = torch.randn(1, 3, 5, 32, generator=g)
+    lse = torch.randn(1, 3, 5, generator=g) * 4
+    lse[0, 1, 2] = float("-inf")
+    merged = combine_over_group(out, lse, combine, group=groups[ctx.rank // 2])
+    return out, lse, merged
+
+
+@pytest.mark.parametrize("combine", ["all_gather", "all_to_all"])
+def test_combine_over_a_subgroup_merges_only_that_groups_partials(combine: str) -> None:
+    """Two CP groups of two inside four workers (the TP x CP shape): each gets its own pair's merge."""
+    from ttdecode.distributed.context import get_pool
+
+    results = get_pool(4).run_all(_combine_in_subgroups, combine, 3)
+    for pair in ((0, 1), (2, 3)):
+        outs = torch.stack([results[r][0] for r in pair])
+        lses = torch.stack([results[r][1] for r in pair])
+        ref_o, ref_l = _merge_longdouble(outs.double().numpy(), lses.double().numpy())
+        for r in pair:
+            o, l = results[r][2]
+            np.testing.assert_allclose(o.numpy(), ref_o.astype(np.float64), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(l.numpy(), ref_l.astype(np.float64), rtol=1e-6, atol=1e-5)

@@ -31,7 +31,9 @@ Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``, merged in
   of every partial (``all_to_all_single``), merges it, then the merged shares are all-gathered.
 
 The merge is :func:`combine_partials` (``ttdecode.reference.merge_partials``), identical on every
-device; the result returned is device 0's.
+device; the result returned is device 0's. :func:`combine_over_group` is that combine for code that
+already runs inside the workers (e.g. a decoder holding its cache shards), over any process group
+(a CP subgroup of a TP x CP layout).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import torch
 
 from ttdecode.distributed import RankContext, WorkerPool
 
-__all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "context_parallel_decode", "shard_plan",
+__all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "context_parallel_decode", "shard_plan",
            "ShardPlan", "get_pool", "close_pools"]
 
 KV_LAYOUTS = ("contiguous", "interleaved")
@@ -227,37 +229,56 @@ def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows:
     return out, lse
 
 
-def _cp_worker(ctx: RankContext, shard: dict, combine: str, empty_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """One device: its partial over its shard, then the combine with the other devices (gloo)."""
+def combine_over_group(out: torch.Tensor, lse: torch.Tensor, combine: str = "all_gather",
+                       group: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inside a worker: merge this device's partial with those of the other members of ``group``.
+
+    Args:
+        out: this device's partial output ``[1, B, NH, Dv]`` (float32).
+        lse: its LSE ``[1, B, NH]`` (float32; ``-inf`` where the device holds no key of the row).
+        combine: ``"all_gather"`` or ``"all_to_all"`` (module doc).
+        group: a ``torch.distributed`` process group (None: the default group, every worker). Every
+            member must call this with partials of the same shape.
+
+    Returns:
+        The merged ``(out [1, B, NH, Dv], lse [1, B, NH])``, the same on every member.
+    """
     import torch.distributed as dist
 
+    if combine not in COMBINES:
+        raise ValueError(f"combine_over_group: argument 'combine': expected one of {list(COMBINES)}, got {combine!r}")
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    if combine == "all_gather":
+        outs = [torch.empty_like(out) for _ in range(n)]
+        lses = [torch.empty_like(lse) for _ in range(n)]
+        dist.all_gather(outs, out.contiguous(), group=group)
+        dist.all_gather(lses, lse.contiguous(), group=group)
+        return combine_partials(torch.stack(outs), torch.stack(lses))
+    # all_to_all: rows (user, head) with the LSE carried as one more column.
+    _, b, nh, dv = out.shape
+    rows = torch.cat([out.reshape(b * nh, dv), lse.reshape(b * nh, 1)], dim=1).to(torch.float32).contiguous()
+    share = -(-(b * nh) // n)
+    sizes = [max(0, min(share, b * nh - r * share)) for r in range(n)]
+    mine = torch.empty(n * sizes[rank], dv + 1, dtype=torch.float32)
+    dist.all_to_all_single(mine, rows, output_split_sizes=[sizes[rank]] * n, input_split_sizes=sizes, group=group)
+    parts = mine.reshape(n, sizes[rank], dv + 1)
+    merged_o, merged_l = combine_partials(parts[:, None, None, :, :dv], parts[:, None, None, :, dv])
+    merged = torch.cat([merged_o.reshape(-1, dv), merged_l.reshape(-1, 1)], dim=1)
+    padded = torch.zeros(share, dv + 1, dtype=torch.float32)
+    padded[: sizes[rank]] = merged
+    gathered = [torch.empty_like(padded) for _ in range(n)]
+    dist.all_gather(gathered, padded, group=group)
+    full = torch.cat([g[: sizes[r]] for r, g in enumerate(gathered)], dim=0)
+    return full[:, :dv].reshape(1, b, nh, dv), full[:, dv].reshape(1, b, nh)
+
+
+def _cp_worker(ctx: RankContext, shard: dict, combine: str, empty_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One device: its partial over its shard, then the combine with the other devices (gloo)."""
     out, lse = _run_shard(**shard)
     if out is None:  # no live user on this device
         out = torch.zeros(empty_shape, dtype=torch.float32)
         lse = torch.full(empty_shape[:-1], float("-inf"), dtype=torch.float32)
-    n = ctx.world_size
-    if combine == "all_gather":
-        outs = [torch.empty_like(out) for _ in range(n)]
-        lses = [torch.empty_like(lse) for _ in range(n)]
-        dist.all_gather(outs, out)
-        dist.all_gather(lses, lse)
-        return combine_partials(torch.stack(outs), torch.stack(lses))
-    # all_to_all: rows (user, head) with the LSE carried as one more column.
-    _, b, nh, dv = out.shape
-    rows = torch.cat([out.reshape(b * nh, dv), lse.reshape(b * nh, 1)], dim=1).contiguous()
-    share = -(-(b * nh) // n)
-    sizes = [max(0, min(share, b * nh - r * share)) for r in range(n)]
-    mine = torch.empty(n * sizes[ctx.rank], dv + 1, dtype=torch.float32)
-    dist.all_to_all_single(mine, rows, output_split_sizes=[sizes[ctx.rank]] * n, input_split_sizes=sizes)
-    parts = mine.reshape(n, sizes[ctx.rank], dv + 1)
-    merged_o, merged_l = combine_partials(parts[:, None, None, :, :dv], parts[:, None, None, :, dv])
-    merged = torch.cat([merged_o.reshape(-1, dv), merged_l.reshape(-1, 1)], dim=1)
-    padded = torch.zeros(share, dv + 1, dtype=torch.float32)
-    padded[: sizes[ctx.rank]] = merged
-    gathered = [torch.empty_like(padded) for _ in range(n)]
-    dist.all_gather(gathered, padded)
-    full = torch.cat([g[: sizes[r]] for r, g in enumerate(gathered)], dim=0)
-    return full[:, :dv].reshape(1, b, nh, dv), full[:, dv].reshape(1, b, nh)
+    return combine_over_group(out, lse, combine)
 
 
 # ---- pools --------------------------------------------------------------------------------------
