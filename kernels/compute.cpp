@@ -59,6 +59,7 @@ constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of
 constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
 constexpr uint32_t window = get_compile_time_arg_val(9);  // sliding window in keys (0 = none)
 constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
+constexpr bool exp_approx = get_compile_time_arg_val(11) == 1;  // exp_tile<approx> (exp_approx_mode)
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -95,9 +96,9 @@ inline void scaled_exp(uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
         mul_unary_tile(i, scale_bits);
     }
-    exp_tile_init();
+    exp_tile_init<exp_approx>();
     for (uint32_t i = 0; i < n; ++i) {
-        exp_tile(i);
+        exp_tile<exp_approx>(i);
     }
 }
 

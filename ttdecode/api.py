@@ -207,14 +207,16 @@ def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
 
 
 def compute_settings(inputs: DecodeInputs) -> Any:
-    """The compute-kernel settings of a call (ttdecode.program.ComputeSettings)."""
+    """The compute-kernel settings of a call (ttdecode.program.ComputeSettings): the compute config's
+    math_approx_mode becomes the kernels' APPROX (it selects recip_tile's mode); the softmax exp's mode
+    (SDPAProgramConfig.exp_approx_mode) travels as a compile-time arg (exp_approx)."""
     from ttdecode.program import ComputeSettings, MathFidelity
 
     cc = inputs.compute_kernel_config
     return ComputeSettings(
         math_fidelity=MathFidelity(cc.math_fidelity),
         fp32_dest_acc_en=cc.fp32_dest_acc_en,
-        math_approx_mode=inputs.program_config.resolved_exp_approx_mode(cc),
+        math_approx_mode=cc.math_approx_mode,
     )
 
 
@@ -241,6 +243,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
         cur_pos_source=inputs.positions,
         scale=inputs.scale,
         compute=compute_settings(inputs),
+        exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config),
         page_table=inputs.page_table_values,  # None for a contiguous cache
         attention_sink=None if inputs.attention_sink is None else _sink_values(inputs.attention_sink),
     )

@@ -463,7 +463,9 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
     if plan.attention_sink:
         io_tensors["sink"] = ttnn.from_torch(to_torch_sink(inputs), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                              device=dev)
-    program = build_program_for_device(plan, scale=inputs.scale, compute=compute)
+    program = build_program_for_device(
+        plan, scale=inputs.scale, compute=compute,
+        exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
     outputs = launch(program, io_tensors, dev)
     out = outputs[0]
     if not inputs.return_lse:

@@ -192,7 +192,7 @@ def _float_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> dict[str, list[int]]:
+def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_approx: bool) -> dict[str, list[int]]:
     nh_tiles = -(-plan.num_q_heads // TILE)
     kv_tile = formats.tile_size(plan.kv_dtype)
     reader = [
@@ -238,6 +238,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings) -> d
         int(plan.return_lse),         # 8 return_lse
         plan.sliding_window_size,     # 9 sliding window in keys (0 = none)
         int(plan.attention_sink),     # 10 attention sink
+        int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -277,6 +278,7 @@ def build_program(
     cur_pos_source: Optional[Positions],
     scale: float,
     compute: ComputeSettings,
+    exp_approx: bool = False,
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
 ) -> Program:
@@ -285,7 +287,8 @@ def build_program(
     q/k/v: tile tensors in the plan's shapes and formats (paged: [num_blocks, NKV, block_size, D]);
     cur_pos_source: the positions (list or int tensor; None to take the plan's); scale: the softmax
     scale; compute: the compute-kernel settings, whose fp32 accumulation must be the plan's (it
-    sized DST blocks); page_table: a paged plan's integer tensor [B, max_blocks] (None otherwise).
+    sized DST blocks); exp_approx: the softmax's exp in approximate mode (SDPAProgramConfig's
+    exp_approx_mode, resolved; a compile-time arg of the compute kernel); page_table: a paged plan's integer tensor [B, max_blocks] (None otherwise).
     """
     b, nh = plan.batch, plan.num_q_heads
     k_shape, v_shape = _kv_shapes(plan)
@@ -300,15 +303,16 @@ def build_program(
         images["sink"] = sink_tiles(plan, attention_sink).data
     elif attention_sink is not None:
         raise FactoryError("attention_sink: expected None (the plan has no sink), got a tensor")
-    return _program(plan, scale=scale, compute=compute, images=images)
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images)
 
 
-def build_program_for_device(plan: DecodePlan, *, scale: float, compute: ComputeSettings) -> Program:
+def build_program_for_device(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
+                             exp_approx: bool = False) -> Program:
     """The same program without input bytes: on a device the inputs already live in DRAM."""
-    return _program(plan, scale=scale, compute=compute, images=None)
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None)
 
 
-def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
+def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_approx: bool,
              images: Optional[dict[str, bytes]]) -> Program:
     if not isinstance(compute, ComputeSettings):
         raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
@@ -323,7 +327,9 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
     cores = plan.active_cores
     core_set = CoreRangeSet.of(cores)
     sources = kernel_sources()
-    ct = _compile_args(plan, float(scale), compute)
+    if not isinstance(exp_approx, bool):
+        raise FactoryError(f"exp_approx: expected a bool, got {exp_approx!r}")
+    ct = _compile_args(plan, float(scale), compute, exp_approx)
     rt = {c: _runtime_args(plan, c) for c in cores}
     kernels = [
         Kernel("reader", sources["reader"], KernelKind.READER, core_set, ct["reader"],
@@ -399,13 +405,14 @@ def run_flash_decode(
     cur_pos_source: Optional[Positions],
     scale: float,
     compute: ComputeSettings,
+    exp_approx: bool = False,
     backend: str = "host",
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
     """Build and run the program; returns (out, lse or None, the backend's RunResult)."""
     program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
-                            page_table=page_table, attention_sink=attention_sink)
+                            exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program

@@ -45,7 +45,6 @@ collective with the dead one); any later ``run`` raises ``WorkerError`` saying t
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -173,8 +172,8 @@ class WorkerPool:
             child.close()
             self._conns.append(parent)
             self._procs.append(proc)
+        # runs on close(), on garbage collection and at interpreter exit (weakref.finalize's atexit)
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, self._tmpdir)
-        atexit.register(self._finalizer)
         self._collect(start_timeout, starting=True)
 
     def _name(self, rank: int) -> str:

@@ -10,8 +10,7 @@
 // * Values in DST are fp32 with fp32_dest_acc_en, else bf16 (every write rounds to nearest even).
 // * FPU operands (srcA/srcB) of a Float32 CB are truncated to TF32 (10 mantissa bits) with
 //   fp32_dest_acc_en, else to bf16; bf16/bfp8/bfp4 data is exact. copy_tile of Float32 data into an fp32
-//   DST unpacks straight to DST (exact). SFPU ops compute in fp32; the binary add/sub/mul store to a
-//   bf16 DST truncated (add/sub by default) or rounded to nearest even (add/sub NearestEven, mul).
+//   DST unpacks straight to DST (exact).
 // * matmul_tiles: DST += A x B (B transposed if matmul_init asked). Element-wise add/sub: DST = A op B
 //   (DST += ... when *_init got acc_to_dest); mul: DST += A * B always (ELWMUL accumulates; on a fresh
 //   tile that is A * B). Broadcast COL uses column 0 of B, ROW row 0, SCALAR element (0, 0).
@@ -20,7 +19,8 @@
 //   GMPOOL) or previous + sum_c A[r][c] * S[0][c] for SUM/AVG (S = the scaler tile); the other
 //   columns become 0 on an undefined tile and are left alone otherwise. Between reduce_init<ROW> and
 //   reduce_uninit the packer masks every packed tile to its columns 0 and 16 (the rest packs as 0).
-// * Math fidelity and approximation modes are recorded, not modelled (exp/recip/log are exact).
+// * SFPU ops (sfpu.cpp) run the LLK's algorithms lane by lane on the ISA's instruction models; the
+//   approximation modes select them. Math fidelity is recorded, not modelled.
 #include "compute_state.hpp"
 
 #include <algorithm>

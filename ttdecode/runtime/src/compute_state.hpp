@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compute.hpp"
+#include "sfpu.hpp"
 #include "tile_formats.hpp"
 
 namespace ttrt {
@@ -31,6 +32,7 @@ struct ComputeState {
     const char* fpu_init = "(no init)";
     int sfpu = SF_NONE;
     const char* sfpu_init = "(no init)";
+    sfpu::Consts sfpu_consts;  // LReg[12..14] as the last SFPU init programmed them
     int srca = -1, srcb = -1, pack = -1;  // configured tt DataFormat values
     bool reduce_mask = false;
     bool started = false;

@@ -47,10 +47,12 @@ void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler, uint32_t 
                  uint32_t idst);
 void ttrt_reduce_uninit(void);
 void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst);
-// SFPU: init records the op; ops act on DST tiles.
-void ttrt_sfpu_init(int op, int approx, const char* api);
-void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, const char* api);
-// flags: 1 = the op's is_fp32_dest_acc_en template argument, 2 = DstRoundingMode::NearestEven.
+// SFPU: init records the op and programs its constants; ops act on DST tiles. flags (ttrt::sfpu::Flag):
+// 1 = the call's is_fp32_dest_acc_en template argument, 2 = DstRoundingMode::NearestEven, 4 = approximation
+// mode, 8 = exp's scale_en, 16 = log's fast_and_approx, 32 = exp's InputClamping::ClampToNegative.
+// param: exp_tile_init's fp32 `scale`; a unary op's scalar (fp32 bits; exp_tile: the bf16 scale).
+void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* api);
+void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, int flags, const char* api);
 void ttrt_sfpu_binary(int op, uint32_t idst0, uint32_t idst1, uint32_t odst, int vector_mode, int flags,
                       const char* api);
 void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, int out_of_order);

@@ -1,17 +1,14 @@
 // SFPU arithmetic on two DST tiles into a third (tt-metal 0.81.1 signatures): odst = idst0 op idst1
-// over all 1024 values, computed in fp32. With a 16-bit DST the result is stored as bf16: add/sub
-// truncate (the SFPSTORE default) unless DstRoundingMode::NearestEven asks for round-to-nearest-even;
-// mul rounds to nearest even and gives 0 whenever an input is 0 (as the FPU does). Each op needs its
-// own *_binary_tile_init as the current SFPU configuration.
+// over all 1024 values, one SFPMAD each (fp32, denormals flushed). With a 16-bit DST the result is
+// stored as bf16: add/sub truncate (SFPSTORE) unless DstRoundingMode::NearestEven asks for the LLK's
+// round-to-nearest-even; mul with a bf16 is_fp32_dest_acc_en rounds to nearest even and gives +0 when an
+// input's bits are 0 (the LLK's `in == 0`). Each op needs its own *_binary_tile_init.
 #pragma once
 
 #include "api/compute/common_globals.h"
+#include "ttrt/sfpu_flags.h"
 
 namespace ckernel {
-// Bits of the runner's `flags` argument: the op's is_fp32_dest_acc_en template argument and the
-// rounding mode asked for.
-constexpr int TTRT_SFPU_FP32_TEMPLATE = 1;
-constexpr int TTRT_SFPU_NEAREST_EVEN = 2;
 
 template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
 ALWI void mul_binary_tile(uint32_t idst0, uint32_t idst1, uint32_t odst) {
@@ -37,7 +34,7 @@ ALWI void sub_binary_tile(uint32_t idst0, uint32_t idst1, uint32_t odst) {
                      "sub_binary_tile");
 }
 
-ALWI void mul_binary_tile_init() { ttrt_sfpu_init(13 /*SF_MUL_B*/, 0, "mul_binary_tile_init"); }
-ALWI void add_binary_tile_init() { ttrt_sfpu_init(11 /*SF_ADD_B*/, 0, "add_binary_tile_init"); }
-ALWI void sub_binary_tile_init() { ttrt_sfpu_init(12 /*SF_SUB_B*/, 0, "sub_binary_tile_init"); }
+ALWI void mul_binary_tile_init() { ttrt_sfpu_init(13 /*SF_MUL_B*/, 0, 0, "mul_binary_tile_init"); }
+ALWI void add_binary_tile_init() { ttrt_sfpu_init(11 /*SF_ADD_B*/, 0, 0, "add_binary_tile_init"); }
+ALWI void sub_binary_tile_init() { ttrt_sfpu_init(12 /*SF_SUB_B*/, 0, 0, "sub_binary_tile_init"); }
 }  // namespace ckernel

@@ -1,0 +1,125 @@
+// Test kernel for the SFPU: per input tile, copy CB 0 (and CB 1 when TWO_INPUTS) into DST tiles d (and
+// d + 1), run one SFPU op on DST tile d, pack it to CB 16. With OP_NONE nothing runs and the DST tiles
+// are packed as they are (d, then d + 1): the values the SFPU op would have read.
+// Ops (defines): OP_EXP (EXP_APPROX, EXP_SCALE=<bf16 bits> for scale_en, VECTOR_MODE=<R|C|None|RC>),
+//   OP_RECIP (RECIP_APPROXIMATE / RECIP_PRECISE), OP_LOG, OP_ADD_S / OP_SUB_S / OP_MUL_S / OP_DIV_S /
+//   OP_RSUB_S (scalar bits SCALAR_BITS), OP_MAX / OP_ADD_B / OP_SUB_B / OP_MUL_B (TWO_INPUTS; NEAREST_EVEN).
+//   PRE_EXP_APPROX: exp_tile<true> on tile d before the op (its results, denormals included, feed it).
+// Compile-time args: tiles, DST index d.
+#include <cstdint>
+
+#include "api/compute/binary_max_min.h"
+#include "api/compute/compute_kernel_api.h"
+#include "api/compute/eltwise_binary_sfpu.h"
+#include "api/compute/eltwise_unary/binop_with_scalar.h"
+#include "api/compute/eltwise_unary/exp.h"
+#include "api/compute/eltwise_unary/recip.h"
+#include "api/compute/tile_move_copy.h"
+
+constexpr uint32_t in0 = 0, in1 = 1, out = 16;
+
+#ifdef TWO_INPUTS
+constexpr bool two = true;
+#else
+constexpr bool two = false;
+#endif
+#ifdef EXP_APPROX
+constexpr bool exp_approx = true;
+#else
+constexpr bool exp_approx = false;
+#endif
+#ifndef VECTOR_MODE
+#define VECTOR_MODE RC
+#endif
+
+static void emit(uint32_t d) {
+    cb_reserve_back(out, 1);
+    pack_tile(d, out);
+    cb_push_back(out, 1);
+}
+
+static void copy_in(uint32_t cb, uint32_t d) {
+    reconfig_data_format_srca(cb);
+    copy_init(cb);
+    copy_tile(cb, 0, d);
+}
+
+void kernel_main() {
+    constexpr uint32_t n = get_compile_time_arg_val(0);
+    constexpr uint32_t d = get_compile_time_arg_val(1);
+    compute_kernel_hw_startup(in0, out);
+    for (uint32_t i = 0; i < n; ++i) {
+        cb_wait_front(in0, 1);
+        if (two) cb_wait_front(in1, 1);
+        tile_regs_acquire();
+        copy_in(in0, d);
+        if (two) copy_in(in1, d + 1);
+#ifdef PRE_EXP_APPROX
+        exp_tile_init<true>();
+        exp_tile<true>(d);
+#endif
+#if defined(OP_EXP)
+        exp_tile_init<exp_approx>();
+#ifdef EXP_SCALE
+        exp_tile<exp_approx, true>(d, VectorMode::VECTOR_MODE, EXP_SCALE);
+#else
+        exp_tile<exp_approx>(d, VectorMode::VECTOR_MODE);
+#endif
+#elif defined(OP_RECIP)
+#if defined(RECIP_APPROXIMATE)
+        constexpr ReciprocalApproxMode mode = ReciprocalApproxMode::Approximate;
+#elif defined(RECIP_PRECISE)
+        constexpr ReciprocalApproxMode mode = ReciprocalApproxMode::Precise;
+#else
+        constexpr ReciprocalApproxMode mode = ReciprocalApproxMode::Default;
+#endif
+        constexpr ReciprocalDestAcc acc = DST_ACCUM_MODE ? ReciprocalDestAcc::FP32 : ReciprocalDestAcc::BF16;
+        recip_tile_init<acc, mode>();
+        recip_tile<acc, mode>(d);
+#elif defined(OP_LOG)
+        log_tile_init();
+        log_tile(d);
+#elif defined(OP_ADD_S) || defined(OP_SUB_S) || defined(OP_MUL_S) || defined(OP_DIV_S) || defined(OP_RSUB_S)
+        binop_with_scalar_tile_init();
+#if defined(OP_ADD_S)
+        add_unary_tile(d, SCALAR_BITS);
+#elif defined(OP_SUB_S)
+        sub_unary_tile(d, SCALAR_BITS);
+#elif defined(OP_MUL_S)
+        mul_unary_tile(d, SCALAR_BITS);
+#elif defined(OP_DIV_S)
+        div_unary_tile(d, SCALAR_BITS);
+#else
+        rsub_unary_tile(d, SCALAR_BITS);
+#endif
+#elif defined(OP_MAX)
+        binary_max_tile_init();
+        binary_max_tile(d, d + 1, d);
+#elif defined(OP_ADD_B) || defined(OP_SUB_B) || defined(OP_MUL_B)
+#ifdef NEAREST_EVEN
+        constexpr DstRoundingMode rounding = DstRoundingMode::NearestEven;
+#else
+        constexpr DstRoundingMode rounding = DstRoundingMode::Default;
+#endif
+#if defined(OP_ADD_B)
+        add_binary_tile_init();
+        add_binary_tile<rounding>(d, d + 1, d);
+#elif defined(OP_SUB_B)
+        sub_binary_tile_init();
+        sub_binary_tile<rounding>(d, d + 1, d);
+#else
+        mul_binary_tile_init();
+        mul_binary_tile(d, d + 1, d);
+#endif
+#endif
+        tile_regs_commit();
+        tile_regs_wait();
+        emit(d);
+#ifdef OP_NONE
+        if (two) emit(d + 1);
+#endif
+        tile_regs_release();
+        cb_pop_front(in0, 1);
+        if (two) cb_pop_front(in1, 1);
+    }
+}

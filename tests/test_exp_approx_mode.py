@@ -1,0 +1,54 @@
+"""The approximation knobs reach the kernels: SDPAProgramConfig.exp_approx_mode selects the softmax's
+exp_tile<approx> (compute compile-time arg 11), ComputeKernelConfig.math_approx_mode becomes the
+kernels' APPROX (recip_tile's Default mode) and the device descriptor's math_approx_mode."""
+
+from __future__ import annotations
+
+import torch
+
+import ttdecode
+from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
+from ttdecode.factory import build_program
+from ttdecode.formats import DataType
+from ttdecode.plan import make_plan
+from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.tensor import from_torch
+
+
+def _compute_kernel(exp_approx: bool):
+    p = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=64, head_dim=64, cur_pos=[40], grid=(2, 1),
+                  max_cores_per_head_batch=2)
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 8, 64, generator=g), DataType.bfloat16)
+    k = from_torch(torch.randn(1, 1, 64, 64, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(1, 1, 64, 64, generator=g), DataType.bfloat8_b)
+    prog = build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings(),
+                         exp_approx=exp_approx)
+    return next(kk for kk in prog.kernels if kk.kind is KernelKind.COMPUTE)
+
+
+def test_exp_approx_is_compute_compile_time_arg_11() -> None:
+    assert _compute_kernel(True).compile_time_args[11] == 1
+    assert _compute_kernel(False).compile_time_args[11] == 0
+
+
+def _run(exp_approx_mode, math_approx_mode: bool) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 1, 8, 64, generator=g)
+    k = torch.randn(1, 1, 96, 64, generator=g)
+    v = torch.randn(1, 1, 96, 64, generator=g)
+    out = ttdecode.scaled_dot_product_attention_decode(
+        q, k, v, cur_pos=[90], backend="host",
+        program_config=SDPAProgramConfig(compute_with_storage_grid_size=(2, 1), exp_approx_mode=exp_approx_mode),
+        compute_kernel_config=ComputeKernelConfig(math_approx_mode=math_approx_mode))
+    return out.float()
+
+
+def test_exp_approx_mode_changes_the_kernels_exp_and_none_follows_math_approx_mode() -> None:
+    exact = _run(False, False)
+    approx_exp = _run(True, False)   # Schraudolph exp in the softmax, recip_tile precise
+    both = _run(True, True)          # and recip_tile's Default mode approximate (APPROX)
+    follows = _run(None, True)       # exp_approx_mode None follows math_approx_mode
+    assert not torch.equal(exact, approx_exp)
+    assert torch.equal(follows, both)
+    assert not torch.equal(follows, _run(False, True))
