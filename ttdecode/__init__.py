@@ -3,6 +3,8 @@
 Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``):
 
 - :func:`scaled_dot_product_attention_decode`, :func:`paged_scaled_dot_product_attention_decode`
+- :func:`context_parallel_decode` (the KV cache split along the sequence over devices) and
+  :func:`combine_partials` (the exact LSE merge of partial results)
 - :class:`SDPAProgramConfig`, :class:`ComputeKernelConfig`
 - host tile tensors mirroring ttnn's host API: :func:`from_torch`, :func:`to_torch`, and the formats
   ``float32``, ``bfloat16``, ``bfloat8_b``, ``bfloat4_b``
@@ -14,6 +16,7 @@ from ttdecode.api import (
     scaled_dot_product_attention_decode,
 )
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
+from ttdecode.distributed.context import combine_partials, context_parallel_decode
 from ttdecode.formats import DataType
 from ttdecode.tensor import TileTensor, from_torch, to_torch
 
@@ -26,6 +29,8 @@ __all__ = [
     "scaled_dot_product_attention_decode",
     "paged_scaled_dot_product_attention_decode",
     "last_backend",
+    "context_parallel_decode",
+    "combine_partials",
     "SDPAProgramConfig",
     "ComputeKernelConfig",
     "DataType",

@@ -22,6 +22,15 @@ the LM head (all-gathered); the embedding lookup runs once on the host and every
 embedded tokens (tt-metal replicates the embedding table on every chip instead). Each device keeps only its heads' KV cache; the block allocator and
 the page table are shared. With N > 1 every device is a worker of a ``ttdecode.distributed``
 process group (gloo), started by the decoder and kept until ``close()``.
+
+Context parallel (``devices=N, context_parallel=C``, C dividing N): tensor parallel ``N / C`` ways
+over heads as above, times C ways over the sequence. Rank r is TP rank ``r mod (N/C)`` and CP rank
+``r div (N/C)``; the KV cache's blocks are dealt round-robin over the C ranks of a CP group (block j
+of a user on CP rank ``j mod C``, ``ttdecode.distributed.context``'s interleaved layout), so the new
+token's K/V is written only on the device that owns its position. Each device runs the op on its
+blocks (its own page-table columns, local positions) with ``return_lse=True``, the C partials are
+merged exactly by their LSE over the CP group (``combine_over_group``), and the O projection, MLP
+and LM head are tensor parallel over the TP group (replicated across the CP group).
 """
 
 from __future__ import annotations
@@ -145,11 +154,28 @@ class LlamaShard:
     """One device's part of the model: its weights, its heads' KV caches, the step in torch + op."""
 
     def __init__(self, spec: LlamaSpec, weights: dict[str, torch.Tensor], *, rank: int, world: int,
-                 num_blocks: int, block_size: int, kv_dtype: DataType, backend: str, program_config: Any) -> None:
+                 num_blocks: int, block_size: int, kv_dtype: DataType, backend: str, program_config: Any,
+                 context_parallel: int = 1) -> None:
         self.spec, self.w, self.rank, self.world = spec, weights, rank, world
         self.backend, self.program_config = backend, program_config
-        self.nkv = spec.num_kv_heads // world
-        self.nq = spec.num_heads // world
+        self.cp = context_parallel
+        self.tp = world // context_parallel
+        self.tp_rank, self.cp_rank = rank % self.tp, rank // self.tp
+        self.block_size = block_size
+        self.nkv = spec.num_kv_heads // self.tp
+        self.nq = spec.num_heads // self.tp
+        self.tp_group = self.cp_group = None  # None: the default group (every device)
+        if self.cp > 1:
+            import torch.distributed as dist
+
+            for c in range(self.cp):  # every rank creates every group, in the same order
+                g = dist.new_group([c * self.tp + t for t in range(self.tp)])
+                if c == self.cp_rank:
+                    self.tp_group = g
+            for t in range(self.tp):
+                g = dist.new_group([c * self.tp + t for c in range(self.cp)])
+                if t == self.tp_rank:
+                    self.cp_group = g
         self.freq = rope.inv_freq(spec.head_dim, spec.rope_theta, spec.rope_scaling)
         self.caches = [
             (PagedKVCache(num_blocks, self.nkv, block_size, spec.head_dim, kv_dtype),
@@ -159,20 +185,43 @@ class LlamaShard:
 
     # collectives: identity on one device, torch.distributed on a process group
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.world > 1:
+        """Sum over the TP group."""
+        if self.tp > 1:
             import torch.distributed as dist
 
-            dist.all_reduce(x)
+            dist.all_reduce(x, group=self.tp_group)
         return x
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
-        if self.world == 1:
+        """Concatenate the TP group's slices along the last dim."""
+        if self.tp == 1:
             return x
         import torch.distributed as dist
 
-        parts = [torch.empty_like(x) for _ in range(self.world)]
-        dist.all_gather(parts, x.contiguous())
+        parts = [torch.empty_like(x) for _ in range(self.tp)]
+        dist.all_gather(parts, x.contiguous(), group=self.tp_group)
         return torch.cat(parts, dim=-1)
+
+    def _attention(self, q: torch.Tensor, kc: PagedKVCache, vc: PagedKVCache, s: StepInputs) -> torch.Tensor:
+        """The op over this device's cache; with context parallelism over its blocks, then the LSE merge
+        over the CP group. Returns ``[1, B, nq, D]``."""
+        import ttdecode
+
+        if self.cp == 1:
+            return ttdecode.paged_scaled_dot_product_attention_decode(
+                q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), s.page_table,
+                cur_pos=list(s.positions), program_config=self.program_config, backend=self.backend,
+            )
+        from ttdecode.distributed.context import combine_over_group, shard_plan
+
+        plan = shard_plan(s.page_table.shape[1], self.block_size, self.cp, "interleaved")
+        local = [plan.count_upto(self.cp_rank, p) - 1 if p >= 0 else -1 for p in s.positions]
+        out, lse = ttdecode.paged_scaled_dot_product_attention_decode(
+            q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), s.page_table[:, self.cp_rank::self.cp].contiguous(),
+            cur_pos=local, program_config=self.program_config, backend=self.backend, return_lse=True,
+        )
+        merged, _ = combine_over_group(out.to(torch.float32), lse.to(torch.float32), "all_gather", group=self.cp_group)
+        return merged
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
@@ -185,28 +234,26 @@ class LlamaShard:
 
     def step(self, s: StepInputs) -> torch.Tensor:
         """Logits ``[B, vocab]`` float32 (every device returns them; rows of idle users are zero)."""
-        import ttdecode
-
         spec, d = self.spec, self.spec.head_dim
         bsz = len(s.positions)
         pos = torch.tensor(s.positions, dtype=torch.int64)
         active = pos >= 0
         x = s.hidden
         cos, sin = rope.cos_sin(self.freq, pos.clamp(min=0))
-        users = [b for b, _, _ in s.writes]
-        blocks = [blk for _, blk, _ in s.writes]
-        rows = [r for _, _, r in s.writes]
+        # with context parallelism, only the rows of the positions whose block this device owns
+        writes = [w for w in s.writes if (s.positions[w[0]] // self.block_size) % self.cp == self.cp_rank]
+        users = [b for b, _, _ in writes]
+        blocks = [blk for _, blk, _ in writes]
+        rows = [r for _, _, r in writes]
         for i, (kc, vc) in enumerate(self.caches):
             h = self._norm(x, self.w[f"{i}.in_norm"])
             q = rope.apply_rope(self._linear(h, "q", i).view(bsz, self.nq, d), cos, sin)
             k = rope.apply_rope(self._linear(h, "k", i).view(bsz, self.nkv, d), cos, sin)
             v = self._linear(h, "v", i).view(bsz, self.nkv, d)
-            kc.write_rows(k[users], blocks, rows)
-            vc.write_rows(v[users], blocks, rows)
-            attn = ttdecode.paged_scaled_dot_product_attention_decode(
-                q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), s.page_table,
-                cur_pos=list(s.positions), program_config=self.program_config, backend=self.backend,
-            )
+            if users:
+                kc.write_rows(k[users], blocks, rows)
+                vc.write_rows(v[users], blocks, rows)
+            attn = self._attention(q, kc, vc, s)
             o = attn.reshape(bsz, self.nq * d).to(torch.float32) @ self.w[f"{i}.wo"].T
             o = self.all_reduce(o)
             if f"{i}.bo" in self.w:
@@ -265,9 +312,9 @@ class LlamaDecoder:
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, batch: int, max_seq_len: int,
                  kv_dtype: Any = DataType.bfloat8_b, devices: int = 1, backend: str = "auto",
                  block_size: int = 64, num_blocks: Optional[int] = None, program_config: Any = None,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, context_parallel: int = 1) -> None:
         for name, value in (("batch", batch), ("max_seq_len", max_seq_len), ("devices", devices),
-                            ("block_size", block_size)):
+                            ("block_size", block_size), ("context_parallel", context_parallel)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise _fail(name, "an int >= 1", repr(value))
         if block_size % 32:
@@ -277,14 +324,23 @@ class LlamaDecoder:
             raise _fail("kv_dtype", f"one of {[d.value for d in KV_DTYPES]}", kv.value)
         if spec.head_dim % 32:
             raise _fail("model", "head_dim a multiple of 32 (tiles)", spec.head_dim, NotImplementedError)
-        if spec.num_kv_heads % devices:
-            raise _fail("devices", f"a divisor of the model's {spec.num_kv_heads} KV heads (each device owns whole "
-                        "KV head groups)", devices)
-        if spec.intermediate_size % devices:
-            raise _fail("devices", f"a divisor of the MLP intermediate size {spec.intermediate_size}", devices)
+        if devices % context_parallel:
+            raise _fail("context_parallel", f"a divisor of devices={devices} (C-way context parallelism inside "
+                        "N devices, tensor parallel N/C ways)", context_parallel)
+        tp = devices // context_parallel
+        what = "" if context_parallel == 1 else f"devices / context_parallel = {tp}, "
+        if spec.num_kv_heads % tp:
+            raise _fail("devices", f"{what}a divisor of the model's {spec.num_kv_heads} KV heads (each device owns "
+                        "whole KV head groups)", devices)
+        if spec.intermediate_size % tp:
+            raise _fail("devices", f"{what}a divisor of the MLP intermediate size {spec.intermediate_size}", devices)
+        if math.ceil(max_seq_len / block_size) < context_parallel:
+            raise _fail("context_parallel", f"at most the {math.ceil(max_seq_len / block_size)} cache blocks per user "
+                        f"(max_seq_len {max_seq_len} / block_size {block_size})", context_parallel)
         self.spec = spec
         self._embed = state["model.embed_tokens.weight"].detach()  # [vocab, hidden], its own dtype
         self.batch, self.max_seq_len, self.devices = batch, max_seq_len, devices
+        self.context_parallel = context_parallel
         self.kv_dtype, self.block_size = kv, block_size
         self.backend = _resolve_backend(backend)
         max_blocks = math.ceil(max_seq_len / block_size)
@@ -304,7 +360,8 @@ class LlamaDecoder:
             from ttdecode.distributed import WorkerPool
 
             self._pool = WorkerPool(devices, label="device", timeout=timeout)
-            shards = [(spec, _shard_weights(state, spec, r, devices), options) for r in range(devices)]
+            options["context_parallel"] = context_parallel
+            shards = [(spec, _shard_weights(state, spec, r % tp, tp), options) for r in range(devices)]
             cache_bytes = sum(self._pool.run(_worker_build, shards))
         self.cache_bytes = cache_bytes
         log.info(

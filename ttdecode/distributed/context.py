@@ -1,0 +1,409 @@
+"""Decode context parallelism: the KV cache split along the sequence over devices, partials merged by LSE.
+
+``context_parallel_decode`` takes a whole cache, gives each device (a worker of
+``ttdecode.distributed.WorkerPool``) only its shard of the sequence, runs this package's FlashDecode
+on every shard with ``return_lse=True`` and merges the partial results exactly with their
+log-sum-exp over ``torch.distributed`` collectives (gloo).
+
+Sharding (``U`` units of the sequence: key tiles of 32 positions for a contiguous cache, page-table
+blocks of ``block_size`` positions for a paged one; ``n`` devices, ``1 <= n <= U``):
+
+* ``kv_layout="contiguous"``: device d holds the d-th of n contiguous ranges of units (sizes differ
+  by at most one unit, the larger ones first);
+* ``kv_layout="interleaved"``: unit u lives on device ``u % n`` (vLLM DCP's round-robin layout,
+  here at tile/block granularity so that bfloat8_b/bfloat4_b tiles are moved byte for byte): every
+  device holds an equal share of every user's recent keys.
+
+In both layouts a device keeps its units in global order, so the global-to-local key map is
+monotone and a user's causal prefix ``0..p`` is a local prefix ``0..c`` (``c = -1``: no key of the
+user on that device, which then contributes zeros and LSE -inf). A sliding window ``(p-W, p]`` is a
+local suffix of that prefix whose length differs per user and device; the op takes one window for
+the batch, so a device runs the op once per distinct local window (the other users at -1), which
+keeps every user's output independent of the others (batch invariance). The attention sink joins
+exactly once: on the device that owns the user's position ``p`` (it always holds a key of the
+window).
+
+Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``, merged in float32):
+
+* ``"all_gather"``: every device gathers all n partials and merges all rows (n x the partial
+  traffic per device);
+* ``"all_to_all"``: the ``B*NH`` (user, head) rows are cut into n shares; device r receives share r
+  of every partial (``all_to_all_single``), merges it, then the merged shares are all-gathered.
+
+The merge is :func:`combine_partials` (``ttdecode.reference.merge_partials``), identical on every
+device; the result returned is device 0's. :func:`combine_over_group` is that combine for code that
+already runs inside the workers (e.g. a decoder holding its cache shards), over any process group
+(a CP subgroup of a TP x CP layout).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ttdecode.distributed import RankContext, WorkerPool
+
+__all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "context_parallel_decode", "shard_plan",
+           "ShardPlan", "get_pool", "close_pools"]
+
+KV_LAYOUTS = ("contiguous", "interleaved")
+COMBINES = ("all_gather", "all_to_all")
+_NAME = "context_parallel_decode"
+
+
+def _fail(arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
+    return exc(f"{_NAME}: argument '{arg}': expected {expected}, got {got}")
+
+
+# ---- the merge ----------------------------------------------------------------------------------
+
+
+def combine_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge n partial attention results over disjoint key sets, exactly.
+
+    Args:
+        outs: ``[n, 1, B, NH, Dv]`` normalized partial outputs (floating point).
+        lses: ``[n, 1, B, NH]`` their natural-log LSEs (``-inf``: the partial holds no key).
+
+    Returns:
+        ``(out [1, B, NH, Dv], lse [1, B, NH])`` in the promoted dtype of the inputs:
+        ``lse = log(sum_i exp(lse_i))`` and ``out = sum_i exp(lse_i - lse) * out_i``, computed with
+        the largest LSE subtracted (no overflow for LSEs far apart); partials at ``-inf`` weigh
+        nothing (their outputs may hold anything); all ``-inf`` gives zeros and ``-inf``.
+    """
+    from ttdecode.reference import merge_partials
+
+    for arg, t, ndim in (("outs", outs, 5), ("lses", lses, 4)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"combine_partials: argument '{arg}': expected a floating-point torch tensor, got {got}")
+        if t.dim() != ndim:
+            want = "[n, 1, B, NH, Dv]" if ndim == 5 else "[n, 1, B, NH]"
+            raise ValueError(f"combine_partials: argument '{arg}': expected shape {want}, got {list(t.shape)}")
+    if outs.shape[0] < 1 or outs.shape[1] != 1:
+        raise ValueError(f"combine_partials: argument 'outs': expected shape [n>=1, 1, B, NH, Dv], got {list(outs.shape)}")
+    if list(lses.shape) != list(outs.shape[:4]):
+        raise ValueError(f"combine_partials: argument 'lses': expected shape {list(outs.shape[:4])} "
+                         f"(outs without Dv), got {list(lses.shape)}")
+    return merge_partials(list(outs.unbind(0)), list(lses.unbind(0)))
+
+
+# ---- sharding -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Which units of the sequence each device holds. ``unit``: positions per unit (32 or block_size);
+    ``units[d]``: device d's global unit ids in increasing order."""
+
+    unit: int
+    num_units: int
+    layout: str
+    units: tuple[tuple[int, ...], ...]
+
+    @property
+    def devices(self) -> int:
+        return len(self.units)
+
+    def owner(self, pos: int) -> int:
+        """The device holding global position ``pos``."""
+        u = pos // self.unit
+        if self.layout == "interleaved":
+            return u % self.devices
+        return next(d for d, us in enumerate(self.units) if us[0] <= u <= us[-1])
+
+    def count_upto(self, d: int, pos: int) -> int:
+        """How many positions ``<= pos`` device d holds (0 for pos < 0)."""
+        if pos < 0:
+            return 0
+        u, within = divmod(pos, self.unit)
+        us = np.asarray(self.units[d])
+        full = int(np.count_nonzero(us < u))
+        return full * self.unit + (within + 1 if u in self.units[d] else 0)
+
+
+def shard_plan(num_units: int, unit: int, devices: int, layout: str) -> ShardPlan:
+    """The units of each device (see the module doc)."""
+    if layout == "interleaved":
+        units = tuple(tuple(range(d, num_units, devices)) for d in range(devices))
+    else:
+        base, extra = divmod(num_units, devices)
+        units, start = [], 0
+        for d in range(devices):
+            size = base + (1 if d < extra else 0)
+            units.append(tuple(range(start, start + size)))
+            start += size
+        units = tuple(units)
+    return ShardPlan(unit=unit, num_units=num_units, layout=layout, units=units)
+
+
+def _local_positions(plan: ShardPlan, d: int, positions: Sequence[int], window: Optional[int],
+                     sink: bool) -> list[tuple[int, Optional[int], bool]]:
+    """Per user on device d: (local position or -1, local window or None, whether the sink joins here).
+
+    The local window is None when the user's window covers every local key up to its position."""
+    rows = []
+    for p in positions:
+        if p < 0:
+            rows.append((-1, None, False))
+            continue
+        c = plan.count_upto(d, p)
+        first = plan.count_upto(d, p - window) if window is not None else 0  # local keys before the window
+        live = c - first
+        if live <= 0:
+            rows.append((-1, None, False))
+            continue
+        rows.append((c - 1, None if first == 0 else live, sink and plan.owner(p) == d))
+    return rows
+
+
+def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pages: Optional[np.ndarray] = None) -> Any:
+    """A TileTensor ``[A, NKV, S, D]`` cut to the given units along dim 2 (``rows_of_unit`` tile rows
+    each), or with ``outer_pages`` to the given indices of dim 0 (paged pools). Bytes are copied as they
+    are (no re-quantization)."""
+    from ttdecode.tensor import TileTensor
+
+    a, h, s, dd = t.shape
+    tr, tc = t.padded_shape[2] // 32, t.padded_shape[3] // 32
+    raw = np.frombuffer(t.data, dtype=np.uint8).reshape(a, h, tr, tc * t.page_size)
+    if outer_pages is not None:
+        sel = raw[outer_pages]
+        return TileTensor((len(outer_pages), h, s, dd), t.dtype, sel.tobytes())
+    idx = (np.asarray(units)[:, None] * rows_of_unit + np.arange(rows_of_unit)[None, :]).reshape(-1)
+    sel = raw[:, :, idx]
+    return TileTensor((a, h, len(idx) * 32, dd), t.dtype, sel.tobytes())
+
+
+def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray]) -> Any:
+    """Device d's part of K or V: the positions of its units (contiguous cache) or the blocks its page
+    table rows reference (paged pool, ``paged_blocks`` sorted physical ids)."""
+    from ttdecode.tensor import TileTensor
+
+    if x is None:
+        return None
+    if isinstance(x, TileTensor):
+        if paged_blocks is not None:
+            return _tile_rows_select(x, 0, (), outer_pages=paged_blocks)
+        return _tile_rows_select(x, plan.unit // 32, plan.units[d])
+    if paged_blocks is not None:
+        return x.index_select(0, torch.as_tensor(paged_blocks, dtype=torch.long)).contiguous()
+    pos = (torch.as_tensor(plan.units[d])[:, None] * plan.unit + torch.arange(plan.unit)[None, :]).reshape(-1)
+    return x.index_select(2, pos).contiguous()
+
+
+# ---- the workers --------------------------------------------------------------------------------
+
+
+def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows: list, use_tensor: bool,
+               sink: Any, options: dict, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op over one device's shard: one call per distinct (local window, sink) among its live users,
+    the others at -1. Returns the partial output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]`` in float32."""
+    from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
+
+    groups: dict[tuple[Optional[int], bool], list[int]] = {}
+    for b, (c, w, s) in enumerate(rows):
+        if c >= 0:
+            groups.setdefault((w, s), []).append(b)
+    out = lse = None
+    for (window, with_sink), users in groups.items():
+        pos = [rows[b][0] if b in users else -1 for b in range(len(rows))]
+        kw = dict(options, sliding_window_size=window, attention_sink=sink if with_sink else None,
+                  return_lse=True, backend=backend)
+        if use_tensor:
+            kw["cur_pos_tensor"] = torch.tensor(pos, dtype=torch.int32)
+        else:
+            kw["cur_pos"] = pos
+        if page_table is not None:
+            o, l = paged_scaled_dot_product_attention_decode(q, k, v, page_table, **kw)
+        else:
+            o, l = scaled_dot_product_attention_decode(q, k, v, **kw)
+        o, l = o.to(torch.float32), l.to(torch.float32)
+        if out is None:
+            out = torch.zeros_like(o)
+            lse = torch.full_like(l, float("-inf"))
+        out[:, users], lse[:, users] = o[:, users], l[:, users]
+    return out, lse
+
+
+def combine_over_group(out: torch.Tensor, lse: torch.Tensor, combine: str = "all_gather",
+                       group: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inside a worker: merge this device's partial with those of the other members of ``group``.
+
+    Args:
+        out: this device's partial output ``[1, B, NH, Dv]`` (float32).
+        lse: its LSE ``[1, B, NH]`` (float32; ``-inf`` where the device holds no key of the row).
+        combine: ``"all_gather"`` or ``"all_to_all"`` (module doc).
+        group: a ``torch.distributed`` process group (None: the default group, every worker). Every
+            member must call this with partials of the same shape.
+
+    Returns:
+        The merged ``(out [1, B, NH, Dv], lse [1, B, NH])``, the same on every member.
+    """
+    import torch.distributed as dist
+
+    if combine not in COMBINES:
+        raise ValueError(f"combine_over_group: argument 'combine': expected one of {list(COMBINES)}, got {combine!r}")
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    if combine == "all_gather":
+        outs = [torch.empty_like(out) for _ in range(n)]
+        lses = [torch.empty_like(lse) for _ in range(n)]
+        dist.all_gather(outs, out.contiguous(), group=group)
+        dist.all_gather(lses, lse.contiguous(), group=group)
+        return combine_partials(torch.stack(outs), torch.stack(lses))
+    # all_to_all: rows (user, head) with the LSE carried as one more column.
+    _, b, nh, dv = out.shape
+    rows = torch.cat([out.reshape(b * nh, dv), lse.reshape(b * nh, 1)], dim=1).to(torch.float32).contiguous()
+    share = -(-(b * nh) // n)
+    sizes = [max(0, min(share, b * nh - r * share)) for r in range(n)]
+    mine = torch.empty(n * sizes[rank], dv + 1, dtype=torch.float32)
+    dist.all_to_all_single(mine, rows, output_split_sizes=[sizes[rank]] * n, input_split_sizes=sizes, group=group)
+    parts = mine.reshape(n, sizes[rank], dv + 1)
+    merged_o, merged_l = combine_partials(parts[:, None, None, :, :dv], parts[:, None, None, :, dv])
+    merged = torch.cat([merged_o.reshape(-1, dv), merged_l.reshape(-1, 1)], dim=1)
+    padded = torch.zeros(share, dv + 1, dtype=torch.float32)
+    padded[: sizes[rank]] = merged
+    gathered = [torch.empty_like(padded) for _ in range(n)]
+    dist.all_gather(gathered, padded, group=group)
+    full = torch.cat([g[: sizes[r]] for r, g in enumerate(gathered)], dim=0)
+    return full[:, :dv].reshape(1, b, nh, dv), full[:, dv].reshape(1, b, nh)
+
+
+def _cp_worker(ctx: RankContext, shard: dict, combine: str, empty_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One device: its partial over its shard, then the combine with the other devices (gloo)."""
+    out, lse = _run_shard(**shard)
+    if out is None:  # no live user on this device
+        out = torch.zeros(empty_shape, dtype=torch.float32)
+        lse = torch.full(empty_shape[:-1], float("-inf"), dtype=torch.float32)
+    return combine_over_group(out, lse, combine)
+
+
+# ---- pools --------------------------------------------------------------------------------------
+
+_POOLS: dict[int, WorkerPool] = {}
+
+
+def get_pool(devices: int) -> WorkerPool:
+    """The shared pool of ``devices`` workers (label "device"), started on first use and kept alive."""
+    pool = _POOLS.get(devices)
+    if pool is None or pool.closed:
+        pool = WorkerPool(devices, label="device")
+        _POOLS[devices] = pool
+    return pool
+
+
+def close_pools() -> None:
+    """Close every shared pool (they also close at interpreter exit)."""
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
+
+
+# ---- the operation ------------------------------------------------------------------------------
+
+
+def context_parallel_decode(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    cur_pos: Any = None,
+    cur_pos_tensor: Any = None,
+    devices: Union[int, WorkerPool],
+    kv_layout: str = "contiguous",
+    combine: str = "all_gather",
+    page_table: Any = None,
+    return_lse: bool = False,
+    backend: str = "auto",
+    **op_options: Any,
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Decode attention with the KV cache split along the sequence over ``devices`` workers.
+
+    Args:
+        q: ``[1, B, NH, D]``; k, v: the whole cache ``[B, NKV, S, D]`` (``[1, ...]`` with
+            ``share_cache``), or with ``page_table`` (``[B, max_blocks]`` int32) the block pool
+            ``[num_blocks, NKV, block_size, D]``; torch tensors, ``ttdecode`` TileTensors or ttnn
+            host tensors (their format is the cache's: bf16, bfloat8_b, bfloat4_b). ``v=None`` with
+            ``head_dim_v`` (MLA) on the reference backend.
+        cur_pos / cur_pos_tensor: exactly one, as in the op (``-1`` skips a user).
+        devices: the number of devices (a shared pool of that many workers, kept alive), or a
+            ``WorkerPool``. At least 1 and at most the number of key tiles (blocks when paged).
+        kv_layout: ``"contiguous"`` or ``"interleaved"`` (see the module doc).
+        combine: ``"all_gather"`` or ``"all_to_all"``.
+        return_lse: also return the merged LSE ``[1, B, NH]`` (float32).
+        backend: the op's backend on every device: ``"auto"`` (the host runtime here), ``"host"``
+            or ``"reference"``.
+        op_options: the op's other options, carried to every shard: ``scale``,
+            ``sliding_window_size``, ``attention_sink`` (joins once per user), ``share_cache``,
+            ``program_config``, ``compute_kernel_config``, ``head_dim_v``.
+
+    Returns:
+        The output ``[1, B, NH, Dv]`` (torch bfloat16, the op's output format) or ``(output, lse)``.
+    """
+    from ttdecode.tensor import TileTensor, _is_ttnn_tensor, as_tile_tensor
+    from ttdecode.validate import validate_decode
+
+    if isinstance(kv_layout, str) is False or kv_layout not in KV_LAYOUTS:
+        raise _fail("kv_layout", f"one of {list(KV_LAYOUTS)}", repr(kv_layout))
+    if isinstance(combine, str) is False or combine not in COMBINES:
+        raise _fail("combine", f"one of {list(COMBINES)}", repr(combine))
+    if isinstance(devices, WorkerPool):
+        n = devices.world_size
+    elif isinstance(devices, bool) or not isinstance(devices, int):
+        raise _fail("devices", "an int >= 1 or a ttdecode.distributed.WorkerPool", repr(devices), TypeError)
+    elif devices < 1:
+        raise _fail("devices", "at least 1 device", devices)
+    else:
+        n = devices
+    if not isinstance(backend, str) or backend not in ("auto", "host", "reference", "device"):
+        raise _fail("backend", "one of ['auto', 'host', 'reference']", repr(backend))
+    if backend == "auto":
+        from ttdecode.api import _select_backend
+
+        backend = _select_backend()
+    if backend == "device":
+        raise NotImplementedError(f"{_NAME}: backend 'device': the device path of context parallelism (ttnn "
+                                  f"collectives over a mesh) is not built; use backend='host' or 'reference'")
+    for bad in ("is_causal", "attn_mask", "memory_config", "return_lse_partials"):
+        if bad in op_options and not (bad == "is_causal" and op_options[bad] is True):
+            raise _fail(bad, "not given (context parallelism implements causal decode on host tensors)",
+                        repr(op_options[bad]))
+    if "paged" in op_options:
+        raise _fail("paged", "not given (pass page_table for a paged cache)", repr(op_options["paged"]))
+
+    paged = page_table is not None
+    info = validate_decode(q, k, v, page_table=page_table, paged=paged, cur_pos=cur_pos,
+                           cur_pos_tensor=cur_pos_tensor, return_lse=True, **op_options)
+    unit = info.block_size if paged else 32
+    num_units = info.page_table_values.shape[1] if paged else info.seq_len // 32
+    if n > num_units:
+        what = f"{num_units} blocks per user" if paged else f"{num_units} key tiles (S={info.seq_len})"
+        raise _fail("devices", f"at most one device per unit of the sequence ({what})", n)
+    pool = devices if isinstance(devices, WorkerPool) else get_pool(n)
+
+    host = lambda x: as_tile_tensor(x) if _is_ttnn_tensor(x) else x  # noqa: E731 - picklable host copies
+    q_h, k_h, v_h = host(q), host(k), host(v)
+    sink = host(op_options.pop("attention_sink", None))
+    window = op_options.pop("sliding_window_size", None)
+    plan = shard_plan(num_units, unit, n, kv_layout)
+    positions = list(info.positions)
+
+    per_rank = []
+    for d in range(n):
+        rows = _local_positions(plan, d, positions, window, sink is not None)
+        local_pt, blocks = None, None
+        if paged:
+            pt = info.page_table_values[:, list(plan.units[d])]
+            blocks = np.unique(pt.numpy())
+            local_pt = torch.as_tensor(np.searchsorted(blocks, pt.numpy()), dtype=torch.int32)
+        shard = dict(q=q_h, k=_shard_kv(k_h, plan, d, blocks), v=_shard_kv(v_h, plan, d, blocks),
+                     page_table=local_pt, rows=rows, use_tensor=cur_pos_tensor is not None, sink=sink,
+                     options=dict(op_options), backend=backend)
+        per_rank.append((shard, combine, (1, info.batch, info.num_heads, info.head_dim_v)))
+    results = pool.run(_cp_worker, per_rank)
+    out, lse = results[0]
+    out = out.to(torch.bfloat16)
+    return (out, lse) if return_lse else out
