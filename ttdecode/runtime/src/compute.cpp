@@ -23,10 +23,14 @@
 //   approximation modes select them.
 // * Math fidelity: matmul, mul (eltwise/bcast) and the SUM reduce run the LLK's fidelity phases on the
 //   SrcA/SrcB fidelity bit slices (compute_ops.cpp; SrcASrcB.md, ELWMUL.md, MVMUL.md).
+// * pack_tile converts DST to the CB's format as the packer does (chip_packer.hpp): BF16 / E8M6
+//   rounding with ties away from zero, denormals and -0 -> +0, NaN -> inf, block-float groups of 16
+//   sharing the largest exponent, BFP4 truncated from BFP8; Float32 from an fp32 DST is exact.
 #include "compute_state.hpp"
 
 #include <algorithm>
 
+#include "chip_packer.hpp"
 #include "fast_unpack.hpp"
 
 namespace ttrt {
@@ -264,7 +268,7 @@ extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, i
         for (uint32_t i = 0; i < kTileValues; ++i) tmp[i] = (i % 16 == 0) ? src[i] : 0.f;
         src = tmp;
     }
-    fmt::pack_tile(f, src, k.core->l1 + addr);
+    chip_packer::pack_tile(f, k.fp32_acc, src, k.core->l1 + addr);  // the chip's packer, not ttnn's tilizer
     k.counters.op_tiles[OP_PACK] += 1;
     record(k, EV_COMPUTE, OP_PACK, 1);
 }
