@@ -17,7 +17,7 @@ Per core (cycles of the 1 GHz clock):
 - reader: for every read-barrier group, ``latency + max(bytes / plateau, requests x issue)``; a bank
   floor ``bank_load / (peak/12 x efficiency)`` over all cores sharing the banks (the whole step's
   DRAM traffic, efficiency depending on interleaved vs bank-local placement).
-- compute: per op, ``tiles x max(unpack, math, pack) + calls x init``; SFPU math per tile from the
+- compute: per op, ``tiles x max(unpack, math) + calls x init``, pack as its own op; SFPU math per tile from the
   instruction counts x the vector steps the call runs (32 for a full tile, 16 for VectorMode::R).
 - the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
   chunk of the shorter stage is not hidden) + CB handshakes.
@@ -65,7 +65,7 @@ class CostConstants:
     noc_write_setup_cycles: float = 40.0  # ASSUMED
     semaphore_handshake_cycles: float = 100.0  # ASSUMED
     cb_handshake_cycles: float = 20.0  # ASSUMED, per cb push/wait pair
-    launch_cycles: float = 2000.0  # FITTED, see sources
+    launch_cycles: float = 2000.0  # ASSUMED, see sources
     call_init_cycles: float = 60.0  # ASSUMED: init + reconfig of one LLK call
     unpack_address_cycles: float = 2.0
     unpack_bytes_per_cycle: float = 64.0
@@ -89,6 +89,7 @@ COST = CostConstants()
 COST_SOURCES: dict[str, str] = {
     "clock_hz": "Wormhole AI clock 1 GHz (REFERENCE.md section 2)",
     "dram_peak_bytes_per_cycle": "288 GB/s, 12 GDDR6 banks (REFERENCE.md section 2, tech_reports/Saturating_DRAM_bandwidth)",
+    "dram_banks": "12 GDDR6 banks (REFERENCE.md section 2)",
     "dram_latency_cycles": "~384 cycles for a first small DRAM read (tt-metal tests/tt_metal/tt_metal/data_movement/"
                            "documentation; REFERENCE.md section 4); charged once per read barrier",
     "dram_request_issue_cycles": "about one read request per 6.8 cycles at a DRAM endpoint per NoC (tt-metal issue "
@@ -105,9 +106,8 @@ COST_SOURCES: dict[str, str] = {
     "noc_write_setup_cycles": "ASSUMED: issuing one NoC write (command buffer setup) from a RISC-V, ~40 cycles",
     "semaphore_handshake_cycles": "ASSUMED: write barrier + semaphore increment + the receiver's poll, ~100 cycles",
     "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
-    "launch_cycles": "FITTED: 2 us of program launch/firmware start inside the device kernel time, fitted on the "
-                     "tg-llama70b point (B=8, cur_pos=127, 7.4 us after tt-metal PR #37004) together with the "
-                     "assumed per-call init; the short-context error is dominated by this term",
+    "launch_cycles": "ASSUMED: 2 us of program launch / firmware start / kernel exit inside the device kernel "
+                     "time (no published figure found); NOT fitted; the short-context error is dominated by it",
     "call_init_cycles": "ASSUMED: one LLK call's init and data-format reconfig (unpack/math/pack config writes and "
                         "TRISC sync), ~60 cycles; tt-metal keeps these inside its block helpers",
     "unpack_address_cycles": "2 cycles of address calculation per unpack (tt-isa-documentation UNPACR_Regular.md)",
@@ -231,8 +231,9 @@ def _math_tile_cycles(op: str, t: OpTally, phases: int, c: CostConstants) -> flo
 
 
 def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> float:
-    """Cycles of `t.tiles` tiles of `op` in `t.calls` calls: per tile the slowest of unpack, math and
-    pack (their TRISCs pipeline through Dst), plus the per-call init."""
+    """Cycles of `t.tiles` tiles of `op` in `t.calls` calls: per tile the slower of unpack and math
+    (their TRISCs pipeline through Dst), plus the per-call init. Packing the results is the op
+    "pack" (tiles x bytes / pack rate + init per call)."""
     phases = c.fidelity_phases[fidelity]
     frac = t.steps / c.sfpu_steps_per_tile
     unpack = c.unpack_address_cycles + c.intermediate_tile_bytes * frac / c.unpack_bytes_per_cycle
@@ -241,10 +242,8 @@ def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> fl
         unpack = 0.0  # works on Dst; the copy into Dst is its own op
     if op == "pack":
         return t.tiles * pack + t.calls * c.call_init_cycles
-    math = _math_tile_cycles(op, t, phases, c)
-    if op in SFPU_OPS:
-        pack = 0.0  # the pack of the result is counted as its own op
-    return t.tiles * max(unpack, math, pack) + t.calls * c.call_init_cycles
+    math = _math_tile_cycles(op, t, phases, c)  # the pack of the results is its own op ("pack")
+    return t.tiles * max(unpack, math) + t.calls * c.call_init_cycles
 
 
 def _sum_ops(ops: Mapping[str, Sequence[OpTally]], fidelity: str, c: CostConstants) -> dict[str, float]:

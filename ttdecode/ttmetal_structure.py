@@ -13,6 +13,7 @@ Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e
   PV matmul         k*dv tiles, one call per output subblock (dv)
   after chunk 1:    sub + exp on 1 tile (max correction), mul 1 (sum), mul_bcast dv, add 1, add dv
   moves             2 copies (max, sum to the ping-pong buffers)
+  packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per op
 Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
 (d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
 the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1), copy dv (O), mul_bcast 2*dv,
@@ -122,6 +123,8 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                         _add(ops, "add", 1, 1, rows, steps)
                         _add(ops, "add", dv, 1, rows, steps)
                     _add(ops, "copy", 2, 2, rows, steps)
+                    _add(ops, "pack", (2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)) * frac, 6 + (5 if c else 0),
+                         rows, steps)
                     groups += [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
                 if rank == 0:
                     _add(ops, "recip", 1, 1, rows, steps)
