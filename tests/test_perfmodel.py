@@ -267,7 +267,12 @@ def test_quick_sweep_writes_both_kernels_at_the_tg_llama70b_point(tmp_path) -> N
     from pathlib import Path
     spec = importlib.util.spec_from_file_location("sweep_fd", Path(__file__).resolve().parents[1] / "perf" / "sweep_flash_decode.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    import sys
+    sys.modules["sweep_fd"] = mod  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    finally:
+        sys.modules.pop("sweep_fd", None)
     assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
     with (tmp_path / "sweep_flash_decode_quick.csv").open() as f:
         rows = list(csv.DictReader(f))
