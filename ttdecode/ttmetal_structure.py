@@ -14,6 +14,8 @@ Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e
   after chunk 1:    sub + exp on 1 tile (max correction), mul 1 (sum), mul_bcast dv, add 1, add dv
   moves             2 copies (max, sum to the ping-pong buffers)
   packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per op
+The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or, before it, linear
+(the root merges the n - 1 workers one after another; the tech report's measurements are of that one).
 Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
 (d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
 the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1), copy dv (O), mul_bcast 2*dv,
@@ -53,6 +55,7 @@ class TTMetalShape:
     k_chunk_size: int = 0
     kv_dtype: str = "bfloat8_b"
     fp32_dest_acc: bool = False
+    reduction: str = "tree"  # "tree" (since PR #37004, Feb 2026) or "linear" (before: the root merges all)
 
 
 def split(s: TTMetalShape) -> tuple[int, int]:
@@ -133,11 +136,20 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                 kv = my_chunks * kt * (d + dv) * kv_tile
                 per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
                 bank += per_bank
-                works.append(CoreWork(groups, per_bank, dict(ops), {}, my_chunks, 4 * my_chunks + 2, kv))
-    rounds = math.ceil(math.log2(active)) if active > 1 else 0
+                # K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the
+                # read of its V, so the pipeline has two stages per chunk
+                works.append(CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv))
+    if s.reduction not in ("tree", "linear"):
+        raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
     gx = s.grid[0]
-    msg = (2 + dv) * BF16_TILE * (1 if g > 16 else 1)  # l, m, O tiles (its CBs hold full tiles)
-    path = tuple((msg, noc_hops(CoreCoord((1 << r) % gx, (1 << r) // gx), CoreCoord(0, 0))) for r in range(rounds))
+    msg = (2 + dv) * BF16_TILE  # l, m, O tiles (its CBs hold full tiles)
+    if s.reduction == "tree":
+        rounds = math.ceil(math.log2(active)) if active > 1 else 0
+        senders = [1 << r for r in range(rounds)]
+    else:  # every worker writes into the root, which merges them one after another
+        rounds = active - 1
+        senders = list(range(1, active))
+    path = tuple((msg, noc_hops(CoreCoord(i % gx, i // gx), CoreCoord(0, 0))) for i in senders)
     merge: dict[str, list[OpTally]] = defaultdict(list)
     for op, tiles, calls in (("copy", 1, 1), ("max", 1, 1), ("sub", 2, 2), ("exp_bf16", 2, 2), ("mul", 2, 2),
                              ("add", 1, 1), ("copy", dv, 1), ("mul_bcast", 2 * dv, 2), ("add", dv, 1),
