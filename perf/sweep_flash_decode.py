@@ -1,4 +1,4 @@
-"""FlashDecode sweeps on the host runtime, timed by the analytic Wormhole model (ttdecode.perfmodel).
+"""FlashDecode sweeps on the host runtime, timed by the Wormhole cost model (ttdecode.costmodel).
 
 Every point is a real run of kernels/{reader,writer,compute}.cpp on the host runtime; the model turns
 the run's counters into an estimated Wormhole step time. Sweeps (bfloat8_b K/V, bf16 Q, HiFi2,
@@ -9,11 +9,19 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
   cores  T3K per chip (4q/1kv and 8q/1kv, D 128), B 1, S 32K, max_cores_per_head_batch 1..64
   batch  Llama-3.1-8B on N150, S 8K, B 1, 8, 32
 
+  tg-llama70b  Galaxy Llama-70B per chip: B 8, 8q/1kv, D 128, cur_pos 127, 8x4 grid (tt-metal measured 7.4 us)
+  techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv (ours run at B 8, D <= 128)
+
+Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
+ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
+model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
+tg-llama70b only (seconds). All times are MODEL ESTIMATES.
+
 Outputs in --out (default tech_report/figures/): sweep_flash_decode.csv, fd_time_vs_seq.png,
-fd_gbps_vs_cores.png, fd_reduction_share.png; a table on stdout.
+fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png; a table on stdout.
 
     PYTHONPATH=. python perf/sweep_flash_decode.py            # full (a few minutes)
-    PYTHONPATH=. python perf/sweep_flash_decode.py --quick    # a few points (< 2 minutes)
+    PYTHONPATH=. python perf/sweep_flash_decode.py --quick --out DIR   # tg-llama70b, both kernels (seconds)
 """
 
 from __future__ import annotations
@@ -152,14 +160,20 @@ def _breakdown_cols(b: Breakdown) -> dict[str, object]:
             "pct_of_288": round(100 * b.achieved_gbps / 288.0, 1)}
 
 
-def ttmetal_row(p: Point) -> dict[str, object]:
+def ttmetal_reductions(p: Point) -> tuple[str, ...]:
+    """tt-metal's reductions to model at `p`: today's tree everywhere; also the linear one (its
+    tech report's era) at the tech report's points and the T3K cores sweep, to compare with what
+    the report measured."""
+    return ("tree", "linear") if p.sweep in ("techreport", "cores") else ("tree",)
+
+
+def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
     """tt-metal's structure (ttdecode.ttmetal_structure) through the cost model at `p`."""
-    # the tech report (2024-25) measured the linear reduction; tg-llama70b's 7.4 us is after the tree
     shape = TTMetalShape(p.batch, p.num_q_heads, p.num_kv_heads, p.head_dim, p.pos, p.seq_len, p.grid, p.max_cores,
-                         p.k_chunk_size, reduction="tree" if p.sweep == "tg-llama70b" else "linear")
+                         p.k_chunk_size, reduction=reduction)
     works, red, counts = ttmetal_work(shape)
     b = evaluate(works, red, "HiFi2")
-    return {"sweep": p.sweep, "kernel": "tt-metal", "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
+    return {"sweep": p.sweep, "kernel": "tt-metal", "reduction": reduction, "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
             "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
             "max_cores_per_head": p.max_cores, "pieces_per_head": counts["active_cores_per_head"],
             **_breakdown_cols(b), "est_us_optimistic": "", "run_seconds": 0.0}
@@ -167,7 +181,7 @@ def ttmetal_row(p: Point) -> dict[str, object]:
 
 def row_of(p: Point, plan: DecodePlan, e: StepEstimate, b: Breakdown, wall: float) -> dict[str, object]:
     return {
-        "sweep": p.sweep, "kernel": "ttdecode", "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
+        "sweep": p.sweep, "kernel": "ttdecode", "reduction": "tree", "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
         "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
         "max_cores_per_head": p.max_cores, "pieces_per_head": plan.pieces_per_work,
         **_breakdown_cols(b), "est_us_optimistic": round(e.time_us, 3), "run_seconds": round(wall, 2),
@@ -207,10 +221,11 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
             e = estimate_step(plan, counters)
             works, red, fid = work_from_counters(plan, counters)
             yield p, row_of(p, plan, e, evaluate(works, red, fid), wall)
-        yield p, ttmetal_row(p)
+        for reduction in ttmetal_reductions(p):
+            yield p, ttmetal_row(p, reduction)
 
 
-COLUMNS = ["sweep", "kernel", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
+COLUMNS = ["sweep", "kernel", "reduction", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
            "matmul", "sfpu", "eltwise", "reduce", "reduction", "red %", "GB/s", "% 288"]
 
 
@@ -219,7 +234,7 @@ def print_table(rows: list[dict[str, object]]) -> None:
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
-        cells = [r["sweep"], r["kernel"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
+        cells = [r["sweep"], r["kernel"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
                  r["cores_used"], f"{r['est_us']:.1f}", f"{r['launch_us']:.1f}", f"{r['local_us']:.1f}",
                  f"{r['reader_us']:.1f}", f"{r['matmul_us']:.1f}", f"{r['sfpu_us']:.1f}", f"{r['eltwise_us']:.1f}",
                  f"{r['reduce_us']:.1f}", f"{r['reduction_us']:.1f}", f"{100 * float(r['reduction_share']):.1f}",
@@ -235,15 +250,50 @@ def write_csv(rows: list[dict[str, object]], path: Path) -> None:
 
 
 def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
-    """The three figures; returns their paths."""
+    """The figures (model estimates, tt-metal's measured points overlaid); returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     made: list[Path] = []
+    tg = [r for r in rows if r["sweep"] == "tg-llama70b"]
+    if tg:
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        labels = [f"model: {r['kernel']}" for r in tg] + [f"measured: {k}" for k in TG_LLAMA70B_MEASURED_US]
+        values = [float(r["est_us"]) for r in tg] + list(TG_LLAMA70B_MEASURED_US.values())
+        colors = ["C0" if "ttdecode" in lab else "C1" if "model" in lab else "gray" for lab in labels]
+        ax.barh(labels, values, color=colors)
+        for i, v in enumerate(values):
+            ax.text(v, i, f" {v:.1f}", va="center", fontsize=7)
+        ax.set_xlabel("µs per decode step")
+        ax.set_title("Galaxy Llama-70B per chip (B=8, 8q/1kv, D=128, cur_pos=127, 8x4 cores):\nmodel estimates "
+                     "vs tt-metal's measurements", fontsize=7)
+        made.append(out / "fd_tg_llama70b.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
+    tr = [r for r in rows if r["sweep"] == "techreport"]
+    if tr:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for (kern, red), style in ((("ttdecode", "tree"), "o"), (("tt-metal", "tree"), "x"), (("tt-metal", "linear"), "+")):
+            rs = [r for r in tr if r["kernel"] == kern and r["reduction"] == red]
+            ax.plot([f"B{r['batch']} D{r['head_dim']}" for r in rs], [r["achieved_gbps"] for r in rs], style,
+                    ms=8, label=f"model: {kern} ({red} reduction)")
+        ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured (tech report): up to 180 GB/s")
+        ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
+        ax.set_ylabel("K/V GB/s")
+        ax.set_title("FlashDecode tech report points: 128K, 8q/1kv, bfloat8_b (model estimates)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
+        made.append(out / "fd_techreport_gbps.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
     tt_seq = [r for r in rows if r["sweep"] == "seq" and r["kernel"] == "tt-metal"]
     tt_cores = [r for r in rows if r["sweep"] == "cores" and r["kernel"] == "tt-metal"]
+    tt_seq = [r for r in tt_seq if r["reduction"] == "tree"]
     rows = [r for r in rows if r["kernel"] == "ttdecode"]
     seq = [r for r in rows if r["sweep"] == "seq"]
     if seq:
@@ -277,9 +327,10 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
         for m in models:
             rs = [r for r in cores if r["model"] == m]
             ax.plot([r["pieces_per_head"] for r in rs], [r["achieved_gbps"] for r in rs], "o-", label=f"ttdecode {m}")
-            ts = [r for r in tt_cores if r["model"] == m]
-            ax.plot([r["max_cores_per_head"] for r in ts], [r["achieved_gbps"] for r in ts], "x--",
-                    label=f"tt-metal structure {m}")
+            for red, style in (("tree", "x--"), ("linear", "+:")):
+                ts = [r for r in tt_cores if r["model"] == m and r["reduction"] == red]
+                ax.plot([r["max_cores_per_head"] for r in ts], [r["achieved_gbps"] for r in ts], style,
+                        label=f"tt-metal structure ({red} reduction) {m}")
         ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
         ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured best ~180 GB/s (tech report)")
         ax.set_xscale("log", base=2)
@@ -333,7 +384,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows: list[dict[str, object]] = []
     t0 = time.perf_counter()
     for p, row in run_sweeps(points, args.long_limit):
-        print(f"  {p.sweep:<5} {row['kernel']:<8} {p.model:<26} B={p.batch:<2} S={p.seq_len:<6} "
+        print(f"  {p.sweep:<5} {row['kernel']:<8} {row['reduction']:<6} {p.model:<26} B={p.batch:<2} S={p.seq_len:<6} "
               f"cores/head={row['pieces_per_head']:<2} "
               f"-> {row['est_us']:.1f} us, {row['achieved_gbps']:.1f} GB/s ({row['run_seconds']:.1f} s)", flush=True)
         rows.append(row)
