@@ -281,3 +281,14 @@ def test_quick_sweep_writes_both_kernels_at_the_tg_llama70b_point(tmp_path) -> N
     assert set(tg) == {"ttdecode", "tt-metal"}
     for r in tg.values():
         assert float(r["est_us"]) > 0 and float(r["achieved_gbps"]) > 0
+
+
+def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fills_the_grid() -> None:
+    # B=32, 32q/8kv on 8x8: cores per batch = min(64, 16*32*8) // 32 = 2, so one core per head is not
+    # available: cores per head 1, heads per core ceil(8 / 2) = 4 -> 32 users x 2 cores, each 4 heads
+    s = TTMetalShape(32, 32, 8, 128, 255, 256)
+    works, red, counts = ttmetal_work(s)
+    assert counts["cores_per_head"] == 1 and len(works) == 64 and red.rounds == ()
+    # cur_pos 255: chunk pow2ceil(255//32 + 1) = 8 tiles, one chunk per head; 4 heads: 4 x (Q, K, V) groups
+    assert [n for _, n in works[0].read_groups] == [4, 32, 32] * 4
+    assert sum(t.tiles for t in works[0].compute["matmul"]) == 4 * (8 * 4 + 8 * 4)

@@ -99,14 +99,13 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
     per_head, heads_per_core = split(s)
     active = min(chunks, per_head)
     kv_tile = KV_TILE[s.kv_dtype]
-    works: list[CoreWork] = []
-    bank = np.zeros(COST.dram_banks)
+    by_core: dict[tuple[int, int, int], CoreWork] = {}
     for user in range(s.batch):
         for head in range(s.num_kv_heads):
             for rank in range(active):
                 my_chunks = chunks // active + (1 if rank < chunks % active else 0)
                 ops: dict[str, list[OpTally]] = defaultdict(list)
-                groups: list[tuple[int, int]] = [(d * BF16_TILE * heads_per_core, d)]
+                groups: list[tuple[int, int]] = [(d * BF16_TILE, d)]  # this head's Q tiles
                 for c in range(my_chunks):
                     _add(ops, "matmul", kt * d, kt, rows, steps)
                     if rank == 0 and c == my_chunks - 1:
@@ -135,10 +134,21 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                     _add(ops, "copy", dv, 1, rows, steps)
                 kv = my_chunks * kt * (d + dv) * kv_tile
                 per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
-                bank += per_bank
                 # K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the
                 # read of its V, so the pipeline has two stages per chunk
-                works.append(CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv))
+                key = (user, head // heads_per_core, rank)  # a core runs heads_per_core heads one after another
+                if key in by_core:
+                    w = by_core[key]
+                    w.read_groups += groups
+                    w.bank_bytes = w.bank_bytes + per_bank
+                    for op, ts in ops.items():
+                        w.compute.setdefault(op, []).extend(ts)
+                    w.chunks += 2 * my_chunks
+                    w.cb_handshakes += 4 * my_chunks + 2
+                    w.kv_bytes += kv
+                else:
+                    by_core[key] = CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv)
+    works = list(by_core.values())
     if s.reduction not in ("tree", "linear"):
         raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
     gx = s.grid[0]
