@@ -18,13 +18,13 @@ constexpr uint32_t cb_v = 2;             // V chunks, same slots with dv_tiles
 constexpr uint32_t cb_pos_compute = 3;   // int32 positions of every user, for the compute kernel
 constexpr uint32_t cb_pos_writer = 4;    // the same page, for the writer
 constexpr uint32_t cb_mask = 5;          // a piece's two masks: its first tile (window start), its last (cur_pos)
-constexpr uint32_t cb_scaler = 6;        // reduce scaler: row 0 of every face 1.0, the rest 0
+// index 6 is unused (the row max is an SFPU reduce, no scaler tile)
 constexpr uint32_t cb_ones = 7;          // all ones: P x ones puts the row sums in every column
-constexpr uint32_t cb_scores = 8;        // fp32 scores of one q tile row over one chunk (also scratch)
-constexpr uint32_t cb_probs = 9;         // fp32 exp((S - m) * scale) of the same (also scratch)
+constexpr uint32_t cb_scores = 8;        // fp32 logits (scores x scale, masked) of one q tile row over one chunk
+constexpr uint32_t cb_probs = 9;         // fp32 exp(S - m) of the same (read by the matmuls as TF32)
 // The running statistics and output live in two sets of CBs used in turn: a chunk or a merge reads
 // the current set and writes the other, so every CB is filled and emptied whole.
-constexpr uint32_t cb_max_a = 10;        // running row max m (unscaled), one tile per q tile row
+constexpr uint32_t cb_max_a = 10;        // running row max m (logit units, column 0), one tile per q tile row
 constexpr uint32_t cb_max_b = 11;
 constexpr uint32_t cb_sum_a = 12;        // running row sum l
 constexpr uint32_t cb_sum_b = 13;
@@ -36,7 +36,7 @@ constexpr uint32_t cb_partial_in = 18;   // children's partials, written by thei
 constexpr uint32_t cb_out = 19;          // bf16 output tiles of the root
 constexpr uint32_t cb_lse = 20;          // fp32 LSE tiles of the root (column 0 holds the value)
 constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows and one LSE row
-constexpr uint32_t cb_zeros = 22;        // a zero tile: 0 - m is where an unmasked score tile starts
+// index 22 is unused (row values are broadcast by unary_bcast, no zero tile)
 constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
 constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sink logits (bf16, column 0)
 

@@ -6,23 +6,27 @@
 // attention sink the root first folds the sink into (m, l, O) like one more merge (merge_sink);
 // with a sliding window the piece that reads the window's first tile masks the keys before it.
 //
-// Numbers: scores, probabilities, statistics and the accumulator live in float32 CBs and are
-// combined in float32 DST (fp32 accumulation). The FPU reads a float32 CB tile as TF32 (10
-// mantissa bits), so only the matmuls and the row max read float32 tiles through the FPU:
-// * Q . K^T is computed once per chunk into cb_scores (fp32, keys past cur_pos at -inf). The row
-//   max reads its TF32 copy, so m is a max of TF32 values: exact wherever the FPU reads it again
-//   (broadcast_column), and the same value everywhere. The exponent copies the scores exactly into
-//   DST and subtracts m on the SFPU: exp((S - m) * scale) sees the scores in full fp32.
-// * Rescaling (l, O by alpha), the merge of partials and the LSE run on the SFPU on tiles copied
-//   exactly into DST (rescale factors hold a row's value in every column), so the statistics stay
-//   fp32; only P enters its row sum and P . V as TF32 (the same P for both), and the root's final
-//   O x 1/l reads both as TF32 before rounding to the bf16 output.
-// m is kept unscaled; the scale is folded into every exponent. Only API patterns with plain device
-// semantics are used: a reduce into a freshly acquired DST, SFPU ops on tiles in DST, an FPU op or
-// an SFPU op in DST that a matmul then accumulates onto.
+// Numbers (what is fp32 on the chip, and why). The scale is applied to the fp32 scores on the SFPU
+// before anything else, so every statistic is in logit units (any finite non-zero scale, either sign):
+// * Q . K^T accumulates in the fp32 DST (bf16 Q and bf16/bfp K are exact in SrcA/SrcB), is scaled by
+//   `scale` on the SFPU and masked (-inf added on the SFPU) into cb_scores.
+// * The CBs read only by copy_tile / unary_bcast are in UnpackToDestFp32 mode (factory.py): scores,
+//   the running max / sum / output, alpha and the children's partials are unpacked straight into the
+//   fp32 DST, bit for bit. The row max is the SFPU's exact sfpu_reduce of the copied scores; every
+//   combination (max, rescale, merge, sink, 1/l, O x 1/l, LSE) runs on the SFPU in fp32, and a row's
+//   value is broadcast along its row by unary_bcast<COL> from an UnpackToDestFp32 CB (exact).
+// * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
+//   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
+//   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
+// * Without fp32 accumulation (bf16 DST) nothing can be unpacked to DST; every value is bf16 in DST.
+// Only API patterns with plain device semantics are used: SFPU ops on tiles in DST, and an SFPU or
+// FPU op in DST that a matmul then accumulates onto.
 //
 // The running (m, l, O) live in two CB sets used in turn: each chunk or merge reads the current
 // set and writes the other one, so every CB is filled from its first page and emptied whole.
+// Rows are independent in every step, and only column 0 of m and l is ever used (unary_bcast<COL>,
+// the LSE), so a partial's rows past the group and columns 16-31 of its m and l, which no child
+// sends (their L1 holds whatever was there), never reach the output.
 
 #include <stdint.h>
 
@@ -68,6 +72,8 @@ constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
 constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, m tiles, l tiles
 constexpr uint32_t partial_sum_offset = acc_tiles + q_tiles;
 constexpr uint32_t NO_MASK = 0xFFFFFFFFu;
+// What DST holds, the format the SFPU row max loads it with.
+constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
 
 static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, child, e_child)");
 
@@ -84,18 +90,24 @@ inline void use_operands(uint32_t a, uint32_t b) { reconfig_data_format(a, b); }
 // A matmul unpacks in0 into srcB and in1 into srcA.
 inline void use_matmul_operands(uint32_t in0, uint32_t in1) { reconfig_data_format(in1, in0); }
 
+// DST tile dst = tile `tile` of cb (exact for an UnpackToDestFp32 CB and for bf16 data).
 inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
     reconfig_data_format_srca(cb);
     copy_init(cb);
     copy_tile(cb, tile, dst);
 }
 
-// dst *= scale, then dst = exp(dst), for DST tiles [0, n).
-inline void scaled_exp(uint32_t n) {
-    binop_with_scalar_tile_init();
-    for (uint32_t i = 0; i < n; ++i) {
-        mul_unary_tile(i, scale_bits);
-    }
+// DST tile dst = column 0 of tile `tile` of cb in every column: exact from an UnpackToDestFp32 CB
+// (broadcast inside the fp32 DST); a bf16 CB goes through srcB, also exact.
+inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
+    reconfig_data_format_srca(cb);
+    reconfig_data_format_srcb(cb);
+    unary_bcast_init<BroadcastType::COL>(cb);
+    unary_bcast<BroadcastType::COL>(cb, tile, dst);
+}
+
+// dst = exp(dst) for DST tiles [0, n).
+inline void exp_block(uint32_t n) {
     exp_tile_init<exp_approx>();
     for (uint32_t i = 0; i < n; ++i) {
         exp_tile<exp_approx>(i);
@@ -113,35 +125,35 @@ inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_str
     tile_regs_release();
 }
 
-// DST tile dst = column 0 of tile `tile` of cb, in every column. The FPU reads the Float32 tile as
-// TF32, so this is exact for the running max (a max of TF32 scores) and for anything TF32-exact.
-inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
-    use_operands(cb_zeros, cb);
-    add_bcast_cols_init(cb_zeros, cb);
-    add_tiles_bcast_cols(cb_zeros, cb, 0, tile, dst);
-}
-
 // ---- one chunk ----------------------------------------------------------------------------------
 
-// S = Q_qi . K^T over the chunk's `tiles` key tiles, for the row max only. A masked tile starts
-// from its mask in DST and the matmul accumulates on top, so masked keys become -inf: chunk tile
+// Logits S = (Q_qi . K^T) * scale over the chunk's `tiles` key tiles into cb_scores, in fp32: the
+// matmul accumulates in DST, the SFPU scales, then a masked tile gets its mask (-inf at masked keys,
+// 0 elsewhere; bf16, copied exactly into the spare DST tile) added on the SFPU. Chunk tile
 // `first_mask_tile` takes mask page 0 (the piece's first tile), `last_mask_tile` page 1 (its last).
 void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t first_mask_tile, uint32_t last_mask_tile) {
+    constexpr uint32_t block = dst_tiles - 1;  // the last DST tile holds a mask
     cb_reserve_back(cb_scores, max_chunk_tiles);
-    for (uint32_t j0 = 0; j0 < tiles; j0 += dst_tiles) {
-        const uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
+    for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
+        const uint32_t n = tiles - j0 < block ? tiles - j0 : block;
         tile_regs_acquire();
-        if (first_mask_tile != NO_MASK && first_mask_tile >= j0 && first_mask_tile < j0 + n) {
-            copy_to_dst(cb_mask, 0, first_mask_tile - j0);
-        }
-        if (last_mask_tile != NO_MASK && last_mask_tile >= j0 && last_mask_tile < j0 + n) {
-            copy_to_dst(cb_mask, 1, last_mask_tile - j0);
-        }
         use_matmul_operands(cb_q, cb_k);
         matmul_init(cb_q, cb_k, 1 /* transpose K */);
         for (uint32_t j = 0; j < n; ++j) {
             for (uint32_t d = 0; d < d_tiles; ++d) {
                 matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
+            }
+        }
+        binop_with_scalar_tile_init();
+        for (uint32_t j = 0; j < n; ++j) {
+            mul_unary_tile(j, scale_bits);
+        }
+        for (uint32_t m = 0; m < 2; ++m) {
+            const uint32_t t = m == 0 ? first_mask_tile : last_mask_tile;
+            if (t != NO_MASK && t >= j0 && t < j0 + n) {
+                copy_to_dst(cb_mask, m, n);
+                add_binary_tile_init();
+                add_binary_tile(t - j0, n, t - j0);
             }
         }
         pack_block(cb_scores, j0, n);
@@ -150,15 +162,24 @@ void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t first_mask_tile, uint32_
     cb_wait_front(cb_scores, max_chunk_tiles);
 }
 
-// Row qi of the new max: max(m_old, rowmax(S)).
+// Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST and reduced by
+// the SFPU (column 0 of DST tile 0 holds the row max; its other columns are undefined and never used).
 void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
+    constexpr uint32_t block = dst_tiles - 1;
     tile_regs_acquire();
-    use_operands(cb_scores, cb_scaler);
-    reduce_init<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_scores, cb_scaler, next.max);
-    for (uint32_t j = 0; j < tiles; ++j) {
-        reduce_tile<PoolType::MAX, ReduceDim::REDUCE_ROW>(cb_scores, cb_scaler, j, 0, 0);
+    for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
+        const uint32_t n = tiles - j0 < block ? tiles - j0 : block;
+        const uint32_t at = j0 == 0 ? 0 : 1;  // later blocks reduce beside the running max in tile 0
+        for (uint32_t j = 0; j < n; ++j) {
+            copy_to_dst(cb_scores, j0 + j, at + j);
+        }
+        sfpu_reduce_init<PoolType::MAX, stat_format>();
+        sfpu_reduce<PoolType::MAX, stat_format, ReduceDim::REDUCE_ROW>(at, n, 1);
+        if (at == 1) {
+            binary_max_tile_init();
+            binary_max_tile(0, 1, 0);
+        }
     }
-    reduce_uninit();
     if (old != nullptr) {
         copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();
@@ -169,7 +190,7 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_wait_front(next.max, qi + 1);
 }
 
-// alpha = exp((m_old - m_new) * scale) in every column: the factor that rescales row qi's old l and O.
+// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O.
 void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
     cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
@@ -177,15 +198,15 @@ void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
     broadcast_column(next.max, qi, 1);
     sub_binary_tile_init();
     sub_binary_tile(0, 1, 0);
-    scaled_exp(1);
+    exp_block(1);
     pack_block(cb_alpha, 0, 1);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
 }
 
-// P = exp((S - m_new) * scale). The fp32 scores are copied exactly into DST and m_new, broadcast
-// along each row into the last DST tile, is subtracted on the SFPU, so the exponent sees the
-// scores in full fp32 (keys past cur_pos hold -inf and give 0). Frees the scores.
+// P = exp(S - m_new): the fp32 logits are copied exactly into DST and m_new, broadcast along each row
+// into the last DST tile, is subtracted on the SFPU (masked keys hold -inf and give 0). Frees the
+// scores.
 void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
     constexpr uint32_t block = dst_tiles - 1;
     cb_reserve_back(cb_probs, max_chunk_tiles);
@@ -200,7 +221,7 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         for (uint32_t j = 0; j < n; ++j) {
             sub_binary_tile(j, n, j);
         }
-        scaled_exp(n);
+        exp_block(n);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
@@ -327,18 +348,17 @@ void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint
 }
 
 // The factors of a merge of q tile row qi: m' = max(m_own, m_other) into `next.max`, then
-// cb_alpha = [exp((m_own - m') * scale), exp((m_other - m') * scale)] in every column: the three
-// maxima broadcast, the differences on the SFPU in fp32. A partial's max tile already holds its
-// values in column 0 of an fp32 tile and is copied as is; a sink tile (bf16, values in column 0
-// only) is broadcast first.
+// cb_alpha = [exp(m_own - m'), exp(m_other - m')] in every column, in fp32 on the SFPU. A partial's
+// max tile holds its logit max in column 0 (fp32, unpacked to DST). A sink tile (bf16, a head's raw
+// sink in column 0) is copied or broadcast exactly and scaled on the SFPU into logit units.
 void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
                    bool other_is_sink) {
     tile_regs_acquire();
     copy_to_dst(own.max, qi, 0);
+    copy_to_dst(other_cb, other_tile, 1);
     if (other_is_sink) {
-        broadcast_column(other_cb, other_tile, 1);  // bf16: exact
-    } else {
-        copy_to_dst(other_cb, other_tile, 1);
+        binop_with_scalar_tile_init();
+        mul_unary_tile(1, scale_bits);
     }
     binary_max_tile_init();
     binary_max_tile(0, 1, 0);
@@ -351,17 +371,21 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
     broadcast_column(own.max, qi, 0);
     broadcast_column(other_cb, other_tile, 1);
     broadcast_column(next.max, qi, 2);
+    if (other_is_sink) {
+        binop_with_scalar_tile_init();
+        mul_unary_tile(1, scale_bits);
+    }
     sub_binary_tile_init();
     sub_binary_tile(0, 2, 0);
     sub_binary_tile(1, 2, 1);
-    scaled_exp(2);
+    exp_block(2);
     pack_block(cb_alpha, 0, 2);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
 }
 
 // Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `next`:
-// m = max(m_own, m_c); e_own = exp((m_own - m) * scale), e_c = exp((m_c - m) * scale);
+// m = max(m_own, m_c); e_own = exp(m_own - m), e_c = exp(m_c - m);
 // l = l_own * e_own + l_c * e_c; O = O_own * e_own + O_c * e_c.
 void merge_child(uint32_t area, const Running& own, const Running& next) {
     const uint32_t base = area * partial_tiles;
@@ -384,10 +408,9 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
 }
 
 // Root with an attention sink: fold the sink into the denominator, exactly as a merge with a
-// partial of max `sink`, sum 1 and output 0. m is kept in score units (logits / scale), and the
-// sink logit is sink * scale, so in those units the sink is its raw value:
-// m' = max(m, sink); e_own = exp((m - m') * scale), e_sink = exp((sink - m') * scale);
-// l' = l * e_own + e_sink; O' = O * e_own. Writes the running set `next`.
+// partial of max `sink * scale` (the sink's logit), sum 1 and output 0:
+// m' = max(m, s); e_own = exp(m - m'), e_sink = exp(s - m'); l' = l * e_own + e_sink; O' = O * e_own.
+// Writes the running set `next`.
 void merge_sink(const Running& own, const Running& next) {
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
@@ -419,7 +442,8 @@ void merge_sink(const Running& own, const Running& next) {
     pop_running(own);
 }
 
-// Root: out = O / l in bf16, and LSE = m * scale + log(l) when asked.
+// Root: out = O x (1 / l) in fp32 on the SFPU, rounded once to the bf16 output; LSE = m + log(l)
+// when asked. Column 0 of l and m holds each row's value (a child sends only that column half).
 void finish_root(const Running& set) {
     wait_running(set);
     cb_reserve_back(cb_out, acc_tiles);
@@ -436,27 +460,29 @@ void finish_root(const Running& set) {
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
 
-        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += dst_tiles) {
-            const uint32_t n = dv_tiles - v0 < dst_tiles ? dv_tiles - v0 : dst_tiles;
+        constexpr uint32_t block = dst_tiles - 1;
+        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
             tile_regs_acquire();
-            use_operands(set.acc, cb_alpha);
-            mul_bcast_cols_init(set.acc, cb_alpha);
+            broadcast_column(cb_alpha, 0, n);
             for (uint32_t v = 0; v < n; ++v) {
-                mul_tiles_bcast_cols(set.acc, cb_alpha, qi * dv_tiles + v0 + v, 0, v);
+                copy_to_dst(set.acc, qi * dv_tiles + v0 + v, v);
+            }
+            mul_binary_tile_init();
+            for (uint32_t v = 0; v < n; ++v) {
+                mul_binary_tile(v, n, v);
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         }
         cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
-            // LSE = m * scale + log(l), all in fp32 on the SFPU (column 0 holds the value).
+            // LSE = m + log(l), all in fp32 on the SFPU (column 0 holds the value).
             tile_regs_acquire();
             copy_to_dst(set.sum, qi, 0);
             log_tile_init();
             log_tile(0);
             copy_to_dst(set.max, qi, 1);
-            binop_with_scalar_tile_init();
-            mul_unary_tile(1, scale_bits);
             add_binary_tile_init();
             add_binary_tile(0, 1, 0);
             pack_block(cb_lse, qi, 1);
@@ -502,9 +528,7 @@ void kernel_main() {
     compute_kernel_hw_startup(cb_k, cb_q, cb_scores);
 
     // Constant tiles from the writer and the positions from the reader stay for the whole kernel.
-    cb_wait_front(cb_scaler, 1);
     cb_wait_front(cb_ones, 1);
-    cb_wait_front(cb_zeros, 1);
     cb_wait_front(cb_pos_compute, 1);
 
     for (uint32_t p = 0; p < num_pieces; ++p) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// FlashDecode writer (BRISC). Makes the constant tiles (reduce scaler, ones, zeros) and each
+// FlashDecode writer (BRISC). Makes the constant tile (ones) and each
 // piece's masks (the root's causal boundary, a sliding window's start); moves partial results up the merge tree; writes the roots' output rows and
 // LSE rows to DRAM.
 //
@@ -92,9 +92,7 @@ void kernel_main() {
     const InterleavedAddrGen<true> lse_gen = {.bank_base_address = lse_addr, .page_size = lse_row_bytes};
 
     // Constant tiles for the compute kernel.
-    push_constant_tile(cb_scaler, [](uint32_t row, uint32_t) { return row % FACE == 0 ? BF16_ONE : (uint16_t)0; });
     push_constant_tile(cb_ones, [](uint32_t, uint32_t) { return BF16_ONE; });
-    push_constant_tile(cb_zeros, [](uint32_t, uint32_t) { return (uint16_t)0; });
 
     // Scratch: a block of zero rows (the output of a skipped user) followed by one LSE row.
     const uint32_t zeros_l1 = get_write_ptr(cb_staging);

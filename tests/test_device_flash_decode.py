@@ -81,7 +81,7 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     some_core = next(iter(reader.runtime_args))
     resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
     assert resolved[:5] == [GridView().addresses[n] for n in ("q", "k", "v", "cur_pos", "page_table")]
-    assert len(desc.cbs) == len(plan.circular_buffers) == 24
+    assert len(desc.cbs) == len(plan.circular_buffers) == 22  # 0..24 without the unused 6 and 22, + page table
 
 
 def test_device_backend_refuses_without_a_device() -> None:
@@ -97,3 +97,28 @@ def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> Non
         assert len(results) == 2
         for r in results:
             assert r.ok, r.summary()
+
+
+def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> None:
+    # The compute kernel's fp32 statistics reach DST exactly only in UnpackToDestFp32 mode: the mode
+    # list of the real ComputeConfigDescriptor, entry by entry. cb_probs (read by the matmuls) stays
+    # Default; so do every CB the compute kernel never unpacks and every non-float32 CB.
+    plan, prog = program()
+    cfg = dev.build_program_descriptor(prog, GridView()).kernels[2].config
+    modes = list(cfg.unpack_to_dest_mode)
+    assert len(modes) == 32
+    copy_only = {"scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in"}
+    by_index = {cb.index: cb for cb in plan.circular_buffers}
+    for i, m in enumerate(modes):
+        want = ttnn.UnpackToDestMode.UnpackToDestFp32 if i in by_index and by_index[i].name in copy_only \
+            else ttnn.UnpackToDestMode.Default
+        assert m == want, f"CB {i} ({by_index[i].name if i in by_index else 'none'}): {m}"
+    assert all(by_index[i].data_format is DataType.float32 for i, m in enumerate(modes)
+               if m == ttnn.UnpackToDestMode.UnpackToDestFp32)
+
+
+def test_a_bf16_dst_program_unpacks_nothing_to_dest(ttnn: Any) -> None:
+    plan = make_plan(batch=1, cur_pos=None, kv_dtype=DataType.bfloat8_b, fp32_dest_acc_en=False, **LLAMA)
+    prog = build_program_for_device(plan, scale=0.1, compute=ComputeSettings(fp32_dest_acc_en=False))
+    cfg = dev.build_program_descriptor(prog, GridView()).kernels[2].config
+    assert len(cfg.unpack_to_dest_mode) == 0

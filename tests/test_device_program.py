@@ -29,6 +29,8 @@ from ttdecode.program import (
     NocY,
     Program,
     Semaphore,
+    UnpackToDestMode,
+    unpack_to_dest_modes,
 )
 
 #: tt::DataFormat codes (CBFormatDescriptor.data_format_as_uint8) of our DataTypes.
@@ -433,3 +435,23 @@ def test_generic_op_itself_needs_a_device_here(ttnn: Any) -> None:
         pytest.skip("a Tenstorrent device is present")
     with pytest.raises(RuntimeError, match=r"mesh_device != nullptr"):
         ttnn.generic_op([host_tensor(ttnn, (32, 32), ttnn.float32)], ttnn.ProgramDescriptor())
+
+
+def test_unpack_to_dest_mode_reaches_the_real_compute_config_entry_by_entry(ttnn: Any, sources: dict[str, Path]) -> None:
+    p = make_program(sources)
+    f32 = next(cb.index for cb in p.circular_buffers if cb.data_format is DataType.float32)
+    assert len(dev.build_program_descriptor(p, FakeView(ADDRESSES)).kernels[2].config.unpack_to_dest_mode) == 0
+    p.kernels[2].compute = ComputeSettings(fp32_dest_acc_en=True, unpack_to_dest_mode=unpack_to_dest_modes([f32]))
+    modes = list(dev.build_program_descriptor(p, FakeView(ADDRESSES)).kernels[2].config.unpack_to_dest_mode)
+    assert len(modes) == 32
+    for i, m in enumerate(modes):
+        want = UnpackToDestMode.UnpackToDestFp32 if i == f32 else UnpackToDestMode.Default
+        assert m == getattr(ttnn.UnpackToDestMode, want.value), f"CB {i}"
+
+
+def test_unpack_to_dest_on_a_cb_that_is_not_float32_is_refused(ttnn: Any, sources: dict[str, Path]) -> None:
+    p = make_program(sources)
+    bf16 = next(cb.index for cb in p.circular_buffers if cb.data_format is DataType.bfloat16)
+    p.kernels[2].compute = ComputeSettings(fp32_dest_acc_en=True, unpack_to_dest_mode=unpack_to_dest_modes([bf16]))
+    with pytest.raises(dev.DeviceError, match=rf"unpack_to_dest_mode\[{bf16}\] is UnpackToDestFp32 but CB {bf16} holds bfloat16"):
+        dev.build_program_descriptor(p, FakeView(ADDRESSES))

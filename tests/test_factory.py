@@ -23,7 +23,7 @@ from ttdecode.factory import (
 )
 from ttdecode.formats import DataType
 from ttdecode.plan import make_plan, piece_range, tree_children, tree_parent
-from ttdecode.program import BufferAddress, ComputeSettings, KernelKind, NocX, NocY
+from ttdecode.program import BufferAddress, ComputeSettings, KernelKind, NocX, NocY, unpack_to_dest_modes
 from ttdecode.tensor import from_torch
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
@@ -211,6 +211,20 @@ def test_build_program_names_the_argument_that_does_not_match_the_plan() -> None
         build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=float("nan"), compute=ComputeSettings())
     with pytest.raises(FactoryError, match="differ from the plan"):
         build_program(p, q=q, k=k, v=v, cur_pos_source=[11], scale=1.0, compute=ComputeSettings())
+
+
+def test_only_the_copy_read_fp32_cbs_are_unpacked_to_dest_and_a_callers_modes_are_refused() -> None:
+    p = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=256, head_dim=64, cur_pos=[200], grid=(2, 1))
+    q, k, v = _inputs(1, 8, 1, 256, 64)
+    prog = build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=0.1, compute=ComputeSettings())
+    compute = next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).compute
+    names = {cb.index: cb.name for cb in p.circular_buffers}
+    assert sorted(names[i] for i in compute.unpack_to_dest_cbs) == sorted(
+        ["scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in"])
+    assert "probs" not in {names[i] for i in compute.unpack_to_dest_cbs}  # the matmuls read it
+    with pytest.raises(FactoryError, match="^compute: unpack_to_dest_mode is set by the FlashDecode program"):
+        build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=0.1,
+                      compute=ComputeSettings(unpack_to_dest_mode=unpack_to_dest_modes([9])))
 
 
 def test_decode_outputs_keeps_the_first_g_lse_values_of_each_group_row() -> None:

@@ -214,9 +214,21 @@ def test_sliding_window_must_be_positive_and_causal() -> None:
         run(is_causal=False, cur_pos=None, sliding_window_size=16)
 
 
+@pytest.mark.parametrize("bad", [0.0, -0.0, 0, float("inf"), float("-inf")])
+def test_zero_and_infinite_scales_are_refused_by_name(bad: object) -> None:
+    with pytest.raises(ValueError, match=f"argument 'scale': expected a finite non-zero number, got {bad}"):
+        run(scale=bad)
+
+
+@pytest.mark.parametrize("bad", [1e-50, -1e39])
+def test_scales_outside_float32_are_refused_by_name(bad: float) -> None:
+    with pytest.raises(ValueError, match="argument 'scale': expected a finite non-zero number in float32 range"):
+        run(scale=bad)
+
+
 def test_scale_must_be_a_finite_number() -> None:
     assert run(scale=0.5).scale == 0.5
-    with pytest.raises(ValueError, match="argument 'scale': expected a finite number, got nan"):
+    with pytest.raises(ValueError, match="argument 'scale': expected a finite non-zero number, got nan"):
         run(scale=float("nan"))
     with pytest.raises(TypeError, match="argument 'scale': expected a real number or None, got '1'"):
         run(scale="1")

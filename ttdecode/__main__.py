@@ -1,4 +1,6 @@
-"""Command line: ``python -m ttdecode {plan,reference} --preset NAME --batch B --seq S ...``.
+"""Command line: ``python -m ttdecode {plan,reference} --preset NAME --batch B --seq S ...``,
+``python -m ttdecode demo`` and ``python -m ttdecode llama [--preset tiny] [--devices N]`` (see
+``ttdecode.models.cli``).
 
 * ``plan`` prints the FlashDecode plan table (``ttdecode.plan.make_plan`` + ``format_plan``) and
   exits 2 with the planner's message when the plan is refused.
@@ -88,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     ref.set_defaults(func=cmd_reference)
     demo = sub.add_parser("demo", help="a Llama-3.1-8B decode step on the host runtime, checked against the reference")
     demo.set_defaults(func=cmd_demo)
+    from ttdecode.models.cli import add_parser as add_llama_parser
+
+    add_llama_parser(sub)
     parser.subcommands = sub  # type: ignore[attr-defined]
     return parser
 

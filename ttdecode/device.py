@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from ttdecode.formats import DataType, num_tiles, tile_size
 from ttdecode.program import (
+    check_unpack_to_dest,
     L1_BYTES_PER_CORE,
     Arg,
     BufferAddress,
@@ -178,12 +179,16 @@ def _kernel_config(ttnn: ModuleType, kernel: Kernel) -> Any:
         return ttnn.WriterConfigDescriptor()
     settings = kernel.compute
     assert settings is not None  # Kernel.__post_init__ guarantees it for COMPUTE
-    return ttnn.ComputeConfigDescriptor(
+    config = ttnn.ComputeConfigDescriptor(
         math_fidelity=getattr(ttnn.MathFidelity, settings.math_fidelity.value),
         math_approx_mode=bool(settings.math_approx_mode),
         fp32_dest_acc_en=bool(settings.fp32_dest_acc_en),
         dst_full_sync_en=bool(settings.dst_full_sync_en),
     )
+    # Not a constructor argument in 0.81.1: the per-CB-index list is set on the object.
+    if settings.unpack_to_dest_mode:
+        config.unpack_to_dest_mode = [getattr(ttnn.UnpackToDestMode, m.value) for m in settings.unpack_to_dest_mode]
+    return config
 
 
 def kernel_descriptor(
@@ -290,6 +295,10 @@ def build_program_descriptor(program: Program, view: DeviceView) -> "ttnn.Progra
     grid = view.grid_size()
     known = [t.name for t in program.tensors]
     _check_l1_and_indices(program)
+    try:
+        check_unpack_to_dest(program)
+    except ValueError as exc:
+        raise DeviceError(str(exc)) from None
     return ttnn.ProgramDescriptor(
         kernels=[kernel_descriptor(ttnn, k, view, known, grid) for k in program.kernels],
         semaphores=[semaphore_descriptor(ttnn, s, grid) for s in program.semaphores],

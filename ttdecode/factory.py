@@ -35,6 +35,7 @@ Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from pathlib import Path
@@ -48,6 +49,8 @@ from ttdecode.formats import DataType
 from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece
 from ttdecode.program import (
     Arg,
+    UnpackToDestMode,
+    unpack_to_dest_modes,
     BufferAddress,
     CircularBuffer,
     ComputeSettings,
@@ -312,10 +315,29 @@ def build_program_for_device(plan: DecodePlan, *, scale: float, compute: Compute
     return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None)
 
 
+#: The CBs the compute kernel reads only with copy_tile / unary_bcast: unpacked straight to the fp32
+#: DST (UnpackToDestFp32), so their fp32 values arrive bit for bit. cb_probs, read by the matmuls,
+#: stays Default (TF32 through SrcB); the other float32 CBs are never unpacked by the compute kernel.
+UNPACK_TO_DEST_CBS = ("scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in")
+
+
+def compute_settings_for(plan: DecodePlan, compute: ComputeSettings) -> ComputeSettings:
+    """`compute` with the kernels' per-CB unpack-to-dest modes (none with a bf16 DST, where a 32-bit
+    unpack to DST is not available); a caller's own non-empty modes are refused."""
+    if compute.unpack_to_dest_mode and any(m is not UnpackToDestMode.Default for m in compute.unpack_to_dest_mode):
+        raise FactoryError("compute: unpack_to_dest_mode is set by the FlashDecode program (per CB), expected it "
+                           f"empty, got UnpackToDestFp32 on CBs {list(compute.unpack_to_dest_cbs)}")
+    if not compute.fp32_dest_acc_en:
+        return dataclasses.replace(compute, unpack_to_dest_mode=())
+    index = {cb.name: cb.index for cb in plan.circular_buffers}
+    return dataclasses.replace(compute, unpack_to_dest_mode=unpack_to_dest_modes(index[n] for n in UNPACK_TO_DEST_CBS))
+
+
 def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_approx: bool,
              images: Optional[dict[str, bytes]]) -> Program:
     if not isinstance(compute, ComputeSettings):
         raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
+    compute = compute_settings_for(plan, compute)
     if compute.fp32_dest_acc_en != plan.fp32_dest_acc_en or compute.dst_tiles != plan.dst_tiles:
         raise FactoryError(
             f"compute: fp32_dest_acc_en={compute.fp32_dest_acc_en} (DST {compute.dst_tiles} tiles) differs from "
@@ -409,14 +431,18 @@ def run_flash_decode(
     backend: str = "host",
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
+    schedule_seed: Optional[int] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
-    """Build and run the program; returns (out, lse or None, the backend's RunResult)."""
+    """Build and run the program; returns (out, lse or None, the backend's RunResult).
+
+    `schedule_seed` runs the host runtime's perturbed schedule (see `ttdecode.runtime.run_program`).
+    """
     program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
                             exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program
 
-    result = run_program(program)
+    result = run_program(program, schedule_seed=schedule_seed)
     out, lse = decode_outputs(plan, result.tensors)
     return out, lse, result

@@ -314,8 +314,10 @@ def flash_decode_cbs(
     `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0).
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
-    the accumulator and the partials that travel between cores), so the only roundings beyond the
-    inputs' own are the FPU's operand precision and the final bf16 output.
+    the accumulator and the partials that travel between cores). The compute kernel reads the
+    float32 CBs other than probs only by copy_tile / unary_bcast, and the factory puts them in
+    UnpackToDestFp32 mode (factory.UNPACK_TO_DEST_CBS), so they reach the fp32 DST exactly; probs
+    feeds the matmuls as TF32. Indices 6 and 22 are unused.
     """
     f32, bf16 = DataType.float32, DataType.bfloat16
     kv_tile = _TILE_BYTES[kv_dtype]
@@ -332,7 +334,6 @@ def flash_decode_cbs(
         # a piece's two mask tiles: its first tile (-inf before a sliding window's start; with the
         # causal mask too when the piece holds one tile) and its last tile (-inf beyond cur_pos)
         (5, "mask", bf16, 2048, 2),
-        (6, "scaler", bf16, 2048, 1),  # reduce scaler (row 0 of each face = 1)
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
         (9, "probs", f32, 4096, max_chunk_tiles),
@@ -349,7 +350,6 @@ def flash_decode_cbs(
         (19, "out", bf16, 2048, q_tiles * dv_tiles),
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
-        (22, "zeros", bf16, 2048, 1),  # a zero tile (the start of an unmasked score tile)
     ]
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target

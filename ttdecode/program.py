@@ -127,14 +127,64 @@ class MathFidelity(enum.Enum):
     HiFi4 = "HiFi4"
 
 
+class UnpackToDestMode(enum.Enum):
+    """How the unpacker feeds DST from one CB (ttnn.UnpackToDestMode, per CB index).
+
+    `UnpackToDestFp32`: a Float32 CB is unpacked straight into an fp32 DST, so `copy_tile` (and
+    `unary_bcast`) keep all 32 bits; the LLK gives such a CB the unpack format Float32, which the FPU
+    ops (matmul, eltwise, broadcast, reduce) cannot take through SrcA/SrcB. `Default`: the data goes
+    through SrcA/SrcB (a Float32 CB is cut to TF32 with fp32 accumulation, to bf16 without).
+    """
+
+    Default = "Default"
+    UnpackToDestFp32 = "UnpackToDestFp32"
+
+
+def unpack_to_dest_modes(fp32_cbs: Iterable[int]) -> tuple[UnpackToDestMode, ...]:
+    """The per-CB-index mode list (length 32) with UnpackToDestFp32 on `fp32_cbs`, Default elsewhere."""
+    modes = [UnpackToDestMode.Default] * NUM_CIRCULAR_BUFFERS
+    for i in fp32_cbs:
+        if not 0 <= i < NUM_CIRCULAR_BUFFERS:
+            raise ValueError(f"unpack_to_dest_mode: CB index {i} outside 0..{NUM_CIRCULAR_BUFFERS - 1}")
+        modes[i] = UnpackToDestMode.UnpackToDestFp32
+    return tuple(modes)
+
+
 @dataclass(frozen=True)
 class ComputeSettings:
-    """Settings of a compute kernel (ttnn's ComputeConfigDescriptor)."""
+    """Settings of a compute kernel (ttnn's ComputeConfigDescriptor).
+
+    `unpack_to_dest_mode`: empty (every CB Default) or one `UnpackToDestMode` per CB index (32), as
+    ttnn's `ComputeConfigDescriptor.unpack_to_dest_mode`. UnpackToDestFp32 needs fp32_dest_acc_en
+    (a 32-bit unpack into a 16-bit DST is not a configuration the LLK defines) and a Float32 CB at
+    that index (checked per program by `check_unpack_to_dest`).
+    """
 
     math_fidelity: MathFidelity = MathFidelity.HiFi4
     fp32_dest_acc_en: bool = True
     math_approx_mode: bool = False
     dst_full_sync_en: bool = False
+    unpack_to_dest_mode: tuple[UnpackToDestMode, ...] = ()
+
+    def __post_init__(self) -> None:
+        modes = tuple(self.unpack_to_dest_mode)
+        object.__setattr__(self, "unpack_to_dest_mode", modes)
+        if modes and len(modes) != NUM_CIRCULAR_BUFFERS:
+            raise ValueError(f"unpack_to_dest_mode: expected {NUM_CIRCULAR_BUFFERS} entries (one per CB index) "
+                             f"or none, got {len(modes)}")
+        for i, m in enumerate(modes):
+            if not isinstance(m, UnpackToDestMode):
+                raise ValueError(f"unpack_to_dest_mode[{i}]: expected an UnpackToDestMode, got {m!r}")
+        if self.unpack_to_dest_cbs and not self.fp32_dest_acc_en:
+            raise ValueError(
+                f"unpack_to_dest_mode: UnpackToDestFp32 on CBs {list(self.unpack_to_dest_cbs)} needs "
+                "fp32_dest_acc_en=True (a 32-bit unpack into a 16-bit DST is undefined), got fp32_dest_acc_en=False"
+            )
+
+    @property
+    def unpack_to_dest_cbs(self) -> tuple[int, ...]:
+        """CB indices in UnpackToDestFp32 mode."""
+        return tuple(i for i, m in enumerate(self.unpack_to_dest_mode) if m is UnpackToDestMode.UnpackToDestFp32)
 
     @property
     def dst_tiles(self) -> int:
@@ -262,3 +312,20 @@ class Program:
         for k in self.kernels:
             seen.update(k.cores.cores())
         return sorted(seen, key=lambda c: (c.y, c.x))
+
+
+def check_unpack_to_dest(program: Program) -> None:
+    """Every CB a compute kernel puts in UnpackToDestFp32 mode is a Float32 CB on each of its cores
+    (ttnn ignores the mode on other formats; here such a knob is refused, naming kernel and CB)."""
+    for k in program.kernels:
+        if k.compute is None:
+            continue
+        for i in k.compute.unpack_to_dest_cbs:
+            for core in k.cores.cores():
+                cb = next((c for c in program.circular_buffers if c.index == i and core in c.cores), None)
+                if cb is None:
+                    raise ValueError(f"kernel {k.name}: unpack_to_dest_mode[{i}] is UnpackToDestFp32 but core "
+                                     f"({core.x},{core.y}) has no CB {i}")
+                if cb.data_format is not DataType.float32:
+                    raise ValueError(f"kernel {k.name}: unpack_to_dest_mode[{i}] is UnpackToDestFp32 but CB {i} "
+                                     f"holds {cb.data_format.value}; the mode applies to float32 CBs only")

@@ -30,6 +30,7 @@ Formats (storage dtypes; a torch float tensor is stored as bfloat16, the format 
 from __future__ import annotations
 
 import math
+import struct
 import operator
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -139,14 +140,19 @@ def check_int(arg: str, value: object) -> int:
 
 
 def check_scale(scale: object, head_dim: int) -> float:
-    """``scale`` is None (-> 1/sqrt(D)) or a finite real number; returns the scale in force."""
+    """``scale`` is None (-> 1/sqrt(D)) or a finite non-zero real number that stays finite and non-zero
+    in float32 (the kernels multiply the fp32 scores by it); either sign. Returns the scale in force."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise fail("scale", "a real number or None", repr(scale), TypeError)
-    if not math.isfinite(float(scale)):
-        raise fail("scale", "a finite number", scale)
-    return float(scale)
+    value = float(scale)
+    if not math.isfinite(value) or value == 0.0:
+        raise fail("scale", "a finite non-zero number", scale)
+    as_f32 = struct.unpack("<f", struct.pack("<f", value))[0] if abs(value) < 3.5e38 else math.inf
+    if not math.isfinite(as_f32) or as_f32 == 0.0:
+        raise fail("scale", "a finite non-zero number in float32 range (|scale| between 1.2e-38 and 3.4e38)", scale)
+    return value
 
 
 def check_sliding_window(sliding_window_size: object, is_causal: bool) -> Optional[int]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
 from ttdecode.formats import DataType, num_tiles, pack_tiles, tile_size
 from ttdecode.program import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRange, CoreRangeSet,
+                              unpack_to_dest_modes,
                               DramTensor, Kernel, KernelKind, MathFidelity, Program, Semaphore)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,10 +55,11 @@ def copy_program(x: torch.Tensor, dtype: DataType, cores: list[CoreCoord], cb_pa
 def tile_op_program(op: str, inputs: dict[int, torch.Tensor], n_out: int, *, kt: int = 1, transpose: int = 0,
                     dst_index: int = 0, dtype: DataType = DataType.bfloat16, out_dtype: DataType | None = None,
                     settings: ComputeSettings | None = None, extra_defines: dict[str, str] | None = None,
-                    core: CoreCoord = CoreCoord(0, 0), input_dtypes: dict[int, DataType] | None = None) -> Program:
+                    core: CoreCoord = CoreCoord(0, 0), input_dtypes: dict[int, DataType] | None = None,
+                    unpack_to_dest: tuple[int, ...] = (), kernel: str = "tile_op.cpp") -> Program:
     """One core: inputs_reader feeds `inputs` (CB index -> tensor), tile_op.cpp runs `op`, copy_writer
     writes `n_out` tiles of CB 16 to tensor "out". Inputs are in `dtype` unless `input_dtypes` gives a
-    CB its own format."""
+    CB its own format; the CBs in `unpack_to_dest` are put in UnpackToDestFp32 mode."""
     out_dtype = out_dtype or dtype
     fmt = {cb: (input_dtypes or {}).get(cb, dtype) for cb in inputs}
     where = crs([core])
@@ -67,9 +70,11 @@ def tile_op_program(op: str, inputs: dict[int, torch.Tensor], n_out: int, *, kt:
     reader = Kernel("inputs_reader", kernel_path("inputs_reader.cpp"), KernelKind.READER, where,
                     runtime_args={core: reader_args})
     defines = {f"OP_{op.upper()}": "1", **(extra_defines or {})}
-    compute = Kernel("tile_op", kernel_path("tile_op.cpp"), KernelKind.COMPUTE, where,
+    compute = Kernel("tile_op", kernel_path(kernel), KernelKind.COMPUTE, where,
                      compile_time_args=[n_out, kt, transpose, dst_index], defines=defines, runtime_args={core: []},
-                     compute=settings or ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=True))
+                     compute=dataclasses.replace(
+                         settings or ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=True),
+                         unpack_to_dest_mode=unpack_to_dest_modes(unpack_to_dest) if unpack_to_dest else ()))
     writer = Kernel("copy_writer", kernel_path("copy_writer.cpp"), KernelKind.WRITER, where, compile_time_args=[16],
                     runtime_args={core: [BufferAddress("out"), 0, n_out]})
     cbs = [CircularBuffer(cb, where, fmt[cb], tile_size(fmt[cb]), max(2, kt)) for cb in sorted(inputs)]

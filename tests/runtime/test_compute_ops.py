@@ -74,9 +74,10 @@ def test_sfpu_unary_ops_match_torch(op, fn, lo, hi):
 
 @pytest.mark.parametrize("op,fn", [("add_binary", torch.add), ("sub_binary", torch.sub), ("mul_binary", torch.mul)])
 def test_sfpu_binary_ops_on_dst_tiles_match_torch_in_fp32(op, fn):
-    # Float32 tiles copied into an fp32 DST keep every mantissa bit, and the SFPU computes in fp32:
-    # the result is torch's float32 result bit for bit (a TF32 or bf16 step anywhere would show).
+    # Float32 tiles unpacked straight into an fp32 DST (UnpackToDestFp32) keep every mantissa bit, and
+    # the SFPU computes in fp32: the result is torch's float32 result bit for bit (a TF32 or bf16 step
+    # anywhere would show).
     torch.manual_seed(6)
     a, b = torch.randn(32, 64) * 100, torch.randn(32, 64)
-    prog = tile_op_program(op, {0: a, 1: b}, 2, dtype=DataType.float32, dst_index=2)
+    prog = tile_op_program(op, {0: a, 1: b}, 2, dtype=DataType.float32, dst_index=2, unpack_to_dest=(0, 1))
     assert torch.equal(out_tiles(run_program(prog), prog), tiles(fn(a, b)))

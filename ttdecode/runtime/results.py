@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -85,6 +86,7 @@ class RunResult:
     counters: RunCounters
     compile_seconds: float
     run_seconds: float
+    schedule_seed: Optional[int] = None  # the perturbed schedule's seed; None: the deterministic schedule
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,39 @@ static void check_contiguous(const CbConfig& c, uint32_t ptr, int32_t n, int32_t
 
 bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn) { return a < b + bn && b < a + an; }
 
+int cb_unreleased_overlap(const Core& c, uint32_t addr, uint32_t size, const Kernel* holder, uint32_t* first,
+                          uint32_t* last) {
+    for (int cb = 0; cb < kNumCbs; ++cb) {
+        const CbConfig& cfg = c.cbcfg[cb];
+        if (!cfg.present || !overlaps(addr, size, cfg.addr, cfg.page_size * cfg.num_pages)) continue;
+        const CbCounters& n = c.cbc[cb];
+        const uint32_t used = uint32_t(n.received - n.acked);  // pages pushed and not yet popped
+        if (used == 0) continue;
+        // Pages the writing kernel itself holds (waited for, not popped) are its own to modify.
+        uint32_t held_from = 0, held = 0;
+        if (holder && holder->core == &c) {
+            held_from = (holder->cb[cb].rd - cfg.addr) / cfg.page_size;
+            held = holder->cb[cb].waited;
+        }
+        const uint32_t front = (n.front - cfg.addr) / cfg.page_size;
+        for (uint32_t i = 0; i < used; ++i) {
+            const uint32_t page = (front + i) % cfg.num_pages;
+            if (held && (page + cfg.num_pages - held_from) % cfg.num_pages < held) continue;
+            if (!overlaps(addr, size, cfg.addr + page * cfg.page_size, cfg.page_size)) continue;
+            uint32_t end = page;
+            while (i + 1 < used && overlaps(addr, size, cfg.addr + ((front + i + 1) % cfg.num_pages) * cfg.page_size,
+                                            cfg.page_size)) {
+                ++i;
+                end = (front + i) % cfg.num_pages;
+            }
+            *first = page;
+            *last = end;
+            return cb;
+        }
+    }
+    return -1;
+}
+
 extern "C" void ttrt_cb_reserve_back(int32_t cb, int32_t n) {
     note("cb_reserve_back", "cb=%lld, %lld pages", cb, n);
     Kernel& k = cur();
@@ -135,6 +168,7 @@ extern "C" void ttrt_cb_pop_front(int32_t cb, int32_t n) {
     CbCounters& cc = k.core->cbc[cb];
     cc.acked += uint32_t(n);
     ++cc.pops;
+    cc.front = advance(c, cc.front, n);
     v.rd = advance(c, v.rd, n);
     v.waited -= uint32_t(n);
     ++k.counters.cb_calls;

@@ -39,6 +39,7 @@ const char* compute_op_name(int op) {
 ComputeState* new_compute_state(Kernel& k) {
     ComputeState* cs = new ComputeState();
     cs->cap = k.dst_tiles;
+    cs->unpack_to_dest = k.unpack_to_dest;
     return cs;
 }
 
@@ -49,6 +50,7 @@ ComputeState& cs(Kernel& k) {
 
 const char* df_name(int f) {
     switch (f) {
+        case kUnpackToDest: return "Float32 unpacked to DST (UnpackToDestFp32)";
         case 0: return "Float32";
         case 5: return "Float16_b";
         case 6: return "Bfp8_b";
@@ -96,9 +98,10 @@ void check_fpu(ComputeState& s, int kind, int a, int b, const char* api, const c
 
 void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const char* api) {
     const int have = srca ? s.srca : s.srcb;
-    if (have == int(df)) return;
+    const int want = unpack_key(s, cb, df);
+    if (have == want) return;
     fail(std::string(api) + ": unpacker " + (srca ? "srcA" : "srcB") + " is configured for " + df_name(have) +
-         " but CB " + std::to_string(cb) + " holds " + df_name(df) + " (call compute_kernel_hw_startup / " +
+         " but CB " + std::to_string(cb) + " holds " + df_name(want) + " (call compute_kernel_hw_startup / " +
          (srca ? "reconfig_data_format_srca" : "reconfig_data_format_srcb") + " for it)");
 }
 
@@ -151,8 +154,8 @@ extern "C" void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb) {
         }
         return k.core->cbcfg[cb].format;
     };
-    s.srca = f(icb0);
-    s.srcb = f(icb1);
+    s.srca = unpack_key(s, icb0, f(icb0));
+    s.srcb = unpack_key(s, icb1, f(icb1));
     s.pack = f(ocb);
     s.fpu = FPU_NONE;
     s.fpu_init = "compute_kernel_hw_startup (no op init yet)";
@@ -169,11 +172,13 @@ int cb_format(Kernel& k, uint32_t cb, const char* api) {
 
 extern "C" void ttrt_reconfig_srca(uint32_t cb) {
     note("reconfig_data_format_srca", "%llu", cb);
-    cs(cur()).srca = cb_format(cur(), cb, "reconfig_data_format_srca");
+    ComputeState& s = cs(cur());
+    s.srca = unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srca"));
 }
 extern "C" void ttrt_reconfig_srcb(uint32_t cb) {
     note("reconfig_data_format_srcb", "%llu", cb);
-    cs(cur()).srcb = cb_format(cur(), cb, "reconfig_data_format_srcb");
+    ComputeState& s = cs(cur());
+    s.srcb = unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srcb"));
 }
 extern "C" void ttrt_reconfig_pack(uint32_t cb) {
     note("pack_reconfig_data_format", "%llu", cb);
@@ -201,11 +206,14 @@ extern "C" void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t ic
     note(api, "%llu, %llu", icb0, icb1);
     Kernel& k = cur();
     ComputeState& s = cs(k);
-    cb_format(k, icb0, api);
+    const int df0 = cb_format(k, icb0, api);
     cb_format(k, icb1, api);
     s.fpu = kind;
     s.fpu_a = a;
     s.fpu_b = b;
+    // copy_init / unary_bcast_init program the unpacker for their CB's path (to DST or through a
+    // source register); the op must then copy a CB that takes the same path.
+    if (kind == FPU_COPY || kind == FPU_UNARY_BCAST) s.fpu_b = unpacks_to_dest(s, icb0, uint8_t(df0)) ? 1 : 0;
     s.fpu_init = api;
     if (kind == FPU_REDUCE && b == int(0) /* REDUCE_ROW */) s.reduce_mask = true;
 }

@@ -13,13 +13,13 @@ enum ComputeOp {
 const char* compute_op_name(int op);
 
 // FPU configurations set by the *_init calls.
-enum FpuKind { FPU_NONE = 0, FPU_MATMUL = 1, FPU_ELTWISE = 2, FPU_REDUCE = 3, FPU_COPY = 4 };
+enum FpuKind { FPU_NONE = 0, FPU_MATMUL = 1, FPU_ELTWISE = 2, FPU_REDUCE = 3, FPU_COPY = 4, FPU_UNARY_BCAST = 5 };
 // SFPU operations; an op needs the matching init (the scalar family shares one init).
 // Binary ops on two DST tiles (SF_MAX, SF_ADD_B, SF_SUB_B, SF_MUL_B) count as OP_MAX: "max" is the
 // counter of SFPU binary tile ops (the timing model charges them alike).
 enum SfpuOp {
     SF_NONE = 0, SF_EXP, SF_RECIP, SF_LOG, SF_SCALAR_INIT, SF_ADD_S, SF_SUB_S, SF_MUL_S, SF_DIV_S, SF_RSUB_S, SF_MAX,
-    SF_ADD_B, SF_SUB_B, SF_MUL_B
+    SF_ADD_B, SF_SUB_B, SF_MUL_B, SF_REDUCE_MAX
 };
 
 ComputeState* new_compute_state(Kernel& k);

@@ -15,6 +15,15 @@ namespace ttrt {
 // Float32 data). The format comes with the values, never from a variable set elsewhere.
 static void load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api,
                          float* out) {
+    if (cb < 32 && ((s.unpack_to_dest >> cb) & 1u)) {
+        // tt-metal gives a Float32 CB in UnpackToDestFp32 mode the unpack format Float32, which no FPU
+        // operand path takes: the LLK's is_unpacker_format_conversion_supported_dest(Float32, Float32,
+        // unpack_to_dest=false) is false (and SrcA/SrcB hold 19-bit data). Refused, not guessed.
+        fail(std::string(api) + ": CB " + std::to_string(cb) + " is in UnpackToDestFp32 mode (unpack_to_dest_mode " +
+             "of the compute kernel), so it unpacks as Float32 straight to DST; an FPU op cannot read it through " +
+             (srca ? "srcA" : "srcB") + " (the LLK does not support that conversion). Give the FPU op a Default-mode CB, "
+             "or read this one with copy_tile / unary_bcast");
+    }
     const Unpacked u = unpack(k, s, cb, idx, api);
     check_src_format(s, srca, cb, u.format, api);
     to_src(u.values, out, u.format, k.fp32_acc);
@@ -143,6 +152,15 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
     record(k, EV_COMPUTE, uint16_t(opc), 1);
 }
 
+// The copy path of one CB: straight to DST (exact) or through srcA (to_src) on the way to DST.
+static void check_copy_path(ComputeState& s, uint32_t cb, bool to_dest, const char* api, const char* init) {
+    if (s.fpu_b == (to_dest ? 1 : 0)) return;
+    fail(std::string(api) + ": CB " + std::to_string(cb) + (to_dest ? " unpacks straight to DST (UnpackToDestFp32)"
+                                                                     : " unpacks through a source register") +
+         ", but the last " + init + " was for a CB that " + (to_dest ? "goes through a source register" :
+         "unpacks to DST") + " (call " + init + " for this CB)");
+}
+
 extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     const char* api = "copy_tile";
     note(api, "cb=%llu, tile %llu, dst %llu", cb, itile, idst);
@@ -152,13 +170,47 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     check_fpu(s, FPU_COPY, s.fpu == FPU_COPY ? s.fpu_a : 0, -1, api, "copy_init");
     const Unpacked u = unpack(k, s, cb, itile, api);
     check_src_format(s, true, cb, u.format, api);
+    const bool to_dest = unpacks_to_dest(s, cb, u.format);
+    check_copy_path(s, cb, to_dest, api, "copy_init");
+    if (to_dest && s.fpu_a) fail("copy_tile: a transposing copy_init of an UnpackToDestFp32 CB is not modelled");
     float tmp[kTileValues];
-    if (u.format == 0 && k.fp32_acc) std::memcpy(tmp, u.values, sizeof tmp);  // Float32 unpacks straight to an fp32 DST
-    else to_src(u.values, tmp, u.format, false);
+    // UnpackToDestFp32: the unpacker writes the Float32 tile into the fp32 DST as is. Otherwise the
+    // tile passes through srcA in the unpacker's format (TF32 / bf16 for Float32 data, denormals
+    // flushed) and MOVA2D widens it into DST.
+    if (to_dest) std::memcpy(tmp, u.values, sizeof tmp);
+    else to_src(u.values, tmp, u.format, k.fp32_acc);
     float* out = dst_tile(k, s, idst, api);
     if (s.fpu_a) transpose(tmp, out);
     else std::memcpy(out, tmp, sizeof tmp);
     for (uint32_t i = 0; i < kTileValues; ++i) out[i] = dst_round(out[i], k.fp32_acc);
+    s.defined[idst] = true;
+    k.counters.op_tiles[OP_COPY] += 1;
+    record(k, EV_COMPUTE, OP_COPY, 1);
+}
+
+// unary_bcast<COL|ROW|SCALAR> (bcast 1|2|3): a 32-bit CB in UnpackToDestFp32 mode is unpacked to DST
+// and broadcast there by MOVD2B/MOVB2D in two 16-bit halves (exact); any other CB goes through srcB
+// (unpacker B, so srcB's format must be configured for it) and MOVB2D broadcasts it.
+extern "C" void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_t idst) {
+    const char* api = "unary_bcast";
+    note(api, "cb=%llu, tile %llu, dst %llu", cb, itile, idst);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_fpu(s, FPU_UNARY_BCAST, bcast, -1, api, "unary_bcast_init with the same BroadcastType");
+    const Unpacked u = unpack(k, s, cb, itile, api);
+    const bool to_dest = unpacks_to_dest(s, cb, u.format);
+    check_src_format(s, !to_dest, cb, u.format, api);
+    check_copy_path(s, cb, to_dest, api, "unary_bcast_init");
+    float v[kTileValues];
+    if (to_dest) std::memcpy(v, u.values, sizeof v);
+    else to_src(u.values, v, u.format, k.fp32_acc);
+    float* out = dst_tile(k, s, idst, api);
+    for (uint32_t r = 0; r < 32; ++r)
+        for (uint32_t c = 0; c < 32; ++c) {
+            const float x = bcast == 1 ? v[r * 32] : bcast == 2 ? v[c] : v[0];
+            out[r * 32 + c] = dst_round(x, k.fp32_acc);
+        }
     s.defined[idst] = true;
     k.counters.op_tiles[OP_COPY] += 1;
     record(k, EV_COMPUTE, OP_COPY, 1);

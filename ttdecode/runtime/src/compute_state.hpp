@@ -30,16 +30,29 @@ struct ComputeState {
     Regs regs = REGS_IDLE;
     int fpu = FPU_NONE, fpu_a = 0, fpu_b = 0;
     const char* fpu_init = "(no init)";
-    int sfpu = SF_NONE;
+    int sfpu = SF_NONE, sfpu_param = 0;  // the SFPU init and its parameter (approx flag / format)
     const char* sfpu_init = "(no init)";
     sfpu::Consts sfpu_consts;  // LReg[12..14] as the last SFPU init programmed them
-    int srca = -1, srcb = -1, pack = -1;  // configured tt DataFormat values
+    // configured unpacker / packer formats: tt DataFormat values, + kUnpackToDest for a Float32 CB
+    // unpacked straight to DST (its unpack format is Float32, not TF32)
+    int srca = -1, srcb = -1, pack = -1;
+    uint32_t unpack_to_dest = 0;  // bit i: CB i is in UnpackToDestFp32 mode (the kernel's settings)
     bool reduce_mask = false;
     bool started = false;
     TileCacheEntry cache[8];
 };
 
 ComputeState& cs(Kernel& k);
+constexpr int kUnpackToDest = 0x100;
+// True when CB `cb` (of format `df`) is unpacked straight to DST: a Float32 CB in UnpackToDestFp32
+// mode (tt-metal gives it the unpack format Float32; llk_unpack_A then writes DST, not SrcA).
+inline bool unpacks_to_dest(const ComputeState& s, uint32_t cb, uint8_t df) {
+    return df == 0 && cb < 32 && ((s.unpack_to_dest >> cb) & 1u);
+}
+// The unpacker configuration a CB needs: its format, marked when it unpacks to DST.
+inline int unpack_key(const ComputeState& s, uint32_t cb, int df) {
+    return df | (unpacks_to_dest(s, cb, uint8_t(df)) ? kUnpackToDest : 0);
+}
 const char* df_name(int f);
 fmt::DataFormat codec_format(uint8_t df, const std::string& what);
 int cb_format(Kernel& k, uint32_t cb, const char* api);
@@ -77,7 +90,9 @@ inline float dst_round(float x, bool fp32) {
     return fmt::bf16_bits_to_float(fmt::float_to_bf16_bits(x));
 }
 
-// Operand as seen in srcA/srcB: denormals flushed; Float32 data truncated to TF32 or bf16.
+// Operand as seen in srcA/srcB: denormals flushed; Float32 data truncated to TF32 or bf16 (the
+// unpacker's format for a Default-mode Float32 CB: TF32 with fp32 accumulation, else bf16). The one
+// place the SrcA/SrcB conversion lives (copy_tile, unary_bcast and the FPU ops all use it).
 inline void to_src(const float* in, float* out, uint8_t df, bool fp32_acc) {
     const uint32_t keep = df == 0 ? (fp32_acc ? 0xFFFFE000u : 0xFFFF0000u) : 0xFFFFFFFFu;
     for (uint32_t i = 0; i < kTileValues; ++i) {

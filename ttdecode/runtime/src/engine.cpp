@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
@@ -57,6 +58,7 @@ void note_raw(const char* api, const char* fmt, const unsigned long long* argv, 
     k.last_call = api;
     k.last_fmt = fmt;
     for (int i = 0; i < argc && i < 5; ++i) k.last_argv[i] = argv[i];
+    if (g.perturb) perturb_point();
 }
 
 std::string call_text(const Kernel& k) {
@@ -101,6 +103,7 @@ bool wait_satisfied(const Kernel& k) {
             std::memcpy(&v, c.l1 + w.addr, 4);
             return w.at_least ? v >= w.value : v == w.value;
         }
+        case WaitKind::Landed: return all_landed(k, int(w.n));
     }
     return true;
 }
@@ -135,6 +138,10 @@ std::string describe_wait(const Kernel& k) {
             s << "): value " << v << ", waiting for " << (w.at_least ? ">= " : "== ") << w.value;
             break;
         }
+        case WaitKind::Landed:
+            s << (w.n == 0 ? "noc_async_read_barrier" : w.n == 1 ? "noc_async_write_barrier" : "noc_async_atomic_barrier")
+              << ": transactions still in flight";
+            break;
     }
     return s.str();
 }
@@ -161,15 +168,24 @@ void block_until(const Wait& w) {
 
 // ------------------------------------------------------------------ L1 window
 
+static void map_window(int core_index);
+static void map_window_for(Kernel& k) { map_window(k.core->index); }
+
 static void map_window(int core_index) {
     if (g.window_core == core_index) {
         return;
     }
     Core& c = *g.cores[core_index];
-    void* p = mmap(reinterpret_cast<void*>(uintptr_t(kWindowBase)), kL1Size - kWindowBase, PROT_READ | PROT_WRITE,
+    const uint32_t prev_top = g.window_core >= 0 ? g.cores[g.window_core]->top : kWindowBase;
+    void* p = mmap(reinterpret_cast<void*>(uintptr_t(kWindowBase)), c.top - kWindowBase, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, c.fd, kWindowBase);
     if (p == MAP_FAILED || p != reinterpret_cast<void*>(uintptr_t(kWindowBase))) {
         fail_kind("internal", "cannot map the L1 window of " + core_name(&c) + ": " + std::strerror(errno));
+    }
+    if (prev_top > c.top) {  // the previous core's L1 reached higher: unmap the difference again
+        void* q = mmap(reinterpret_cast<void*>(uintptr_t(c.top)), prev_top - c.top, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (q == MAP_FAILED) fail_kind("internal", std::string("cannot unmap unallocated L1: ") + std::strerror(errno));
     }
     g.window_core = core_index;
 }
@@ -230,10 +246,101 @@ static void run_kernel(Kernel& k) {
     g.cur = nullptr;
 }
 
+// ------------------------------------------------------------------ schedule perturbation
+//
+// A perturbed run (seeded) draws every choice from one xorshift stream, so a seed replays exactly.
+// At every API call a kernel may land one transfer or semaphore increment in flight (of any kernel)
+// and may yield; the scheduler then picks the next kernel at random among the runnable ones.
+
+uint64_t next_random() {
+    uint64_t x = g.rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return g.rng = x;
+}
+
+static bool later(const InFlight& a, const InFlight& b) { return a.due > b.due; }
+
+void add_in_flight(Kernel& k, uint8_t kind, uint32_t index) {
+    g.in_flight.push_back(InFlight{&k, kind, index, k.epoch[kind], g.tick + next_random() % g.max_delay});
+    std::push_heap(g.in_flight.begin(), g.in_flight.end(), later);
+}
+
+// Pops the earliest item of the heap; lands it unless its barrier already did. True if it landed.
+static bool land_front() {
+    std::pop_heap(g.in_flight.begin(), g.in_flight.end(), later);
+    const InFlight f = g.in_flight.back();
+    g.in_flight.pop_back();
+    const size_t list_size = f.kind == 0 ? f.k->reads.size() : f.kind == 1 ? f.k->writes.size() : f.k->incs.size();
+    if (f.epoch != f.k->epoch[f.kind] || f.index >= list_size) return false;  // its barrier already landed it
+    const bool landed = f.kind == 0 ? f.k->reads[f.index].landed
+                        : f.kind == 1 ? f.k->writes[f.index].landed
+                                      : f.k->incs[f.index].landed;
+    if (landed) return false;
+    land(f);
+    return true;
+}
+
+bool land_one_in_flight() {
+    while (!g.in_flight.empty()) {
+        if (land_front()) return true;
+    }
+    return false;
+}
+
+void perturb_point() {
+    Kernel& k = *g.cur;
+    ++g.tick;
+    while (!g.in_flight.empty() && g.in_flight.front().due <= g.tick) land_front();
+    if (next_random() % g.yield_one_in == 0) {
+        // Preempted between two API calls: the kernel stays ready and the scheduler picks anew.
+        swapcontext(&k.ctx, &g.sched_ctx);
+        map_window_for(k);
+    }
+}
+
+void wait_landed(int kind) {
+    Kernel& k = cur();
+    if (all_landed(k, kind)) return;
+    // The barrier waits for its transactions; meanwhile other kernels run and time passes.
+    k.wait.kind = WaitKind::Landed;
+    k.wait.n = uint32_t(kind);
+    k.state = Kernel::Blocked;
+    swapcontext(&k.ctx, &g.sched_ctx);
+    k.state = Kernel::Ready;
+    k.wait.kind = WaitKind::None;
+}
+
 [[noreturn]] static void report_deadlock() {
     std::ostringstream s;
     s << "deadlock: every live kernel is blocked";
     fail_kind("deadlock", s.str());
+}
+
+static bool runnable(const Kernel& k) {
+    return k.state != Kernel::Done && (k.state != Kernel::Blocked || wait_satisfied(k));
+}
+
+// Perturbed schedule: the next kernel is drawn at random among the runnable ones; when none is
+// runnable, transfers and increments still in flight land (in random order) before a deadlock is declared.
+static void run_all_perturbed(size_t live) {
+    std::vector<Kernel*> ready;
+    ready.reserve(g.kernels.size());
+    while (live) {
+        ready.clear();
+        for (Kernel* k : g.kernels) {
+            if (runnable(*k)) ready.push_back(k);
+        }
+        if (ready.empty()) {
+            if (land_one_in_flight()) continue;
+            report_deadlock();
+        }
+        Kernel& k = *ready[size_t(next_random() % ready.size())];
+        run_kernel(k);
+        g_progress.fetch_add(1, std::memory_order_relaxed);
+        if (k.state == Kernel::Done) --live;
+    }
 }
 
 void run_all() {
@@ -241,6 +348,10 @@ void run_all() {
     for (Kernel* k : g.kernels) {
         start_fiber(*k);
         ++live;
+    }
+    if (g.perturb) {
+        run_all_perturbed(live);
+        return;
     }
     const size_t ncores = g.cores.size();
     size_t start = 0;
@@ -311,7 +422,9 @@ static void crash_handler(int sig, siginfo_t* info, void*) {
         if (addr < kWindowBase) {
             msg += " (below L1 " + hex(kWindowBase) + ": null pointer or the reserved firmware region)";
         } else if (addr < kL1Size) {
-            msg += " (inside L1 but not mapped)";
+            msg += " (L1 above the core's highest CB";
+            if (g.cur) msg += ", which ends at " + hex(g.cur->core->top);
+            msg += ": allocated to nothing in this program)";
         } else if (g.cur && addr >= uintptr_t(g.cur->stack) && addr < uintptr_t(g.cur->stack) + 4096) {
             msg += " (kernel stack overflow: the fiber stack is 1 MiB)";
         }
@@ -341,5 +454,10 @@ void install_crash_handlers() {
 }
 
 [[noreturn]] void fail(const std::string& message) { fail_kind("kernel_error", message); }
+
+[[noreturn]] void fail_for(const Kernel* k, const std::string& message) {
+    write_error_report("kernel_error", message, k);
+    _exit(2);
+}
 
 }  // namespace ttrt

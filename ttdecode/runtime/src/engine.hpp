@@ -17,11 +17,16 @@ namespace ttrt {
 
 constexpr uint32_t kL1Size = 1464 * 1024;
 constexpr uint32_t kWindowBase = 0x10000;  // L1 below this (firmware, mailboxes) is not mapped
+constexpr uint32_t kUnreservedBase = 0x19D60;  // first CB byte (layout.L1_UNRESERVED_BASE): sems, args below
 constexpr int kNumCbs = 32;
 constexpr int kNumBanks = 12;
 constexpr int kMaxDst = 16;
 constexpr uint32_t kTileValues = 1024;
-constexpr int NOC_LOCAL_BITS = 36;  // NoC address: y << 42 | x << 36 | local address
+constexpr int NOC_LOCAL_BITS = 36;
+// Poison byte: the L1 of every core at program start (outside what the host initialises), the
+// destination of a transfer until it lands, and every output tensor. 0xFF.. reads as NaN in fp32,
+// bf16, fp16, bfp8 and bfp4 (see runtime/README.md, Hazards).
+constexpr uint8_t kPoison = 0xFF;  // NoC address: y << 42 | x << 36 | local address
 
 enum class Kind : int { Reader = 0, Writer = 1, Compute = 2 };
 const char* kind_name(Kind k);
@@ -37,6 +42,7 @@ struct CbConfig {
 struct CbCounters {
     uint64_t received = 0, acked = 0;
     uint64_t pushes = 0, pops = 0;
+    uint32_t front = 0;  // address of the oldest page pushed and not yet popped (advanced by cb_pop_front)
 };
 
 // One kernel's private view of a CB (each RISC keeps its own read/write pointers on the device).
@@ -47,7 +53,7 @@ struct CbView {
     uint32_t pack_next = 0;         // next page for in-order pack_tile
 };
 
-enum class WaitKind { None, CbFront, CbBack, Sem };
+enum class WaitKind { None, CbFront, CbBack, Sem, Landed };  // Landed: perturbed barriers (n = 0 reads, 1 writes, 2 incs)
 struct Wait {
     WaitKind kind = WaitKind::None;
     int cb = 0;
@@ -58,7 +64,9 @@ struct Wait {
 
 struct PendingRead {
     uint32_t dst, size;
-    size_t staging;  // offset of the snapshot of the source bytes
+    size_t staging;           // offset of the snapshot of the source bytes (taken at issue)
+    const uint8_t* source;    // the source bytes themselves (a perturbed run may read them when it lands)
+    bool landed = false;      // perturbed runs: the data already arrived before the barrier
 };
 
 struct PendingWrite {
@@ -68,6 +76,17 @@ struct PendingWrite {
     uint64_t dst_addr;  // L1 address, or offset inside the tensor's bank region
     size_t staging;
     bool flushed;  // source released by noc_async_writes_flushed
+    const char* api;       // the issuing call and its NoC destination, for reports made when it lands
+    uint64_t dst_noc;
+    bool landed = false;   // perturbed runs: the data already arrived before the barrier
+};
+
+// A semaphore increment not yet visible at its target (perturbed runs only; it lands no later than
+// the sender's noc_async_atomic_barrier).
+struct PendingInc {
+    int core;
+    uint32_t addr, incr;
+    bool landed = false;
 };
 
 // Program-order event of one kernel; consecutive equal events are merged into `count`.
@@ -114,15 +133,19 @@ struct Kernel {
     CbView cb[kNumCbs];
     std::vector<PendingRead> reads;
     std::vector<PendingWrite> writes;
+    std::vector<PendingInc> incs;  // perturbed runs: increments issued since the last atomic barrier
+    uint32_t epoch[3] = {0, 0, 0};  // bumped when reads / writes / incs are cleared by their barrier
     std::vector<uint8_t> read_staging, write_staging;
     uint32_t atomics_outstanding = 0;
     ComputeState* cs = nullptr;
     Counters counters;
     std::vector<Event> events;
     uint32_t rta_addr = 0, crta_addr = 0, rta_count = 0, crta_count = 0;
+    std::vector<uint32_t> rta_init, crta_init;  // written into L1 after the poison
     // compute settings
     int dst_tiles = 0, fidelity = 4;
     bool fp32_acc = false, approx = false, full_sync = false;
+    uint32_t unpack_to_dest = 0;  // bit i: CB i is unpacked straight to DST (UnpackToDestFp32)
 };
 
 struct Core {
@@ -134,6 +157,8 @@ struct Core {
     CbCounters cbc[kNumCbs];
     uint32_t sem_base = 0;
     int num_sems = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> sem_init;  // (id, initial value), written after the poison
+    uint32_t top = kL1Size;  // end of the L1 the window maps: the highest CB, page aligned
     Kernel* k[3] = {nullptr, nullptr, nullptr};
 };
 
@@ -143,6 +168,16 @@ struct Tensor {
     std::string in_path, out_path;
     std::vector<uint8_t> bank[kNumBanks];
     bool written = false;
+};
+
+// A transfer or increment in flight that a perturbed run may land early: kernel, kind (0 read,
+// 1 write, 2 semaphore increment), index in that kernel's list and the list's epoch at issue.
+// g.in_flight is a min-heap on `due`.
+struct InFlight {
+    Kernel* k;
+    uint8_t kind;
+    uint32_t index, epoch;
+    uint64_t due;  // perturbation tick at which it lands, unless its barrier or an idle machine lands it first
 };
 
 struct Engine {
@@ -156,6 +191,13 @@ struct Engine {
     ucontext_t sched_ctx;
     Kernel* cur = nullptr;
     int window_core = -1;
+    // Schedule perturbation (program line `perturb <seed>`); off: the deterministic schedule.
+    bool perturb = false;
+    uint64_t rng = 0;
+    uint32_t yield_one_in = 0;  // per API call: chance 1/n to be preempted
+    uint32_t max_delay = 0;     // a transfer or increment lands 0 .. max_delay-1 ticks after issue
+    uint64_t tick = 0;          // API calls made so far (the clock of a perturbed run)
+    std::vector<InFlight> in_flight;
 };
 
 extern Engine g;
@@ -185,6 +227,20 @@ void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag 
 uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what);
 // Kernel exit checks (pending transfers, reserved pages).
 void check_kernel_end(Kernel& k);
+
+// ---- schedule perturbation (engine.cpp, noc.cpp) ----
+uint64_t next_random();                  // xorshift; only perturbed runs draw from it
+void perturb_point();                    // at every API call of a perturbed run: land what is due, maybe yield
+void add_in_flight(Kernel& k, uint8_t kind, uint32_t index);  // a new transfer/increment, due at random
+bool land_one_in_flight();               // land the next transfer/increment due; false if none is left
+void land(const InFlight& f);            // (noc.cpp) deliver one, if still outstanding
+bool all_landed(const Kernel& k, int kind);  // (noc.cpp) no transfer/increment of that kind in flight
+void wait_landed(int kind);              // a perturbed barrier: block until the kernel's own have landed
+[[noreturn]] void fail_for(const Kernel* k, const std::string& message);  // error blamed on kernel k
+// The CB of core `c` whose pages pushed and not yet popped overlap [addr, addr+size), or -1; the
+// overlapping page range in *first / *last. Pages the kernel `holder` itself waited for are exempt.
+int cb_unreleased_overlap(const Core& c, uint32_t addr, uint32_t size, const Kernel* holder, uint32_t* first,
+                          uint32_t* last);
 
 uint32_t cb_limit(const CbConfig& c);  // end address of a CB
 bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn);

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -122,6 +123,21 @@ static void parse_program(const std::string& path) {
             g.out_dir = unescape(p);
         } else if (tag == "watchdog") {
             in >> g.watchdog_seconds;
+        } else if (tag == "perturb") {
+            uint64_t seed;
+            in >> seed;
+            g.perturb = true;
+            // splitmix64 of the seed: a nonzero xorshift state, neighbouring seeds far apart
+            uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            g.rng = (z ^ (z >> 31)) | 1;
+            // Each seed also picks how often kernels are preempted and transfers land early, so a
+            // few seeds cover both fine interleavings and long uninterrupted runs.
+            static const uint32_t yield_choices[] = {1, 2, 4, 16};
+            static const uint32_t delay_choices[] = {2, 8, 32, 256};
+            g.yield_one_in = yield_choices[next_random() % 4];
+            g.max_delay = delay_choices[next_random() % 4];
         } else if (tag == "bank") {
             int b;
             in >> b;
@@ -166,15 +182,15 @@ static void parse_program(const std::string& path) {
             int ci, id;
             uint32_t init;
             in >> ci >> id >> init;
-            Core& c = *g.cores[ci];
-            std::memcpy(c.l1 + c.sem_base + 16u * id, &init, 4);
+            g.cores[ci]->sem_init.push_back({uint32_t(id), init});
         } else if (tag == "kernel") {
             int ci, slot, kind;
             std::string so, name, src;
             Kernel* k = new Kernel();
             in >> ci >> slot >> kind >> so >> name >> src >> k->rta_addr >> k->crta_addr >> k->dst_tiles;
             int fp32, approx, full, fid;
-            in >> fp32 >> approx >> full >> fid;
+            uint32_t u2d;
+            in >> fp32 >> approx >> full >> fid >> u2d;
             k->core = g.cores[ci];
             k->slot = slot;
             k->kind = Kind(kind);
@@ -185,6 +201,7 @@ static void parse_program(const std::string& path) {
             k->approx = approx;
             k->full_sync = full;
             k->fidelity = fid;
+            k->unpack_to_dest = u2d;
             k->core->k[slot] = k;
             g.kernels.push_back(k);
             if (!libs.count(k->so_path)) read_whole(k->so_path, libs[k->so_path]);
@@ -197,10 +214,10 @@ static void parse_program(const std::string& path) {
             Kernel* k = g.cores[ci]->k[slot];
             if (tag == "rta") {
                 k->rta_count = uint32_t(n);
-                write_words(*k->core, k->rta_addr, v);
+                k->rta_init = std::move(v);
             } else {
                 k->crta_count = uint32_t(n);
-                write_words(*k->core, k->crta_addr, v);
+                k->crta_init = std::move(v);
             }
         } else if (tag == "end") {
             break;
@@ -208,10 +225,28 @@ static void parse_program(const std::string& path) {
             fail_kind("internal", "program file: unknown line '" + line + "'");
         }
     }
+    // L1 at program start. The firmware clears nothing a kernel can see: CBs hold whatever the last
+    // program left there. So everything up to the core's highest CB is poisoned, then the host's
+    // writes follow: semaphore initial values and runtime args. L1 above the highest CB is allocated
+    // to nothing and not mapped in the window (touching it crashes with a clear error).
+    for (Core* c : g.cores) {
+        uint32_t top = kUnreservedBase;
+        for (const CbConfig& cfg : c->cbcfg) {
+            if (cfg.present) top = std::max(top, cb_limit(cfg));
+        }
+        c->top = std::min<uint32_t>(kL1Size, (top + 4095u) & ~4095u);
+        std::memset(c->l1 + kWindowBase, kPoison, c->top - kWindowBase);
+        for (const auto& [id, init] : c->sem_init) std::memcpy(c->l1 + c->sem_base + 16u * id, &init, 4);
+    }
+    for (Kernel* k : g.kernels) {
+        write_words(*k->core, k->rta_addr, k->rta_init);
+        write_words(*k->core, k->crta_addr, k->crta_init);
+    }
     for (Kernel* k : g.kernels) {
         for (int cb = 0; cb < kNumCbs; ++cb) {
             const CbConfig& cfg = k->core->cbcfg[cb];
             k->cb[cb].rd = k->cb[cb].wr = cfg.addr;
+            k->core->cbc[cb].front = cfg.addr;
         }
         k->counters.noc_write_to.assign(g.cores.size(), 0);
         k->counters.noc_read_from.assign(g.cores.size(), 0);

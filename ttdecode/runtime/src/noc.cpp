@@ -1,5 +1,7 @@
 // NoC transfers, barriers and semaphores of the ttdecode host runtime. A transfer copies a snapshot of
-// its source at issue and lands at its barrier; until then the destination holds poison (0xFF).
+// its source at issue and lands at its barrier; until then the destination holds poison (0xFF). In a
+// perturbed run (engine.cpp) transfers and semaphore increments may land at any API call before
+// their barrier.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -11,7 +13,6 @@
 namespace ttrt {
 
 constexpr uint64_t kBankHalf = 1ull << 30;  // two banks per DRAM channel: offsets 0 and 1 GiB
-constexpr uint8_t kPoison = 0xFF;           // NaN in every float format
 
 static std::string str(uint64_t v) { return std::to_string(v); }
 
@@ -48,6 +49,8 @@ static std::string l1_regions(const Core& c) {
     if (c.num_sems) s += " semaphores " + hex(c.sem_base) + ".." + hex(c.sem_base + 16 * c.num_sems) + ";";
     return s.empty() ? " none" : s;
 }
+
+static uint8_t* write_destination(const PendingWrite& w);
 
 struct Target {
     Core* core = nullptr;  // worker L1
@@ -118,6 +121,62 @@ static void count_transfer(Kernel& k, const Target& t, uint32_t size, bool is_re
 
 // ------------------------------------------------------------------ NoC transfers
 
+// Write-after-read: a NoC write must not land in CB pages of its target that were pushed and not yet
+// popped there (its consumer may still be reading them). Pages the target has reserved, or that are
+// free, may be written. Checked when the write is issued and again when it lands.
+static void check_write_after_read(const Kernel& k, const PendingWrite& w) {
+    const Core& dst = *g.cores[w.dst_core];
+    uint32_t first = 0, last = 0;
+    const int cb = cb_unreleased_overlap(dst, uint32_t(w.dst_addr), w.size, &k, &first, &last);
+    if (cb < 0) return;
+    const CbCounters& n = dst.cbc[cb];
+    char call[160];
+    std::snprintf(call, sizeof call, "%s(src=0x%x, dst=0x%llx, %u B)", w.api, w.src, (unsigned long long)w.dst_noc,
+                  w.size);
+    fail_for(&k, std::string("write-after-read hazard: ") + call + " by " + kernel_label(&k) + " writes into " +
+                     (first == last ? "page " + str(first) : "pages " + str(first) + ".." + str(last)) + " of CB " +
+                     str(cb) + " of " + core_name(&dst) + ", which " + core_name(&dst) +
+                     " has pushed and not yet popped (" + str(n.received - n.acked) +
+                     " pages in use there): its consumer may still be reading them. Write only into pages the "
+                     "receiver has reserved or released with cb_pop_front, and let it signal that first.");
+}
+
+bool all_landed(const Kernel& k, int kind) {
+    if (kind == 0) {
+        for (const PendingRead& r : k.reads) if (!r.landed) return false;
+    } else if (kind == 1) {
+        for (const PendingWrite& w : k.writes) if (!w.landed) return false;
+    } else {
+        for (const PendingInc& i : k.incs) if (!i.landed) return false;
+    }
+    return true;
+}
+
+// Lands one transfer or increment in flight (perturbed runs): its bytes or its increment arrive now.
+void land(const InFlight& f) {
+    Kernel& k = *f.k;
+    if (f.kind == 0) {
+        PendingRead& r = k.reads[f.index];
+        // The NoC reads the source some time between issue and arrival: now, or as it was at issue.
+        const uint8_t* from = next_random() & 1 ? r.source : k.read_staging.data() + r.staging;
+        std::memmove(k.core->l1 + r.dst, from, r.size);
+        r.landed = true;
+    } else if (f.kind == 1) {
+        PendingWrite& w = k.writes[f.index];
+        if (w.dst_core >= 0) check_write_after_read(k, w);
+        std::memcpy(write_destination(w), k.write_staging.data() + w.staging, w.size);
+        w.landed = true;
+    } else {
+        PendingInc& inc = k.incs[f.index];
+        uint8_t* p = g.cores[inc.core]->l1 + inc.addr;
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        v += inc.incr;
+        std::memcpy(p, &v, 4);
+        inc.landed = true;
+    }
+}
+
 extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const char* api) {
     note(api, "src=0x%llx, dst=0x%llx, %llu B", src, dst, size);
     Kernel& k = cur();
@@ -139,10 +198,19 @@ extern "C" void ttrt_noc_read(uint64_t src, uint32_t dst, uint32_t size, const c
             }
         }
     }
-    PendingRead r{dst, size, k.read_staging.size()};
+    uint32_t first = 0, last = 0;
+    const int busy = cb_unreleased_overlap(me, dst, size, &k, &first, &last);
+    if (busy >= 0) {
+        fail(std::string(api) + ": write-after-read hazard: reads into " +
+             (first == last ? "page " + str(first) : "pages " + str(first) + ".." + str(last)) + " of CB " +
+             str(busy) + ", which " + core_name(&me) + " has pushed and not yet popped (its consumer may still be "
+             "reading them); read only into pages reserved with cb_reserve_back");
+    }
+    PendingRead r{dst, size, k.read_staging.size(), t.bytes};
     k.read_staging.insert(k.read_staging.end(), t.bytes, t.bytes + size);
     k.reads.push_back(r);
-    std::memset(me.l1 + dst, kPoison, size);  // until the barrier the data has not arrived
+    std::memset(me.l1 + dst, kPoison, size);  // until it lands the data has not arrived
+    if (g.perturb) add_in_flight(k, 0, uint32_t(k.reads.size() - 1));
     count_transfer(k, t, size, true);
 }
 
@@ -158,14 +226,18 @@ extern "C" void ttrt_noc_write(uint32_t src, uint64_t dst, uint32_t size, const 
     }
     Target t = resolve(dst, size, false, api);
     check_alignment(src, t, api, false);
-    PendingWrite w{src, size, t.core ? t.core->index : -1, -1, t.bank, t.local, k.write_staging.size(), false};
+    PendingWrite w{src, size, t.core ? t.core->index : -1, -1, t.bank, t.local, k.write_staging.size(), false,
+                   api, dst};
     if (t.tensor) {
         w.dst_tensor = int(t.tensor - g.tensors.data());
         t.tensor->written = true;
+    } else {
+        check_write_after_read(k, w);
     }
     k.write_staging.insert(k.write_staging.end(), me.l1 + src, me.l1 + src + size);
     k.writes.push_back(w);
-    std::memset(t.bytes, kPoison, size);  // the destination holds no valid data until the barrier
+    std::memset(t.bytes, kPoison, size);  // the destination holds no valid data until the write lands
+    if (g.perturb) add_in_flight(k, 1, uint32_t(k.writes.size() - 1));
     count_transfer(k, t, size, false);
 }
 
@@ -187,12 +259,14 @@ static void check_write_sources(Kernel& k, const char* api) {
 extern "C" void ttrt_noc_read_barrier(void) {
     note("noc_async_read_barrier");
     Kernel& k = cur();
+    if (g.perturb) wait_landed(0);
     for (const PendingRead& r : k.reads) {
-        std::memcpy(k.core->l1 + r.dst, k.read_staging.data() + r.staging, r.size);
+        if (!r.landed) std::memcpy(k.core->l1 + r.dst, k.read_staging.data() + r.staging, r.size);
     }
     record(k, EV_READ_BARRIER, 0, uint32_t(k.reads.size()));
     k.reads.clear();
     k.read_staging.clear();
+    ++k.epoch[0];
 }
 
 extern "C" void ttrt_noc_writes_flushed(void) {
@@ -206,18 +280,26 @@ extern "C" void ttrt_noc_write_barrier(void) {
     note("noc_async_write_barrier");
     Kernel& k = cur();
     check_write_sources(k, "noc_async_write_barrier");
+    if (g.perturb) wait_landed(1);
     for (const PendingWrite& w : k.writes) {
+        if (w.landed) continue;
+        if (w.dst_core >= 0) check_write_after_read(k, w);
         std::memcpy(write_destination(w), k.write_staging.data() + w.staging, w.size);
     }
     record(k, EV_WRITE_BARRIER, 0, uint32_t(k.writes.size()));
     k.writes.clear();
     k.write_staging.clear();
+    ++k.epoch[1];
 }
 
 extern "C" void ttrt_noc_atomic_barrier(void) {
     note("noc_async_atomic_barrier");
     Kernel& k = cur();
     record(k, EV_ATOMIC_BARRIER, 0, k.atomics_outstanding);
+    // Every increment of this kernel has completed at its target when the barrier returns.
+    if (g.perturb) wait_landed(2);
+    k.incs.clear();
+    ++k.epoch[2];
     k.atomics_outstanding = 0;
 }
 
@@ -263,10 +345,16 @@ extern "C" void ttrt_sem_inc(uint64_t dst, uint32_t incr) {
              " noc_async_write(s) to it are outstanding; the data may land after the signal (call "
              "noc_async_write_barrier first)");
     }
-    uint32_t v;
-    std::memcpy(&v, c->l1 + local, 4);
-    v += incr;
-    std::memcpy(c->l1 + local, &v, 4);
+    if (g.perturb) {
+        // Visible at the target some time before the sender's noc_async_atomic_barrier returns.
+        k.incs.push_back(PendingInc{c->index, uint32_t(local), incr});
+        add_in_flight(k, 2, uint32_t(k.incs.size() - 1));
+    } else {
+        uint32_t v;
+        std::memcpy(&v, c->l1 + local, 4);
+        v += incr;
+        std::memcpy(c->l1 + local, &v, 4);
+    }
     ++k.atomics_outstanding;
     ++k.counters.sem_inc_to[c->index];
     record(k, EV_SEM_INC, uint16_t(c->index), incr);

@@ -177,6 +177,7 @@ extern "C" void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* ap
     Kernel& k = cur();
     ComputeState& s = cs(k);
     s.sfpu = op;
+    s.sfpu_param = int(param);
     s.sfpu_init = api;
     program_constants(s, op, flags, param);
 }

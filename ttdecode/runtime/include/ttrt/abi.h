@@ -47,6 +47,10 @@ void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler, uint32_t 
                  uint32_t idst);
 void ttrt_reduce_uninit(void);
 void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst);
+// bcast: 1 COL, 2 ROW, 3 SCALAR (BroadcastType values)
+void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_t idst);
+// SFPU reduce (sfpu_reduce): pool/format/dim as PoolType / DataFormat / ReduceDim values
+void ttrt_sfpu_reduce(int pool, int format, int dim, uint32_t idst, uint32_t ct_dim, uint32_t rt_dim);
 // SFPU: init records the op and programs its constants; ops act on DST tiles. flags (ttrt::sfpu::Flag):
 // 1 = the call's is_fp32_dest_acc_en template argument, 2 = DstRoundingMode::NearestEven, 4 = approximation
 // mode, 8 = exp's scale_en, 16 = log's fast_and_approx, 32 = exp's InputClamping::ClampToNegative.

@@ -131,4 +131,20 @@ ALWI void bcast_init(uint32_t icb0, uint32_t icb1, uint32_t call_line = __builti
     (void)call_line;
     ttrt_detail::init_bcast(tBcastOp, tBcastDim, icb0, icb1, "bcast_init");
 }
+// unary_bcast: DST tile = the CB tile broadcast (COL: column 0 to every column, ROW: row 0 to every
+// row, SCALAR: element (0, 0)). A Float32 CB in UnpackToDestFp32 mode is broadcast exactly in DST;
+// any other CB goes through srcB.
+template <BroadcastType bcast_type, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void unary_bcast_init(uint32_t icb) {
+    if (bcast_type == BroadcastType::NONE) ttrt_fail("unary_bcast_init: BroadcastType::NONE is not modelled (use copy_init)");
+    ttrt_fpu_init(5 /*FPU_UNARY_BCAST*/, int(bcast_type), 0, icb, icb, "unary_bcast_init");
+}
+template <BroadcastType bcast_type, bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
+ALWI void unary_bcast(uint32_t icb, uint32_t in_tile_index, uint32_t dst_tile_index) {
+    ttrt_unary_bcast(int(bcast_type), icb, in_tile_index, dst_tile_index);
+}
+template <BroadcastType bcast_type>
+ALWI void unary_bcast_uninit(uint32_t icb) {
+    ttrt_fpu_init(0 /*FPU_NONE*/, 0, 0, icb, icb, "unary_bcast_uninit");
+}
 }  // namespace ckernel

@@ -1,0 +1,69 @@
+"""The paged cache's row write (the chip's read-modify-write of a tile row), the block allocator,
+and the RoPE frequencies against Hugging Face's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ttdecode
+from ttdecode.formats import DataType
+from ttdecode.models import rope
+from ttdecode.models.kv_cache import BlockAllocator, PagedKVCache
+
+
+@pytest.mark.parametrize("dtype", [DataType.bfloat8_b, DataType.bfloat16])
+def test_row_write_quantizes_only_the_new_row_and_leaves_other_rows_bit_identical(dtype):
+    g = torch.Generator().manual_seed(0)
+    cache = PagedKVCache(num_blocks=3, num_kv_heads=2, block_size=64, head_dim=64, dtype=dtype)
+    full = torch.randn(3, 2, 64, 64, generator=g)
+    # fill the cache one row at a time, as decode steps do
+    for blk in range(3):
+        for r in range(64):
+            cache.write_rows(full[blk, :, r][None], [blk], [r])
+    # each row stored as the row alone quantized (bfloat8_b: 16 values of a row share an exponent)
+    expected = torch.stack([ttdecode.to_torch(ttdecode.from_torch(full[..., r:r + 1, :], dtype)).float()[..., 0, :]
+                            for r in range(64)], dim=2)
+    assert torch.equal(cache.values(), expected)
+    # the op's input is a tile tensor of the same values
+    assert torch.equal(ttdecode.to_torch(cache.tile_tensor()).float(), expected)
+    before = bytearray(cache.image)
+    new = torch.randn(1, 2, 64, generator=g) * 100  # a much larger row: other rows must not move
+    cache.write_rows(new, [1], [37])
+    values = cache.values()
+    mask = torch.ones(3, 2, 64, dtype=torch.bool)
+    mask[1, :, 37] = False
+    assert torch.equal(values[mask], expected[mask])
+    assert sum(a != b for a, b in zip(before, cache.image)) <= 2 * 64 * 2 + 2 * 4  # one row of each head
+
+
+def test_allocator_restart_rewind_and_page_table():
+    a = BlockAllocator(batch=2, max_seq_len=128, block_size=32, num_blocks=5)
+    for p in range(40):
+        a.commit(a.plan([p, p if p < 10 else -1]))
+    assert a.blocks == [[0, 2], [1]] and a.lengths == [40, 10]
+    assert a.page_table().tolist() == [[0, 2, 0, 0], [1, 0, 0, 0]]
+    a.commit(a.plan([0, 10]))  # user 0 restarts: its 2 blocks go back, it takes one again
+    assert a.blocks[0] == [0] and a.lengths == [1, 11] and a.free_blocks == 3
+    a.commit(a.plan([1, 5]))  # user 1 rewinds to position 5: keeps its first block
+    assert a.blocks[1] == [1] and a.lengths == [2, 6]
+    with pytest.raises(ValueError, match=r"positions\[0\]: expected 0..2 .*got 3"):
+        a.plan([3, -1])
+
+
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}])
+def test_rope_frequencies_equal_hugging_face(scaling):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg = LlamaConfig(hidden_size=1024, num_attention_heads=8, head_dim=128, rope_theta=500000.0,
+                      rope_scaling=scaling, max_position_embeddings=8192)
+    hf_freq, _ = ROPE_INIT_FUNCTIONS["llama3" if scaling else "default"](cfg, "cpu")
+    ours = rope.inv_freq(128, 500000.0, scaling)
+    torch.testing.assert_close(ours.float(), hf_freq.float(), rtol=2e-6, atol=0)
+
+
+def test_rope_refuses_unknown_scaling_by_name():
+    with pytest.raises(NotImplementedError, match=r"rope_scaling: expected None, 'default' or 'llama3', got rope_type 'yarn'"):
+        rope.inv_freq(64, 10000.0, {"rope_type": "yarn", "factor": 2.0})

@@ -1,0 +1,84 @@
+"""The softmax scale, any sign and magnitude: the kernels against the float64 reference.
+
+The kernels multiply the fp32 scores by `scale` on the SFPU before the row max, so the running max
+is in logit units whatever the sign (a negative scale used to turn the max of the unscaled scores
+into the wrong extreme: exp overflowed, and masked keys at -inf became +inf) and whatever the
+magnitude (a max taken on TF32 scores was off by up to |logit| * 2^-10, which overflowed exp at
+scale 1e4). Zero, infinite and NaN scales are refused by validation, naming `scale`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import numpy as np
+
+from ttdecode.accuracy import check_close, check_lse
+from ttdecode.api import scaled_dot_product_attention_decode
+from ttdecode.factory import run_flash_decode
+from ttdecode.formats import DataType
+from ttdecode.plan import make_plan
+from ttdecode.program import ComputeSettings
+from ttdecode.reference import sdpa_decode_reference
+from ttdecode.tensor import from_torch, to_torch
+
+BF16, BFP8 = DataType.bfloat16, DataType.bfloat8_b
+POS = [-1, 0, 37, 200, 255]  # a skipped user, one key, a partial tile, several pieces, the last key
+
+
+def run(scale: float, *, sink: torch.Tensor | None = None, seed: int = 0):
+    b, nh, nkv, s, d = len(POS), 8, 2, 256, 64
+    gen = torch.Generator().manual_seed(seed)
+    q = from_torch(torch.randn(1, b, nh, d, generator=gen), BF16)
+    k = from_torch(torch.randn(b, nkv, s, d, generator=gen), BFP8)
+    v = from_torch(torch.randn(b, nkv, s, d, generator=gen), BFP8)
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8,
+                     cur_pos=POS, grid=(8, 8), max_cores_per_head_batch=4, k_chunk_size=32, return_lse=True,
+                     attention_sink=sink is not None)
+    out, lse, _ = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=scale, compute=ComputeSettings(),
+                                   attention_sink=sink)
+    ref, ref_lse = sdpa_decode_reference(to_torch(q).double(), to_torch(k).double(), to_torch(v).double(),
+                                         cur_pos=POS, scale=scale, return_lse=True,
+                                         attention_sink=None if sink is None else sink.to(torch.bfloat16).double())
+    return out, lse, ref, ref_lse
+
+
+def check_lse_in_float32(lse: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """The LSE bar, where float32 (the LSE's output format) can hold it: beyond |LSE| = 2^17 one
+    float32 ulp alone exceeds 1e-2, so there the LSE must be within 2 ulp of the reference."""
+    if float(ref[torch.isfinite(ref)].abs().max()) < 2.0 ** 17:
+        check_lse(lse, ref, what)
+        return
+    live = torch.isfinite(ref)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref)), what
+    ulp = torch.from_numpy(np.spacing(ref[live].abs().to(torch.float32).numpy())).double()
+    err = (lse[live].double() - ref[live]).abs()
+    assert bool((err <= 2 * ulp).all()), f"{what}: LSE off by {float(err.max()):.3e}, more than 2 float32 ulp"
+
+
+@pytest.mark.parametrize("scale", [1e-4, -1e-4, 0.125, -0.125, -1.0, 30.0, -30.0, 1e4, -1e4])
+def test_every_sign_and_magnitude_of_scale_matches_the_reference(scale: float) -> None:
+    out, lse, ref, ref_lse = run(scale)
+    for u in range(1, len(POS)):
+        check_close(out[:, u], ref[:, u], f"scale {scale}: user {u} output")
+        check_lse_in_float32(lse[:, u], ref_lse[:, u], f"scale {scale}: user {u} LSE")
+    assert torch.all(out[:, 0] == 0) and torch.all(torch.isneginf(lse[:, 0]))
+
+
+@pytest.mark.parametrize("scale", [-0.125, 1e4])
+def test_attention_sink_is_scaled_like_the_scores(scale: float) -> None:
+    sink = 3 * torch.randn(8, generator=torch.Generator().manual_seed(3))
+    out, lse, ref, ref_lse = run(scale, sink=sink, seed=1)
+    for u in range(1, len(POS)):
+        check_close(out[:, u], ref[:, u], f"scale {scale} with sink: user {u} output")
+        check_lse_in_float32(lse[:, u], ref_lse[:, u], f"scale {scale} with sink: user {u} LSE")
+
+
+@pytest.mark.parametrize("bad", [0.0, float("nan"), float("inf"), -float("inf")])
+def test_zero_nan_and_infinite_scales_are_refused_naming_scale(bad: float) -> None:
+    q = torch.randn(1, 1, 8, 64)
+    k = torch.randn(1, 1, 64, 64)
+    with pytest.raises(ValueError, match="argument 'scale': expected a finite non-zero number"):
+        scaled_dot_product_attention_decode(q, k, k, cur_pos=[10], scale=bad, backend="host")
+

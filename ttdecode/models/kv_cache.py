@@ -1,0 +1,173 @@
+"""Paged KV cache in tile images, and the per-user block allocator.
+
+Layout (the paged op's, ``ttdecode.paged_scaled_dot_product_attention_decode``): per layer a K and
+a V tensor ``[num_blocks, NKV, block_size, D]`` stored as a TILE-layout image (``TileTensor``) in
+``kv_dtype`` (bfloat16 or bfloat8_b); user b's position p lives in row ``p % block_size`` of
+block ``page_table[b, p // block_size]``.
+
+Writing a row (the decode step's cache update) does what the chip's cache-update op does: read the
+``D / 32`` tiles of the tile row that holds the row, unpack them, replace the one row, pack the
+tiles again and write them back. In bfloat8_b the shared exponent belongs to 16 values of one row
+of a tile face, so the new row is quantized on its own and every other row repacks to the same
+bytes (``test_kv_cache`` pins that the other rows stay bit-identical). Nothing else is requantized.
+
+`BlockAllocator` hands out blocks per user: a user gets block ``p // block_size`` when its position
+first enters it, gives them all back when it starts again at position 0, and gives back the blocks
+past a position it rewinds to. `BlockAllocator.plan` checks a whole step (and raises) before
+anything changes, so a refused step leaves allocator and caches exactly as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ttdecode import formats
+from ttdecode.formats import DataType
+from ttdecode.tensor import TileTensor
+
+__all__ = ["BlockAllocator", "StepPlan", "PagedKVCache", "KV_DTYPES"]
+
+#: KV formats the Llama decoder stores (the op also reads bfloat4_b; the decoder keeps to these two).
+KV_DTYPES = (DataType.bfloat16, DataType.bfloat8_b)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one decode step does to the allocator: the blocks each user gets and gives back.
+
+    ``free[b]``: blocks user b releases (restart at 0 or rewind); ``alloc[b]``: (logical block index,
+    physical block) pairs user b takes; ``lengths[b]``: its cache length after the step.
+    """
+
+    free: tuple[tuple[int, ...], ...]
+    alloc: tuple[tuple[tuple[int, int], ...], ...]
+    lengths: tuple[int, ...]
+
+
+class BlockAllocator:
+    """Per-user block lists over a pool of ``num_blocks`` blocks of ``block_size`` positions."""
+
+    def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int) -> None:
+        self.batch = batch
+        self.max_seq_len = max_seq_len
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.max_blocks = math.ceil(max_seq_len / block_size)
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+        self.blocks: list[list[int]] = [[] for _ in range(batch)]
+        self.lengths: list[int] = [0] * batch  # positions 0..length-1 of user b are in its cache
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    def plan(self, positions: Sequence[int]) -> StepPlan:
+        """Blocks to free and take so every active user can write its position; raises
+        ValueError ("positions" / "block pool") without changing anything."""
+        free: list[tuple[int, ...]] = []
+        need: list[list[int]] = []
+        lengths: list[int] = []
+        for b, p in enumerate(positions):
+            have = self.blocks[b]
+            if p < 0:
+                free.append(())
+                need.append([])
+                lengths.append(self.lengths[b])
+                continue
+            if p > self.lengths[b]:
+                raise ValueError(
+                    f"positions[{b}]: expected 0..{self.lengths[b]} (user {b} has {self.lengths[b]} positions "
+                    f"cached; a step writes the next one, rewinds, or restarts at 0), got {p}"
+                )
+            keep = p // self.block_size + 1 if p > 0 else 0
+            free.append(tuple(have[keep:]) if p > 0 else tuple(have))
+            need.append(list(range(min(keep, len(have)) if p > 0 else 0, p // self.block_size + 1)))
+            lengths.append(p + 1)
+        released = sum(len(f) for f in free)
+        wanted = sum(len(n) for n in need)
+        if wanted > len(self._free) + released:
+            raise ValueError(
+                f"block pool: expected at most {len(self._free) + released} free blocks of {self.block_size} "
+                f"positions for this step, got a need for {wanted} (pool of {self.num_blocks} blocks exhausted; "
+                f"build the decoder with more num_blocks or fewer users)"
+            )
+        pool = self._free + [blk for f in reversed(free) for blk in reversed(f)]
+        alloc = []
+        for n in need:
+            alloc.append(tuple((i, pool.pop()) for i in n))
+        return StepPlan(tuple(free), tuple(alloc), tuple(lengths))
+
+    def commit(self, plan: StepPlan) -> None:
+        """Apply a plan made by `plan` for the current state."""
+        for b, fr in enumerate(plan.free):  # every release first: another user may take the block
+            if fr:
+                self.blocks[b] = self.blocks[b][: len(self.blocks[b]) - len(fr)]
+                self._free.extend(reversed(fr))
+        for b, (al, n) in enumerate(zip(plan.alloc, plan.lengths)):
+            for i, blk in al:
+                assert i == len(self.blocks[b]), (b, i, self.blocks[b])
+                self.blocks[b].append(blk)
+                self._free.remove(blk)
+            self.lengths[b] = n
+
+    def page_table(self) -> torch.Tensor:
+        """int32 ``[batch, max_blocks]``; entries past a user's blocks are 0 (the op never reads them)."""
+        table = torch.zeros(self.batch, self.max_blocks, dtype=torch.int32)
+        for b, blocks in enumerate(self.blocks):
+            if blocks:
+                table[b, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        return table
+
+
+class PagedKVCache:
+    """One paged cache tensor ``[num_blocks, NKV, block_size, D]`` held as its tile image."""
+
+    def __init__(self, num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int, dtype: DataType) -> None:
+        if dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype: expected one of {[d.value for d in KV_DTYPES]}, got {dtype}")
+        if block_size % 32 or head_dim % 32:
+            raise ValueError(f"block_size, head_dim: expected multiples of 32, got {block_size}, {head_dim}")
+        self.shape = (num_blocks, num_kv_heads, block_size, head_dim)
+        self.dtype = dtype
+        self._tiles_per_row = head_dim // 32
+        self._page = formats.tile_size(dtype)
+        self._strip = self._tiles_per_row * self._page  # bytes of one tile row [32, D]
+        self.image = bytearray(num_blocks * num_kv_heads * (block_size // 32) * self._strip)  # zeros
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.image)
+
+    def _strip_offset(self, block: int, head: int, row: int) -> int:
+        _, nkv, bs, _ = self.shape
+        return ((block * nkv + head) * (bs // 32) + row // 32) * self._strip
+
+    def write_rows(self, rows: torch.Tensor, blocks: Sequence[int], offsets: Sequence[int]) -> None:
+        """Write ``rows[i]`` (``[NKV, D]``, float) at row ``offsets[i]`` of block ``blocks[i]``.
+
+        Each touched tile row ``[32, D]`` is unpacked, the row replaced, the tiles packed again (the
+        chip's read-modify-write of a cache update)."""
+        n = len(blocks)
+        if n == 0:
+            return
+        nkv, d = self.shape[1], self.shape[3]
+        offs = [self._strip_offset(blk, h, r) for blk, r in zip(blocks, offsets) for h in range(nkv)]
+        raw = b"".join(bytes(self.image[o:o + self._strip]) for o in offs)
+        strips = formats.unpack_tiles(raw, self.dtype, (n * nkv, 32, d)).to(torch.float32)
+        idx = torch.tensor([r % 32 for r in offsets for _ in range(nkv)])
+        strips[torch.arange(n * nkv), idx] = rows.reshape(n * nkv, d).to(torch.float32)
+        packed = formats.pack_tiles(strips, self.dtype)
+        for i, o in enumerate(offs):
+            self.image[o:o + self._strip] = packed[i * self._strip:(i + 1) * self._strip]
+
+    def tile_tensor(self) -> TileTensor:
+        """The cache as the op's input (a copy of the image)."""
+        return TileTensor(self.shape, self.dtype, bytes(self.image))
+
+    def values(self) -> torch.Tensor:
+        """The stored values, float32 ``[num_blocks, NKV, block_size, D]``."""
+        return formats.unpack_tiles(bytes(self.image), self.dtype, self.shape).to(torch.float32)

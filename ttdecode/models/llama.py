@@ -1,0 +1,458 @@
+"""Llama decode over this package's FlashDecode op, tensor parallel over ``devices`` workers.
+
+``LlamaDecoder.from_hf(model, batch=B, max_seq_len=S, ...)`` takes a Hugging Face
+``LlamaForCausalLM`` and builds the decode model; ``step(tokens [B], positions [B]) -> logits
+[B, vocab]`` runs one decode step for every user slot (position -1: an idle slot, untouched);
+``generate(input_ids [B', P], max_new_tokens)`` is greedy decoding that feeds the prompt through
+decode steps. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's position -> cache
+update (one row per user into its block, see ``kv_cache``) -> FlashDecode through
+``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
+residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
+
+Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
+(the op's float64 reference), both with projections, norms and MLP in float32 torch;
+``"device"`` needs a Wormhole (``ttdecode.models.llama_device`` builds what can be built without
+one); ``"auto"`` is ``"device"`` when one is available, else ``"host"``.
+
+Tensor parallel (``devices=N``), Megatron style as tt-metal's Llama on a T3K: device d owns KV
+heads ``[d*NKV/N, (d+1)*NKV/N)`` and their query heads (Q/K/V column-parallel by KV head group),
+its slice of the MLP's intermediate dimension (gate/up column-parallel), the matching columns of
+the O and down projections (row-parallel, each followed by an all-reduce) and a vocabulary slice of
+the LM head (all-gathered); the embedding lookup runs once on the host and every device gets the
+embedded tokens (tt-metal replicates the embedding table on every chip instead). Each device keeps only its heads' KV cache; the block allocator and
+the page table are shared. With N > 1 every device is a worker of a ``ttdecode.distributed``
+process group (gloo), started by the decoder and kept until ``close()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ttdecode.formats import DataType, as_data_type
+from ttdecode.models import rope
+from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, PagedKVCache, StepPlan
+
+__all__ = ["LlamaDecoder", "LlamaSpec", "BACKENDS"]
+
+log = logging.getLogger("ttdecode")
+
+#: Decoder backends (the op's, see ``ttdecode.api``).
+BACKENDS = ("auto", "host", "reference", "device")
+
+
+def _fail(arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
+    return exc(f"{arg}: expected {expected}, got {got}")
+
+
+@dataclass(frozen=True)
+class LlamaSpec:
+    """The shape of a Llama model (from its Hugging Face config)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: Optional[dict]
+    attention_bias: bool
+    mlp_bias: bool
+
+    @classmethod
+    def from_config(cls, config: Any) -> "LlamaSpec":
+        if getattr(config, "model_type", None) != "llama":
+            raise _fail("model", "a Hugging Face Llama (config.model_type 'llama')",
+                        f"model_type {getattr(config, 'model_type', None)!r}", TypeError)
+        act = getattr(config, "hidden_act", "silu")
+        if act != "silu":
+            raise _fail("model", "config.hidden_act 'silu' (SwiGLU)", repr(act), NotImplementedError)
+        heads = int(config.num_attention_heads)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        scaling = getattr(config, "rope_scaling", None)
+        rope.inv_freq(int(head_dim), float(config.rope_theta), scaling)  # refuses unknown scalings
+        return cls(
+            vocab_size=int(config.vocab_size), hidden_size=int(config.hidden_size),
+            num_layers=int(config.num_hidden_layers), num_heads=heads,
+            num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads), head_dim=int(head_dim),
+            intermediate_size=int(config.intermediate_size), rms_norm_eps=float(config.rms_norm_eps),
+            rope_theta=float(config.rope_theta), rope_scaling=dict(scaling) if scaling else None,
+            attention_bias=bool(getattr(config, "attention_bias", False)),
+            mlp_bias=bool(getattr(config, "mlp_bias", False)),
+        )
+
+
+# ---- one device's shard -------------------------------------------------------------------------
+
+
+def _shard_weights(state: dict[str, torch.Tensor], spec: LlamaSpec, rank: int, world: int) -> dict[str, torch.Tensor]:
+    """Device ``rank``'s float32 weights (see the module doc for the split)."""
+    d, nkv_l = spec.head_dim, spec.num_kv_heads // world
+    group = spec.num_heads // spec.num_kv_heads
+    q_rows = slice(rank * nkv_l * group * d, (rank + 1) * nkv_l * group * d)
+    kv_rows = slice(rank * nkv_l * d, (rank + 1) * nkv_l * d)
+    inter = spec.intermediate_size // world
+    i_rows = slice(rank * inter, (rank + 1) * inter)
+    vocab_l = math.ceil(spec.vocab_size / world)
+    f = lambda name: state[name].detach().to(torch.float32)  # noqa: E731
+    out = {"norm": f("model.norm.weight")}
+    lm = state["lm_head.weight"] if "lm_head.weight" in state else state["model.embed_tokens.weight"]
+    lm_l = lm[rank * vocab_l:(rank + 1) * vocab_l].detach().to(torch.float32)
+    if lm_l.shape[0] < vocab_l:  # the last slice is padded with zero rows (trimmed after the gather)
+        lm_l = torch.cat([lm_l, lm_l.new_zeros(vocab_l - lm_l.shape[0], lm_l.shape[1])])
+    out["lm_head"] = lm_l.contiguous()
+    for i in range(spec.num_layers):
+        p = f"model.layers.{i}."
+        out[f"{i}.in_norm"] = f(p + "input_layernorm.weight")
+        out[f"{i}.post_norm"] = f(p + "post_attention_layernorm.weight")
+        for name, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows)):
+            out[f"{i}.w{name}"] = f(p + f"self_attn.{name}_proj.weight")[rows].contiguous()
+            if spec.attention_bias:
+                out[f"{i}.b{name}"] = f(p + f"self_attn.{name}_proj.bias")[rows].contiguous()
+        out[f"{i}.wo"] = f(p + "self_attn.o_proj.weight")[:, q_rows].contiguous()
+        if spec.attention_bias:
+            out[f"{i}.bo"] = f(p + "self_attn.o_proj.bias")
+        out[f"{i}.wg"] = f(p + "mlp.gate_proj.weight")[i_rows].contiguous()
+        out[f"{i}.wu"] = f(p + "mlp.up_proj.weight")[i_rows].contiguous()
+        out[f"{i}.wd"] = f(p + "mlp.down_proj.weight")[:, i_rows].contiguous()
+        if spec.mlp_bias:
+            out[f"{i}.bg"] = f(p + "mlp.gate_proj.bias")[i_rows].contiguous()
+            out[f"{i}.bu"] = f(p + "mlp.up_proj.bias")[i_rows].contiguous()
+            out[f"{i}.bd"] = f(p + "mlp.down_proj.bias")
+    return out
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """One step as every device sees it: the embedded tokens ``[B, hidden]`` float32 (the embedding
+    lookup runs once, on the host), positions ``[B]``, the page table after the step's allocation,
+    and the cache rows to write (user, block, row in block) of the active users."""
+
+    hidden: torch.Tensor
+    positions: tuple[int, ...]
+    page_table: torch.Tensor
+    writes: tuple[tuple[int, int, int], ...]
+
+
+class LlamaShard:
+    """One device's part of the model: its weights, its heads' KV caches, the step in torch + op."""
+
+    def __init__(self, spec: LlamaSpec, weights: dict[str, torch.Tensor], *, rank: int, world: int,
+                 num_blocks: int, block_size: int, kv_dtype: DataType, backend: str, program_config: Any) -> None:
+        self.spec, self.w, self.rank, self.world = spec, weights, rank, world
+        self.backend, self.program_config = backend, program_config
+        self.nkv = spec.num_kv_heads // world
+        self.nq = spec.num_heads // world
+        self.freq = rope.inv_freq(spec.head_dim, spec.rope_theta, spec.rope_scaling)
+        self.caches = [
+            (PagedKVCache(num_blocks, self.nkv, block_size, spec.head_dim, kv_dtype),
+             PagedKVCache(num_blocks, self.nkv, block_size, spec.head_dim, kv_dtype))
+            for _ in range(spec.num_layers)
+        ]
+
+    # collectives: identity on one device, torch.distributed on a process group
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(x)
+        return x
+
+    def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world == 1:
+            return x
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(x) for _ in range(self.world)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=-1)
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        return weight * (x * torch.rsqrt(var + self.spec.rms_norm_eps))
+
+    def _linear(self, x: torch.Tensor, name: str, layer: int) -> torch.Tensor:
+        y = x @ self.w[f"{layer}.w{name}"].T
+        bias = self.w.get(f"{layer}.b{name}")
+        return y if bias is None else y + bias
+
+    def step(self, s: StepInputs) -> torch.Tensor:
+        """Logits ``[B, vocab]`` float32 (every device returns them; rows of idle users are zero)."""
+        import ttdecode
+
+        spec, d = self.spec, self.spec.head_dim
+        bsz = len(s.positions)
+        pos = torch.tensor(s.positions, dtype=torch.int64)
+        active = pos >= 0
+        x = s.hidden
+        cos, sin = rope.cos_sin(self.freq, pos.clamp(min=0))
+        users = [b for b, _, _ in s.writes]
+        blocks = [blk for _, blk, _ in s.writes]
+        rows = [r for _, _, r in s.writes]
+        for i, (kc, vc) in enumerate(self.caches):
+            h = self._norm(x, self.w[f"{i}.in_norm"])
+            q = rope.apply_rope(self._linear(h, "q", i).view(bsz, self.nq, d), cos, sin)
+            k = rope.apply_rope(self._linear(h, "k", i).view(bsz, self.nkv, d), cos, sin)
+            v = self._linear(h, "v", i).view(bsz, self.nkv, d)
+            kc.write_rows(k[users], blocks, rows)
+            vc.write_rows(v[users], blocks, rows)
+            attn = ttdecode.paged_scaled_dot_product_attention_decode(
+                q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), s.page_table,
+                cur_pos=list(s.positions), program_config=self.program_config, backend=self.backend,
+            )
+            o = attn.reshape(bsz, self.nq * d).to(torch.float32) @ self.w[f"{i}.wo"].T
+            o = self.all_reduce(o)
+            if f"{i}.bo" in self.w:
+                o = o + self.w[f"{i}.bo"]
+            x = x + o
+            h = self._norm(x, self.w[f"{i}.post_norm"])
+            m = torch.nn.functional.silu(self._linear(h, "g", i)) * self._linear(h, "u", i)
+            m = self.all_reduce(m @ self.w[f"{i}.wd"].T)
+            if f"{i}.bd" in self.w:
+                m = m + self.w[f"{i}.bd"]
+            x = x + m
+        logits = self.all_gather_last(self._norm(x, self.w["norm"]) @ self.w["lm_head"].T)
+        logits = logits[:, : spec.vocab_size]
+        return torch.where(active[:, None], logits, torch.zeros(()))
+
+
+# ---- worker functions (module level: picklable) ---------------------------------------------
+
+
+def _worker_build(ctx: Any, spec: LlamaSpec, weights: dict, options: dict) -> int:
+    torch.set_num_threads(1)
+    ctx.state["llama"] = LlamaShard(spec, weights, rank=ctx.rank, world=ctx.world_size, **options)
+    return sum(c.nbytes for kv in ctx.state["llama"].caches for c in kv)
+
+
+def _worker_step(ctx: Any, s: StepInputs) -> Optional[torch.Tensor]:
+    logits = ctx.state["llama"].step(s)
+    return logits if ctx.rank == 0 else None
+
+
+# ---- the decoder ----------------------------------------------------------------------------
+
+
+def _resolve_backend(backend: object) -> str:
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise _fail("backend", f"one of {list(BACKENDS)}", repr(backend))
+    from ttdecode import device
+
+    if backend == "auto":
+        return "device" if device.available() else "host"
+    if backend == "device" and not device.available():
+        raise RuntimeError(
+            "backend: 'device' needs a Tenstorrent Wormhole (ttnn.open_device), and none is available here; "
+            "ttdecode.models.llama_device builds the device weight layouts and the attention program up to "
+            "the launch without one (see the README), backend='host' runs the kernels on the host runtime"
+        )
+    return backend
+
+
+class LlamaDecoder:
+    """Batched greedy Llama decoding with a paged KV cache; see the module doc.
+
+    Build with `from_hf` or `from_pretrained`. ``close()`` stops the device workers (devices > 1).
+    """
+
+    def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, batch: int, max_seq_len: int,
+                 kv_dtype: Any = DataType.bfloat8_b, devices: int = 1, backend: str = "auto",
+                 block_size: int = 64, num_blocks: Optional[int] = None, program_config: Any = None,
+                 timeout: float = 600.0) -> None:
+        for name, value in (("batch", batch), ("max_seq_len", max_seq_len), ("devices", devices),
+                            ("block_size", block_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _fail(name, "an int >= 1", repr(value))
+        if block_size % 32:
+            raise _fail("block_size", "a multiple of 32 (the op's paged cache)", block_size)
+        kv = as_data_type(kv_dtype, "kv_dtype")
+        if kv not in KV_DTYPES:
+            raise _fail("kv_dtype", f"one of {[d.value for d in KV_DTYPES]}", kv.value)
+        if spec.head_dim % 32:
+            raise _fail("model", "head_dim a multiple of 32 (tiles)", spec.head_dim, NotImplementedError)
+        if spec.num_kv_heads % devices:
+            raise _fail("devices", f"a divisor of the model's {spec.num_kv_heads} KV heads (each device owns whole "
+                        "KV head groups)", devices)
+        if spec.intermediate_size % devices:
+            raise _fail("devices", f"a divisor of the MLP intermediate size {spec.intermediate_size}", devices)
+        self.spec = spec
+        self._embed = state["model.embed_tokens.weight"].detach()  # [vocab, hidden], its own dtype
+        self.batch, self.max_seq_len, self.devices = batch, max_seq_len, devices
+        self.kv_dtype, self.block_size = kv, block_size
+        self.backend = _resolve_backend(backend)
+        max_blocks = math.ceil(max_seq_len / block_size)
+        if num_blocks is None:
+            num_blocks = batch * max_blocks
+        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
+            raise _fail("num_blocks", "an int >= 1", repr(num_blocks))
+        self.allocator = BlockAllocator(batch, max_seq_len, block_size, num_blocks)
+        options = dict(num_blocks=num_blocks, block_size=block_size, kv_dtype=kv, backend=self.backend,
+                       program_config=program_config)
+        self._pool = None
+        self._shard: Optional[LlamaShard] = None
+        if devices == 1:
+            self._shard = LlamaShard(spec, _shard_weights(state, spec, 0, 1), rank=0, world=1, **options)
+            cache_bytes = sum(c.nbytes for kv_ in self._shard.caches for c in kv_)
+        else:
+            from ttdecode.distributed import WorkerPool
+
+            self._pool = WorkerPool(devices, label="device", timeout=timeout)
+            shards = [(spec, _shard_weights(state, spec, r, devices), options) for r in range(devices)]
+            cache_bytes = sum(self._pool.run(_worker_build, shards))
+        self.cache_bytes = cache_bytes
+        log.info(
+            "ttdecode llama: KV cache %.2f MiB = %d layers x K,V x %d blocks x %d KV heads x %d positions x "
+            "head_dim %d in %s over %d device(s) (batch %d, max_seq_len %d -> %d blocks per user); backend %s",
+            cache_bytes / 2**20, spec.num_layers, num_blocks, spec.num_kv_heads, block_size, spec.head_dim,
+            kv.value, devices, batch, max_seq_len, max_blocks, self.backend,
+        )
+
+    # ---- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_hf(cls, model: Any, **options: Any) -> "LlamaDecoder":
+        """From a ``transformers`` ``LlamaForCausalLM`` (weights as they are; see the class doc)."""
+        try:
+            from transformers import LlamaForCausalLM
+        except ImportError as e:  # pragma: no cover - transformers is in the test extra
+            raise ImportError("from_hf needs the 'transformers' package (pip install ttdecode[test])") from e
+        if not isinstance(model, LlamaForCausalLM):
+            raise _fail("model", "a transformers LlamaForCausalLM", type(model).__name__, TypeError)
+        spec = LlamaSpec.from_config(model.config)
+        return cls(spec, model.state_dict(), **options)
+
+    @classmethod
+    def from_pretrained(cls, path: Any, **options: Any) -> "LlamaDecoder":
+        """From a local Hugging Face checkpoint directory (config.json + safetensors); no network."""
+        import json
+        from pathlib import Path
+
+        root = Path(path)
+        cfg_file = root / "config.json"
+        if not cfg_file.is_file():
+            raise _fail("path", "a checkpoint directory with config.json", str(root), FileNotFoundError)
+        model_type = json.loads(cfg_file.read_text()).get("model_type")
+        if model_type != "llama":
+            raise _fail("path", "a Llama checkpoint (config.json model_type 'llama')", repr(model_type), TypeError)
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM.from_pretrained(str(root), local_files_only=True)
+        return cls.from_hf(model, **options)
+
+    def close(self) -> None:
+        """Stop the device workers (devices > 1). Idempotent."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> "LlamaDecoder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- decoding --------------------------------------------------------------------------
+
+    def _check_step(self, tokens: object, positions: object) -> tuple[torch.Tensor, tuple[int, ...]]:
+        def ints(name: str, x: object) -> torch.Tensor:
+            if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+                raise _fail(name, f"an int64 tensor [{self.batch}]",
+                            f"{type(x).__name__}" + (f" {x.dtype}" if isinstance(x, torch.Tensor) else ""), TypeError)
+            if x.dim() != 1 or x.shape[0] != self.batch:
+                raise _fail(name, f"shape [{self.batch}] (one entry per user slot, batch={self.batch})",
+                            list(x.shape))
+            return x.detach().to("cpu", torch.int64)
+
+        tok, pos = ints("tokens", tokens), ints("positions", positions)
+        for b in range(self.batch):
+            p = int(pos[b])
+            if p < -1:
+                raise _fail(f"positions[{b}]", "-1 (idle) or a position >= 0", p)
+            if p >= self.max_seq_len:
+                raise _fail(f"positions[{b}]", f"a position < max_seq_len={self.max_seq_len}", p)
+            if p >= 0 and not 0 <= int(tok[b]) < self.spec.vocab_size:
+                raise _fail(f"tokens[{b}]", f"a token id in 0..{self.spec.vocab_size - 1}", int(tok[b]))
+        return tok, tuple(int(p) for p in pos)
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One decode step. ``tokens``, ``positions``: int64 ``[batch]``; position -1 = idle slot
+        (untouched, zero logits); a user at position 0 (re)starts its sequence in the slot.
+
+        Returns float32 logits ``[batch, vocab]``. Every check runs before any cache is written."""
+        tok, pos = self._check_step(tokens, positions)
+        plan: StepPlan = self.allocator.plan(pos)
+        if all(p < 0 for p in pos):
+            return torch.zeros(self.batch, self.spec.vocab_size)
+        table = self.allocator.page_table()
+        for b, al in enumerate(plan.alloc):  # the page table after this step's allocation
+            for i, blk in al:
+                table[b, i] = blk
+        writes = tuple((b, int(table[b, p // self.block_size]), p % self.block_size)
+                       for b, p in enumerate(pos) if p >= 0)
+        hidden = self._embed[torch.where(torch.tensor(pos) >= 0, tok, 0)].to(torch.float32)
+        s = StepInputs(hidden=hidden, positions=pos, page_table=table, writes=writes)
+        if self._pool is None:
+            logits = self._shard.step(s)
+        else:
+            logits = self._pool.run_all(_worker_step, s)[0]
+        self.allocator.commit(plan)
+        return logits
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: Optional[int] = None,
+                 return_logits: bool = False) -> Any:
+        """Greedy decoding of ``input_ids`` int ``[B', P]`` (B' <= batch) in slots 0..B'-1 (their
+        caches restart; other slots are left as they are). Returns int64 ``[B', P + N]`` with
+        N <= ``max_new_tokens``: a user that produced ``eos_token_id`` is padded with it, and
+        decoding stops when every user did. ``return_logits``: also return the float32 logits
+        ``[B', N, vocab]`` each new token was chosen from."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dim() != 2:
+            raise _fail("input_ids", "an int64 tensor [B, P]",
+                        f"{type(input_ids).__name__} {getattr(input_ids, 'dtype', '')} "
+                        f"{list(getattr(input_ids, 'shape', []))}", TypeError)
+        nb, plen = input_ids.shape
+        if not 1 <= nb <= self.batch:
+            raise _fail("input_ids", f"1..{self.batch} sequences (batch={self.batch})", nb)
+        if plen < 1:
+            raise _fail("input_ids", "a prompt of at least 1 token", plen)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise _fail("max_new_tokens", "an int >= 0", repr(max_new_tokens))
+        if plen + max_new_tokens > self.max_seq_len:
+            raise _fail("max_new_tokens", f"P + N <= max_seq_len={self.max_seq_len} (P={plen})", max_new_tokens)
+        ids = input_ids.detach().to("cpu", torch.int64)
+        bad = (ids < 0) | (ids >= self.spec.vocab_size)
+        if bad.any():
+            b, t = (int(i) for i in bad.nonzero()[0])
+            raise _fail(f"input_ids[{b}, {t}]", f"a token id in 0..{self.spec.vocab_size - 1}", int(ids[b, t]))
+        out = [ids]
+        done = torch.zeros(nb, dtype=torch.bool)
+        tokens = torch.zeros(self.batch, dtype=torch.int64)
+        positions = torch.full((self.batch,), -1, dtype=torch.int64)
+        logits = None
+        chosen_from = []
+        for t in range(plen):
+            tokens[:nb] = ids[:, t]
+            positions[:nb] = t
+            logits = self.step(tokens, positions)
+        for n in range(max_new_tokens):
+            chosen_from.append(logits[:nb])
+            nxt = logits[:nb].argmax(-1)
+            if eos_token_id is not None:
+                nxt = torch.where(done, torch.tensor(eos_token_id), nxt)
+                done |= nxt == eos_token_id
+            out.append(nxt[:, None])
+            if bool(done.all()) or n == max_new_tokens - 1:
+                break
+            tokens[:nb] = nxt
+            positions[:nb] = torch.where(done, -1, plen + n)
+            logits = self.step(tokens, positions)
+        ids_out = torch.cat(out, dim=1)
+        if return_logits:
+            shape = (nb, 0, self.spec.vocab_size)
+            return ids_out, torch.stack(chosen_from, dim=1) if chosen_from else torch.zeros(shape)
+        return ids_out
