@@ -1,4 +1,4 @@
-"""FlashDecode sweeps on the host runtime, timed by the analytic Wormhole model (ttdecode.perfmodel).
+"""FlashDecode sweeps on the host runtime, timed by the Wormhole cost model (ttdecode.costmodel).
 
 Every point is a real run of kernels/{reader,writer,compute}.cpp on the host runtime; the model turns
 the run's counters into an estimated Wormhole step time. Sweeps (bfloat8_b K/V, bf16 Q, HiFi2,
@@ -9,11 +9,19 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
   cores  T3K per chip (4q/1kv and 8q/1kv, D 128), B 1, S 32K, max_cores_per_head_batch 1..64
   batch  Llama-3.1-8B on N150, S 8K, B 1, 8, 32
 
+  tg-llama70b  Galaxy Llama-70B per chip: B 8, 8q/1kv, D 128, cur_pos 127, 8x4 grid (tt-metal measured 7.4 us)
+  techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv (ours run at B 8, D <= 128)
+
+Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
+ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
+model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
+tg-llama70b only (seconds). All times are MODEL ESTIMATES.
+
 Outputs in --out (default tech_report/figures/): sweep_flash_decode.csv, fd_time_vs_seq.png,
-fd_gbps_vs_cores.png, fd_reduction_share.png; a table on stdout.
+fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png; a table on stdout.
 
     PYTHONPATH=. python perf/sweep_flash_decode.py            # full (a few minutes)
-    PYTHONPATH=. python perf/sweep_flash_decode.py --quick    # a few points (< 2 minutes)
+    PYTHONPATH=. python perf/sweep_flash_decode.py --quick --out DIR   # tg-llama70b, both kernels (seconds)
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ttdecode.costmodel import Breakdown, evaluate, work_from_counters  # noqa: E402
 from ttdecode.factory import run_flash_decode  # noqa: E402
+from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 from ttdecode.formats import DataType  # noqa: E402
 from ttdecode.perfmodel import WORMHOLE, StepEstimate, WormholeConstants, estimate_step  # noqa: E402
 from ttdecode.plan import DecodePlan, make_plan  # noqa: E402
@@ -60,6 +70,31 @@ class Point:
     seq_len: int
     max_cores: int = 16
     head_dim: int = 128
+    grid: tuple[int, int] = (8, 8)
+    cur_pos: Optional[int] = None  # every user's position; None = seq_len - 1
+    k_chunk_size: int = 0  # tt-metal's chunk (0 = dynamic); our kernels always run dynamic chunks
+    run_ours: bool = True  # False: the host run would be too large here (tt-metal's structure only)
+
+    @property
+    def pos(self) -> int:
+        return self.seq_len - 1 if self.cur_pos is None else self.cur_pos
+
+
+#: tt-metal's measured device times / rates (REFERENCE.md section 4), drawn and compared in the report.
+TG_LLAMA70B_MEASURED_US = {"PR #37004 (tree reduction)": 7.4, "perf unit test 6U": 8.18,
+                           "decoder perf target 6U": 9.18, "decoder perf target 4U": 10.2}
+
+
+def tg_llama70b_points() -> list[Point]:
+    """Galaxy Llama-70B per chip: B=8, 8q/1kv, D=128, cur_pos=127, 8x4 grid (tt-metal's measured point)."""
+    return [Point("tg-llama70b", "Galaxy Llama-70B chip 8q/1kv", 8, 8, 1, 128, 4, 128, (8, 4), 127)]
+
+
+def tech_report_points() -> list[Point]:
+    """The FlashDecode tech report's sweep: B 8/16/32, S 128K, D 64/128/256, 8q/1kv, chunk 512.
+    Our kernels run (on the host) only at B=8, D<=128: the larger caches take too long here."""
+    return [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, 16, d, (8, 8), None, 512,
+                  run_ours=(b == 8 and d <= 128)) for b in (8, 16, 32) for d in (64, 128, 256)]
 
 
 def llama_seq_points(quick: bool, max_seq: int) -> list[Point]:
@@ -99,8 +134,8 @@ def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
     t0 = time.perf_counter()
     q, k, v = inputs_for(p)
     plan = make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq_len,
-                     head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.seq_len - 1] * p.batch,
-                     max_cores_per_head_batch=p.max_cores)
+                     head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.pos] * p.batch,
+                     max_cores_per_head_batch=p.max_cores, grid=p.grid)
     out, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(p.head_dim),
                                       compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     if not torch.isfinite(out.float()).all():
@@ -114,7 +149,46 @@ def with_sfpu_scale(c: WormholeConstants, factor: float) -> WormholeConstants:
     return dataclasses.replace(c, sfpu_instructions_per_element=scaled)
 
 
-def row_of(p: Point, plan: DecodePlan, e: StepEstimate, alt: dict[str, float], wall: float) -> dict[str, object]:
+def _breakdown_cols(b: Breakdown) -> dict[str, object]:
+    comp = b.compute_us
+    return {"est_us": round(b.total_us, 3), "achieved_gbps": round(b.achieved_gbps, 2),
+            "launch_us": round(b.launch_us, 3), "local_us": round(b.local_us, 3), "reader_us": round(b.reader_us, 3),
+            "dram_floor_us": round(b.dram_floor_us, 3), "reduction_us": round(b.reduction_us, 3),
+            "reduction_share": round(b.reduction_share, 4),
+            **{f"{k}_us": round(comp.get(k, 0.0), 3) for k in ("matmul", "sfpu", "eltwise", "reduce")},
+            "kv_bytes": b.kv_bytes, "cores_used": b.cores,
+            "pct_of_288": round(100 * b.achieved_gbps / 288.0, 1)}
+
+
+def ttmetal_reductions(p: Point) -> tuple[str, ...]:
+    """tt-metal's reductions to model at `p`: today's tree everywhere; also the linear one (its
+    tech report's era) at the tech report's points and the T3K cores sweep, to compare with what
+    the report measured."""
+    return ("tree", "linear") if p.sweep in ("techreport", "cores") else ("tree",)
+
+
+def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
+    """tt-metal's structure (ttdecode.ttmetal_structure) through the cost model at `p`."""
+    shape = TTMetalShape(p.batch, p.num_q_heads, p.num_kv_heads, p.head_dim, p.pos, p.seq_len, p.grid, p.max_cores,
+                         p.k_chunk_size, reduction=reduction)
+    works, red, counts = ttmetal_work(shape)
+    b = evaluate(works, red, "HiFi2")
+    return {"sweep": p.sweep, "kernel": "tt-metal", "reduction": reduction, "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
+            "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
+            "max_cores_per_head": p.max_cores, "pieces_per_head": counts["active_cores_per_head"],
+            **_breakdown_cols(b), "est_us_optimistic": "", "run_seconds": 0.0}
+
+
+def row_of(p: Point, plan: DecodePlan, e: StepEstimate, b: Breakdown, wall: float) -> dict[str, object]:
+    return {
+        "sweep": p.sweep, "kernel": "ttdecode", "reduction": "tree", "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
+        "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
+        "max_cores_per_head": p.max_cores, "pieces_per_head": plan.pieces_per_work,
+        **_breakdown_cols(b), "est_us_optimistic": round(e.time_us, 3), "run_seconds": round(wall, 2),
+    }
+
+
+def _old_row_of(p: Point, plan: DecodePlan, e: StepEstimate, alt: dict[str, float], wall: float) -> dict[str, object]:
     slowest = max(e.cores, key=lambda t: t.overlapped_us)
     return {
         "sweep": p.sweep, "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
@@ -140,27 +214,31 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
         if p.sweep == "seq" and seq_too_slow:
             print(f"  skip S={p.seq_len}: a run at S >= 64K exceeded {long_limit:.0f} s", flush=True)
             continue
-        plan, counters, wall = run_point(p)
-        if p.sweep == "seq" and p.seq_len >= 65536 and wall > long_limit:
-            seq_too_slow = True
-        e = estimate_step(plan, counters)
-        alt = {f: estimate_step(plan, counters, with_sfpu_scale(WORMHOLE, float(f))).time_us for f in ("0.5", "2")}
-        yield p, row_of(p, plan, e, alt, wall)
+        if p.run_ours:
+            plan, counters, wall = run_point(p)
+            if p.sweep == "seq" and p.seq_len >= 65536 and wall > long_limit:
+                seq_too_slow = True
+            e = estimate_step(plan, counters)
+            works, red, fid = work_from_counters(plan, counters)
+            yield p, row_of(p, plan, e, evaluate(works, red, fid), wall)
+        for reduction in ttmetal_reductions(p):
+            yield p, ttmetal_row(p, reduction)
 
 
-COLUMNS = ["sweep", "model", "B", "S", "cores/head", "cores", "est us", "local", "reduce", "red %", "GB/s",
-           "% 288", "bound", "max B/core", "NoC B/round", "sfpu x.5/x2 us"]
+COLUMNS = ["sweep", "kernel", "reduction", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
+           "matmul", "sfpu", "eltwise", "reduce", "reduction", "red %", "GB/s", "% 288"]
 
 
 def print_table(rows: list[dict[str, object]]) -> None:
+    """A markdown table of the rows (model estimates)."""
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
-        cells = [r["sweep"], r["model"], r["batch"], r["seq_len"], r["pieces_per_head"], r["cores_used"],
-                 f"{r['est_us']:.1f}", f"{r['local_us']:.1f}", f"{r['reduction_us']:.1f}",
-                 f"{100 * float(r['reduction_share']):.1f}", f"{r['achieved_gbps']:.1f}", r["pct_of_288"], r["bound"],
-                 r["max_core_bytes"], r["noc_bytes_per_round"] or "-",
-                 f"{r['est_us_sfpu_x0.5']:.1f}/{r['est_us_sfpu_x2']:.1f}"]
+        cells = [r["sweep"], r["kernel"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
+                 r["cores_used"], f"{r['est_us']:.1f}", f"{r['launch_us']:.1f}", f"{r['local_us']:.1f}",
+                 f"{r['reader_us']:.1f}", f"{r['matmul_us']:.1f}", f"{r['sfpu_us']:.1f}", f"{r['eltwise_us']:.1f}",
+                 f"{r['reduce_us']:.1f}", f"{r['reduction_us']:.1f}", f"{100 * float(r['reduction_share']):.1f}",
+                 f"{r['achieved_gbps']:.1f}", r["pct_of_288"]]
         print("| " + " | ".join(str(c) for c in cells) + " |")
 
 
@@ -172,19 +250,59 @@ def write_csv(rows: list[dict[str, object]], path: Path) -> None:
 
 
 def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
-    """The three figures; returns their paths."""
+    """The figures (model estimates, tt-metal's measured points overlaid); returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     made: list[Path] = []
+    tg = [r for r in rows if r["sweep"] == "tg-llama70b"]
+    if tg:
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        labels = [f"model: {r['kernel']}" for r in tg] + [f"measured: {k}" for k in TG_LLAMA70B_MEASURED_US]
+        values = [float(r["est_us"]) for r in tg] + list(TG_LLAMA70B_MEASURED_US.values())
+        colors = ["C0" if "ttdecode" in lab else "C1" if "model" in lab else "gray" for lab in labels]
+        ax.barh(labels, values, color=colors)
+        for i, v in enumerate(values):
+            ax.text(v, i, f" {v:.1f}", va="center", fontsize=7)
+        ax.set_xlabel("µs per decode step")
+        ax.set_title("Galaxy Llama-70B per chip (B=8, 8q/1kv, D=128, cur_pos=127, 8x4 cores):\nmodel estimates "
+                     "vs tt-metal's measurements", fontsize=7)
+        made.append(out / "fd_tg_llama70b.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
+    tr = [r for r in rows if r["sweep"] == "techreport"]
+    if tr:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for (kern, red), style in ((("ttdecode", "tree"), "o"), (("tt-metal", "tree"), "x"), (("tt-metal", "linear"), "+")):
+            rs = [r for r in tr if r["kernel"] == kern and r["reduction"] == red]
+            ax.plot([f"B{r['batch']} D{r['head_dim']}" for r in rs], [r["achieved_gbps"] for r in rs], style,
+                    ms=8, label=f"model: {kern} ({red} reduction)")
+        ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured (tech report): up to 180 GB/s")
+        ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
+        ax.set_ylabel("K/V GB/s")
+        ax.set_title("FlashDecode tech report points: 128K, 8q/1kv, bfloat8_b (model estimates)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
+        made.append(out / "fd_techreport_gbps.png")
+        fig.tight_layout()
+        fig.savefig(made[-1], dpi=130)
+        plt.close(fig)
+    tt_seq = [r for r in rows if r["sweep"] == "seq" and r["kernel"] == "tt-metal"]
+    tt_cores = [r for r in rows if r["sweep"] == "cores" and r["kernel"] == "tt-metal"]
+    tt_seq = [r for r in tt_seq if r["reduction"] == "tree"]
+    rows = [r for r in rows if r["kernel"] == "ttdecode"]
     seq = [r for r in rows if r["sweep"] == "seq"]
     if seq:
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         s = [int(r["seq_len"]) for r in seq]
         kv = [int(r["kv_bytes"]) for r in seq]
-        ax.plot(s, [r["est_us"] for r in seq], "o-", label="model: step time")
+        ax.plot(s, [r["est_us"] for r in seq], "o-", label="model: ttdecode step time")
+        ax.plot([int(r["seq_len"]) for r in tt_seq], [r["est_us"] for r in tt_seq], "x-",
+                label="model: tt-metal's structure")
         ax.plot(s, [r["local_us"] for r in seq], "s--", label="slowest core (DRAM/compute overlapped)")
         ax.plot(s, [r["reduction_us"] for r in seq], "^:", label="reduction critical path")
         ax.plot(s, [b / (WORMHOLE.dram_peak_bytes_per_s) * 1e6 for b in kv], "k-", lw=1,
@@ -208,12 +326,16 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         for m in models:
             rs = [r for r in cores if r["model"] == m]
-            ax.plot([r["pieces_per_head"] for r in rs], [r["achieved_gbps"] for r in rs], "o-", label=m)
+            ax.plot([r["pieces_per_head"] for r in rs], [r["achieved_gbps"] for r in rs], "o-", label=f"ttdecode {m}")
+            for red, style in (("tree", "x--"), ("linear", "+:")):
+                ts = [r for r in tt_cores if r["model"] == m and r["reduction"] == red]
+                ax.plot([r["max_cores_per_head"] for r in ts], [r["achieved_gbps"] for r in ts], style,
+                        label=f"tt-metal structure ({red} reduction) {m}")
         ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
-        ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal published best ~180 GB/s")
+        ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured best ~180 GB/s (tech report)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("cores per KV head (max_cores_per_head_batch)")
-        ax.set_ylabel("K/V GB/s (model)")
+        ax.set_ylabel("K/V GB/s (model estimates)")
         ax.set_title("T3K per chip, B=1, S=32K", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -256,11 +378,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="seconds: after a run at S >= 64K taking longer, the longer S are skipped")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    points = llama_seq_points(args.quick, args.max_seq) + t3k_core_points(args.quick) + batch_points(args.quick)
+    points = tg_llama70b_points()
+    if not args.quick:
+        points += tech_report_points() + llama_seq_points(False, args.max_seq) + t3k_core_points(False) + batch_points(False)
     rows: list[dict[str, object]] = []
     t0 = time.perf_counter()
     for p, row in run_sweeps(points, args.long_limit):
-        print(f"  {p.sweep:<5} {p.model:<26} B={p.batch:<2} S={p.seq_len:<6} cores/head={row['pieces_per_head']:<2} "
+        print(f"  {p.sweep:<5} {row['kernel']:<8} {row['reduction']:<6} {p.model:<26} B={p.batch:<2} S={p.seq_len:<6} "
+              f"cores/head={row['pieces_per_head']:<2} "
               f"-> {row['est_us']:.1f} us, {row['achieved_gbps']:.1f} GB/s ({row['run_seconds']:.1f} s)", flush=True)
         rows.append(row)
     suffix = "_quick" if args.quick else ""

@@ -91,6 +91,22 @@ def _tree_bytes(root: Path, suffixes: tuple[str, ...]) -> list[bytes]:
     return out
 
 
+@lru_cache(maxsize=64)
+def _tree_digest_of(root: Path, suffixes: tuple[str, ...], stamp: tuple) -> bytes:
+    return _digest(_tree_bytes(root, suffixes)).encode()
+
+
+def _tree_digest(root: Path, suffixes: tuple[str, ...]) -> bytes:
+    """Digest of the names and contents of the files of `root` with these suffixes.
+
+    Re-read only when a file's name, size or modification time changes (every program start asks for
+    the kernel and header trees, and reading them each time was most of a small call's cost).
+    """
+    stamp = tuple((str(p), st.st_mtime_ns, st.st_size) for p in sorted(root.rglob("*"))
+                  if p.suffix in suffixes and p.is_file() for st in (p.stat(),))
+    return _tree_digest_of(root, suffixes, stamp)
+
+
 class _Lock:
     """An exclusive file lock, so concurrent processes do not build the same artefact twice."""
 
@@ -120,7 +136,7 @@ def build_runner() -> tuple[Path, bool]:
     """Path of the runner executable (building it on first use); True if it was built now."""
     cxx, version = compiler()
     sources = sorted(SRC_DIR.glob("*.cpp"))
-    key = _digest([version.encode(), " ".join(RUNNER_FLAGS).encode()] + _tree_bytes(SRC_DIR, (".cpp", ".hpp", ".h")))
+    key = _digest([version.encode(), " ".join(RUNNER_FLAGS).encode(), _tree_digest(SRC_DIR, (".cpp", ".hpp", ".h"))])
     out = cache_dir() / f"runner-{key}" / "ttrt_runner"
     with _runner_lock:
         if out.exists():
@@ -150,27 +166,15 @@ class KernelBuild:
         return (f'#include "{self.source}"\n'
                 'extern "C" __attribute__((visibility("default"))) void ttrt_kernel_entry() { kernel_main(); }\n')
 
-    def key(self, version: str) -> str:
+    def key(self, version: str, trees: dict[Path, bytes]) -> str:
+        """Cache key; `trees` maps the kernel's directory and INCLUDE_DIR to their `_tree_digest`."""
         parts = [version.encode(), " ".join(KERNEL_FLAGS).encode(), self.wrapper().encode(),
-                 self.config_header.encode(), repr(self.compile_time_args).encode(), repr(self.defines).encode()]
-        parts += _tree_bytes(self.source.parent, (".cpp", ".hpp", ".h", ".inc"))
-        parts += _headers_digest()
+                 self.config_header.encode(), repr(self.compile_time_args).encode(), repr(self.defines).encode(),
+                 trees[self.source.parent], trees[INCLUDE_DIR]]
         return _digest(parts)
 
 
-@lru_cache(maxsize=1)
-def _headers_digest_cached(stamp: tuple) -> tuple[bytes, ...]:
-    return tuple(_tree_bytes(INCLUDE_DIR, (".h", ".hpp")))
-
-
-def _headers_digest() -> list[bytes]:
-    stamp = tuple((str(p), p.stat().st_mtime_ns) for p in sorted(INCLUDE_DIR.rglob("*")) if p.is_file())
-    return list(_headers_digest_cached(stamp))
-
-
-def _build_one(kb: KernelBuild, cxx: str, version: str) -> tuple[Path, bool]:
-    key = kb.key(version)
-    out = cache_dir() / "kernels" / f"{kb.source.stem}-{key}.so"
+def _build_one(kb: KernelBuild, cxx: str, out: Path) -> tuple[Path, bool]:
     if out.exists():
         return out, False
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -194,8 +198,16 @@ def build_kernels(builds: list[KernelBuild]) -> tuple[list[Path], int]:
     """Library paths for `builds` (same order) and how many had to be compiled."""
     cxx, version = compiler()
     unique = list(dict.fromkeys(builds))
-    workers = max(1, min(len(unique), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda kb: _build_one(kb, cxx, version), unique))
+    trees = {INCLUDE_DIR: _tree_digest(INCLUDE_DIR, (".h", ".hpp"))}
+    for kb in unique:
+        if kb.source.parent not in trees:
+            trees[kb.source.parent] = _tree_digest(kb.source.parent, (".cpp", ".hpp", ".h", ".inc"))
+    outs = {kb: cache_dir() / "kernels" / f"{kb.source.stem}-{kb.key(version, trees)}.so" for kb in unique}
+    missing = [kb for kb in unique if not outs[kb].exists()]
+    if missing:  # compile in parallel only when something is missing (the warm case needs no pool)
+        workers = max(1, min(len(missing), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(lambda kb: _build_one(kb, cxx, outs[kb]), missing))
+    results = [(outs[kb], kb in missing) for kb in unique]
     paths = {kb: r[0] for kb, r in zip(unique, results)}
     return [paths[kb] for kb in builds], sum(1 for r in results if r[1])

@@ -1,0 +1,394 @@
+"""A calibrated Wormhole cost model of one FlashDecode step: every cycle term with its source.
+
+`ttdecode.perfmodel` is the first, optimistic model (bandwidth and FPU throughput only). This module
+adds what that one leaves out: DRAM latency per read barrier, the request issue rate, the per-core
+read plateau, the efficiency of interleaved tile-by-tile reads, unpack and pack per tile, SFPU
+cycles counted from the LLK instruction sequences, a per-call init/reconfig cost, CB and semaphore
+handshakes and the kernel launch. All results are MODEL ESTIMATES, not device measurements.
+
+Both kernels go through the same arithmetic:
+- ours: `work_from_counters(plan, counters)` reads the host runtime's events (reads grouped by
+  read barrier, compute calls with their tiles, merges between the wait and pop of partial_in);
+- tt-metal's: `ttdecode.ttmetal_structure.ttmetal_work(...)` writes its structure down as data.
+
+A core is described by `CoreWork`; `evaluate(works, reduction, c)` gives a `Breakdown` (µs).
+
+Per core (cycles of the 1 GHz clock):
+- reader: for every read-barrier group, ``latency + max(bytes / plateau, requests x issue)``; a bank
+  floor ``bank_load / (peak/12 x efficiency)`` over all cores sharing the banks (the whole step's
+  DRAM traffic, efficiency depending on interleaved vs bank-local placement).
+- compute: per op, ``tiles x max(unpack, math) + calls x init``, pack as its own op; SFPU math per tile from the
+  instruction counts x the vector steps the call runs (32 for a full tile, 16 for VectorMode::R).
+- the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
+  chunk of the shorter stage is not hidden) + CB handshakes.
+Step: launch + max over cores + the reduction's critical path (messages, semaphore handshakes and
+merges, round after round).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ttdecode.formats import tile_size
+from ttdecode.perfmodel import _match_tree, noc_hops, writer_messages, Message
+from ttdecode.plan import DecodePlan
+from ttdecode.program import CoreCoord, KernelKind
+from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
+
+__all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
+           "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
+           "work_from_counters", "op_class"]
+
+_OP = {name: code for code, name in EVENT_OPS.items()}
+
+SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar")
+
+
+@dataclass(frozen=True)
+class CostConstants:
+    """Every constant of the model; units in the names; sources in COST_SOURCES (fitted ones say so)."""
+
+    clock_hz: float = 1.0e9
+    dram_peak_bytes_per_cycle: float = 288.0
+    dram_banks: int = 12
+    dram_latency_cycles: float = 384.0
+    dram_request_issue_cycles: float = 6.8
+    core_read_plateau_bytes_per_cycle: float = 22.3
+    dram_bank_local_efficiency: float = 267.0 / 288.0
+    dram_interleaved_efficiency: float = 0.66  # FITTED, see sources
+    noc_bytes_per_cycle: float = 32.0
+    noc_hop_cycles: float = 9.0
+    noc_write_setup_cycles: float = 40.0  # ASSUMED
+    semaphore_handshake_cycles: float = 100.0  # ASSUMED
+    cb_handshake_cycles: float = 20.0  # ASSUMED, per cb push/wait pair
+    launch_cycles: float = 2000.0  # ASSUMED, see sources
+    call_init_cycles: float = 60.0  # ASSUMED: init + reconfig of one LLK call
+    unpack_address_cycles: float = 2.0
+    unpack_bytes_per_cycle: float = 64.0
+    pack_bytes_per_cycle: float = 32.0  # ASSUMED
+    intermediate_tile_bytes: int = 2048  # bf16 tile, the unit unpack/pack costs are charged on
+    matmul_tile_cycles_lofi: float = 16.0
+    matmul_min_rows: int = 8
+    eltwise_tile_cycles: float = 8.0  # 8x16 per cycle
+    reduce_tile_cycles: float = 4.0  # 16x16 per cycle
+    sfpu_steps_per_tile: int = 32
+    # SFPU instructions per 32-lane vector step (one instruction per cycle), counted from the LLK
+    sfpu_instructions_per_step: Mapping[str, float] = field(default_factory=lambda: {
+        "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0})
+    exp_approx_tile_cycles: float = 70.7
+    fidelity_phases: Mapping[str, int] = field(
+        default_factory=lambda: {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4})
+
+
+COST = CostConstants()
+
+COST_SOURCES: dict[str, str] = {
+    "clock_hz": "Wormhole AI clock 1 GHz (REFERENCE.md section 2)",
+    "dram_peak_bytes_per_cycle": "288 GB/s, 12 GDDR6 banks (REFERENCE.md section 2, tech_reports/Saturating_DRAM_bandwidth)",
+    "dram_banks": "12 GDDR6 banks (REFERENCE.md section 2)",
+    "dram_latency_cycles": "~384 cycles for a first small DRAM read (tt-metal tests/tt_metal/tt_metal/data_movement/"
+                           "documentation; REFERENCE.md section 4); charged once per read barrier",
+    "dram_request_issue_cycles": "about one read request per 6.8 cycles at a DRAM endpoint per NoC (tt-metal issue "
+                                 "#55898; REFERENCE.md section 4)",
+    "core_read_plateau_bytes_per_cycle": "22.3 B/cycle: one core's interleaved DRAM read plateau (data_movement "
+                                         "perf_plots 'DRAM Interleaved Packet Sizes'; REFERENCE.md section 4)",
+    "dram_bank_local_efficiency": "267/288 = 92.7%: the DRAM micro-benchmark with one bank-local reader per bank "
+                                  "(tech_reports/Saturating_DRAM_bandwidth)",
+    "dram_interleaved_efficiency": "FITTED: 0.66 of the bank peak for interleaved tile-by-tile reads from every "
+                                   "core, fitted on tt-metal's published ~180 GB/s (FlashDecode tech report, "
+                                   "B=8, 128K, D=128, 8q/1kv); so that point is not an independent check",
+    "noc_bytes_per_cycle": "32-byte flit per cycle per link (REFERENCE.md section 2)",
+    "noc_hop_cycles": "~9 cycles per router hop (REFERENCE.md section 2)",
+    "noc_write_setup_cycles": "ASSUMED: issuing one NoC write (command buffer setup) from a RISC-V, ~40 cycles",
+    "semaphore_handshake_cycles": "ASSUMED: write barrier + semaphore increment + the receiver's poll, ~100 cycles",
+    "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
+    "launch_cycles": "ASSUMED: 2 us of program launch / firmware start / kernel exit inside the device kernel "
+                     "time (no published figure found); NOT fitted; the short-context error is dominated by it",
+    "call_init_cycles": "ASSUMED: one LLK call's init and data-format reconfig (unpack/math/pack config writes and "
+                        "TRISC sync), ~60 cycles; tt-metal keeps these inside its block helpers",
+    "unpack_address_cycles": "2 cycles of address calculation per unpack (tt-isa-documentation UNPACR_Regular.md)",
+    "unpack_bytes_per_cycle": "L1 fetch at up to 64 B/cycle per unpacker (UNPACR_Regular.md: 16/32/64 B per cycle "
+                              "by format; 64 taken for 16-bit data)",
+    "pack_bytes_per_cycle": "ASSUMED 32 B/cycle packer write to L1 (tt-isa-documentation Packers/: no single figure)",
+    "intermediate_tile_bytes": "bf16 tile = 2048 B (REFERENCE.md section 2)",
+    "matmul_tile_cycles_lofi": "32x32x32 tile 16/32/48/64 cycles at LoFi..HiFi4 (tech_reports/matrix_engine)",
+    "matmul_min_rows": "the engine multiplies 8x16 by 16x16 per cycle: in0 under 8 rows costs 8 rows (GEMM_FLOPS)",
+    "eltwise_tile_cycles": "eltwise 8x16 elements per cycle: 8 cycles per tile, mul x fidelity phases "
+                           "(tech_reports/matrix_engine/matrix_engine.md)",
+    "reduce_tile_cycles": "reduce 16x16 per cycle: 4 cycles per tile, sum x fidelity phases (matrix_engine.md)",
+    "sfpu_steps_per_tile": "a 32x32 tile is 32 SFPU vector steps of 32 lanes (VectorUnit.md); VectorMode::R "
+                           "(rows of faces 0-1 only) runs 16",
+    "sfpu_instructions_per_step": "counted from the LLK in the ttnn 0.81.1 wheel (llk_sfpu/): exp_bf16 22 = "
+                                  "BODY_LEN of _sfpu_exp_21f_bf16_tti_ (17 + scale 2 + bf16 rounding 1 + clamp 2); "
+                                  "exp (fp32 Dst, _sfpu_exp_fp32_accurate_) ~40 (11 MAD/MUL, 2 converts, abs, "
+                                  "copysgn, exexp/setexp, 2 int adds, 2 conditionals, load/store, NOPs after "
+                                  "dependent MADs); recip ~18 (sfpu_reciprocal_iter + scale/sign); log ~30; "
+                                  "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5",
+    "exp_approx_tile_cycles": "fast approximate exp ~70.7 cycles per tile on Wormhole (tt-llk PR #1190)",
+}
+
+
+def op_class(op: str) -> str:
+    """The breakdown class of a compute op: matmul, sfpu, eltwise (incl. copies) or reduce."""
+    if op == "matmul":
+        return "matmul"
+    if op in SFPU_OPS:
+        return "sfpu"
+    if op.startswith("reduce"):
+        return "reduce"
+    return "eltwise"
+
+
+@dataclass(frozen=True)
+class OpTally:
+    """`tiles` (may be fractional: half tiles) through an op in `calls` LLK calls; `rows` of in0 fed
+    (matmul) or `steps` SFPU vector steps per tile."""
+
+    tiles: float
+    calls: int
+    rows: int = 32
+    steps: int = 32
+
+
+@dataclass
+class CoreWork:
+    """What one core does in a step.
+
+    read_groups: per read barrier, (bytes, requests). bank_bytes: DRAM bytes per bank (reads and
+    writes). compute / merge: op -> tallies (merge = the reduction's work on this core).
+    chunks: K/V chunks (the double-buffering depth of the overlap). cb_handshakes: push/wait pairs.
+    """
+
+    read_groups: list[tuple[int, int]]
+    bank_bytes: np.ndarray
+    compute: dict[str, list[OpTally]]
+    merge: dict[str, list[OpTally]]
+    chunks: int
+    cb_handshakes: int
+    kv_bytes: int
+    bank_local: bool = False
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The tree's critical path as data: per round on the path, (message bytes, hops)."""
+
+    rounds: tuple[tuple[int, int], ...]
+    merge_per_round: Mapping[str, Sequence[OpTally]]
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Model estimate of one step, µs. `compute_us` per op class on the slowest core."""
+
+    total_us: float
+    launch_us: float
+    local_us: float
+    reader_us: float
+    dram_floor_us: float
+    compute_us: Mapping[str, float]
+    reduction_us: float
+    kv_bytes: int
+    achieved_gbps: float
+    cores: int
+
+    @property
+    def reduction_share(self) -> float:
+        return self.reduction_us / self.total_us if self.total_us else 0.0
+
+
+def sfpu_tile_cycles(op: str, steps: int, c: CostConstants = COST) -> float:
+    """SFPU cycles of one tile of `op` run over `steps` vector steps (32 full tile, 16 VectorMode::R)."""
+    if op == "exp_approx":
+        return c.exp_approx_tile_cycles * steps / c.sfpu_steps_per_tile
+    if op not in c.sfpu_instructions_per_step:
+        raise KeyError(f"sfpu_tile_cycles: no instruction count for op {op!r}")
+    return c.sfpu_instructions_per_step[op] * steps
+
+
+def _math_tile_cycles(op: str, t: OpTally, phases: int, c: CostConstants) -> float:
+    if op == "matmul":
+        rows = max(c.matmul_min_rows, -(-t.rows // c.matmul_min_rows) * c.matmul_min_rows)
+        return c.matmul_tile_cycles_lofi * phases * min(rows, 32) / 32
+    if op in SFPU_OPS:
+        return sfpu_tile_cycles(op, t.steps, c)
+    frac = t.steps / c.sfpu_steps_per_tile  # half tiles for eltwise/reduce too
+    if op in ("mul", "mul_bcast"):
+        return c.eltwise_tile_cycles * phases * frac
+    if op in ("add", "sub", "copy", "add_bcast", "sub_bcast"):
+        return c.eltwise_tile_cycles * frac
+    if op == "reduce_max":
+        return c.reduce_tile_cycles * frac
+    if op == "reduce_sum":
+        return c.reduce_tile_cycles * phases * frac
+    if op == "pack":
+        return 0.0
+    raise KeyError(f"op_cycles: no cost for op {op!r}")
+
+
+def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> float:
+    """Cycles of `t.tiles` tiles of `op` in `t.calls` calls: per tile the slower of unpack and math
+    (their TRISCs pipeline through Dst), plus the per-call init. Packing the results is the op
+    "pack" (tiles x bytes / pack rate + init per call)."""
+    phases = c.fidelity_phases[fidelity]
+    frac = t.steps / c.sfpu_steps_per_tile
+    unpack = c.unpack_address_cycles + c.intermediate_tile_bytes * frac / c.unpack_bytes_per_cycle
+    pack = c.intermediate_tile_bytes * frac / c.pack_bytes_per_cycle
+    if op in SFPU_OPS:
+        unpack = 0.0  # works on Dst; the copy into Dst is its own op
+    if op == "pack":
+        return t.tiles * pack + t.calls * c.call_init_cycles
+    math = _math_tile_cycles(op, t, phases, c)  # the pack of the results is its own op ("pack")
+    return t.tiles * max(unpack, math) + t.calls * c.call_init_cycles
+
+
+def _sum_ops(ops: Mapping[str, Sequence[OpTally]], fidelity: str, c: CostConstants) -> dict[str, float]:
+    by_class: dict[str, float] = defaultdict(float)
+    for op, tallies in ops.items():
+        for t in tallies:
+            by_class[op_class(op)] += op_cycles(op, t, fidelity, c)
+    return dict(by_class)
+
+
+def reader_cycles(read_groups: Sequence[tuple[int, int]], c: CostConstants = COST) -> float:
+    """One core's reader: per barrier group, the first read's latency then the stream at the per-core
+    plateau or the request issue rate, whichever is slower."""
+    return float(sum(c.dram_latency_cycles + max(b / c.core_read_plateau_bytes_per_cycle,
+                                                 n * c.dram_request_issue_cycles)
+                     for b, n in read_groups if b > 0))
+
+
+def bank_floor_cycles(works: Sequence[CoreWork], c: CostConstants = COST) -> float:
+    """Cycles the busiest bank needs for the whole step's traffic at its effective rate."""
+    if not works:
+        return 0.0
+    load = np.sum([w.bank_bytes for w in works], axis=0)
+    local = all(w.bank_local for w in works)
+    eff = c.dram_bank_local_efficiency if local else c.dram_interleaved_efficiency
+    return float(load.max()) / (c.dram_peak_bytes_per_cycle / c.dram_banks * eff)
+
+
+def reduction_cycles(r: Reduction, fidelity: str, c: CostConstants = COST) -> tuple[float, dict[str, float]]:
+    """(cycles, merge cycles per class) of the tree's critical path: each round a message, its
+    handshake and one merge."""
+    merge = _sum_ops(r.merge_per_round, fidelity, c)
+    per_merge = sum(merge.values())
+    t = 0.0
+    for nbytes, hops in r.rounds:
+        t += (c.noc_write_setup_cycles + nbytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
+              + c.semaphore_handshake_cycles + per_merge)
+    return t, merge
+
+
+def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
+             c: CostConstants = COST) -> Breakdown:
+    """The step estimate for cores `works` and the tree `reduction` (see the module docstring)."""
+    floor = bank_floor_cycles(works, c)
+    best: tuple[float, float, dict[str, float]] = (0.0, 0.0, {})
+    for w in works:
+        rd = max(reader_cycles(w.read_groups, c), floor)
+        comp = _sum_ops(w.compute, fidelity, c)
+        cc = sum(comp.values())
+        n = max(1, w.chunks)
+        core = max(rd, cc) + min(rd, cc) / n + w.cb_handshakes * c.cb_handshake_cycles
+        if core > best[0]:
+            best = (core, rd, comp)
+    red, _ = reduction_cycles(reduction, fidelity, c)
+    total = c.launch_cycles + best[0] + red
+    kv = sum(w.kv_bytes for w in works)
+    us = 1e6 / c.clock_hz
+    return Breakdown(
+        total_us=total * us, launch_us=c.launch_cycles * us, local_us=best[0] * us, reader_us=best[1] * us,
+        dram_floor_us=floor * us, compute_us={k: v * us for k, v in best[2].items()}, reduction_us=red * us,
+        kv_bytes=kv, achieved_gbps=kv / (total * us * 1e-6) / 1e9 if total else 0.0, cores=len(works))
+
+
+# ---- our kernels: the work read from the runtime's counters ---------------------------------------
+
+
+def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[CoreWork], Reduction, str]:
+    """(per-core work, the tree's critical path, fidelity) of a run of our kernels.
+
+    Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
+    Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
+    cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32,
+    SFPU 32 steps). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
+    """
+    cb = {spec.name: spec.index for spec in plan.circular_buffers}
+    kv_tile = tile_size(plan.kv_dtype)
+    compute_k = [k for k in counters.kernels if k.kind is KernelKind.COMPUTE]
+    fidelity = str(compute_k[0].settings.get("math_fidelity", "HiFi4")) if compute_k else "HiFi4"
+    exp_name = "exp_approx" if bool(compute_k and compute_k[0].settings.get("exp_approx", False)) else "exp"
+    by_core: dict[CoreCoord, CoreWork] = {}
+    for k in counters.kernels:
+        w = by_core.setdefault(k.core, CoreWork([], np.zeros(COST.dram_banks), defaultdict(list),
+                                                defaultdict(list), 1, 0, 0))
+        w.bank_bytes = w.bank_bytes + np.asarray(k.dram_read_bytes, float) + np.asarray(k.dram_write_bytes, float)
+        ev = k.events
+        if k.kind is KernelKind.READER:
+            b = n = 0
+            for e in ev:
+                op = int(e["op"])
+                if op == _OP["read_dram"]:
+                    b += int(e["amount"]) * int(e["count"])
+                    n += int(e["count"])
+                    if int(e["amount"]) == kv_tile:
+                        w.kv_bytes += int(e["amount"]) * int(e["count"])
+                elif op == _OP["read_barrier"] and b:
+                    w.read_groups.append((b, n))
+                    b = n = 0
+                if op == _OP["cb_push"]:
+                    w.cb_handshakes += int(e["count"])
+            if b:
+                w.read_groups.append((b, n))
+            w.chunks = max(1, int(((ev["op"] == _OP["cb_push"]) & (ev["peer"] == cb["k"])).sum()))
+        elif k.kind is KernelKind.COMPUTE:
+            inside = False
+            for e in ev:
+                op, peer = int(e["op"]), int(e["peer"])
+                if op == _OP["cb_wait"] and peer == cb["partial_in"]:
+                    inside = True
+                elif op == _OP["cb_pop"] and peer == cb["partial_in"]:
+                    inside = False
+                elif op == _OP["compute"]:
+                    name = COMPUTE_OPS[peer]
+                    name = exp_name if name == "exp" else name
+                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]))
+                    (w.merge if inside else w.compute)[name].append(t)
+    works = list(by_core.values())
+    msgs = _match_tree(plan, writer_messages(counters))
+    reduction = _critical_chain(msgs, works, by_core)
+    return works, reduction, fidelity
+
+
+def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping[CoreCoord, CoreWork]) -> Reduction:
+    """The longest chain of messages into one root (the most rounds), with the merge work per round
+    taken as the heaviest core's merge work divided by the merges it ran."""
+    if not msgs:
+        return Reduction((), {})
+    children: dict[tuple[tuple[int, int], int], list[Message]] = defaultdict(list)
+    for m in msgs:
+        children[(m.work, m.parent)].append(m)
+
+    def chain(work: tuple[int, int], index: int) -> list[Message]:
+        best: list[Message] = []
+        for m in children.get((work, index), []):
+            sub = chain(work, m.child) + [m]
+            if len(sub) > len(best) or (len(sub) == len(best) and m.bytes > best[-1].bytes):
+                best = sub
+        return best
+
+    path = max((chain(w, 0) for w, _ in children), key=len)
+    dst_merges: dict[CoreCoord, int] = defaultdict(int)
+    for m in msgs:
+        dst_merges[m.dst] += 1
+    root = path[-1].dst
+    merges = by_core[root].merge
+    n = max(1, dst_merges[root])
+    per_round = {op: [OpTally(sum(t.tiles for t in ts) / n, max(1, round(sum(t.calls for t in ts) / n)))]
+                 for op, ts in merges.items()}
+    return Reduction(tuple((m.bytes, noc_hops(m.src, m.dst)) for m in path), per_round)

@@ -1,0 +1,170 @@
+"""tt-metal's sdpa_decode (ttnn 0.81.1) written down as data for the cost model (`ttdecode.costmodel`).
+
+Counts only, read from its compute kernel (`sdpa_flash_decode.cpp`), reader/writer and the work split
+described in REFERENCE.md section 3; no code of it is reproduced. Per K chunk of `k` tiles on a core
+(one q tile row, `d` = D/32 K tiles, `dv` = Dv/32 V tiles; with <= 16 q heads per KV head its
+Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e. 16 vector steps):
+
+  QK matmul         k*d tiles (in0 rows 16 or 32), one call per output subblock (k)
+  causal mask add   k tiles, last chunk only (fused into the matmul's Dst)
+  row max           k tiles reduce_max (+1 eltwise max with the previous max after the first chunk)
+  sub + exp         k tiles sub_bcast + k tiles exp (bf16 accurate exp, scale folded in)
+  row sum           k tiles reduce_sum
+  PV matmul         k*dv tiles, one call per output subblock (dv)
+  after chunk 1:    sub + exp on 1 tile (max correction), mul 1 (sum), mul_bcast dv, add 1, add dv
+  moves             2 copies (max, sum to the ping-pong buffers)
+  packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per op
+The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or, before it, linear
+(the root merges the n - 1 workers one after another; the tech report's measurements are of that one).
+Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
+(d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
+the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1), copy dv (O), mul_bcast 2*dv,
+add dv, copy 2. The root finishes with recip 1, mul_bcast dv, copy dv and writes dv tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ttdecode.costmodel import COST, CoreWork, OpTally, Reduction
+from ttdecode.perfmodel import noc_hops
+from ttdecode.program import CoreCoord
+
+__all__ = ["TTMetalShape", "split", "chunk_tiles", "ttmetal_work"]
+
+BF16_TILE = 2048
+KV_TILE = {"bfloat8_b": 1088, "bfloat16": 2048, "bfloat4_b": 576}
+
+
+@dataclass(frozen=True)
+class TTMetalShape:
+    """One decode call. grid: (x, y) cores; k_chunk_size: 0 = dynamic (per user, from cur_pos)."""
+
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    cur_pos: int
+    seq_len: int
+    grid: tuple[int, int] = (8, 8)
+    max_cores_per_head_batch: int = 16
+    k_chunk_size: int = 0
+    kv_dtype: str = "bfloat8_b"
+    fp32_dest_acc: bool = False
+    reduction: str = "tree"  # "tree" (since PR #37004, Feb 2026) or "linear" (before: the root merges all)
+
+
+def split(s: TTMetalShape) -> tuple[int, int]:
+    """(cores per KV head, KV heads per core) of its program factory (REFERENCE.md section 3)."""
+    n = s.grid[0] * s.grid[1]
+    per_batch = min(n, s.max_cores_per_head_batch * s.batch * s.num_kv_heads) // s.batch
+    if per_batch < 1:
+        raise ValueError(f"ttmetal split: grid {s.grid} has fewer cores than the batch {s.batch}")
+    per_head = max(1, per_batch // s.num_kv_heads)
+    heads_per_core = max(1, math.ceil(s.num_kv_heads / per_batch))
+    return per_head, heads_per_core
+
+
+def chunk_tiles(s: TTMetalShape) -> int:
+    """K chunk in tiles: dynamic = pow2ceil(cur_pos // 32 + 1) capped at 8 (4 with fp32 Dst);
+    otherwise k_chunk_size / 32."""
+    if s.k_chunk_size:
+        if s.k_chunk_size % 32 or s.k_chunk_size & (s.k_chunk_size - 1):
+            raise ValueError(f"k_chunk_size must be a power of two multiple of 32, got {s.k_chunk_size}")
+        return s.k_chunk_size // 32
+    t = 1 << math.ceil(math.log2(s.cur_pos // 32 + 1))
+    return min(t, 4 if s.fp32_dest_acc else 8)
+
+
+def _add(ops: dict[str, list[OpTally]], op: str, tiles: float, calls: int, rows: int, steps: int) -> None:
+    ops[op].append(OpTally(tiles, calls, rows, steps))
+
+
+def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, int]]:
+    """(per-core work of the cores with chunks, the critical path of the tree, counts) for `s`.
+
+    counts: chunks per head, active cores per head, tree rounds, chunk tiles (for checks)."""
+    d = s.head_dim // 32
+    dv = d
+    g = s.num_q_heads // s.num_kv_heads
+    rows, steps = (16, 16) if g <= 16 else (32, 32)
+    frac = steps / 32  # half tiles
+    kt = chunk_tiles(s)
+    n_keys = s.cur_pos + 1
+    chunks = math.ceil(n_keys / (kt * 32))
+    per_head, heads_per_core = split(s)
+    active = min(chunks, per_head)
+    kv_tile = KV_TILE[s.kv_dtype]
+    by_core: dict[tuple[int, int, int], CoreWork] = {}
+    for user in range(s.batch):
+        for head in range(s.num_kv_heads):
+            for rank in range(active):
+                my_chunks = chunks // active + (1 if rank < chunks % active else 0)
+                ops: dict[str, list[OpTally]] = defaultdict(list)
+                groups: list[tuple[int, int]] = [(d * BF16_TILE, d)]  # this head's Q tiles
+                for c in range(my_chunks):
+                    _add(ops, "matmul", kt * d, kt, rows, steps)
+                    if rank == 0 and c == my_chunks - 1:
+                        _add(ops, "add", kt * frac, 1, rows, steps)
+                    _add(ops, "reduce_max", kt * frac, 1, rows, steps)
+                    if c:
+                        _add(ops, "max", 1 * frac, 1, rows, steps)
+                    _add(ops, "sub_bcast", kt, 1, rows, steps)
+                    _add(ops, "exp_bf16", kt, 1, rows, steps)
+                    _add(ops, "reduce_sum", kt * frac, 1, rows, steps)
+                    _add(ops, "matmul", kt * dv, dv, rows, steps)
+                    if c:
+                        _add(ops, "sub", 1, 1, rows, steps)
+                        _add(ops, "exp_bf16", 1, 1, rows, steps)
+                        _add(ops, "mul", 1, 1, rows, steps)
+                        _add(ops, "mul_bcast", dv, 1, rows, steps)
+                        _add(ops, "add", 1, 1, rows, steps)
+                        _add(ops, "add", dv, 1, rows, steps)
+                    _add(ops, "copy", 2, 2, rows, steps)
+                    _add(ops, "pack", (2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)) * frac, 6 + (5 if c else 0),
+                         rows, steps)
+                    groups += [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
+                if rank == 0:
+                    _add(ops, "recip", 1, 1, rows, steps)
+                    _add(ops, "mul_bcast", dv, 1, rows, steps)
+                    _add(ops, "copy", dv, 1, rows, steps)
+                kv = my_chunks * kt * (d + dv) * kv_tile
+                per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
+                # K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the
+                # read of its V, so the pipeline has two stages per chunk
+                key = (user, head // heads_per_core, rank)  # a core runs heads_per_core heads one after another
+                if key in by_core:
+                    w = by_core[key]
+                    w.read_groups += groups
+                    w.bank_bytes = w.bank_bytes + per_bank
+                    for op, ts in ops.items():
+                        w.compute.setdefault(op, []).extend(ts)
+                    w.chunks += 2 * my_chunks
+                    w.cb_handshakes += 4 * my_chunks + 2
+                    w.kv_bytes += kv
+                else:
+                    by_core[key] = CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv)
+    works = list(by_core.values())
+    if s.reduction not in ("tree", "linear"):
+        raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
+    gx = s.grid[0]
+    msg = (2 + dv) * BF16_TILE  # l, m, O tiles (its CBs hold full tiles)
+    if s.reduction == "tree":
+        rounds = math.ceil(math.log2(active)) if active > 1 else 0
+        senders = [1 << r for r in range(rounds)]
+    else:  # every worker writes into the root, which merges them one after another
+        rounds = active - 1
+        senders = list(range(1, active))
+    path = tuple((msg, noc_hops(CoreCoord(i % gx, i // gx), CoreCoord(0, 0))) for i in senders)
+    merge: dict[str, list[OpTally]] = defaultdict(list)
+    for op, tiles, calls in (("copy", 1, 1), ("max", 1, 1), ("sub", 2, 2), ("exp_bf16", 2, 2), ("mul", 2, 2),
+                             ("add", 1, 1), ("copy", dv, 1), ("mul_bcast", 2 * dv, 2), ("add", dv, 1),
+                             ("copy", 2, 2)):
+        _add(merge, op, tiles, calls, rows, steps)
+    counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
+              "cores_per_head": per_head}
+    return works, Reduction(path, dict(merge)), counts
