@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import math
 import sys
 import time
@@ -41,11 +40,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.costmodel import Breakdown, evaluate, work_from_counters  # noqa: E402
+from ttdecode.costmodel import COST, Breakdown, evaluate, work_from_counters  # noqa: E402
 from ttdecode.factory import run_flash_decode  # noqa: E402
 from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 from ttdecode.formats import DataType  # noqa: E402
-from ttdecode.perfmodel import WORMHOLE, StepEstimate, WormholeConstants, estimate_step  # noqa: E402
 from ttdecode.plan import DecodePlan, make_plan  # noqa: E402
 from ttdecode.program import ComputeSettings, MathFidelity  # noqa: E402
 from ttdecode.runtime.results import RunCounters  # noqa: E402
@@ -56,6 +54,8 @@ KV = DataType.bfloat8_b
 TT_METAL_BEST_GBPS = 180.0
 #: The DRAM micro-benchmark's reached rate (REFERENCE.md section 2), drawn for comparison.
 DRAM_MEASURED_GBPS = 267.0
+#: The DRAM peak of the cost model's constants, bytes/s.
+DRAM_PEAK_BYTES_PER_S = COST.dram_peak_bytes_per_cycle * COST.clock_hz
 
 
 @dataclass(frozen=True)
@@ -143,12 +143,6 @@ def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
     return plan, result.counters, time.perf_counter() - t0
 
 
-def with_sfpu_scale(c: WormholeConstants, factor: float) -> WormholeConstants:
-    """The constants with every SFPU op `factor` times as costly (sensitivity to the assumed costs)."""
-    scaled = {op: n * factor for op, n in c.sfpu_instructions_per_element.items()}
-    return dataclasses.replace(c, sfpu_instructions_per_element=scaled)
-
-
 def _breakdown_cols(b: Breakdown) -> dict[str, object]:
     comp = b.compute_us
     return {"est_us": round(b.total_us, 3), "achieved_gbps": round(b.achieved_gbps, 2),
@@ -157,7 +151,7 @@ def _breakdown_cols(b: Breakdown) -> dict[str, object]:
             "reduction_share": round(b.reduction_share, 4),
             **{f"{k}_us": round(comp.get(k, 0.0), 3) for k in ("matmul", "sfpu", "eltwise", "reduce")},
             "kv_bytes": b.kv_bytes, "cores_used": b.cores,
-            "pct_of_288": round(100 * b.achieved_gbps / 288.0, 1)}
+            "pct_of_288": round(100 * b.achieved_gbps * 1e9 / DRAM_PEAK_BYTES_PER_S, 1)}
 
 
 def ttmetal_reductions(p: Point) -> tuple[str, ...]:
@@ -176,34 +170,15 @@ def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
     return {"sweep": p.sweep, "kernel": "tt-metal", "reduction": reduction, "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
             "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
             "max_cores_per_head": p.max_cores, "pieces_per_head": counts["active_cores_per_head"],
-            **_breakdown_cols(b), "est_us_optimistic": "", "run_seconds": 0.0}
+            **_breakdown_cols(b), "run_seconds": 0.0}
 
 
-def row_of(p: Point, plan: DecodePlan, e: StepEstimate, b: Breakdown, wall: float) -> dict[str, object]:
+def row_of(p: Point, plan: DecodePlan, b: Breakdown, wall: float) -> dict[str, object]:
     return {
         "sweep": p.sweep, "kernel": "ttdecode", "reduction": "tree", "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
         "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
         "max_cores_per_head": p.max_cores, "pieces_per_head": plan.pieces_per_work,
-        **_breakdown_cols(b), "est_us_optimistic": round(e.time_us, 3), "run_seconds": round(wall, 2),
-    }
-
-
-def _old_row_of(p: Point, plan: DecodePlan, e: StepEstimate, alt: dict[str, float], wall: float) -> dict[str, object]:
-    slowest = max(e.cores, key=lambda t: t.overlapped_us)
-    return {
-        "sweep": p.sweep, "model": p.model, "batch": p.batch, "num_q_heads": p.num_q_heads,
-        "num_kv_heads": p.num_kv_heads, "seq_len": p.seq_len, "max_cores_per_head": p.max_cores,
-        "pieces_per_head": plan.pieces_per_work, "cores_used": len(e.cores),
-        "est_us": round(e.time_us, 3), "local_us": round(e.local_us, 3), "reduction_us": round(e.reduction_us, 3),
-        "reduction_share": round(e.reduction_share, 4), "bound": e.bound,
-        "slowest_dram_us": round(slowest.dram_us, 3), "slowest_compute_us": round(slowest.compute_us, 3),
-        "kv_bytes": e.kv_bytes, "dram_bytes": e.dram_bytes, "achieved_gbps": round(e.achieved_gbps, 2),
-        "pct_of_288": round(100 * e.achieved_gbps * 1e9 / WORMHOLE.dram_peak_bytes_per_s, 1),
-        "roofline_us": round(e.roofline_us, 3), "max_core_bytes": e.max_core_bytes,
-        "noc_bytes_per_round": "/".join(str(b) for b in e.noc_bytes_per_round),
-        "merge_us": round(e.merge_us, 3),
-        "est_us_sfpu_x0.5": round(alt["0.5"], 3), "est_us_sfpu_x2": round(alt["2"], 3),
-        "run_seconds": round(wall, 2),
+        **_breakdown_cols(b), "run_seconds": round(wall, 2),
     }
 
 
@@ -218,9 +193,8 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
             plan, counters, wall = run_point(p)
             if p.sweep == "seq" and p.seq_len >= 65536 and wall > long_limit:
                 seq_too_slow = True
-            e = estimate_step(plan, counters)
             works, red, fid = work_from_counters(plan, counters)
-            yield p, row_of(p, plan, e, evaluate(works, red, fid), wall)
+            yield p, row_of(p, plan, evaluate(works, red, fid), wall)
         for reduction in ttmetal_reductions(p):
             yield p, ttmetal_row(p, reduction)
 
@@ -281,7 +255,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
             ax.plot([f"B{r['batch']} D{r['head_dim']}" for r in rs], [r["achieved_gbps"] for r in rs], style,
                     ms=8, label=f"model: {kern} ({red} reduction)")
         ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured (tech report): up to 180 GB/s")
-        ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
+        ax.axhline(DRAM_PEAK_BYTES_PER_S / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
         ax.set_ylabel("K/V GB/s")
         ax.set_title("FlashDecode tech report points: 128K, 8q/1kv, bfloat8_b (model estimates)", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
@@ -305,7 +279,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
                 label="model: tt-metal's structure")
         ax.plot(s, [r["local_us"] for r in seq], "s--", label="slowest core (DRAM/compute overlapped)")
         ax.plot(s, [r["reduction_us"] for r in seq], "^:", label="reduction critical path")
-        ax.plot(s, [b / (WORMHOLE.dram_peak_bytes_per_s) * 1e6 for b in kv], "k-", lw=1,
+        ax.plot(s, [b / (DRAM_PEAK_BYTES_PER_S) * 1e6 for b in kv], "k-", lw=1,
                 label="DRAM roofline, 288 GB/s")
         ax.plot(s, [b / (DRAM_MEASURED_GBPS * 1e9) * 1e6 for b in kv], "k--", lw=0.8,
                 label=f"{DRAM_MEASURED_GBPS:.0f} GB/s (DRAM micro-benchmark)")
@@ -331,7 +305,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
                 ts = [r for r in tt_cores if r["model"] == m and r["reduction"] == red]
                 ax.plot([r["max_cores_per_head"] for r in ts], [r["achieved_gbps"] for r in ts], style,
                         label=f"tt-metal structure ({red} reduction) {m}")
-        ax.axhline(WORMHOLE.dram_peak_bytes_per_s / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
+        ax.axhline(DRAM_PEAK_BYTES_PER_S / 1e9, color="k", lw=1, label="DRAM peak 288 GB/s")
         ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured best ~180 GB/s (tech report)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("cores per KV head (max_cores_per_head_batch)")

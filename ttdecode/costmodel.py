@@ -1,10 +1,11 @@
 """A calibrated Wormhole cost model of one FlashDecode step: every cycle term with its source.
 
-`ttdecode.perfmodel` is the first, optimistic model (bandwidth and FPU throughput only). This module
-adds what that one leaves out: DRAM latency per read barrier, the request issue rate, the per-core
-read plateau, the efficiency of interleaved tile-by-tile reads, unpack and pack per tile, SFPU
-cycles counted from the LLK instruction sequences, a per-call init/reconfig cost, CB and semaphore
-handshakes and the kernel launch. All results are MODEL ESTIMATES, not device measurements.
+The project's only timing model. Besides bandwidth and FPU throughput it charges DRAM latency per
+read barrier, the request issue rate, the per-core read plateau, the efficiency of interleaved
+tile-by-tile reads, unpack and pack per tile, SFPU cycles counted from the LLK instruction
+sequences, a per-call init/reconfig cost, CB and semaphore handshakes and the kernel launch. All
+results are MODEL ESTIMATES, not device measurements. Its users: `perf/sweep_flash_decode.py`,
+`perf/bench_llama.py` and the per-chip term of `ttdecode.distributed.cost`.
 
 Both kernels go through the same arithmetic:
 - ours: `work_from_counters(plan, counters)` reads the host runtime's events (reads grouped by
@@ -12,6 +13,8 @@ Both kernels go through the same arithmetic:
 - tt-metal's: `ttdecode.ttmetal_structure.ttmetal_work(...)` writes its structure down as data.
 
 A core is described by `CoreWork`; `evaluate(works, reduction, c)` gives a `Breakdown` (µs).
+The NoC geometry (`noc_hops`) and the reading of the partials' messages from the writers' events
+(`writer_messages`, `match_tree`) live here too.
 
 Per core (cycles of the 1 GHz clock):
 - reader: for every read-barrier group, ``latency + max(bytes / plateau, requests x issue)``; a bank
@@ -34,14 +37,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ttdecode.formats import tile_size
-from ttdecode.perfmodel import _match_tree, noc_hops, writer_messages, Message
-from ttdecode.plan import DecodePlan
+from ttdecode.plan import DecodePlan, piece_range, tree_parent
 from ttdecode.program import CoreCoord, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
            "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
-           "work_from_counters", "op_class"]
+           "work_from_counters", "op_class", "Message", "noc_hops", "writer_messages",
+           "match_tree"]
 
 _OP = {name: code for code, name in EVENT_OPS.items()}
 
@@ -62,6 +65,9 @@ class CostConstants:
     dram_interleaved_efficiency: float = 0.66  # FITTED, see sources
     noc_bytes_per_cycle: float = 32.0
     noc_hop_cycles: float = 9.0
+    noc_grid: tuple[int, int] = (10, 12)  # tile columns, rows of the NoC torus
+    worker_columns: tuple[int, ...] = (1, 2, 3, 4, 6, 7, 8, 9)  # NoC x of logical worker x
+    worker_rows: tuple[int, ...] = (1, 2, 3, 4, 5, 7, 8, 9, 10, 11)  # NoC y of logical worker y
     noc_write_setup_cycles: float = 40.0  # ASSUMED
     semaphore_handshake_cycles: float = 100.0  # ASSUMED
     cb_handshake_cycles: float = 20.0  # ASSUMED, per cb push/wait pair
@@ -103,6 +109,10 @@ COST_SOURCES: dict[str, str] = {
                                    "B=8, 128K, D=128, 8q/1kv); so that point is not an independent check",
     "noc_bytes_per_cycle": "32-byte flit per cycle per link (REFERENCE.md section 2)",
     "noc_hop_cycles": "~9 cycles per router hop (REFERENCE.md section 2)",
+    "noc_grid": "Wormhole NoC: a 10x12 tile torus; NoC 0 runs +x/+y (tt-isa-documentation WormholeB0/NoC)",
+    "worker_columns": "Tensix columns 1-4, 6-9 of the NoC grid (column 5 is DRAM/ARC; tt-isa-documentation WormholeB0/NoC)",
+    "worker_rows": "Tensix rows 1-5, 7-11 of an unharvested die (tt-isa-documentation WormholeB0/NoC); harvesting "
+                   "moves rows (+-hops)",
     "noc_write_setup_cycles": "ASSUMED: issuing one NoC write (command buffer setup) from a RISC-V, ~40 cycles",
     "semaphore_handshake_cycles": "ASSUMED: write barrier + semaphore increment + the receiver's poll, ~100 cycles",
     "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
@@ -130,6 +140,81 @@ COST_SOURCES: dict[str, str] = {
                                   "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5",
     "exp_approx_tile_cycles": "fast approximate exp ~70.7 cycles per tile on Wormhole (tt-llk PR #1190)",
 }
+
+
+# ---- the NoC and the reduction tree: messages read from the writers' events --------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    """One partial sent up the tree: `bytes` NoC-written from `src` to `dst`, closed by a semaphore
+    increment; `seq` its place among src's messages. Tree fields are filled by matching the plan."""
+
+    src: CoreCoord
+    dst: CoreCoord
+    bytes: int
+    seq: int
+    work: tuple[int, int] = (-1, -1)  # (user, kv head)
+    child: int = -1  # piece index of the sender
+    parent: int = -1
+    round: int = -1
+
+
+def noc_hops(src: CoreCoord, dst: CoreCoord, c: CostConstants = COST) -> int:
+    """Router hops from src to dst on NoC 0 (one-way torus, +x then +y) between logical workers."""
+    def phys(core: CoreCoord) -> tuple[int, int]:
+        x = c.worker_columns[core.x] if core.x < len(c.worker_columns) else core.x + 1
+        y = c.worker_rows[core.y] if core.y < len(c.worker_rows) else core.y + 1
+        return x, y
+
+    (sx, sy), (dx, dy) = phys(src), phys(dst)
+    return (dx - sx) % c.noc_grid[0] + (dy - sy) % c.noc_grid[1]
+
+
+def writer_messages(counters: RunCounters) -> list[Message]:
+    """The messages of every writer kernel, from its events: L1 writes to a core accumulate until
+    a semaphore increment to that core closes them."""
+    out: list[Message] = []
+    for k in counters.kernels:
+        if k.kind is not KernelKind.WRITER:
+            continue
+        pending: dict[int, int] = defaultdict(int)
+        seq = 0
+        for e in k.events:
+            op, peer = int(e["op"]), int(e["peer"])
+            if op == _OP["write_l1"]:
+                pending[peer] += int(e["amount"]) * int(e["count"])
+            elif op == _OP["sem_inc"]:
+                for _ in range(int(e["count"])):
+                    out.append(Message(k.core, counters.cores[peer], pending.pop(peer, 0), seq))
+                    seq += 1
+        if any(pending.values()):
+            raise ValueError(f"writer on {k.core}: NoC writes to {sorted(pending)} with no semaphore increment")
+    return out
+
+
+def match_tree(plan: DecodePlan, messages: list[Message]) -> list[Message]:
+    """Attach (work, child, parent, round) to each message: a core's k-th message is its k-th
+    non-root piece with work, in slot order (the writer's order)."""
+    if plan.cur_pos is None:
+        raise ValueError("the model needs the plan's positions (cur_pos) to match messages to the tree")
+    by_src: dict[CoreCoord, list[Message]] = defaultdict(list)
+    for m in messages:
+        by_src[m.src].append(m)
+    out: list[Message] = []
+    for core, pieces in plan.core_pieces.items():
+        senders = [p for p in pieces if p.parent_core is not None and not piece_range(
+            plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
+            plan.sliding_window_size).empty]
+        sent = sorted(by_src.get(core, []), key=lambda m: m.seq)
+        if len(sent) != len(senders):
+            raise ValueError(f"core {core}: {len(sent)} messages in the events, the plan has {len(senders)} senders")
+        for p, m in zip(senders, sent):
+            if m.dst != p.parent_core:
+                raise ValueError(f"core {core}: message {m.seq} went to {m.dst}, the plan's parent is {p.parent_core}")
+            r, parent = tree_parent(p.index)  # type: ignore[misc]
+            out.append(Message(m.src, m.dst, m.bytes, m.seq, (p.user, p.kv_head), p.index, parent, r))
+    return out
 
 
 def op_class(op: str) -> str:
@@ -360,7 +445,7 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                     t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]))
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
-    msgs = _match_tree(plan, writer_messages(counters))
+    msgs = match_tree(plan, writer_messages(counters))
     reduction = _critical_chain(msgs, works, by_core)
     return works, reduction, fidelity
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ttdecode.costmodel import COST, CoreWork, OpTally, Reduction
-from ttdecode.perfmodel import noc_hops
+from ttdecode.costmodel import noc_hops
 from ttdecode.program import CoreCoord
 
 __all__ = ["TTMetalShape", "split", "chunk_tiles", "ttmetal_work"]

@@ -3,18 +3,24 @@
 MODEL ESTIMATES, not measurements: nothing here has run on a Tenstorrent device.
 
 Per chip (the FlashDecode op on its heads and its part of the sequence), from the planner's real
-work split (``ttdecode.plan.make_plan``: which core reads which key tiles) and published figures:
+work split (``ttdecode.plan.make_plan``: which core reads which chunks of which key tiles) put through
+the calibrated cost model ``ttdecode.costmodel`` (``evaluate``; constants ``COST``, sources in
+``COST_SOURCES``). Without a run there are no counters, so each core's ``CoreWork`` is written here
+in closed form:
 
-* DRAM, per core: ``max(core_bytes / core_rate, chip_bytes / dram_peak)`` (a core cannot pull more
-  than one core's ideal read rate; all cores together share the chip's DRAM peak);
-* compute, per core: for each 32-key tile of a (user, KV head) piece, the matmuls Q.K^T and P.V
-  (``(D + Dv) / 32`` tiles at the fidelity, a full 32-row tile each whatever the q heads in the
-  group), the SFPU exp of one score tile and a few reduce/eltwise tiles, with the constants of
-  ``ttdecode.perfmodel.WORMHOLE`` (its sources in ``CONSTANT_SOURCES``);
+* reads: one read-barrier group per chunk (its K and V tiles, one request per tile), spread over the
+  12 banks (interleaved: the bank floor at the interleaved efficiency);
+* compute, per 32-key tile of a (user, KV head) piece, one LLK call per tile: the matmuls Q.K^T and
+  P.V (``(D + Dv) / 32`` tiles, a full 32-row tile each whatever the q heads in the group), the exp
+  of the score tile, its row max and row sum (reduce) and the scale and subtract (eltwise);
+* the in-chip tree: ``ceil(log2 pieces)`` rounds of (partial message + merge: one exp tile and a
+  broadcast multiply and an add per output tile); the launch as in ``costmodel``;
 * ``max_cores_per_head_batch`` chosen per layout among 16/32/64 (the fastest), so that TP-only is
-  not handicapped by idle cores at small batch;
-* core time ``max(DRAM, compute)`` (the two K/V chunk slots overlap them), chip time = the slowest
-  core + the in-chip tree reduction (``rounds x (partial message + merge)``).
+  not handicapped by idle cores at small batch.
+
+This closed form leaves out some of what our kernels' counters show (the copies, packs, the scalar
+scale and the SFPU binary ops of the rescale), so it is lower than ``costmodel`` on the counters of
+the same run; every layout's per-chip term shares that bias.
 
 Across chips (``EthernetLink``, sources in ``LINK_SOURCES``): a T3K's 8 chips form a 2x4 mesh of
 100 Gb/s Ethernet links; a CP group of ``c`` chips is modelled as a ring of ``c`` with one link per
@@ -25,9 +31,8 @@ hop (a 2x4 mesh splits into rings of 2, 4 or 8 chips on disjoint links):
 * ``all_to_all``: ``(c - 1) x (hop latency + P / (c link_bw))`` twice (shares out, merged shares
   back), each chip merging 1/c of the rows.
 
-Not modelled: program launch and dispatch, CCL op set-up and synchronisation (a fixed cost per
-collective that favours TP-only), DRAM latency, NoC congestion; the per-chip term is an optimistic
-bound of the same kind as ``ttdecode.perfmodel``.
+Not modelled: CCL op set-up and synchronisation (a fixed cost per collective that favours TP-only),
+NoC congestion, the copies and packs listed above.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from ttdecode.costmodel import COST, CostConstants, CoreWork, OpTally, Reduction, evaluate, op_cycles
 from ttdecode.formats import DataType, tile_size
-from ttdecode.perfmodel import WORMHOLE, WormholeConstants
 from ttdecode.plan import PlanError, make_plan, piece_range
 
 __all__ = ["EthernetLink", "T3K_LINK", "LINK_SOURCES", "ChipAttention", "chip_attention", "combine_seconds",
@@ -83,62 +90,73 @@ class ChipAttention:
     chip_bytes: int
 
 
-def _tile_cycles(fidelity: str, head_dim: int, head_dim_v: int, c: WormholeConstants) -> float:
-    """Compute cycles per 32-key tile of one piece (one KV head's q group in one 32-row tile)."""
-    phases = c.fidelity_phases[fidelity]
-    matmul = c.matmul_tile_cycles_lofi * phases * (head_dim + head_dim_v) / 32
-    exp = c.sfpu_instructions_per_element["exp"] * 32 * 32 / c.sfpu_lanes
-    stats = 2 * c.reduce_tile_cycles * phases + 2 * c.eltwise_tile_cycles * phases  # max/sum, sub/scale
-    return matmul + exp + stats
+def _piece_ops(tiles: int, d_tiles: int, dv_tiles: int) -> dict[str, list[OpTally]]:
+    """The compute of `tiles` 32-key tiles of one piece, one LLK call per tile (see the module doc)."""
+    mm = tiles * (d_tiles + dv_tiles)
+    return {"matmul": [OpTally(mm, mm)], "exp": [OpTally(tiles, tiles)], "reduce_max": [OpTally(tiles, tiles)],
+            "reduce_sum": [OpTally(tiles, tiles)], "sub_bcast": [OpTally(tiles, tiles)],
+            "mul_bcast": [OpTally(tiles, tiles)]}
 
 
-def _merge_cycles(fidelity: str, head_dim_v: int, c: WormholeConstants) -> float:
+def _merge_ops(dv_tiles: int) -> dict[str, list[OpTally]]:
     """One more partial merged into a 32-row tile group: one exp tile (its weight, or the rescale of
-    the running sum) and a broadcast multiply-add per output tile."""
-    phases = c.fidelity_phases[fidelity]
-    exp = c.sfpu_instructions_per_element["exp"] * 32 * 32 / c.sfpu_lanes
-    return exp + (head_dim_v / 32) * 2 * c.eltwise_tile_cycles * phases
+    the running sum), a broadcast multiply and an add per output tile."""
+    return {"exp": [OpTally(1, 1)], "mul_bcast": [OpTally(dv_tiles, dv_tiles)], "add": [OpTally(dv_tiles, dv_tiles)]}
+
+
+def _merge_seconds(fidelity: str, head_dim_v: int, c: CostConstants) -> float:
+    ops = _merge_ops(head_dim_v // 32)
+    return sum(op_cycles(op, t, fidelity, c) for op, ts in ops.items() for t in ts) / c.clock_hz
 
 
 def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, head_dim: int = 128,
                    kv_dtype: DataType = DataType.bfloat8_b, fidelity: str = "HiFi2", grid: tuple[int, int] = (8, 8),
-                   max_cores_per_head_batch: int = 16, c: WormholeConstants = WORMHOLE) -> ChipAttention:
+                   max_cores_per_head_batch: int = 16, c: CostConstants = COST) -> ChipAttention:
     """Estimated time of the op on one chip: ``batch`` users at cur_pos = seq_len - 1 over ``kv_heads``
     KV heads (``q_heads`` q heads) and ``seq_len`` positions (see the module doc)."""
     plan = make_plan(batch=batch, num_q_heads=q_heads, num_kv_heads=kv_heads, seq_len=seq_len, head_dim=head_dim,
                      kv_dtype=kv_dtype, cur_pos=[seq_len - 1] * batch, grid=grid, return_lse=True,
                      max_cores_per_head_batch=max_cores_per_head_batch)
-    row_bytes = 2 * (head_dim // 32) * tile_size(kv_dtype)  # one key tile of K and V
-    tile_cycles = _tile_cycles(fidelity, head_dim, head_dim, c)
-    per_core_tiles = {}
+    d = dv = head_dim // 32
+    kv_tile = tile_size(kv_dtype)
+    works: dict[object, CoreWork] = {}
     for piece in plan.pieces:
         r = piece_range(seq_len - 1, plan.fixed_chunk_tiles, plan.pieces_per_work, piece.index)
-        per_core_tiles[piece.core] = per_core_tiles.get(piece.core, 0) + r.num_tiles
-    chip_bytes = sum(per_core_tiles.values()) * row_bytes
-    shared = chip_bytes / c.dram_peak_bytes_per_s
-    worst = dram_w = comp_w = 0.0
-    for tiles in per_core_tiles.values():
-        dram = max(tiles * row_bytes / c.core_dram_bytes_per_s, shared)
-        comp = tiles * tile_cycles / c.clock_hz
-        if max(dram, comp) > worst:
-            worst, dram_w, comp_w = max(dram, comp), dram, comp
-    message = (head_dim // 32 + 2) * 4096 / c.noc_bytes_per_cycle + 10 * c.noc_hop_cycles
+        if r.empty:
+            continue
+        w = works.setdefault(piece.core, CoreWork([], np.zeros(c.dram_banks), {}, {}, 0, 0, 0))
+        left = r.num_tiles
+        for _ in range(r.num_chunks):  # the last chunk of the root may be short
+            k = min(r.chunk_tiles, left)
+            left -= k
+            w.read_groups.append((k * (d + dv) * kv_tile, k * (d + dv)))
+        nbytes = r.num_tiles * (d + dv) * kv_tile
+        w.bank_bytes = w.bank_bytes + nbytes / c.dram_banks
+        w.kv_bytes += nbytes
+        for op, ts in _piece_ops(r.num_tiles, d, dv).items():
+            w.compute.setdefault(op, []).extend(ts)
+        w.chunks += r.num_chunks
+        w.cb_handshakes += 2 * r.num_chunks  # K and V pushed per chunk
+    message = (head_dim // 32 + 2) * 4096  # fp32 O tiles + l and m
     rounds = math.ceil(math.log2(plan.pieces_per_work)) if plan.pieces_per_work > 1 else 0
-    reduction = rounds * (message + _merge_cycles(fidelity, head_dim, c)) / c.clock_hz
-    return ChipAttention(seconds=worst + reduction, dram_s=dram_w, compute_s=comp_w, reduction_s=reduction,
-                         cores=sum(1 for t in per_core_tiles.values() if t > 0), chip_bytes=chip_bytes)
+    hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
+    reduction = Reduction(((message, hops),) * rounds, _merge_ops(dv))
+    b = evaluate(list(works.values()), reduction, fidelity, c)
+    return ChipAttention(seconds=b.total_us * 1e-6, dram_s=b.reader_us * 1e-6,
+                         compute_s=sum(b.compute_us.values()) * 1e-6, reduction_s=b.reduction_us * 1e-6,
+                         cores=b.cores, chip_bytes=b.kv_bytes)
 
 
 def combine_seconds(combine: str, group: int, batch: int, q_heads: int, head_dim_v: int = 128,
                     link: EthernetLink = T3K_LINK, fidelity: str = "HiFi2", cores: int = 64,
-                    c: WormholeConstants = WORMHOLE) -> tuple[float, float]:
+                    c: CostConstants = COST) -> tuple[float, float]:
     """(link seconds, merge seconds) of combining ``group`` partials of ``batch x q_heads`` rows; the
     32-row groups are merged in parallel on ``cores`` cores of each chip."""
     if group == 1:
         return 0.0, 0.0
     partial = batch * q_heads * (2 * head_dim_v + 4)  # bf16 output + fp32 LSE per row
     row_groups = math.ceil(batch * q_heads / 32)
-    per_merge = _merge_cycles(fidelity, head_dim_v, c) / c.clock_hz
+    per_merge = _merge_seconds(fidelity, head_dim_v, c)
     if combine == "all_gather":
         link_s = (group - 1) * (link.hop_latency_s + partial / link.bytes_per_s)
         merge_s = (group - 1) * math.ceil(row_groups / cores) * per_merge

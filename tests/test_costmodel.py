@@ -1,0 +1,176 @@
+"""The calibrated Wormhole cost model (ttdecode.costmodel): its terms on hand-computed cases, the NoC
+geometry, its reading of one tiny real run of the FlashDecode kernels on the host runtime, and
+tt-metal's structure (ttdecode.ttmetal_structure) against a hand count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ttdecode.costmodel import (
+    COST,
+    COST_SOURCES,
+    OpTally,
+    evaluate,
+    match_tree,
+    noc_hops,
+    op_cycles,
+    reader_cycles,
+    sfpu_tile_cycles,
+    work_from_counters,
+    writer_messages,
+)
+from ttdecode.factory import run_flash_decode
+from ttdecode.formats import DataType, tile_size
+from ttdecode.plan import DecodePlan, make_plan, valid_tiles
+from ttdecode.program import ComputeSettings, CoreCoord, MathFidelity
+from ttdecode.tensor import from_torch
+from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work
+
+
+# ---- the NoC --------------------------------------------------------------------------------------
+
+
+def test_noc0_hops_run_east_and_south_around_the_torus() -> None:
+    a, b = CoreCoord(0, 0), CoreCoord(1, 0)
+    assert noc_hops(a, b) == 1
+    assert noc_hops(b, a) == 10 - 1  # the long way round the 10-column torus
+    assert noc_hops(a, a) == 0
+    assert noc_hops(CoreCoord(3, 0), CoreCoord(4, 0)) == 2  # worker columns 4 and 6: column 5 is DRAM
+    assert noc_hops(CoreCoord(0, 4), CoreCoord(0, 5)) == 2  # worker rows 5 and 7: row 6 holds no Tensix
+
+
+# ---- one tiny real run ----------------------------------------------------------------------------
+
+
+def _run(max_cores: int) -> tuple[DecodePlan, object]:
+    b, nh, nkv, s, d = 1, 8, 2, 1024, 64
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, b, nh, d, generator=g))
+    k = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[s - 1],
+                     grid=(4, 2), max_cores_per_head_batch=max_cores)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(d),
+                                    compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+    return plan, result.counters
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[int, tuple[DecodePlan, object]]:
+    return {mc: _run(mc) for mc in (1, 4)}
+
+
+def test_real_run_kv_bytes_are_every_valid_key_tile_of_k_and_v_once(runs) -> None:
+    plan, counters = runs[4]
+    works, _, fidelity = work_from_counters(plan, counters)
+    tiles = valid_tiles(plan.cur_pos[0]) * plan.num_kv_heads * (plan.d_tiles + plan.dv_tiles)
+    assert sum(w.kv_bytes for w in works) == tiles * tile_size(DataType.bfloat8_b)
+    assert fidelity == "HiFi2"
+
+
+def test_real_run_messages_follow_the_binomial_tree_round_by_round(runs) -> None:
+    plan, counters = runs[4]
+    assert plan.pieces_per_work == 4 and plan.rounds == 2
+    msgs = match_tree(plan, writer_messages(counters))
+    assert len(msgs) == plan.num_kv_heads * (plan.pieces_per_work - 1)
+    per_round = [sum(m.bytes for m in msgs if m.round == r) for r in range(plan.rounds)]
+    assert per_round[0] == 2 * per_round[1] > 0  # round 0: two messages per work, round 1: one
+
+
+def test_real_run_with_more_cores_per_head_has_less_local_time_and_a_reduction(runs) -> None:
+    one, four = (evaluate(*work_from_counters(*runs[mc])) for mc in (1, 4))
+    assert one.reduction_us == 0 and four.reduction_us > 0
+    assert four.local_us < one.local_us
+    assert four.kv_bytes == one.kv_bytes
+    assert four.total_us == pytest.approx(four.launch_us + four.local_us + four.reduction_us)
+
+
+# ---- the cost model's arithmetic and tt-metal's structure as data -----------------------------------
+
+
+def test_every_cost_constant_names_its_source() -> None:
+    import dataclasses
+    names = {f.name for f in dataclasses.fields(COST)} - {"fidelity_phases"}
+    assert names <= set(COST_SOURCES), sorted(names - set(COST_SOURCES))
+
+
+def test_half_row_matmul_costs_the_slower_of_unpack_and_hifi2_math_per_tile_plus_init_per_call() -> None:
+    # documented: unpack 2 cycles + 2048 B at 64 B/cycle; matmul 16 cycles x 2 phases x 16/32 rows
+    unpack = 2 + 2048 / 64
+    math_ = 16 * 2 * 16 / 32
+    expected = 10 * max(unpack, math_) + 2 * 60
+    assert op_cycles("matmul", OpTally(10, 2, rows=16), "HiFi2") == pytest.approx(expected)
+    # HiFi4 on full rows: math (64) now exceeds unpack (34)
+    assert op_cycles("matmul", OpTally(10, 2), "HiFi4") == pytest.approx(10 * 64 + 2 * 60)
+
+
+def test_bf16_exp_runs_22_instructions_per_vector_step_and_vector_mode_r_halves_the_steps() -> None:
+    assert sfpu_tile_cycles("exp_bf16", 32) == pytest.approx(22 * 32)
+    assert sfpu_tile_cycles("exp_bf16", 16) == pytest.approx(22 * 16)
+    assert sfpu_tile_cycles("exp_approx", 32) == pytest.approx(70.7)
+
+
+def test_reader_pays_the_dram_latency_per_barrier_then_the_slower_of_plateau_and_request_rate() -> None:
+    assert reader_cycles([(22_300, 10)]) == pytest.approx(384 + 22_300 / 22.3)
+    assert reader_cycles([(1_000, 100)]) == pytest.approx(384 + 100 * 6.8)  # many small requests
+    assert reader_cycles([(1_000, 1), (1_000, 1)]) == pytest.approx(2 * (384 + 1_000 / 22.3))
+
+
+def test_ttmetal_structure_counts_match_a_hand_count_of_its_kernels() -> None:
+    # B=1, 8q/1kv, D=64 (2 tiles), cur_pos=1023: dynamic chunk pow2ceil(1023//32 + 1) = 32 -> capped at 8 tiles;
+    # 1024 keys = 4 chunks over min(4, cores per head 4) cores: one chunk each, 2 tree rounds
+    works, red, counts = ttmetal_work(TTMetalShape(1, 8, 1, 64, 1023, 1024, grid=(2, 2), max_cores_per_head_batch=4))
+    assert counts == {"chunks_per_head": 4, "active_cores_per_head": 4, "rounds": 2, "chunk_tiles": 8,
+                      "cores_per_head": 4}
+    assert len(works) == 4 and len(red.rounds) == 2
+    w = works[0]
+    assert sum(t.tiles for t in w.compute["matmul"]) == 8 * 2 + 8 * 2  # QK^T (8x2) + PV (8x2)
+    assert [n for _, n in w.read_groups] == [2, 16, 16]  # Q tiles, K tiles, V tiles: one request each
+    assert sum(b for b, _ in w.read_groups[1:]) == 32 * 1088
+    assert w.kv_bytes == 32 * 1088
+    # message: l, m and 2 O tiles of bf16
+    assert all(nbytes == 4 * 2048 for nbytes, _ in red.rounds)
+
+
+def test_ttmetal_time_grows_with_the_cache_and_more_cores_cut_the_local_time() -> None:
+    t = [evaluate(*ttmetal_work(TTMetalShape(1, 8, 1, 128, s - 1, s))[:2], "HiFi2") for s in (1024, 8192, 65536)]
+    assert t[0].total_us < t[1].total_us < t[2].total_us
+    few, many = (evaluate(*ttmetal_work(TTMetalShape(1, 4, 1, 128, 32767, 32768, max_cores_per_head_batch=m))[:2],
+                          "HiFi2") for m in (2, 16))
+    assert many.local_us < few.local_us and many.reduction_us > few.reduction_us
+
+
+def test_quick_sweep_writes_both_kernels_at_the_tg_llama70b_point(tmp_path) -> None:
+    import csv
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("sweep_fd", Path(__file__).resolve().parents[1] / "perf" / "sweep_flash_decode.py")
+    mod = importlib.util.module_from_spec(spec)
+    import sys
+    sys.modules["sweep_fd"] = mod  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    finally:
+        sys.modules.pop("sweep_fd", None)
+    assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
+    with (tmp_path / "sweep_flash_decode_quick.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {"sweep", "kernel", "est_us", "achieved_gbps"} <= set(rows[0])
+    tg = {r["kernel"]: r for r in rows if r["sweep"] == "tg-llama70b"}
+    assert set(tg) == {"ttdecode", "tt-metal"}
+    for r in tg.values():
+        assert float(r["est_us"]) > 0 and float(r["achieved_gbps"]) > 0
+
+
+def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fills_the_grid() -> None:
+    # B=32, 32q/8kv on 8x8: cores per batch = min(64, 16*32*8) // 32 = 2, so one core per head is not
+    # available: cores per head 1, heads per core ceil(8 / 2) = 4 -> 32 users x 2 cores, each 4 heads
+    s = TTMetalShape(32, 32, 8, 128, 255, 256)
+    works, red, counts = ttmetal_work(s)
+    assert counts["cores_per_head"] == 1 and len(works) == 64 and red.rounds == ()
+    # cur_pos 255: chunk pow2ceil(255//32 + 1) = 8 tiles, one chunk per head; 4 heads: 4 x (Q, K, V) groups
+    assert [n for _, n in works[0].read_groups] == [4, 32, 32] * 4
+    assert sum(t.tiles for t in works[0].compute["matmul"]) == 4 * (8 * 4 + 8 * 4)
