@@ -378,7 +378,7 @@ class LlamaDecoder:
         #: bytes of the K and V pools of one device (every device holds the same) and over all devices
         self.cache_bytes_per_device = max(per_device)
         self.cache_bytes = sum(per_device)
-        cp_note = (f", {local_blocks} on each of the {context_parallel} context-parallel ranks"
+        cp_note = (f", pools of {local_blocks} per user on each of the {context_parallel} context-parallel ranks"
                    if context_parallel > 1 else "")
         log.info(
             "ttdecode llama: KV cache %.2f MiB per device = %d layers x K,V x %d blocks x %d KV heads x %d positions "
