@@ -67,3 +67,24 @@ def test_rope_frequencies_equal_hugging_face(scaling):
 def test_rope_refuses_unknown_scaling_by_name():
     with pytest.raises(NotImplementedError, match=r"rope_scaling: expected None, 'default' or 'llama3', got rope_type 'yarn'"):
         rope.inv_freq(64, 10000.0, {"rope_type": "yarn", "factor": 2.0})
+
+
+def test_context_parallel_allocator_deals_blocks_round_robin_into_per_rank_pools():
+    from ttdecode.models.kv_cache import ContextParallelAllocator
+
+    bs, cp = 32, 3
+    a = ContextParallelAllocator(batch=2, max_seq_len=7 * bs, block_size=bs, num_blocks=5, context_parallel=cp)
+    assert [r.num_blocks for r in a.ranks] == [5] * cp and a.page_tables()[0].shape == (2, 3)  # ceil(7 / 3)
+    for p in range(201):
+        a.commit(a.plan([p, p if p < 40 else -1]))
+    for c in range(cp):
+        # independent count: user 0's global blocks 0..6 dealt j -> rank j % 3; user 1's blocks 0..1
+        assert len(a.ranks[c].blocks[0]) == len([j for j in range(7) if j % cp == c])
+        assert len(a.ranks[c].blocks[1]) == len([j for j in range(2) if j % cp == c])
+        for p in (0, 31, 32, 100, 200):
+            held = sum(1 for q in range(p + 1) if (q // bs) % cp == c)
+            assert a.local_position(c, p) == held - 1, (c, p)
+    assert a.ranks[0].page_table()[0].tolist() == a.ranks[0].blocks[0]  # local logical -> local physical
+    # user 1 restarting at 0 gives back its blocks on every rank and takes one on rank 0 (block 0's owner)
+    a.commit(a.plan([-1, 0]))
+    assert [len(r.blocks[1]) for r in a.ranks] == [1, 0, 0] and a.lengths == [201, 1]

@@ -77,3 +77,49 @@ def test_bad_context_parallel_layouts_are_named(kw, arg) -> None:
     options.update(kw)
     with pytest.raises(ValueError, match=arg):
         LlamaDecoder.from_hf(hf, **options)
+
+
+@pytest.mark.parametrize("devices, cp", [(2, 2), (8, 8)])
+def test_each_context_parallel_device_holds_one_cth_of_the_cache(devices: int, cp: int, caplog) -> None:
+    hf = hf_llama(8, 2, 32, layers=1)
+    batch, seq, block = 3, 600, 32  # 19 blocks of 32 positions per user
+    with caplog.at_level("INFO", logger="ttdecode"):
+        dec = LlamaDecoder.from_hf(hf, devices=devices, context_parallel=cp, batch=batch, max_seq_len=seq,
+                                   kv_dtype=ttdecode.bfloat8_b, backend="reference", block_size=block)
+    dec.close()
+    # one block on one device: K and V x 1 layer x 2 KV heads x one 32x32 bfloat8_b tile (1088 bytes)
+    block_bytes = 2 * 1 * 2 * 1088
+    whole = batch * 19 * block_bytes
+    per_user = {2: 10, 8: 3}[cp]  # ceil(19 / C) blocks of each user on its busiest rank
+    assert dec.cache_bytes_per_device == batch * per_user * block_bytes
+    assert abs(dec.cache_bytes_per_device - whole / cp) <= batch * block_bytes
+    assert dec.cache_bytes == devices * dec.cache_bytes_per_device
+    lines = [r.getMessage() for r in caplog.records if "KV cache" in r.getMessage()]
+    assert len(lines) == 1 and f"{dec.cache_bytes_per_device / 2**20:.2f} MiB per device" in lines[0]
+    assert f"{batch * per_user} blocks" in lines[0]
+
+
+def _alloc_state(dec: LlamaDecoder) -> tuple:
+    a = dec.allocator
+    return tuple(a.lengths), tuple((tuple(map(tuple, r.blocks)), tuple(r.lengths), tuple(sorted(r._free)))
+                                   for r in a.ranks)
+
+
+def test_an_exhausted_context_parallel_pool_is_named_and_refused_before_any_cache_write() -> None:
+    hf = hf_llama(8, 2, 32, layers=1)
+    # 2 blocks per user, dealt over 2 ranks; each device's pool holds 1 block (the default would be 2)
+    options = dict(devices=2, context_parallel=2, batch=2, max_seq_len=64, backend="reference", block_size=32,
+                   num_blocks=1)
+    tok = torch.tensor([3, 4])
+    with LlamaDecoder.from_hf(hf, **options) as dec, LlamaDecoder.from_hf(hf, **options) as fresh:
+        for t in range(33):  # user 0 takes block 0 on rank 0 and block 1 on rank 1: both pools full
+            for d in (dec, fresh):
+                d.step(tok, torch.tensor([t, -1]))
+        before = _alloc_state(dec)
+        with pytest.raises(ValueError, match=r"num_blocks \(the block pool of context-parallel rank 0 of 2\): "
+                                             r"expected at most 0 free blocks .*got a need for 1"):
+            dec.step(tok, torch.tensor([33, 0]))  # user 1 starting needs a block on rank 0
+        assert _alloc_state(dec) == before
+        for t in (33, 34):  # the refused step wrote nothing: both decoders continue alike
+            a, b = dec.step(tok, torch.tensor([t, -1])), fresh.step(tok, torch.tensor([t, -1]))
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -15,13 +15,17 @@ bytes (``test_kv_cache`` pins that the other rows stay bit-identical). Nothing e
 first enters it, gives them all back when it starts again at position 0, and gives back the blocks
 past a position it rewinds to. `BlockAllocator.plan` checks a whole step (and raises) before
 anything changes, so a refused step leaves allocator and caches exactly as they were.
+
+`ContextParallelAllocator` does the same over C context-parallel ranks, each with its own pool of
+local blocks: a user's block j lives on rank ``j mod C`` as local block ``j div C``, so each rank's
+pool needs only ``ceil(blocks per user / C)`` blocks per user.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -29,7 +33,8 @@ from ttdecode import formats
 from ttdecode.formats import DataType
 from ttdecode.tensor import TileTensor
 
-__all__ = ["BlockAllocator", "StepPlan", "PagedKVCache", "KV_DTYPES"]
+__all__ = ["BlockAllocator", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
+           "KV_DTYPES", "check_positions"]
 
 #: KV formats the Llama decoder stores (the op also reads bfloat4_b; the decoder keeps to these two).
 KV_DTYPES = (DataType.bfloat16, DataType.bfloat8_b)
@@ -51,7 +56,9 @@ class StepPlan:
 class BlockAllocator:
     """Per-user block lists over a pool of ``num_blocks`` blocks of ``block_size`` positions."""
 
-    def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int) -> None:
+    def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int,
+                 name: str = "block pool") -> None:
+        self.name = name  # how errors name this pool
         self.batch = batch
         self.max_seq_len = max_seq_len
         self.block_size = block_size
@@ -68,30 +75,36 @@ class BlockAllocator:
     def plan(self, positions: Sequence[int]) -> StepPlan:
         """Blocks to free and take so every active user can write its position; raises
         ValueError ("positions" / "block pool") without changing anything."""
+        check_positions(positions, self.lengths)
+        targets = [None if p < 0 else (p == 0, p // self.block_size + 1) for p in positions]
+        lengths = [self.lengths[b] if p < 0 else p + 1 for b, p in enumerate(positions)]
+        return self.plan_blocks(targets, lengths)
+
+    def plan_blocks(self, targets: Sequence[Optional[tuple[bool, int]]], lengths: Sequence[int]) -> StepPlan:
+        """The plan that leaves user b holding exactly ``targets[b] = (restart, count)`` logical blocks
+        (``restart``: give every block back first; None: the user is idle and keeps its blocks), with
+        cache lengths ``lengths`` after the step. Raises ValueError (the pool's name) when the pool
+        cannot serve it; nothing changes either way (`commit` applies the plan)."""
         free: list[tuple[int, ...]] = []
         need: list[list[int]] = []
-        lengths: list[int] = []
-        for b, p in enumerate(positions):
+        for b, t in enumerate(targets):
             have = self.blocks[b]
-            if p < 0:
+            if t is None:
                 free.append(())
                 need.append([])
-                lengths.append(self.lengths[b])
                 continue
-            if p > self.lengths[b]:
-                raise ValueError(
-                    f"positions[{b}]: expected 0..{self.lengths[b]} (user {b} has {self.lengths[b]} positions "
-                    f"cached; a step writes the next one, rewinds, or restarts at 0), got {p}"
-                )
-            keep = p // self.block_size + 1 if p > 0 else 0
-            free.append(tuple(have[keep:]) if p > 0 else tuple(have))
-            need.append(list(range(min(keep, len(have)) if p > 0 else 0, p // self.block_size + 1)))
-            lengths.append(p + 1)
+            restart, count = t
+            if not 0 <= count <= self.max_blocks:
+                raise ValueError(f"{self.name}: expected at most {self.max_blocks} blocks per user, got {count} "
+                                 f"for user {b}")
+            keep = 0 if restart else min(count, len(have))
+            free.append(tuple(have[keep:]))
+            need.append(list(range(keep, count)))
         released = sum(len(f) for f in free)
         wanted = sum(len(n) for n in need)
         if wanted > len(self._free) + released:
             raise ValueError(
-                f"block pool: expected at most {len(self._free) + released} free blocks of {self.block_size} "
+                f"{self.name}: expected at most {len(self._free) + released} free blocks of {self.block_size} "
                 f"positions for this step, got a need for {wanted} (pool of {self.num_blocks} blocks exhausted; "
                 f"build the decoder with more num_blocks or fewer users)"
             )
@@ -114,13 +127,97 @@ class BlockAllocator:
                 self._free.remove(blk)
             self.lengths[b] = n
 
-    def page_table(self) -> torch.Tensor:
-        """int32 ``[batch, max_blocks]``; entries past a user's blocks are 0 (the op never reads them)."""
+    def page_table(self, plan: Optional[StepPlan] = None) -> torch.Tensor:
+        """int32 ``[batch, max_blocks]``; entries past a user's blocks are 0 (the op never reads them).
+        With ``plan``: the table after that plan's allocation (the allocator itself is not changed)."""
         table = torch.zeros(self.batch, self.max_blocks, dtype=torch.int32)
         for b, blocks in enumerate(self.blocks):
             if blocks:
                 table[b, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        if plan is not None:
+            for b, al in enumerate(plan.alloc):
+                for i, blk in al:
+                    table[b, i] = blk
         return table
+
+
+def check_positions(positions: Sequence[int], lengths: Sequence[int]) -> None:
+    """Every active user writes its next position, rewinds, or restarts at 0 (ValueError "positions[b]")."""
+    for b, p in enumerate(positions):
+        if p > lengths[b]:
+            raise ValueError(
+                f"positions[{b}]: expected 0..{lengths[b]} (user {b} has {lengths[b]} positions "
+                f"cached; a step writes the next one, rewinds, or restarts at 0), got {p}"
+            )
+
+
+@dataclass(frozen=True)
+class ContextParallelPlan:
+    """One step over the C context-parallel pools: ``ranks[c]`` is CP rank c's `StepPlan` (local
+    logical blocks -> local physical blocks); ``lengths[b]``: user b's global cache length after it."""
+
+    ranks: tuple[StepPlan, ...]
+    lengths: tuple[int, ...]
+
+
+class ContextParallelAllocator:
+    """Block lists of every user over C context-parallel ranks, each with its own pool.
+
+    A user's global logical block j (positions ``[j*block_size, (j+1)*block_size)``) lives on CP rank
+    ``j mod C`` as that rank's local logical block ``j div C`` (the interleaved layout of
+    ``ttdecode.distributed.context``). Each rank's `BlockAllocator` has ``num_blocks`` blocks and a
+    page table ``[batch, ceil(ceil(max_seq_len / block_size) / C)]`` of local physical blocks; a
+    user's local positions on rank c are its positions held there, in order. A step is planned on
+    every rank before anything changes: an exhausted pool refuses the whole step."""
+
+    def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int, context_parallel: int) -> None:
+        self.batch, self.block_size, self.cp = batch, block_size, context_parallel
+        self.max_blocks = math.ceil(max_seq_len / block_size)  # global blocks per user
+        self.local_max_blocks = math.ceil(self.max_blocks / context_parallel)
+        self.num_blocks = num_blocks
+        self.ranks = [
+            BlockAllocator(batch, self.local_max_blocks * block_size, block_size, num_blocks,
+                           name=f"num_blocks (the block pool of context-parallel rank {c} of {context_parallel})")
+            for c in range(context_parallel)
+        ]
+        self.lengths: list[int] = [0] * batch
+
+    def owned_blocks(self, rank: int, blocks: int) -> int:
+        """How many of global blocks ``0..blocks-1`` CP rank ``rank`` holds."""
+        return max(0, (blocks - 1 - rank) // self.cp + 1) if blocks > rank else 0
+
+    def local_position(self, rank: int, pos: int) -> int:
+        """The last local position on CP rank ``rank`` at or before global position ``pos``: ``pos``'s
+        own local position if the rank holds it, -1 if the rank holds no position <= ``pos``."""
+        if pos < 0:
+            return -1
+        j, row = divmod(pos, self.block_size)
+        if j % self.cp == rank:
+            return (j // self.cp) * self.block_size + row
+        return self.owned_blocks(rank, j + 1) * self.block_size - 1
+
+    def plan(self, positions: Sequence[int]) -> ContextParallelPlan:
+        """As `BlockAllocator.plan`, on every rank; raises ValueError ("positions[b]", or "num_blocks"
+        naming the exhausted rank's pool) without changing anything."""
+        check_positions(positions, self.lengths)
+        plans = []
+        for c, alloc in enumerate(self.ranks):
+            targets = [None if p < 0 else (p == 0, self.owned_blocks(c, p // self.block_size + 1)) for p in positions]
+            lengths = [alloc.lengths[b] if p < 0 else self.local_position(c, p) + 1 for b, p in enumerate(positions)]
+            plans.append(alloc.plan_blocks(targets, lengths))
+        lengths = tuple(self.lengths[b] if p < 0 else p + 1 for b, p in enumerate(positions))
+        return ContextParallelPlan(tuple(plans), lengths)
+
+    def commit(self, plan: ContextParallelPlan) -> None:
+        """Apply a plan made by `plan` for the current state."""
+        for alloc, p in zip(self.ranks, plan.ranks):
+            alloc.commit(p)
+        self.lengths = list(plan.lengths)
+
+    def page_tables(self, plan: Optional[ContextParallelPlan] = None) -> tuple[torch.Tensor, ...]:
+        """Per CP rank: int32 ``[batch, local_max_blocks]`` (after ``plan``'s allocation if given)."""
+        return tuple(a.page_table(None if plan is None else p)
+                     for a, p in zip(self.ranks, plan.ranks if plan is not None else [None] * self.cp))
 
 
 class PagedKVCache:

@@ -26,9 +26,12 @@ process group (gloo), started by the decoder and kept until ``close()``.
 Context parallel (``devices=N, context_parallel=C``, C dividing N): tensor parallel ``N / C`` ways
 over heads as above, times C ways over the sequence. Rank r is TP rank ``r mod (N/C)`` and CP rank
 ``r div (N/C)``; the KV cache's blocks are dealt round-robin over the C ranks of a CP group (block j
-of a user on CP rank ``j mod C``, ``ttdecode.distributed.context``'s interleaved layout), so the new
-token's K/V is written only on the device that owns its position. Each device runs the op on its
-blocks (its own page-table columns, local positions) with ``return_lse=True``, the C partials are
+of a user on CP rank ``j mod C`` as that rank's local block ``j div C``, ``ttdecode.distributed.context``'s
+interleaved layout), so the new token's K/V is written only on the device that owns its position.
+Each CP rank has its own block pool and allocator (``kv_cache.ContextParallelAllocator``): a device's
+pool holds ``num_blocks`` blocks, by default ``batch * ceil(ceil(max_seq_len / block_size) / C)``,
+i.e. 1/C of the whole cache within one block per user. Each device runs the op on its local blocks
+(its rank's page table, local positions) with ``return_lse=True``, the C partials are
 merged exactly by their LSE over the CP group (``combine_over_group``), and the O projection, MLP
 and LM head are tensor parallel over the TP group (replicated across the CP group).
 """
@@ -44,7 +47,7 @@ import torch
 
 from ttdecode.formats import DataType, as_data_type
 from ttdecode.models import rope
-from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, PagedKVCache, StepPlan
+from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, PagedKVCache
 
 __all__ = ["LlamaDecoder", "LlamaSpec", "BACKENDS"]
 
@@ -141,13 +144,17 @@ def _shard_weights(state: dict[str, torch.Tensor], spec: LlamaSpec, rank: int, w
 @dataclass(frozen=True)
 class StepInputs:
     """One step as every device sees it: the embedded tokens ``[B, hidden]`` float32 (the embedding
-    lookup runs once, on the host), positions ``[B]``, the page table after the step's allocation,
-    and the cache rows to write (user, block, row in block) of the active users."""
+    lookup runs once, on the host) and the global positions ``[B]``; then per CP rank c (one entry
+    without context parallelism): ``local_positions[c]`` ``[B]`` (each user's last position on that
+    rank, -1: none), ``page_tables[c]`` int32 ``[B, blocks per user on the rank]`` after the step's
+    allocation (local logical -> local physical blocks), and ``writes[c]``, the cache rows that rank
+    writes (user, local physical block, row in block)."""
 
     hidden: torch.Tensor
     positions: tuple[int, ...]
-    page_table: torch.Tensor
-    writes: tuple[tuple[int, int, int], ...]
+    local_positions: tuple[tuple[int, ...], ...]
+    page_tables: tuple[torch.Tensor, ...]
+    writes: tuple[tuple[tuple[int, int, int], ...], ...]
 
 
 class LlamaShard:
@@ -182,6 +189,7 @@ class LlamaShard:
              PagedKVCache(num_blocks, self.nkv, block_size, spec.head_dim, kv_dtype))
             for _ in range(spec.num_layers)
         ]
+        self.cache_bytes = sum(c.nbytes for kv in self.caches for c in kv)  # this device's K and V pools
 
     # collectives: identity on one device, torch.distributed on a process group
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
@@ -207,17 +215,16 @@ class LlamaShard:
         over the CP group. Returns ``[1, B, nq, D]``."""
         import ttdecode
 
+        table, local = s.page_tables[self.cp_rank], list(s.local_positions[self.cp_rank])
         if self.cp == 1:
             return ttdecode.paged_scaled_dot_product_attention_decode(
-                q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), s.page_table,
-                cur_pos=list(s.positions), program_config=self.program_config, backend=self.backend,
+                q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), table,
+                cur_pos=local, program_config=self.program_config, backend=self.backend,
             )
-        from ttdecode.distributed.context import combine_over_group, shard_plan
+        from ttdecode.distributed.context import combine_over_group
 
-        plan = shard_plan(s.page_table.shape[1], self.block_size, self.cp, "interleaved")
-        local = [plan.count_upto(self.cp_rank, p) - 1 if p >= 0 else -1 for p in s.positions]
         out, lse = ttdecode.paged_scaled_dot_product_attention_decode(
-            q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), s.page_table[:, self.cp_rank::self.cp].contiguous(),
+            q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), table,
             cur_pos=local, program_config=self.program_config, backend=self.backend, return_lse=True,
         )
         merged, _ = combine_over_group(out.to(torch.float32), lse.to(torch.float32), "all_gather", group=self.cp_group)
@@ -240,8 +247,7 @@ class LlamaShard:
         active = pos >= 0
         x = s.hidden
         cos, sin = rope.cos_sin(self.freq, pos.clamp(min=0))
-        # with context parallelism, only the rows of the positions whose block this device owns
-        writes = [w for w in s.writes if (s.positions[w[0]] // self.block_size) % self.cp == self.cp_rank]
+        writes = s.writes[self.cp_rank]  # with context parallelism: only the rows whose block this rank holds
         users = [b for b, _, _ in writes]
         blocks = [blk for _, blk, _ in writes]
         rows = [r for _, _, r in writes]
@@ -276,7 +282,7 @@ class LlamaShard:
 def _worker_build(ctx: Any, spec: LlamaSpec, weights: dict, options: dict) -> int:
     torch.set_num_threads(1)
     ctx.state["llama"] = LlamaShard(spec, weights, rank=ctx.rank, world=ctx.world_size, **options)
-    return sum(c.nbytes for kv in ctx.state["llama"].caches for c in kv)
+    return ctx.state["llama"].cache_bytes
 
 
 def _worker_step(ctx: Any, s: StepInputs) -> Optional[torch.Tensor]:
@@ -344,31 +350,43 @@ class LlamaDecoder:
         self.kv_dtype, self.block_size = kv, block_size
         self.backend = _resolve_backend(backend)
         max_blocks = math.ceil(max_seq_len / block_size)
+        local_blocks = math.ceil(max_blocks / context_parallel)  # blocks per user on one CP rank (at most)
         if num_blocks is None:
-            num_blocks = batch * max_blocks
+            num_blocks = batch * local_blocks
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
             raise _fail("num_blocks", "an int >= 1", repr(num_blocks))
-        self.allocator = BlockAllocator(batch, max_seq_len, block_size, num_blocks)
+        self.num_blocks = num_blocks  # blocks in each device's pool
+        self.allocator: Any
+        if context_parallel == 1:
+            self.allocator = BlockAllocator(batch, max_seq_len, block_size, num_blocks)
+        else:
+            self.allocator = ContextParallelAllocator(batch, max_seq_len, block_size, num_blocks, context_parallel)
         options = dict(num_blocks=num_blocks, block_size=block_size, kv_dtype=kv, backend=self.backend,
                        program_config=program_config)
         self._pool = None
         self._shard: Optional[LlamaShard] = None
         if devices == 1:
             self._shard = LlamaShard(spec, _shard_weights(state, spec, 0, 1), rank=0, world=1, **options)
-            cache_bytes = sum(c.nbytes for kv_ in self._shard.caches for c in kv_)
+            per_device = [self._shard.cache_bytes]
         else:
             from ttdecode.distributed import WorkerPool
 
             self._pool = WorkerPool(devices, label="device", timeout=timeout)
             options["context_parallel"] = context_parallel
             shards = [(spec, _shard_weights(state, spec, r % tp, tp), options) for r in range(devices)]
-            cache_bytes = sum(self._pool.run(_worker_build, shards))
-        self.cache_bytes = cache_bytes
+            per_device = self._pool.run(_worker_build, shards)
+        #: bytes of the K and V pools of one device (every device holds the same) and over all devices
+        self.cache_bytes_per_device = max(per_device)
+        self.cache_bytes = sum(per_device)
+        cp_note = (f", pools of {local_blocks} per user on each of the {context_parallel} context-parallel ranks"
+                   if context_parallel > 1 else "")
         log.info(
-            "ttdecode llama: KV cache %.2f MiB = %d layers x K,V x %d blocks x %d KV heads x %d positions x "
-            "head_dim %d in %s over %d device(s) (batch %d, max_seq_len %d -> %d blocks per user); backend %s",
-            cache_bytes / 2**20, spec.num_layers, num_blocks, spec.num_kv_heads, block_size, spec.head_dim,
-            kv.value, devices, batch, max_seq_len, max_blocks, self.backend,
+            "ttdecode llama: KV cache %.2f MiB per device = %d layers x K,V x %d blocks x %d KV heads x %d positions "
+            "x head_dim %d in %s (%.2f MiB over %d device(s); batch %d, max_seq_len %d -> %d blocks per user%s); "
+            "backend %s",
+            self.cache_bytes_per_device / 2**20, spec.num_layers, num_blocks, spec.num_kv_heads // tp, block_size,
+            spec.head_dim, kv.value, self.cache_bytes / 2**20, devices, batch, max_seq_len, max_blocks, cp_note,
+            self.backend,
         )
 
     # ---- construction ----------------------------------------------------------------------
@@ -443,17 +461,23 @@ class LlamaDecoder:
 
         Returns float32 logits ``[batch, vocab]``. Every check runs before any cache is written."""
         tok, pos = self._check_step(tokens, positions)
-        plan: StepPlan = self.allocator.plan(pos)
+        plan = self.allocator.plan(pos)  # raises (exhausted pool) before any cache is written
         if all(p < 0 for p in pos):
             return torch.zeros(self.batch, self.spec.vocab_size)
-        table = self.allocator.page_table()
-        for b, al in enumerate(plan.alloc):  # the page table after this step's allocation
-            for i, blk in al:
-                table[b, i] = blk
-        writes = tuple((b, int(table[b, p // self.block_size]), p % self.block_size)
-                       for b, p in enumerate(pos) if p >= 0)
+        cp, bs = self.context_parallel, self.block_size
+        if cp == 1:
+            tables: tuple[torch.Tensor, ...] = (self.allocator.page_table(plan),)
+            local = (pos,)
+        else:
+            tables = self.allocator.page_tables(plan)
+            local = tuple(tuple(self.allocator.local_position(c, p) for p in pos) for c in range(cp))
+        writes = tuple(
+            tuple((b, int(tables[c][b, local[c][b] // bs]), local[c][b] % bs)
+                  for b, p in enumerate(pos) if p >= 0 and (p // bs) % cp == c)
+            for c in range(cp)
+        )
         hidden = self._embed[torch.where(torch.tensor(pos) >= 0, tok, 0)].to(torch.float32)
-        s = StepInputs(hidden=hidden, positions=pos, page_table=table, writes=writes)
+        s = StepInputs(hidden=hidden, positions=pos, local_positions=local, page_tables=tables, writes=writes)
         if self._pool is None:
             logits = self._shard.step(s)
         else:
