@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 SRC_DIR = HERE / "src"
 INCLUDE_DIR = HERE / "include"
 
-RUNNER_FLAGS = ["-std=c++17", "-O3", "-g0", "-pthread", "-rdynamic", "-Wall", "-Wno-unused-function"]
+RUNNER_FLAGS = ["-std=c++17", "-O3", "-ffp-contract=off", "-g0", "-pthread", "-rdynamic", "-Wall", "-Wno-unused-function"]
 # -fno-gnu-unique: inline variables must stay private to each loaded copy of a kernel (one per core).
 KERNEL_FLAGS = ["-std=c++17", "-O2", "-g0", "-fPIC", "-shared", "-fno-gnu-unique", "-Wl,-Bsymbolic",
                 "-Wno-deprecated-declarations"]

@@ -100,8 +100,9 @@ class _Layout:
                     raise ValueError(f"kernel {k.name}: no runtime args for {c} (give an empty list)")
                 self.kernels[key] = k
         self.cbs: dict[CoreCoord, dict[int, layout.CbPlacement]] = {}
+        cb_cores = [(cb, frozenset(cb.cores.cores())) for cb in program.circular_buffers]
         for c in self.cores:
-            mine = [cb for cb in program.circular_buffers if c in cb.cores]
+            mine = [cb for cb, on in cb_cores if c in on]
             seen: set[int] = set()
             for cb in mine:
                 if cb.index in seen:

@@ -51,13 +51,6 @@ static void read_whole(const std::string& path, std::vector<uint8_t>& out) {
     if (got != out.size()) fail_kind("internal", "short read of " + path);
 }
 
-static void read_file(const std::string& path, std::vector<uint8_t>& out, size_t expect) {
-    read_whole(path, out);
-    if (out.size() != expect) {
-        fail_kind("internal", path + ": " + std::to_string(out.size()) + " bytes, expected " + std::to_string(expect));
-    }
-}
-
 // A private copy of a kernel library: each dlopen of a distinct file gets its own globals.
 static void* load_private_copy(const std::string& so_path, const std::vector<uint8_t>& bytes, const Kernel& k) {
     int fd = memfd_create("ttrt-kernel", MFD_CLOEXEC);
@@ -106,6 +99,47 @@ static void write_words(Core& c, uint32_t addr, const std::vector<uint32_t>& v) 
     if (!v.empty()) std::memcpy(c.l1 + addr, v.data(), v.size() * 4);
 }
 
+// Fill L1 bytes [from, to) of a core with poison through the memfd (pwrite) rather than the mapping:
+// the pages are filled in the page cache without a fault per page, and only the pages a kernel
+// touches are ever mapped. The bytes are the same as a memset through the mapping.
+static void poison_l1(Core& c, uint32_t from, uint32_t to) {
+    static std::vector<uint8_t> poison(64 * 1024, kPoison);
+    for (uint32_t a = from; a < to;) {
+        const size_t n = std::min<size_t>(poison.size(), to - a);
+        const ssize_t w = pwrite(c.fd, poison.data(), n, off_t(a));
+        if (w <= 0) fail_kind("internal", std::string("cannot poison an L1 image: ") + std::strerror(errno));
+        a += uint32_t(w);
+    }
+}
+
+// An input tensor's page-order image file into its banks (page p in bank p % 12), read a round of
+// pages at a time through a small buffer rather than as one whole-file copy.
+static void read_tensor_image(Tensor& t) {
+    FILE* f = std::fopen(t.in_path.c_str(), "rb");
+    if (!f) fail_kind("internal", "cannot read " + t.in_path);
+    std::fseek(f, 0, SEEK_END);
+    const size_t size = size_t(std::ftell(f)), expect = size_t(t.page_size) * t.num_pages;
+    std::fseek(f, 0, SEEK_SET);
+    if (size != expect) {
+        std::fclose(f);
+        fail_kind("internal", t.in_path + ": " + std::to_string(size) + " bytes, expected " + std::to_string(expect));
+    }
+    std::vector<uint8_t> round(size_t(t.page_size) * kNumBanks);
+    for (uint32_t p0 = 0; p0 < t.num_pages; p0 += kNumBanks) {
+        const uint32_t n = std::min<uint32_t>(kNumBanks, t.num_pages - p0);
+        if (std::fread(round.data(), t.page_size, n, f) != n) {
+            std::fclose(f);
+            fail_kind("internal", "short read of " + t.in_path);
+        }
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t p = p0 + i;
+            std::memcpy(t.bank[p % kNumBanks].data() + size_t(p / kNumBanks) * t.aligned_page,
+                        round.data() + size_t(i) * t.page_size, t.page_size);
+        }
+    }
+    std::fclose(f);
+}
+
 static void parse_program(const std::string& path) {
     std::ifstream f(path);
     if (!f) fail_kind("internal", "cannot open program file " + path);
@@ -152,14 +186,7 @@ static void parse_program(const std::string& path) {
             t.per_bank = t.aligned_page * ((t.num_pages + kNumBanks - 1) / kNumBanks);
             // An output starts as poison (0xFF: NaN in every float format), as uninitialised DRAM would.
             for (auto& b : t.bank) b.assign(t.per_bank, t.in_path.empty() ? 0xFF : 0);
-            if (!t.in_path.empty()) {
-                std::vector<uint8_t> img;
-                read_file(t.in_path, img, size_t(t.page_size) * t.num_pages);
-                for (uint32_t p = 0; p < t.num_pages; ++p) {
-                    std::memcpy(t.bank[p % kNumBanks].data() + size_t(p / kNumBanks) * t.aligned_page,
-                                img.data() + size_t(p) * t.page_size, t.page_size);
-                }
-            }
+            if (!t.in_path.empty()) read_tensor_image(t);
             g.tensors.push_back(std::move(t));
         } else if (tag == "core") {
             Core* c = new Core();
@@ -235,7 +262,7 @@ static void parse_program(const std::string& path) {
             if (cfg.present) top = std::max(top, cb_limit(cfg));
         }
         c->top = std::min<uint32_t>(kL1Size, (top + 4095u) & ~4095u);
-        std::memset(c->l1 + kWindowBase, kPoison, c->top - kWindowBase);
+        poison_l1(*c, kWindowBase, c->top);
         for (const auto& [id, init] : c->sem_init) std::memcpy(c->l1 + c->sem_base + 16u * id, &init, 4);
     }
     for (Kernel* k : g.kernels) {
