@@ -231,6 +231,9 @@ class DecodePlan:
     sliding_window_size: int = 0
     # an attention sink (one logit per q head) joins the root's softmax denominator
     attention_sink: bool = False
+    # MLA: no V tensor; V is the first head_dim_v columns of K (V tile (j, v) is K tile (j, v)), so
+    # the reader reads K only and P . V takes its V tiles out of the K slot
+    mla: bool = False
 
     @property
     def paged(self) -> bool:
@@ -306,12 +309,13 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
-    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False,
+    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
     `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row;
-    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0).
+    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0);
+    `mla` (V = the first dv_tiles tiles of each K tile row) drops the V slots (index 2 unused).
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -328,7 +332,6 @@ def flash_decode_cbs(
     specs = [
         (0, "q", bf16, 2048, q_tiles * d_tiles),  # exactly one piece: the same address every piece
         (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # two whole-chunk slots
-        (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles),
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
         # a piece's two mask tiles: its first tile (-inf before a sliding window's start; with the
@@ -351,6 +354,8 @@ def flash_decode_cbs(
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
     ]
+    if not mla:
+        specs.insert(2, (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles))
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
@@ -382,6 +387,7 @@ def make_plan(
     num_blocks: int | None = None,
     sliding_window_size: int | None = None,
     attention_sink: bool = False,
+    mla: bool = False,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -389,6 +395,8 @@ def make_plan(
     A paged cache gives `block_size` (keys per block, a multiple of 32 dividing seq_len) and
     `num_blocks` (blocks in the K/V tensors); both or neither. `sliding_window_size` (keys, None
     or 0 = none) limits each user to its last W keys; `attention_sink` adds the sink q rows.
+    `mla`: there is no V tensor, V = K[..., :head_dim_v] (head_dim_v <= head_dim); K is read once
+    and serves both Q . K^T and P . V. With a separate V, head_dim_v may differ from head_dim.
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -400,8 +408,11 @@ def make_plan(
     for name, v in (("head_dim", head_dim), ("head_dim_v", head_dim_v), ("seq_len", seq_len)):
         if v % TILE:
             raise PlanError(f"{name}: expected a multiple of {TILE}, got {v}")
-    if head_dim_v > head_dim:
-        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim}, got {head_dim_v}")
+    if not isinstance(mla, bool):
+        raise PlanError(f"mla: expected a bool, got {mla!r}")
+    if mla and head_dim_v > head_dim:
+        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim} with mla (V = K[..., :head_dim_v]), "
+                        f"got {head_dim_v}")
     if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
         raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
     if k_chunk_size:
@@ -493,7 +504,7 @@ def make_plan(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
-        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink),
+        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
     )
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     plan = DecodePlan(
@@ -504,7 +515,7 @@ def make_plan(
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
-        attention_sink=bool(attention_sink),
+        attention_sink=bool(attention_sink), mla=mla,
     )
     _check_resources(plan, l1_bytes_per_core)
     return plan
