@@ -269,8 +269,7 @@ class DecodePlan:
 
     @property
     def l1_bytes_per_core(self) -> int:
-        return L1_UNRESERVED_BASE + sum(-(-cb.total_size // CB_ALIGNMENT) * CB_ALIGNMENT
-                                        for cb in self.circular_buffers)
+        return cbs_bytes_per_core(self.circular_buffers)
 
     @property
     def active_cores(self) -> tuple[CoreCoord, ...]:
@@ -310,12 +309,16 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
+    tree: bool = True,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
     `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row;
     `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0);
     `mla` (V = the first dv_tiles tiles of each K tile row) drops the V slots (index 2 unused).
+    `tree` False (one piece per work: no piece sends or receives a partial) drops partial_out and
+    keeps one page of partial_in, whose address the writer takes at start; at D = 576 with 128 q
+    heads per KV head the two partial buffers alone take 576 KiB.
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -348,20 +351,21 @@ def flash_decode_cbs(
         (14, "acc_a", f32, 4096, q_tiles * dv_tiles),
         (15, "acc_b", f32, 4096, q_tiles * dv_tiles),
         (16, "alpha", f32, 4096, 2),  # rescale factors (two in a merge), 1/l
-        (17, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
-        (18, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
+        (18, "partial_in", f32, 4096, max(1, recv_areas) * partial if tree else 1),  # children's partials land here
         (19, "out", bf16, 2048, q_tiles * dv_tiles),
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
     ]
     if not mla:
-        specs.insert(2, (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles))
+        specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles))
+    if tree:
+        specs.append((17, "partial_out", f32, 4096, partial))  # this piece's partial, to the parent
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
     if attention_sink:
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
-    return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
+    return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in sorted(specs))
 
 
 def make_plan(
@@ -500,12 +504,14 @@ def make_plan(
     core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
 
     q_tiles = -(-(num_q_heads // num_kv_heads) // TILE)
-    cbs = flash_decode_cbs(
+    cb_args = dict(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
+        tree=pieces > 1,
     )
+    cbs = flash_decode_cbs(**cb_args)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
@@ -517,7 +523,7 @@ def make_plan(
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla,
     )
-    _check_resources(plan, l1_bytes_per_core)
+    _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
 
 
@@ -527,16 +533,58 @@ RUNTIME_ARGS_HEADER = 6
 RUNTIME_ARGS_PER_PIECE = 6
 
 
-def _check_resources(plan: DecodePlan, l1_bytes: int) -> None:
+def cbs_bytes_per_core(cbs: Sequence[CBSpec]) -> int:
+    """L1 bytes per core of a set of CBs, with the firmware and kernel-config area below them."""
+    return L1_UNRESERVED_BASE + sum(-(-cb.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for cb in cbs)
+
+
+def _fitting_chunk(plan: DecodePlan, l1_bytes: int, cb_args: dict, *, tree: bool) -> int | None:
+    """The largest k_chunk_size (keys) below the plan's largest chunk whose CBs fit in `l1_bytes`
+    (with the plan's partial buffers if `tree`, without them if not), or None."""
+    c = plan.max_chunk_tiles
+    while c > 1:
+        c //= 2
+        if plan.seq_len % (c * TILE):
+            continue
+        args = dict(cb_args, max_chunk_tiles=c, tree=tree, recv_areas=cb_args["recv_areas"] if tree else 0)
+        if cbs_bytes_per_core(flash_decode_cbs(**args)) <= l1_bytes:
+            return c * TILE
+    return None
+
+
+def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
+    """Which knob makes an overflowing plan fit: a smaller k_chunk_size (the largest chunk that fits
+    is named), else one piece per work (max_cores_per_head_batch=1: no partial buffers), else fewer
+    q heads per KV head on the chip."""
+    now = f"now {plan.fixed_chunk_tiles * TILE if plan.fixed_chunk_tiles else 'dynamic, up to'} " \
+          f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()
+    chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=plan.pieces_per_work > 1)
+    if chunk is not None:
+        return (f"Set k_chunk_size={chunk} or lower ({now}), or lower max_cores_per_head_batch "
+                f"(now {plan.pieces_per_work} pieces per head, fewer partials to receive).")
+    if plan.pieces_per_work > 1:
+        one = dict(cb_args, tree=False, recv_areas=0)
+        if cbs_bytes_per_core(flash_decode_cbs(**one)) <= l1_bytes:
+            return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head (the partial buffers "
+                    f"alone take {2 * plan.partial_pages * 4} KiB per area); set max_cores_per_head_batch=1 "
+                    f"(one core per (user, KV head), no partials).")
+        chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=False)
+        if chunk is not None:
+            return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head; set "
+                    f"max_cores_per_head_batch=1 (no partials) and k_chunk_size={chunk} or lower.")
+    return (f"No k_chunk_size fits even with one piece per head: {plan.group_size} q heads per KV head "
+            f"({plan.q_tiles} tile rows) at head_dim={plan.head_dim}, head_dim_v={plan.head_dim_v} are too "
+            f"many for one core; split the q heads over more devices.")
+
+
+def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> None:
     used = plan.l1_bytes_per_core
     if used > l1_bytes:
         biggest = sorted(plan.circular_buffers, key=lambda cb: -cb.total_size)[:3]
         detail = ", ".join(f"{cb.name} {cb.total_size // 1024} KiB" for cb in biggest)
         raise PlanError(
             f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
-            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). Lower k_chunk_size (now "
-            f"{plan.fixed_chunk_tiles * TILE or 'dynamic'}), lower max_cores_per_head_batch (now "
-            f"{plan.pieces_per_work} pieces per head, fewer partials to receive) or use a larger grid."
+            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). {_l1_advice(plan, l1_bytes, cb_args)}"
         )
     most = max((len(v) for v in plan.core_pieces.values()), default=0)
     if RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most > MAX_RUNTIME_ARGS:
