@@ -560,13 +560,14 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
           f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()
     chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=plan.pieces_per_work > 1)
     if chunk is not None:
-        return (f"Set k_chunk_size={chunk} or lower ({now}), or lower max_cores_per_head_batch "
-                f"(now {plan.pieces_per_work} pieces per head, fewer partials to receive).")
+        fewer = (f", or lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head, fewer "
+                 f"partials to receive)") if plan.pieces_per_work > 1 else ""
+        return f"Set k_chunk_size={chunk} or lower ({now}){fewer}."
     if plan.pieces_per_work > 1:
         one = dict(cb_args, tree=False, recv_areas=0)
         if cbs_bytes_per_core(flash_decode_cbs(**one)) <= l1_bytes:
-            return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head (the partial buffers "
-                    f"alone take {2 * plan.partial_pages * 4} KiB per area); set max_cores_per_head_batch=1 "
+            return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head (partial_out and one "
+                    f"partial_in area alone take {2 * plan.partial_pages * 4} KiB); set max_cores_per_head_batch=1 "
                     f"(one core per (user, KV head), no partials).")
         chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=False)
         if chunk is not None:
@@ -600,7 +601,8 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
     lines = [
         f"FlashDecode plan: B={plan.batch} NH={plan.num_q_heads} NKV={plan.num_kv_heads} S={plan.seq_len} "
         f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}"
-        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else ""),
+        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else "")
+        + (" MLA: V = K[..., :Dv], read once with K" if plan.mla else ""),
         f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
