@@ -21,7 +21,8 @@ produces; L1 and sharded outputs are refused by name). ``compute_kernel_config.p
 is refused by the kernel backends (their packs never accumulate onto L1). Unlike ttnn's golden function, causal mode needs positions
 (``cur_pos`` or ``cur_pos_tensor``): there is no silent "last position" default.
 Extensions over ttnn: ``return_lse``, ``backend``, ``head_dim_v`` with ``v=None`` (MLA, as in
-``ttnn.transformer.flash_multi_latent_attention_decode``), and ``cur_pos`` on the paged entry.
+``ttnn.transformer.flash_multi_latent_attention_decode``; the kernels read each K tile once and take
+V = k[..., :head_dim_v] out of it), and ``cur_pos`` on the paged entry.
 """
 
 from __future__ import annotations
