@@ -287,3 +287,17 @@ def test_mla_program_has_no_v_tensor_and_its_dataflow_kernels_compile_against_th
         assert next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).compile_time_args[12] == 1
         for r in cr.compile_program_kernels(prog):
             assert r.ok, r.summary()
+
+
+def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.CaptureFixture[str]) -> None:
+    from ttdecode.__main__ import main
+
+    assert main(["plan", "--preset", "deepseek-v3-mla-16q", "--seq", "32768"]) == 0
+    out = capsys.readouterr().out
+    assert "D=576 Dv=512" in out and "MLA: V = K[..., :Dv]" in out and "L1 per core: 1064.0 KiB" in out
+    assert not re.search(r"cb2 +v ", out)
+    assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 2
+    assert "set max_cores_per_head_batch=1" in capsys.readouterr().err
+    assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--max-cores-per-head-batch", "1"]) == 0
+    assert main(["reference", "--preset", "deepseek-v3-mla-16q", "--seq", "64", "--cur-pos", "40"]) == 0
+    assert "output [1, 1, 16, 512]" in capsys.readouterr().out
