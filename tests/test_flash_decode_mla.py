@@ -301,3 +301,19 @@ def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.Capture
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--max-cores-per-head-batch", "1"]) == 0
     assert main(["reference", "--preset", "deepseek-v3-mla-16q", "--seq", "64", "--cur-pos", "40"]) == 0
     assert "output [1, 1, 16, 512]" in capsys.readouterr().out
+
+
+def test_mla_with_a_sliding_window_and_an_attention_sink_matches_the_reference() -> None:
+    # The window's first tile is zeroed before its first key in the K slot, which is also the V slot.
+    b, nh, s = 2, 16, 128
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(1, b, nh, D, generator=gen)
+    k = torch.randn(b, 1, s, D, generator=gen)
+    k[0, :, :127 - 40 + 1] = NAN  # keys before user 0's window: never attended, must not reach the output
+    sink = torch.randn(nh, generator=gen)
+    kwargs: dict[str, Any] = dict(cur_pos=[127, 50], head_dim_v=DV, sliding_window_size=40, attention_sink=sink,
+                                  return_lse=True)
+    out, lse = scaled_dot_product_attention_decode(q, k, None, backend="host", **kwargs)
+    ref, ref_lse = scaled_dot_product_attention_decode(q, k.nan_to_num(0.0), None, backend="reference", **kwargs)
+    check_close(out.float(), ref.float(), "MLA, window 40, sink")
+    check_lse(lse, ref_lse, "MLA, window 40, sink: LSE")
