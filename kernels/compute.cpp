@@ -64,9 +64,17 @@ constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
 constexpr uint32_t window = get_compile_time_arg_val(9);  // sliding window in keys (0 = none)
 constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
 constexpr bool exp_approx = get_compile_time_arg_val(11) == 1;  // exp_tile<approx> (exp_approx_mode)
+constexpr bool mla = get_compile_time_arg_val(12) == 1;  // V = K[..., :Dv]: P . V reads the K slot
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
+// Where P . V finds V tile (j, v) of a chunk: tile j * v_row_stride + v of cb_v, or with MLA of the
+// K slot, whose key tile row j holds K tiles (j, 0..d_tiles) and V tile (j, v) is K tile (j, v).
+// The matmul reads it untransposed (Q . K^T reads the same tile transposed); the K slot stays until
+// P . V of every q tile row is done (process_chunk pops it last).
+constexpr uint32_t cb_v_source = mla ? cb_k : cb_v;
+constexpr uint32_t v_row_stride = mla ? d_tiles : dv_tiles;
+static_assert(!mla || dv_tiles <= d_tiles, "MLA reads V out of the first dv_tiles tiles of each K row");
 constexpr uint32_t acc_tiles = q_tiles * dv_tiles;
 constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
 constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, m tiles, l tiles
@@ -258,7 +266,7 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_push_back(next.sum, 1);
 }
 
-// O_new = O_old * alpha + P . V for row qi, a block of Dv tiles per DST acquire (one DST tile fewer
+// O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv tiles per DST acquire (one DST tile fewer
 // when alpha shares DST with the block).
 void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
     const uint32_t block = old != nullptr ? dst_tiles - 1 : dst_tiles;
@@ -268,11 +276,11 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
         if (old != nullptr) {
             rescaled_to_dst(old->acc, qi * dv_tiles + v0, n);
         }
-        use_matmul_operands(cb_probs, cb_v);
-        matmul_init(cb_probs, cb_v);
+        use_matmul_operands(cb_probs, cb_v_source);
+        matmul_init(cb_probs, cb_v_source);
         for (uint32_t v = 0; v < n; ++v) {
             for (uint32_t j = 0; j < tiles; ++j) {
-                matmul_tiles(cb_probs, cb_v, j, j * dv_tiles + v0 + v, v);
+                matmul_tiles(cb_probs, cb_v_source, j, j * v_row_stride + v0 + v, v);
             }
         }
         pack_block(next.acc, v0, n);
@@ -304,7 +312,9 @@ inline void pop_running(const Running& set) {
 void process_chunk(
     uint32_t tiles, const Running* old, const Running& next, uint32_t first_mask_tile, uint32_t last_mask_tile) {
     cb_wait_front(cb_k, k_slot_tiles);
-    cb_wait_front(cb_v, v_slot_tiles);
+    if constexpr (!mla) {
+        cb_wait_front(cb_v, v_slot_tiles);
+    }
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         chunk_scores(qi, tiles, first_mask_tile, last_mask_tile);
@@ -324,7 +334,9 @@ void process_chunk(
         pop_running(*old);
     }
     cb_pop_front(cb_k, k_slot_tiles);
-    cb_pop_front(cb_v, v_slot_tiles);
+    if constexpr (!mla) {
+        cb_pop_front(cb_v, v_slot_tiles);
+    }
 }
 
 // ---- the tree -----------------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 // inf): the reader zeroes them in L1 before handing the chunk to the compute kernel. With a paged
 // cache the user's page-table row maps each logical key tile to its block. With an attention sink,
 // a root piece also reads its KV group's sink logits (column 0 of a [NH, 32] bf16 tile tensor).
+// With MLA there is no V tensor: V is the first dv_tiles tiles of each K tile row, which the compute
+// kernel takes out of the K slot, so the reader reads K only (once) and fills no V slot.
 
 #include <stdint.h>
 
@@ -73,7 +75,8 @@ void zero_rows(uint32_t tile_l1, uint32_t first_row, uint32_t end_row) {
     }
 }
 
-// Zero rows [first_row, end_row) of key tile `t` of a chunk: its d_tiles K tiles and dv_tiles V tiles.
+// Zero rows [first_row, end_row) of key tile `t` of a chunk: its d_tiles K tiles and dv_tiles V tiles
+// (dv_tiles = 0 with MLA, whose V tiles are K tiles).
 template <uint32_t d_tiles, uint32_t dv_tiles, uint32_t kv_tile_bytes>
 void zero_kv_rows(uint32_t k_slot, uint32_t v_slot, uint32_t t, uint32_t first_row, uint32_t end_row) {
     const uint32_t k_tile = k_slot + t * d_tiles * kv_tile_bytes;
@@ -121,6 +124,7 @@ void kernel_main() {
     constexpr uint32_t max_blocks = get_compile_time_arg_val(15);   // page-table entries per user (paged only)
     constexpr uint32_t window = get_compile_time_arg_val(16);       // sliding window in keys (0 = none)
     constexpr bool has_sink = get_compile_time_arg_val(17) == 1;    // attention sink logits to read
+    constexpr bool mla = get_compile_time_arg_val(18) == 1;         // V = K[..., :Dv]: no V reads, no V slot
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
@@ -228,9 +232,10 @@ void kernel_main() {
             // Every chunk takes a whole slot, even a short last one, so the two slots keep their
             // addresses; the compute kernel uses only the first `tiles` rows of tiles.
             cb_reserve_back(cb_k, k_slot_tiles);
-            cb_reserve_back(cb_v, v_slot_tiles);
+            if constexpr (!mla) {
+                cb_reserve_back(cb_v, v_slot_tiles);
+            }
             uint32_t k_l1 = get_write_ptr(cb_k);
-            uint32_t v_l1 = get_write_ptr(cb_v);
             // K, then V, land tile row by tile row ([t][d] in the slot), wherever their blocks live.
             for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
                 const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
@@ -240,12 +245,15 @@ void kernel_main() {
                     k_l1 += kv_tile_bytes;
                 }
             }
-            for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
-                const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                    page_table_row, kv_batch, kv_head, t);
-                for (uint32_t d = 0; d < dv_tiles; ++d) {
-                    noc_async_read(v_gen.get_noc_addr(row * dv_tiles + d), v_l1, kv_tile_bytes);
-                    v_l1 += kv_tile_bytes;
+            if constexpr (!mla) {
+                uint32_t v_l1 = get_write_ptr(cb_v);
+                for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
+                    const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                        page_table_row, kv_batch, kv_head, t);
+                    for (uint32_t d = 0; d < dv_tiles; ++d) {
+                        noc_async_read(v_gen.get_noc_addr(row * dv_tiles + d), v_l1, kv_tile_bytes);
+                        v_l1 += kv_tile_bytes;
+                    }
                 }
             }
             // One barrier per chunk keeps the whole chunk's requests in flight together.
@@ -253,18 +261,23 @@ void kernel_main() {
             // The root's last chunk ends with the tile holding cur_pos: its rows past cur_pos hold
             // whatever the cache held there. The piece's first chunk may start with the tile holding
             // a sliding window's first key: its rows before that key likewise.
+            // With MLA the V rows are K rows: zeroing K covers them.
             const PieceMasks masks = piece_masks(cur_pos, range, index, window);
             const uint32_t first_stale_row = masks.last_column + 1;
+            constexpr uint32_t zero_dv_tiles = mla ? 0 : dv_tiles;
+            const uint32_t v_slot = mla ? 0 : get_write_ptr(cb_v);
             if (masks.causal && c + 1 == range.num_chunks && first_stale_row < TILE) {
-                zero_kv_rows<d_tiles, dv_tiles, kv_tile_bytes>(
-                    get_write_ptr(cb_k), get_write_ptr(cb_v), tiles - 1, first_stale_row, TILE);
+                zero_kv_rows<d_tiles, zero_dv_tiles, kv_tile_bytes>(
+                    get_write_ptr(cb_k), v_slot, tiles - 1, first_stale_row, TILE);
             }
             if (masks.window_start && c == 0) {
-                zero_kv_rows<d_tiles, dv_tiles, kv_tile_bytes>(
-                    get_write_ptr(cb_k), get_write_ptr(cb_v), 0, 0, masks.start_column);
+                zero_kv_rows<d_tiles, zero_dv_tiles, kv_tile_bytes>(
+                    get_write_ptr(cb_k), v_slot, 0, 0, masks.start_column);
             }
             cb_push_back(cb_k, k_slot_tiles);
-            cb_push_back(cb_v, v_slot_tiles);
+            if constexpr (!mla) {
+                cb_push_back(cb_v, v_slot_tiles);
+            }
         }
     }
 }

@@ -163,7 +163,9 @@ def test_presets_hold_the_per_chip_llama_shapes() -> None:
     assert (PRESETS["llama-3.1-8b-t3k"].num_heads, PRESETS["llama-3.1-8b-t3k"].num_kv_heads) == (4, 1)
     assert (PRESETS["llama-3.1-70b-t3k"].num_heads, PRESETS["llama-3.1-70b-t3k"].num_kv_heads) == (8, 1)
     for p in PRESETS.values():
-        assert p.head_dim == 128 and p.num_heads % p.num_kv_heads == 0
+        assert p.num_heads % p.num_kv_heads == 0
+        assert (p.head_dim, p.head_dim_v) == ((576, 512) if p.mla else (128, None))
         assert p.program_config().compute_with_storage_grid_size == p.grid
+    assert [(p.num_heads, p.num_kv_heads) for n, p in PRESETS.items() if p.mla] == [(16, 1), (128, 1)]
     with pytest.raises(ValueError, match=r"'preset': expected one of \[.*\], got 'gpt-2'"):
         get_preset("gpt-2")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import itertools
 
 import pytest
@@ -98,9 +100,20 @@ def test_parent_area_points_at_the_round_slot_of_the_parent() -> None:
 
 
 def test_l1_overflow_is_refused_naming_the_knobs() -> None:
-    with pytest.raises(PlanError, match="L1 overflow.*k_chunk_size.*max_cores_per_head_batch"):
+    # 256 q heads per KV head at D=512: no chunk size and no tree shape fits one core.
+    with pytest.raises(PlanError, match="L1 overflow.*No k_chunk_size fits even with one piece per head.*"
+                                        "256 q heads per KV head"):
         make_plan(batch=1, num_q_heads=256, num_kv_heads=1, head_dim=512, seq_len=8192, cur_pos=[8191],
                   k_chunk_size=2048, kv_dtype=DataType.bfloat16)
+    # A chunk too large: the message names the largest k_chunk_size that fits, and that one plans.
+    args = dict(batch=1, num_q_heads=32, num_kv_heads=8, head_dim=128, seq_len=8192, cur_pos=[8191],
+                kv_dtype=DataType.bfloat16)
+    with pytest.raises(PlanError, match="L1 overflow.*Set k_chunk_size=(\\d+) or lower.*max_cores_per_head_batch") as e:
+        make_plan(**args, k_chunk_size=4096)
+    fits = int(re.search(r"k_chunk_size=(\d+)", str(e.value)).group(1))
+    make_plan(**args, k_chunk_size=fits)
+    with pytest.raises(PlanError, match="L1 overflow"):
+        make_plan(**args, k_chunk_size=2 * fits)
 
 
 @pytest.mark.parametrize(

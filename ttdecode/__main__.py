@@ -115,7 +115,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config = _program_config(args)
     plan = make_plan(
         batch=args.batch, num_q_heads=preset.num_heads, num_kv_heads=preset.num_kv_heads,
-        seq_len=args.seq, head_dim=preset.head_dim,
+        seq_len=args.seq, head_dim=preset.head_dim, head_dim_v=preset.head_dim_v, mla=preset.mla,
         kv_dtype=DataType(args.kv_dtype or preset.kv_dtype),
         cur_pos=positions_for(args.cur_pos, args.batch, args.seq),
         grid=config.compute_with_storage_grid_size, k_chunk_size=config.k_chunk_size,
@@ -139,17 +139,18 @@ def cmd_reference(args: argparse.Namespace) -> int:
     b, nh, nkv, d, s = args.batch, preset.num_heads, preset.num_kv_heads, preset.head_dim, args.seq
     q = torch.randn(1, b, nh, d, generator=gen)
     k = torch.randn(b, nkv, s, d, generator=gen)
-    v = torch.randn(b, nkv, s, d, generator=gen)
+    v = None if preset.mla else torch.randn(b, nkv, s, d, generator=gen)  # MLA: V = k[..., :Dv]
     if kv_dtype != "bfloat16":
         from ttdecode.formats import DataType
         from ttdecode.tensor import from_torch
 
-        k, v = from_torch(k, DataType(kv_dtype)), from_torch(v, DataType(kv_dtype))
+        k = from_torch(k, DataType(kv_dtype))
+        v = None if v is None else from_torch(v, DataType(kv_dtype))
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         out = scaled_dot_product_attention_decode(q, k, v, cur_pos=pos, program_config=config,
-                                                  backend="reference")
+                                                  head_dim_v=preset.head_dim_v, backend="reference")
         times.append(time.perf_counter() - t0)
     print(f"reference ({preset.description}): B={b} NH={nh} NKV={nkv} S={s} D={d} KV={kv_dtype}")
     print(f"output {list(out.shape)} {out.dtype}; finite: {bool(torch.isfinite(out).all())}")

@@ -21,7 +21,8 @@ produces; L1 and sharded outputs are refused by name). ``compute_kernel_config.p
 is refused by the kernel backends (their packs never accumulate onto L1). Unlike ttnn's golden function, causal mode needs positions
 (``cur_pos`` or ``cur_pos_tensor``): there is no silent "last position" default.
 Extensions over ttnn: ``return_lse``, ``backend``, ``head_dim_v`` with ``v=None`` (MLA, as in
-``ttnn.transformer.flash_multi_latent_attention_decode``), and ``cur_pos`` on the paged entry.
+``ttnn.transformer.flash_multi_latent_attention_decode``; the kernels read each K tile once and take
+V = k[..., :head_dim_v] out of it), and ``cur_pos`` on the paged entry.
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         share_cache=inputs.share_cache, return_lse=inputs.return_lse,
         block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
         sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
+        mla=inputs.v is None,
     )
 
 
@@ -196,10 +198,6 @@ def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
     gaps = []
     if not inputs.is_causal:
         gaps.append("is_causal=False (non-causal decode with attn_mask)")
-    if inputs.v is None:
-        gaps.append("MLA (v=None with head_dim_v)")
-    elif inputs.head_dim_v != inputs.head_dim:
-        gaps.append(f"head_dim_v={inputs.head_dim_v} different from head_dim={inputs.head_dim}")
     if inputs.compute_kernel_config.packer_l1_acc:
         gaps.append("compute_kernel_config.packer_l1_acc=True (the kernels accumulate in DST and never pack "
                     "onto L1; set it False)")
@@ -239,7 +237,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
         plan,
         q=as_tile_tensor(inputs.q.obj, DataType.bfloat16),
         k=as_tile_tensor(inputs.k.obj, DataType.bfloat16),
-        v=as_tile_tensor(inputs.v.obj, DataType.bfloat16),
+        v=None if inputs.v is None else as_tile_tensor(inputs.v.obj, DataType.bfloat16),  # None: MLA
         cur_pos_source=inputs.positions,
         scale=inputs.scale,
         compute=compute_settings(inputs),

@@ -308,7 +308,7 @@ class ModelPreset:
 
     Fields: ``num_heads`` (NH, query heads on one chip), ``num_kv_heads`` (NKV), ``head_dim`` (D),
     ``grid`` (compute grid per chip), ``kv_dtype`` (KV-cache format used in production),
-    ``description``.
+    ``description``; ``head_dim_v`` (Dv) set means MLA: no V tensor, V = K[..., :Dv].
     """
 
     num_heads: int
@@ -317,6 +317,12 @@ class ModelPreset:
     grid: tuple[int, int]
     kv_dtype: str
     description: str
+    head_dim_v: Optional[int] = None
+
+    @property
+    def mla(self) -> bool:
+        """True for an MLA shape (V is the first head_dim_v columns of K)."""
+        return self.head_dim_v is not None
 
     def program_config(self, **overrides: Any) -> SDPAProgramConfig:
         """A program config on this preset's grid (fields overridable)."""
@@ -334,6 +340,14 @@ PRESETS: dict[str, ModelPreset] = {
                                     "Llama-3.1-8B on T3K, per chip (8 chips): 4 q heads, 1 KV head"),
     "llama-3.1-70b-t3k": ModelPreset(8, 1, 128, (8, 8), "bfloat8_b",
                                      "Llama-3.1-70B on T3K, per chip (8 chips): 8 q heads, 1 KV head"),
+    # DeepSeek-V3 decode with absorbed MLA: 128 q heads over one latent KV head of D = 576 (512 latent +
+    # 64 RoPE), V = the 512 latent columns. Two per-chip splits of the heads: 8 ways, and none.
+    "deepseek-v3-mla-16q": ModelPreset(16, 1, 576, (8, 8), "bfloat8_b",
+                                       "DeepSeek-V3 MLA, q heads split 8 ways: 16 q heads, 1 latent KV head, "
+                                       "D=576, Dv=512", head_dim_v=512),
+    "deepseek-v3-mla-128q": ModelPreset(128, 1, 576, (8, 8), "bfloat8_b",
+                                        "DeepSeek-V3 MLA, all 128 q heads on one chip, 1 latent KV head, "
+                                        "D=576, Dv=512", head_dim_v=512),
 }
 
 

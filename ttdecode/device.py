@@ -434,7 +434,7 @@ def to_torch_sink(inputs: Any) -> Any:
 def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
     """Run the FlashDecode program of `plan` on the Wormhole holding the input tensors.
 
-    `inputs` is the API's validated `DecodeInputs`: Q, K, V (and cur_pos_tensor, if given) must be
+    `inputs` is the API's validated `DecodeInputs`: Q, K, V (none with MLA; and cur_pos_tensor, if given) must be
     ttnn tensors already on one device in interleaved DRAM; positions given as a list are uploaded as
     an int32 row-major tensor. A paged cache's page table goes to the kernels as the caller's ttnn
     tensor (int32 row-major [B, max_blocks] in DRAM; `launch` checks it), or uploaded from torch. Returns the output (and the LSE `[1, B, NH]` as float32 torch when
@@ -448,7 +448,9 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
     ttnn = _require_ttnn()
     from ttdecode.factory import build_program_for_device, decode_lse_rows
 
-    tensors = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    tensors = {"q": inputs.q, "k": inputs.k}
+    if inputs.v is not None:  # MLA (v=None): the kernels read V out of K
+        tensors["v"] = inputs.v
     for name, meta in tensors.items():
         if meta.kind != "ttnn" or not ttnn.is_tensor_storage_on_device(meta.obj):
             raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a {meta.kind} tensor")
@@ -460,7 +462,8 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
 
         cur_pos = ttnn.from_torch(torch.tensor(list(inputs.positions), dtype=torch.int32),
                                   dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
-    io_tensors = {"q": inputs.q.obj, "k": inputs.k.obj, "v": inputs.v.obj, "cur_pos": cur_pos}
+    io_tensors = {name: meta.obj for name, meta in tensors.items()}
+    io_tensors["cur_pos"] = cur_pos
     if inputs.paged:
         if inputs.page_table.kind == "ttnn":
             io_tensors["page_table"] = inputs.page_table.obj

@@ -10,6 +10,7 @@ name        shape                                       layout     format
 q           [1, B, NH, D]                               tile       bfloat16
 k, v        [B or 1, NKV, S, D] / [.., Dv]              tile       the plan's kv_dtype
             paged: [num_blocks, NKV, block_size, D/Dv]
+            MLA (plan.mla): no v; V = k[..., :Dv]
 cur_pos     [B] int32 (-1 skips a user)                 row-major  4-byte words (DataType.float32)
 page_table  [B, max_blocks] int32 (paged only)          row-major  4-byte words, one page per user
 sink        [NH, 32] (attention sink only; column 0)    tile       bfloat16
@@ -23,8 +24,8 @@ the same program serves every decode step.
 
 Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
 
-- reader:  q, k, v, cur_pos, page_table (0 without paging) addresses, n, sink address (0 without
-  a sink), then (user, kv head,
+- reader:  q, k, v (0 with MLA), cur_pos, page_table (0 without paging) addresses, n, sink address
+  (0 without a sink), then (user, kv head,
   piece index) per piece;
 - writer:  out, lse addresses (0 without LSE), n, then (user, kv head, piece index, parent NoC x,
   parent NoC y, parent's area) per piece (zeros for a root);
@@ -217,6 +218,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.max_blocks,              # 15 max_blocks (0 without paging)
         plan.sliding_window_size,     # 16 sliding window in keys (0 = none)
         int(plan.attention_sink),     # 17 attention sink
+        int(plan.mla),                # 18 mla: V tiles are the first dv_tiles K tiles of a row (no V reads)
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -242,6 +244,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.sliding_window_size,     # 9 sliding window in keys (0 = none)
         int(plan.attention_sink),     # 10 attention sink
         int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
+        int(plan.mla),                # 12 mla: P . V reads its V tiles out of the K slot
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -249,7 +252,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
 def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
     pieces: tuple[Piece, ...] = plan.core_pieces[core]
     n = len(pieces)
-    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"),
+    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), 0 if plan.mla else BufferAddress("v"),
+                         BufferAddress("cur_pos"),
                          BufferAddress("page_table") if plan.paged else 0, n,
                          BufferAddress("sink") if plan.attention_sink else 0]
     writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0, n]
@@ -277,7 +281,7 @@ def build_program(
     *,
     q: TileTensor,
     k: TileTensor,
-    v: TileTensor,
+    v: Optional[TileTensor],
     cur_pos_source: Optional[Positions],
     scale: float,
     compute: ComputeSettings,
@@ -288,6 +292,7 @@ def build_program(
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
 
     q/k/v: tile tensors in the plan's shapes and formats (paged: [num_blocks, NKV, block_size, D]);
+    v is None for an MLA plan (V = k[..., :Dv], read out of K by the kernels);
     cur_pos_source: the positions (list or int tensor; None to take the plan's); scale: the softmax
     scale; compute: the compute-kernel settings, whose fp32 accumulation must be the plan's (it
     sized DST blocks); exp_approx: the softmax's exp in approximate mode (SDPAProgramConfig's
@@ -297,8 +302,12 @@ def build_program(
     k_shape, v_shape = _kv_shapes(plan)
     q = _expect_tile_tensor("q", q, (1, b, nh, plan.head_dim), DataType.bfloat16)
     k = _expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
-    v = _expect_tile_tensor("v", v, v_shape, plan.kv_dtype)
-    images = {"q": q.data, "k": k.data, "v": v.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
+    images = {"q": q.data, "k": k.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
+    if plan.mla:
+        if v is not None:
+            raise FactoryError("v: expected None for an MLA plan (V = k[..., :head_dim_v]), got a tensor")
+    else:
+        images["v"] = _expect_tile_tensor("v", v, v_shape, plan.kv_dtype).data
     table_image = page_table_bytes(plan, page_table)  # also refuses a page table for a contiguous plan
     if plan.paged:
         images["page_table"] = table_image
@@ -375,11 +384,12 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
         DramTensor("k", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(k_shape), k_shape,
                    "tile", image("k")),
-        DramTensor("v", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(v_shape), v_shape,
-                   "tile", image("v")),
         # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
         DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
+    if not plan.mla:  # MLA: V lives inside K
+        tensors.insert(2, DramTensor("v", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(v_shape),
+                                     v_shape, "tile", image("v")))
     if plan.attention_sink:
         sink_shape = (plan.num_q_heads, TILE)
         tensors.append(DramTensor("sink", bf16, formats.tile_size(bf16), formats.num_tiles(sink_shape), sink_shape,
@@ -423,7 +433,7 @@ def run_flash_decode(
     *,
     q: TileTensor,
     k: TileTensor,
-    v: TileTensor,
+    v: Optional[TileTensor],
     cur_pos_source: Optional[Positions],
     scale: float,
     compute: ComputeSettings,

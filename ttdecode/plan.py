@@ -231,6 +231,9 @@ class DecodePlan:
     sliding_window_size: int = 0
     # an attention sink (one logit per q head) joins the root's softmax denominator
     attention_sink: bool = False
+    # MLA: no V tensor; V is the first head_dim_v columns of K (V tile (j, v) is K tile (j, v)), so
+    # the reader reads K only and P . V takes its V tiles out of the K slot
+    mla: bool = False
 
     @property
     def paged(self) -> bool:
@@ -266,8 +269,7 @@ class DecodePlan:
 
     @property
     def l1_bytes_per_core(self) -> int:
-        return L1_UNRESERVED_BASE + sum(-(-cb.total_size // CB_ALIGNMENT) * CB_ALIGNMENT
-                                        for cb in self.circular_buffers)
+        return cbs_bytes_per_core(self.circular_buffers)
 
     @property
     def active_cores(self) -> tuple[CoreCoord, ...]:
@@ -306,12 +308,17 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
-    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False,
+    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
+    tree: bool = True,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
     `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row;
-    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0).
+    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0);
+    `mla` (V = the first dv_tiles tiles of each K tile row) drops the V slots (index 2 unused).
+    `tree` False (one piece per work: no piece sends or receives a partial) drops partial_out and
+    keeps one page of partial_in, whose address the writer takes at start; at D = 576 with 128 q
+    heads per KV head the two partial buffers alone take 576 KiB.
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -328,7 +335,6 @@ def flash_decode_cbs(
     specs = [
         (0, "q", bf16, 2048, q_tiles * d_tiles),  # exactly one piece: the same address every piece
         (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # two whole-chunk slots
-        (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles),
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
         # a piece's two mask tiles: its first tile (-inf before a sliding window's start; with the
@@ -345,18 +351,21 @@ def flash_decode_cbs(
         (14, "acc_a", f32, 4096, q_tiles * dv_tiles),
         (15, "acc_b", f32, 4096, q_tiles * dv_tiles),
         (16, "alpha", f32, 4096, 2),  # rescale factors (two in a merge), 1/l
-        (17, "partial_out", f32, 4096, partial),  # this piece's partial, to the parent
-        (18, "partial_in", f32, 4096, max(1, recv_areas) * partial),  # children's partials land here
+        (18, "partial_in", f32, 4096, max(1, recv_areas) * partial if tree else 1),  # children's partials land here
         (19, "out", bf16, 2048, q_tiles * dv_tiles),
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
     ]
+    if not mla:
+        specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles))
+    if tree:
+        specs.append((17, "partial_out", f32, 4096, partial))  # this piece's partial, to the parent
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
     if attention_sink:
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
-    return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
+    return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in sorted(specs))
 
 
 def make_plan(
@@ -382,6 +391,7 @@ def make_plan(
     num_blocks: int | None = None,
     sliding_window_size: int | None = None,
     attention_sink: bool = False,
+    mla: bool = False,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -389,6 +399,8 @@ def make_plan(
     A paged cache gives `block_size` (keys per block, a multiple of 32 dividing seq_len) and
     `num_blocks` (blocks in the K/V tensors); both or neither. `sliding_window_size` (keys, None
     or 0 = none) limits each user to its last W keys; `attention_sink` adds the sink q rows.
+    `mla`: there is no V tensor, V = K[..., :head_dim_v] (head_dim_v <= head_dim); K is read once
+    and serves both Q . K^T and P . V. With a separate V, head_dim_v may differ from head_dim.
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -400,8 +412,11 @@ def make_plan(
     for name, v in (("head_dim", head_dim), ("head_dim_v", head_dim_v), ("seq_len", seq_len)):
         if v % TILE:
             raise PlanError(f"{name}: expected a multiple of {TILE}, got {v}")
-    if head_dim_v > head_dim:
-        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim}, got {head_dim_v}")
+    if not isinstance(mla, bool):
+        raise PlanError(f"mla: expected a bool, got {mla!r}")
+    if mla and head_dim_v > head_dim:
+        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim} with mla (V = K[..., :head_dim_v]), "
+                        f"got {head_dim_v}")
     if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
         raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
     if k_chunk_size:
@@ -489,12 +504,14 @@ def make_plan(
     core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
 
     q_tiles = -(-(num_q_heads // num_kv_heads) // TILE)
-    cbs = flash_decode_cbs(
+    cb_args = dict(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
-        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink),
+        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
+        tree=pieces > 1,
     )
+    cbs = flash_decode_cbs(**cb_args)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
@@ -504,9 +521,9 @@ def make_plan(
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
-        attention_sink=bool(attention_sink),
+        attention_sink=bool(attention_sink), mla=mla,
     )
-    _check_resources(plan, l1_bytes_per_core)
+    _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
 
 
@@ -516,16 +533,59 @@ RUNTIME_ARGS_HEADER = 6
 RUNTIME_ARGS_PER_PIECE = 6
 
 
-def _check_resources(plan: DecodePlan, l1_bytes: int) -> None:
+def cbs_bytes_per_core(cbs: Sequence[CBSpec]) -> int:
+    """L1 bytes per core of a set of CBs, with the firmware and kernel-config area below them."""
+    return L1_UNRESERVED_BASE + sum(-(-cb.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for cb in cbs)
+
+
+def _fitting_chunk(plan: DecodePlan, l1_bytes: int, cb_args: dict, *, tree: bool) -> int | None:
+    """The largest k_chunk_size (keys) below the plan's largest chunk whose CBs fit in `l1_bytes`
+    (with the plan's partial buffers if `tree`, without them if not), or None."""
+    c = plan.max_chunk_tiles
+    while c > 1:
+        c //= 2
+        if plan.seq_len % (c * TILE):
+            continue
+        args = dict(cb_args, max_chunk_tiles=c, tree=tree, recv_areas=cb_args["recv_areas"] if tree else 0)
+        if cbs_bytes_per_core(flash_decode_cbs(**args)) <= l1_bytes:
+            return c * TILE
+    return None
+
+
+def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
+    """Which knob makes an overflowing plan fit: a smaller k_chunk_size (the largest chunk that fits
+    is named), else one piece per work (max_cores_per_head_batch=1: no partial buffers), else fewer
+    q heads per KV head on the chip."""
+    now = f"now {plan.fixed_chunk_tiles * TILE if plan.fixed_chunk_tiles else 'dynamic, up to'} " \
+          f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()
+    chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=plan.pieces_per_work > 1)
+    if chunk is not None:
+        fewer = (f", or lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head, fewer "
+                 f"partials to receive)") if plan.pieces_per_work > 1 else ""
+        return f"Set k_chunk_size={chunk} or lower ({now}){fewer}."
+    if plan.pieces_per_work > 1:
+        one = dict(cb_args, tree=False, recv_areas=0)
+        if cbs_bytes_per_core(flash_decode_cbs(**one)) <= l1_bytes:
+            return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head (partial_out and one "
+                    f"partial_in area alone take {2 * plan.partial_pages * 4} KiB); set max_cores_per_head_batch=1 "
+                    f"(one core per (user, KV head), no partials).")
+        chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=False)
+        if chunk is not None:
+            return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head; set "
+                    f"max_cores_per_head_batch=1 (no partials) and k_chunk_size={chunk} or lower.")
+    return (f"No k_chunk_size fits even with one piece per head: {plan.group_size} q heads per KV head "
+            f"({plan.q_tiles} tile rows) at head_dim={plan.head_dim}, head_dim_v={plan.head_dim_v} are too "
+            f"many for one core; split the q heads over more devices.")
+
+
+def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> None:
     used = plan.l1_bytes_per_core
     if used > l1_bytes:
         biggest = sorted(plan.circular_buffers, key=lambda cb: -cb.total_size)[:3]
         detail = ", ".join(f"{cb.name} {cb.total_size // 1024} KiB" for cb in biggest)
         raise PlanError(
             f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
-            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). Lower k_chunk_size (now "
-            f"{plan.fixed_chunk_tiles * TILE or 'dynamic'}), lower max_cores_per_head_batch (now "
-            f"{plan.pieces_per_work} pieces per head, fewer partials to receive) or use a larger grid."
+            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). {_l1_advice(plan, l1_bytes, cb_args)}"
         )
     most = max((len(v) for v in plan.core_pieces.values()), default=0)
     if RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most > MAX_RUNTIME_ARGS:
@@ -541,7 +601,8 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
     lines = [
         f"FlashDecode plan: B={plan.batch} NH={plan.num_q_heads} NKV={plan.num_kv_heads} S={plan.seq_len} "
         f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}"
-        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else ""),
+        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else "")
+        + (" MLA: V = K[..., :Dv], read once with K" if plan.mla else ""),
         f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
