@@ -39,6 +39,7 @@ constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows
 // index 22 is unused (row values are broadcast by unary_bcast, no zero tile)
 constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
 constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sink logits (bf16, column 0)
+constexpr uint32_t cb_attn_mask = 25;    // attn_mask only: the group's mask rows of a chunk, [q tile row][key tile]
 
 constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;

@@ -184,8 +184,6 @@ def test_device_backend_without_a_device_says_so() -> None:
 @pytest.mark.parametrize(
     "options, named",
     [
-        (dict(is_causal=False, cur_pos=None), "is_causal=False"),
-        (dict(is_causal=False, cur_pos=None, attn_mask=torch.zeros(1, 1, NH, 128)), "is_causal=False"),
         (dict(v=None, head_dim_v=32), "MLA"),
     ],
 )

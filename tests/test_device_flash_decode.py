@@ -23,7 +23,7 @@ class GridView:
 
     def __init__(self) -> None:
         self.addresses = {"q": 0x100000, "k": 0x200000, "v": 0x300000, "cur_pos": 0x400000, "out": 0x500000,
-                          "lse": 0x600000, "page_table": 0x700000}
+                          "lse": 0x600000, "page_table": 0x700000, "attn_mask": 0x800000}
 
     def grid_size(self) -> tuple[int, int]:
         return (8, 8)
@@ -84,6 +84,25 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     assert len(desc.cbs) == len(plan.circular_buffers) == 22  # 0..24 without the unused 6 and 22, + page table
 
 
+def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> None:
+    # Non-causal with a [1, 1, NH, S] mask: the mask is a bf16 tile tensor laid out as ttnn lays it,
+    # its address is reader runtime arg 7, the positions are S - 1 and the mask slots are a CB.
+    plan = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=1, **LLAMA)
+    assert plan.cur_pos == (LLAMA["seq_len"] - 1,) * 2
+    prog = build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
+    spec = prog.tensor("attn_mask")
+    assert spec.data is None and spec.layout == "tile" and spec.shape == (1, 1, 32, 8192)
+    assert dev.tensor_dtype(ttnn, spec) == ttnn.bfloat16
+    dev._check_page_geometry(spec)
+    desc = dev.build_program_descriptor(prog, GridView())
+    reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
+    some_core = next(iter(reader.runtime_args))
+    resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
+    assert resolved[7] == GridView().addresses["attn_mask"]
+    assert any(cb.name == "attn_mask" for cb in plan.circular_buffers)
+    assert len(desc.cbs) == len(plan.circular_buffers)
+
+
 def test_device_backend_refuses_without_a_device() -> None:
     assert not dev.available()  # this machine has no /dev/tenstorrent
 
@@ -97,6 +116,9 @@ def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> Non
         assert len(results) == 2
         for r in results:
             assert r.ok, r.summary()
+    masked = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2, **LLAMA)
+    for r in cr.compile_program_kernels(build_program_for_device(masked, scale=0.1, compute=ComputeSettings())):
+        assert r.ok, r.summary()
 
 
 def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> None:

@@ -188,14 +188,13 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         share_cache=inputs.share_cache, return_lse=inputs.return_lse,
         block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
         sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
+        is_causal=inputs.is_causal, attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
     )
 
 
 def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
     """Options the FlashDecode kernels do not implement yet (the reference backend does)."""
     gaps = []
-    if not inputs.is_causal:
-        gaps.append("is_causal=False (non-causal decode with attn_mask)")
     if inputs.v is None:
         gaps.append("MLA (v=None with head_dim_v)")
     elif inputs.head_dim_v != inputs.head_dim:
@@ -204,6 +203,16 @@ def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
         gaps.append("compute_kernel_config.packer_l1_acc=True (the kernels accumulate in DST and never pack "
                     "onto L1; set it False)")
     return gaps
+
+
+def check_kernel_mask(inputs: DecodeInputs) -> None:
+    """The kernels stream the mask as bfloat16 tiles (ttnn's layout [B or 1, 1, NH, S]): a torch float
+    mask (stored as bfloat16) or a bfloat16 TileTensor / ttnn tensor; block-float masks are refused
+    (a -inf would share its exponent with 15 neighbours)."""
+    mask = inputs.attn_mask
+    if mask is not None and mask.storage_dtype != "bfloat16":
+        raise fail("attn_mask", "a bfloat16 mask (or a torch float tensor) for the kernel backends",
+                   f"{mask.kind} tensor of dtype {mask.dtype}", TypeError)
 
 
 def compute_settings(inputs: DecodeInputs) -> Any:
@@ -228,6 +237,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
             f"backend '{backend}': the FlashDecode kernels do not implement {', '.join(gaps)} yet; "
             f"backend='reference' computes every option"
         )
+    check_kernel_mask(inputs)
     if backend == "device":
         from ttdecode import device
 
@@ -246,6 +256,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config),
         page_table=inputs.page_table_values,  # None for a contiguous cache
         attention_sink=None if inputs.attention_sink is None else _sink_values(inputs.attention_sink),
+        attn_mask=None if inputs.attn_mask is None else as_tile_tensor(inputs.attn_mask.obj, DataType.bfloat16),
     )
     return (out, lse) if inputs.return_lse else out
 

@@ -231,6 +231,20 @@ class DecodePlan:
     sliding_window_size: int = 0
     # an attention sink (one logit per q head) joins the root's softmax denominator
     attention_sink: bool = False
+    # non-causal decode: every user attends all S keys (the kernels see cur_pos = S - 1)
+    is_causal: bool = True
+    # an additive attn_mask [attn_mask_batch, 1, NH, S] (bf16 tiles) streamed with K; 0 = none, else 1 or B
+    attn_mask_batch: int = 0
+
+    @property
+    def has_attn_mask(self) -> bool:
+        return self.attn_mask_batch > 0
+
+    @property
+    def guard_empty_rows(self) -> bool:
+        """A q row may see no key in a piece (a fully masked head), so the compute kernel floors the
+        running max and the row sum (compute.cpp floor_tile)."""
+        return self.has_attn_mask
 
     @property
     def paged(self) -> bool:
@@ -306,12 +320,13 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
-    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False,
+    batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, attn_mask: bool = False,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
     `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row;
-    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0).
+    `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0);
+    `attn_mask` two slots of a chunk's mask tiles ([q tile row][key tile], bf16).
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -356,6 +371,9 @@ def flash_decode_cbs(
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
     if attention_sink:
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
+    if attn_mask:
+        # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
+        specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in specs)
 
 
@@ -382,6 +400,8 @@ def make_plan(
     num_blocks: int | None = None,
     sliding_window_size: int | None = None,
     attention_sink: bool = False,
+    is_causal: bool = True,
+    attn_mask_batch: int = 0,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -389,6 +409,9 @@ def make_plan(
     A paged cache gives `block_size` (keys per block, a multiple of 32 dividing seq_len) and
     `num_blocks` (blocks in the K/V tensors); both or neither. `sliding_window_size` (keys, None
     or 0 = none) limits each user to its last W keys; `attention_sink` adds the sink q rows.
+    `is_causal=False` attends all S keys of every user (no positions; the plan's cur_pos is S - 1
+    for every user, which is what the kernels read); `attn_mask_batch` (1 or B; 0 = none, non-causal
+    only) streams an additive mask [attn_mask_batch, 1, NH, S] with the K chunks.
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -435,6 +458,20 @@ def make_plan(
         raise PlanError(
             f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
         )
+    if not isinstance(is_causal, bool):
+        raise PlanError(f"is_causal: expected a bool, got {is_causal!r}")
+    if not isinstance(attn_mask_batch, int) or isinstance(attn_mask_batch, bool) or attn_mask_batch not in (0, 1, batch):
+        raise PlanError(f"attn_mask_batch: expected 0 (no mask), 1 or B={batch}, got {attn_mask_batch!r}")
+    if attn_mask_batch and is_causal:
+        raise PlanError("attn_mask_batch: expected 0 in causal mode (a mask needs is_causal=False), "
+                        f"got {attn_mask_batch}")
+    if not is_causal:
+        if cur_pos is not None and any(int(p) != seq_len - 1 for p in cur_pos):
+            raise PlanError(f"cur_pos: expected None in non-causal mode (every user attends all S={seq_len} keys), "
+                            f"got {list(cur_pos)}")
+        if window:
+            raise PlanError(f"sliding_window_size: expected None in non-causal mode, got {window}")
+        cur_pos = [seq_len - 1] * batch
     if cur_pos is not None:
         cur_pos = tuple(int(p) for p in cur_pos)
         if len(cur_pos) != batch:
@@ -494,6 +531,7 @@ def make_plan(
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink),
+        attn_mask=attn_mask_batch > 0,
     )
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     plan = DecodePlan(
@@ -504,15 +542,15 @@ def make_plan(
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
-        attention_sink=bool(attention_sink),
+        attention_sink=bool(attention_sink), is_causal=is_causal, attn_mask_batch=attn_mask_batch,
     )
     _check_resources(plan, l1_bytes_per_core)
     return plan
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
-#: factory.py: reader 6 + 3 per piece, writer 3 + 6, compute 1 + 2).
-RUNTIME_ARGS_HEADER = 6
+#: factory.py: reader 8 + 3 per piece, writer 3 + 6, compute 1 + 2).
+RUNTIME_ARGS_HEADER = 8
 RUNTIME_ARGS_PER_PIECE = 6
 
 
