@@ -131,10 +131,13 @@ void kernel_main() {
     constexpr bool paged = get_compile_time_arg_val(13) == 1;
     constexpr uint32_t block_tiles = get_compile_time_arg_val(14);  // block_size / 32 (paged only)
     constexpr uint32_t max_blocks = get_compile_time_arg_val(15);   // page-table entries per user (paged only)
-    constexpr uint32_t window = get_compile_time_arg_val(16);       // sliding window in keys (0 = none)
+    constexpr uint32_t token_window = get_compile_time_arg_val(16);  // each token's sliding window (0 = none)
     constexpr bool has_sink = get_compile_time_arg_val(17) == 1;    // attention sink logits to read
     constexpr bool has_attn_mask = get_compile_time_arg_val(18) == 1;  // an additive mask to stream
     constexpr bool mask_broadcast = get_compile_time_arg_val(19) == 1;  // mask batch 1: every user reads it
+    constexpr uint32_t tokens = get_compile_time_arg_val(20);  // new tokens per user (multi-token decode)
+    // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
+    constexpr uint32_t window = span_window(token_window, tokens);
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
@@ -213,9 +216,12 @@ void kernel_main() {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
 
+        // Q [T, B, NH, D]: token j's group rows land in q rows j*g .. j*g + g - 1 (token-major).
         cb_reserve_back(cb_q, q_tiles * d_tiles);
-        read_group_rows(q_gen, get_write_ptr(cb_q), user, kv_head, group_size, nh_tiles,
-                        TileColumns{d_tiles, 0, d_tiles, d_tiles});
+        for (uint32_t j = 0; j < tokens; ++j) {
+            read_group_rows(q_gen, get_write_ptr(cb_q), j * batch + user, kv_head, group_size, nh_tiles,
+                            TileColumns{d_tiles, 0, d_tiles, d_tiles}, j * group_size);
+        }
         if constexpr (paged) {
             // The row lands under the same barrier as the q rows, before any K/V address uses it.
             if (user != page_table_user) {
@@ -227,7 +233,10 @@ void kernel_main() {
             // The root folds the sink into its denominator: the group's rows of the sink tiles.
             if (index == 0) {
                 cb_reserve_back(cb_sink, q_tiles);
-                read_group_rows(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles, TileColumns{1, 0, 1, 1});
+                for (uint32_t j = 0; j < tokens; ++j) {
+                    read_group_rows(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles,
+                                    TileColumns{1, 0, 1, 1}, j * group_size);
+                }
             }
         }
         noc_async_read_barrier();
@@ -272,8 +281,11 @@ void kernel_main() {
             // hold whatever the slot held: they meet only the zero q rows and never reach the output.
             if constexpr (has_attn_mask) {
                 cb_reserve_back(cb_attn_mask, mask_slot_tiles);
-                read_group_rows(mask_gen, get_write_ptr(cb_attn_mask), mask_broadcast ? 0 : user, kv_head, group_size,
-                                nh_tiles, TileColumns{seq_tiles, chunk_first_tile, tiles, max_chunk_tiles});
+                for (uint32_t j = 0; j < tokens; ++j) {  // every token of a user takes the same mask rows
+                    read_group_rows(mask_gen, get_write_ptr(cb_attn_mask), mask_broadcast ? 0 : user, kv_head,
+                                    group_size, nh_tiles, TileColumns{seq_tiles, chunk_first_tile, tiles, max_chunk_tiles},
+                                    j * group_size);
+                }
             }
             // One barrier per chunk keeps the whole chunk's requests in flight together.
             noc_async_read_barrier();
@@ -282,16 +294,17 @@ void kernel_main() {
             }
             // The root's last chunk ends with the tile holding cur_pos: its rows past cur_pos hold
             // whatever the cache held there. The piece's first chunk may start with the tile holding
-            // a sliding window's first key: its rows before that key likewise.
-            const PieceMasks masks = piece_masks(cur_pos, range, index, window);
-            const uint32_t first_stale_row = masks.last_column + 1;
-            if (masks.causal && c + 1 == range.num_chunks && first_stale_row < TILE) {
+            // the span's first key (a sliding window's, widened for T tokens): its rows before that
+            // key likewise.
+            const uint32_t first_stale_row = (uint32_t)cur_pos % TILE + 1;
+            if (index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE) {
                 zero_kv_rows<d_tiles, dv_tiles, kv_tile_bytes>(
                     get_write_ptr(cb_k), get_write_ptr(cb_v), tiles - 1, first_stale_row, TILE);
             }
-            if (masks.window_start && c == 0) {
+            const uint32_t span_first_key = window_first_key(cur_pos, window);
+            if (c == 0 && range.first_tile == span_first_key / TILE && span_first_key % TILE != 0) {
                 zero_kv_rows<d_tiles, dv_tiles, kv_tile_bytes>(
-                    get_write_ptr(cb_k), get_write_ptr(cb_v), 0, 0, masks.start_column);
+                    get_write_ptr(cb_k), get_write_ptr(cb_v), 0, 0, span_first_key % TILE);
             }
             cb_push_back(cb_k, k_slot_tiles);
             cb_push_back(cb_v, v_slot_tiles);

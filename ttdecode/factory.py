@@ -7,15 +7,15 @@ semaphore per tree height level on those cores, and the DRAM tensors:
 ==========  ==========================================  =========  =================================
 name        shape                                       layout     format
 ==========  ==========================================  =========  =================================
-q           [1, B, NH, D]                               tile       bfloat16
+q           [T, B, NH, D] (T new tokens per user)       tile       bfloat16
 k, v        [B or 1, NKV, S, D] / [.., Dv]              tile       the plan's kv_dtype
             paged: [num_blocks, NKV, block_size, D/Dv]
 cur_pos     [B] int32 (-1 skips a user)                 row-major  4-byte words (DataType.float32)
 page_table  [B, max_blocks] int32 (paged only)          row-major  4-byte words, one page per user
 sink        [NH, 32] (attention sink only; column 0)    tile       bfloat16
 attn_mask   [B or 1, 1, NH, S] (attn_mask only)         tile       bfloat16 (additive, -inf masks)
-out         [1, B, NH, Dv]                              tile       bfloat16 (output)
-lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output)
+out         [T, B, NH, Dv]                              tile       bfloat16 (output)
+lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output; T x g rows, token-major)
 ==========  ==========================================  =========  =================================
 
 Positions always reach the kernels through the ``cur_pos`` tensor, whether the caller gave a list
@@ -245,6 +245,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         int(plan.attention_sink),     # 17 attention sink
         int(plan.has_attn_mask),      # 18 attn_mask streamed with K
         int(plan.attn_mask_batch == 1),  # 19 the mask has batch 1 (every user reads it)
+        plan.num_tokens,              # 20 new tokens per user (multi-token decode)
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -256,6 +257,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
         int(plan.return_lse),         # 7 return_lse
         plan.sliding_window_size,     # 8 sliding window in keys (0 = none)
+        plan.num_tokens,              # 9 new tokens per user (multi-token decode)
+        plan.batch,                   # 10 batch (the output's [T, B, NH, Dv] pages)
     ]
     compute_args = [
         plan.q_tiles,                 # 0 q_tiles
@@ -272,6 +275,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
         int(plan.has_attn_mask),      # 12 attn_mask tiles added to the scores
         int(plan.guard_empty_rows),   # 13 floor the row max and sum (rows that may see no key)
+        plan.num_tokens,              # 14 new tokens per user (multi-token decode)
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -327,7 +331,7 @@ def build_program(
     """
     b, nh = plan.batch, plan.num_q_heads
     k_shape, v_shape = _kv_shapes(plan)
-    q = _expect_tile_tensor("q", q, (1, b, nh, plan.head_dim), DataType.bfloat16)
+    q = _expect_tile_tensor("q", q, (plan.num_tokens, b, nh, plan.head_dim), DataType.bfloat16)
     k = _expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
     v = _expect_tile_tensor("v", v, v_shape, plan.kv_dtype)
     images = {"q": q.data, "k": k.data, "v": v.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
@@ -403,7 +407,7 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
 
     b, nkv = plan.batch, plan.num_kv_heads
-    q_shape = (1, b, plan.num_q_heads, plan.head_dim)
+    q_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim)
     k_shape, v_shape = _kv_shapes(plan)
     image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
@@ -428,7 +432,7 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         # int32 block ids, one row-major page per user (ttnn's layout of a [B, max_blocks] int32 tensor)
         tensors.append(DramTensor("page_table", DataType.float32, 4 * plan.max_blocks, b, (b, plan.max_blocks),
                                   "row_major", image("page_table"), element_type="int32"))
-    out_shape = (1, b, plan.num_q_heads, plan.head_dim_v)
+    out_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim_v)
     tensors.append(DramTensor("out", bf16, formats.tile_size(bf16), formats.num_tiles(out_shape), out_shape,
                               "tile", None, is_output=True))
     if plan.return_lse:
@@ -442,14 +446,17 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
 
 
 def decode_lse_rows(plan: DecodePlan, rows: torch.Tensor) -> torch.Tensor:
-    """LSE [1, B, NH] float32 from the kernel's rows [B * NKV, q_tiles * 32] (one per KV group)."""
-    rows = rows.reshape(plan.batch, plan.num_kv_heads, plan.q_tiles * TILE)
-    return rows[:, :, : plan.group_size].to(torch.float32).reshape(1, plan.batch, plan.num_q_heads).clone()
+    """LSE [T, B, NH] float32 from the kernel's rows [B * NKV, q_tiles * 32] (one per KV group; its
+    q rows are the T tokens' g heads, token-major)."""
+    t, g = plan.num_tokens, plan.group_size
+    rows = rows.reshape(plan.batch, plan.num_kv_heads, plan.q_tiles * TILE)[:, :, : t * g]
+    rows = rows.reshape(plan.batch, plan.num_kv_heads, t, g).permute(2, 0, 1, 3)
+    return rows.to(torch.float32).reshape(t, plan.batch, plan.num_q_heads).clone()
 
 
 def decode_outputs(plan: DecodePlan, tensors: dict[str, bytes]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """(out [1, B, NH, Dv] torch.bfloat16, lse [1, B, NH] float32 or None) from the output images."""
-    shape = (1, plan.batch, plan.num_q_heads, plan.head_dim_v)
+    """(out [T, B, NH, Dv] torch.bfloat16, lse [T, B, NH] float32 or None) from the output images."""
+    shape = (plan.num_tokens, plan.batch, plan.num_q_heads, plan.head_dim_v)
     out = formats.unpack_tiles(tensors["out"], DataType.bfloat16, shape).to(torch.bfloat16)
     lse = None
     if plan.return_lse:

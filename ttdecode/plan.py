@@ -40,6 +40,10 @@ from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 TILE = 32
 #: Largest dynamic chunk, in tiles (k_chunk_size = 0).
 DYNAMIC_CHUNK_MAX_TILES = 8
+#: Most key tiles of a piece with a per-row mask (2 causal + 2 window tiles; common.hpp piece_masks).
+MAX_MASKED_TILES = 4
+#: Most new tokens per user in one multi-token decode step.
+MAX_TOKENS = 32
 #: Deepest reduction tree the kernels support (2^6 = 64 pieces per work).
 MAX_ROUNDS = 6
 
@@ -73,6 +77,12 @@ def window_first_tile(cur_pos: int, window: int = 0) -> int:
 def window_first_key(cur_pos: int, window: int = 0) -> int:
     """Oldest attended key: 0, or max(0, cur_pos - window + 1) with a sliding window."""
     return 0 if window <= 0 else max(0, cur_pos - window + 1)
+
+
+def span_window(window: int, tokens: int) -> int:
+    """The window of the key span T tokens attend together: W + T - 1 (0 = no window). Token j of a
+    user whose last token is at cur_pos sits at cur_pos - (T - 1 - j)."""
+    return 0 if window <= 0 else window + tokens - 1
 
 
 def valid_tiles(cur_pos: int, window: int = 0) -> int:
@@ -233,6 +243,8 @@ class DecodePlan:
     attention_sink: bool = False
     # non-causal decode: every user attends all S keys (the kernels see cur_pos = S - 1)
     is_causal: bool = True
+    # multi-token decode: T new tokens per user, the last at cur_pos (token j at cur_pos - (T - 1 - j))
+    num_tokens: int = 1
     # an additive attn_mask [attn_mask_batch, 1, NH, S] (bf16 tiles) streamed with K; 0 = none, else 1 or B
     attn_mask_batch: int = 0
 
@@ -244,7 +256,12 @@ class DecodePlan:
     def guard_empty_rows(self) -> bool:
         """A q row may see no key in a piece (a fully masked head), so the compute kernel floors the
         running max and the row sum (compute.cpp floor_tile)."""
-        return self.has_attn_mask
+        return self.has_attn_mask or self.num_tokens > 1
+
+    @property
+    def key_window(self) -> int:
+        """The window of the key span the T tokens attend together (0 = none): the chunk arithmetic's."""
+        return span_window(self.sliding_window_size, self.num_tokens)
 
     @property
     def paged(self) -> bool:
@@ -262,8 +279,8 @@ class DecodePlan:
 
     @property
     def q_tiles(self) -> int:
-        """Tile rows holding one KV group's q heads (heads padded to 32 rows)."""
-        return -(-self.group_size // TILE)
+        """Tile rows holding one KV group's q rows: T tokens x g heads, token-major, padded to 32 rows."""
+        return -(-(self.num_tokens * self.group_size) // TILE)
 
     @property
     def d_tiles(self) -> int:
@@ -292,8 +309,7 @@ class DecodePlan:
         if self.cur_pos is None:
             raise PlanError("positions are read on the device (cur_pos_tensor); the plan does not know them")
         return [
-            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i,
-                        self.sliding_window_size)
+            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i, self.key_window)
             for i in range(self.pieces_per_work)
         ]
 
@@ -346,9 +362,9 @@ def flash_decode_cbs(
         (2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles),
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
-        # a piece's two mask tiles: its first tile (-inf before a sliding window's start; with the
-        # causal mask too when the piece holds one tile) and its last tile (-inf beyond cur_pos)
-        (5, "mask", bf16, 2048, 2),
+        # a piece's masks, one per (masked key tile, q tile row): -inf where the row's token does
+        # not attend the key (past its position, before its window); at most 4 tiles (common.hpp)
+        (5, "mask", bf16, 2048, MAX_MASKED_TILES * q_tiles),
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
         (9, "probs", f32, 4096, max_chunk_tiles),
@@ -402,6 +418,7 @@ def make_plan(
     attention_sink: bool = False,
     is_causal: bool = True,
     attn_mask_batch: int = 0,
+    num_tokens: int = 1,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -411,7 +428,9 @@ def make_plan(
     or 0 = none) limits each user to its last W keys; `attention_sink` adds the sink q rows.
     `is_causal=False` attends all S keys of every user (no positions; the plan's cur_pos is S - 1
     for every user, which is what the kernels read); `attn_mask_batch` (1 or B; 0 = none, non-causal
-    only) streams an additive mask [attn_mask_batch, 1, NH, S] with the K chunks.
+    only) streams an additive mask [attn_mask_batch, 1, NH, S] with the K chunks. `num_tokens` T
+    (1..32) new tokens per user share every K/V read: cur_pos[b] is the last one's position (at
+    least T - 1, or -1), token j attends keys up to cur_pos[b] - (T - 1 - j) (each its own window).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -458,6 +477,8 @@ def make_plan(
         raise PlanError(
             f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
         )
+    if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 1 <= num_tokens <= MAX_TOKENS:
+        raise PlanError(f"num_tokens: expected 1..{MAX_TOKENS} new tokens per user, got {num_tokens!r}")
     if not isinstance(is_causal, bool):
         raise PlanError(f"is_causal: expected a bool, got {is_causal!r}")
     if not isinstance(attn_mask_batch, int) or isinstance(attn_mask_batch, bool) or attn_mask_batch not in (0, 1, batch):
@@ -471,6 +492,8 @@ def make_plan(
                             f"got {list(cur_pos)}")
         if window:
             raise PlanError(f"sliding_window_size: expected None in non-causal mode, got {window}")
+        if num_tokens != 1:
+            raise PlanError(f"num_tokens: expected 1 in non-causal mode (multi-token decode is causal), got {num_tokens}")
         cur_pos = [seq_len - 1] * batch
     if cur_pos is not None:
         cur_pos = tuple(int(p) for p in cur_pos)
@@ -479,6 +502,9 @@ def make_plan(
         for b, pos in enumerate(cur_pos):
             if not -1 <= pos < seq_len:
                 raise PlanError(f"cur_pos[{b}]: expected -1..{seq_len - 1} (seq_len={seq_len}), got {pos}")
+            if 0 <= pos < num_tokens - 1:
+                raise PlanError(f"cur_pos[{b}]: expected -1 or at least num_tokens - 1 = {num_tokens - 1} (the "
+                                f"position of the last of {num_tokens} new tokens), got {pos}")
 
     cores = grid_cores(grid, sub_core_grids)
     fixed = k_chunk_size // TILE
@@ -525,7 +551,7 @@ def make_plan(
     piece_list.sort(key=lambda p: (p.core.y, p.core.x, p.slot))
     core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
 
-    q_tiles = -(-(num_q_heads // num_kv_heads) // TILE)
+    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
     cbs = flash_decode_cbs(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
@@ -543,6 +569,7 @@ def make_plan(
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), is_causal=is_causal, attn_mask_batch=attn_mask_batch,
+        num_tokens=num_tokens,
     )
     _check_resources(plan, l1_bytes_per_core)
     return plan
@@ -595,7 +622,7 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
                 break
             if plan.cur_pos is not None:
                 r = piece_range(plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
-                                plan.sliding_window_size)
+                                plan.key_window)
                 chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
                 keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((r.first_tile + r.num_tiles) * TILE, plan.cur_pos[p.user] + 1) - 1}"
             else:
