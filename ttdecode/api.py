@@ -9,8 +9,8 @@ Backends (``backend=``):
 
 * ``"reference"``: validate, dequantize exactly the values that came (after the bfloat16 storage
   of torch inputs), run ``ttdecode.reference.sdpa_decode_reference`` in float64 and return torch:
-  the output ``[1, B, NH, Dv]`` cast to bfloat16 (like the device output) and, with
-  ``return_lse=True``, the log-sum-exp ``[1, B, NH]`` in float32 (``-inf`` for a skipped user).
+  the output ``[T, B, NH, Dv]`` cast to bfloat16 (like the device output) and, with
+  ``return_lse=True``, the log-sum-exp ``[T, B, NH]`` in float32 (``-inf`` for a skipped user).
 * ``"host"``: the Metalium kernels on the host runtime. ``"device"``: the same kernels on a
   Wormhole through ``ttnn.generic_op``. Both go through ``_run_kernels``.
 * ``"auto"``: ``"device"`` if ``ttdecode.device.available()``, else ``"host"``. The choice is logged
@@ -77,23 +77,27 @@ def scaled_dot_product_attention_decode(
     return_lse: bool = False,
     backend: str = "auto",
 ) -> Result:
-    """Decode attention: one query token per user over a KV cache.
+    """Decode attention: one query token per user over a KV cache, or T <= 32 new tokens per user
+    (multi-token decode, e.g. verifying speculative draft tokens).
 
     Args:
-        q: ``[1, B, NH, D]``. k: ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``).
+        q: ``[T, B, NH, D]`` (T = 1 for plain decode). Token j of user b sits at
+            ``cur_pos[b] - (T - 1 - j)`` and attends keys up to there (each its own window); the T
+            tokens share every K/V read. k: ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``).
         v: ``[B, NKV, S, Dv]``, or None with ``head_dim_v`` (MLA: V = k[..., :head_dim_v]).
         is_causal: attend ``0..cur_pos[b]`` (True) or all S positions (False, optional mask).
         attn_mask: non-causal only, additive ``[B or 1, 1, NH, S]``.
         cur_pos / cur_pos_tensor: causal only, exactly one: B positions in ``-1..S-1``
-            (-1 skips the user: zero output); the tensor is int32 ``[B]``.
+            (-1 skips the user: zero output; with T tokens the last token's, at least T - 1);
+            the tensor is int32 ``[B]``.
         attention_sink: ``[NH]`` or ``[NH, 32]`` per-head sink logits (column 0).
         scale: default ``1/sqrt(D)``. sliding_window_size: causal only, last W positions.
         share_cache: every user reads KV batch 0. program_config / compute_kernel_config:
             ``ttdecode.config`` or ttnn configs. memory_config: device only.
-        return_lse: also return the LSE ``[1, B, NH]``. backend: see the module doc.
+        return_lse: also return the LSE ``[T, B, NH]``. backend: see the module doc.
 
     Returns:
-        The output ``[1, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
+        The output ``[T, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
         ``(output, lse)`` with ``return_lse``.
     """
     return _decode(
@@ -189,6 +193,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
         sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
         is_causal=inputs.is_causal, attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
+        num_tokens=inputs.num_tokens,
     )
 
 
