@@ -103,6 +103,20 @@ def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> N
     assert len(desc.cbs) == len(plan.circular_buffers)
 
 
+def test_multi_token_program_has_t_token_q_and_output_tensors_laid_out_as_ttnn(ttnn: Any) -> None:
+    plan = make_plan(batch=3, cur_pos=None, kv_dtype=DataType.bfloat8_b, num_tokens=5, return_lse=True, **LLAMA)
+    assert plan.q_tiles == 1 and plan.key_window == 0  # 5 tokens x 4 heads = 20 rows
+    prog = build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
+    assert prog.tensor("q").shape == (5, 3, 32, 128) and prog.tensor("out").shape == (5, 3, 32, 128)
+    for name in ("q", "out", "lse"):
+        dev._check_page_geometry(prog.tensor(name))
+    desc = dev.build_program_descriptor(prog, GridView())
+    assert len(desc.kernels) == 3
+    compile_args = {k.kind: list(k.compile_time_args) for k in prog.kernels}
+    assert compile_args[KernelKind.READER][20] == 5 and compile_args[KernelKind.WRITER][9:11] == [5, 3]
+    assert compile_args[KernelKind.COMPUTE][14] == 5 and compile_args[KernelKind.COMPUTE][13] == 1  # guard
+
+
 def test_device_backend_refuses_without_a_device() -> None:
     assert not dev.available()  # this machine has no /dev/tenstorrent
 
@@ -117,8 +131,11 @@ def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> Non
         for r in results:
             assert r.ok, r.summary()
     masked = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2, **LLAMA)
-    for r in cr.compile_program_kernels(build_program_for_device(masked, scale=0.1, compute=ComputeSettings())):
-        assert r.ok, r.summary()
+    tokens = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, num_tokens=8, sliding_window_size=100,
+                       attention_sink=True, **LLAMA)
+    for plan in (masked, tokens):
+        for r in cr.compile_program_kernels(build_program_for_device(plan, scale=0.1, compute=ComputeSettings())):
+            assert r.ok, r.summary()
 
 
 def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> None:
