@@ -241,7 +241,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         int(plan.paged),              # 13 paged
         (plan.block_size or 0) // TILE,  # 14 block_tiles (0 without paging)
         plan.max_blocks,              # 15 max_blocks (0 without paging)
-        plan.sliding_window_size,     # 16 sliding window in keys (0 = none)
+        plan.sliding_window_size,     # 16 each token's sliding window in keys (0 = none)
         int(plan.attention_sink),     # 17 attention sink
         int(plan.has_attn_mask),      # 18 attn_mask streamed with K
         int(plan.attn_mask_batch == 1),  # 19 the mask has batch 1 (every user reads it)
@@ -256,7 +256,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.pieces_per_work,         # 5 pieces_per_work
         plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
         int(plan.return_lse),         # 7 return_lse
-        plan.sliding_window_size,     # 8 sliding window in keys (0 = none)
+        plan.sliding_window_size,     # 8 each token's sliding window in keys (0 = none)
         plan.num_tokens,              # 9 new tokens per user (multi-token decode)
         plan.batch,                   # 10 batch (the output's [T, B, NH, Dv] pages)
     ]
@@ -270,7 +270,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         compute.dst_tiles,            # 6 dst_tiles
         _float_bits(scale),           # 7 scale_bits
         int(plan.return_lse),         # 8 return_lse
-        plan.sliding_window_size,     # 9 sliding window in keys (0 = none)
+        plan.sliding_window_size,     # 9 each token's sliding window in keys (0 = none)
         int(plan.attention_sink),     # 10 attention sink
         int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
         int(plan.has_attn_mask),      # 12 attn_mask tiles added to the scores

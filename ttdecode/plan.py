@@ -606,7 +606,9 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
     lines = [
         f"FlashDecode plan: B={plan.batch} NH={plan.num_q_heads} NKV={plan.num_kv_heads} S={plan.seq_len} "
         f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}"
-        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else ""),
+        + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else "")
+        + (f" tokens per user: {plan.num_tokens}" if plan.num_tokens > 1 else "")
+        + ("" if plan.is_causal else " non-causal") + (f" attn_mask batch {plan.attn_mask_batch}" if plan.has_attn_mask else ""),
         f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
