@@ -170,6 +170,9 @@ def test_span_window_and_plan_limits() -> None:
         make_plan(cur_pos=[40, 2], num_tokens=4, **base)
     with pytest.raises(PlanError, match=r"num_tokens: expected 1 in non-causal mode"):
         make_plan(is_causal=False, num_tokens=2, **base)
+    # 32 tokens x 32 heads of one KV group at D = 512: the per-group state does not fit in L1
+    with pytest.raises(PlanError, match=r"L1 overflow.*num_tokens now 32: 32 q tile rows per KV group"):
+        make_plan(batch=1, num_q_heads=32, num_kv_heads=1, seq_len=1024, head_dim=512, cur_pos=[500], num_tokens=32)
 
 
 # ---- the public API ------------------------------------------------------------------------------

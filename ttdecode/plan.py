@@ -590,7 +590,10 @@ def _check_resources(plan: DecodePlan, l1_bytes: int) -> None:
             f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
             f"{l1_bytes // 1024} KiB (largest buffers: {detail}). Lower k_chunk_size (now "
             f"{plan.fixed_chunk_tiles * TILE or 'dynamic'}), lower max_cores_per_head_batch (now "
-            f"{plan.pieces_per_work} pieces per head, fewer partials to receive) or use a larger grid."
+            f"{plan.pieces_per_work} pieces per head, fewer partials to receive)"
+            + (f", fewer new tokens per user (num_tokens now {plan.num_tokens}: {plan.q_tiles} q tile rows per "
+               f"KV group)" if plan.num_tokens > 1 else "")
+            + " or use a larger grid."
         )
     most = max((len(v) for v in plan.core_pieces.values()), default=0)
     if RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most > MAX_RUNTIME_ARGS:
