@@ -39,6 +39,7 @@ constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows
 // index 22 is unused (row values are broadcast by unary_bcast, no zero tile)
 constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
 constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sink logits (bf16, column 0)
+constexpr uint32_t cb_attn_mask = 25;    // attn_mask only: the group's mask rows of a chunk, [q tile row][key tile]
 
 constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;
@@ -133,30 +134,67 @@ inline PieceRange piece_range(
     return r;
 }
 
-// The masks of one piece with work. The root's last tile holds cur_pos: keys past it get -inf. With
-// a sliding window whose start is not tile aligned, the piece that reads the window's first tile
-// (the last piece with work) masks the keys before the start. The writer makes two mask tiles per
-// piece that has either: page 0 for the piece's first tile (the window start, and also the causal
-// boundary when the piece reads a single tile), page 1 for its last tile (the causal boundary).
+// ---- multi-token decode and the masks ---------------------------------------------------------
+
+// Token j (0 = oldest) of a user whose last new token is at cur_pos sits at key position
+// cur_pos - (T - 1 - j) and attends keys window_first_key(that position, window) .. that position.
+inline int32_t token_last_key(int32_t cur_pos, uint32_t tokens, uint32_t j) {
+    return cur_pos - (int32_t)(tokens - 1 - j);
+}
+
+// Together a user's T tokens attend one span of keys: cur_pos's sliding window widened by T - 1 keys
+// (0 = no window). The chunk arithmetic above runs on this span, so K and V are read once for all T.
+constexpr uint32_t span_window(uint32_t window, uint32_t tokens) { return window == 0 ? 0 : window + tokens - 1; }
+
+// The key tiles of one piece that some q row sees only in part: tiles with keys past the oldest
+// token's position (causal: at most 2, as the T <= 32 positions span at most 2 tiles) and, with a
+// sliding window, tiles with keys before the newest token's window start (at most 2). The writer
+// makes one mask per (masked tile, q tile row), page i * q_tiles + qi for masked tile i: -inf where
+// the row's token does not attend the key, 0 elsewhere. `window` is the per-token window.
+constexpr uint32_t MAX_MASKED_TILES = 4;
 struct PieceMasks {
-    bool window_start;      // the piece's first tile holds the window start (keys < start_column: -inf)
-    bool causal;            // the piece's last tile holds cur_pos (keys > last_column: -inf)
-    uint32_t start_column;  // window_first_key % 32
-    uint32_t last_column;   // cur_pos % 32
-    bool any() const { return window_start || causal; }
+    uint32_t count;                    // masked tiles of the piece, in increasing order
+    uint32_t tiles[MAX_MASKED_TILES];  // their key tile indices
+    bool any() const { return count > 0; }
 };
 
-inline PieceMasks piece_masks(int32_t cur_pos, const PieceRange& range, uint32_t index, uint32_t window) {
-    PieceMasks m{false, false, 0, 0};
+inline PieceMasks piece_masks(int32_t cur_pos, const PieceRange& range, uint32_t window, uint32_t tokens) {
+    PieceMasks m{0, {0, 0, 0, 0}};
     if (range.empty()) {
         return m;
     }
-    const uint32_t first_key = window_first_key(cur_pos, window);
-    m.start_column = first_key % TILE;
-    m.last_column = (uint32_t)cur_pos % TILE;
-    m.window_start = m.start_column != 0 && range.first_tile == first_key / TILE;
-    m.causal = index == 0;
+    const uint32_t end = range.first_tile + range.num_tiles;
+    const int32_t oldest = token_last_key(cur_pos, tokens, 0);  // >= 0 for a user with work
+    // window: tiles from the oldest token's window start up to (not including) the first tile that
+    // starts at or after the newest token's window start
+    uint32_t window_end = 0;
+    if (window != 0) {
+        const uint32_t newest_start = window_first_key(cur_pos, window);
+        window_end = (newest_start + TILE - 1) / TILE;
+        for (uint32_t t = window_first_key(oldest, window) / TILE; t < window_end; ++t) {
+            if (t >= range.first_tile && t < end) {
+                m.tiles[m.count++] = t;
+            }
+        }
+    }
+    // causal: from the first tile with a key past the oldest token's position to cur_pos's tile
+    for (uint32_t t = (uint32_t)(oldest + 1) / TILE; t <= (uint32_t)cur_pos / TILE; ++t) {
+        if (t >= window_end && t >= range.first_tile && t < end) {
+            m.tiles[m.count++] = t;
+        }
+    }
     return m;
+}
+
+// Does q row `row` (token row / group size, token-major) attend key `key`? Rows past the T x g
+// tokens' rows (zero q rows) attend every key.
+inline bool row_attends(int32_t cur_pos, uint32_t window, uint32_t tokens, uint32_t group_size, uint32_t row,
+                        uint32_t key) {
+    if (row >= tokens * group_size) {
+        return true;
+    }
+    const int32_t last = token_last_key(cur_pos, tokens, row / group_size);
+    return (int32_t)key <= last && key >= window_first_key(last, window);
 }
 
 // A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in

@@ -4,7 +4,8 @@
 // q tile row at a time, then the merge of its children's partials in tree order, then either the
 // normalized bf16 output and LSE (root) or the float32 partial (O, m, l) for the parent. With an
 // attention sink the root first folds the sink into (m, l, O) like one more merge (merge_sink);
-// with a sliding window the piece that reads the window's first tile masks the keys before it.
+// with a sliding window the piece that reads the window's first tile masks the keys before it; with
+// an attn_mask its tiles are added to the scores and rows that may see no key are guarded (floor_tile).
 //
 // Numbers (what is fp32 on the chip, and why). The scale is applied to the fp32 scores on the SFPU
 // before anything else, so every statistic is in logit units (any finite non-zero scale, either sign):
@@ -61,10 +62,16 @@ constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
 constexpr uint32_t dst_tiles = get_compile_time_arg_val(6);  // usable DST tiles (4 with fp32, half-sync)
 constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of the softmax scale
 constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
-constexpr uint32_t window = get_compile_time_arg_val(9);  // sliding window in keys (0 = none)
+constexpr uint32_t token_window = get_compile_time_arg_val(9);  // each token's sliding window in keys (0 = none)
 constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
 constexpr bool exp_approx = get_compile_time_arg_val(11) == 1;  // exp_tile<approx> (exp_approx_mode)
 constexpr bool mla = get_compile_time_arg_val(12) == 1;  // V = K[..., :Dv]: P . V reads the K slot
+constexpr bool has_attn_mask = get_compile_time_arg_val(13) == 1;  // add the streamed attn_mask tiles
+// A row may see no key at all in a piece (a fully masked head): keep its max finite and its 1/l safe.
+constexpr bool guard_empty_rows = get_compile_time_arg_val(14) == 1;
+constexpr uint32_t tokens = get_compile_time_arg_val(15);  // new tokens per user (multi-token decode)
+// The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
+constexpr uint32_t window = span_window(token_window, tokens);
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -79,7 +86,11 @@ constexpr uint32_t acc_tiles = q_tiles * dv_tiles;
 constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
 constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, m tiles, l tiles
 constexpr uint32_t partial_sum_offset = acc_tiles + q_tiles;
-constexpr uint32_t NO_MASK = 0xFFFFFFFFu;
+constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;  // cb_attn_mask: [q tile row][key tile]
+// Floors of the empty-row guard (float32 bits): the lowest finite float for the running max, the
+// smallest normal float for the row sum before its reciprocal.
+constexpr uint32_t LOWEST_FLOAT_BITS = 0xFF7FFFFFu;
+constexpr uint32_t MIN_NORMAL_FLOAT_BITS = 0x00800000u;
 // What DST holds, the format the SFPU row max loads it with.
 constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
 
@@ -137,9 +148,9 @@ inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_str
 
 // Logits S = (Q_qi . K^T) * scale over the chunk's `tiles` key tiles into cb_scores, in fp32: the
 // matmul accumulates in DST, the SFPU scales, then a masked tile gets its mask (-inf at masked keys,
-// 0 elsewhere; bf16, copied exactly into the spare DST tile) added on the SFPU. Chunk tile
-// `first_mask_tile` takes mask page 0 (the piece's first tile), `last_mask_tile` page 1 (its last).
-void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t first_mask_tile, uint32_t last_mask_tile) {
+// 0 elsewhere; bf16, copied exactly into the spare DST tile) added on the SFPU. The chunk starts at
+// key tile `first_tile`; masked tile i of the piece takes page i * q_tiles + qi of cb_mask.
+void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t first_tile) {
     constexpr uint32_t block = dst_tiles - 1;  // the last DST tile holds a mask
     cb_reserve_back(cb_scores, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
@@ -156,18 +167,39 @@ void chunk_scores(uint32_t qi, uint32_t tiles, uint32_t first_mask_tile, uint32_
         for (uint32_t j = 0; j < n; ++j) {
             mul_unary_tile(j, scale_bits);
         }
-        for (uint32_t m = 0; m < 2; ++m) {
-            const uint32_t t = m == 0 ? first_mask_tile : last_mask_tile;
-            if (t != NO_MASK && t >= j0 && t < j0 + n) {
-                copy_to_dst(cb_mask, m, n);
+        for (uint32_t m = 0; m < masks.count; ++m) {
+            const uint32_t t = masks.tiles[m] - first_tile;  // wraps past `tiles` for a tile before the chunk
+            if (t >= j0 && t < j0 + n) {
+                copy_to_dst(cb_mask, m * q_tiles + qi, n);
                 add_binary_tile_init();
                 add_binary_tile(t - j0, n, t - j0);
+            }
+        }
+        if constexpr (has_attn_mask) {
+            // The caller's additive mask (bf16, exact in DST), tile by tile through the spare DST tile.
+            for (uint32_t j = 0; j < n; ++j) {
+                copy_to_dst(cb_attn_mask, qi * max_chunk_tiles + j0 + j, n);
+                add_binary_tile_init();
+                add_binary_tile(j, n, j);
             }
         }
         pack_block(cb_scores, j0, n);
     }
     cb_push_back(cb_scores, max_chunk_tiles);
     cb_wait_front(cb_scores, max_chunk_tiles);
+}
+
+// DST tile `at` = max(DST tile `at`, floor) in fp32 on the SFPU, with the floor made in DST tile
+// `scratch` as ones x floor (exact). The empty-row guard: a row whose every key is masked has the
+// row max -inf and the row sum 0; flooring the max at the lowest finite float keeps every exp(x - m)
+// and exp(m_old - m) free of -inf - (-inf) (they give exp(-inf) = 0 or exp(0) = 1 on an all-zero
+// row instead of NaN), and flooring l before 1/l keeps O x 1/l = 0 x 2^126 = 0 instead of 0 x inf.
+inline void floor_tile(uint32_t at, uint32_t scratch, uint32_t floor_bits) {
+    copy_to_dst(cb_ones, 0, scratch);
+    binop_with_scalar_tile_init();
+    mul_unary_tile(scratch, floor_bits);
+    binary_max_tile_init();
+    binary_max_tile(at, scratch, at);
 }
 
 // Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST and reduced by
@@ -192,6 +224,9 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
         copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();
         binary_max_tile(0, 1, 0);
+    }
+    if constexpr (guard_empty_rows) {
+        floor_tile(0, 1, LOWEST_FLOAT_BITS);
     }
     pack_block(next.max, 0, 1);  // pack indices count from the last push
     cb_push_back(next.max, 1);
@@ -310,14 +345,17 @@ inline void pop_running(const Running& set) {
 // and writes `next`. The K/V slot stays until all rows are done. The piece's masks (if any) are
 // already waited for.
 void process_chunk(
-    uint32_t tiles, const Running* old, const Running& next, uint32_t first_mask_tile, uint32_t last_mask_tile) {
+    uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks, uint32_t first_tile) {
     cb_wait_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {
         cb_wait_front(cb_v, v_slot_tiles);
     }
+    if constexpr (has_attn_mask) {
+        cb_wait_front(cb_attn_mask, mask_slot_tiles);
+    }
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        chunk_scores(qi, tiles, first_mask_tile, last_mask_tile);
+        chunk_scores(qi, tiles, masks, first_tile);
         chunk_row_max(qi, tiles, old, next);
         if (old != nullptr) {
             chunk_alpha(qi, *old, next);
@@ -336,6 +374,9 @@ void process_chunk(
     cb_pop_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {
         cb_pop_front(cb_v, v_slot_tiles);
+    }
+    if constexpr (has_attn_mask) {
+        cb_pop_front(cb_attn_mask, mask_slot_tiles);
     }
 }
 
@@ -466,6 +507,9 @@ void finish_root(const Running& set) {
         cb_reserve_back(cb_alpha, 2);
         tile_regs_acquire();
         copy_to_dst(set.sum, qi, 0);
+        if constexpr (guard_empty_rows) {
+            floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);  // l = 0 (no key, no sink) gives out = 0
+        }
         recip_tile_init();
         recip_tile(0);
         pack_block(cb_alpha, 0, 1);
@@ -560,28 +604,23 @@ void kernel_main() {
             continue;
         }
 
-        // The piece's masks (writer.cpp): page 0 on its first tile (window start, plus the causal
-        // boundary when the piece reads one tile), page 1 on its last tile (the causal boundary).
-        const PieceMasks masks = piece_masks(cur_pos, range, index, window);
-        const bool first_tile_masked = masks.window_start || (masks.causal && range.num_tiles == 1);
-        const bool last_tile_masked = masks.causal && range.num_tiles > 1;
+        // The piece's masks (writer.cpp): one page per (masked tile, q tile row).
+        const PieceMasks masks = piece_masks(cur_pos, range, token_window, tokens);
         if (masks.any()) {
-            cb_wait_front(cb_mask, 2);
+            cb_wait_front(cb_mask, MAX_MASKED_TILES * q_tiles);  // one piece's pages fill the CB
         }
         cb_wait_front(cb_q, q_tiles * d_tiles);
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
-            const bool first = c == 0;
-            const bool last = c + 1 == range.num_chunks;
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
-            process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next],
-                          first && first_tile_masked ? 0 : NO_MASK, last && last_tile_masked ? tiles - 1 : NO_MASK);
+            process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next], masks,
+                          range.first_tile + c * range.chunk_tiles);
             cur = next;
             wait_running(running_sets[cur]);
         }
         if (masks.any()) {
-            cb_pop_front(cb_mask, 2);
+            cb_pop_front(cb_mask, MAX_MASKED_TILES * q_tiles);
         }
         cb_pop_front(cb_q, q_tiles * d_tiles);
 

@@ -7,7 +7,8 @@
 // rows outside the attended keys in those two tiles hold whatever the device memory held (NaN,
 // inf): the reader zeroes them in L1 before handing the chunk to the compute kernel. With a paged
 // cache the user's page-table row maps each logical key tile to its block. With an attention sink,
-// a root piece also reads its KV group's sink logits (column 0 of a [NH, 32] bf16 tile tensor).
+// a root piece also reads its KV group's sink logits (column 0 of a [NH, 32] bf16 tile tensor). With
+// an attn_mask (non-causal decode), each chunk also gets the group's mask rows of its key tiles.
 // With MLA there is no V tensor: V is the first dv_tiles tiles of each K tile row, which the compute
 // kernel takes out of the K slot, so the reader reads K only (once) and fills no V slot.
 
@@ -21,23 +22,34 @@ using namespace flash_decode;
 
 namespace {
 
-// Copy the g rows of one KV group out of user b's Q tiles into the q tiles of the piece. Group row
-// r is row h*g + r of the user's [NH, D] matrix; it lands in row r of the piece's q tile row r/32.
+// Which tiles of each tile row a group copy moves: source tiles col0 .. col0 + cols - 1 of a row of
+// src_cols tiles land in tiles 0 .. cols - 1 of a destination row of dst_cols tiles.
+struct TileColumns {
+    uint32_t src_cols;
+    uint32_t col0;
+    uint32_t cols;
+    uint32_t dst_cols;
+};
+
+// Copy the g rows of one KV group out of matrix `matrix` (a user's Q, or a mask batch) of a bf16 tile
+// tensor [.., NH, src_cols * 32] into tiles at q_l1. Group row r is row h*g + r of the matrix; it lands
+// in row dst_first_row + r of the destination, i.e. row (dst_first_row + r) % 32 of tile row
+// (dst_first_row + r) / 32.
 template <typename AddrGen>
 void read_group_rows(
-    const AddrGen& q_gen, uint32_t q_l1, uint32_t user, uint32_t kv_head, uint32_t group_size, uint32_t nh_tiles,
-    uint32_t d_tiles) {
+    const AddrGen& q_gen, uint32_t q_l1, uint32_t matrix, uint32_t kv_head, uint32_t group_size, uint32_t nh_tiles,
+    const TileColumns& columns, uint32_t dst_first_row = 0) {
     constexpr uint32_t bytes_per_value = 2;  // bf16
     const uint32_t first_row = kv_head * group_size;
     for (uint32_t r = 0; r < group_size;) {
         const uint32_t src_row = (first_row + r) % TILE;
-        const uint32_t dst_row = r % TILE;
+        const uint32_t dst_row = (dst_first_row + r) % TILE;
         const uint32_t rows = row_run(src_row, dst_row, group_size - r);
         const uint32_t src_tile_row = (first_row + r) / TILE;
-        const uint32_t dst_tile_row = r / TILE;
-        for (uint32_t d = 0; d < d_tiles; ++d) {
-            const uint32_t page = (user * nh_tiles + src_tile_row) * d_tiles + d;
-            const uint32_t dst_tile = q_l1 + (dst_tile_row * d_tiles + d) * TILE * TILE * bytes_per_value;
+        const uint32_t dst_tile_row = (dst_first_row + r) / TILE;
+        for (uint32_t c = 0; c < columns.cols; ++c) {
+            const uint32_t page = (matrix * nh_tiles + src_tile_row) * columns.src_cols + columns.col0 + c;
+            const uint32_t dst_tile = q_l1 + (dst_tile_row * columns.dst_cols + c) * TILE * TILE * bytes_per_value;
             // The rows of a run are contiguous inside each of the two faces they cross.
             for (uint32_t half = 0; half < 2; ++half) {
                 const uint64_t src = q_gen.get_noc_addr(page) + face_row_offset(src_row, half) * bytes_per_value;
@@ -122,15 +134,21 @@ void kernel_main() {
     constexpr bool paged = get_compile_time_arg_val(13) == 1;
     constexpr uint32_t block_tiles = get_compile_time_arg_val(14);  // block_size / 32 (paged only)
     constexpr uint32_t max_blocks = get_compile_time_arg_val(15);   // page-table entries per user (paged only)
-    constexpr uint32_t window = get_compile_time_arg_val(16);       // sliding window in keys (0 = none)
+    constexpr uint32_t token_window = get_compile_time_arg_val(16);  // each token's sliding window (0 = none)
     constexpr bool has_sink = get_compile_time_arg_val(17) == 1;    // attention sink logits to read
     constexpr bool mla = get_compile_time_arg_val(18) == 1;         // V = K[..., :Dv]: no V reads, no V slot
+    constexpr bool has_attn_mask = get_compile_time_arg_val(19) == 1;  // an additive mask to stream
+    constexpr bool mask_broadcast = get_compile_time_arg_val(20) == 1;  // mask batch 1: every user reads it
+    constexpr uint32_t tokens = get_compile_time_arg_val(21);  // new tokens per user (multi-token decode)
+    // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
+    constexpr uint32_t window = span_window(token_window, tokens);
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
     constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
+    constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;
 
     const uint32_t q_addr = get_arg_val<uint32_t>(0);
     const uint32_t k_addr = get_arg_val<uint32_t>(1);
@@ -139,7 +157,8 @@ void kernel_main() {
     const uint32_t page_table_addr = get_arg_val<uint32_t>(4);  // 0 without a paged cache
     const uint32_t num_pieces = get_arg_val<uint32_t>(5);
     const uint32_t sink_addr = get_arg_val<uint32_t>(6);  // 0 without an attention sink
-    constexpr uint32_t piece_args_base = 7;
+    const uint32_t mask_addr = get_arg_val<uint32_t>(7);  // 0 without an attn_mask
+    constexpr uint32_t piece_args_base = 8;
     constexpr uint32_t args_per_piece = 3;
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
@@ -147,6 +166,8 @@ void kernel_main() {
     const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr, .page_size = kv_tile_bytes};
     // The sink tiles [NH, 32] bf16: the same tile rows as one user's Q with a single column tile.
     const InterleavedAddrGen<true> sink_gen = {.bank_base_address = sink_addr, .page_size = q_tile_bytes};
+    // The mask [B or 1, 1, NH, S] bf16: one [NH, S] matrix per mask batch, tile rows are heads.
+    const InterleavedAddrGen<true> mask_gen = {.bank_base_address = mask_addr, .page_size = q_tile_bytes};
     const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
     // The page table is row-major int32 [B, max_blocks]: one page per user.
     const InterleavedAddrGen<true> page_table_gen = {
@@ -199,8 +220,12 @@ void kernel_main() {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
 
+        // Q [T, B, NH, D]: token j's group rows land in q rows j*g .. j*g + g - 1 (token-major).
         cb_reserve_back(cb_q, q_tiles * d_tiles);
-        read_group_rows(q_gen, get_write_ptr(cb_q), user, kv_head, group_size, nh_tiles, d_tiles);
+        for (uint32_t j = 0; j < tokens; ++j) {
+            read_group_rows(q_gen, get_write_ptr(cb_q), j * batch + user, kv_head, group_size, nh_tiles,
+                            TileColumns{d_tiles, 0, d_tiles, d_tiles}, j * group_size);
+        }
         if constexpr (paged) {
             // The row lands under the same barrier as the q rows, before any K/V address uses it.
             if (user != page_table_user) {
@@ -212,7 +237,10 @@ void kernel_main() {
             // The root folds the sink into its denominator: the group's rows of the sink tiles.
             if (index == 0) {
                 cb_reserve_back(cb_sink, q_tiles);
-                read_group_rows(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles, 1);
+                for (uint32_t j = 0; j < tokens; ++j) {
+                    read_group_rows(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles,
+                                    TileColumns{1, 0, 1, 1}, j * group_size);
+                }
             }
         }
         noc_async_read_barrier();
@@ -256,23 +284,37 @@ void kernel_main() {
                     }
                 }
             }
+            // The mask rows of the chunk's keys, laid out [q tile row][key tile] like the scores the
+            // compute kernel adds them to (a whole slot per chunk, like K and V). Rows past the group
+            // hold whatever the slot held: they meet only the zero q rows and never reach the output.
+            if constexpr (has_attn_mask) {
+                cb_reserve_back(cb_attn_mask, mask_slot_tiles);
+                for (uint32_t j = 0; j < tokens; ++j) {  // every token of a user takes the same mask rows
+                    read_group_rows(mask_gen, get_write_ptr(cb_attn_mask), mask_broadcast ? 0 : user, kv_head,
+                                    group_size, nh_tiles, TileColumns{seq_tiles, chunk_first_tile, tiles, max_chunk_tiles},
+                                    j * group_size);
+                }
+            }
             // One barrier per chunk keeps the whole chunk's requests in flight together.
             noc_async_read_barrier();
+            if constexpr (has_attn_mask) {
+                cb_push_back(cb_attn_mask, mask_slot_tiles);
+            }
             // The root's last chunk ends with the tile holding cur_pos: its rows past cur_pos hold
             // whatever the cache held there. The piece's first chunk may start with the tile holding
-            // a sliding window's first key: its rows before that key likewise.
-            // With MLA the V rows are K rows: zeroing K covers them.
-            const PieceMasks masks = piece_masks(cur_pos, range, index, window);
-            const uint32_t first_stale_row = masks.last_column + 1;
+            // the span's first key (a sliding window's, widened for T tokens): its rows before that
+            // key likewise. With MLA the V rows are K rows: zeroing K covers them.
             constexpr uint32_t zero_dv_tiles = mla ? 0 : dv_tiles;
             const uint32_t v_slot = mla ? 0 : get_write_ptr(cb_v);
-            if (masks.causal && c + 1 == range.num_chunks && first_stale_row < TILE) {
+            const uint32_t first_stale_row = (uint32_t)cur_pos % TILE + 1;
+            if (index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE) {
                 zero_kv_rows<d_tiles, zero_dv_tiles, kv_tile_bytes>(
                     get_write_ptr(cb_k), v_slot, tiles - 1, first_stale_row, TILE);
             }
-            if (masks.window_start && c == 0) {
+            const uint32_t span_first_key = window_first_key(cur_pos, window);
+            if (c == 0 && range.first_tile == span_first_key / TILE && span_first_key % TILE != 0) {
                 zero_kv_rows<d_tiles, zero_dv_tiles, kv_tile_bytes>(
-                    get_write_ptr(cb_k), v_slot, 0, 0, masks.start_column);
+                    get_write_ptr(cb_k), v_slot, 0, 0, span_first_key % TILE);
             }
             cb_push_back(cb_k, k_slot_tiles);
             if constexpr (!mla) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// FlashDecode writer (BRISC). Makes the constant tile (ones) and each
-// piece's masks (the root's causal boundary, a sliding window's start); moves partial results up the merge tree; writes the roots' output rows and
-// LSE rows to DRAM.
+// FlashDecode writer (BRISC). Makes the constant tile (ones) and each piece's masks (per q row: the
+// causal boundary of the row's token, its sliding window's start); moves partial results up the merge
+// tree; writes the roots' output rows (every token's) and LSE rows to DRAM.
 //
 // Partials travel in float32: a partial is an unnormalized accumulator (O, running max m, row sum
 // l) that is rescaled and summed again at every tree level, so bf16 rounding there would compound
@@ -76,7 +76,12 @@ void kernel_main() {
     constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
     constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(6);
     constexpr bool return_lse = get_compile_time_arg_val(7) == 1;
-    constexpr uint32_t window = get_compile_time_arg_val(8);  // sliding window in keys (0 = none)
+    constexpr uint32_t token_window = get_compile_time_arg_val(8);  // each token's sliding window in keys (0 = none)
+    constexpr uint32_t tokens = get_compile_time_arg_val(9);        // new tokens per user (multi-token decode)
+    constexpr uint32_t batch = get_compile_time_arg_val(10);
+    // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
+    constexpr uint32_t window = span_window(token_window, tokens);
+    constexpr uint32_t q_rows = tokens * group_size;  // q rows in use: token-major, g heads per token
     constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);  // O, then m, then l
     constexpr uint32_t partial_bytes = partial_tiles * FP32_TILE_BYTES;
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
@@ -137,26 +142,28 @@ void kernel_main() {
         const uint32_t height = tree_height(index, pieces_per_work);
         const bool is_root = index == 0;
 
-        // The piece's masks (common.hpp piece_masks): page 0 for its first tile, page 1 for its last.
-        // Keys before a sliding window's start and past cur_pos get -inf. Pushed first, so the
-        // compute kernel can run all its chunks while the children still work.
-        const PieceMasks masks = piece_masks(cur_pos, range, index, window);
+        // The piece's masks (common.hpp piece_masks): one page per (masked tile, q tile row), -inf
+        // where the row's token does not attend the key (past its position, before its window).
+        // Pushed first, so the compute kernel can run all its chunks while the children still work.
+        // The CB holds exactly one piece's pages (MAX_MASKED_TILES x q_tiles, the unused ones left
+        // as they are), so every piece's masks start at the CB's first page.
+        const PieceMasks masks = piece_masks(cur_pos, range, token_window, tokens);
         if (masks.any()) {
-            const uint32_t start = masks.window_start ? masks.start_column : 0;
-            const uint32_t last = masks.last_column;
-            // page 0: the first tile; it also holds cur_pos when the piece reads a single tile
-            const bool first_holds_cur_pos = masks.causal && range.num_tiles == 1;
-            const uint32_t first_end = first_holds_cur_pos ? last : TILE - 1;
-            cb_reserve_back(cb_mask, 2);
+            cb_reserve_back(cb_mask, MAX_MASKED_TILES * q_tiles);
             const uint32_t mask_l1 = get_write_ptr(cb_mask);
-            fill_bf16_tile(mask_l1, [start, first_end](uint32_t, uint32_t col) {
-                return col < start || col > first_end ? BF16_NEG_INF : (uint16_t)0;
-            });
-            // page 1: the last tile (used only when the piece reads more than one)
-            fill_bf16_tile(mask_l1 + BF16_TILE_BYTES, [last](uint32_t, uint32_t col) {
-                return col > last ? BF16_NEG_INF : (uint16_t)0;
-            });
-            cb_push_back(cb_mask, 2);
+            for (uint32_t i = 0; i < masks.count; ++i) {
+                const uint32_t first_key = masks.tiles[i] * TILE;
+                for (uint32_t qi = 0; qi < q_tiles; ++qi) {
+                    fill_bf16_tile(mask_l1 + (i * q_tiles + qi) * BF16_TILE_BYTES,
+                                   [cur_pos, first_key, qi](uint32_t row, uint32_t col) {
+                                       return row_attends(cur_pos, token_window, tokens, group_size, qi * TILE + row,
+                                                          first_key + col)
+                                                  ? (uint16_t)0
+                                                  : BF16_NEG_INF;
+                                   });
+                }
+            }
+            cb_push_back(cb_mask, MAX_MASKED_TILES * q_tiles);
         }
 
         // Hand the children's areas to the compute kernel once every partial of this height level
@@ -187,7 +194,7 @@ void kernel_main() {
             for (uint32_t t = 0; t < partial_tiles; ++t) {
                 const bool is_stat = t >= q_tiles * dv_tiles;
                 const uint32_t q_tile = is_stat ? (t - q_tiles * dv_tiles) % q_tiles : t / dv_tiles;
-                const uint32_t rows = group_size - q_tile * TILE < TILE ? group_size - q_tile * TILE : TILE;
+                const uint32_t rows = q_rows - q_tile * TILE < TILE ? q_rows - q_tile * TILE : TILE;
                 send_tile_rows(src + t * FP32_TILE_BYTES, dst + t * FP32_TILE_BYTES, rows, is_stat);
             }
             noc_async_write_barrier();
@@ -197,29 +204,34 @@ void kernel_main() {
             continue;
         }
 
-        // Root: scatter the group's g rows into the output tiles of user b. Group row r is row
-        // h*g + r of the user's [NH, Dv] matrix; it comes from row r % 32 of q tile row r / 32.
+        // Root: scatter the group's g rows of each token into the output tiles of (token j, user b).
+        // Group row r of token j is row h*g + r of that [NH, Dv] matrix; it comes from q row
+        // j*g + r, row (j*g + r) % 32 of q tile row (j*g + r) / 32.
         uint32_t out_l1 = 0;
         if (has_work) {
             cb_wait_front(cb_out, q_tiles * dv_tiles);
             out_l1 = get_read_ptr(cb_out);
         }
         const uint32_t first_row = kv_head * group_size;
-        for (uint32_t r = 0; r < group_size;) {
-            const uint32_t src_row = r % TILE;
-            const uint32_t dst_row = (first_row + r) % TILE;
-            const uint32_t rows = row_run(src_row, dst_row, group_size - r);
-            for (uint32_t v = 0; v < dv_tiles; ++v) {
-                const uint32_t page = (user * nh_tiles + (first_row + r) / TILE) * dv_tiles + v;
-                const uint32_t src_tile = out_l1 + ((r / TILE) * dv_tiles + v) * BF16_TILE_BYTES;
-                for (uint32_t half = 0; half < 2; ++half) {
-                    // A skipped user (cur_pos -1) gets zero rows.
-                    const uint32_t src = has_work ? src_tile + face_row_offset(src_row, half) * 2 : zeros_l1;
-                    const uint64_t dst = out_gen.get_noc_addr(page) + face_row_offset(dst_row, half) * 2;
-                    noc_async_write(src, dst, rows * BF16_FACE_ROW_BYTES);
+        for (uint32_t j = 0; j < tokens; ++j) {
+            const uint32_t matrix = j * batch + user;
+            for (uint32_t r = 0; r < group_size;) {
+                const uint32_t q_row = j * group_size + r;
+                const uint32_t src_row = q_row % TILE;
+                const uint32_t dst_row = (first_row + r) % TILE;
+                const uint32_t rows = row_run(src_row, dst_row, group_size - r);
+                for (uint32_t v = 0; v < dv_tiles; ++v) {
+                    const uint32_t page = (matrix * nh_tiles + (first_row + r) / TILE) * dv_tiles + v;
+                    const uint32_t src_tile = out_l1 + ((q_row / TILE) * dv_tiles + v) * BF16_TILE_BYTES;
+                    for (uint32_t half = 0; half < 2; ++half) {
+                        // A skipped user (cur_pos -1) gets zero rows.
+                        const uint32_t src = has_work ? src_tile + face_row_offset(src_row, half) * 2 : zeros_l1;
+                        const uint64_t dst = out_gen.get_noc_addr(page) + face_row_offset(dst_row, half) * 2;
+                        noc_async_write(src, dst, rows * BF16_FACE_ROW_BYTES);
+                    }
                 }
+                r += rows;
             }
-            r += rows;
         }
 
         // LSE row of (b, h): column 0 of every q row of the LSE tiles; -inf for a skipped user.

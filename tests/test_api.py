@@ -181,24 +181,6 @@ def test_device_backend_without_a_device_says_so() -> None:
     assert last_backend() == "device"
 
 
-@pytest.mark.parametrize(
-    "options, named",
-    [
-        (dict(is_causal=False, cur_pos=None), "is_causal=False"),
-        (dict(is_causal=False, cur_pos=None, attn_mask=torch.zeros(1, 1, NH, 128)), "is_causal=False"),
-    ],
-)
-def test_kernel_backends_name_the_options_only_the_reference_has(options: dict, named: str) -> None:
-    q, k, v = qkv()
-    args = dict(cur_pos=[1, 2], v=v)
-    args.update(options)
-    if args["cur_pos"] is None:
-        del args["cur_pos"]
-    v = args.pop("v")
-    with pytest.raises(NotImplementedError, match=f"do not implement .*{named}.*backend='reference'"):
-        scaled_dot_product_attention_decode(q, k, v, backend="host", **args)
-
-
 def test_kernel_backends_get_the_validated_inputs_and_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 

@@ -23,7 +23,7 @@ class GridView:
 
     def __init__(self) -> None:
         self.addresses = {"q": 0x100000, "k": 0x200000, "v": 0x300000, "cur_pos": 0x400000, "out": 0x500000,
-                          "lse": 0x600000, "page_table": 0x700000}
+                          "lse": 0x600000, "page_table": 0x700000, "attn_mask": 0x800000}
 
     def grid_size(self) -> tuple[int, int]:
         return (8, 8)
@@ -84,6 +84,39 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     assert len(desc.cbs) == len(plan.circular_buffers) == 22  # 0..24 without the unused 6 and 22, + page table
 
 
+def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> None:
+    # Non-causal with a [1, 1, NH, S] mask: the mask is a bf16 tile tensor laid out as ttnn lays it,
+    # its address is reader runtime arg 7, the positions are S - 1 and the mask slots are a CB.
+    plan = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=1, **LLAMA)
+    assert plan.cur_pos == (LLAMA["seq_len"] - 1,) * 2
+    prog = build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
+    spec = prog.tensor("attn_mask")
+    assert spec.data is None and spec.layout == "tile" and spec.shape == (1, 1, 32, 8192)
+    assert dev.tensor_dtype(ttnn, spec) == ttnn.bfloat16
+    dev._check_page_geometry(spec)
+    desc = dev.build_program_descriptor(prog, GridView())
+    reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
+    some_core = next(iter(reader.runtime_args))
+    resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
+    assert resolved[7] == GridView().addresses["attn_mask"]
+    assert any(cb.name == "attn_mask" for cb in plan.circular_buffers)
+    assert len(desc.cbs) == len(plan.circular_buffers)
+
+
+def test_multi_token_program_has_t_token_q_and_output_tensors_laid_out_as_ttnn(ttnn: Any) -> None:
+    plan = make_plan(batch=3, cur_pos=None, kv_dtype=DataType.bfloat8_b, num_tokens=5, return_lse=True, **LLAMA)
+    assert plan.q_tiles == 1 and plan.key_window == 0  # 5 tokens x 4 heads = 20 rows
+    prog = build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
+    assert prog.tensor("q").shape == (5, 3, 32, 128) and prog.tensor("out").shape == (5, 3, 32, 128)
+    for name in ("q", "out", "lse"):
+        dev._check_page_geometry(prog.tensor(name))
+    desc = dev.build_program_descriptor(prog, GridView())
+    assert len(desc.kernels) == 3
+    compile_args = {k.kind: list(k.compile_time_args) for k in prog.kernels}
+    assert compile_args[KernelKind.READER][20] == 5 and compile_args[KernelKind.WRITER][9:11] == [5, 3]
+    assert compile_args[KernelKind.COMPUTE][14] == 5 and compile_args[KernelKind.COMPUTE][13] == 1  # guard
+
+
 def test_device_backend_refuses_without_a_device() -> None:
     assert not dev.available()  # this machine has no /dev/tenstorrent
 
@@ -96,6 +129,12 @@ def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> Non
         results = cr.compile_program_kernels(prog)
         assert len(results) == 2
         for r in results:
+            assert r.ok, r.summary()
+    masked = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2, **LLAMA)
+    tokens = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, num_tokens=8, sliding_window_size=100,
+                       attention_sink=True, **LLAMA)
+    for plan in (masked, tokens):
+        for r in cr.compile_program_kernels(build_program_for_device(plan, scale=0.1, compute=ComputeSettings())):
             assert r.ok, r.summary()
 
 

@@ -108,12 +108,13 @@ def test_common_hpp_circular_buffer_indices_equal_plan_names() -> None:
     in_kernels = {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr uint32_t cb_(\w+) = (\d+);", text)}
     specs = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                       kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2, max_blocks=4,
-                                      attention_sink=True)
+                                      attention_sink=True, attn_mask=True)
     assert in_kernels == {cb.name: cb.index for cb in specs}
-    # a contiguous cache without a sink has every buffer but the page-table row and the sink tiles
+    # a contiguous cache without a sink or a mask has every buffer but the page-table row, the sink
+    # tiles and the attn_mask slots
     contiguous = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                            kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2)
-    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table", "sink"}
+    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table", "sink", "attn_mask"}
 
 
 # ---- the program ----------------------------------------------------------------------------------
@@ -150,13 +151,13 @@ def test_writer_args_point_each_piece_at_its_parents_core_and_area() -> None:
             continue
         w, r, c = writer.runtime_args[core], reader.runtime_args[core], compute.runtime_args[core]
         assert w[:3] == [BufferAddress("out"), 0, len(pieces)]
-        assert r[:7] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), 0,
-                         len(pieces), 0]
+        assert r[:8] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), 0,
+                         len(pieces), 0, 0]
         assert c[0] == len(pieces)
         for slot, piece in enumerate(pieces):
             args = w[3 + 6 * slot: 9 + 6 * slot]
             assert args[:3] == [piece.user, piece.kv_head, piece.index]
-            assert r[7 + 3 * slot: 10 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
+            assert r[8 + 3 * slot: 11 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
             assert c[1 + 2 * slot: 3 + 2 * slot] == [piece.user, piece.index]
             if piece.index == 0:
                 assert args[3:] == [0, 0, 0]

@@ -9,8 +9,8 @@ Backends (``backend=``):
 
 * ``"reference"``: validate, dequantize exactly the values that came (after the bfloat16 storage
   of torch inputs), run ``ttdecode.reference.sdpa_decode_reference`` in float64 and return torch:
-  the output ``[1, B, NH, Dv]`` cast to bfloat16 (like the device output) and, with
-  ``return_lse=True``, the log-sum-exp ``[1, B, NH]`` in float32 (``-inf`` for a skipped user).
+  the output ``[T, B, NH, Dv]`` cast to bfloat16 (like the device output) and, with
+  ``return_lse=True``, the log-sum-exp ``[T, B, NH]`` in float32 (``-inf`` for a skipped user).
 * ``"host"``: the Metalium kernels on the host runtime. ``"device"``: the same kernels on a
   Wormhole through ``ttnn.generic_op``. Both go through ``_run_kernels``.
 * ``"auto"``: ``"device"`` if ``ttdecode.device.available()``, else ``"host"``. The choice is logged
@@ -78,23 +78,27 @@ def scaled_dot_product_attention_decode(
     return_lse: bool = False,
     backend: str = "auto",
 ) -> Result:
-    """Decode attention: one query token per user over a KV cache.
+    """Decode attention: one query token per user over a KV cache, or T <= 32 new tokens per user
+    (multi-token decode, e.g. verifying speculative draft tokens).
 
     Args:
-        q: ``[1, B, NH, D]``. k: ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``).
+        q: ``[T, B, NH, D]`` (T = 1 for plain decode). Token j of user b sits at
+            ``cur_pos[b] - (T - 1 - j)`` and attends keys up to there (each its own window); the T
+            tokens share every K/V read. k: ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``).
         v: ``[B, NKV, S, Dv]``, or None with ``head_dim_v`` (MLA: V = k[..., :head_dim_v]).
         is_causal: attend ``0..cur_pos[b]`` (True) or all S positions (False, optional mask).
         attn_mask: non-causal only, additive ``[B or 1, 1, NH, S]``.
         cur_pos / cur_pos_tensor: causal only, exactly one: B positions in ``-1..S-1``
-            (-1 skips the user: zero output); the tensor is int32 ``[B]``.
+            (-1 skips the user: zero output; with T tokens the last token's, at least T - 1);
+            the tensor is int32 ``[B]``.
         attention_sink: ``[NH]`` or ``[NH, 32]`` per-head sink logits (column 0).
         scale: default ``1/sqrt(D)``. sliding_window_size: causal only, last W positions.
         share_cache: every user reads KV batch 0. program_config / compute_kernel_config:
             ``ttdecode.config`` or ttnn configs. memory_config: device only.
-        return_lse: also return the LSE ``[1, B, NH]``. backend: see the module doc.
+        return_lse: also return the LSE ``[T, B, NH]``. backend: see the module doc.
 
     Returns:
-        The output ``[1, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
+        The output ``[T, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
         ``(output, lse)`` with ``return_lse``.
     """
     return _decode(
@@ -189,19 +193,29 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         share_cache=inputs.share_cache, return_lse=inputs.return_lse,
         block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
         sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
-        mla=inputs.v is None,
+        mla=inputs.v is None, is_causal=inputs.is_causal,
+        attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
+        num_tokens=inputs.num_tokens,
     )
 
 
 def _kernel_gaps(inputs: DecodeInputs) -> list[str]:
     """Options the FlashDecode kernels do not implement yet (the reference backend does)."""
     gaps = []
-    if not inputs.is_causal:
-        gaps.append("is_causal=False (non-causal decode with attn_mask)")
     if inputs.compute_kernel_config.packer_l1_acc:
         gaps.append("compute_kernel_config.packer_l1_acc=True (the kernels accumulate in DST and never pack "
                     "onto L1; set it False)")
     return gaps
+
+
+def check_kernel_mask(inputs: DecodeInputs) -> None:
+    """The kernels stream the mask as bfloat16 tiles (ttnn's layout [B or 1, 1, NH, S]): a torch float
+    mask (stored as bfloat16) or a bfloat16 TileTensor / ttnn tensor; block-float masks are refused
+    (a -inf would share its exponent with 15 neighbours)."""
+    mask = inputs.attn_mask
+    if mask is not None and mask.storage_dtype != "bfloat16":
+        raise fail("attn_mask", "a bfloat16 mask (or a torch float tensor) for the kernel backends",
+                   f"{mask.kind} tensor of dtype {mask.dtype}", TypeError)
 
 
 def compute_settings(inputs: DecodeInputs) -> Any:
@@ -226,6 +240,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
             f"backend '{backend}': the FlashDecode kernels do not implement {', '.join(gaps)} yet; "
             f"backend='reference' computes every option"
         )
+    check_kernel_mask(inputs)
     if backend == "device":
         from ttdecode import device
 
@@ -244,6 +259,7 @@ def _run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config),
         page_table=inputs.page_table_values,  # None for a contiguous cache
         attention_sink=None if inputs.attention_sink is None else _sink_values(inputs.attention_sink),
+        attn_mask=None if inputs.attn_mask is None else as_tile_tensor(inputs.attn_mask.obj, DataType.bfloat16),
     )
     return (out, lse) if inputs.return_lse else out
 

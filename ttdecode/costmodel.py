@@ -205,7 +205,7 @@ def match_tree(plan: DecodePlan, messages: list[Message]) -> list[Message]:
     for core, pieces in plan.core_pieces.items():
         senders = [p for p in pieces if p.parent_core is not None and not piece_range(
             plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
-            plan.sliding_window_size).empty]
+            plan.key_window).empty]
         sent = sorted(by_src.get(core, []), key=lambda m: m.seq)
         if len(sent) != len(senders):
             raise ValueError(f"core {core}: {len(sent)} messages in the events, the plan has {len(senders)} senders")

@@ -460,7 +460,9 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
     else:
         import torch
 
-        cur_pos = ttnn.from_torch(torch.tensor(list(inputs.positions), dtype=torch.int32),
+        # non-causal decode has no positions: every user attends all S keys (the plan's S - 1)
+        positions = list(inputs.positions) if inputs.positions is not None else list(plan.cur_pos)
+        cur_pos = ttnn.from_torch(torch.tensor(positions, dtype=torch.int32),
                                   dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
     io_tensors = {name: meta.obj for name, meta in tensors.items()}
     io_tensors["cur_pos"] = cur_pos
@@ -475,6 +477,17 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
     if plan.attention_sink:
         io_tensors["sink"] = ttnn.from_torch(to_torch_sink(inputs), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                              device=dev)
+    if plan.has_attn_mask:
+        mask = inputs.attn_mask
+        if mask.kind == "ttnn" and ttnn.is_tensor_storage_on_device(mask.obj):
+            io_tensors["attn_mask"] = mask.obj  # launch checks bf16, tile layout, DRAM, shape
+        else:
+            from ttdecode.factory import mask_tiles
+            from ttdecode.tensor import as_tile_tensor, to_torch
+
+            values = to_torch(mask_tiles(plan, as_tile_tensor(mask.obj, DataType.bfloat16)))
+            io_tensors["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                                                      device=dev)
     program = build_program_for_device(
         plan, scale=inputs.scale, compute=compute,
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))

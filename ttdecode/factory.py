@@ -7,15 +7,16 @@ semaphore per tree height level on those cores, and the DRAM tensors:
 ==========  ==========================================  =========  =================================
 name        shape                                       layout     format
 ==========  ==========================================  =========  =================================
-q           [1, B, NH, D]                               tile       bfloat16
+q           [T, B, NH, D] (T new tokens per user)       tile       bfloat16
 k, v        [B or 1, NKV, S, D] / [.., Dv]              tile       the plan's kv_dtype
             paged: [num_blocks, NKV, block_size, D/Dv]
             MLA (plan.mla): no v; V = k[..., :Dv]
 cur_pos     [B] int32 (-1 skips a user)                 row-major  4-byte words (DataType.float32)
 page_table  [B, max_blocks] int32 (paged only)          row-major  4-byte words, one page per user
 sink        [NH, 32] (attention sink only; column 0)    tile       bfloat16
-out         [1, B, NH, Dv]                              tile       bfloat16 (output)
-lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output)
+attn_mask   [B or 1, 1, NH, S] (attn_mask only)         tile       bfloat16 (additive, -inf masks)
+out         [T, B, NH, Dv]                              tile       bfloat16 (output)
+lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output; T x g rows, token-major)
 ==========  ==========================================  =========  =================================
 
 Positions always reach the kernels through the ``cur_pos`` tensor, whether the caller gave a list
@@ -25,8 +26,8 @@ the same program serves every decode step.
 Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
 
 - reader:  q, k, v (0 with MLA), cur_pos, page_table (0 without paging) addresses, n, sink address
-  (0 without a sink), then (user, kv head,
-  piece index) per piece;
+  (0 without a sink), attn_mask address (0 without a mask), then (user, kv head, piece index) per
+  piece;
 - writer:  out, lse addresses (0 without LSE), n, then (user, kv head, piece index, parent NoC x,
   parent NoC y, parent's area) per piece (zeros for a root);
 - compute: n, then (user, piece index) per piece.
@@ -73,7 +74,7 @@ __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_fla
 Positions = Union[Sequence[int], torch.Tensor]
 
 #: Runtime args of each kernel: (header, per piece). plan.RUNTIME_ARGS_* hold the largest.
-READER_ARGS = (6, 3)
+READER_ARGS = (8, 3)
 WRITER_ARGS = (3, 6)
 COMPUTE_ARGS = (1, 2)
 assert max(a for a, _ in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_HEADER
@@ -179,6 +180,32 @@ def sink_tiles(plan: DecodePlan, attention_sink: Any) -> TileTensor:
     return from_torch(tile, DataType.bfloat16)
 
 
+def mask_shape(plan: DecodePlan) -> tuple[int, int, int, int]:
+    """The attn_mask tensor of a plan with a mask: [attn_mask_batch, 1, NH, S]."""
+    return (plan.attn_mask_batch, 1, plan.num_q_heads, plan.seq_len)
+
+
+def mask_tiles(plan: DecodePlan, attn_mask: Any) -> TileTensor:
+    """The additive mask as the reader streams it: bf16 tiles [B or 1, 1, NH, S] (rows are heads).
+    Takes a torch float tensor (stored as bfloat16) or a bfloat16 TileTensor; values must be finite
+    or -inf (a NaN or +inf would turn whole rows into NaN on the chip)."""
+    shape = mask_shape(plan)
+    if isinstance(attn_mask, TileTensor):
+        mask = _expect_tile_tensor("attn_mask", attn_mask, shape, DataType.bfloat16)
+        values = to_torch(mask)
+    elif isinstance(attn_mask, torch.Tensor) and attn_mask.is_floating_point():
+        if tuple(attn_mask.shape) != shape:
+            raise FactoryError(f"attn_mask: expected shape {list(shape)} (from the plan), got {list(attn_mask.shape)}")
+        values = attn_mask.detach().cpu().to(torch.bfloat16).to(torch.float32)
+        mask = from_torch(values, DataType.bfloat16)
+    else:
+        got = f"{attn_mask.dtype} tensor" if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
+        raise FactoryError(f"attn_mask: expected a float tensor or bfloat16 TileTensor {list(shape)}, got {got}")
+    if bool(torch.isnan(values).any()) or bool(torch.isposinf(values).any()):
+        raise FactoryError("attn_mask: expected finite values or -inf, got NaN or +inf entries")
+    return mask
+
+
 def _kv_shapes(plan: DecodePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """K and V shapes: [B or 1, NKV, S, D/Dv], or [num_blocks, NKV, block_size, D/Dv] when paged."""
     if plan.paged:
@@ -216,9 +243,12 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         int(plan.paged),              # 13 paged
         (plan.block_size or 0) // TILE,  # 14 block_tiles (0 without paging)
         plan.max_blocks,              # 15 max_blocks (0 without paging)
-        plan.sliding_window_size,     # 16 sliding window in keys (0 = none)
+        plan.sliding_window_size,     # 16 each token's sliding window in keys (0 = none)
         int(plan.attention_sink),     # 17 attention sink
         int(plan.mla),                # 18 mla: V tiles are the first dv_tiles K tiles of a row (no V reads)
+        int(plan.has_attn_mask),      # 19 attn_mask streamed with K
+        int(plan.attn_mask_batch == 1),  # 20 the mask has batch 1 (every user reads it)
+        plan.num_tokens,              # 21 new tokens per user (multi-token decode)
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -229,7 +259,9 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.pieces_per_work,         # 5 pieces_per_work
         plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
         int(plan.return_lse),         # 7 return_lse
-        plan.sliding_window_size,     # 8 sliding window in keys (0 = none)
+        plan.sliding_window_size,     # 8 each token's sliding window in keys (0 = none)
+        plan.num_tokens,              # 9 new tokens per user (multi-token decode)
+        plan.batch,                   # 10 batch (the output's [T, B, NH, Dv] pages)
     ]
     compute_args = [
         plan.q_tiles,                 # 0 q_tiles
@@ -241,10 +273,13 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         compute.dst_tiles,            # 6 dst_tiles
         _float_bits(scale),           # 7 scale_bits
         int(plan.return_lse),         # 8 return_lse
-        plan.sliding_window_size,     # 9 sliding window in keys (0 = none)
+        plan.sliding_window_size,     # 9 each token's sliding window in keys (0 = none)
         int(plan.attention_sink),     # 10 attention sink
         int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
         int(plan.mla),                # 12 mla: P . V reads its V tiles out of the K slot
+        int(plan.has_attn_mask),      # 13 attn_mask tiles added to the scores
+        int(plan.guard_empty_rows),   # 14 floor the row max and sum (rows that may see no key)
+        plan.num_tokens,              # 15 new tokens per user (multi-token decode)
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -255,7 +290,8 @@ def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
     reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), 0 if plan.mla else BufferAddress("v"),
                          BufferAddress("cur_pos"),
                          BufferAddress("page_table") if plan.paged else 0, n,
-                         BufferAddress("sink") if plan.attention_sink else 0]
+                         BufferAddress("sink") if plan.attention_sink else 0,
+                         BufferAddress("attn_mask") if plan.has_attn_mask else 0]
     writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0, n]
     compute: list[Arg] = [n]
     area = 0
@@ -288,6 +324,7 @@ def build_program(
     exp_approx: bool = False,
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
+    attn_mask: Any = None,
 ) -> Program:
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
 
@@ -300,7 +337,7 @@ def build_program(
     """
     b, nh = plan.batch, plan.num_q_heads
     k_shape, v_shape = _kv_shapes(plan)
-    q = _expect_tile_tensor("q", q, (1, b, nh, plan.head_dim), DataType.bfloat16)
+    q = _expect_tile_tensor("q", q, (plan.num_tokens, b, nh, plan.head_dim), DataType.bfloat16)
     k = _expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
     images = {"q": q.data, "k": k.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
     if plan.mla:
@@ -315,6 +352,10 @@ def build_program(
         images["sink"] = sink_tiles(plan, attention_sink).data
     elif attention_sink is not None:
         raise FactoryError("attention_sink: expected None (the plan has no sink), got a tensor")
+    if plan.has_attn_mask:
+        images["attn_mask"] = mask_tiles(plan, attn_mask).data
+    elif attn_mask is not None:
+        raise FactoryError("attn_mask: expected None (the plan has no mask), got a tensor")
     return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images)
 
 
@@ -376,7 +417,7 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
 
     b, nkv = plan.batch, plan.num_kv_heads
-    q_shape = (1, b, plan.num_q_heads, plan.head_dim)
+    q_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim)
     k_shape, v_shape = _kv_shapes(plan)
     image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
@@ -394,11 +435,15 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         sink_shape = (plan.num_q_heads, TILE)
         tensors.append(DramTensor("sink", bf16, formats.tile_size(bf16), formats.num_tiles(sink_shape), sink_shape,
                                   "tile", image("sink")))
+    if plan.has_attn_mask:
+        shape = mask_shape(plan)
+        tensors.append(DramTensor("attn_mask", bf16, formats.tile_size(bf16), formats.num_tiles(shape), shape,
+                                  "tile", image("attn_mask")))
     if plan.paged:
         # int32 block ids, one row-major page per user (ttnn's layout of a [B, max_blocks] int32 tensor)
         tensors.append(DramTensor("page_table", DataType.float32, 4 * plan.max_blocks, b, (b, plan.max_blocks),
                                   "row_major", image("page_table"), element_type="int32"))
-    out_shape = (1, b, plan.num_q_heads, plan.head_dim_v)
+    out_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim_v)
     tensors.append(DramTensor("out", bf16, formats.tile_size(bf16), formats.num_tiles(out_shape), out_shape,
                               "tile", None, is_output=True))
     if plan.return_lse:
@@ -412,14 +457,17 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
 
 
 def decode_lse_rows(plan: DecodePlan, rows: torch.Tensor) -> torch.Tensor:
-    """LSE [1, B, NH] float32 from the kernel's rows [B * NKV, q_tiles * 32] (one per KV group)."""
-    rows = rows.reshape(plan.batch, plan.num_kv_heads, plan.q_tiles * TILE)
-    return rows[:, :, : plan.group_size].to(torch.float32).reshape(1, plan.batch, plan.num_q_heads).clone()
+    """LSE [T, B, NH] float32 from the kernel's rows [B * NKV, q_tiles * 32] (one per KV group; its
+    q rows are the T tokens' g heads, token-major)."""
+    t, g = plan.num_tokens, plan.group_size
+    rows = rows.reshape(plan.batch, plan.num_kv_heads, plan.q_tiles * TILE)[:, :, : t * g]
+    rows = rows.reshape(plan.batch, plan.num_kv_heads, t, g).permute(2, 0, 1, 3)
+    return rows.to(torch.float32).reshape(t, plan.batch, plan.num_q_heads).clone()
 
 
 def decode_outputs(plan: DecodePlan, tensors: dict[str, bytes]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """(out [1, B, NH, Dv] torch.bfloat16, lse [1, B, NH] float32 or None) from the output images."""
-    shape = (1, plan.batch, plan.num_q_heads, plan.head_dim_v)
+    """(out [T, B, NH, Dv] torch.bfloat16, lse [T, B, NH] float32 or None) from the output images."""
+    shape = (plan.num_tokens, plan.batch, plan.num_q_heads, plan.head_dim_v)
     out = formats.unpack_tiles(tensors["out"], DataType.bfloat16, shape).to(torch.bfloat16)
     lse = None
     if plan.return_lse:
@@ -441,6 +489,7 @@ def run_flash_decode(
     backend: str = "host",
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
+    attn_mask: Any = None,
     schedule_seed: Optional[int] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
     """Build and run the program; returns (out, lse or None, the backend's RunResult).
@@ -448,7 +497,8 @@ def run_flash_decode(
     `schedule_seed` runs the host runtime's perturbed schedule (see `ttdecode.runtime.run_program`).
     """
     program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
-                            exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink)
+                            exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink,
+                            attn_mask=attn_mask)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program

@@ -40,6 +40,10 @@ from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 TILE = 32
 #: Largest dynamic chunk, in tiles (k_chunk_size = 0).
 DYNAMIC_CHUNK_MAX_TILES = 8
+#: Most key tiles of a piece with a per-row mask (2 causal + 2 window tiles; common.hpp piece_masks).
+MAX_MASKED_TILES = 4
+#: Most new tokens per user in one multi-token decode step.
+MAX_TOKENS = 32
 #: Deepest reduction tree the kernels support (2^6 = 64 pieces per work).
 MAX_ROUNDS = 6
 
@@ -73,6 +77,12 @@ def window_first_tile(cur_pos: int, window: int = 0) -> int:
 def window_first_key(cur_pos: int, window: int = 0) -> int:
     """Oldest attended key: 0, or max(0, cur_pos - window + 1) with a sliding window."""
     return 0 if window <= 0 else max(0, cur_pos - window + 1)
+
+
+def span_window(window: int, tokens: int) -> int:
+    """The window of the key span T tokens attend together: W + T - 1 (0 = no window). Token j of a
+    user whose last token is at cur_pos sits at cur_pos - (T - 1 - j)."""
+    return 0 if window <= 0 else window + tokens - 1
 
 
 def valid_tiles(cur_pos: int, window: int = 0) -> int:
@@ -234,6 +244,27 @@ class DecodePlan:
     # MLA: no V tensor; V is the first head_dim_v columns of K (V tile (j, v) is K tile (j, v)), so
     # the reader reads K only and P . V takes its V tiles out of the K slot
     mla: bool = False
+    # non-causal decode: every user attends all S keys (the kernels see cur_pos = S - 1)
+    is_causal: bool = True
+    # multi-token decode: T new tokens per user, the last at cur_pos (token j at cur_pos - (T - 1 - j))
+    num_tokens: int = 1
+    # an additive attn_mask [attn_mask_batch, 1, NH, S] (bf16 tiles) streamed with K; 0 = none, else 1 or B
+    attn_mask_batch: int = 0
+
+    @property
+    def has_attn_mask(self) -> bool:
+        return self.attn_mask_batch > 0
+
+    @property
+    def guard_empty_rows(self) -> bool:
+        """A q row may see no key in a piece (a fully masked head), so the compute kernel floors the
+        running max and the row sum (compute.cpp floor_tile)."""
+        return self.has_attn_mask or self.num_tokens > 1
+
+    @property
+    def key_window(self) -> int:
+        """The window of the key span the T tokens attend together (0 = none): the chunk arithmetic's."""
+        return span_window(self.sliding_window_size, self.num_tokens)
 
     @property
     def paged(self) -> bool:
@@ -251,8 +282,8 @@ class DecodePlan:
 
     @property
     def q_tiles(self) -> int:
-        """Tile rows holding one KV group's q heads (heads padded to 32 rows)."""
-        return -(-self.group_size // TILE)
+        """Tile rows holding one KV group's q rows: T tokens x g heads, token-major, padded to 32 rows."""
+        return -(-(self.num_tokens * self.group_size) // TILE)
 
     @property
     def d_tiles(self) -> int:
@@ -280,8 +311,7 @@ class DecodePlan:
         if self.cur_pos is None:
             raise PlanError("positions are read on the device (cur_pos_tensor); the plan does not know them")
         return [
-            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i,
-                        self.sliding_window_size)
+            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i, self.key_window)
             for i in range(self.pieces_per_work)
         ]
 
@@ -309,7 +339,7 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
-    tree: bool = True,
+    tree: bool = True, attn_mask: bool = False,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -319,6 +349,7 @@ def flash_decode_cbs(
     `tree` False (one piece per work: no piece sends or receives a partial) drops partial_out and
     keeps one page of partial_in, whose address the writer takes at start; at D = 576 with 128 q
     heads per KV head the two partial buffers alone take 576 KiB.
+    `attn_mask` two slots of a chunk's mask tiles ([q tile row][key tile], bf16).
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -337,9 +368,9 @@ def flash_decode_cbs(
         (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # two whole-chunk slots
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
-        # a piece's two mask tiles: its first tile (-inf before a sliding window's start; with the
-        # causal mask too when the piece holds one tile) and its last tile (-inf beyond cur_pos)
-        (5, "mask", bf16, 2048, 2),
+        # a piece's masks, one per (masked key tile, q tile row): -inf where the row's token does
+        # not attend the key (past its position, before its window); at most 4 tiles (common.hpp)
+        (5, "mask", bf16, 2048, MAX_MASKED_TILES * q_tiles),
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
         (9, "probs", f32, 4096, max_chunk_tiles),
@@ -365,6 +396,9 @@ def flash_decode_cbs(
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
     if attention_sink:
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
+    if attn_mask:
+        # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
+        specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in sorted(specs))
 
 
@@ -392,6 +426,9 @@ def make_plan(
     sliding_window_size: int | None = None,
     attention_sink: bool = False,
     mla: bool = False,
+    is_causal: bool = True,
+    attn_mask_batch: int = 0,
+    num_tokens: int = 1,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -401,6 +438,11 @@ def make_plan(
     or 0 = none) limits each user to its last W keys; `attention_sink` adds the sink q rows.
     `mla`: there is no V tensor, V = K[..., :head_dim_v] (head_dim_v <= head_dim); K is read once
     and serves both Q . K^T and P . V. With a separate V, head_dim_v may differ from head_dim.
+    `is_causal=False` attends all S keys of every user (no positions; the plan's cur_pos is S - 1
+    for every user, which is what the kernels read); `attn_mask_batch` (1 or B; 0 = none, non-causal
+    only) streams an additive mask [attn_mask_batch, 1, NH, S] with the K chunks. `num_tokens` T
+    (1..32) new tokens per user share every K/V read: cur_pos[b] is the last one's position (at
+    least T - 1, or -1), token j attends keys up to cur_pos[b] - (T - 1 - j) (each its own window).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -450,6 +492,24 @@ def make_plan(
         raise PlanError(
             f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
         )
+    if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 1 <= num_tokens <= MAX_TOKENS:
+        raise PlanError(f"num_tokens: expected 1..{MAX_TOKENS} new tokens per user, got {num_tokens!r}")
+    if not isinstance(is_causal, bool):
+        raise PlanError(f"is_causal: expected a bool, got {is_causal!r}")
+    if not isinstance(attn_mask_batch, int) or isinstance(attn_mask_batch, bool) or attn_mask_batch not in (0, 1, batch):
+        raise PlanError(f"attn_mask_batch: expected 0 (no mask), 1 or B={batch}, got {attn_mask_batch!r}")
+    if attn_mask_batch and is_causal:
+        raise PlanError("attn_mask_batch: expected 0 in causal mode (a mask needs is_causal=False), "
+                        f"got {attn_mask_batch}")
+    if not is_causal:
+        if cur_pos is not None and any(int(p) != seq_len - 1 for p in cur_pos):
+            raise PlanError(f"cur_pos: expected None in non-causal mode (every user attends all S={seq_len} keys), "
+                            f"got {list(cur_pos)}")
+        if window:
+            raise PlanError(f"sliding_window_size: expected None in non-causal mode, got {window}")
+        if num_tokens != 1:
+            raise PlanError(f"num_tokens: expected 1 in non-causal mode (multi-token decode is causal), got {num_tokens}")
+        cur_pos = [seq_len - 1] * batch
     if cur_pos is not None:
         cur_pos = tuple(int(p) for p in cur_pos)
         if len(cur_pos) != batch:
@@ -457,6 +517,9 @@ def make_plan(
         for b, pos in enumerate(cur_pos):
             if not -1 <= pos < seq_len:
                 raise PlanError(f"cur_pos[{b}]: expected -1..{seq_len - 1} (seq_len={seq_len}), got {pos}")
+            if 0 <= pos < num_tokens - 1:
+                raise PlanError(f"cur_pos[{b}]: expected -1 or at least num_tokens - 1 = {num_tokens - 1} (the "
+                                f"position of the last of {num_tokens} new tokens), got {pos}")
 
     cores = grid_cores(grid, sub_core_grids)
     fixed = k_chunk_size // TILE
@@ -503,13 +566,13 @@ def make_plan(
     piece_list.sort(key=lambda p: (p.core.y, p.core.x, p.slot))
     core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
 
-    q_tiles = -(-(num_q_heads // num_kv_heads) // TILE)
+    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
     cb_args = dict(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
-        tree=pieces > 1,
+        tree=pieces > 1, attn_mask=attn_mask_batch > 0,
     )
     cbs = flash_decode_cbs(**cb_args)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
@@ -521,15 +584,16 @@ def make_plan(
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
-        attention_sink=bool(attention_sink), mla=mla,
+        attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
+        num_tokens=num_tokens,
     )
     _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
-#: factory.py: reader 6 + 3 per piece, writer 3 + 6, compute 1 + 2).
-RUNTIME_ARGS_HEADER = 6
+#: factory.py: reader 8 + 3 per piece, writer 3 + 6, compute 1 + 2).
+RUNTIME_ARGS_HEADER = 8
 RUNTIME_ARGS_PER_PIECE = 6
 
 
@@ -586,6 +650,8 @@ def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> None:
         raise PlanError(
             f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
             f"{l1_bytes // 1024} KiB (largest buffers: {detail}). {_l1_advice(plan, l1_bytes, cb_args)}"
+            + (f" Or fewer new tokens per user (num_tokens now {plan.num_tokens}: {plan.q_tiles} q tile rows "
+               f"per KV group)." if plan.num_tokens > 1 else "")
         )
     most = max((len(v) for v in plan.core_pieces.values()), default=0)
     if RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most > MAX_RUNTIME_ARGS:
@@ -602,7 +668,9 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
         f"FlashDecode plan: B={plan.batch} NH={plan.num_q_heads} NKV={plan.num_kv_heads} S={plan.seq_len} "
         f"D={plan.head_dim} Dv={plan.head_dim_v} KV={plan.kv_dtype.value} grid={plan.grid[0]}x{plan.grid[1]}"
         + (f" paged: {plan.num_blocks} blocks of {plan.block_size} keys, {plan.max_blocks} per user" if plan.paged else "")
-        + (" MLA: V = K[..., :Dv], read once with K" if plan.mla else ""),
+        + (" MLA: V = K[..., :Dv], read once with K" if plan.mla else "")
+        + (f" tokens per user: {plan.num_tokens}" if plan.num_tokens > 1 else "")
+        + ("" if plan.is_causal else " non-causal") + (f" attn_mask batch {plan.attn_mask_batch}" if plan.has_attn_mask else ""),
         f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
@@ -618,7 +686,7 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
                 break
             if plan.cur_pos is not None:
                 r = piece_range(plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
-                                plan.sliding_window_size)
+                                plan.key_window)
                 chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
                 keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((r.first_tile + r.num_tiles) * TILE, plan.cur_pos[p.user] + 1) - 1}"
             else:

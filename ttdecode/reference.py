@@ -7,13 +7,13 @@ tensors and computes in ``dtype`` (float64 by default).
 Shapes (``B`` users, ``NH`` query heads, ``NKV`` KV heads, ``S`` cache positions,
 ``D`` head dim of Q/K, ``Dv`` head dim of V):
 
-* ``q``: ``[1, B, NH, D]``
+* ``q``: ``[T, B, NH, D]`` (``T`` new tokens per user; 1 for plain decode)
 * ``k``: ``[B, NKV, S, D]``; with ``share_cache``: ``[1, NKV, S, D]`` (every user
   reads KV batch 0); paged: ``[num_blocks, NKV, block_size, D]`` with
   ``page_table`` ``[B, max_blocks]`` (integer), ``S = max_blocks * block_size``.
 * ``v``: like ``k`` with last dim ``Dv``, or ``None`` for MLA (then
   ``V = k[..., :head_dim_v]``).
-* output: ``[1, B, NH, Dv]``; LSE: ``[1, B, NH]``.
+* output: ``[T, B, NH, Dv]``; LSE: ``[T, B, NH]``.
 
 Semantics:
 
@@ -23,6 +23,10 @@ Semantics:
   ``cur_pos[b]`` included). ``cur_pos[b] == -1`` skips the user: its output is all
   zeros and its LSE is ``-inf``. Cache contents outside the attended window are never
   used (they may hold anything, NaN included).
+* Multi-token (``T > 1``, speculative decoding): ``cur_pos[b]`` is the position of user b's last
+  new token (at least ``T - 1``, or ``-1``); token ``j`` sits at ``cur_pos[b] - (T - 1 - j)`` and
+  attends exactly as a one-token decode at that position (causal among the new tokens; with a
+  sliding window, its own window). Non-causal: every token attends all positions.
 * Non-causal: every position ``0..S-1`` is attended, with an optional additive mask
   ``attn_mask`` ``[B or 1, 1, NH, S]`` (``-inf`` entries exclude a position).
 * Logits are ``scale * q.k`` (``scale`` defaults to ``1/sqrt(D)``) plus the mask.
@@ -259,10 +263,10 @@ def sdpa_decode_reference(
     return_lse: bool = False,
     dtype: torch.dtype = torch.float64,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """Decode attention of one query token per user over a KV cache (see the module doc).
+    """Decode attention of T query tokens per user over a KV cache (see the module doc).
 
     Args:
-        q: ``[1, B, NH, D]`` queries.
+        q: ``[T, B, NH, D]`` queries (T = 1: one token per user).
         k: ``[B, NKV, S, D]`` keys (``[1, NKV, S, D]`` with ``share_cache``;
             ``[num_blocks, NKV, block_size, D]`` with ``page_table``).
         v: values shaped like ``k`` with last dim ``Dv``, or None (MLA, needs ``head_dim_v``).
@@ -280,7 +284,7 @@ def sdpa_decode_reference(
         dtype: torch.float64 (default) or torch.float32, the computation dtype.
 
     Returns:
-        Output ``[1, B, NH, Dv]`` in ``dtype``; with ``return_lse`` the pair (output, LSE).
+        Output ``[T, B, NH, Dv]`` in ``dtype``; with ``return_lse`` the pair (output, LSE ``[T, B, NH]``).
 
     Raises:
         TypeError / ValueError naming the argument, what was expected and what came.
@@ -291,9 +295,14 @@ def sdpa_decode_reference(
     if dtype not in (torch.float64, torch.float32):
         raise _fail("dtype", "torch.float64 or torch.float32", dtype, TypeError)
     _check_float_tensor("q", q, 4)
-    if q.shape[0] != 1 or q.shape[1] < 1 or q.shape[2] < 1 or q.shape[3] < 1:
-        raise _fail("q", "shape [1, B>=1, NH>=1, D>=1]", f"shape {_shape(q)}")
-    _, batch, num_heads, head_dim = q.shape
+    if q.shape[0] < 1 or q.shape[1] < 1 or q.shape[2] < 1 or q.shape[3] < 1:
+        raise _fail("q", "shape [T>=1, B>=1, NH>=1, D>=1]", f"shape {_shape(q)}")
+    tokens, batch, num_heads, head_dim = q.shape
+    if tokens > 1:
+        return _multi_token(q, k, v, is_causal=is_causal, attn_mask=attn_mask, cur_pos=cur_pos,
+                            attention_sink=attention_sink, scale=scale, sliding_window_size=sliding_window_size,
+                            share_cache=share_cache, page_table=page_table, head_dim_v=head_dim_v,
+                            return_lse=return_lse, dtype=dtype)
     cache = _resolve_kv((batch, num_heads, head_dim), k, v, share_cache, page_table, head_dim_v)
     nkv, seq_len = k.shape[1], cache.seq_len
     group = num_heads // nkv
@@ -374,6 +383,32 @@ def sdpa_decode_reference(
     if return_lse:
         return out, lse.unsqueeze(0)
     return out
+
+
+def _multi_token(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], *, is_causal: bool,
+                 cur_pos: Optional[Positions], return_lse: bool, **options) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """T > 1 tokens: token j is a one-token decode at cur_pos - (T - 1 - j) (causal), or over all
+    positions (non-causal); outputs stacked along dim 0."""
+    tokens, batch = q.shape[0], q.shape[1]
+    token_positions: list[Optional[list[int]]] = [None] * tokens
+    if is_causal and cur_pos is not None:
+        seq_len = (page_table.shape[1] * k.shape[2]) if isinstance(page_table := options.get("page_table"),
+                                                                     torch.Tensor) else k.shape[2]
+        pos = _positions(cur_pos, batch, seq_len)
+        short = (pos >= 0) & (pos < tokens - 1)
+        if bool(short.any()):
+            i = int(short.nonzero()[0, 0])
+            raise _fail(f"cur_pos[{i}]", f"-1 or a position >= T - 1 = {tokens - 1} (the last of T={tokens} new "
+                        "tokens)", int(pos[i]))
+        token_positions = [[int(p) - (tokens - 1 - j) if p >= 0 else -1 for p in pos] for j in range(tokens)]
+    outs, lses = [], []
+    for j in range(tokens):
+        out, lse = sdpa_decode_reference(q[j:j + 1], k, v, is_causal=is_causal, cur_pos=token_positions[j],
+                                         return_lse=True, **options)
+        outs.append(out)
+        lses.append(lse)
+    out, lse = torch.cat(outs), torch.cat(lses)
+    return (out, lse) if return_lse else out
 
 
 def merge_partials(

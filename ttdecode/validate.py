@@ -12,7 +12,8 @@ whose values are read (device-resident ttnn tensors are copied back for that) an
 
 Shapes (``B`` users, ``NH`` q heads, ``NKV`` KV heads, ``S`` cache positions, ``D`` head dim):
 
-* ``q`` ``[1, B, NH, D]``; ``k`` ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``);
+* ``q`` ``[T, B, NH, D]`` (``1 <= T <= 32`` new tokens per user; ``cur_pos[b]`` is the position of
+  user b's last one, ``-1`` or at least ``T - 1``; ``T > 1`` is causal only); ``k`` ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``);
   ``v`` ``[B, NKV, S, Dv]`` like ``k`` or None (MLA: ``V = k[..., :head_dim_v]``, ``head_dim_v < D``).
 * paged: ``k``/``v`` ``[num_blocks, NKV, block_size, D/Dv]``, ``page_table`` ``[B, max_blocks]``
   int32 with ids in ``0..num_blocks-1``; ``S = max_blocks * block_size``.
@@ -176,15 +177,21 @@ def check_rank(meta: TensorMeta, ndim: int, layout: str) -> None:
         raise fail(meta.arg, f"a {ndim}-D tensor {layout}", f"shape {list(meta.shape)}")
 
 
-def check_q(q: TensorMeta) -> tuple[int, int, int]:
-    """Q is ``[1, B, NH, D]`` with B, NH >= 1 and D a positive multiple of 32; returns (B, NH, D)."""
-    check_rank(q, 4, "[1, B, NH, D]")
-    one, b, nh, d = q.shape
-    if one != 1 or b < 1 or nh < 1:
-        raise fail("q", "shape [1, B>=1, NH>=1, D]", f"shape {list(q.shape)}")
+#: Most new tokens per user in one decode call (multi-token decode, Q [T, B, NH, D]).
+MAX_TOKENS = 32
+
+
+def check_q(q: TensorMeta) -> tuple[int, int, int, int]:
+    """Q is ``[T, B, NH, D]`` with 1 <= T <= 32 new tokens per user, B, NH >= 1 and D a positive
+    multiple of 32; returns (T, B, NH, D)."""
+    check_rank(q, 4, "[T, B, NH, D]")
+    t, b, nh, d = q.shape
+    if not 1 <= t <= MAX_TOKENS or b < 1 or nh < 1:
+        raise fail("q", f"shape [T, B>=1, NH>=1, D] with 1 <= T <= {MAX_TOKENS} new tokens per user",
+                   f"shape {list(q.shape)}")
     if d < TILE or d % TILE:
         raise fail("q", "a head dim D (last dim) that is a positive multiple of 32", f"shape {list(q.shape)}")
-    return b, nh, d
+    return t, b, nh, d
 
 
 def check_float_format(meta: TensorMeta, allowed: Sequence[str]) -> None:
@@ -300,15 +307,20 @@ def check_page_table(page_table: object, batch: int, num_blocks: int) -> tuple[T
 # ---- positions ------------------------------------------------------------------------------
 
 
-def _check_position_values(arg: str, pos: torch.Tensor, seq_len: int) -> tuple[int, ...]:
+def _check_position_values(arg: str, pos: torch.Tensor, seq_len: int, tokens: int = 1) -> tuple[int, ...]:
     bad = (pos < -1) | (pos > seq_len - 1)
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         raise fail(f"{arg}[{i}]", f"a position in -1..{seq_len - 1} (S={seq_len}; -1 skips the user)", int(pos[i]))
+    short = (pos >= 0) & (pos < tokens - 1)
+    if bool(short.any()):
+        i = int(short.nonzero()[0, 0])
+        raise fail(f"{arg}[{i}]", f"-1 or the position of the last of T={tokens} new tokens (>= {tokens - 1})",
+                   int(pos[i]))
     return tuple(int(p) for p in pos)
 
 
-def check_cur_pos(cur_pos: object, batch: int, seq_len: int) -> tuple[int, ...]:
+def check_cur_pos(cur_pos: object, batch: int, seq_len: int, tokens: int = 1) -> tuple[int, ...]:
     """``cur_pos``: a sequence of B ints (or a 1-D integer torch tensor) in ``-1..S-1``."""
     if isinstance(cur_pos, torch.Tensor):
         if cur_pos.is_floating_point() or cur_pos.is_complex() or cur_pos.dtype == torch.bool:
@@ -322,10 +334,11 @@ def check_cur_pos(cur_pos: object, batch: int, seq_len: int) -> tuple[int, ...]:
         pos = torch.tensor([check_int(f"cur_pos[{i}]", p) for i, p in enumerate(cur_pos)], dtype=torch.int64)
     if pos.numel() != batch:
         raise fail("cur_pos", f"one position per user (length B={batch})", f"length {pos.numel()}")
-    return _check_position_values("cur_pos", pos, seq_len)
+    return _check_position_values("cur_pos", pos, seq_len, tokens)
 
 
-def check_cur_pos_tensor(cur_pos_tensor: object, batch: int, seq_len: int) -> tuple[TensorMeta, tuple[int, ...]]:
+def check_cur_pos_tensor(cur_pos_tensor: object, batch: int, seq_len: int,
+                         tokens: int = 1) -> tuple[TensorMeta, tuple[int, ...]]:
     """``cur_pos_tensor``: an int32 torch or ttnn tensor ``[B]`` with values in ``-1..S-1``."""
     meta = describe("cur_pos_tensor", cur_pos_tensor)
     if meta.kind == "tile" or meta.dtype != "int32":
@@ -333,7 +346,7 @@ def check_cur_pos_tensor(cur_pos_tensor: object, batch: int, seq_len: int) -> tu
                    f"{meta.kind} tensor of dtype {meta.dtype}", TypeError)
     if meta.shape != (batch,):
         raise fail("cur_pos_tensor", f"shape [B={batch}]", f"shape {list(meta.shape)}")
-    return meta, _check_position_values("cur_pos_tensor", int_values(meta), seq_len)
+    return meta, _check_position_values("cur_pos_tensor", int_values(meta), seq_len, tokens)
 
 
 def check_positions_mode(is_causal: bool, cur_pos: object, cur_pos_tensor: object) -> None:
@@ -413,6 +426,7 @@ class DecodeInputs:
     q: TensorMeta
     k: TensorMeta
     v: Optional[TensorMeta]
+    num_tokens: int  # T new tokens per user (Q [T, B, NH, D])
     batch: int
     num_heads: int
     num_kv_heads: int
@@ -475,7 +489,10 @@ def validate_decode(
         cur_pos = None
 
     qm = describe("q", q)
-    batch, num_heads, head_dim = check_q(qm)
+    num_tokens, batch, num_heads, head_dim = check_q(qm)
+    if num_tokens > 1 and not causal:
+        raise fail("q", "one token per user [1, B, NH, D] in non-causal mode (multi-token decode is causal)",
+                   f"shape {list(qm.shape)}")
     check_q_format(qm)
     km = describe("k", k)
     check_rank(km, 4, "[num_blocks, NKV, block_size, D]" if paged else "[B, NKV, S, D]")
@@ -499,9 +516,9 @@ def validate_decode(
     check_positions_mode(causal, cur_pos, cur_pos_tensor)
     pos_list, pos_meta, positions = None, None, None
     if cur_pos is not None:
-        pos_list = positions = check_cur_pos(cur_pos, batch, seq_len)
+        pos_list = positions = check_cur_pos(cur_pos, batch, seq_len, num_tokens)
     if cur_pos_tensor is not None:
-        pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len)
+        pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len, num_tokens)
 
     mask = check_attn_mask(attn_mask, causal, batch, num_heads, seq_len)
     sink = check_attention_sink(attention_sink, num_heads)
@@ -510,7 +527,7 @@ def validate_decode(
     check_k_chunk_size(pconf, seq_len)
 
     return DecodeInputs(
-        q=qm, k=km, v=vm, batch=batch, num_heads=num_heads, num_kv_heads=nkv, seq_len=seq_len,
+        q=qm, k=km, v=vm, num_tokens=num_tokens, batch=batch, num_heads=num_heads, num_kv_heads=nkv, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=dv, kv_dtype=kv_dtype, paged=paged, page_table=table_meta,
         page_table_values=table, block_size=block_size, is_causal=causal, cur_pos=pos_list,
         cur_pos_tensor=pos_meta, positions=positions, attn_mask=mask, attention_sink=sink,

@@ -246,19 +246,23 @@ class PagedKVCache:
     def write_rows(self, rows: torch.Tensor, blocks: Sequence[int], offsets: Sequence[int]) -> None:
         """Write ``rows[i]`` (``[NKV, D]``, float) at row ``offsets[i]`` of block ``blocks[i]``.
 
-        Each touched tile row ``[32, D]`` is unpacked, the row replaced, the tiles packed again (the
-        chip's read-modify-write of a cache update)."""
+        Each touched tile row ``[32, D]`` is unpacked once, its rows replaced (several rows of one
+        tile row, as a multi-token step writes, all land), the tiles packed again (the chip's
+        read-modify-write of a cache update)."""
         n = len(blocks)
         if n == 0:
             return
         nkv, d = self.shape[1], self.shape[3]
         offs = [self._strip_offset(blk, h, r) for blk, r in zip(blocks, offsets) for h in range(nkv)]
-        raw = b"".join(bytes(self.image[o:o + self._strip]) for o in offs)
-        strips = formats.unpack_tiles(raw, self.dtype, (n * nkv, 32, d)).to(torch.float32)
+        unique = list(dict.fromkeys(offs))  # each touched strip once, in first-touch order
+        where = {o: i for i, o in enumerate(unique)}
+        raw = b"".join(bytes(self.image[o:o + self._strip]) for o in unique)
+        strips = formats.unpack_tiles(raw, self.dtype, (len(unique), 32, d)).to(torch.float32)
         idx = torch.tensor([r % 32 for r in offsets for _ in range(nkv)])
-        strips[torch.arange(n * nkv), idx] = rows.reshape(n * nkv, d).to(torch.float32)
+        strip = torch.tensor([where[o] for o in offs])
+        strips[strip, idx] = rows.reshape(n * nkv, d).to(torch.float32)
         packed = formats.pack_tiles(strips, self.dtype)
-        for i, o in enumerate(offs):
+        for i, o in enumerate(unique):
             self.image[o:o + self._strip] = packed[i * self._strip:(i + 1) * self._strip]
 
     def tile_tensor(self) -> TileTensor:

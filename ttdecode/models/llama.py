@@ -4,7 +4,11 @@
 ``LlamaForCausalLM`` and builds the decode model; ``step(tokens [B], positions [B]) -> logits
 [B, vocab]`` runs one decode step for every user slot (position -1: an idle slot, untouched);
 ``generate(input_ids [B', P], max_new_tokens)`` is greedy decoding that feeds the prompt through
-decode steps. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's position -> cache
+decode steps. ``step(tokens [B, T], positions [B]) -> logits [B, T, vocab]`` runs T <= 32 new tokens
+per user at positions ``positions[b] .. positions[b] + T - 1`` in one multi-token decode step (the
+verification of T speculative draft tokens: token t's logits predict token t + 1; one read of the
+cache serves all T, causal among them); a rejected draft is dropped by rewinding: the next step
+starts at the first position to redo. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's position -> cache
 update (one row per user into its block, see ``kv_cache``) -> FlashDecode through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
 residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
@@ -52,6 +56,9 @@ from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelA
 __all__ = ["LlamaDecoder", "LlamaSpec", "BACKENDS"]
 
 log = logging.getLogger("ttdecode")
+
+#: Most new tokens per user in one step (the op's multi-token decode).
+MAX_TOKENS = 32
 
 #: Decoder backends (the op's, see ``ttdecode.api``).
 BACKENDS = ("auto", "host", "reference", "device")
@@ -155,6 +162,10 @@ class StepInputs:
     local_positions: tuple[tuple[int, ...], ...]
     page_tables: tuple[torch.Tensor, ...]
     writes: tuple[tuple[tuple[int, int, int], ...], ...]
+    # T new tokens per user (multi-token decode): hidden is [B * T, hidden] user-major, positions[b]
+    # is user b's first token's, local_positions its last token's, and a write's first entry is
+    # the token row b * T + t instead of the user
+    num_tokens: int = 1
 
 
 class LlamaShard:
@@ -211,20 +222,20 @@ class LlamaShard:
         return torch.cat(parts, dim=-1)
 
     def _attention(self, q: torch.Tensor, kc: PagedKVCache, vc: PagedKVCache, s: StepInputs) -> torch.Tensor:
-        """The op over this device's cache; with context parallelism over its blocks, then the LSE merge
-        over the CP group. Returns ``[1, B, nq, D]``."""
+        """The op over this device's cache (``q [T, B, nq, D]``, every user's T tokens); with context
+        parallelism over its blocks, then the LSE merge over the CP group. Returns ``[T, B, nq, D]``."""
         import ttdecode
 
         table, local = s.page_tables[self.cp_rank], list(s.local_positions[self.cp_rank])
         if self.cp == 1:
             return ttdecode.paged_scaled_dot_product_attention_decode(
-                q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), table,
+                q, kc.tile_tensor(), vc.tile_tensor(), table,
                 cur_pos=local, program_config=self.program_config, backend=self.backend,
             )
         from ttdecode.distributed.context import combine_over_group
 
         out, lse = ttdecode.paged_scaled_dot_product_attention_decode(
-            q.unsqueeze(0), kc.tile_tensor(), vc.tile_tensor(), table,
+            q, kc.tile_tensor(), vc.tile_tensor(), table,
             cur_pos=local, program_config=self.program_config, backend=self.backend, return_lse=True,
         )
         merged, _ = combine_over_group(out.to(torch.float32), lse.to(torch.float32), "all_gather", group=self.cp_group)
@@ -240,15 +251,18 @@ class LlamaShard:
         return y if bias is None else y + bias
 
     def step(self, s: StepInputs) -> torch.Tensor:
-        """Logits ``[B, vocab]`` float32 (every device returns them; rows of idle users are zero)."""
-        spec, d = self.spec, self.spec.head_dim
-        bsz = len(s.positions)
-        pos = torch.tensor(s.positions, dtype=torch.int64)
-        active = pos >= 0
+        """Logits ``[B * T, vocab]`` float32, user-major (every device returns them; rows of idle users
+        are zero)."""
+        spec, d, t = self.spec, self.spec.head_dim, s.num_tokens
+        users = len(s.positions)
+        bsz = users * t  # token rows, user-major
+        first = torch.tensor(s.positions, dtype=torch.int64)
+        pos = (first.clamp(min=0)[:, None] + torch.arange(t)[None, :]).reshape(bsz)  # each token's position
+        active = (first >= 0).repeat_interleave(t)
         x = s.hidden
-        cos, sin = rope.cos_sin(self.freq, pos.clamp(min=0))
+        cos, sin = rope.cos_sin(self.freq, pos)
         writes = s.writes[self.cp_rank]  # with context parallelism: only the rows whose block this rank holds
-        users = [b for b, _, _ in writes]
+        written = [b for b, _, _ in writes]  # token rows (b * T + t)
         blocks = [blk for _, blk, _ in writes]
         rows = [r for _, _, r in writes]
         for i, (kc, vc) in enumerate(self.caches):
@@ -256,11 +270,13 @@ class LlamaShard:
             q = rope.apply_rope(self._linear(h, "q", i).view(bsz, self.nq, d), cos, sin)
             k = rope.apply_rope(self._linear(h, "k", i).view(bsz, self.nkv, d), cos, sin)
             v = self._linear(h, "v", i).view(bsz, self.nkv, d)
-            if users:
-                kc.write_rows(k[users], blocks, rows)
-                vc.write_rows(v[users], blocks, rows)
-            attn = self._attention(q, kc, vc, s)
-            o = attn.reshape(bsz, self.nq * d).to(torch.float32) @ self.w[f"{i}.wo"].T
+            if written:
+                kc.write_rows(k[written], blocks, rows)
+                vc.write_rows(v[written], blocks, rows)
+            # [B * T, nq, D] user-major -> the op's [T, B, nq, D] and back
+            attn = self._attention(q.view(users, t, self.nq, d).transpose(0, 1).contiguous(), kc, vc, s)
+            attn = attn.transpose(0, 1).reshape(bsz, self.nq * d)
+            o = attn.to(torch.float32) @ self.w[f"{i}.wo"].T
             o = self.all_reduce(o)
             if f"{i}.bo" in self.w:
                 o = o + self.w[f"{i}.bo"]
@@ -435,55 +451,89 @@ class LlamaDecoder:
     # ---- decoding --------------------------------------------------------------------------
 
     def _check_step(self, tokens: object, positions: object) -> tuple[torch.Tensor, tuple[int, ...]]:
-        def ints(name: str, x: object) -> torch.Tensor:
+        """tokens int ``[B]`` or ``[B, T]`` (returned as ``[B, T]``), positions int ``[B]``."""
+        def ints(name: str, x: object, shape: str) -> torch.Tensor:
             if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-                raise _fail(name, f"an int64 tensor [{self.batch}]",
+                raise _fail(name, f"an int64 tensor {shape}",
                             f"{type(x).__name__}" + (f" {x.dtype}" if isinstance(x, torch.Tensor) else ""), TypeError)
-            if x.dim() != 1 or x.shape[0] != self.batch:
-                raise _fail(name, f"shape [{self.batch}] (one entry per user slot, batch={self.batch})",
-                            list(x.shape))
             return x.detach().to("cpu", torch.int64)
 
-        tok, pos = ints("tokens", tokens), ints("positions", positions)
+        tok = ints("tokens", tokens, f"[{self.batch}] or [{self.batch}, T]")
+        pos = ints("positions", positions, f"[{self.batch}]")
+        if tok.dim() not in (1, 2) or tok.shape[0] != self.batch or (tok.dim() == 2 and not 1 <= tok.shape[1] <= MAX_TOKENS):
+            raise _fail("tokens", f"shape [{self.batch}] or [{self.batch}, T] with 1 <= T <= {MAX_TOKENS} (one "
+                        f"entry per user slot, batch={self.batch})", list(tok.shape))
+        if pos.dim() != 1 or pos.shape[0] != self.batch:
+            raise _fail("positions", f"shape [{self.batch}] (one entry per user slot, batch={self.batch})",
+                        list(pos.shape))
+        tok = tok.reshape(self.batch, -1)
+        t = tok.shape[1]
+        if t > 1 and self.context_parallel > 1:
+            raise _fail("tokens", f"one token per user [{self.batch}] with context_parallel="
+                        f"{self.context_parallel} (multi-token steps are tensor parallel only)",
+                        list(tok.shape), NotImplementedError)
         for b in range(self.batch):
             p = int(pos[b])
             if p < -1:
                 raise _fail(f"positions[{b}]", "-1 (idle) or a position >= 0", p)
-            if p >= self.max_seq_len:
-                raise _fail(f"positions[{b}]", f"a position < max_seq_len={self.max_seq_len}", p)
-            if p >= 0 and not 0 <= int(tok[b]) < self.spec.vocab_size:
-                raise _fail(f"tokens[{b}]", f"a token id in 0..{self.spec.vocab_size - 1}", int(tok[b]))
+            if p + t - 1 >= self.max_seq_len:
+                what = "a position" if t == 1 else f"a first position (of {t} tokens) with position + {t - 1}"
+                raise _fail(f"positions[{b}]", f"{what} < max_seq_len={self.max_seq_len}", p)
+            if p >= 0:
+                bad = (tok[b] < 0) | (tok[b] >= self.spec.vocab_size)
+                if bool(bad.any()):
+                    j = int(bad.nonzero()[0])
+                    name = f"tokens[{b}]" if t == 1 and tokens.dim() == 1 else f"tokens[{b}, {j}]"
+                    raise _fail(name, f"a token id in 0..{self.spec.vocab_size - 1}", int(tok[b, j]))
         return tok, tuple(int(p) for p in pos)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """One decode step. ``tokens``, ``positions``: int64 ``[batch]``; position -1 = idle slot
-        (untouched, zero logits); a user at position 0 (re)starts its sequence in the slot.
+        """One decode step. ``tokens`` int64 ``[batch]`` (one token per user) or ``[batch, T]`` (T <= 32
+        new tokens per user, e.g. the last accepted token and T - 1 draft tokens to verify);
+        ``positions`` int64 ``[batch]``: the position of each user's (first) token, its T tokens at
+        ``positions[b] .. positions[b] + T - 1``; -1 = idle slot (untouched, zero logits); a user at
+        position 0 (re)starts its sequence in the slot, one below its cache length rewinds it.
 
-        Returns float32 logits ``[batch, vocab]``. Every check runs before any cache is written."""
+        Returns float32 logits ``[batch, vocab]``, or ``[batch, T, vocab]`` for 2-D tokens (row t
+        predicts the token after token t). Every check runs before any cache is written."""
         tok, pos = self._check_step(tokens, positions)
-        plan = self.allocator.plan(pos)  # raises (exhausted pool) before any cache is written
-        if all(p < 0 for p in pos):
-            return torch.zeros(self.batch, self.spec.vocab_size)
+        t = tok.shape[1]
         cp, bs = self.context_parallel, self.block_size
+        if t == 1:
+            plan = self.allocator.plan(pos)  # raises (exhausted pool) before any cache is written
+        else:
+            from ttdecode.models.kv_cache import check_positions
+
+            check_positions(pos, self.allocator.lengths)
+            plan = self.allocator.plan_blocks(
+                [None if p < 0 else (p == 0, (p + t - 1) // bs + 1) for p in pos],
+                [self.allocator.lengths[b] if p < 0 else p + t for b, p in enumerate(pos)])
+        shape = (self.batch, self.spec.vocab_size) if tokens.dim() == 1 else (self.batch, t, self.spec.vocab_size)
+        if all(p < 0 for p in pos):
+            return torch.zeros(shape)
         if cp == 1:
             tables: tuple[torch.Tensor, ...] = (self.allocator.page_table(plan),)
-            local = (pos,)
+            local = (tuple(p + t - 1 if p >= 0 else -1 for p in pos),)  # each user's last token
         else:
             tables = self.allocator.page_tables(plan)
             local = tuple(tuple(self.allocator.local_position(c, p) for p in pos) for c in range(cp))
+        # cache rows written: token row b * T + j at position p + j (with CP: on the rank owning its block)
         writes = tuple(
-            tuple((b, int(tables[c][b, local[c][b] // bs]), local[c][b] % bs)
-                  for b, p in enumerate(pos) if p >= 0 and (p // bs) % cp == c)
+            tuple((b * t + j, int(tables[c][b, (p + j if cp == 1 else local[c][b]) // bs]),
+                   (p + j if cp == 1 else local[c][b]) % bs)
+                  for b, p in enumerate(pos) if p >= 0 for j in range(t) if ((p + j) // bs) % cp == c)
             for c in range(cp)
         )
-        hidden = self._embed[torch.where(torch.tensor(pos) >= 0, tok, 0)].to(torch.float32)
-        s = StepInputs(hidden=hidden, positions=pos, local_positions=local, page_tables=tables, writes=writes)
+        ids = torch.where(torch.tensor(pos)[:, None] >= 0, tok, 0).reshape(-1)
+        hidden = self._embed[ids].to(torch.float32)
+        s = StepInputs(hidden=hidden, positions=pos, local_positions=local, page_tables=tables, writes=writes,
+                       num_tokens=t)
         if self._pool is None:
             logits = self._shard.step(s)
         else:
             logits = self._pool.run_all(_worker_step, s)[0]
         self.allocator.commit(plan)
-        return logits
+        return logits.reshape(shape)
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  return_logits: bool = False) -> Any:
