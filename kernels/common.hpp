@@ -152,6 +152,11 @@ constexpr uint32_t span_window(uint32_t window, uint32_t tokens) { return window
 // makes one mask per (masked tile, q tile row), page i * q_tiles + qi for masked tile i: -inf where
 // the row's token does not attend the key, 0 elsewhere. `window` is the per-token window.
 constexpr uint32_t MAX_MASKED_TILES = 4;
+// The most masked tiles a piece can have for this shape: the causal tiles (1, or 2 for T > 1) plus,
+// with a window, as many window tiles. The mask CB holds this many pages per q tile row.
+constexpr uint32_t masked_tiles_bound(uint32_t window, uint32_t tokens) {
+    return (tokens > 1 ? 2u : 1u) * (window != 0 ? 2u : 1u);
+}
 struct PieceMasks {
     uint32_t count;                    // masked tiles of the piece, in increasing order
     uint32_t tiles[MAX_MASKED_TILES];  // their key tile indices

@@ -607,7 +607,7 @@ void kernel_main() {
         // The piece's masks (writer.cpp): one page per (masked tile, q tile row).
         const PieceMasks masks = piece_masks(cur_pos, range, token_window, tokens);
         if (masks.any()) {
-            cb_wait_front(cb_mask, MAX_MASKED_TILES * q_tiles);  // one piece's pages fill the CB
+            cb_wait_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);  // one piece's pages fill the CB
         }
         cb_wait_front(cb_q, q_tiles * d_tiles);
         uint32_t cur = 0;  // the running set that holds the state
@@ -620,7 +620,7 @@ void kernel_main() {
             wait_running(running_sets[cur]);
         }
         if (masks.any()) {
-            cb_pop_front(cb_mask, MAX_MASKED_TILES * q_tiles);
+            cb_pop_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
         }
         cb_pop_front(cb_q, q_tiles * d_tiles);
 

@@ -145,11 +145,11 @@ void kernel_main() {
         // The piece's masks (common.hpp piece_masks): one page per (masked tile, q tile row), -inf
         // where the row's token does not attend the key (past its position, before its window).
         // Pushed first, so the compute kernel can run all its chunks while the children still work.
-        // The CB holds exactly one piece's pages (MAX_MASKED_TILES x q_tiles, the unused ones left
+        // The CB holds exactly one piece's pages (masked_tiles_bound x q_tiles, the unused ones left
         // as they are), so every piece's masks start at the CB's first page.
         const PieceMasks masks = piece_masks(cur_pos, range, token_window, tokens);
         if (masks.any()) {
-            cb_reserve_back(cb_mask, MAX_MASKED_TILES * q_tiles);
+            cb_reserve_back(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
             const uint32_t mask_l1 = get_write_ptr(cb_mask);
             for (uint32_t i = 0; i < masks.count; ++i) {
                 const uint32_t first_key = masks.tiles[i] * TILE;
@@ -163,7 +163,7 @@ void kernel_main() {
                                    });
                 }
             }
-            cb_push_back(cb_mask, MAX_MASKED_TILES * q_tiles);
+            cb_push_back(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
         }
 
         // Hand the children's areas to the compute kernel once every partial of this height level

@@ -42,6 +42,14 @@ TILE = 32
 DYNAMIC_CHUNK_MAX_TILES = 8
 #: Most key tiles of a piece with a per-row mask (2 causal + 2 window tiles; common.hpp piece_masks).
 MAX_MASKED_TILES = 4
+
+
+def masked_tiles_bound(window: int, tokens: int) -> int:
+    """The most masked key tiles one piece can have (common.hpp masked_tiles_bound): the causal
+    tiles (1, or 2 when T > 1 positions straddle a tile edge) plus as many window tiles with a
+    sliding window. The mask CB holds this many pages per q tile row."""
+    return (2 if tokens > 1 else 1) * (2 if window else 1)
+
 #: Most new tokens per user in one multi-token decode step.
 MAX_TOKENS = 32
 #: Deepest reduction tree the kernels support (2^6 = 64 pieces per work).
@@ -339,7 +347,7 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
-    tree: bool = True, attn_mask: bool = False,
+    tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -350,6 +358,8 @@ def flash_decode_cbs(
     keeps one page of partial_in, whose address the writer takes at start; at D = 576 with 128 q
     heads per KV head the two partial buffers alone take 576 KiB.
     `attn_mask` two slots of a chunk's mask tiles ([q tile row][key tile], bf16).
+    `window` (each token's sliding window in keys, 0 = none) and `tokens` (T) size the writer's
+    mask pages (masked_tiles_bound per q tile row).
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -369,8 +379,8 @@ def flash_decode_cbs(
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
         # a piece's masks, one per (masked key tile, q tile row): -inf where the row's token does
-        # not attend the key (past its position, before its window); at most 4 tiles (common.hpp)
-        (5, "mask", bf16, 2048, MAX_MASKED_TILES * q_tiles),
+        # not attend the key (past its position, before its window); common.hpp masked_tiles_bound
+        (5, "mask", bf16, 2048, masked_tiles_bound(window, tokens) * q_tiles),
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
         (9, "probs", f32, 4096, max_chunk_tiles),
@@ -572,7 +582,7 @@ def make_plan(
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
         recv_areas=max(recv_areas.values(), default=0),
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
-        tree=pieces > 1, attn_mask=attn_mask_batch > 0,
+        tree=pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
     )
     cbs = flash_decode_cbs(**cb_args)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
