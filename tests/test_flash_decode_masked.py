@@ -14,9 +14,9 @@ import torch
 import ttdecode
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.factory import FactoryError, run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.formats import DataType, tile_size
 from ttdecode.plan import PlanError, make_plan
-from ttdecode.program import ComputeSettings
+from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch
 
@@ -88,6 +88,22 @@ def test_non_causal_without_a_mask_attends_all_keys_over_every_piece() -> None:
     assert plan.pieces_per_work == 8 and not plan.guard_empty_rows
     assert all(not r.empty for r in plan.ranges(0))  # the 8 chunks of S, one per piece
     check(out, lse, ref, ref_lse, "no mask")
+
+
+@pytest.mark.parametrize("mask_batch", [1, 3])
+def test_each_mask_row_of_the_group_is_read_once_with_its_k_chunk(mask_batch) -> None:
+    # every key tile of a work is read by exactly one piece: K, V, and the group's g mask rows of it
+    b, nh, nkv, s, d = 3, 12, 2, 256, 64
+    plan, out, lse, ref, ref_lse, result = run(b=b, nh=nh, nkv=nkv, s=s, d=d, mask=random_mask(mask_batch, nh, s, 1),
+                                               max_cores=4, k_chunk=32)
+    check(out, lse, ref, ref_lse, "bytes")
+    g, tiles = nh // nkv, s // 32
+    kv_bytes = b * nkv * tiles * 2 * (d // 32) * tile_size(BFP8)
+    mask_bytes = b * nkv * tiles * g * 32 * 2
+    q_bytes = len(plan.pieces) * g * d * 2  # every piece has work: S / 32 = 8 chunks over 4 pieces
+    pos_bytes = len(plan.active_cores) * 2 * 4 * b
+    read = sum(sum(result.counters.kernel(c, KernelKind.READER).dram_read_bytes) for c in plan.active_cores)
+    assert read == kv_bytes + mask_bytes + q_bytes + pos_bytes
 
 
 @pytest.mark.parametrize("max_cores, kv", [(1, BF16), (4, BFP8), (8, BFP4)])

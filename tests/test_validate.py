@@ -51,13 +51,19 @@ def test_tensor_arguments_must_be_tensors() -> None:
 
 
 def test_q_must_be_rank_4() -> None:
-    with pytest.raises(ValueError, match=r"argument 'q': expected a 4-D tensor \[1, B, NH, D\], got shape \[2, 8, 64\]"):
+    with pytest.raises(ValueError, match=r"argument 'q': expected a 4-D tensor \[T, B, NH, D\], got shape \[2, 8, 64\]"):
         run(q=torch.randn(B, NH, D))
 
 
-def test_q_first_dim_must_be_1() -> None:
-    with pytest.raises(ValueError, match=r"argument 'q': expected shape \[1, B>=1, NH>=1, D\], got shape \[2, 2, 8, 64\]"):
-        run(q=torch.randn(2, B, NH, D))
+def test_q_first_dim_is_1_to_32_tokens_with_positions_of_the_last() -> None:
+    r = run(q=torch.randn(4, B, NH, D))  # cur_pos [S - 1, 3]: the last of 4 tokens at 3 is valid
+    assert r.num_tokens == 4
+    for t in (0, 33):
+        with pytest.raises(ValueError, match=rf"argument 'q': expected shape \[T, B>=1, NH>=1, D\] with 1 <= T <= 32 "
+                                             rf"new tokens per user, got shape \[{t}, 2, 8, 64\]"):
+            run(q=torch.randn(t, B, NH, D))
+    with pytest.raises(ValueError, match=r"argument 'cur_pos\[1\]': expected -1 or the position of the last of T=5"):
+        run(q=torch.randn(5, B, NH, D))
 
 
 def test_head_dim_must_be_whole_tiles() -> None:
