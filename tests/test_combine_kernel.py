@@ -233,3 +233,31 @@ def test_combine_dataflow_kernels_compile_against_the_real_headers() -> None:
         prog.kernels = [k for k in prog.kernels if k.kind is not KernelKind.COMPUTE]
         results = cr.compile_program_kernels(prog)
         assert [r.ok for r in results] == [True, True], "\n".join(r.summary() for r in results)
+
+
+def test_the_device_combine_program_takes_what_all_gather_returns(ttnn: Any) -> None:
+    """ttnn.all_gather(dim=0) of n per-device [1, B, NH, Dv] / [1, B, NH, 1] tensors gives [n, ...]:
+    the program's inputs have exactly those shapes, with ttnn's tile pages, and convert to descriptors."""
+    from ttdecode.distributed.device_combine import gathered_combine_program
+
+    plan, prog = gathered_combine_program(8, (1, 32, 8, 128))
+    shapes = {t.name: (t.shape, t.data_format) for t in prog.tensors}
+    assert shapes == {"outs": ((8, 32, 8, 128), DataType.bfloat16), "lses": ((8, 32, 8, 1), DataType.float32),
+                      "out": ((1, 32, 8, 128), DataType.bfloat16), "lse": ((1, 32, 8, 1), DataType.float32)}
+    for spec in prog.tensors:
+        dev._check_page_geometry(spec)  # the program's pages are ttnn's tile layout of the shape
+    assert len(dev.build_program_descriptor(prog, GridView()).kernels) == 3
+    with pytest.raises(ValueError, match=r"argument 'out': expected a per-device shape \[1, B, NH, Dv\]"):
+        gathered_combine_program(8, (32, 8, 128))
+
+
+def test_device_combine_refuses_by_name_without_a_device() -> None:
+    from ttdecode.distributed.device_combine import device_combine
+
+    with pytest.raises(ValueError, match="argument 'combine'"):
+        device_combine(None, None, mesh_device=None, combine="reduce_scatter")
+    with pytest.raises(NotImplementedError, match="all_to_all_async only re-shards dim 2 <-> dim 3"):
+        device_combine(None, None, mesh_device=None, combine="all_to_all")
+    if not dev.available():
+        with pytest.raises(RuntimeError, match="no Tenstorrent device found"):
+            device_combine(None, None, mesh_device=None)

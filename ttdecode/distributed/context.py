@@ -397,8 +397,9 @@ def context_parallel_decode(
 
         backend = _select_backend()
     if backend == "device":
-        raise NotImplementedError(f"{_NAME}: backend 'device': the device path of context parallelism (ttnn "
-                                  f"collectives over a mesh) is not built; use backend='host' or 'reference'")
+        raise NotImplementedError(f"{_NAME}: backend 'device': running the op on every device of a mesh with its "
+                                  f"cache shard is not built (the combine step is: "
+                                  f"ttdecode.distributed.device_combine); use backend='host' or 'reference'")
     for bad in ("is_causal", "attn_mask", "memory_config", "return_lse_partials"):
         if bad in op_options and not (bad == "is_causal" and op_options[bad] is True):
             raise _fail(bad, "not given (context parallelism implements causal decode on host tensors)",
