@@ -29,12 +29,10 @@ addresses, first tile row, tile rows), compute (tile rows).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-import numpy as np
 import torch
 
 from ttdecode import formats
@@ -52,7 +50,7 @@ from ttdecode.program import (
     Program,
     unpack_to_dest_modes,
 )
-from ttdecode.tensor import TileTensor, from_torch
+from ttdecode.tensor import from_torch
 
 __all__ = ["CombineError", "CombinePlan", "CombineOps", "make_combine_plan", "build_combine_program",
            "build_combine_program_for_device", "run_combine", "combine_kernel_sources", "combine_op_counts",
