@@ -23,17 +23,21 @@ keeps every user's output independent of the others (batch invariance). The atte
 exactly once: on the device that owns the user's position ``p`` (it always holds a key of the
 window).
 
-Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``, merged in float32):
+Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``):
 
 * ``"all_gather"``: every device gathers all n partials and merges all rows (n x the partial
   traffic per device);
 * ``"all_to_all"``: the ``B*NH`` (user, head) rows are cut into n shares; device r receives share r
   of every partial (``all_to_all_single``), merges it, then the merged shares are all-gathered.
 
-The merge is :func:`combine_partials` (``ttdecode.reference.merge_partials``), identical on every
-device; the result returned is device 0's. :func:`combine_over_group` is that combine for code that
-already runs inside the workers (e.g. a decoder holding its cache shards), over any process group
-(a CP subgroup of a TP x CP layout).
+The merge, identical on every device (the result returned is device 0's): with ``backend="host"``
+the combine program (``ttdecode.combine``, kernels/combine/*.cpp: the op's online-softmax tree merge
+in fp32 on the SFPU) on each rank's host runtime, the op's bf16 partials in and the merged output
+packed to bf16 as a chip would; with ``backend="reference"`` :func:`combine_partials`
+(``ttdecode.reference.merge_partials``, exact in the inputs' dtype, float32 here), which stays the
+float64 reference of the tests. :func:`combine_over_group` is the combine for code that already runs
+inside the workers (e.g. a decoder holding its cache shards), over any process group (a CP subgroup
+of a TP x CP layout), with either merge. On a device mesh: ``ttdecode.distributed.device_combine``.
 """
 
 from __future__ import annotations
