@@ -154,6 +154,7 @@ def test_op_counts_are_the_kernels_counters() -> None:
     (lambda o, l: (o.to(torch.int32), l), "outs: expected a floating-point torch tensor"),
     (lambda o, l: (o, l.index_fill(3, torch.tensor([1]), float("nan"))), r"lses\[0, 0, 1\]: expected a finite LSE"),
     (lambda o, l: (o, l.index_fill(3, torch.tensor([2]), float("inf"))), r"lses\[0, 0, 2\]: expected a finite LSE"),
+    (lambda o, l: (o, l.index_fill(3, torch.tensor([4]), -3.4e38)), r"lses\[0, 0, 4\]: expected a finite LSE >= -3.3895"),
 ])
 def test_bad_partials_are_refused_naming_the_argument(make: Any, match: str) -> None:
     outs, lses = partials(2)

@@ -59,6 +59,8 @@ __all__ = ["CombineError", "CombinePlan", "CombineOps", "make_combine_plan", "bu
 TILE = 32
 #: Formats the kernels take for the partial outputs and give the merged output.
 O_FORMATS = (DataType.bfloat16, DataType.float32)
+#: The most negative finite bf16 (0xFF7F): the floor of the kernel's running max (kernels/combine/cbs.hpp).
+NEG_BIG = -(2.0 - 2.0 ** -7) * 2.0 ** 127
 #: The compute grid of an N150 (8 x 8): cores are taken row by row.
 GRID = (8, 8)
 #: The combine's compute settings: fp32 DST (the statistics are fp32 on the SFPU), half-sync (4 tiles).
@@ -267,6 +269,12 @@ def _check_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tenso
     if bool(bad.any()):
         at = [int(i) for i in bad.nonzero()[0]]
         raise CombineError(f"lses{at}: expected a finite LSE or -inf (no key), got {float(lses[tuple(at)])}")
+    # The kernel's running max starts at the most negative bf16 (-BIG): a finite LSE below it would weigh 0.
+    low = torch.isfinite(lses) & (lses.double() < NEG_BIG)
+    if bool(low.any()):
+        at = [int(i) for i in low.nonzero()[0]]
+        raise CombineError(f"lses{at}: expected a finite LSE >= {NEG_BIG:.6g} (the kernel's floor) or -inf, "
+                           f"got {float(lses[tuple(at)])}")
     return outs, lses
 
 

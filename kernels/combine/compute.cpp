@@ -17,7 +17,8 @@
 // exp(-inf - (-inf)) = NaN). For a live row the partial with the largest LSE enters with weight
 // exp(0) = 1 and no later factor shrinks it below 1, so l >= 1; a row with no live partial ends with
 // l = 0 and O = 0. The final 1 / max(l, 1) is therefore 1 / l on live rows and gives zeros on dead
-// ones, and LSE = -BIG + log(0) = -inf there.
+// ones, and LSE = -BIG + log(0) = -inf there. (A finite LSE below -BIG would weigh 0: the host side
+// refuses such inputs, ttdecode/combine.py.)
 // Rows are independent in every step (every op is per element or broadcasts a row's own value), so
 // a row's result does not depend on the other rows of its tile or on which core merges it.
 
