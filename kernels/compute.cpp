@@ -48,6 +48,7 @@
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
 #include "common.hpp"
+#include "compute_tiles.hpp"
 
 using namespace flash_decode;
 
@@ -108,41 +109,6 @@ constexpr Running running_sets[2] = {{cb_max_a, cb_sum_a, cb_acc_a}, {cb_max_b, 
 inline void use_operands(uint32_t a, uint32_t b) { reconfig_data_format(a, b); }
 // A matmul unpacks in0 into srcB and in1 into srcA.
 inline void use_matmul_operands(uint32_t in0, uint32_t in1) { reconfig_data_format(in1, in0); }
-
-// DST tile dst = tile `tile` of cb (exact for an UnpackToDestFp32 CB and for bf16 data).
-inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
-    reconfig_data_format_srca(cb);
-    copy_init(cb);
-    copy_tile(cb, tile, dst);
-}
-
-// DST tile dst = column 0 of tile `tile` of cb in every column: exact from an UnpackToDestFp32 CB
-// (broadcast inside the fp32 DST); a bf16 CB goes through srcB, also exact.
-inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
-    reconfig_data_format_srca(cb);
-    reconfig_data_format_srcb(cb);
-    unary_bcast_init<BroadcastType::COL>(cb);
-    unary_bcast<BroadcastType::COL>(cb, tile, dst);
-}
-
-// dst = exp(dst) for DST tiles [0, n).
-inline void exp_block(uint32_t n) {
-    exp_tile_init<exp_approx>();
-    for (uint32_t i = 0; i < n; ++i) {
-        exp_tile<exp_approx>(i);
-    }
-}
-
-// Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space.
-inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_stride = 1) {
-    tile_regs_commit();
-    tile_regs_wait();
-    pack_reconfig_data_format(cb);
-    for (uint32_t i = 0; i < n; ++i) {
-        pack_tile<true>(i * dst_stride, cb, first + i);
-    }
-    tile_regs_release();
-}
 
 // ---- one chunk ----------------------------------------------------------------------------------
 
@@ -241,7 +207,7 @@ void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
     broadcast_column(next.max, qi, 1);
     sub_binary_tile_init();
     sub_binary_tile(0, 1, 0);
-    exp_block(1);
+    exp_block<exp_approx>(1);
     pack_block(cb_alpha, 0, 1);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
@@ -264,7 +230,7 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         for (uint32_t j = 0; j < n; ++j) {
             sub_binary_tile(j, n, j);
         }
-        exp_block(n);
+        exp_block<exp_approx>(n);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
@@ -431,7 +397,7 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
     sub_binary_tile_init();
     sub_binary_tile(0, 2, 0);
     sub_binary_tile(1, 2, 1);
-    exp_block(2);
+    exp_block<exp_approx>(2);
     pack_block(cb_alpha, 0, 2);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);

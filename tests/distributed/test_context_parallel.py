@@ -233,7 +233,7 @@ def test_a_dead_device_is_named_and_does_not_hang() -> None:
         pool.close()
 
 
-def _combine_in_subgroups(ctx, combine: str, seed: int):
+def _combine_in_subgroups(ctx, combine: str, seed: int, merge: str = "reference"):
     import torch.distributed as dist
 
     from ttdecode.distributed.context import combine_over_group
@@ -243,16 +243,18 @@ def _combine_in_subgroups(ctx, combine: str, seed: int):
     out = torch.randn(1, 3, 5, 32, generator=g)
     lse = torch.randn(1, 3, 5, generator=g) * 4
     lse[0, 1, 2] = float("-inf")
-    merged = combine_over_group(out, lse, combine, group=groups[ctx.rank // 2])
+    merged = combine_over_group(out, lse, combine, group=groups[ctx.rank // 2], merge=merge)
     return out, lse, merged
 
 
+@pytest.mark.parametrize("merge", ["reference", "kernel"])
 @pytest.mark.parametrize("combine", ["all_gather", "all_to_all"])
-def test_combine_over_a_subgroup_merges_only_that_groups_partials(combine: str) -> None:
-    """Two CP groups of two inside four workers (the TP x CP shape): each gets its own pair's merge."""
+def test_combine_over_a_subgroup_merges_only_that_groups_partials(combine: str, merge: str) -> None:
+    """Two CP groups of two inside four workers (the TP x CP shape): each gets its own pair's merge,
+    by combine_partials or by the combine kernels (float32 partials: fp32 tiles, fp32 output)."""
     from ttdecode.distributed.context import get_pool
 
-    results = get_pool(4).run_all(_combine_in_subgroups, combine, 3)
+    results = get_pool(4).run_all(_combine_in_subgroups, combine, 3, merge)
     for pair in ((0, 1), (2, 3)):
         outs = torch.stack([results[r][0] for r in pair])
         lses = torch.stack([results[r][1] for r in pair])
@@ -261,3 +263,22 @@ def test_combine_over_a_subgroup_merges_only_that_groups_partials(combine: str) 
             o, l = results[r][2]
             np.testing.assert_allclose(o.numpy(), ref_o.astype(np.float64), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(l.numpy(), ref_l.astype(np.float64), rtol=1e-6, atol=1e-5)
+
+
+
+def test_the_host_backend_merges_with_the_combine_kernels() -> None:
+    """Two devices whose partials tie: q = 0 makes every score 0, so each device's output is its own
+    constant V (1 on device 0's keys, 1 + 2^-7 on device 1's) with the same LSE log(128), and the merge
+    is their mean 1 + 2^-8, halfway between two bf16 values. The combine kernel's packer rounds the tie
+    away from zero (1 + 2^-7); a float32 merge rounded by torch would give 1 (to even)."""
+    b, nh, d = 2, 4, 32
+    q = torch.zeros(1, b, nh, d)
+    k = ttdecode.from_torch(torch.randn(b, 1, S, d, generator=torch.Generator().manual_seed(4)), dtype=ttdecode.bfloat16)
+    v = torch.ones(b, 1, S, d)
+    v[:, :, S // 2:] = 1 + 2 ** -7
+    v = ttdecode.from_torch(v, dtype=ttdecode.bfloat16)
+    for combine in ("all_gather", "all_to_all"):
+        out, lse = ttdecode.context_parallel_decode(q, k, v, cur_pos=[S - 1] * b, devices=2, combine=combine,
+                                                    return_lse=True, backend="host")
+        assert torch.equal(out.float(), torch.full((1, b, nh, d), 1 + 2 ** -7)), combine
+        assert torch.allclose(lse.double(), torch.full((1, b, nh), math.log(S), dtype=torch.float64), atol=1e-5)

@@ -31,3 +31,23 @@ def test_combine_link_time_follows_the_ring_formulas(group: int) -> None:
     assert combine_seconds("all_gather", 1, b, nh, dv) == (0.0, 0.0)
     with pytest.raises(ValueError, match="combine"):
         combine_seconds("ring", group, b, nh, dv)
+
+
+@pytest.mark.parametrize("partials, rows", [(2, 64), (5, 40)])
+def test_the_combine_term_prices_the_combine_kernels_own_counters(partials: int, rows: int) -> None:
+    """combine_kernel_seconds (closed form from combine_op_counts) = the cost model on the counters of a
+    host-runtime run of the combine program with the same tile rows per core."""
+    import torch
+
+    from ttdecode.combine import run_combine
+    from ttdecode.costmodel import Reduction, evaluate
+    from ttdecode.distributed.cost import combine_kernel_seconds, combine_work_from_counters
+    from ttdecode.formats import DataType
+
+    outs = torch.randn(partials, 1, rows, 128).to(torch.bfloat16)
+    lses = torch.randn(partials, 1, rows)
+    _, _, res = run_combine(outs, lses, out_dtype=DataType.bfloat16, max_cores=2, return_result=True)
+    works = combine_work_from_counters(res.counters)
+    counted = evaluate(works, Reduction((), {}), "HiFi2").total_us * 1e-6
+    assert combine_kernel_seconds(partials, rows, 128, cores=2) == pytest.approx(counted, rel=1e-9)
+    assert combine_kernel_seconds(8, rows) > combine_kernel_seconds(2, rows)

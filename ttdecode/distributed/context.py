@@ -23,17 +23,21 @@ keeps every user's output independent of the others (batch invariance). The atte
 exactly once: on the device that owns the user's position ``p`` (it always holds a key of the
 window).
 
-Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``, merged in float32):
+Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``):
 
 * ``"all_gather"``: every device gathers all n partials and merges all rows (n x the partial
   traffic per device);
 * ``"all_to_all"``: the ``B*NH`` (user, head) rows are cut into n shares; device r receives share r
   of every partial (``all_to_all_single``), merges it, then the merged shares are all-gathered.
 
-The merge is :func:`combine_partials` (``ttdecode.reference.merge_partials``), identical on every
-device; the result returned is device 0's. :func:`combine_over_group` is that combine for code that
-already runs inside the workers (e.g. a decoder holding its cache shards), over any process group
-(a CP subgroup of a TP x CP layout).
+The merge, identical on every device (the result returned is device 0's): with ``backend="host"``
+the combine program (``ttdecode.combine``, kernels/combine/*.cpp: the op's online-softmax tree merge
+in fp32 on the SFPU) on each rank's host runtime, the op's bf16 partials in and the merged output
+packed to bf16 as a chip would; with ``backend="reference"`` :func:`combine_partials`
+(``ttdecode.reference.merge_partials``, exact in the inputs' dtype, float32 here), which stays the
+float64 reference of the tests. :func:`combine_over_group` is the combine for code that already runs
+inside the workers (e.g. a decoder holding its cache shards), over any process group (a CP subgroup
+of a TP x CP layout), with either merge. On a device mesh: ``ttdecode.distributed.device_combine``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import torch
 
 from ttdecode.distributed import RankContext, WorkerPool
 
-__all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "context_parallel_decode", "shard_plan",
+__all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",
            "ShardPlan", "get_pool", "close_pools"]
 
 KV_LAYOUTS = ("contiguous", "interleaved")
@@ -229,43 +233,72 @@ def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows:
     return out, lse
 
 
+MERGES = ("reference", "kernel")
+
+
+def merge_on_rank(outs: torch.Tensor, lses: torch.Tensor, merge: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One rank's merge of the partials it holds: ``outs [n, G, H, Dv]``, ``lses [n, G, H]``.
+
+    ``"reference"``: :func:`combine_partials` in the inputs' dtype (float32 here). ``"kernel"``: the
+    combine program (``ttdecode.combine``, kernels/combine/*.cpp) on this rank's host runtime, as the
+    chip runs it: partials held in bfloat16 tiles when they arrive as torch.bfloat16 (the op's output
+    format; float32 tiles otherwise), the merged output packed by the kernel to that same format.
+    Returns ``(out [1, G, H, Dv], lse [1, G, H])`` in float32.
+    """
+    if merge == "reference":
+        return combine_partials(outs[:, None].to(torch.float32), lses[:, None].to(torch.float32))
+    from ttdecode.combine import run_combine
+    from ttdecode.formats import DataType
+
+    fmt = DataType.bfloat16 if outs.dtype == torch.bfloat16 else DataType.float32
+    out, lse = run_combine(outs, lses.to(torch.float32), in_dtype=fmt, out_dtype=fmt)
+    return out.to(torch.float32), lse
+
+
 def combine_over_group(out: torch.Tensor, lse: torch.Tensor, combine: str = "all_gather",
-                       group: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       group: Any = None, merge: str = "reference") -> tuple[torch.Tensor, torch.Tensor]:
     """Inside a worker: merge this device's partial with those of the other members of ``group``.
 
     Args:
-        out: this device's partial output ``[1, B, NH, Dv]`` (float32).
+        out: this device's partial output ``[1, B, NH, Dv]`` (float32, or torch.bfloat16 as the op
+            returns it: the kernel merge then holds the partials in bf16 tiles, losslessly).
         lse: its LSE ``[1, B, NH]`` (float32; ``-inf`` where the device holds no key of the row).
         combine: ``"all_gather"`` or ``"all_to_all"`` (module doc).
         group: a ``torch.distributed`` process group (None: the default group, every worker). Every
             member must call this with partials of the same shape.
+        merge: ``"reference"`` (:func:`combine_partials` in float32) or ``"kernel"`` (the combine
+            program on this rank's host runtime; see :func:`merge_on_rank`).
 
     Returns:
-        The merged ``(out [1, B, NH, Dv], lse [1, B, NH])``, the same on every member.
+        The merged ``(out [1, B, NH, Dv], lse [1, B, NH])`` in float32, the same on every member.
     """
     import torch.distributed as dist
 
     if combine not in COMBINES:
         raise ValueError(f"combine_over_group: argument 'combine': expected one of {list(COMBINES)}, got {combine!r}")
+    if merge not in MERGES:
+        raise ValueError(f"combine_over_group: argument 'merge': expected one of {list(MERGES)}, got {merge!r}")
     n, rank = dist.get_world_size(group), dist.get_rank(group)
+    _, b, nh, dv = out.shape
     if combine == "all_gather":
         outs = [torch.empty_like(out) for _ in range(n)]
         lses = [torch.empty_like(lse) for _ in range(n)]
         dist.all_gather(outs, out.contiguous(), group=group)
         dist.all_gather(lses, lse.contiguous(), group=group)
-        return combine_partials(torch.stack(outs), torch.stack(lses))
+        return merge_on_rank(torch.stack(outs)[:, 0], torch.stack(lses)[:, 0], merge)
     # all_to_all: rows (user, head) with the LSE carried as one more column.
-    _, b, nh, dv = out.shape
-    rows = torch.cat([out.reshape(b * nh, dv), lse.reshape(b * nh, 1)], dim=1).to(torch.float32).contiguous()
+    rows = torch.cat([out.to(torch.float32).reshape(b * nh, dv), lse.to(torch.float32).reshape(b * nh, 1)],
+                     dim=1).contiguous()
     share = -(-(b * nh) // n)
     sizes = [max(0, min(share, b * nh - r * share)) for r in range(n)]
     mine = torch.empty(n * sizes[rank], dv + 1, dtype=torch.float32)
     dist.all_to_all_single(mine, rows, output_split_sizes=[sizes[rank]] * n, input_split_sizes=sizes, group=group)
     parts = mine.reshape(n, sizes[rank], dv + 1)
-    merged_o, merged_l = combine_partials(parts[:, None, None, :, :dv], parts[:, None, None, :, dv])
-    merged = torch.cat([merged_o.reshape(-1, dv), merged_l.reshape(-1, 1)], dim=1)
     padded = torch.zeros(share, dv + 1, dtype=torch.float32)
-    padded[: sizes[rank]] = merged
+    if sizes[rank]:
+        # this rank's share as one group of sizes[rank] rows (values exact in the partials' dtype)
+        merged_o, merged_l = merge_on_rank(parts[:, None, :, :dv].to(out.dtype), parts[:, None, :, dv], merge)
+        padded[: sizes[rank]] = torch.cat([merged_o.reshape(-1, dv), merged_l.reshape(-1, 1)], dim=1)
     gathered = [torch.empty_like(padded) for _ in range(n)]
     dist.all_gather(gathered, padded, group=group)
     full = torch.cat([g[: sizes[r]] for r, g in enumerate(gathered)], dim=0)
@@ -278,6 +311,9 @@ def _cp_worker(ctx: RankContext, shard: dict, combine: str, empty_shape: tuple[i
     if out is None:  # no live user on this device
         out = torch.zeros(empty_shape, dtype=torch.float32)
         lse = torch.full(empty_shape[:-1], float("-inf"), dtype=torch.float32)
+    if shard["backend"] == "host":
+        # The chip's combine: the op's bf16 partials (exact in bf16) merged by the combine kernels.
+        return combine_over_group(out.to(torch.bfloat16), lse, combine, merge="kernel")
     return combine_over_group(out, lse, combine)
 
 
@@ -365,8 +401,9 @@ def context_parallel_decode(
 
         backend = _select_backend()
     if backend == "device":
-        raise NotImplementedError(f"{_NAME}: backend 'device': the device path of context parallelism (ttnn "
-                                  f"collectives over a mesh) is not built; use backend='host' or 'reference'")
+        raise NotImplementedError(f"{_NAME}: backend 'device': running the op on every device of a mesh with its "
+                                  f"cache shard is not built (the combine step is: "
+                                  f"ttdecode.distributed.device_combine); use backend='host' or 'reference'")
     for bad in ("is_causal", "attn_mask", "memory_config", "return_lse_partials"):
         if bad in op_options and not (bad == "is_causal" and op_options[bad] is True):
             raise _fail(bad, "not given (context parallelism implements causal decode on host tensors)",

@@ -27,26 +27,36 @@ Across chips (``EthernetLink``, sources in ``LINK_SOURCES``): a T3K's 8 chips fo
 hop (a 2x4 mesh splits into rings of 2, 4 or 8 chips on disjoint links):
 
 * ``all_gather``: ``(c - 1) x (hop latency + P / link_bw)`` with P one chip's partial (bf16 output +
-  fp32 LSE), then every chip merges the ``c`` partials of all rows (32-row groups spread over its 64 cores);
+  fp32 LSE), then every chip merges the ``c`` partials of all rows (32-row tile rows spread over its 64 cores);
 * ``all_to_all``: ``(c - 1) x (hop latency + P / (c link_bw))`` twice (shares out, merged shares
   back), each chip merging 1/c of the rows.
 
+The merge is the combine program (``ttdecode.combine``, kernels/combine/*.cpp), priced from its own op
+counts (``combine_op_counts``, equal to the host runtime's counters of the kernels, pinned by
+``tests/test_combine_kernel.py``) through the same ``evaluate``: per tile row and partial one read
+group (its LSE tile and O tiles), the copies into DST, the SFPU binary ops, exps and packs, then the
+finish (max, recip, log); a launch of its own.
+
 Not modelled: CCL op set-up and synchronisation (a fixed cost per collective that favours TP-only),
-NoC congestion, the copies and packs listed above.
+NoC congestion, the copies and packs of the op (listed above; the combine's are counted).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ttdecode.costmodel import COST, CostConstants, CoreWork, OpTally, Reduction, evaluate, op_cycles
+from ttdecode.costmodel import COST, CostConstants, CoreWork, OpTally, Reduction, evaluate
 from ttdecode.formats import DataType, tile_size
 from ttdecode.plan import PlanError, make_plan, piece_range
 
-__all__ = ["EthernetLink", "T3K_LINK", "LINK_SOURCES", "ChipAttention", "chip_attention", "combine_seconds",
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ttdecode.runtime.results import RunCounters
+
+__all__ = ["EthernetLink", "T3K_LINK", "LINK_SOURCES", "ChipAttention", "chip_attention", "combine_seconds", "combine_kernel_seconds", "combine_work_from_counters",
            "LayoutEstimate", "estimate_layout"]
 
 
@@ -104,11 +114,6 @@ def _merge_ops(dv_tiles: int) -> dict[str, list[OpTally]]:
     return {"exp": [OpTally(1, 1)], "mul_bcast": [OpTally(dv_tiles, dv_tiles)], "add": [OpTally(dv_tiles, dv_tiles)]}
 
 
-def _merge_seconds(fidelity: str, head_dim_v: int, c: CostConstants) -> float:
-    ops = _merge_ops(head_dim_v // 32)
-    return sum(op_cycles(op, t, fidelity, c) for op, ts in ops.items() for t in ts) / c.clock_hz
-
-
 def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, head_dim: int = 128,
                    kv_dtype: DataType = DataType.bfloat8_b, fidelity: str = "HiFi2", grid: tuple[int, int] = (8, 8),
                    max_cores_per_head_batch: int = 16, c: CostConstants = COST) -> ChipAttention:
@@ -147,25 +152,84 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
                          cores=b.cores, chip_bytes=b.kv_bytes)
 
 
+def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, cores: int = 64,
+                           in_dtype: DataType = DataType.bfloat16, out_dtype: DataType = DataType.bfloat16,
+                           fidelity: str = "HiFi2", c: CostConstants = COST) -> float:
+    """Estimated time of the combine program merging ``partials`` partials of ``rows`` rows on one chip:
+    its tile rows dealt over at most ``cores`` cores (``ttdecode.combine.make_combine_plan``), each core
+    priced from the kernels' op counts (``combine_op_counts``) through ``evaluate`` (launch included)."""
+    from ttdecode.combine import TILE, combine_op_counts
+
+    dv = head_dim_v // TILE
+    tile_rows = math.ceil(rows / TILE)
+    used = min(tile_rows, cores)
+    per_core = math.ceil(tile_rows / used)  # the busiest core's tile rows
+    ops = combine_op_counts(partials, dv, in_dtype, out_dtype)
+    counts = {"copy": ops.copies, "max": ops.sfpu_binary, "exp": ops.exps, "recip": ops.recips, "log": ops.logs,
+              "pack": ops.packs}
+    read_group = (ops.dram_read_bytes // partials, 1 + dv)  # one partial's LSE tile and O tiles, one barrier
+    core_bytes = per_core * (ops.dram_read_bytes + ops.dram_write_bytes)
+    work = CoreWork(read_groups=[read_group] * (partials * per_core),
+                    bank_bytes=np.full(c.dram_banks, core_bytes / c.dram_banks),
+                    compute={op: [OpTally(per_core * n, per_core * n)] for op, n in counts.items()}, merge={},
+                    chunks=partials * per_core, cb_handshakes=per_core * 2 * partials, kv_bytes=0)
+    return evaluate([work] * used, Reduction((), {}), fidelity, c).total_us * 1e-6
+
+
+def combine_work_from_counters(counters: "RunCounters") -> list[CoreWork]:
+    """Per-core work of a run of the combine program, read from the host runtime's events as
+    ``ttdecode.costmodel.work_from_counters`` reads the op's: the reader's DRAM reads grouped by read
+    barrier, its CB pushes (handshakes; the O pushes are the double-buffered chunks), every compute
+    call with its tiles, the DRAM bytes per bank."""
+    from ttdecode.combine import COMBINE_CBS
+    from ttdecode.program import KernelKind
+    from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
+
+    op_code = {name: code for code, name in EVENT_OPS.items()}
+    o_in = dict(COMBINE_CBS)["o_in"]
+    by_core: dict[object, CoreWork] = {}
+    for k in counters.kernels:
+        w = by_core.setdefault(k.core, CoreWork([], np.zeros(COST.dram_banks), {}, {}, 0, 0, 0))
+        w.bank_bytes = w.bank_bytes + np.asarray(k.dram_read_bytes, float) + np.asarray(k.dram_write_bytes, float)
+        if k.kind is KernelKind.READER:
+            b = n = 0
+            for e in k.events:
+                op, count = int(e["op"]), int(e["count"])
+                if op == op_code["read_dram"]:
+                    b, n = b + int(e["amount"]) * count, n + count
+                elif op == op_code["read_barrier"] and b:
+                    w.read_groups.append((b, n))
+                    b = n = 0
+                elif op == op_code["cb_push"]:
+                    w.cb_handshakes += count
+                    w.chunks += count if int(e["peer"]) == o_in else 0
+        elif k.kind is KernelKind.COMPUTE:
+            for e in k.events:
+                if int(e["op"]) == op_code["compute"]:
+                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]))
+                    w.compute.setdefault(COMPUTE_OPS[int(e["peer"])], []).append(t)
+    return list(by_core.values())
+
+
 def combine_seconds(combine: str, group: int, batch: int, q_heads: int, head_dim_v: int = 128,
                     link: EthernetLink = T3K_LINK, fidelity: str = "HiFi2", cores: int = 64,
                     c: CostConstants = COST) -> tuple[float, float]:
     """(link seconds, merge seconds) of combining ``group`` partials of ``batch x q_heads`` rows; the
-    32-row groups are merged in parallel on ``cores`` cores of each chip."""
+    merge is the combine program (``combine_kernel_seconds``) on every chip: all rows (all_gather) or
+    a 1/group share of them (all_to_all)."""
     if group == 1:
         return 0.0, 0.0
-    partial = batch * q_heads * (2 * head_dim_v + 4)  # bf16 output + fp32 LSE per row
-    row_groups = math.ceil(batch * q_heads / 32)
-    per_merge = _merge_seconds(fidelity, head_dim_v, c)
+    rows = batch * q_heads
+    partial = rows * (2 * head_dim_v + 4)  # bf16 output + fp32 LSE per row
     if combine == "all_gather":
         link_s = (group - 1) * (link.hop_latency_s + partial / link.bytes_per_s)
-        merge_s = (group - 1) * math.ceil(row_groups / cores) * per_merge
+        merged_rows = rows
     elif combine == "all_to_all":
         link_s = 2 * (group - 1) * (link.hop_latency_s + partial / group / link.bytes_per_s)
-        merge_s = (group - 1) * math.ceil(math.ceil(row_groups / group) / cores) * per_merge
+        merged_rows = math.ceil(rows / group)
     else:
         raise ValueError(f"combine: expected 'all_gather' or 'all_to_all', got {combine!r}")
-    return link_s, merge_s
+    return link_s, combine_kernel_seconds(group, merged_rows, head_dim_v, cores, fidelity=fidelity, c=c)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Combine compute (TRISC0-2): the exact merge of n partial attention results by their LSE, one tile
+// row (32 rows) at a time, with the online-softmax merge of the FlashDecode tree (kernels/compute.cpp
+// merge_child) applied to normalized partials: partial i is a state with running max m_i = LSE_i,
+// sum l_i = 1 and output O_i. Folding the partials in order into (m, l, O):
+//   m' = max(m, m_i); e = exp(m - m'), e_i = exp(m_i - m'); l' = l * e + e_i; O' = O * e + O_i * e_i
+// then out = O / l and LSE = m + log(l) — exp(LSE_i - LSE) weights, max-subtracted at every step.
+//
+// Numbers: every statistic is fp32 on the SFPU. The LSE tiles, the running (m, l, O) and the factors
+// are Float32 CBs in UnpackToDestFp32 mode (ttdecode/combine.py), copied into the fp32 DST bit for
+// bit; bf16 O partials and the bf16 constants go through SrcA exactly. The output is rounded once, by
+// the packer, to the output format.
+//
+// -inf (a partial with no key of the row; the reader zeroed its O row): the state starts from the
+// finite floor m = -BIG, so m' is always finite and a dead partial gets e_i = exp(-inf) = 0 (never
+// exp(-inf - (-inf)) = NaN). For a live row the partial with the largest LSE enters with weight
+// exp(0) = 1 and no later factor shrinks it below 1, so l >= 1; a row with no live partial ends with
+// l = 0 and O = 0. The final 1 / max(l, 1) is therefore 1 / l on live rows and gives zeros on dead
+// ones, and LSE = -BIG + log(0) = -inf there. (A finite LSE below -BIG would weigh 0: the host side
+// refuses such inputs, ttdecode/combine.py.)
+// Rows are independent in every step (every op is per element or broadcasts a row's own value), so
+// a row's result does not depend on the other rows of its tile or on which core merges it.
+
+#include <stdint.h>
+
+#include "api/compute/compute_kernel_api.h"
+#include "api/compute/compute_kernel_hw_startup.h"
+#include "api/compute/cb_api.h"
+#include "api/compute/binary_max_min.h"
+#include "api/compute/eltwise_binary_sfpu.h"
+#include "api/compute/eltwise_unary/recip.h"
+#include "../compute_tiles.hpp"
+#include "cbs.hpp"
+
+using namespace flash_decode;
+using namespace lse_combine;
+
+namespace {
+
+constexpr uint32_t num_partials = get_compile_time_arg_val(0);
+constexpr uint32_t dv_tiles = get_compile_time_arg_val(1);
+constexpr uint32_t dst_tiles = get_compile_time_arg_val(2);  // usable DST tiles (4: fp32, half-sync)
+constexpr bool accurate_exp = false;  // exp_tile<approx = false>: the fp32 algorithm
+
+static_assert(num_partials >= 1, "the combine merges at least one partial");
+static_assert(dst_tiles >= 4, "a merge step holds four DST tiles (m, m_i twice; O, e, O_i, e_i)");
+
+struct Running {
+    uint32_t max;
+    uint32_t sum;
+    uint32_t acc;
+};
+constexpr Running running_sets[2] = {{cb_max_a, cb_sum_a, cb_acc_a}, {cb_max_b, cb_sum_b, cb_acc_b}};
+
+// DST tile dst = the running max of `own`, or the floor -BIG before the first partial.
+inline void own_max_to_dst(const Running* own, uint32_t dst) {
+    if (own != nullptr) {
+        copy_to_dst(own->max, 0, dst);
+    } else {
+        copy_to_dst(cb_consts, const_neg_big, dst);
+    }
+}
+
+// m' = max(m, m_i) into next.max, and cb_alpha = [exp(m - m'), exp(m_i - m')], every column holding
+// the row's value. m_i is column 0 of the partial's LSE tile broadcast along its row; m' is made
+// in DST 2 from second copies so that DST 0 and 1 can take the differences in place.
+void merge_factors(const Running* own, const Running& next) {
+    cb_reserve_back(cb_alpha, 2);
+    cb_reserve_back(next.max, 1);
+    tile_regs_acquire();
+    own_max_to_dst(own, 0);
+    broadcast_column(cb_lse_in, 0, 1);
+    own_max_to_dst(own, 2);
+    broadcast_column(cb_lse_in, 0, 3);
+    binary_max_tile_init();
+    binary_max_tile(2, 3, 2);
+    sub_binary_tile_init();
+    sub_binary_tile(0, 2, 0);
+    sub_binary_tile(1, 2, 1);
+    exp_block<accurate_exp>(2);
+    hand_to_packer();
+    pack_tiles_to(cb_alpha, 0, 2);
+    pack_tiles_to(next.max, 0, 1, 2);
+    tile_regs_release();
+    cb_push_back(cb_alpha, 2);
+    cb_push_back(next.max, 1);
+    cb_wait_front(cb_alpha, 2);
+}
+
+// l' = l * e + e_i (the partial's own sum is 1); before the first partial l' = e_i.
+void merge_sum(const Running* own, const Running& next) {
+    cb_reserve_back(next.sum, 1);
+    tile_regs_acquire();
+    if (own != nullptr) {
+        copy_to_dst(own->sum, 0, 0);
+        copy_to_dst(cb_alpha, 0, 1);
+        copy_to_dst(cb_alpha, 1, 2);
+        mul_binary_tile_init();
+        mul_binary_tile(0, 1, 0);
+        add_binary_tile_init();
+        add_binary_tile(0, 2, 0);
+    } else {
+        copy_to_dst(cb_alpha, 1, 0);
+    }
+    pack_block(next.sum, 0, 1);
+    cb_push_back(next.sum, 1);
+}
+
+// O' = O * e + O_i * e_i, one output tile per DST acquire; before the first partial O' = O_i * e_i,
+// a block of dst_tiles - 1 tiles per acquire beside e_i.
+void merge_output(const Running* own, const Running& next) {
+    cb_reserve_back(next.acc, dv_tiles);
+    if (own != nullptr) {
+        for (uint32_t v = 0; v < dv_tiles; ++v) {
+            tile_regs_acquire();
+            copy_to_dst(own->acc, v, 0);
+            copy_to_dst(cb_alpha, 0, 1);
+            copy_to_dst(cb_o_in, v, 2);
+            copy_to_dst(cb_alpha, 1, 3);
+            mul_binary_tile_init();
+            mul_binary_tile(0, 1, 0);
+            mul_binary_tile(2, 3, 2);
+            add_binary_tile_init();
+            add_binary_tile(0, 2, 0);
+            pack_block(next.acc, v, 1);
+        }
+    } else {
+        constexpr uint32_t block = dst_tiles - 1;
+        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+            tile_regs_acquire();
+            copy_to_dst(cb_alpha, 1, n);
+            for (uint32_t v = 0; v < n; ++v) {
+                copy_to_dst(cb_o_in, v0 + v, v);
+            }
+            mul_binary_tile_init();
+            for (uint32_t v = 0; v < n; ++v) {
+                mul_binary_tile(v, n, v);
+            }
+            pack_block(next.acc, v0, n);
+        }
+    }
+    cb_push_back(next.acc, dv_tiles);
+}
+
+inline void wait_running(const Running& set) {
+    cb_wait_front(set.max, 1);
+    cb_wait_front(set.sum, 1);
+    cb_wait_front(set.acc, dv_tiles);
+}
+
+inline void pop_running(const Running& set) {
+    cb_pop_front(set.max, 1);
+    cb_pop_front(set.sum, 1);
+    cb_pop_front(set.acc, dv_tiles);
+}
+
+// Fold the partial waiting in cb_lse_in / cb_o_in into `own` (none before the first), writing `next`.
+void merge_partial(const Running* own, const Running& next) {
+    cb_wait_front(cb_lse_in, 1);
+    cb_wait_front(cb_o_in, dv_tiles);
+    merge_factors(own, next);
+    merge_sum(own, next);
+    merge_output(own, next);
+    cb_pop_front(cb_alpha, 2);
+    cb_pop_front(cb_lse_in, 1);
+    cb_pop_front(cb_o_in, dv_tiles);
+    if (own != nullptr) {
+        pop_running(*own);
+    }
+    wait_running(next);
+}
+
+// out = O x 1 / max(l, 1), rounded once by the packer to cb_out's format; LSE = m + log(l).
+void finish(const Running& set) {
+    cb_reserve_back(cb_alpha, 2);
+    tile_regs_acquire();
+    copy_to_dst(set.sum, 0, 0);
+    copy_to_dst(cb_consts, const_ones, 1);
+    binary_max_tile_init();
+    binary_max_tile(0, 1, 0);
+    recip_tile_init();
+    recip_tile(0);
+    pack_block(cb_alpha, 0, 1);
+    cb_push_back(cb_alpha, 2);
+    cb_wait_front(cb_alpha, 2);
+
+    cb_reserve_back(cb_out, dv_tiles);
+    constexpr uint32_t block = dst_tiles - 1;
+    for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+        const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+        tile_regs_acquire();
+        copy_to_dst(cb_alpha, 0, n);
+        for (uint32_t v = 0; v < n; ++v) {
+            copy_to_dst(set.acc, v0 + v, v);
+        }
+        mul_binary_tile_init();
+        for (uint32_t v = 0; v < n; ++v) {
+            mul_binary_tile(v, n, v);
+        }
+        pack_block(cb_out, v0, n);
+    }
+    cb_push_back(cb_out, dv_tiles);
+    cb_pop_front(cb_alpha, 2);
+
+    cb_reserve_back(cb_lse_out, 1);
+    tile_regs_acquire();
+    copy_to_dst(set.sum, 0, 0);
+    log_tile_init();
+    log_tile(0);
+    copy_to_dst(set.max, 0, 1);
+    add_binary_tile_init();
+    add_binary_tile(0, 1, 0);
+    pack_block(cb_lse_out, 0, 1);
+    cb_push_back(cb_lse_out, 1);
+    pop_running(set);
+}
+
+}  // namespace
+
+void kernel_main() {
+    const uint32_t num_rows = get_arg_val<uint32_t>(0);  // tile rows of this core
+
+    compute_kernel_hw_startup(cb_consts, cb_consts, cb_alpha);
+    cb_wait_front(cb_consts, 2);
+
+    for (uint32_t t = 0; t < num_rows; ++t) {
+        merge_partial(nullptr, running_sets[0]);
+        uint32_t cur = 0;
+        for (uint32_t i = 1; i < num_partials; ++i) {
+            merge_partial(&running_sets[cur], running_sets[cur ^ 1]);
+            cur ^= 1;
+        }
+        finish(running_sets[cur]);
+    }
+}

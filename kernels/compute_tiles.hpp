@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Tile helpers shared by the compute kernels (FlashDecode's compute.cpp and combine/compute.cpp):
+// moving CB tiles into DST for SFPU work and packing DST tiles out. Every value that goes through
+// them keeps its bits: a Float32 CB in UnpackToDestFp32 mode is unpacked straight into the fp32
+// DST, a bf16 CB goes through SrcA / SrcB, which hold bf16 exactly.
+
+#pragma once
+
+#include <stdint.h>
+
+#include "api/compute/compute_kernel_api.h"
+#include "api/compute/cb_api.h"
+#include "api/compute/reg_api.h"
+#include "api/compute/pack.h"
+#include "api/compute/reconfig_data_format.h"
+#include "api/compute/tile_move_copy.h"
+#include "api/compute/bcast.h"
+#include "api/compute/eltwise_unary/exp.h"
+
+namespace flash_decode {
+
+// DST tile dst = tile `tile` of cb (exact for an UnpackToDestFp32 CB and for bf16 data).
+inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
+    reconfig_data_format_srca(cb);
+    copy_init(cb);
+    copy_tile(cb, tile, dst);
+}
+
+// DST tile dst = column 0 of tile `tile` of cb in every column: exact from an UnpackToDestFp32 CB
+// (broadcast inside the fp32 DST); a bf16 CB goes through srcB, also exact.
+inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
+    reconfig_data_format_srca(cb);
+    reconfig_data_format_srcb(cb);
+    unary_bcast_init<BroadcastType::COL>(cb);
+    unary_bcast<BroadcastType::COL>(cb, tile, dst);
+}
+
+// dst = exp(dst) for DST tiles [first, first + n), in the accurate or the approximate algorithm.
+template <bool approx>
+inline void exp_block(uint32_t n, uint32_t first = 0) {
+    exp_tile_init<approx>();
+    for (uint32_t i = first; i < first + n; ++i) {
+        exp_tile<approx>(i);
+    }
+}
+
+// Hand the DST section to the packer (the math side is done with it).
+inline void hand_to_packer() {
+    tile_regs_commit();
+    tile_regs_wait();
+}
+
+// Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space,
+// inside a hand_to_packer() ... tile_regs_release() bracket.
+inline void pack_tiles_to(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_first = 0, uint32_t dst_stride = 1) {
+    pack_reconfig_data_format(cb);
+    for (uint32_t i = 0; i < n; ++i) {
+        pack_tile<true>(dst_first + i * dst_stride, cb, first + i);
+    }
+}
+
+// Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space
+// and release DST.
+inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_stride = 1) {
+    hand_to_packer();
+    pack_tiles_to(cb, first, n, 0, dst_stride);
+    tile_regs_release();
+}
+
+}  // namespace flash_decode
