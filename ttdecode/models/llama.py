@@ -4,8 +4,9 @@
 ``LlamaForCausalLM`` and builds the decode model; ``step(tokens [B], positions [B]) -> logits
 [B, vocab]`` runs one decode step for every user slot (position -1: an idle slot, untouched);
 ``generate(input_ids [B', P], max_new_tokens)`` is greedy decoding that feeds the prompt through
-decode steps. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's position -> cache
-update (one row per user into its block, see ``kv_cache``) -> FlashDecode through
+decode steps. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's position and the
+cache update (one row per user into its block) in one program, ``ttdecode.rotary_kv_append`` (see
+``kv_cache.append_rows``) -> FlashDecode through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
 residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
 
@@ -47,7 +48,7 @@ import torch
 
 from ttdecode.formats import DataType, as_data_type
 from ttdecode.models import rope
-from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, PagedKVCache
+from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, PagedKVCache, append_rows
 
 __all__ = ["LlamaDecoder", "LlamaSpec", "BACKENDS"]
 
@@ -247,18 +248,20 @@ class LlamaShard:
         active = pos >= 0
         x = s.hidden
         cos, sin = rope.cos_sin(self.freq, pos.clamp(min=0))
-        writes = s.writes[self.cp_rank]  # with context parallelism: only the rows whose block this rank holds
-        users = [b for b, _, _ in writes]
-        blocks = [blk for _, blk, _ in writes]
-        rows = [r for _, _, r in writes]
+        # With context parallelism a user writes only on the rank holding its position's block: the
+        # others append nothing for it (-1), but every rank rotates every user's q.
+        writers = {b for b, _, _ in s.writes[self.cp_rank]}
+        local = s.local_positions[self.cp_rank]
+        append_pos = [local[b] if b in writers else -1 for b in range(bsz)]
+        table = s.page_tables[self.cp_rank]
         for i, (kc, vc) in enumerate(self.caches):
             h = self._norm(x, self.w[f"{i}.in_norm"])
-            q = rope.apply_rope(self._linear(h, "q", i).view(bsz, self.nq, d), cos, sin)
-            k = rope.apply_rope(self._linear(h, "k", i).view(bsz, self.nkv, d), cos, sin)
+            q = self._linear(h, "q", i).view(bsz, self.nq, d)
+            k = self._linear(h, "k", i).view(bsz, self.nkv, d)
             v = self._linear(h, "v", i).view(bsz, self.nkv, d)
-            if users:
-                kc.write_rows(k[users], blocks, rows)
-                vc.write_rows(v[users], blocks, rows)
+            # RoPE on q and k and the cache append in one program (ttdecode.rotary_kv_append)
+            q = append_rows(kc, vc, k, v, cur_pos=append_pos, page_table=table, cos=cos, sin=sin, q=q,
+                            backend=self.backend)[0]
             attn = self._attention(q, kc, vc, s)
             o = attn.reshape(bsz, self.nq * d).to(torch.float32) @ self.w[f"{i}.wo"].T
             o = self.all_reduce(o)
