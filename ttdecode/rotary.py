@@ -528,6 +528,24 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=tensors)
 
 
+def device_program(*, batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, cache_dtype: DataType,
+                   cache_shape: tuple[int, ...], max_blocks: int = 0, rotary_dim: Optional[int] = None,
+                   interleaved: bool = False, packed: bool = True, grid: tuple[int, int] = (8, 8)) -> Program:
+    """The program of a call whose tensors live on a device and are not at hand (a model's step
+    described ahead of time): the same `build_program`, without input bytes. ``max_blocks`` > 0
+    describes a paged cache ``[num_blocks, NKV, block_size, D]`` with a ``[B, max_blocks]`` table."""
+    rd = head_dim if rotary_dim is None else rotary_dim
+    inp = RotaryInputs(
+        batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, rotary_dim=rd,
+        interleaved=interleaved, packed=packed, cache_dtype=cache_dtype, cache_shape=tuple(cache_shape),
+        paged=max_blocks > 0, positions=(-1,) * batch,
+        page_table=torch.zeros(batch, max_blocks, dtype=torch.int64) if max_blocks > 0 else None,
+        cos=torch.ones(batch, rd), sin=torch.zeros(batch, rd), x={}, k_cache=None, v_cache=None,
+        device_tensors=True,
+    )
+    return build_program(inp, None, grid)
+
+
 # ---- backends ------------------------------------------------------------------------------------
 
 
