@@ -441,3 +441,48 @@ def test_dataflow_kernels_compile_against_the_real_headers_with_their_named_args
     assert [r.source.name for r in results] == ["reader.cpp", "writer.cpp"]
     for r in results:
         assert r.ok, r.summary()
+
+
+def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(ttnn, monkeypatch) -> None:
+    """Without q the program has no output: launch allocates nothing and hands the in-place caches
+    to generic_op last (generic_op returns its last tensor). ttnn's device calls are stubbed."""
+    from ttdecode import device, rotary
+
+    class Mem:
+        buffer_type = ttnn.BufferType.DRAM
+        memory_layout = ttnn.TensorMemoryLayout.INTERLEAVED
+
+    class FakeDeviceTensor:
+        def __init__(self, spec, address: int) -> None:
+            self.dtype = device.tensor_dtype(ttnn, spec)
+            self.layout = ttnn.TILE_LAYOUT if spec.layout == "tile" else ttnn.ROW_MAJOR_LAYOUT
+            self.shape, self.address = spec.shape, address
+
+        def memory_config(self):
+            return Mem()
+
+        def buffer_address(self) -> int:
+            return self.address
+
+    class Dev:
+        def compute_with_storage_grid_size(self):
+            return ttnn.CoreCoord(8, 8)
+
+        def worker_core_from_logical_core(self, c):
+            return ttnn.CoreCoord(c.x + 18, c.y + 18)
+
+    calls = {}
+    monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, FakeDeviceTensor))
+    monkeypatch.setattr(ttnn, "allocate_tensor_on_device", lambda *a: calls.setdefault("allocated", a))
+    monkeypatch.setattr(ttnn, "generic_op", lambda tensors, desc: calls.setdefault("generic_op", (tensors, desc)))
+    kw = _good()
+    inp = rotary.validate(kw["k_new"], kw["v_new"], kw["k_cache"], kw["v_cache"], cur_pos=[0, 1], cos=kw["cos"],
+                          sin=kw["sin"], page_table=None, q=None, qkv=None, num_q_heads=None,
+                          rotary_interleaved=False, rotary_dim=None)
+    program = rotary.build_program(inp, None)
+    io = {t.name: FakeDeviceTensor(t, 0x1000 * (i + 1)) for i, t in enumerate(program.tensors)}
+    assert device.launch(program, io, Dev()) == []
+    tensors, desc = calls["generic_op"]
+    assert "allocated" not in calls
+    assert tensors[-2:] == [io["k_cache"], io["v_cache"]]
+    assert isinstance(desc, ttnn.ProgramDescriptor)
