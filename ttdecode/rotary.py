@@ -204,11 +204,6 @@ class RotaryInputs:
     def block_size(self) -> int:
         return self.cache_shape[2] if self.paged else 0
 
-    @property
-    def capacity(self) -> int:
-        """Positions a user's cache holds."""
-        return self.max_blocks * self.block_size if self.paged else self.cache_shape[2]
-
 
 def _is_ttnn(x: object) -> bool:
     cls = type(x)
@@ -348,6 +343,8 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
         if page_table.shape[0] != b or page_table.shape[1] < 1:
             raise fail("page_table", f"shape [B={b}, max_blocks >= 1]", list(page_table.shape))
         table = page_table.detach().cpu().to(torch.int64)
+    if not paged and kc_shape[0] != b:
+        raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
     capacity = table.shape[1] * rows if paged else rows
     targets: dict[tuple[int, int], int] = {}
     for i, p in enumerate(positions):
@@ -366,17 +363,12 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
                            f"position {p} there)", blk)
             key = (blk, (p % rows) // TILE)
         else:
-            if i >= kc_shape[0]:
-                raise fail("k_cache", f"a batch dim >= B={b} (one cache per user)", kc_shape[0])
             key = (i, p // TILE)
         if key in targets:
             raise fail(f"cur_pos[{i}]", f"a cache tile no other user writes in this call (user {targets[key]} "
                        "writes the same tile)", p)
         targets[key] = i
-    if not paged and kc_shape[0] != b:
-        raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
 
-    device_tensors = False
     things = [*x.values(), k_cache, v_cache]
     kinds = {_is_ttnn(t) and _on_device(t) for t in things}
     if len(kinds) > 1:
