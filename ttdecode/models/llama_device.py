@@ -13,7 +13,8 @@ What this module builds, with the real ttnn 0.81.1 where ttnn allows it on the h
   (``ttnn.from_torch`` in their ttnn dtype and TILE layout; the mesh mapper needs an open mesh
   device, so the per-device slices are cut here exactly as ``ShardTensorToMesh`` cuts them:
   contiguous equal chunks). Q and K rows are permuted from Hugging Face's half-split RoPE layout to
-  the interleaved-pair layout that ``ttnn.experimental.rotary_embedding_llama`` rotates; q.k is
+  the interleaved-pair layout (what ``ttnn.experimental.rotary_embedding_llama`` rotates, and what the
+  step's ``ttdecode.rotary_kv_append`` is told to rotate, ``rotary_interleaved=True``); q.k is
   unchanged because both sides get the same permutation (`rope_permutation`).
 * `attention_descriptor(spec, devices, batch, max_seq_len, block_size, kv_dtype, ttnn)`: one
   layer's FlashDecode on one chip (that chip's heads, the paged cache) as the op's real
