@@ -68,6 +68,7 @@ writing one cache tile) runs before any cache byte is written.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -110,9 +111,10 @@ COMPUTE = ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=Tru
 # ---- the rotation --------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=32)
 def rotate_half_matrix(head_dim: int, rotary_dim: int, interleaved: bool) -> torch.Tensor:
     """T ``[D, D]`` float64 with ``rotate_half(x) = x @ T`` over the first ``rotary_dim`` columns
-    (columns past it rotate to 0). Entries 0, +1, -1."""
+    (columns past it rotate to 0). Entries 0, +1, -1. Cached: callers must not modify it."""
     t = torch.zeros(head_dim, head_dim, dtype=torch.float64)
     half = rotary_dim // 2
     for c in range(rotary_dim):
@@ -124,9 +126,10 @@ def rotate_half_matrix(head_dim: int, rotary_dim: int, interleaved: bool) -> tor
     return t
 
 
-def rotate_half_blocks(head_dim: int, rotary_dim: int, interleaved: bool) -> list[tuple[int, int, torch.Tensor]]:
+@functools.lru_cache(maxsize=32)
+def rotate_half_blocks(head_dim: int, rotary_dim: int, interleaved: bool) -> tuple[tuple[int, int, torch.Tensor], ...]:
     """The non-zero 32x32 blocks of `rotate_half_matrix` as (output tile j, source tile k, block),
-    sorted by j then k: ``rot tile j = sum over its pairs of x tile k @ block``."""
+    sorted by j then k: ``rot tile j = sum over its pairs of x tile k @ block``. Cached (read only)."""
     t = rotate_half_matrix(head_dim, rotary_dim, interleaved)
     out = []
     for j in range(math.ceil(rotary_dim / TILE)):
@@ -134,7 +137,7 @@ def rotate_half_blocks(head_dim: int, rotary_dim: int, interleaved: bool) -> lis
             block = t[k * TILE:(k + 1) * TILE, j * TILE:(j + 1) * TILE]
             if bool(block.ne(0).any()):
                 out.append((j, k, block.clone()))
-    return out
+    return tuple(out)
 
 
 def column_angles(cs: torch.Tensor, rotary_dim: int, interleaved: bool, padded_width: int, fill: float) -> torch.Tensor:
@@ -156,10 +159,11 @@ def reference_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rota
     x = x.to(torch.float64)
     d = x.shape[-1]
     t = rotate_half_matrix(d, rotary_dim, interleaved)
+    src, sign = t.abs().argmax(0), t.sum(0)  # column c of rotate_half(x) is sign[c] * x[src[c]]
     c = column_angles(cos.to(torch.float64), rotary_dim, interleaved, d, 1.0).to(torch.float64)
     s = column_angles(sin.to(torch.float64), rotary_dim, interleaved, d, 0.0).to(torch.float64)
     # column_angles rounds to float32 (what the kernels read); the reference takes the same values
-    return x * c[:, None, :] + (x @ t) * s[:, None, :]
+    return x * c[:, None, :] + x[..., src] * sign * s[:, None, :]
 
 
 # ---- validation ----------------------------------------------------------------------------------
@@ -601,18 +605,21 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
     rd, il = inp.rotary_dim, inp.interleaved
     q_rot = None if q is None else reference_rotate(q, inp.cos, inp.sin, rd, il).unsqueeze(0).to(torch.bfloat16)
     k = reference_rotate(k, inp.cos, inp.sin, rd, il)
+    writes = [(b, p, h, j) for b, p in enumerate(inp.positions) if p >= 0
+              for h in range(inp.num_kv_heads) for j in range(inp.d_tiles)]
     images = []
     for cache, rows in ((inp.k_cache, k), (inp.v_cache, v)):
         image = bytearray(as_tile_tensor(cache).data)
-        for b, p in enumerate(inp.positions):
-            if p < 0:
-                continue
-            for h in range(inp.num_kv_heads):
-                for j in range(inp.d_tiles):
-                    row_tile = torch.zeros(TILE, TILE, dtype=torch.float64)
-                    row_tile[0] = rows[b, h, j * TILE:(j + 1) * TILE]
-                    packed = formats.pack_tiles(row_tile, inp.cache_dtype)
-                    replace_cache_row(image, inp.cache_dtype, cache_tile_index(inp, b, h, p, j), p % TILE, packed, 0)
+        if writes:
+            # every new 32-value row alone in row 0 of its own tile, packed in one call
+            row_tiles = torch.zeros(len(writes), TILE, TILE, dtype=torch.float64)
+            for i, (b, p, h, j) in enumerate(writes):
+                row_tiles[i, 0] = rows[b, h, j * TILE:(j + 1) * TILE]
+            packed = formats.pack_tiles(row_tiles, inp.cache_dtype)
+            size = formats.tile_size(inp.cache_dtype)
+            for i, (b, p, h, j) in enumerate(writes):
+                replace_cache_row(image, inp.cache_dtype, cache_tile_index(inp, b, h, p, j), p % TILE,
+                                  packed[i * size:(i + 1) * size], 0)
         images.append(TileTensor(inp.cache_shape, inp.cache_dtype, bytes(image)))
     return q_rot, images[0], images[1]
 
