@@ -95,3 +95,24 @@ def test_context_parallel_allocator_deals_blocks_round_robin_into_per_rank_pools
     # user 1 restarting at 0 gives back its blocks on every rank and takes one on rank 0 (block 0's owner)
     a.commit(a.plan([-1, 0]))
     assert [len(r.blocks[1]) for r in a.ranks] == [1, 0, 0] and a.lengths == [201, 1]
+
+
+def test_the_decoder_rotates_and_appends_through_the_fused_op_on_its_backend(monkeypatch):
+    """One rotary_kv_append per layer and step, on the decoder's backend, with q: the decoder's RoPE
+    and cache update are the op's (no torch RoPE path left)."""
+    from _llama_cases import hf_llama
+    from ttdecode import rotary
+    from ttdecode.models import LlamaDecoder
+
+    calls = []
+    real = rotary.rotary_kv_append
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs["backend"], kwargs["q"] is not None, list(kwargs["cur_pos"])))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rotary, "rotary_kv_append", spy)
+    monkeypatch.setattr(ttdecode, "rotary_kv_append", spy)
+    dec = LlamaDecoder.from_hf(hf_llama(4, 2, 64, layers=2), batch=2, max_seq_len=64, backend="host", block_size=32)
+    dec.step(torch.tensor([1, 2]), torch.tensor([0, -1]))
+    assert calls == [("host", True, [0, -1])] * 2
