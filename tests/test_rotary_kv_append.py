@@ -358,6 +358,15 @@ BAD = {
 }
 
 
+def test_a_head_dim_beyond_l1_is_refused_at_plan_time() -> None:
+    """D = 4096: cos, sin, x and the output CBs need more than one core's L1; refused naming it."""
+    from ttdecode import rotary
+
+    with pytest.raises(ValueError, match=r"argument 'k_cache': expected a head_dim whose circular buffers fit .*D=4096"):
+        rotary.device_program(batch=1, num_q_heads=0, num_kv_heads=1, head_dim=4096, cache_dtype=BF16,
+                              cache_shape=(1, 1, 32, 4096), packed=False)
+
+
 @pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
 def test_bad_input_is_refused_naming_argument_expected_and_got(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     make, arg, got = BAD[case]

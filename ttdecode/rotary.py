@@ -464,6 +464,15 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     if inp.paged:
         cbs.append(CircularBuffer(cb["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
 
+    # Resource limit: every CB of a core, 32-byte aligned, above the firmware and kernel-config area.
+    from ttdecode.program import L1_BYTES_PER_CORE
+    from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
+
+    l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
+    if l1 > L1_BYTES_PER_CORE:
+        raise fail("k_cache", f"a head_dim whose circular buffers fit one core's L1 ({L1_BYTES_PER_CORE} B, CBs "
+                   f"from {L1_UNRESERVED_BASE:#x})", f"D={d} needing {l1} B")
+
     from ttdecode.paths import kernels_dir
 
     src = kernels_dir() / "rotary_append"
