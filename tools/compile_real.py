@@ -200,6 +200,7 @@ def build_command(
     include_dirs: Sequence[Path] = (),
     output: Path | None = None,
     cb_formats: Mapping[int, str] | None = None,
+    named_compile_time_args: Mapping[str, int] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The clang command line and the generated headers ({relative path: text}) for one kernel."""
     if kind not in KIND_SETTINGS:
@@ -245,6 +246,16 @@ def build_command(
     cmd += [f"-D{k}={v}" for k, v in macros.items()]
     if compile_time_args:
         cmd.append("-DKERNEL_COMPILE_TIME_ARGS=" + ",".join(str(v) for v in compile_time_args))
+    if named_compile_time_args:  # the JIT's form: {"name",value},... read by get_named_compile_time_arg_val
+        for name, v in named_compile_time_args.items():
+            if not _DEFINE_NAME.match(name) or isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+                raise ValueError(f"named_compile_time_args: {name!r}={v!r}: expected an identifier and a uint32")
+        pairs = ",".join(f'{{"{n}",{v}}}' for n, v in named_compile_time_args.items())
+        cmd.append(f"-DKERNEL_COMPILE_TIME_ARG_MAP={pairs}")
+        # The map makes compile_time_args.h include <string_view>, whose <cwchar> needs glibc's ISO C95
+        # wide-char declarations: a Linux g++ defines _GNU_SOURCE itself, clang for riscv32-unknown-elf
+        # does not (a compile-check detail of the host libstdc++ headers; the SFPI toolchain has its own).
+        cmd.append("-D_GNU_SOURCE=1")
     for name, value in (defines or {}).items():
         if not _DEFINE_NAME.match(name):
             raise ValueError(f"defines: {name!r} is not a macro name")
@@ -266,6 +277,7 @@ def compile_kernel(
     include_dirs: Sequence[Path] = (),
     timeout: float = 120.0,
     cb_formats: Mapping[int, str] | None = None,
+    named_compile_time_args: Mapping[str, int] | None = None,
 ) -> CompileResult:
     """Compile one dataflow kernel as the device JIT would; never raises for compile errors."""
     src = Path(source)
@@ -275,7 +287,8 @@ def compile_kernel(
     with tempfile.TemporaryDirectory(prefix="ttdecode-compile-real-") as tmp:
         gen_dir = Path(tmp)
         cmd, generated = build_command(
-            src, kind, gen_dir, compile_time_args, defines, include_dirs, cb_formats=cb_formats
+            src, kind, gen_dir, compile_time_args, defines, include_dirs, cb_formats=cb_formats,
+            named_compile_time_args=named_compile_time_args,
         )
         for rel, text in generated.items():
             path = gen_dir / rel
@@ -296,7 +309,8 @@ def compile_program_kernels(program: object) -> list[CompileResult]:
         if k.kind is KernelKind.COMPUTE:
             continue
         formats = {cb.index: cb.data_format.value for cb in program.circular_buffers if any(c in k.cores for c in cb.cores.cores())}
-        results.append(compile_kernel(k.source, k.kind.value, k.compile_time_args, k.defines, cb_formats=formats))
+        results.append(compile_kernel(k.source, k.kind.value, k.compile_time_args, k.defines, cb_formats=formats,
+                                      named_compile_time_args=k.named_compile_time_args))
     return results
 
 

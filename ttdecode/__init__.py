@@ -3,6 +3,7 @@
 Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``):
 
 - :func:`scaled_dot_product_attention_decode`, :func:`paged_scaled_dot_product_attention_decode`
+- :func:`rotary_kv_append` (fused RoPE + KV-cache append, one program per decode step)
 - :func:`context_parallel_decode` (the KV cache split along the sequence over devices) and
   :func:`combine_partials` (the exact LSE merge of partial results)
 - :class:`SDPAProgramConfig`, :class:`ComputeKernelConfig`
@@ -18,6 +19,7 @@ from ttdecode.api import (
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
 from ttdecode.distributed.context import combine_partials, context_parallel_decode
 from ttdecode.formats import DataType
+from ttdecode.rotary import rotary_kv_append
 from ttdecode.tensor import TileTensor, from_torch, to_torch
 
 float32 = DataType.float32
@@ -31,6 +33,7 @@ __all__ = [
     "last_backend",
     "context_parallel_decode",
     "combine_partials",
+    "rotary_kv_append",
     "SDPAProgramConfig",
     "ComputeKernelConfig",
     "DataType",

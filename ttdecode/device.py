@@ -201,6 +201,8 @@ def kernel_descriptor(
         raise DeviceError(f"{what}: source {str(kernel.source)!r} is not a file (resolved to {source})")
     _check_cores_in_grid(kernel.cores, grid, what)
     ct_args = [_check_uint32(v, f"{what}: compile-time arg {i}") for i, v in enumerate(kernel.compile_time_args)]
+    named = [(n, _check_uint32(v, f"{what}: named compile-time arg {n!r}"))
+             for n, v in kernel.named_compile_time_args.items()]
     defines = []
     for key, value in kernel.defines.items():
         if not isinstance(key, str) or not isinstance(value, str):
@@ -228,6 +230,7 @@ def kernel_descriptor(
         source_type=ttnn.KernelDescriptor.SourceType.FILE_PATH,
         core_ranges=core_range_set(ttnn, kernel.cores),
         compile_time_args=ct_args,
+        named_compile_time_args=named,
         defines=defines,
         runtime_args=runtime_args,
         common_runtime_args=common,
@@ -384,8 +387,12 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
         raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
     inputs = [t for t in program.tensors if not t.is_output]
     outputs = [t for t in program.tensors if t.is_output]
-    if not outputs:
-        raise DeviceError("program: expected at least one output tensor (ttnn.generic_op returns one), got none")
+    if not outputs and not any(t.in_place for t in inputs):
+        raise DeviceError("program: expected at least one output or in-place tensor (ttnn.generic_op returns the "
+                          "last of its io tensors), got none")
+    # In-place inputs go after the plain inputs, so without outputs the last of them is the one
+    # generic_op returns.
+    inputs = [t for t in inputs if not t.in_place] + [t for t in inputs if t.in_place]
     names = {t.name for t in program.tensors}
     unknown = sorted(set(io_tensors) - names)
     if unknown:

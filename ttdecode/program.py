@@ -202,7 +202,8 @@ class Kernel:
     """One kernel source run on a set of cores.
 
     `source` is a file path (normally under `kernels/`). Compile-time args are positional
-    (`get_compile_time_arg_val(i)`); `defines` become `-D` macros. `runtime_args[core]` is the
+    (`get_compile_time_arg_val(i)`) or named (`named_compile_time_args`, read with
+    `get_named_compile_time_arg_val("name")`; names are C identifiers); `defines` become `-D` macros. `runtime_args[core]` is the
     per-core argument list; every core of `cores` must have one (possibly empty).
     """
 
@@ -215,8 +216,14 @@ class Kernel:
     runtime_args: dict[CoreCoord, list[Arg]] = field(default_factory=dict)
     common_runtime_args: list[Arg] = field(default_factory=list)
     compute: ComputeSettings | None = None
+    named_compile_time_args: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for n, v in self.named_compile_time_args.items():
+            if not isinstance(n, str) or not n.isidentifier():
+                raise ValueError(f"kernel {self.name}: named compile-time arg {n!r}: expected a C identifier")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+                raise ValueError(f"kernel {self.name}: named compile-time arg {n}={v!r}: expected an int in 0..2**32-1")
         if (self.kind is KernelKind.COMPUTE) != (self.compute is not None):
             raise ValueError(f"kernel {self.name}: compute settings belong to (and only to) a compute kernel")
         for core, args in self.runtime_args.items():
@@ -263,7 +270,9 @@ class DramTensor:
     """An interleaved DRAM tensor: page k lives in bank k % 12.
 
     `data` holds the input byte image (num_pages * page_size bytes); None for an output, which
-    the backend allocates, and for an input the backend already holds (the device path). `shape` is
+    the backend allocates, and for an input the backend already holds (the device path). `in_place`:
+    an input the kernels also write (a KV cache updated where it lies; the host runtime returns its
+    image after the run, the device path passes the caller's tensor). `shape` is
     the logical shape, `layout` "tile" or "row_major". `element_type` names the element type of a
     row-major tensor whose elements are not a tile format ("int32", "uint32"); None means
     `data_format`.
@@ -278,8 +287,11 @@ class DramTensor:
     data: bytes | None = None
     is_output: bool = False
     element_type: str | None = None
+    in_place: bool = False
 
     def __post_init__(self) -> None:
+        if self.in_place and self.is_output:
+            raise ValueError(f"tensor {self.name}: in_place is for an input the kernels write, not an output")
         if self.element_type is not None and (self.layout != "row_major" or self.element_type not in ("int32", "uint32")):
             raise ValueError(
                 f"tensor {self.name}: element_type is for row-major int32/uint32 tensors, got "

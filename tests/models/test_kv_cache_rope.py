@@ -1,4 +1,4 @@
-"""The paged cache's row write (the chip's read-modify-write of a tile row), the block allocator,
+"""The paged cache's row append (ttdecode.rotary_kv_append through kv_cache.append_rows), the block allocator,
 and the RoPE frequencies against Hugging Face's."""
 
 from __future__ import annotations
@@ -9,32 +9,39 @@ import torch
 import ttdecode
 from ttdecode.formats import DataType
 from ttdecode.models import rope
-from ttdecode.models.kv_cache import BlockAllocator, PagedKVCache
+from ttdecode.models.kv_cache import BlockAllocator, PagedKVCache, append_rows
 
 
 @pytest.mark.parametrize("dtype", [DataType.bfloat8_b, DataType.bfloat16])
-def test_row_write_quantizes_only_the_new_row_and_leaves_other_rows_bit_identical(dtype):
+def test_row_append_quantizes_only_the_new_row_and_leaves_other_rows_bit_identical(dtype):
+    """The decoder's cache update (kv_cache.append_rows = ttdecode.rotary_kv_append) with the identity
+    rotation (cos 1, sin 0): rows filled one step at a time hold each row quantized alone."""
     g = torch.Generator().manual_seed(0)
-    cache = PagedKVCache(num_blocks=3, num_kv_heads=2, block_size=64, head_dim=64, dtype=dtype)
+    kc = PagedKVCache(num_blocks=3, num_kv_heads=2, block_size=64, head_dim=64, dtype=dtype)
+    vc = PagedKVCache(num_blocks=3, num_kv_heads=2, block_size=64, head_dim=64, dtype=dtype)
     full = torch.randn(3, 2, 64, 64, generator=g)
-    # fill the cache one row at a time, as decode steps do
-    for blk in range(3):
-        for r in range(64):
-            cache.write_rows(full[blk, :, r][None], [blk], [r])
+    table = torch.tensor([[0], [1], [2]], dtype=torch.int32)  # user b owns block b
+    ones, zeros = torch.ones(3, 64), torch.zeros(3, 64)
+    # fill the cache one row per user and step, as decode steps do (the reference backend: ttnn's rounding)
+    for r in range(64):
+        append_rows(kc, vc, full[:, :, r], full[:, :, r], cur_pos=[r] * 3, page_table=table, cos=ones, sin=zeros,
+                    backend="reference")
     # each row stored as the row alone quantized (bfloat8_b: 16 values of a row share an exponent)
-    expected = torch.stack([ttdecode.to_torch(ttdecode.from_torch(full[..., r:r + 1, :], dtype)).float()[..., 0, :]
+    rows = full.to(torch.bfloat16).float()  # the op's inputs are bfloat16
+    expected = torch.stack([ttdecode.to_torch(ttdecode.from_torch(rows[..., r:r + 1, :], dtype)).float()[..., 0, :]
                             for r in range(64)], dim=2)
-    assert torch.equal(cache.values(), expected)
+    assert torch.equal(kc.values(), expected) and torch.equal(vc.values(), expected)
     # the op's input is a tile tensor of the same values
-    assert torch.equal(ttdecode.to_torch(cache.tile_tensor()).float(), expected)
-    before = bytearray(cache.image)
-    new = torch.randn(1, 2, 64, generator=g) * 100  # a much larger row: other rows must not move
-    cache.write_rows(new, [1], [37])
-    values = cache.values()
+    assert torch.equal(ttdecode.to_torch(kc.tile_tensor()).float(), expected)
+    before = bytearray(kc.image)
+    new = torch.randn(3, 2, 64, generator=g) * 100  # a much larger row: other rows must not move
+    append_rows(kc, vc, new, new, cur_pos=[-1, 37, -1], page_table=table, cos=ones, sin=zeros, backend="host")
+    values = kc.values()
     mask = torch.ones(3, 2, 64, dtype=torch.bool)
     mask[1, :, 37] = False
     assert torch.equal(values[mask], expected[mask])
-    assert sum(a != b for a, b in zip(before, cache.image)) <= 2 * 64 * 2 + 2 * 4  # one row of each head
+    assert sum(a != b for a, b in zip(before, kc.image)) <= 2 * 64 * 2 + 2 * 4  # one row of each head
+    assert not torch.equal(values[1, :, 37], expected[1, :, 37])
 
 
 def test_allocator_restart_rewind_and_page_table():
@@ -88,3 +95,24 @@ def test_context_parallel_allocator_deals_blocks_round_robin_into_per_rank_pools
     # user 1 restarting at 0 gives back its blocks on every rank and takes one on rank 0 (block 0's owner)
     a.commit(a.plan([-1, 0]))
     assert [len(r.blocks[1]) for r in a.ranks] == [1, 0, 0] and a.lengths == [201, 1]
+
+
+def test_the_decoder_rotates_and_appends_through_the_fused_op_on_its_backend(monkeypatch):
+    """One rotary_kv_append per layer and step, on the decoder's backend, with q: the decoder's RoPE
+    and cache update are the op's (no torch RoPE path left)."""
+    from _llama_cases import hf_llama
+    from ttdecode import rotary
+    from ttdecode.models import LlamaDecoder
+
+    calls = []
+    real = rotary.rotary_kv_append
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs["backend"], kwargs["q"] is not None, list(kwargs["cur_pos"])))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rotary, "rotary_kv_append", spy)
+    monkeypatch.setattr(ttdecode, "rotary_kv_append", spy)
+    dec = LlamaDecoder.from_hf(hf_llama(4, 2, 64, layers=2), batch=2, max_seq_len=64, backend="host", block_size=32)
+    dec.step(torch.tensor([1, 2]), torch.tensor([0, -1]))
+    assert calls == [("host", True, [0, -1])] * 2

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from ttdecode.models import LlamaDecoder, LlamaSpec
+from ttdecode.formats import DataType
 from ttdecode.models import llama_device as ld
+from ttdecode.models import rope
 
 from _llama_cases import hf_llama
 
@@ -75,6 +77,40 @@ def test_per_chip_attention_program_descriptor_builds_for_llama31_shapes(ttnn, h
     assert plan.num_q_heads == heads // devices and plan.num_kv_heads == kv_heads // devices
     assert plan.paged and plan.block_size == 64
     assert isinstance(desc, ttnn.ProgramDescriptor) and len(desc.kernels) == 3
+
+
+@pytest.mark.parametrize("heads, kv_heads, devices", [(32, 8, 1), (64, 8, 8)])
+def test_per_chip_rotary_append_descriptor_builds_for_llama31_shapes(ttnn, heads, kv_heads, devices):
+    spec = LlamaSpec(vocab_size=128256, hidden_size=heads * 128, num_layers=1, num_heads=heads,
+                     num_kv_heads=kv_heads, head_dim=128, intermediate_size=28672, rms_norm_eps=1e-5,
+                     rope_theta=500000.0, rope_scaling=None, attention_bias=False, mlp_bias=False)
+    program, desc = ld.rotary_append_descriptor(spec, devices, batch=32, max_seq_len=8192)
+    assert isinstance(desc, ttnn.ProgramDescriptor) and len(desc.kernels) == 3
+    qkv = program.tensor("qkv")
+    assert qkv.shape == (1, 32, (heads + 2 * kv_heads) // devices * 128)
+    assert program.tensor("k_cache").in_place and program.tensor("k_cache").data_format is DataType.bfloat8_b
+    reader = desc.kernels[0]
+    assert dict(reader.named_compile_time_args)["packed"] == 1
+    assert dict(reader.named_compile_time_args)["num_q_heads"] == heads // devices
+
+
+def test_interleaved_rotation_of_permuted_rows_is_the_permuted_half_split_rotation():
+    """The device step's convention: rotary_kv_append with interleaved pairs on rope_permutation'd
+    q/k rows gives exactly the permuted rows of the half-split rotation (host kernels)."""
+    import ttdecode
+
+    b, nh, nkv, d = 2, 2, 1, 64
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, b, n, d, generator=g) for n in (nh, nkv, nkv))
+    cos, sin = rope.cos_sin(rope.inv_freq(d, 10000.0), torch.tensor([5, 40]))
+    caches = [ttdecode.from_torch(torch.zeros(b, nkv, 64, d), dtype=DataType.bfloat16) for _ in range(2)]
+    perm = ld.rope_permutation(d)
+    half = ttdecode.rotary_kv_append(k, v, *caches, cur_pos=[5, 40], cos=cos, sin=sin, q=q, backend="host")
+    pairs = ttdecode.rotary_kv_append(k[..., perm], v, *caches, cur_pos=[5, 40], cos=cos, sin=sin, q=q[..., perm],
+                                      rotary_interleaved=True, backend="host")
+    assert torch.equal(pairs[0], half[0][..., perm])
+    k_half, k_pairs = ttdecode.to_torch(half[1]), ttdecode.to_torch(pairs[1])
+    assert torch.equal(k_pairs, k_half[..., perm])
 
 
 def test_every_ttnn_op_of_the_device_step_exists_in_ttnn(ttnn):

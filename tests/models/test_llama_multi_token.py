@@ -71,17 +71,3 @@ def test_bad_multi_token_steps_are_refused_naming_the_argument(tokens, positions
     dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=64, backend="reference", block_size=32)
     with pytest.raises(exc, match=pattern):
         dec.step(tokens, positions)
-
-
-@pytest.mark.parametrize("dtype", [ttdecode.bfloat16, ttdecode.bfloat8_b])
-def test_one_cache_write_of_several_rows_of_one_tile_row_keeps_them_all(dtype):
-    # a multi-token step writes T consecutive rows of one block in one call
-    from ttdecode.formats import quantize
-    from ttdecode.models.kv_cache import PagedKVCache
-
-    cache = PagedKVCache(2, 2, 64, 64, dtype)
-    rows = torch.randn(5, 2, 64, generator=torch.Generator().manual_seed(0))
-    cache.write_rows(rows, [1, 1, 1, 1, 0], [30, 31, 32, 3, 3])
-    got = cache.values()
-    for i, (blk, r) in enumerate([(1, 30), (1, 31), (1, 32), (1, 3), (0, 3)]):
-        assert torch.equal(got[blk, :, r], quantize(rows[i][:, None, :], dtype)[:, 0])

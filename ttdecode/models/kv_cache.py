@@ -5,11 +5,11 @@ a V tensor ``[num_blocks, NKV, block_size, D]`` stored as a TILE-layout image (`
 ``kv_dtype`` (bfloat16 or bfloat8_b); user b's position p lives in row ``p % block_size`` of
 block ``page_table[b, p // block_size]``.
 
-Writing a row (the decode step's cache update) does what the chip's cache-update op does: read the
-``D / 32`` tiles of the tile row that holds the row, unpack them, replace the one row, pack the
-tiles again and write them back. In bfloat8_b the shared exponent belongs to 16 values of one row
-of a tile face, so the new row is quantized on its own and every other row repacks to the same
-bytes (``test_kv_cache`` pins that the other rows stay bit-identical). Nothing else is requantized.
+The decode step's cache update is `append_rows`: RoPE on the new K (and Q) rows and the append of
+K and V at each user's position in one program, ``ttdecode.rotary_kv_append`` (the Metalium
+kernels on the host backend): each new row is packed on its own into the cache's format and
+written into the tile that holds it; in bfloat8_b a row's 16-value face rows are its own
+shared-exponent groups, so every other byte of the cache stays as it was.
 
 `BlockAllocator` hands out blocks per user: a user gets block ``p // block_size`` when its position
 first enters it, gives them all back when it starts again at position 0, and gives back the blocks
@@ -33,7 +33,7 @@ from ttdecode import formats
 from ttdecode.formats import DataType
 from ttdecode.tensor import TileTensor
 
-__all__ = ["BlockAllocator", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
+__all__ = ["append_rows", "BlockAllocator", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
            "KV_DTYPES", "check_positions"]
 
 #: KV formats the Llama decoder stores (the op also reads bfloat4_b; the decoder keeps to these two).
@@ -239,31 +239,12 @@ class PagedKVCache:
     def nbytes(self) -> int:
         return len(self.image)
 
-    def _strip_offset(self, block: int, head: int, row: int) -> int:
-        _, nkv, bs, _ = self.shape
-        return ((block * nkv + head) * (bs // 32) + row // 32) * self._strip
-
-    def write_rows(self, rows: torch.Tensor, blocks: Sequence[int], offsets: Sequence[int]) -> None:
-        """Write ``rows[i]`` (``[NKV, D]``, float) at row ``offsets[i]`` of block ``blocks[i]``.
-
-        Each touched tile row ``[32, D]`` is unpacked once, its rows replaced (several rows of one
-        tile row, as a multi-token step writes, all land), the tiles packed again (the chip's
-        read-modify-write of a cache update)."""
-        n = len(blocks)
-        if n == 0:
-            return
-        nkv, d = self.shape[1], self.shape[3]
-        offs = [self._strip_offset(blk, h, r) for blk, r in zip(blocks, offsets) for h in range(nkv)]
-        unique = list(dict.fromkeys(offs))  # each touched strip once, in first-touch order
-        where = {o: i for i, o in enumerate(unique)}
-        raw = b"".join(bytes(self.image[o:o + self._strip]) for o in unique)
-        strips = formats.unpack_tiles(raw, self.dtype, (len(unique), 32, d)).to(torch.float32)
-        idx = torch.tensor([r % 32 for r in offsets for _ in range(nkv)])
-        strip = torch.tensor([where[o] for o in offs])
-        strips[strip, idx] = rows.reshape(n * nkv, d).to(torch.float32)
-        packed = formats.pack_tiles(strips, self.dtype)
-        for i, o in enumerate(unique):
-            self.image[o:o + self._strip] = packed[i * self._strip:(i + 1) * self._strip]
+    def assign(self, t: TileTensor) -> None:
+        """Take the image of `t` (the cache after an append), which must have this cache's shape and format."""
+        if t.shape != self.shape or t.dtype is not self.dtype:
+            raise ValueError(f"t: expected a {self.dtype.value} tile tensor {list(self.shape)}, got "
+                             f"{t.dtype.value} {list(t.shape)}")
+        self.image = bytearray(t.data)
 
     def tile_tensor(self) -> TileTensor:
         """The cache as the op's input (a copy of the image)."""
@@ -272,3 +253,27 @@ class PagedKVCache:
     def values(self) -> torch.Tensor:
         """The stored values, float32 ``[num_blocks, NKV, block_size, D]``."""
         return formats.unpack_tiles(bytes(self.image), self.dtype, self.shape).to(torch.float32)
+
+
+def append_rows(k_cache: PagedKVCache, v_cache: PagedKVCache, k_new: torch.Tensor, v_new: torch.Tensor, *,
+                cur_pos: Sequence[int], page_table: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                q: Optional[torch.Tensor] = None, backend: str = "host") -> Optional[torch.Tensor]:
+    """Rotate ``k_new`` (and ``q``) and append K and V rows with ``ttdecode.rotary_kv_append``.
+
+    k_new, v_new: ``[B, NKV, D]`` float (taken as bfloat16, as the op's inputs); q: ``[B, NH, D]``
+    or None; cur_pos: ``[B]`` positions to write (-1: no write for that user); page_table: int32
+    ``[B, max_blocks]``; cos/sin: ``[B, D]`` in Hugging Face's layout. The caches take the op's
+    result. Returns the rotated q ``[1, B, NH, D]`` (bfloat16) or None."""
+    import ttdecode
+
+    out = ttdecode.rotary_kv_append(
+        k_new.unsqueeze(0), v_new.unsqueeze(0), k_cache.tile_tensor(), v_cache.tile_tensor(),
+        cur_pos=list(cur_pos), cos=cos, sin=sin, page_table=page_table,
+        q=None if q is None else q.unsqueeze(0), backend=backend,
+    )
+    q_rot = None
+    if q is not None:
+        q_rot, out = out[0], out[1:]
+    k_cache.assign(out[0])
+    v_cache.assign(out[1])
+    return q_rot

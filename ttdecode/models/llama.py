@@ -8,8 +8,10 @@ decode steps. ``step(tokens [B, T], positions [B]) -> logits [B, T, vocab]`` run
 per user at positions ``positions[b] .. positions[b] + T - 1`` in one multi-token decode step (the
 verification of T speculative draft tokens: token t's logits predict token t + 1; one read of the
 cache serves all T, causal among them); a rejected draft is dropped by rewinding: the next step
-starts at the first position to redo. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's position -> cache
-update (one row per user into its block, see ``kv_cache``) -> FlashDecode through
+starts at the first position to redo. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's
+position and the cache update (one row per user into its block) in one program,
+``ttdecode.rotary_kv_append`` (see ``kv_cache.append_rows``; one call per token index with T > 1)
+-> FlashDecode through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
 residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
 
@@ -51,7 +53,7 @@ import torch
 
 from ttdecode.formats import DataType, as_data_type
 from ttdecode.models import rope
-from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, PagedKVCache
+from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, PagedKVCache, append_rows
 
 __all__ = ["LlamaDecoder", "LlamaSpec", "BACKENDS"]
 
@@ -260,21 +262,29 @@ class LlamaShard:
         pos = (first.clamp(min=0)[:, None] + torch.arange(t)[None, :]).reshape(bsz)  # each token's position
         active = (first >= 0).repeat_interleave(t)
         x = s.hidden
-        cos, sin = rope.cos_sin(self.freq, pos)
-        writes = s.writes[self.cp_rank]  # with context parallelism: only the rows whose block this rank holds
-        written = [b for b, _, _ in writes]  # token rows (b * T + t)
-        blocks = [blk for _, blk, _ in writes]
-        rows = [r for _, _, r in writes]
+        cos, sin = rope.cos_sin(self.freq, pos)  # [B * T, D]
+        # Each token index j appends its users' rows with one rotary_kv_append (which also rotates their
+        # q). A token row b * T + j that this rank does not write (with context parallelism: its block
+        # is on another rank) appends nothing (-1), but every rank rotates every user's q.
+        written = {r for r, _, _ in s.writes[self.cp_rank]}  # token rows
+        local = s.local_positions[self.cp_rank]  # each user's last token's position on this rank
+        append_pos = [[local[b] - (t - 1 - j) if b * t + j in written else -1 for b in range(users)]
+                      for j in range(t)]
+        table = s.page_tables[self.cp_rank]
+        cos_t, sin_t = cos.view(users, t, d), sin.view(users, t, d)
         for i, (kc, vc) in enumerate(self.caches):
             h = self._norm(x, self.w[f"{i}.in_norm"])
-            q = rope.apply_rope(self._linear(h, "q", i).view(bsz, self.nq, d), cos, sin)
-            k = rope.apply_rope(self._linear(h, "k", i).view(bsz, self.nkv, d), cos, sin)
+            q = self._linear(h, "q", i).view(bsz, self.nq, d)
+            k = self._linear(h, "k", i).view(bsz, self.nkv, d)
             v = self._linear(h, "v", i).view(bsz, self.nkv, d)
-            if written:
-                kc.write_rows(k[written], blocks, rows)
-                vc.write_rows(v[written], blocks, rows)
-            # [B * T, nq, D] user-major -> the op's [T, B, nq, D] and back
-            attn = self._attention(q.view(users, t, self.nq, d).transpose(0, 1).contiguous(), kc, vc, s)
+            # RoPE on q and k and the cache append in one program per token index (ttdecode.rotary_kv_append)
+            q_t, k_t, v_t = (x_.view(users, t, -1, d) for x_ in (q, k, v))
+            q_rot = torch.stack([
+                append_rows(kc, vc, k_t[:, j], v_t[:, j], cur_pos=append_pos[j], page_table=table,
+                            cos=cos_t[:, j], sin=sin_t[:, j], q=q_t[:, j], backend=self.backend)[0]
+                for j in range(t)
+            ])  # the op's [T, B, nq, D]
+            attn = self._attention(q_rot, kc, vc, s)
             attn = attn.transpose(0, 1).reshape(bsz, self.nq * d)
             o = attn.to(torch.float32) @ self.w[f"{i}.wo"].T
             o = self.all_reduce(o)

@@ -13,12 +13,18 @@ What this module builds, with the real ttnn 0.81.1 where ttnn allows it on the h
   (``ttnn.from_torch`` in their ttnn dtype and TILE layout; the mesh mapper needs an open mesh
   device, so the per-device slices are cut here exactly as ``ShardTensorToMesh`` cuts them:
   contiguous equal chunks). Q and K rows are permuted from Hugging Face's half-split RoPE layout to
-  the interleaved-pair layout that ``ttnn.experimental.rotary_embedding_llama`` rotates; q.k is
+  the interleaved-pair layout (what ``ttnn.experimental.rotary_embedding_llama`` rotates, and what the
+  step's ``ttdecode.rotary_kv_append`` is told to rotate, ``rotary_interleaved=True``); q.k is
   unchanged because both sides get the same permutation (`rope_permutation`).
 * `attention_descriptor(spec, devices, batch, max_seq_len, block_size, kv_dtype, ttnn)`: one
   layer's FlashDecode on one chip (that chip's heads, the paged cache) as the op's real
   ``ttnn.ProgramDescriptor`` via ``ttdecode.device.build_program_descriptor``, with placeholder
   DRAM addresses and NoC coordinates (a device supplies both at launch).
+* `rotary_append_descriptor(...)`: one layer's fused RoPE + cache append on one chip
+  (``ttdecode.rotary_kv_append`` with the fused QKV output as its packed ``qkv`` input, interleaved
+  pairs since the Q/K rows are permuted as above, the paged cache) as its real
+  ``ttnn.ProgramDescriptor``, in place of ttnn's ``nlp_create_qkv_heads_decode`` +
+  ``rotary_embedding_llama`` + ``paged_update_cache``; placeholder addresses as above.
 * `DECODE_STEP_OPS`: the ttnn ops a device decode step would call, per layer, in order; a test
   checks that each exists in the installed ttnn.
 
@@ -39,6 +45,7 @@ from ttdecode.formats import DataType
 from ttdecode.models.llama import LlamaSpec
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
+           "rotary_append_descriptor",
            "DECODE_STEP_OPS"]
 
 #: The ttnn calls of one decode step per layer (host-side embedding and LM head around them).
@@ -46,9 +53,9 @@ DECODE_STEP_OPS = (
     "embedding",                                  # token ids -> [1, 1, B, hidden] (replicated table)
     "rms_norm",                                   # input norm
     "linear",                                     # fused QKV, this device's heads
-    "experimental.nlp_create_qkv_heads_decode",   # [1, B, heads, D] views
-    "experimental.rotary_embedding_llama",        # RoPE at each user's position (interleaved pairs)
-    "experimental.paged_update_cache",            # one row per user into its block (K and V)
+    "reshape",                                    # [1, 1, B, W] -> [1, B, W] (a view of the same tiles)
+    "generic_op",                                 # ttdecode.rotary_kv_append: unpack qkv, RoPE on q and k
+                                                  # (interleaved pairs), K/V rows into their blocks
     "generic_op",                                 # ttdecode's FlashDecode program (paged)
     "experimental.nlp_concat_heads_decode",
     "linear",                                     # O projection (row-parallel)
@@ -208,3 +215,21 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
     program = build_program_for_device(plan, scale=1 / math.sqrt(spec.head_dim), compute=compute)
     names = [t.name for t in program.tensors]
     return plan, build_program_descriptor(program, _PlaceholderView(names))
+
+
+def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_len: int, block_size: int = 64,
+                             kv_dtype: DataType = DataType.bfloat8_b) -> tuple[Any, Any]:
+    """(Program, ``ttnn.ProgramDescriptor``) of one layer's fused RoPE + paged cache append on one
+    chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
+    projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches."""
+    from ttdecode.device import build_program_descriptor
+    from ttdecode.rotary import device_program
+
+    nkv = spec.num_kv_heads // devices
+    max_blocks = math.ceil(max_seq_len / block_size)
+    program = device_program(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=nkv,
+                             head_dim=spec.head_dim, cache_dtype=kv_dtype,
+                             cache_shape=(batch * max_blocks, nkv, block_size, spec.head_dim), max_blocks=max_blocks,
+                             interleaved=True, packed=True)
+    names = [t.name for t in program.tensors]
+    return program, build_program_descriptor(program, _PlaceholderView(names))

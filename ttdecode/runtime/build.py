@@ -161,6 +161,7 @@ class KernelBuild:
     defines: tuple[tuple[str, str], ...]
     config_header: str  # ttrt_kernel_config.h
     label: str          # for messages: kernel name and kind
+    named_compile_time_args: tuple[tuple[str, int], ...] = ()  # get_named_compile_time_arg_val
 
     def wrapper(self) -> str:
         return (f'#include "{self.source}"\n'
@@ -170,6 +171,7 @@ class KernelBuild:
         """Cache key; `trees` maps the kernel's directory and INCLUDE_DIR to their `_tree_digest`."""
         parts = [version.encode(), " ".join(KERNEL_FLAGS).encode(), self.wrapper().encode(),
                  self.config_header.encode(), repr(self.compile_time_args).encode(), repr(self.defines).encode(),
+                 repr(self.named_compile_time_args).encode(),
                  trees[self.source.parent], trees[INCLUDE_DIR]]
         return _digest(parts)
 
@@ -185,6 +187,9 @@ def _build_one(kb: KernelBuild, cxx: str, out: Path) -> tuple[Path, bool]:
         args = ",".join(str(int(a) & 0xFFFFFFFF) for a in kb.compile_time_args)
         cmd = [cxx, *_flags_for(cxx, KERNEL_FLAGS), "-I", str(INCLUDE_DIR), "-I", str(t), "-I", str(kb.source.parent),
                f"-DKERNEL_COMPILE_TIME_ARGS={args}"]
+        if kb.named_compile_time_args:  # tt-metal's form: {"name",value},...
+            pairs = ",".join(f'{{"{n}",{int(v) & 0xFFFFFFFF}}}' for n, v in kb.named_compile_time_args)
+            cmd.append(f"-DKERNEL_COMPILE_TIME_ARG_MAP={pairs}")
         cmd += [f"-D{k}={v}" if v != "" else f"-D{k}" for k, v in kb.defines]
         cmd += [str(t / "wrapper.cpp"), "-o", str(t / "k.so")]
         _run_compiler(cmd, f"{kb.label} ({kb.source})", KernelCompileError)

@@ -151,6 +151,7 @@ def _kernel_build(kernel: Kernel, lay: _Layout) -> build.KernelBuild:
     return build.KernelBuild(
         source=source,
         compile_time_args=tuple(int(a) for a in kernel.compile_time_args),
+        named_compile_time_args=tuple((str(n), int(v)) for n, v in kernel.named_compile_time_args.items()),
         defines=tuple(sorted((str(k), str(v)) for k, v in defines.items())),
         config_header=_config_header(kernel, lay.kernel_cb_formats(kernel)),
         label=f"{kernel.kind.value} kernel '{kernel.name}'",

@@ -1,0 +1,501 @@
+"""ttdecode.rotary_kv_append: the fused RoPE + KV-cache append program on the host runtime.
+
+Expected values are built here, independently of ttdecode.rotary and of the runtime:
+
+* the rotation in float32 as the chip computes it (x from bf16 exactly, the +-1 matmul exact, then
+  x*cos, rot*sin and their sum each rounded to nearest-even in fp32: SFPMAD, one rounding), with
+  rotate_half written out per convention from its definition (Hugging Face's rotate_half, Meta's
+  interleaved pairs), and checked against a float64 rotation to within one step of the format;
+* the packer's rounding of each new row to the cache format (Packers/FormatConversion.md of the ISA
+  documentation: early rounding ties away from zero, block floats share the largest exponent of a
+  16-value face row, bfp4 truncated from bfp8) and the tile layout of ttdecode.formats' docstring
+  (faces, exponent bytes in face-row order, codes in tile order), written out byte by byte;
+* every other byte of both caches: exactly the input's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ttdecode
+from ttdecode.formats import DataType
+from ttdecode.tensor import TileTensor
+
+BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
+
+
+# ---- the independent expectation -----------------------------------------------------------------
+
+
+def hf_angles(b: int, rotary_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [B, rotary_dim] float32 in Hugging Face's layout cat(c, c)."""
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.rand(b, rotary_dim // 2, generator=g, dtype=torch.float64) * 40.0
+    return torch.cat([theta.cos()] * 2, 1).float(), torch.cat([theta.sin()] * 2, 1).float()
+
+
+def rotate_half(x: np.ndarray, rotary_dim: int, interleaved: bool) -> np.ndarray:
+    """rotate_half over the first rotary_dim columns (zeros elsewhere), by its definition."""
+    out = np.zeros_like(x)
+    r = x[..., :rotary_dim]
+    if interleaved:  # (x0, x1) -> (-x1, x0) per pair (2i, 2i+1)
+        out[..., 0:rotary_dim:2] = -r[..., 1::2]
+        out[..., 1:rotary_dim:2] = r[..., 0::2]
+    else:  # [a, b] -> [-b, a]
+        h = rotary_dim // 2
+        out[..., :h] = -r[..., h:]
+        out[..., h:rotary_dim] = r[..., :h]
+    return out
+
+
+def per_column(cs: np.ndarray, d: int, rotary_dim: int, interleaved: bool, fill: float) -> np.ndarray:
+    col = cs[:, : rotary_dim // 2].repeat(2, axis=1) if interleaved else cs
+    out = np.full((cs.shape[0], d), fill, dtype=cs.dtype)
+    out[:, :rotary_dim] = col
+    return out
+
+
+def rotate_fp32(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rotary_dim: int, interleaved: bool) -> np.ndarray:
+    """x [B, H, D] float32 (bf16 values): x*cos + rot*sin, each op rounded in float32."""
+    d = x.shape[-1]
+    c = per_column(cos, d, rotary_dim, interleaved, 1.0)[:, None, :].astype(np.float32)
+    s = per_column(sin, d, rotary_dim, interleaved, 0.0)[:, None, :].astype(np.float32)
+    y = (x * c).astype(np.float32) + (rotate_half(x, rotary_dim, interleaved) * s).astype(np.float32)
+    return np.where(np.abs(y) < 2.0**-126, np.float32(0.0), y).astype(np.float32)  # SFPU flushes denormals
+
+
+def rotate_f64(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rotary_dim: int, interleaved: bool) -> np.ndarray:
+    x = x.astype(np.float64)
+    d = x.shape[-1]
+    c = per_column(cos.astype(np.float64), d, rotary_dim, interleaved, 1.0)[:, None, :]
+    s = per_column(sin.astype(np.float64), d, rotary_dim, interleaved, 0.0)[:, None, :]
+    return x * c + rotate_half(x, rotary_dim, interleaved) * s
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+
+
+def early_round(x: np.ndarray, mant_bits: int) -> np.ndarray:
+    """To `mant_bits` mantissa bits, ties away from zero (finite normal inputs; zeros stay +0)."""
+    x = np.asarray(x, dtype=np.float32)
+    e = (_bits(x) >> 23) & 0xFF
+    q = np.ldexp(1.0, e.astype(np.int64) - 127 - mant_bits)
+    r = np.floor(np.abs(x.astype(np.float64)) / q + 0.5) * q
+    return np.where(e == 0, 0.0, np.copysign(r, x)).astype(np.float32)
+
+
+def packed_row(values: np.ndarray, dtype: DataType) -> list[tuple[int, bytes]]:
+    """One row of 32 values as the packer writes it: per face-row half, (exponent byte or -1, codes)."""
+    out = []
+    for half in range(2):
+        v = values[16 * half:16 * half + 16]
+        if dtype is BF16:
+            out.append((-1, (_bits(early_round(v, 7)) >> 16).astype("<u2").tobytes()))
+            continue
+        y = early_round(v, 6)
+        e = (_bits(y) >> 23) & 0xFF
+        shared = int(e.max())
+        unit = 2.0 ** (shared - 127 - 6)
+        mag = np.where(e == 0, 0, np.floor(np.abs(y.astype(np.float64)) / unit + 0.5)).astype(np.int64)
+        neg = (_bits(y) >> 31).astype(np.int64)
+        if dtype is BFP4:
+            mag = mag // 16
+            codes = np.where(mag > 0, neg << 3 | mag, 0).astype(np.uint8)
+            out.append((shared, (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8).tobytes()))
+        else:
+            out.append((shared, np.where(mag > 0, neg << 7 | mag, 0).astype(np.uint8).tobytes()))
+    return out
+
+
+def expected_cache(original: bytes, dtype: DataType, rows: dict[tuple[int, int], np.ndarray]) -> bytes:
+    """`original` with tile row (page, row) replaced by the packed values, byte for byte."""
+    size = {BF16: 2048, BFP8: 1088, BFP4: 576}[dtype]
+    exp_bytes = 0 if dtype is BF16 else 64
+    row_bytes = {BF16: 32, BFP8: 16, BFP4: 8}[dtype]
+    img = bytearray(original)
+    for (page, row), values in rows.items():
+        for half, (exponent, codes) in enumerate(packed_row(values, dtype)):
+            face_row = ((row // 16) * 2 + half) * 16 + row % 16
+            base = page * size
+            if exponent >= 0:
+                img[base + face_row] = exponent
+            off = base + exp_bytes + face_row * row_bytes
+            img[off:off + row_bytes] = codes
+    return bytes(img)
+
+
+def step_bound(values: np.ndarray, dtype: DataType) -> np.ndarray:
+    """Per value: the largest error one row packed to `dtype` may have (early rounding + shift)."""
+    if dtype is BF16:
+        return np.abs(values) * 2.0**-8 + 1e-30
+    out = np.empty_like(values, dtype=np.float64)
+    for g in range(0, values.size, 16):
+        v = values.reshape(-1)[g:g + 16]
+        shared = math.frexp(float(np.abs(v).max()))[1] - 1 + 1  # the exponent after a possible carry
+        unit = 2.0 ** (shared - 6)
+        out.reshape(-1)[g:g + 16] = unit * (17 if dtype is BFP4 else 1)
+    return out
+
+
+def bf16(x: torch.Tensor) -> np.ndarray:
+    return x.to(torch.bfloat16).float().numpy()
+
+
+def page_of(cache_shape: tuple[int, ...], user: int, head: int, pos: int, j: int, table: torch.Tensor | None) -> int:
+    """Tile page of (user, head, position, column tile j) in a [lead, NKV, rows, D] tile tensor."""
+    _, nkv, rows, d = cache_shape
+    if table is None:
+        lead, r = user, pos
+    else:
+        lead, r = int(table[user, pos // rows]), pos % rows
+    return ((lead * nkv + head) * (rows // 32) + r // 32) * (d // 32) + j
+
+
+def check_call(result, *, q, k, v, kc, vc, positions, cos, sin, rotary_dim, interleaved, table=None) -> None:
+    """The op's result against the independent expectation (see the module doc)."""
+    d = k.shape[-1]
+    c, s = cos.numpy(), sin.numpy()
+    if q is not None:
+        q_rot, k_out, v_out = result
+        want_q = rotate_fp32(bf16(q[0]), c, s, rotary_dim, interleaved)
+        got_q = q_rot[0].float().numpy()
+        assert np.array_equal(_bits(got_q), _bits(early_round(want_q, 7))), "q_rot differs from the fp32 rotation"
+        ref = rotate_f64(bf16(q[0]), c, s, rotary_dim, interleaved)
+        assert np.all(np.abs(got_q - ref) <= step_bound(ref, BF16))
+    else:
+        k_out, v_out = result
+    k_rows = rotate_fp32(bf16(k[0]), c, s, rotary_dim, interleaved)
+    k_ref = rotate_f64(bf16(k[0]), c, s, rotary_dim, interleaved)
+    v_rows = bf16(v[0])
+    for cache, out, new, ref in ((kc, k_out, k_rows, k_ref), (vc, v_out, v_rows, v_rows)):
+        want = {}
+        for b, p in enumerate(positions):
+            if p < 0:
+                continue
+            for h in range(k.shape[2]):
+                for j in range(d // 32):
+                    want[(page_of(cache.shape, b, h, p, j, table), p % 32)] = new[b, h, 32 * j:32 * j + 32]
+        assert isinstance(out, TileTensor) and out.shape == cache.shape and out.dtype == cache.dtype
+        expected = expected_cache(cache.data, cache.dtype, want)
+        assert len(out.data) == len(expected)
+        diff = [i for i, (a, e) in enumerate(zip(out.data, expected)) if a != e]
+        assert not diff, f"{len(diff)} cache bytes differ from the expectation, first at byte {diff[0]}"
+        # the stored rows are within one step of the format from the float64 rotation
+        got = ttdecode.to_torch(out).float().numpy()
+        for b, p in enumerate(positions):
+            if p < 0:
+                continue
+            lead, r = (b, p) if table is None else (int(table[b, p // cache.shape[2]]), p % cache.shape[2])
+            row = got[lead, :, r, :]
+            assert np.all(np.abs(row - ref[b]) <= step_bound(ref[b], cache.dtype) + 1e-6)
+
+
+def cache_pair(shape: tuple[int, ...], dtype: DataType, seed: int) -> tuple[TileTensor, TileTensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (ttdecode.from_torch(torch.randn(shape, generator=g), dtype=dtype),
+            ttdecode.from_torch(torch.randn(shape, generator=g), dtype=dtype))
+
+
+# ---- the kernels on the host runtime -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [BF16, BFP8, BFP4], ids=lambda d: d.value)
+def test_contiguous_append_rows_0_31_and_middle_with_q_half_split(dtype: DataType) -> None:
+    """D=128 half-split (rotate_half pairs tiles 0-1 with 2-3), q given; positions on row 0, row 31,
+    a middle row of a later tile, and a user at -1; whole caches byte for byte."""
+    b, nh, nkv, d, s = 5, 4, 2, 128, 96
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, b, n, d, generator=g) * 3 for n in (nh, nkv, nkv))
+    kc, vc = cache_pair((b, nkv, s, d), dtype, 2)
+    cos, sin = hf_angles(b, d, 3)
+    positions = [0, 31, -1, 49, 95]
+    out = ttdecode.rotary_kv_append(k, v, kc, vc, cur_pos=positions, cos=cos, sin=sin, q=q, backend="host")
+    check_call(out, q=q, k=k, v=v, kc=kc, vc=vc, positions=positions, cos=cos, sin=sin, rotary_dim=d,
+               interleaved=False)
+
+
+def test_paged_interleaved_partial_rotary_dim_and_two_q_tile_rows() -> None:
+    """bfloat8_b paged cache (block 64, shuffled blocks), interleaved pairs, rotary_dim 48 < D=64
+    (a tile half rotated), 34 q heads (two tile rows); the result is the same under a perturbed
+    schedule."""
+    b, nh, nkv, d, bs, nblocks = 3, 34, 3, 64, 64, 7
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, b, n, d, generator=g) for n in (nh, nkv, nkv))
+    kc, vc = cache_pair((nblocks, nkv, bs, d), BFP8, 5)
+    table = torch.tensor([[6, 2], [0, 5], [3, 1]], dtype=torch.int32)
+    cos, sin = hf_angles(b, 48, 6)
+    positions = [127, 0, 94]  # block 1 row 63 (tile row 31), block 0 row 0, block 1 row 30
+    kwargs = dict(cur_pos=positions, cos=cos, sin=sin, page_table=table, q=q, rotary_interleaved=True,
+                  rotary_dim=48)
+    out = ttdecode.rotary_kv_append(k, v, kc, vc, backend="host", **kwargs)
+    check_call(out, q=q, k=k, v=v, kc=kc, vc=vc, positions=positions, cos=cos, sin=sin, rotary_dim=48,
+               interleaved=True, table=table)
+
+    from ttdecode import rotary
+    from ttdecode.runtime import run_program
+
+    inp = rotary.validate(k, v, kc, vc, qkv=None, num_q_heads=None, **{**kwargs, "rotary_interleaved": True})
+    seeded = run_program(rotary.build_program(inp, rotary.input_images(inp)), schedule_seed=5)
+    assert seeded.tensors["k_cache"] == out[1].data and seeded.tensors["v_cache"] == out[2].data
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half-split", "interleaved"])
+def test_packed_qkv_is_unpacked_rotated_and_appended_in_one_program(interleaved: bool) -> None:
+    """qkv [1, B, (NH + 2 NKV) D] gives exactly what separate q / k_new / v_new give (and the
+    independent expectation); rotary_dim 40 makes half-split blocks pair columns across tiles."""
+    b, nh, nkv, d, s = 33, 3, 1, 64, 64  # 33 users: two tile rows of users in qkv
+    g = torch.Generator().manual_seed(7)
+    qkv = torch.randn(1, b, (nh + 2 * nkv) * d, generator=g)
+    q, k, v = (qkv[..., :nh * d].reshape(1, b, nh, d), qkv[..., nh * d:(nh + nkv) * d].reshape(1, b, nkv, d),
+               qkv[..., (nh + nkv) * d:].reshape(1, b, nkv, d))
+    kc, vc = cache_pair((b, nkv, s, d), BF16, 8)
+    cos, sin = hf_angles(b, 40, 9)
+    positions = [(13 * i) % 64 if i % 5 else -1 for i in range(b)]
+    opts = dict(cur_pos=positions, cos=cos, sin=sin, rotary_dim=40, rotary_interleaved=interleaved,
+                grid=(4, 2), backend="host")
+    packed = ttdecode.rotary_kv_append(qkv=qkv, k_cache=kc, v_cache=vc, **opts)
+    check_call(packed, q=q, k=k, v=v, kc=kc, vc=vc, positions=positions, cos=cos, sin=sin, rotary_dim=40,
+               interleaved=interleaved)
+    separate = ttdecode.rotary_kv_append(k, v, kc, vc, q=q, **opts)
+    assert torch.equal(packed[0], separate[0])
+    assert packed[1].data == separate[1].data and packed[2].data == separate[2].data
+
+
+def test_without_q_returns_the_caches_and_a_user_s_row_ignores_the_others() -> None:
+    """(k_cache, v_cache) without q; user 0's written bytes are the same whatever user 1 holds."""
+    b, nkv, d, s = 2, 1, 32, 32
+    g = torch.Generator().manual_seed(10)
+    k, v = torch.randn(1, b, nkv, d, generator=g), torch.randn(1, b, nkv, d, generator=g)
+    kc, vc = cache_pair((b, nkv, s, d), BFP4, 11)
+    cos, sin = hf_angles(b, d, 12)
+    out = ttdecode.rotary_kv_append(k, v, kc, vc, cur_pos=[7, 20], cos=cos, sin=sin, backend="host")
+    assert len(out) == 2
+    check_call(out, q=None, k=k, v=v, kc=kc, vc=vc, positions=[7, 20], cos=cos, sin=sin, rotary_dim=d,
+               interleaved=False)
+    k2 = k.clone()
+    k2[0, 1] = torch.randn(nkv, d, generator=g) * 100
+    other = ttdecode.rotary_kv_append(k2, v, kc, vc, cur_pos=[7, 20], cos=cos, sin=sin, backend="host")
+    user0 = slice(0, len(kc.data) // 2)
+    assert other[0].data[user0] == out[0].data[user0]
+
+
+def test_reference_backend_agrees_within_one_step_and_writes_only_the_rows() -> None:
+    b, nh, nkv, d, s = 2, 2, 1, 64, 32
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(1, b, n, d, generator=g) for n in (nh, nkv, nkv))
+    kc, vc = cache_pair((b, nkv, s, d), BFP8, 14)
+    cos, sin = hf_angles(b, d, 15)
+    ref = ttdecode.rotary_kv_append(k, v, kc, vc, cur_pos=[3, -1], cos=cos, sin=sin, q=q, backend="reference")
+    assert ttdecode.last_backend() == "reference"
+    want = rotate_f64(bf16(q[0]), cos.numpy(), sin.numpy(), d, False)
+    assert np.all(np.abs(ref[0][0].float().numpy() - want) <= step_bound(want, BF16))
+    got = ttdecode.to_torch(ref[1]).float().numpy()
+    kw = rotate_f64(bf16(k[0]), cos.numpy(), sin.numpy(), d, False)
+    assert np.all(np.abs(got[0, :, 3] - kw[0]) <= step_bound(kw[0], BFP8))
+    before = ttdecode.to_torch(kc).float().numpy()
+    mask = np.ones_like(got, dtype=bool)
+    mask[0, :, 3] = False
+    assert np.array_equal(got[mask], before[mask])
+
+
+# ---- bad input: named, before any cache byte is written -------------------------------------------
+
+
+def _good() -> dict:
+    b, nkv, d = 2, 2, 64
+    kc, vc = cache_pair((b, nkv, 64, d), BFP8, 20)
+    cos, sin = hf_angles(b, d, 21)
+    return dict(k_new=torch.zeros(1, b, nkv, d), v_new=torch.zeros(1, b, nkv, d), k_cache=kc, v_cache=vc,
+                cur_pos=[1, 2], cos=cos, sin=sin, backend="host")
+
+
+def _paged() -> dict:
+    kw = _good()
+    kc, vc = cache_pair((4, 2, 32, 64), BFP8, 22)
+    return {**kw, "k_cache": kc, "v_cache": vc, "page_table": torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)}
+
+
+BAD = {
+    "k_new shape": (lambda kw: {**kw, "k_new": torch.zeros(1, 2, 3, 64)}, "k_new", "[1, 2, 2, 64]"),
+    "v_new shape": (lambda kw: {**kw, "v_new": torch.zeros(1, 2, 2, 32)}, "v_new", "[1, 2, 2, 64]"),
+    "k_new dtype": (lambda kw: {**kw, "k_new": ttdecode.from_torch(torch.zeros(1, 2, 2, 64), dtype=BFP8)},
+                    "k_new", "bfloat8_b"),
+    "cache torch": (lambda kw: {**kw, "k_cache": torch.zeros(2, 2, 64, 64)}, "k_cache", "torch tensor"),
+    "cache float32": (lambda kw: {**kw, "k_cache": ttdecode.from_torch(torch.zeros(2, 2, 64, 64),
+                                                                         dtype=DataType.float32)},
+                      "k_cache", "float32"),
+    "v_cache format": (lambda kw: {**kw, "v_cache": ttdecode.from_torch(torch.zeros(2, 2, 64, 64), dtype=BF16)},
+                       "v_cache", "bfloat16"),
+    "cache batch": (lambda kw: {**kw, **dict(zip(("k_cache", "v_cache"), cache_pair((3, 2, 64, 64), BFP8, 1)))},
+                    "k_cache", "got 3"),
+    "cache S not tiles": (lambda kw: {**kw, **dict(zip(("k_cache", "v_cache"), cache_pair((2, 2, 48, 64), BFP8, 1)))},
+                          "k_cache", "[2, 2, 48, 64]"),
+    "cos shape": (lambda kw: {**kw, "cos": torch.ones(2, 32)}, "cos", "[2, 32]"),
+    "sin not HF": (lambda kw: {**kw, "sin": torch.arange(128.0).reshape(2, 64)}, "sin", "halves that differ"),
+    "rotary_dim odd": (lambda kw: {**kw, "rotary_dim": 33}, "rotary_dim", "33"),
+    "rotary_dim > D": (lambda kw: {**kw, "rotary_dim": 96}, "rotary_dim", "96"),
+    "position beyond": (lambda kw: {**kw, "cur_pos": [1, 64]}, "cur_pos[1]", "64"),
+    "position -2": (lambda kw: {**kw, "cur_pos": [-2, 0]}, "cur_pos[0]", "-2"),
+    "positions count": (lambda kw: {**kw, "cur_pos": [1]}, "cur_pos", "1"),
+    "positions float": (lambda kw: {**kw, "cur_pos": torch.tensor([1.0, 2.0])}, "cur_pos", "float32"),
+    "same tile twice (paged)": (lambda kw: {**_paged(), "page_table": torch.tensor([[0, 1], [0, 3]]),
+                                            "cur_pos": [3, 7]}, "cur_pos[1]", "user 0"),
+    "page table too short": (lambda kw: {**_paged(), "cur_pos": [64, 0]}, "cur_pos[0]", "2 blocks"),
+    "page table block id": (lambda kw: {**_paged(), "page_table": torch.tensor([[0, 9], [2, 3]]),
+                                        "cur_pos": [40, 0]}, "page_table[0, 1]", "9"),
+    "page table rows": (lambda kw: {**_paged(), "page_table": torch.zeros(3, 2, dtype=torch.int32)},
+                        "page_table", "[3, 2]"),
+    "backend": (lambda kw: {**kw, "backend": "gpu"}, "backend", "'gpu'"),
+    "qkv and k_new": (lambda kw: {**kw, "qkv": torch.zeros(1, 2, 4 * 64)}, "qkv", "both"),
+    "qkv width": (lambda kw: {**{k: v for k, v in kw.items() if k not in ("k_new", "v_new")},
+                              "qkv": torch.zeros(1, 2, 4 * 64)}, "qkv", "256 columns"),
+    "q shape": (lambda kw: {**kw, "q": torch.zeros(1, 3, 4, 64)}, "q", "[1, 3, 4, 64]"),
+}
+
+
+def test_a_head_dim_beyond_l1_is_refused_at_plan_time() -> None:
+    """D = 4096: cos, sin, x and the output CBs need more than one core's L1; refused naming it."""
+    from ttdecode import rotary
+
+    with pytest.raises(ValueError, match=r"argument 'k_cache': expected a head_dim whose circular buffers fit .*D=4096"):
+        rotary.device_program(batch=1, num_q_heads=0, num_kv_heads=1, head_dim=4096, cache_dtype=BF16,
+                              cache_shape=(1, 1, 32, 4096), packed=False)
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_input_is_refused_naming_argument_expected_and_got(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    make, arg, got = BAD[case]
+    kw = make(_good())
+    from ttdecode import rotary
+
+    def no_program(*a, **k):  # every refusal comes before a program exists (so before any cache write)
+        raise AssertionError("a program was built for bad input")
+
+    monkeypatch.setattr(rotary, "build_program", no_program)
+    with pytest.raises((ValueError, TypeError)) as err:
+        ttdecode.rotary_kv_append(**kw)
+    msg = str(err.value)
+    assert f"argument '{arg}'" in msg and "expected" in msg and got in msg, msg
+
+
+# ---- the program description on the device path --------------------------------------------------
+
+
+def test_device_descriptor_carries_named_args_and_in_place_caches(ttnn) -> None:
+    """The same Program as real ttnn descriptors (fake device view, as tests/test_device_program.py)."""
+    from ttdecode import device, rotary
+    from ttdecode.program import CoreCoord
+
+    class View:
+        def grid_size(self):
+            return (8, 8)
+
+        def worker_core(self, core: CoreCoord):
+            return core.x + 18, core.y + 18
+
+        def buffer_address(self, name: str):
+            return 0x10000 * (1 + ["qkv", "cos", "sin", "trans", "cur_pos", "page_table", "k_cache", "v_cache",
+                                   "q_rot"].index(name))
+
+    kw = _paged()
+    inp = rotary.validate(None, None, kw["k_cache"], kw["v_cache"], cur_pos=[3, 40], cos=kw["cos"], sin=kw["sin"],
+                          page_table=kw["page_table"], q=None, qkv=torch.zeros(1, 2, 6 * 64), num_q_heads=2,
+                          rotary_interleaved=False, rotary_dim=None)
+    program = rotary.build_program(inp, None)
+    assert [t.name for t in program.tensors if t.in_place] == ["k_cache", "v_cache"]
+    desc = device.build_program_descriptor(program, View())
+    reader, writer, compute = desc.kernels
+    assert dict(reader.named_compile_time_args)["packed"] == 1
+    assert dict(writer.named_compile_time_args)["paged"] == 1
+    assert dict(writer.named_compile_time_args)["cache_tile_bytes"] == 1088
+    assert dict(compute.named_compile_time_args)["q_row_tiles"] == 1
+    assert str(compute.config.math_fidelity).endswith("HiFi4")
+    # the writer's args: q_rot, k_cache, v_cache, cur_pos, page_table addresses, 1 user, the user
+    assert list(writer.runtime_args[0][0])[:7] == [0x90000, 0x70000, 0x80000, 0x50000, 0x60000, 1, 0]
+
+
+def test_an_unknown_named_compile_time_arg_fails_the_kernel_build() -> None:
+    """As on the device, a name the program did not give does not compile."""
+    from ttdecode import rotary
+    from ttdecode.runtime import KernelError, run_program
+
+    kw = _good()
+    inp = rotary.validate(kw["k_new"], kw["v_new"], kw["k_cache"], kw["v_cache"], cur_pos=[0, 1], cos=kw["cos"],
+                          sin=kw["sin"], page_table=None, q=None, qkv=None, num_q_heads=None,
+                          rotary_interleaved=False, rotary_dim=None)
+    program = rotary.build_program(inp, rotary.input_images(inp), grid=(1, 1))
+    del program.kernels[0].named_compile_time_args["num_pairs"]
+    with pytest.raises(KernelError) as err:
+        run_program(program)
+    assert "named_compile_time_arg_not_given_by_the_program" in str(err.value)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_dataflow_kernels_compile_against_the_real_headers_with_their_named_args(paged: bool) -> None:
+    """The reader and writer of a real program, with its named compile-time args, compiled for riscv32
+    with clang-19 against the ttnn 0.81.1 wheel (tools/compile_real.py; a missing toolchain fails)."""
+    from tools import compile_real as cr
+    from ttdecode import rotary
+
+    try:
+        cr.find_clang(), cr.find_riscv_cxx_includes(), cr.find_wheel()
+    except cr.ToolchainMissing as exc:
+        pytest.fail(f"the real-header compile check cannot run: {exc}")
+    kw = _paged() if paged else _good()
+    inp = rotary.validate(kw["k_new"], kw["v_new"], kw["k_cache"], kw["v_cache"], cur_pos=[0, 1], cos=kw["cos"],
+                          sin=kw["sin"], page_table=kw.get("page_table"), q=torch.zeros(1, 2, 3, 64), qkv=None,
+                          num_q_heads=None, rotary_interleaved=False, rotary_dim=None)
+    results = cr.compile_program_kernels(rotary.build_program(inp, None))
+    assert [r.source.name for r in results] == ["reader.cpp", "writer.cpp"]
+    for r in results:
+        assert r.ok, r.summary()
+
+
+def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(ttnn, monkeypatch) -> None:
+    """Without q the program has no output: launch allocates nothing and hands the in-place caches
+    to generic_op last (generic_op returns its last tensor). ttnn's device calls are stubbed."""
+    from ttdecode import device, rotary
+
+    class Mem:
+        buffer_type = ttnn.BufferType.DRAM
+        memory_layout = ttnn.TensorMemoryLayout.INTERLEAVED
+
+    class FakeDeviceTensor:
+        def __init__(self, spec, address: int) -> None:
+            self.dtype = device.tensor_dtype(ttnn, spec)
+            self.layout = ttnn.TILE_LAYOUT if spec.layout == "tile" else ttnn.ROW_MAJOR_LAYOUT
+            self.shape, self.address = spec.shape, address
+
+        def memory_config(self):
+            return Mem()
+
+        def buffer_address(self) -> int:
+            return self.address
+
+    class Dev:
+        def compute_with_storage_grid_size(self):
+            return ttnn.CoreCoord(8, 8)
+
+        def worker_core_from_logical_core(self, c):
+            return ttnn.CoreCoord(c.x + 18, c.y + 18)
+
+    calls = {}
+    monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, FakeDeviceTensor))
+    monkeypatch.setattr(ttnn, "allocate_tensor_on_device", lambda *a: calls.setdefault("allocated", a))
+    monkeypatch.setattr(ttnn, "generic_op", lambda tensors, desc: calls.setdefault("generic_op", (tensors, desc)))
+    kw = _good()
+    inp = rotary.validate(kw["k_new"], kw["v_new"], kw["k_cache"], kw["v_cache"], cur_pos=[0, 1], cos=kw["cos"],
+                          sin=kw["sin"], page_table=None, q=None, qkv=None, num_q_heads=None,
+                          rotary_interleaved=False, rotary_dim=None)
+    program = rotary.build_program(inp, None)
+    io = {t.name: FakeDeviceTensor(t, 0x1000 * (i + 1)) for i, t in enumerate(program.tensors)}
+    assert device.launch(program, io, Dev()) == []
+    tensors, desc = calls["generic_op"]
+    assert "allocated" not in calls
+    assert tensors[-2:] == [io["k_cache"], io["v_cache"]]
+    assert isinstance(desc, ttnn.ProgramDescriptor)
