@@ -240,7 +240,12 @@ class LlamaShard:
             q, kc.tile_tensor(), vc.tile_tensor(), table,
             cur_pos=local, program_config=self.program_config, backend=self.backend, return_lse=True,
         )
-        merged, _ = combine_over_group(out.to(torch.float32), lse.to(torch.float32), "all_gather", group=self.cp_group)
+        # On the host backend the merge is the combine program on this rank's host runtime (what the
+        # chip computes); on the reference backend the float combine.
+        merge = "kernel" if self.backend == "host" else "reference"
+        partial = out if merge == "kernel" else out.to(torch.float32)
+        merged, _ = combine_over_group(partial, lse.to(torch.float32), "all_gather", group=self.cp_group,
+                                       merge=merge)
         return merged
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
