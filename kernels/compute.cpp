@@ -330,15 +330,16 @@ void process_chunk(
 // ---- the tree -----------------------------------------------------------------------------------
 
 // Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha (every column holds a row's factor).
-// All four tiles are copied exactly into DST and combined on the SFPU in fp32. Every step is row by
-// row, so rows past the group (which a child does not send) never reach the rows written out.
+// cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha, broadcast along each row.
+// All four tiles reach DST exactly (UnpackToDestFp32) and are combined on the SFPU in fp32. Every
+// step is row by row, so rows past the group (which a child does not send) never reach the rows
+// written out. cb_a and cb_partial_in share one data format and unpack path: one copy_init.
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
     tile_regs_acquire();
+    broadcast_column(cb_alpha, 0, 1);
+    unary_bcast<BroadcastType::COL>(cb_alpha, 1, 3);
     copy_to_dst(cb_a, ia, 0);
-    copy_to_dst(cb_alpha, 0, 1);
-    copy_to_dst(cb_partial_in, ic, 2);
-    copy_to_dst(cb_alpha, 1, 3);
+    copy_tile(cb_partial_in, ic, 2);
     mul_binary_tile_init();
     mul_binary_tile(0, 1, 0);
     mul_binary_tile(2, 3, 2);
@@ -347,12 +348,15 @@ void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint
     pack_block(out_cb, out_index, 1);
 }
 
-// The factors of a merge of q tile row qi: m' = max(m_own, m_other) into `next.max`, then
-// cb_alpha = [exp(m_own - m'), exp(m_other - m')] in every column, in fp32 on the SFPU. A partial's
-// max tile holds its logit max in column 0 (fp32, unpacked to DST). A sink tile (bf16, a head's raw
-// sink in column 0) is copied or broadcast exactly and scaled on the SFPU into logit units.
+// The factors of a merge of q tile row qi, in one DST pass: m' = max(m_own, m_other) into
+// `next.max`, and cb_alpha = [exp(m_own - m'), exp(m_other - m')], in fp32 on the SFPU. A
+// partial's statistics live in column 0 (fp32, unpacked to DST), so the max and the exps run on
+// faces 0 and 2 only (VectorMode::C: every row, columns 0-15); every reader of these tiles uses
+// column 0 (copy into a column-0 op, or unary_bcast<COL>). A sink tile (bf16, a head's raw sink in
+// column 0) is copied exactly and scaled on the SFPU into logit units.
 void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
                    bool other_is_sink) {
+    cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
     copy_to_dst(own.max, qi, 0);
     copy_to_dst(other_cb, other_tile, 1);
@@ -361,25 +365,22 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
         mul_unary_tile(1, scale_bits);
     }
     binary_max_tile_init();
-    binary_max_tile(0, 1, 0);
-    pack_block(next.max, 0, 1);
-    cb_push_back(next.max, 1);
-    cb_wait_front(next.max, qi + 1);
-
-    cb_reserve_back(cb_alpha, 2);
-    tile_regs_acquire();
-    broadcast_column(own.max, qi, 0);
-    broadcast_column(other_cb, other_tile, 1);
-    broadcast_column(next.max, qi, 2);
-    if (other_is_sink) {
-        binop_with_scalar_tile_init();
-        mul_unary_tile(1, scale_bits);
-    }
+    binary_max_tile(0, 1, 2, VectorMode::C);
     sub_binary_tile_init();
     sub_binary_tile(0, 2, 0);
     sub_binary_tile(1, 2, 1);
-    exp_block(2);
-    pack_block(cb_alpha, 0, 2);
+    exp_tile_init<exp_approx>();
+    exp_tile<exp_approx>(0, VectorMode::C);
+    exp_tile<exp_approx>(1, VectorMode::C);
+    tile_regs_commit();
+    tile_regs_wait();
+    pack_reconfig_data_format(next.max);  // the running max and cb_alpha share one format
+    pack_tile<true>(2, next.max, 0);      // pack indices count from the last push
+    pack_tile<true>(0, cb_alpha, 0);
+    pack_tile<true>(1, cb_alpha, 1);
+    tile_regs_release();
+    cb_push_back(next.max, 1);
+    cb_wait_front(next.max, qi + 1);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
 }
@@ -428,12 +429,20 @@ void merge_sink(const Running& own, const Running& next) {
         pack_block(next.sum, 0, 1);
         cb_push_back(next.sum, 1);
 
-        // O' = O * e_own (rescaled_to_dst multiplies by cb_alpha tile 0)
+        // O' = O * e_own (column 0 of cb_alpha tile 0 broadcast along each row)
         constexpr uint32_t block = dst_tiles - 1;
         for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
             const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
             tile_regs_acquire();
-            rescaled_to_dst(own.acc, qi * dv_tiles + v0, n);
+            broadcast_column(cb_alpha, 0, n);
+            copy_to_dst(own.acc, qi * dv_tiles + v0, 0);
+            for (uint32_t i = 1; i < n; ++i) {
+                copy_tile(own.acc, qi * dv_tiles + v0 + i, i);
+            }
+            mul_binary_tile_init();
+            for (uint32_t i = 0; i < n; ++i) {
+                mul_binary_tile(i, n, i);
+            }
             pack_block(next.acc, v0, n);
         }
         cb_push_back(next.acc, dv_tiles);

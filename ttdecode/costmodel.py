@@ -400,8 +400,8 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
 
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
-    cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32,
-    SFPU 32 steps). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
+    cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32); an
+    SFPU call runs 8 vector steps per face its VectorMode covers (the event's flag: RC 4, R/C 2). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
     """
     cb = {spec.name: spec.index for spec in plan.circular_buffers}
     kv_tile = tile_size(plan.kv_dtype)
@@ -442,7 +442,10 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                 elif op == _OP["compute"]:
                     name = COMPUTE_OPS[peer]
                     name = exp_name if name == "exp" else name
-                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]))
+                    # an SFPU call's flag = the faces its VectorMode covers (8 vector steps each)
+                    faces = int(e["flag"]) if name in SFPU_OPS else 0
+                    steps = 8 * faces if faces else COST.sfpu_steps_per_tile
+                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]), steps=steps)
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
     msgs = match_tree(plan, writer_messages(counters))
@@ -474,6 +477,10 @@ def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping
     root = path[-1].dst
     merges = by_core[root].merge
     n = max(1, dst_merges[root])
-    per_round = {op: [OpTally(sum(t.tiles for t in ts) / n, max(1, round(sum(t.calls for t in ts) / n)))]
-                 for op, ts in merges.items()}
+    per_round: dict[str, list[OpTally]] = {}
+    for op, ts in merges.items():
+        for steps in sorted({t.steps for t in ts}, reverse=True):  # full tiles and VectorMode calls apart
+            same = [t for t in ts if t.steps == steps]
+            per_round.setdefault(op, []).append(OpTally(sum(t.tiles for t in same) / n,
+                                                        max(1, round(sum(t.calls for t in same) / n)), steps=steps))
     return Reduction(tuple((m.bytes, noc_hops(m.src, m.dst)) for m in path), per_round)

@@ -197,6 +197,14 @@ static void region(int vector_mode, uint32_t& r1, uint32_t& c1) {
     else if (vector_mode != 4) r1 = c1 = 16;
 }
 
+// Faces an SFPU call runs its function on (RC 4, R and C 2, None 1): recorded as the compute event's
+// flag, so the cost model charges 8 vector steps per face (llk_math_eltwise_sfpu_common.h).
+static uint8_t faces_of(int vector_mode) {
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    return uint8_t((r1 / 16) * (c1 / 16));
+}
+
 static void check_defined(ComputeState& s, uint32_t d, const char* api) {
     if (!s.defined[d]) {
         fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data since tile_regs_acquire "
@@ -280,7 +288,7 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     unary_tile(op, t, vector_mode, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
     k.counters.op_tiles[opc] += 1;
-    record(k, EV_COMPUTE, uint16_t(opc), 1);
+    record(k, EV_COMPUTE, uint16_t(opc), 1, faces_of(vector_mode));
 }
 
 // One lane of a binary op on two DST values (calculate_sfpu_binary, _binary_mul, _binary_max_min).
@@ -325,7 +333,7 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
         }
     s.defined[o] = true;
     k.counters.op_tiles[OP_MAX] += 1;
-    record(k, EV_COMPUTE, OP_MAX, 1);
+    record(k, EV_COMPUTE, OP_MAX, 1, faces_of(vector_mode));
 }
 
 }  // namespace ttrt
