@@ -46,6 +46,7 @@
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
+#include "api/compute/eltwise_unary/addcmul.h"
 #include "common.hpp"
 
 using namespace flash_decode;
@@ -72,6 +73,7 @@ constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
 constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, m tiles, l tiles
 constexpr uint32_t partial_sum_offset = acc_tiles + q_tiles;
 constexpr uint32_t NO_MASK = 0xFFFFFFFFu;
+constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0
 // What DST holds, the format the SFPU row max loads it with.
 constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
 
@@ -342,9 +344,8 @@ void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint
     copy_tile(cb_partial_in, ic, 2);
     mul_binary_tile_init();
     mul_binary_tile(0, 1, 0);
-    mul_binary_tile(2, 3, 2);
-    add_binary_tile_init();
-    add_binary_tile(0, 2, 0);
+    addcmul_tile_init();
+    addcmul_tile<DataFormat::Float32>(0, 2, 3, 0, one_bits);  // a * e_own + c * e_child (one rounding)
     pack_block(out_cb, out_index, 1);
 }
 

@@ -48,7 +48,7 @@ __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Redu
 
 _OP = {name: code for code, name in EVENT_OPS.items()}
 
-SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar")
+SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar", "ternary")
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ class CostConstants:
     sfpu_steps_per_tile: int = 32
     # SFPU instructions per 32-lane vector step (one instruction per cycle), counted from the LLK
     sfpu_instructions_per_step: Mapping[str, float] = field(default_factory=lambda: {
-        "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0})
+        "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0,
+        "ternary": 7.0})
     exp_approx_tile_cycles: float = 70.7
     fidelity_phases: Mapping[str, int] = field(
         default_factory=lambda: {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4})
@@ -137,7 +138,9 @@ COST_SOURCES: dict[str, str] = {
                                   "exp (fp32 Dst, _sfpu_exp_fp32_accurate_) ~40 (11 MAD/MUL, 2 converts, abs, "
                                   "copysgn, exexp/setexp, 2 int adds, 2 conditionals, load/store, NOPs after "
                                   "dependent MADs); recip ~18 (sfpu_reciprocal_iter + scale/sign); log ~30; "
-                                  "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5",
+                                  "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5; "
+                                  "ternary (addcmul_tile, ckernel_sfpu_addcmul.h) ~7: per two rows 6 loads, "
+                                  "2 SFPMUL, 2 SFPMAD, 2 stores and the Dst increment (6.5 per row, rounded up)",
     "exp_approx_tile_cycles": "fast approximate exp ~70.7 cycles per tile on Wormhole (tt-llk PR #1190)",
 }
 

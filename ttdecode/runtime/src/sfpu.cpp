@@ -336,4 +336,39 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
     record(k, EV_COMPUTE, OP_MAX, 1, faces_of(vector_mode));
 }
 
+// addcmul_tile (ckernel_sfpu_addcmul.h, calculate_addcmul): out = in0 + (value * in1) * in2, per lane
+// one SFPMUL (value * in1) then one SFPMAD (product * in2 + in0), each rounded once; with a 16-bit
+// is_fp32_dest_acc_en the result is converted to bf16 by SFPSTOCHRND (nearest) before the store.
+extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2, uint32_t o, int vector_mode,
+                                  uint32_t param, int flags, const char* api) {
+    note(api, "dst %llu, %llu, %llu -> %llu", i0, i1, i2, o);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_sfpu(s, op, api);
+    if (op != SF_ADDCMUL) fail("sfpu ternary op " + std::to_string(op) + " is not modelled");
+    float* a = dst_tile(k, s, i0, api);
+    float* b = dst_tile(k, s, i1, api);
+    float* c = dst_tile(k, s, i2, api);
+    float* out = dst_tile(k, s, o, api);
+    check_defined(s, i0, api);
+    check_defined(s, i1, api);
+    check_defined(s, i2, api);
+    if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
+    const bool fp32_dst = k.fp32_acc, fp32 = flags & F_FP32;
+    const float value = from_bits(param);
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    for (uint32_t r = 0; r < r1; ++r)
+        for (uint32_t col = 0; col < c1; ++col) {
+            const uint32_t i = r * 32 + col;
+            const float prod = mad(value, load(b[i], fp32_dst), 0.f);
+            const float res = mad(prod, load(c[i], fp32_dst), load(a[i], fp32_dst));
+            out[i] = store(fp32 ? res : to_bf16(res), fp32_dst);
+        }
+    s.defined[o] = true;
+    k.counters.op_tiles[OP_TERNARY] += 1;
+    record(k, EV_COMPUTE, OP_TERNARY, 1, faces_of(vector_mode));
+}
+
 }  // namespace ttrt
