@@ -465,7 +465,7 @@ void finish_root(const Running& set) {
         tile_regs_acquire();
         copy_to_dst(set.sum, qi, 0);
         recip_tile_init();
-        recip_tile(0);
+        recip_tile(0, VectorMode::C);  // l lives in column 0: faces 0 and 2 hold every row of it
         pack_block(cb_alpha, 0, 1);
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
@@ -475,8 +475,9 @@ void finish_root(const Running& set) {
             const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
             tile_regs_acquire();
             broadcast_column(cb_alpha, 0, n);
-            for (uint32_t v = 0; v < n; ++v) {
-                copy_to_dst(set.acc, qi * dv_tiles + v0 + v, v);
+            copy_to_dst(set.acc, qi * dv_tiles + v0, 0);
+            for (uint32_t v = 1; v < n; ++v) {
+                copy_tile(set.acc, qi * dv_tiles + v0 + v, v);  // same CB: one copy_init
             }
             mul_binary_tile_init();
             for (uint32_t v = 0; v < n; ++v) {
@@ -505,21 +506,24 @@ void finish_root(const Running& set) {
     pop_running(set);
 }
 
-// Non-root: copy (O, m, l) into cb_partial_out for the writer to send up the tree.
+// Non-root: copy (O, m, l) into cb_partial_out for the writer to send up the tree. The three
+// running CBs share one data format and unpack path (fp32 to DST): one reconfig and copy_init.
 void send_partial(const Running& set) {
     wait_running(set);
     cb_reserve_back(cb_partial_out, partial_tiles);
+    reconfig_data_format_srca(set.acc);
+    copy_init(set.acc);
     for (uint32_t t0 = 0; t0 < partial_tiles; t0 += dst_tiles) {
         const uint32_t n = partial_tiles - t0 < dst_tiles ? partial_tiles - t0 : dst_tiles;
         tile_regs_acquire();
         for (uint32_t i = 0; i < n; ++i) {
             const uint32_t t = t0 + i;
             if (t < partial_max_offset) {
-                copy_to_dst(set.acc, t, i);
+                copy_tile(set.acc, t, i);
             } else if (t < partial_sum_offset) {
-                copy_to_dst(set.max, t - partial_max_offset, i);
+                copy_tile(set.max, t - partial_max_offset, i);
             } else {
-                copy_to_dst(set.sum, t - partial_sum_offset, i);
+                copy_tile(set.sum, t - partial_sum_offset, i);
             }
         }
         pack_block(cb_partial_out, t0, n);
