@@ -88,6 +88,18 @@ def test_real_run_with_more_cores_per_head_has_less_local_time_and_a_reduction(r
     assert four.total_us == pytest.approx(four.launch_us + four.local_us + four.reduction_us)
 
 
+def test_real_run_merge_charges_column_face_sfpu_calls_half_the_vector_steps(runs) -> None:
+    """The merge's max and exps run on faces 0 and 2 (VectorMode::C): the runtime records 2 faces in
+    the event's flag and the model charges 16 vector steps for them, 32 for full-tile calls."""
+    plan, counters = runs[4]
+    _, red, fidelity = work_from_counters(plan, counters)
+    merge = red.merge_per_round
+    assert {t.steps for t in merge["exp"]} == {16}
+    assert {t.steps for t in merge["max"]} == {16, 32}
+    exp16 = OpTally(1, 1, steps=16)
+    assert op_cycles("exp", exp16, fidelity) == pytest.approx(40 * 16 + COST.call_init_cycles)
+
+
 # ---- the cost model's arithmetic and tt-metal's structure as data -----------------------------------
 
 
