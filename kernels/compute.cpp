@@ -65,6 +65,7 @@ constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
 constexpr uint32_t window = get_compile_time_arg_val(9);  // sliding window in keys (0 = none)
 constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
 constexpr bool exp_approx = get_compile_time_arg_val(11) == 1;  // exp_tile<approx> (exp_approx_mode)
+constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(12);  // split floor of dynamic chunks
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -549,7 +550,7 @@ void kernel_main() {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const int32_t cur_pos = (int32_t)read_tile_value(cb_pos_compute, 0, user);
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
         const uint32_t height = tree_height(index, pieces_per_work);
 
         if (range.empty()) {
@@ -591,7 +592,8 @@ void kernel_main() {
         if (height > 0) {
             cb_wait_front(cb_partial_in, height * partial_tiles);
             for (uint32_t r = 0; r < height; ++r) {
-                if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window)) {
+                if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window,
+                                   min_chunk_tiles)) {
                     merge_child(r, running_sets[cur], running_sets[cur ^ 1]);
                     cur ^= 1;
                     wait_running(running_sets[cur]);

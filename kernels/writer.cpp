@@ -77,6 +77,7 @@ void kernel_main() {
     constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(6);
     constexpr bool return_lse = get_compile_time_arg_val(7) == 1;
     constexpr uint32_t window = get_compile_time_arg_val(8);  // sliding window in keys (0 = none)
+    constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(9);  // split floor of dynamic chunks
     constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);  // O, then m, then l
     constexpr uint32_t partial_bytes = partial_tiles * FP32_TILE_BYTES;
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
@@ -119,7 +120,8 @@ void kernel_main() {
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const uint32_t height = tree_height(index, pieces_per_work);
         if (height > 0) {
-            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window);
+            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window,
+                                                                 min_chunk_tiles);
         }
     }
     bool level_arrived[MAX_ROUNDS] = {false};
@@ -132,7 +134,7 @@ void kernel_main() {
         const uint32_t parent_y = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 4);
         const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
         const int32_t cur_pos = positions[user];
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
         const bool has_work = !range.empty();
         const uint32_t height = tree_height(index, pieces_per_work);
         const bool is_root = index == 0;

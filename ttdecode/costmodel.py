@@ -37,14 +37,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ttdecode.formats import tile_size
-from ttdecode.plan import DecodePlan, piece_range, tree_parent
+from ttdecode.plan import DecodePlan, tree_parent
 from ttdecode.program import CoreCoord, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
            "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
            "work_from_counters", "op_class", "Message", "noc_hops", "writer_messages",
-           "match_tree"]
+           "match_tree", "chunk_tile_ops", "merge_ops", "split_floor_tiles"]
 
 _OP = {name: code for code, name in EVENT_OPS.items()}
 
@@ -206,9 +206,8 @@ def match_tree(plan: DecodePlan, messages: list[Message]) -> list[Message]:
         by_src[m.src].append(m)
     out: list[Message] = []
     for core, pieces in plan.core_pieces.items():
-        senders = [p for p in pieces if p.parent_core is not None and not piece_range(
-            plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
-            plan.sliding_window_size).empty]
+        senders = [p for p in pieces if p.parent_core is not None and not plan.range_at(
+            plan.cur_pos[p.user], p.index).empty]
         sent = sorted(by_src.get(core, []), key=lambda m: m.seq)
         if len(sent) != len(senders):
             raise ValueError(f"core {core}: {len(sent)} messages in the events, the plan has {len(senders)} senders")
@@ -393,6 +392,57 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
         total_us=total * us, launch_us=c.launch_cycles * us, local_us=best[0] * us, reader_us=best[1] * us,
         dram_floor_us=floor * us, compute_us={k: v * us for k, v in best[2].items()}, reduction_us=red * us,
         kv_bytes=kv, achieved_gbps=kv / (total * us * 1e-6) / 1e9 if total else 0.0, cores=len(works))
+
+
+# ---- our kernels' split: how many key tiles a piece must hold for one more tree round to pay ------
+
+
+def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
+                   exp: str = "exp") -> dict[str, list[OpTally]]:
+    """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
+    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles), the scale, the exp, the
+    two copies of the logits (row max, probabilities), the SFPU row max and the subtraction, two
+    packs (scores, probabilities); each DST block of dst_tiles - 1 tiles adds one more copy
+    (the broadcast max) and one binary op. Pinned against real runs in tests/test_costmodel.py."""
+    block = 1 / max(1, dst_tiles - 1)
+    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + dv_tiles + 1))],
+            "scalar": [OpTally(q_tiles, q_tiles)], exp: [OpTally(q_tiles, q_tiles)],
+            "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            "max": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
+
+
+def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp") -> dict[str, list[OpTally]]:
+    """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
+    tile row: the factors (two copies, a max on faces 0 and 2, two subtractions, two exps on faces
+    0 and 2, three packs), then l and every O tile (two broadcasts, two copies, a multiply, an
+    addcmul, a pack each). Pinned against real runs in tests/test_costmodel.py."""
+    rows = dv_tiles + 1
+    return {"copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
+            "max": [OpTally(q_tiles * (2 + rows), q_tiles * (2 + rows)), OpTally(q_tiles, q_tiles, steps=16)],
+            exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=16)],
+            "ternary": [OpTally(q_tiles * rows, q_tiles * rows)],
+            "pack": [OpTally(q_tiles * (3 + rows), q_tiles * (3 + rows))]}
+
+
+def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
+                      fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST) -> int:
+    """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
+    `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
+    semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
+    costs one round, so pieces below f tiles are not worth their round. Depends on the config only
+    (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
+    Llama's default); `hops` a typical parent-child distance on the grid."""
+    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
+    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp), fidelity, c).values())
+    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp), fidelity, c).values())
+    partial_bytes = q_tiles * (dv_tiles + 2) * 4096
+    round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
+                    + c.semaphore_handshake_cycles + merge)
+    f = 1
+    while f < 8 and f * tile < round_cycles:
+        f *= 2
+    return f
 
 
 # ---- our kernels: the work read from the runtime's counters ---------------------------------------

@@ -217,6 +217,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.max_blocks,              # 15 max_blocks (0 without paging)
         plan.sliding_window_size,     # 16 sliding window in keys (0 = none)
         int(plan.attention_sink),     # 17 attention sink
+        plan.min_chunk_tiles,         # 18 min_chunk_tiles (split floor of dynamic chunks)
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -228,6 +229,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
         int(plan.return_lse),         # 7 return_lse
         plan.sliding_window_size,     # 8 sliding window in keys (0 = none)
+        plan.min_chunk_tiles,         # 9 min_chunk_tiles (split floor of dynamic chunks)
     ]
     compute_args = [
         plan.q_tiles,                 # 0 q_tiles
@@ -242,6 +244,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.sliding_window_size,     # 9 sliding window in keys (0 = none)
         int(plan.attention_sink),     # 10 attention sink
         int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
+        plan.min_chunk_tiles,         # 12 min_chunk_tiles (split floor of dynamic chunks)
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 

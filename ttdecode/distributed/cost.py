@@ -44,7 +44,7 @@ import numpy as np
 
 from ttdecode.costmodel import COST, CostConstants, CoreWork, OpTally, Reduction, evaluate, op_cycles
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan, piece_range
+from ttdecode.plan import PlanError, make_plan
 
 __all__ = ["EthernetLink", "T3K_LINK", "LINK_SOURCES", "ChipAttention", "chip_attention", "combine_seconds",
            "LayoutEstimate", "estimate_layout"]
@@ -121,7 +121,7 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}
     for piece in plan.pieces:
-        r = piece_range(seq_len - 1, plan.fixed_chunk_tiles, plan.pieces_per_work, piece.index)
+        r = plan.range_at(seq_len - 1, piece.index)
         if r.empty:
             continue
         w = works.setdefault(piece.core, CoreWork([], np.zeros(c.dram_banks), {}, {}, 0, 0, 0))
