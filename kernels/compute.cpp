@@ -14,7 +14,10 @@
 //   the running max / sum / output, alpha and the children's partials are unpacked straight into the
 //   fp32 DST, bit for bit. The row max is the SFPU's exact sfpu_reduce of the copied scores; every
 //   combination (max, rescale, merge, sink, 1/l, O x 1/l, LSE) runs on the SFPU in fp32, and a row's
-//   value is broadcast along its row by unary_bcast<COL> from an UnpackToDestFp32 CB (exact).
+//   value is broadcast along its row by unary_bcast<COL> from an UnpackToDestFp32 CB (exact). Ops on
+//   statistics alone (a merge's max and factor exps, the root's 1/l) run on faces 0 and 2 only
+//   (VectorMode::C: every row, columns 0-15); a merge adds the child's share with one addcmul
+//   (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
 //   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
 //   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
