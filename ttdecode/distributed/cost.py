@@ -138,7 +138,9 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
         w.chunks += r.num_chunks
         w.cb_handshakes += 2 * r.num_chunks  # K and V pushed per chunk
     message = (head_dim // 32 + 2) * 4096  # fp32 O tiles + l and m
-    rounds = math.ceil(math.log2(plan.pieces_per_work)) if plan.pieces_per_work > 1 else 0
+    # the tree's rounds over the pieces that hold keys (the split floor may leave some empty)
+    working = sum(1 for i in range(plan.pieces_per_work) if not plan.range_at(seq_len - 1, i).empty)
+    rounds = math.ceil(math.log2(working)) if working > 1 else 0
     hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
     reduction = Reduction(((message, hops),) * rounds, _merge_ops(dv))
     b = evaluate(list(works.values()), reduction, fidelity, c)
