@@ -77,20 +77,24 @@ inline uint32_t pow2ceil(uint32_t x) {
     return p;
 }
 
-// Chunk size in tiles: the fixed one, or (dynamic) the power of two >= T / pieces, capped at 8.
-inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0) {
+// Chunk size in tiles: the fixed one, or (dynamic) the power of two >= max(T / pieces,
+// min_chunk_tiles), capped at 8. min_chunk_tiles is the plan's split floor (plan.min_chunk_tiles:
+// fewer pieces get keys when one more merge round would cost more than it saves).
+inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0,
+                                uint32_t min_chunk_tiles = 1) {
     if (fixed_chunk_tiles > 0) {
         return fixed_chunk_tiles;
     }
     const uint32_t t = valid_tiles(cur_pos, window);
     const uint32_t per_piece = t ? (t + pieces - 1) / pieces : 1;
-    const uint32_t c = pow2ceil(per_piece);
+    const uint32_t c = pow2ceil(per_piece > min_chunk_tiles ? per_piece : min_chunk_tiles);
     return c < DYNAMIC_CHUNK_MAX_TILES ? c : DYNAMIC_CHUNK_MAX_TILES;
 }
 
 // Chunks of a user: ceil(T / chunk).
-inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0) {
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window);
+inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0,
+                           uint32_t min_chunk_tiles = 1) {
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles);
     return (valid_tiles(cur_pos, window) + c - 1) / c;
 }
 
@@ -112,10 +116,10 @@ struct PieceRange {
 // The chunks of piece `index` (0 = root, owning the last chunk): pieces deal the n chunks from the
 // end, the first n % pieces of them one chunk more than the others. Chunks count from the first
 // attended tile, so with a sliding window the pieces cover exactly the window's tiles.
-inline PieceRange piece_range(
-    int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index, uint32_t window = 0) {
+inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
+                              uint32_t window = 0, uint32_t min_chunk_tiles = 1) {
     const uint32_t t = valid_tiles(cur_pos, window);
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window);
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles);
     const uint32_t n = (t + c - 1) / c;
     const uint32_t base = n / pieces;
     const uint32_t extra = n % pieces;
@@ -204,9 +208,9 @@ inline bool row_attends(int32_t cur_pos, uint32_t window, uint32_t tokens, uint3
 
 // A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in
 // index order), so empty pieces only ever have empty children.
-inline bool piece_has_work(
-    int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index, uint32_t window = 0) {
-    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window) && index < pieces;
+inline bool piece_has_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
+                           uint32_t window = 0, uint32_t min_chunk_tiles = 1) {
+    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles) && index < pieces;
 }
 
 // ---- the binomial merge tree (plan.tree_children / tree_parent) ---------------------------------
@@ -232,12 +236,12 @@ inline uint32_t tree_height(uint32_t index, uint32_t pieces) {
 inline uint32_t tree_parent(uint32_t index) { return index & (index - 1); }
 
 // Children of `index` that hold chunks for this user (each sends exactly one partial).
-inline uint32_t children_with_work(
-    int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index, uint32_t window = 0) {
+inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
+                                   uint32_t window = 0, uint32_t min_chunk_tiles = 1) {
     uint32_t count = 0;
     for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
         if (tree_has_child(index, r, pieces) &&
-            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window)) {
+            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window, min_chunk_tiles)) {
             ++count;
         }
     }

@@ -15,7 +15,10 @@
 //   the running max / sum / output, alpha and the children's partials are unpacked straight into the
 //   fp32 DST, bit for bit. The row max is the SFPU's exact sfpu_reduce of the copied scores; every
 //   combination (max, rescale, merge, sink, 1/l, O x 1/l, LSE) runs on the SFPU in fp32, and a row's
-//   value is broadcast along its row by unary_bcast<COL> from an UnpackToDestFp32 CB (exact).
+//   value is broadcast along its row by unary_bcast<COL> from an UnpackToDestFp32 CB (exact). Ops on
+//   statistics alone (a merge's max and factor exps, the root's 1/l) run on faces 0 and 2 only
+//   (VectorMode::C: every row, columns 0-15); a merge adds the child's share with one addcmul
+//   (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
 //   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
 //   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
@@ -47,6 +50,7 @@
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
+#include "api/compute/eltwise_unary/addcmul.h"
 #include "common.hpp"
 #include "compute_tiles.hpp"
 
@@ -73,6 +77,7 @@ constexpr bool guard_empty_rows = get_compile_time_arg_val(14) == 1;
 constexpr uint32_t tokens = get_compile_time_arg_val(15);  // new tokens per user (multi-token decode)
 // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
 constexpr uint32_t window = span_window(token_window, tokens);
+constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(16);  // split floor of dynamic chunks
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -92,6 +97,7 @@ constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;  // cb_attn_mask
 // smallest normal float for the row sum before its reciprocal.
 constexpr uint32_t LOWEST_FLOAT_BITS = 0xFF7FFFFFu;
 constexpr uint32_t MIN_NORMAL_FLOAT_BITS = 0x00800000u;
+constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0
 // What DST holds, the format the SFPU row max loads it with.
 constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
 
@@ -349,29 +355,32 @@ void process_chunk(
 // ---- the tree -----------------------------------------------------------------------------------
 
 // Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_own / e_child are tiles 0 / 1 of cb_alpha (every column holds a row's factor).
-// All four tiles are copied exactly into DST and combined on the SFPU in fp32. Every step is row by
-// row, so rows past the group (which a child does not send) never reach the rows written out.
+// cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha, broadcast along each row.
+// All four tiles reach DST exactly (UnpackToDestFp32) and are combined on the SFPU in fp32. Every
+// step is row by row, so rows past the group (which a child does not send) never reach the rows
+// written out. cb_a and cb_partial_in share one data format and unpack path: one copy_init.
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
     tile_regs_acquire();
+    broadcast_column(cb_alpha, 0, 1);
+    unary_bcast<BroadcastType::COL>(cb_alpha, 1, 3);
     copy_to_dst(cb_a, ia, 0);
-    copy_to_dst(cb_alpha, 0, 1);
-    copy_to_dst(cb_partial_in, ic, 2);
-    copy_to_dst(cb_alpha, 1, 3);
+    copy_tile(cb_partial_in, ic, 2);
     mul_binary_tile_init();
     mul_binary_tile(0, 1, 0);
-    mul_binary_tile(2, 3, 2);
-    add_binary_tile_init();
-    add_binary_tile(0, 2, 0);
+    addcmul_tile_init();
+    addcmul_tile<DataFormat::Float32>(0, 2, 3, 0, one_bits);  // a * e_own + c * e_child (one rounding)
     pack_block(out_cb, out_index, 1);
 }
 
-// The factors of a merge of q tile row qi: m' = max(m_own, m_other) into `next.max`, then
-// cb_alpha = [exp(m_own - m'), exp(m_other - m')] in every column, in fp32 on the SFPU. A partial's
-// max tile holds its logit max in column 0 (fp32, unpacked to DST). A sink tile (bf16, a head's raw
-// sink in column 0) is copied or broadcast exactly and scaled on the SFPU into logit units.
+// The factors of a merge of q tile row qi, in one DST pass: m' = max(m_own, m_other) into
+// `next.max`, and cb_alpha = [exp(m_own - m'), exp(m_other - m')], in fp32 on the SFPU. A
+// partial's statistics live in column 0 (fp32, unpacked to DST), so the max and the exps run on
+// faces 0 and 2 only (VectorMode::C: every row, columns 0-15); every reader of these tiles uses
+// column 0 (copy into a column-0 op, or unary_bcast<COL>). A sink tile (bf16, a head's raw sink in
+// column 0) is copied exactly and scaled on the SFPU into logit units.
 void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
                    bool other_is_sink) {
+    cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
     copy_to_dst(own.max, qi, 0);
     copy_to_dst(other_cb, other_tile, 1);
@@ -380,25 +389,22 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
         mul_unary_tile(1, scale_bits);
     }
     binary_max_tile_init();
-    binary_max_tile(0, 1, 0);
-    pack_block(next.max, 0, 1);
-    cb_push_back(next.max, 1);
-    cb_wait_front(next.max, qi + 1);
-
-    cb_reserve_back(cb_alpha, 2);
-    tile_regs_acquire();
-    broadcast_column(own.max, qi, 0);
-    broadcast_column(other_cb, other_tile, 1);
-    broadcast_column(next.max, qi, 2);
-    if (other_is_sink) {
-        binop_with_scalar_tile_init();
-        mul_unary_tile(1, scale_bits);
-    }
+    binary_max_tile(0, 1, 2, VectorMode::C);
     sub_binary_tile_init();
     sub_binary_tile(0, 2, 0);
     sub_binary_tile(1, 2, 1);
-    exp_block<exp_approx>(2);
-    pack_block(cb_alpha, 0, 2);
+    exp_tile_init<exp_approx>();
+    exp_tile<exp_approx>(0, VectorMode::C);
+    exp_tile<exp_approx>(1, VectorMode::C);
+    tile_regs_commit();
+    tile_regs_wait();
+    pack_reconfig_data_format(next.max);  // the running max and cb_alpha share one format
+    pack_tile<true>(2, next.max, 0);      // pack indices count from the last push
+    pack_tile<true>(0, cb_alpha, 0);
+    pack_tile<true>(1, cb_alpha, 1);
+    tile_regs_release();
+    cb_push_back(next.max, 1);
+    cb_wait_front(next.max, qi + 1);
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
 }
@@ -447,12 +453,20 @@ void merge_sink(const Running& own, const Running& next) {
         pack_block(next.sum, 0, 1);
         cb_push_back(next.sum, 1);
 
-        // O' = O * e_own (rescaled_to_dst multiplies by cb_alpha tile 0)
+        // O' = O * e_own (column 0 of cb_alpha tile 0 broadcast along each row)
         constexpr uint32_t block = dst_tiles - 1;
         for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
             const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
             tile_regs_acquire();
-            rescaled_to_dst(own.acc, qi * dv_tiles + v0, n);
+            broadcast_column(cb_alpha, 0, n);
+            copy_to_dst(own.acc, qi * dv_tiles + v0, 0);
+            for (uint32_t i = 1; i < n; ++i) {
+                copy_tile(own.acc, qi * dv_tiles + v0 + i, i);
+            }
+            mul_binary_tile_init();
+            for (uint32_t i = 0; i < n; ++i) {
+                mul_binary_tile(i, n, i);
+            }
             pack_block(next.acc, v0, n);
         }
         cb_push_back(next.acc, dv_tiles);
@@ -477,7 +491,7 @@ void finish_root(const Running& set) {
             floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);  // l = 0 (no key, no sink) gives out = 0
         }
         recip_tile_init();
-        recip_tile(0);
+        recip_tile(0, VectorMode::C);  // l lives in column 0: faces 0 and 2 hold every row of it
         pack_block(cb_alpha, 0, 1);
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
@@ -487,8 +501,9 @@ void finish_root(const Running& set) {
             const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
             tile_regs_acquire();
             broadcast_column(cb_alpha, 0, n);
-            for (uint32_t v = 0; v < n; ++v) {
-                copy_to_dst(set.acc, qi * dv_tiles + v0 + v, v);
+            copy_to_dst(set.acc, qi * dv_tiles + v0, 0);
+            for (uint32_t v = 1; v < n; ++v) {
+                copy_tile(set.acc, qi * dv_tiles + v0 + v, v);  // same CB: one copy_init
             }
             mul_binary_tile_init();
             for (uint32_t v = 0; v < n; ++v) {
@@ -517,21 +532,24 @@ void finish_root(const Running& set) {
     pop_running(set);
 }
 
-// Non-root: copy (O, m, l) into cb_partial_out for the writer to send up the tree.
+// Non-root: copy (O, m, l) into cb_partial_out for the writer to send up the tree. The three
+// running CBs share one data format and unpack path (fp32 to DST): one reconfig and copy_init.
 void send_partial(const Running& set) {
     wait_running(set);
     cb_reserve_back(cb_partial_out, partial_tiles);
+    reconfig_data_format_srca(set.acc);
+    copy_init(set.acc);
     for (uint32_t t0 = 0; t0 < partial_tiles; t0 += dst_tiles) {
         const uint32_t n = partial_tiles - t0 < dst_tiles ? partial_tiles - t0 : dst_tiles;
         tile_regs_acquire();
         for (uint32_t i = 0; i < n; ++i) {
             const uint32_t t = t0 + i;
             if (t < partial_max_offset) {
-                copy_to_dst(set.acc, t, i);
+                copy_tile(set.acc, t, i);
             } else if (t < partial_sum_offset) {
-                copy_to_dst(set.max, t - partial_max_offset, i);
+                copy_tile(set.max, t - partial_max_offset, i);
             } else {
-                copy_to_dst(set.sum, t - partial_sum_offset, i);
+                copy_tile(set.sum, t - partial_sum_offset, i);
             }
         }
         pack_block(cb_partial_out, t0, n);
@@ -557,7 +575,7 @@ void kernel_main() {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const int32_t cur_pos = (int32_t)read_tile_value(cb_pos_compute, 0, user);
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
         const uint32_t height = tree_height(index, pieces_per_work);
 
         if (range.empty()) {
@@ -594,7 +612,8 @@ void kernel_main() {
         if (height > 0) {
             cb_wait_front(cb_partial_in, height * partial_tiles);
             for (uint32_t r = 0; r < height; ++r) {
-                if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window)) {
+                if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window,
+                                   min_chunk_tiles)) {
                     merge_child(r, running_sets[cur], running_sets[cur ^ 1]);
                     cur ^= 1;
                     wait_running(running_sets[cur]);

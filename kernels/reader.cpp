@@ -142,6 +142,7 @@ void kernel_main() {
     constexpr uint32_t tokens = get_compile_time_arg_val(21);  // new tokens per user (multi-token decode)
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
+    constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(22);  // split floor of dynamic chunks
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
@@ -215,7 +216,7 @@ void kernel_main() {
         const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const int32_t cur_pos = positions[user];
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
         if (range.empty()) {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }

@@ -79,6 +79,7 @@ void kernel_main() {
     constexpr uint32_t token_window = get_compile_time_arg_val(8);  // each token's sliding window in keys (0 = none)
     constexpr uint32_t tokens = get_compile_time_arg_val(9);        // new tokens per user (multi-token decode)
     constexpr uint32_t batch = get_compile_time_arg_val(10);
+    constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(11);  // split floor of dynamic chunks
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t q_rows = tokens * group_size;  // q rows in use: token-major, g heads per token
@@ -124,7 +125,8 @@ void kernel_main() {
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const uint32_t height = tree_height(index, pieces_per_work);
         if (height > 0) {
-            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window);
+            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window,
+                                                                 min_chunk_tiles);
         }
     }
     bool level_arrived[MAX_ROUNDS] = {false};
@@ -137,7 +139,7 @@ void kernel_main() {
         const uint32_t parent_y = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 4);
         const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
         const int32_t cur_pos = positions[user];
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window);
+        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
         const bool has_work = !range.empty();
         const uint32_t height = tree_height(index, pieces_per_work);
         const bool is_root = index == 0;

@@ -4,6 +4,7 @@ tt-metal's structure (ttdecode.ttmetal_structure) against a hand count."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -18,7 +19,10 @@ from ttdecode.costmodel import (
     noc_hops,
     op_cycles,
     reader_cycles,
+    chunk_tile_ops,
+    merge_ops,
     sfpu_tile_cycles,
+    split_floor_tiles,
     work_from_counters,
     writer_messages,
 )
@@ -86,6 +90,74 @@ def test_real_run_with_more_cores_per_head_has_less_local_time_and_a_reduction(r
     assert four.local_us < one.local_us
     assert four.kv_bytes == one.kv_bytes
     assert four.total_us == pytest.approx(four.launch_us + four.local_us + four.reduction_us)
+
+
+def test_real_run_merge_charges_column_face_sfpu_calls_half_the_vector_steps(runs) -> None:
+    """The merge's max and exps run on faces 0 and 2 (VectorMode::C): the runtime records 2 faces in
+    the event's flag and the model charges 16 vector steps for them, 32 for full-tile calls."""
+    plan, counters = runs[4]
+    _, red, fidelity = work_from_counters(plan, counters)
+    merge = red.merge_per_round
+    assert {t.steps for t in merge["exp"]} == {16}
+    assert {t.steps for t in merge["max"]} == {16, 32}
+    exp16 = OpTally(1, 1, steps=16)
+    assert op_cycles("exp", exp16, fidelity) == pytest.approx(40 * 16 + COST.call_init_cycles)
+
+
+def _totals(ops) -> dict[tuple[str, int], float]:
+    out: dict[tuple[str, int], float] = {}
+    for op, ts in ops.items():
+        for t in ts:
+            out[(op, t.steps)] = out.get((op, t.steps), 0.0) + t.tiles
+    return out
+
+
+def test_merge_ops_are_the_kernels_merge_as_counted_by_the_runtime(runs) -> None:
+    """split_floor_tiles' closed form of one merge equals the root's merge in a real run (D 64)."""
+    plan, counters = runs[4]
+    _, red, _ = work_from_counters(plan, counters)
+    assert _totals(red.merge_per_round) == _totals(merge_ops(plan.q_tiles, plan.dv_tiles))
+
+
+def _one_piece_compute(pos: int):
+    b, nh, nkv, s, d = 1, 8, 1, 256, 64
+    g = torch.Generator().manual_seed(1)
+    q = from_torch(torch.randn(1, b, nh, d, generator=g))
+    k = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[pos], grid=(1, 1))
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125,
+                                    compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+    works, _, _ = work_from_counters(plan, result.counters)
+    return plan, works[0].compute
+
+
+def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_real_run() -> None:
+    """One chunk of 7 tiles minus one of 1 tile (same piece, same fixed work) / 6 = one key tile:
+    exact for matmuls, exps, scales and packs; copies and binary ops (one more per DST block) and
+    the modelled cycles within 5%."""
+    plan, short = _one_piece_compute(31)
+    _, long = _one_piece_compute(223)
+    per_tile = {key: (_totals(long).get(key, 0) - _totals(short).get(key, 0)) / 6
+                for key in set(_totals(long)) | set(_totals(short))}
+    want = _totals(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles))
+    for key in (("matmul", 32), ("exp", 32), ("scalar", 32), ("pack", 32)):
+        assert per_tile[key] == want[key], key
+    for key in (("copy", 32), ("max", 32)):
+        assert per_tile[key] == pytest.approx(want[key], rel=0.05), key
+    cycles = lambda ops: sum(op_cycles(op, t, "HiFi2") for op, ts in ops.items() for t in ts)  # noqa: E731
+    measured = (cycles(long) - cycles(short)) / 6
+    assert cycles(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles)) == pytest.approx(
+        measured, rel=0.05)
+
+
+def test_split_floor_is_the_smallest_power_of_two_whose_tiles_outweigh_a_round() -> None:
+    assert split_floor_tiles(1, 4, 4) == 4  # Galaxy Llama-70B per chip: ~3.4k cycles a tile, ~8.2k a round
+    assert split_floor_tiles(1, 2, 2) == 4
+    dear_rounds = dataclasses.replace(COST, semaphore_handshake_cycles=1e6)
+    assert split_floor_tiles(1, 4, 4, c=dear_rounds) == 8  # capped at the largest dynamic chunk
+    cheap_rounds = dataclasses.replace(COST, semaphore_handshake_cycles=-20_000.0)
+    assert split_floor_tiles(1, 4, 4, c=cheap_rounds) == 1
 
 
 # ---- the cost model's arithmetic and tt-metal's structure as data -----------------------------------

@@ -19,7 +19,7 @@ import torch
 from ttdecode.accuracy import THRESHOLDS, check_close, check_lse
 from ttdecode.factory import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import DecodePlan, make_plan, piece_range
+from ttdecode.plan import DecodePlan, make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import TileTensor, from_torch, to_torch
@@ -56,12 +56,16 @@ def run_case(
     *, b: int, nh: int, nkv: int, s: int, d: int, pos: Sequence[int], kv: DataType = BFP8,
     grid: tuple[int, int] = (8, 8), max_cores: int = 16, k_chunk: int = 0, lse: bool = True,
     share: bool = False, seed: int = 0, tensors: Optional[tuple[TileTensor, TileTensor, TileTensor]] = None,
-    pos_as_tensor: bool = False, sub_grids=None,
+    pos_as_tensor: bool = False, sub_grids=None, min_chunk_tiles: Optional[int] = 1,
 ) -> Case:
+    """One run against the float64 reference. min_chunk_tiles 1 (the default here) spreads short
+    contexts over every piece, so these cases exercise the merge tree; None = the cost model's
+    split floor (the planner's default)."""
     q, k, v = tensors if tensors is not None else make_tensors(b, nh, nkv, s, d, kv, seed, share)
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
                      cur_pos=None if pos_as_tensor else list(pos), grid=grid, max_cores_per_head_batch=max_cores,
-                     k_chunk_size=k_chunk, return_lse=lse, share_cache=share, sub_core_grids=sub_grids)
+                     k_chunk_size=k_chunk, return_lse=lse, share_cache=share, sub_core_grids=sub_grids,
+                     min_chunk_tiles=min_chunk_tiles)
     source = torch.tensor(list(pos), dtype=torch.int32) if pos_as_tensor else None
     scale = 1.0 / math.sqrt(d)
     out, out_lse, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=source, scale=scale,
@@ -169,6 +173,25 @@ def test_nan_and_inf_in_the_cache_past_cur_pos_do_not_reach_the_output(kv: DataT
 # ---- model shapes -------------------------------------------------------------------------------
 
 
+def test_model_split_floor_runs_a_short_context_on_its_root_alone_and_stays_batch_invariant() -> None:
+    """Galaxy Llama-70B per chip (8q/1kv, 8x4 grid, 4 pieces per head), D 64 to stay small: at
+    cur_pos 127 the cost model's split floor gives the root all 4 key tiles (no partial is sent);
+    user 1 at 1000 still spreads over every piece. Each user's output is bit-identical alone."""
+    pos = [127, 1000]
+    shape = dict(nh=8, nkv=1, s=1024, d=64, grid=(8, 4), max_cores=4, min_chunk_tiles=None)
+    case = run_case(b=2, pos=pos, **shape)
+    assert case.plan.min_chunk_tiles == 4
+    assert_users_close(case, range(2), "model split floor")
+    writers = [kc for kc in case.result.counters.kernels if kc.kind is KernelKind.WRITER]
+    assert sum(sum(kc.sem_incs.values()) for kc in writers) == 3  # user 1's three children only
+    q, k, v = make_tensors(2, 8, 1, 1024, 64, BFP8, 0)
+    for u in range(2):
+        alone = run_case(b=1, pos=[pos[u]], tensors=(from_torch(to_torch(q)[:, u:u + 1], BF16),
+                                                     from_torch(to_torch(k)[u:u + 1], BFP8),
+                                                     from_torch(to_torch(v)[u:u + 1], BFP8)), **shape)
+        assert torch.equal(alone.out[:, 0], case.out[:, u])
+
+
 @pytest.mark.parametrize("batch", [1, 32])
 def test_llama31_8b_on_n150_reads_each_kv_byte_once(batch: int) -> None:
     pos = [8191] if batch == 1 else [8191 - 253 * u for u in range(batch)]
@@ -177,7 +200,7 @@ def test_llama31_8b_on_n150_reads_each_kv_byte_once(batch: int) -> None:
     assert_users_close(case, range(batch), f"Llama-3.1-8B N150 B={batch}")
     readers = [kc for kc in case.result.counters.kernels if kc.kind is KernelKind.READER]
     kv_bytes = kv_bytes_of_valid_tiles(case.plan, pos, 1088)
-    q_bytes = sum(1 for pc in case.plan.pieces if not piece_range(pos[pc.user], 0, 8, pc.index).empty) * 4 * 4 * 64
+    q_bytes = sum(1 for pc in case.plan.pieces if not case.plan.range_at(pos[pc.user], pc.index).empty) * 4 * 4 * 64
     pos_bytes = 2 * 4 * batch * len(readers)
     assert sum(sum(kc.dram_read_bytes) for kc in readers) == kv_bytes + q_bytes + pos_bytes
 
@@ -201,7 +224,7 @@ def test_t3k_per_chip_shapes_send_small_partials_up_a_log_depth_tree(nh: int, ma
     partial_bytes = nh * 64 * (4 * 2 + 2)
     senders = sum(
         1 for pc in case.plan.pieces
-        if pc.index and not piece_range(pos[pc.user], 0, max_cores, pc.index).empty
+        if pc.index and not case.plan.range_at(pos[pc.user], pc.index).empty
     )
     writers = [kc for kc in counters if kc.kind is KernelKind.WRITER]
     assert sum(sum(kc.noc_write_bytes.values()) for kc in writers) == senders * partial_bytes

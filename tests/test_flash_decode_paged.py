@@ -19,7 +19,7 @@ from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode
 from ttdecode.factory import run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import DecodePlan, make_plan, piece_range
+from ttdecode.plan import DecodePlan, make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch
@@ -195,7 +195,7 @@ def page_table_loads(plan: DecodePlan, pos: Sequence[int]) -> int:
     for pieces in plan.core_pieces.values():
         last = None
         for pc in pieces:
-            if piece_range(pos[pc.user], plan.fixed_chunk_tiles, plan.pieces_per_work, pc.index).empty:
+            if plan.range_at(pos[pc.user], pc.index).empty:
                 continue
             loads += pc.user != last
             last = pc.user
@@ -222,7 +222,7 @@ def test_reader_reads_each_referenced_kv_byte_once_and_one_table_row_per_user_ch
     readers = [kc for kc in result.counters.kernels if kc.kind is KernelKind.READER]
     valid_tiles = sum((p + 32) // 32 for p in pos if p >= 0)
     kv_bytes = valid_tiles * nkv * (plan.d_tiles + plan.dv_tiles) * tile_size(BFP8)
-    with_work = [pc for pc in plan.pieces if not piece_range(pos[pc.user], 0, pieces, pc.index).empty]
+    with_work = [pc for pc in plan.pieces if not plan.range_at(pos[pc.user], pc.index).empty]
     q_bytes = len(with_work) * plan.group_size * d * 2
     pos_bytes = 2 * 4 * b * len(readers)
     loads = page_table_loads(plan, pos)

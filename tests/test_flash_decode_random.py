@@ -32,6 +32,7 @@ def configs(draw: st.DrawFn) -> dict:
         grid=draw(st.sampled_from([(8, 8), (4, 2), (3, 3), (1, 1)])),
         share=draw(st.booleans()) and b > 1,
         seed=draw(st.integers(0, 1000)),
+        min_chunk_tiles=draw(st.sampled_from([1, None])),  # every piece, or the cost model's split floor
     )
 
 

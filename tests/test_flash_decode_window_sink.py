@@ -12,7 +12,7 @@ import torch
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.factory import run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import make_plan, piece_range
+from ttdecode.plan import make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch
@@ -33,12 +33,13 @@ def tensors(b: int, nh: int, nkv: int, s: int, d: int, kv: DataType, seed: int, 
 
 
 def run(*, b, nh, nkv, s, d, pos, kv=BFP8, max_cores=4, k_chunk=0, window=None, sink=None, seed=0, nan=False,
-        grid=(8, 8)):
+        grid=(8, 8), min_chunk_tiles=1):
+    """min_chunk_tiles 1 spreads even short windows over every piece (the merge tree with windows)."""
     first = [max(0, p - window + 1) if window else 0 for p in pos]
     q, k, v = tensors(b, nh, nkv, s, d, kv, seed, first if nan else None)
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv, cur_pos=list(pos),
                      grid=grid, max_cores_per_head_batch=max_cores, k_chunk_size=k_chunk, return_lse=True,
-                     sliding_window_size=window, attention_sink=sink is not None)
+                     sliding_window_size=window, attention_sink=sink is not None, min_chunk_tiles=min_chunk_tiles)
     scale = 1.0 / math.sqrt(d)
     out, lse, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=scale,
                                         compute=ComputeSettings(), attention_sink=sink)
@@ -78,7 +79,7 @@ def test_sliding_window_reads_exactly_the_attended_kv_tiles() -> None:
     attended = sum(len({p // 32 for p in range(max(0, c - window + 1), c + 1)}) for c in pos)
     kv_bytes = attended * nkv * (plan.d_tiles + plan.dv_tiles) * tile_size(BFP8)
     with_work = [pc for pc in plan.pieces
-                 if not piece_range(pos[pc.user], 0, plan.pieces_per_work, pc.index, window).empty]
+                 if not plan.range_at(pos[pc.user], pc.index).empty]
     q_bytes = len(with_work) * plan.group_size * plan.head_dim * 2
     pos_bytes = len(plan.active_cores) * 2 * 4 * len(pos)
     read = sum(sum(result.counters.kernel(c, KernelKind.READER).dram_read_bytes) for c in plan.active_cores)
@@ -96,7 +97,8 @@ def test_sliding_window_output_is_batch_invariant() -> None:
         kt = from_torch(to_torch(k)[idx], BFP8)
         vt = from_torch(to_torch(v)[idx], BFP8)
         plan = make_plan(batch=len(users), num_q_heads=8, num_kv_heads=2, seq_len=s, head_dim=64, kv_dtype=BFP8,
-                         cur_pos=[pos[u] for u in users], max_cores_per_head_batch=4, sliding_window_size=window)
+                         cur_pos=[pos[u] for u in users], max_cores_per_head_batch=4, sliding_window_size=window,
+                         min_chunk_tiles=1)
         out, _, _ = run_flash_decode(plan, q=qt, k=kt, v=vt, cur_pos_source=None, scale=0.125,
                                      compute=ComputeSettings())
         outs[tuple(users)] = {u: out[:, i] for i, u in enumerate(users)}

@@ -203,3 +203,41 @@ def test_sliding_window_piece_ranges_cover_exactly_the_attended_tiles(window: in
         assert tiles == attended, (pos, window, pieces, fixed)
         if pos >= 0:
             assert ranges[0].first_tile + ranges[0].num_tiles - 1 == pos // 32  # root holds the boundary
+
+
+# ---- the split floor (min_chunk_tiles) --------------------------------------------------------------
+
+TG70B = dict(num_q_heads=8, num_kv_heads=1, head_dim=128, seq_len=4096, grid=(8, 4), max_cores_per_head_batch=4)
+
+
+def test_model_split_floor_gives_a_short_context_one_piece_and_leaves_long_ones_spread() -> None:
+    """Galaxy Llama-70B per chip: 4 key tiles at cur_pos 127 are not worth a merge round, so the
+    cost model's floor (4 tiles) gives the whole context to the root; at 4095 every piece still works."""
+    plan = make_plan(batch=2, cur_pos=[127, 4095], **TG70B)
+    assert plan.min_chunk_tiles == 4
+    assert [r.empty for r in plan.ranges(0)] == [False, True, True, True]
+    assert all(not r.empty for r in plan.ranges(1))
+    spread = make_plan(batch=2, cur_pos=[127, 4095], min_chunk_tiles=1, **TG70B)
+    assert [r.num_tiles for r in spread.ranges(0)] == [1, 1, 1, 1]
+    assert spread.ranges(1) == plan.ranges(1)
+
+
+def test_split_floor_depends_on_the_config_only() -> None:
+    one = make_plan(batch=1, cur_pos=[127], **TG70B)
+    many = make_plan(batch=8, cur_pos=[127] + [37 * i for i in range(7)], **TG70B)
+    assert one.min_chunk_tiles == many.min_chunk_tiles
+    assert one.ranges(0) == many.ranges(0)
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(min_chunk_tiles=3), r"min_chunk_tiles: expected None or a power of two 1\.\.8, got 3"),
+    (dict(min_chunk_tiles=16), r"min_chunk_tiles: expected None or a power of two 1\.\.8, got 16"),
+    (dict(min_chunk_tiles=4, k_chunk_size=128), r"min_chunk_tiles: applies to dynamic chunks only"),
+])
+def test_bad_split_floor_is_refused_naming_it(args: dict, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        make_plan(batch=1, cur_pos=[127], **{**TG70B, **args})
+
+
+def test_fixed_chunks_have_no_split_floor() -> None:
+    assert make_plan(batch=1, cur_pos=[127], k_chunk_size=32, **TG70B).min_chunk_tiles == 1

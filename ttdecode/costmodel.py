@@ -37,18 +37,18 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ttdecode.formats import tile_size
-from ttdecode.plan import DecodePlan, piece_range, tree_parent
+from ttdecode.plan import DecodePlan, tree_parent
 from ttdecode.program import CoreCoord, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
            "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
            "work_from_counters", "op_class", "Message", "noc_hops", "writer_messages",
-           "match_tree"]
+           "match_tree", "chunk_tile_ops", "merge_ops", "split_floor_tiles"]
 
 _OP = {name: code for code, name in EVENT_OPS.items()}
 
-SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar")
+SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar", "ternary")
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ class CostConstants:
     sfpu_steps_per_tile: int = 32
     # SFPU instructions per 32-lane vector step (one instruction per cycle), counted from the LLK
     sfpu_instructions_per_step: Mapping[str, float] = field(default_factory=lambda: {
-        "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0})
+        "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0,
+        "ternary": 7.0})
     exp_approx_tile_cycles: float = 70.7
     fidelity_phases: Mapping[str, int] = field(
         default_factory=lambda: {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4})
@@ -137,7 +138,9 @@ COST_SOURCES: dict[str, str] = {
                                   "exp (fp32 Dst, _sfpu_exp_fp32_accurate_) ~40 (11 MAD/MUL, 2 converts, abs, "
                                   "copysgn, exexp/setexp, 2 int adds, 2 conditionals, load/store, NOPs after "
                                   "dependent MADs); recip ~18 (sfpu_reciprocal_iter + scale/sign); log ~30; "
-                                  "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5",
+                                  "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5; "
+                                  "ternary (addcmul_tile, ckernel_sfpu_addcmul.h) ~7: per two rows 6 loads, "
+                                  "2 SFPMUL, 2 SFPMAD, 2 stores and the Dst increment (6.5 per row, rounded up)",
     "exp_approx_tile_cycles": "fast approximate exp ~70.7 cycles per tile on Wormhole (tt-llk PR #1190)",
 }
 
@@ -203,9 +206,8 @@ def match_tree(plan: DecodePlan, messages: list[Message]) -> list[Message]:
         by_src[m.src].append(m)
     out: list[Message] = []
     for core, pieces in plan.core_pieces.items():
-        senders = [p for p in pieces if p.parent_core is not None and not piece_range(
-            plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
-            plan.key_window).empty]
+        senders = [p for p in pieces if p.parent_core is not None and not plan.range_at(
+            plan.cur_pos[p.user], p.index).empty]
         sent = sorted(by_src.get(core, []), key=lambda m: m.seq)
         if len(sent) != len(senders):
             raise ValueError(f"core {core}: {len(sent)} messages in the events, the plan has {len(senders)} senders")
@@ -392,6 +394,57 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
         kv_bytes=kv, achieved_gbps=kv / (total * us * 1e-6) / 1e9 if total else 0.0, cores=len(works))
 
 
+# ---- our kernels' split: how many key tiles a piece must hold for one more tree round to pay ------
+
+
+def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
+                   exp: str = "exp") -> dict[str, list[OpTally]]:
+    """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
+    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles), the scale, the exp, the
+    two copies of the logits (row max, probabilities), the SFPU row max and the subtraction, two
+    packs (scores, probabilities); each DST block of dst_tiles - 1 tiles adds one more copy
+    (the broadcast max) and one binary op. Pinned against real runs in tests/test_costmodel.py."""
+    block = 1 / max(1, dst_tiles - 1)
+    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + dv_tiles + 1))],
+            "scalar": [OpTally(q_tiles, q_tiles)], exp: [OpTally(q_tiles, q_tiles)],
+            "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            "max": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
+
+
+def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp") -> dict[str, list[OpTally]]:
+    """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
+    tile row: the factors (two copies, a max on faces 0 and 2, two subtractions, two exps on faces
+    0 and 2, three packs), then l and every O tile (two broadcasts, two copies, a multiply, an
+    addcmul, a pack each). Pinned against real runs in tests/test_costmodel.py."""
+    rows = dv_tiles + 1
+    return {"copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
+            "max": [OpTally(q_tiles * (2 + rows), q_tiles * (2 + rows)), OpTally(q_tiles, q_tiles, steps=16)],
+            exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=16)],
+            "ternary": [OpTally(q_tiles * rows, q_tiles * rows)],
+            "pack": [OpTally(q_tiles * (3 + rows), q_tiles * (3 + rows))]}
+
+
+def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
+                      fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST) -> int:
+    """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
+    `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
+    semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
+    costs one round, so pieces below f tiles are not worth their round. Depends on the config only
+    (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
+    Llama's default); `hops` a typical parent-child distance on the grid."""
+    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
+    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp), fidelity, c).values())
+    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp), fidelity, c).values())
+    partial_bytes = q_tiles * (dv_tiles + 2) * 4096
+    round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
+                    + c.semaphore_handshake_cycles + merge)
+    f = 1
+    while f < 8 and f * tile < round_cycles:
+        f *= 2
+    return f
+
+
 # ---- our kernels: the work read from the runtime's counters ---------------------------------------
 
 
@@ -400,8 +453,8 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
 
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
-    cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32,
-    SFPU 32 steps). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
+    cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32); an
+    SFPU call runs 8 vector steps per face its VectorMode covers (the event's flag: RC 4, R/C 2). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
     """
     cb = {spec.name: spec.index for spec in plan.circular_buffers}
     kv_tile = tile_size(plan.kv_dtype)
@@ -442,7 +495,10 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                 elif op == _OP["compute"]:
                     name = COMPUTE_OPS[peer]
                     name = exp_name if name == "exp" else name
-                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]))
+                    # an SFPU call's flag = the faces its VectorMode covers (8 vector steps each)
+                    faces = int(e["flag"]) if name in SFPU_OPS else 0
+                    steps = 8 * faces if faces else COST.sfpu_steps_per_tile
+                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]), steps=steps)
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
     msgs = match_tree(plan, writer_messages(counters))
@@ -474,6 +530,10 @@ def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping
     root = path[-1].dst
     merges = by_core[root].merge
     n = max(1, dst_merges[root])
-    per_round = {op: [OpTally(sum(t.tiles for t in ts) / n, max(1, round(sum(t.calls for t in ts) / n)))]
-                 for op, ts in merges.items()}
+    per_round: dict[str, list[OpTally]] = {}
+    for op, ts in merges.items():
+        for steps in sorted({t.steps for t in ts}, reverse=True):  # full tiles and VectorMode calls apart
+            same = [t for t in ts if t.steps == steps]
+            per_round.setdefault(op, []).append(OpTally(sum(t.tiles for t in same) / n,
+                                                        max(1, round(sum(t.calls for t in same) / n)), steps=steps))
     return Reduction(tuple((m.bytes, noc_hops(m.src, m.dst)) for m in path), per_round)

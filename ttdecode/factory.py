@@ -249,6 +249,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         int(plan.has_attn_mask),      # 19 attn_mask streamed with K
         int(plan.attn_mask_batch == 1),  # 20 the mask has batch 1 (every user reads it)
         plan.num_tokens,              # 21 new tokens per user (multi-token decode)
+        plan.min_chunk_tiles,         # 22 min_chunk_tiles (split floor of dynamic chunks)
     ]
     writer = [
         plan.num_kv_heads,            # 0 num_kv_heads
@@ -262,6 +263,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         plan.sliding_window_size,     # 8 each token's sliding window in keys (0 = none)
         plan.num_tokens,              # 9 new tokens per user (multi-token decode)
         plan.batch,                   # 10 batch (the output's [T, B, NH, Dv] pages)
+        plan.min_chunk_tiles,         # 11 min_chunk_tiles (split floor of dynamic chunks)
     ]
     compute_args = [
         plan.q_tiles,                 # 0 q_tiles
@@ -280,6 +282,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         int(plan.has_attn_mask),      # 13 attn_mask tiles added to the scores
         int(plan.guard_empty_rows),   # 14 floor the row max and sum (rows that may see no key)
         plan.num_tokens,              # 15 new tokens per user (multi-token decode)
+        plan.min_chunk_tiles,         # 16 min_chunk_tiles (split floor of dynamic chunks)
     ]
     return {"reader": reader, "writer": writer, "compute": compute_args}
 

@@ -10,7 +10,8 @@ Vocabulary (see tech_report/architecture.md):
 - a *work* is one (user b, KV head h): the q heads of KV group h attend keys 0..cur_pos[b];
 - the work's valid key tiles ``T = ceil((cur_pos + 1) / 32)`` (with a sliding window W, the tiles
   from ``floor(max(0, cur_pos - W + 1) / 32)`` to ``cur_pos // 32``) are cut into *chunks* of ``c`` tiles
-  (``k_chunk_size / 32``, or dynamic from cur_pos), and the chunks are dealt over ``p`` *pieces*;
+  (``k_chunk_size / 32``, or dynamic from cur_pos and the split floor the cost model chooses for the
+  shape), and the chunks are dealt over ``p`` *pieces*;
   ``p = min(max_cores_per_head_batch, max(1, cores // NKV), max chunks)`` depends on the config and
   the model shape only -- never on the batch size or the other users (batch invariance);
 - piece 0, the root, owns the last chunk (the causal boundary); piece i gets a contiguous run of
@@ -99,18 +100,21 @@ def valid_tiles(cur_pos: int, window: int = 0) -> int:
     return 0 if cur_pos < 0 else (cur_pos + TILE) // TILE - window_first_tile(cur_pos, window)
 
 
-def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: int = 0) -> int:
+def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: int = 0,
+                    min_chunk_tiles: int = 1) -> int:
     """Chunk size in tiles for a user at cur_pos.
 
     Fixed chunks (k_chunk_size > 0) are the config's. Dynamic chunks (fixed_chunk_tiles == 0)
-    spread the user's tiles over the pieces: the power of two >= T / p, capped at
-    DYNAMIC_CHUNK_MAX_TILES, so short contexts use few small chunks and long ones whole 256-key chunks.
+    spread the user's tiles over the pieces: the power of two >= max(T / p, min_chunk_tiles), capped
+    at DYNAMIC_CHUNK_MAX_TILES, so short contexts use few small chunks and long ones whole 256-key
+    chunks. min_chunk_tiles is the plan's split floor (DecodePlan.min_chunk_tiles): below it one
+    more merge round would cost more than the halved local work saves, so fewer pieces get keys.
     """
     if fixed_chunk_tiles > 0:
         return fixed_chunk_tiles
     t = valid_tiles(cur_pos, window)
     per_piece = -(-t // pieces) if t else 1
-    return min(DYNAMIC_CHUNK_MAX_TILES, _pow2ceil(per_piece))
+    return min(DYNAMIC_CHUNK_MAX_TILES, _pow2ceil(max(per_piece, min_chunk_tiles)))
 
 
 @dataclass(frozen=True)
@@ -128,13 +132,14 @@ class PieceRange:
         return self.num_chunks == 0
 
 
-def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0) -> PieceRange:
+def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
+                min_chunk_tiles: int = 1) -> PieceRange:
     """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos.
 
     Chunks are counted from the first attended tile (window_first_tile), so with a sliding window
     the pieces cover exactly the window's tiles."""
     t = valid_tiles(cur_pos, window)
-    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window)
+    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles)
     n = -(-t // c)
     base, extra = divmod(n, pieces)
     # pieces 0..index-1 hold the chunks above this one
@@ -234,6 +239,7 @@ class DecodePlan:
     rounds: int
     fixed_chunk_tiles: int  # 0 = dynamic
     max_chunk_tiles: int
+    min_chunk_tiles: int  # split floor of dynamic chunks (1 = none; fixed chunks: 1)
     cur_pos: tuple[int, ...] | None  # None: positions are read on the device (cur_pos_tensor)
     fp32_dest_acc_en: bool
     dst_tiles: int
@@ -318,10 +324,13 @@ class DecodePlan:
         """Chunk ranges of every piece of `user` (needs known positions)."""
         if self.cur_pos is None:
             raise PlanError("positions are read on the device (cur_pos_tensor); the plan does not know them")
-        return [
-            piece_range(self.cur_pos[user], self.fixed_chunk_tiles, self.pieces_per_work, i, self.key_window)
-            for i in range(self.pieces_per_work)
-        ]
+        return [self.range_at(self.cur_pos[user], i) for i in range(self.pieces_per_work)]
+
+    def range_at(self, cur_pos: int, index: int) -> PieceRange:
+        """The key tiles piece `index` reads for a user at cur_pos (the kernels' piece_range with
+        this plan's chunking: fixed chunk, pieces, the tokens' key window, split floor)."""
+        return piece_range(cur_pos, self.fixed_chunk_tiles, self.pieces_per_work, index, self.key_window,
+                           self.min_chunk_tiles)
 
 
 def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None) -> tuple[CoreCoord, ...]:
@@ -426,6 +435,7 @@ def make_plan(
     grid: tuple[int, int] = (8, 8),
     sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None = None,
     k_chunk_size: int = 0,
+    min_chunk_tiles: int | None = None,
     max_cores_per_head_batch: int = 16,
     fp32_dest_acc_en: bool = True,
     dst_full_sync_en: bool = False,
@@ -453,6 +463,9 @@ def make_plan(
     only) streams an additive mask [attn_mask_batch, 1, NH, S] with the K chunks. `num_tokens` T
     (1..32) new tokens per user share every K/V read: cur_pos[b] is the last one's position (at
     least T - 1, or -1), token j attends keys up to cur_pos[b] - (T - 1 - j) (each its own window).
+    `min_chunk_tiles` (dynamic chunks only): the split floor, a power of two 1..8 tiles; None = the
+    one the cost model chooses for the shape (costmodel.split_floor_tiles); 1 = spread the keys over
+    every piece (no floor).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -478,6 +491,14 @@ def make_plan(
             )
         if seq_len % k_chunk_size:
             raise PlanError(f"k_chunk_size: seq_len={seq_len} is not a multiple of k_chunk_size={k_chunk_size}")
+    if min_chunk_tiles is not None:
+        if (not isinstance(min_chunk_tiles, int) or not 1 <= min_chunk_tiles <= DYNAMIC_CHUNK_MAX_TILES
+                or min_chunk_tiles & (min_chunk_tiles - 1)):
+            raise PlanError(f"min_chunk_tiles: expected None or a power of two 1..{DYNAMIC_CHUNK_MAX_TILES}, "
+                            f"got {min_chunk_tiles!r}")
+        if k_chunk_size and min_chunk_tiles > 1:
+            raise PlanError(f"min_chunk_tiles: applies to dynamic chunks only (k_chunk_size 0), got "
+                            f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
     if (block_size is None) != (num_blocks is None):
         raise PlanError(
             f"block_size, num_blocks: expected both (a paged cache) or neither, got block_size={block_size!r}, "
@@ -586,11 +607,21 @@ def make_plan(
     )
     cbs = flash_decode_cbs(**cb_args)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
+    if fixed:
+        floor = 1
+    elif min_chunk_tiles is not None:
+        floor = min_chunk_tiles
+    else:
+        from ttdecode.costmodel import split_floor_tiles  # the model imports this module
+
+        floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
         share_cache=share_cache, return_lse=return_lse, grid=grid, cores=cores,
         pieces_per_work=pieces, rounds=rounds, fixed_chunk_tiles=fixed, max_chunk_tiles=max_chunk_tiles,
+        min_chunk_tiles=floor,
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
@@ -695,8 +726,7 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
             if rows >= max_rows:
                 break
             if plan.cur_pos is not None:
-                r = piece_range(plan.cur_pos[p.user], plan.fixed_chunk_tiles, plan.pieces_per_work, p.index,
-                                plan.key_window)
+                r = plan.range_at(plan.cur_pos[p.user], p.index)
                 chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
                 keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((r.first_tile + r.num_tiles) * TILE, plan.cur_pos[p.user] + 1) - 1}"
             else:

@@ -3,7 +3,8 @@
 // are packed as they are (d, then d + 1): the values the SFPU op would have read.
 // Ops (defines): OP_EXP (EXP_APPROX, EXP_SCALE=<bf16 bits> for scale_en, VECTOR_MODE=<R|C|None|RC>),
 //   OP_RECIP (RECIP_APPROXIMATE / RECIP_PRECISE), OP_LOG, OP_ADD_S / OP_SUB_S / OP_MUL_S / OP_DIV_S /
-//   OP_RSUB_S (scalar bits SCALAR_BITS), OP_MAX / OP_ADD_B / OP_SUB_B / OP_MUL_B (TWO_INPUTS; NEAREST_EVEN).
+//   OP_RSUB_S (scalar bits SCALAR_BITS), OP_MAX / OP_ADD_B / OP_SUB_B / OP_MUL_B (TWO_INPUTS; NEAREST_EVEN),
+//   OP_ADDCMUL (THREE_INPUTS: CB 2 into DST d + 2; d = d + SCALAR_BITS * (d + 1) * (d + 2)).
 //   PRE_EXP_APPROX: exp_tile<true> on tile d before the op (its results, denormals included, feed it).
 // Compile-time args: tiles, DST index d.
 #include <cstdint>
@@ -11,17 +12,23 @@
 #include "api/compute/binary_max_min.h"
 #include "api/compute/compute_kernel_api.h"
 #include "api/compute/eltwise_binary_sfpu.h"
+#include "api/compute/eltwise_unary/addcmul.h"
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/tile_move_copy.h"
 
-constexpr uint32_t in0 = 0, in1 = 1, out = 16;
+constexpr uint32_t in0 = 0, in1 = 1, in2 = 2, out = 16;
 
-#ifdef TWO_INPUTS
+#if defined(TWO_INPUTS) || defined(THREE_INPUTS)
 constexpr bool two = true;
 #else
 constexpr bool two = false;
+#endif
+#ifdef THREE_INPUTS
+constexpr bool three = true;
+#else
+constexpr bool three = false;
 #endif
 #ifdef EXP_APPROX
 constexpr bool exp_approx = true;
@@ -51,9 +58,11 @@ void kernel_main() {
     for (uint32_t i = 0; i < n; ++i) {
         cb_wait_front(in0, 1);
         if (two) cb_wait_front(in1, 1);
+        if (three) cb_wait_front(in2, 1);
         tile_regs_acquire();
         copy_in(in0, d);
         if (two) copy_in(in1, d + 1);
+        if (three) copy_in(in2, d + 2);
 #ifdef PRE_EXP_APPROX
         exp_tile_init<true>();
         exp_tile<true>(d);
@@ -95,6 +104,9 @@ void kernel_main() {
 #elif defined(OP_MAX)
         binary_max_tile_init();
         binary_max_tile(d, d + 1, d);
+#elif defined(OP_ADDCMUL)
+        addcmul_tile_init();
+        addcmul_tile<DataFormat::Float32>(d, d + 1, d + 2, d, SCALAR_BITS);
 #elif defined(OP_ADD_B) || defined(OP_SUB_B) || defined(OP_MUL_B)
 #ifdef NEAREST_EVEN
         constexpr DstRoundingMode rounding = DstRoundingMode::NearestEven;
@@ -117,9 +129,11 @@ void kernel_main() {
         emit(d);
 #ifdef OP_NONE
         if (two) emit(d + 1);
+        if (three) emit(d + 2);
 #endif
         tile_regs_release();
         cb_pop_front(in0, 1);
         if (two) cb_pop_front(in1, 1);
+        if (three) cb_pop_front(in2, 1);
     }
 }

@@ -41,6 +41,8 @@ def _program(op: str, inputs: list[torch.Tensor], fp32_dst: bool, defines: dict[
     defs = {f"OP_{op.upper()}": "1", **(defines or {})}
     if len(inputs) == 2:
         defs["TWO_INPUTS"] = "1"
+    if len(inputs) == 3:
+        defs["THREE_INPUTS"] = "1"
     compute = Kernel("sfpu_op", kernel_path("sfpu_op.cpp"), KernelKind.COMPUTE, where, compile_time_args=[1, 0],
                      defines=defs, runtime_args={core: []},
                      compute=ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=fp32_dst,
@@ -301,3 +303,24 @@ def test_binary_max_orders_signed_zeros_and_nans_as_sfpswap():
     assert (ref.bits(da.ravel()[:4]) == ref.bits(a)).all() and (ref.bits(db.ravel()[:4]) == ref.bits(b)).all()
     g = got.ravel()[:4]
     assert ref.bits(g[0]) == 0 and ref.bits(g[1]) == 0 and np.isnan(g[2]) and g[3] == -np.inf
+
+
+# ---------------------------------------------------------------- ternary op on three DST tiles
+
+B_IN3 = np.concatenate([EDGE[5:], EDGE[:5], RNG.standard_normal(1024 - EDGE.size).astype(np.float32)])
+
+
+@pytest.mark.parametrize("fp32_dst", DSTS)
+@pytest.mark.parametrize("value", [1.0, -2.5])
+def test_addcmul_is_one_sfpmul_then_one_sfpmad(fp32_dst, value):
+    """addcmul_tile (ckernel_sfpu_addcmul.h): value * b (SFPMUL, one rounding), then product * c + a
+    (SFPMAD, one rounding; SFPMAD.md), stored as is into an fp32 DST; a 16-bit DST stores the
+    SFPSTOCHRND bf16 rounding (ties away) of the result."""
+    bits = int(np.float32(value).view(np.uint32))
+    (a, b, c), got = run_sfpu("addcmul", [B_IN, B_IN2, B_IN3], fp32_dst, {"SCALAR_BITS": f"{bits}u"})
+    la, lb, lc = (ref.load(t, fp32_dst) for t in (a, b, c))
+    want = ref.mad(ref.mad(np.float32(value), lb, 0), lc, la)
+    if not fp32_dst:
+        want = ref.to_bf16_away(want)
+    assert_bits_equal(got, ref.store(want, fp32_dst), a, fp32_dst)
+

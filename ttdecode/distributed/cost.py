@@ -51,7 +51,7 @@ import numpy as np
 
 from ttdecode.costmodel import COST, CostConstants, CoreWork, OpTally, Reduction, evaluate
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan, piece_range
+from ttdecode.plan import PlanError, make_plan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ttdecode.runtime.results import RunCounters
@@ -126,7 +126,7 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}
     for piece in plan.pieces:
-        r = piece_range(seq_len - 1, plan.fixed_chunk_tiles, plan.pieces_per_work, piece.index)
+        r = plan.range_at(seq_len - 1, piece.index)
         if r.empty:
             continue
         w = works.setdefault(piece.core, CoreWork([], np.zeros(c.dram_banks), {}, {}, 0, 0, 0))
@@ -143,7 +143,9 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
         w.chunks += r.num_chunks
         w.cb_handshakes += 2 * r.num_chunks  # K and V pushed per chunk
     message = (head_dim // 32 + 2) * 4096  # fp32 O tiles + l and m
-    rounds = math.ceil(math.log2(plan.pieces_per_work)) if plan.pieces_per_work > 1 else 0
+    # the tree's rounds over the pieces that hold keys (the split floor may leave some empty)
+    working = sum(1 for i in range(plan.pieces_per_work) if not plan.range_at(seq_len - 1, i).empty)
+    rounds = math.ceil(math.log2(working)) if working > 1 else 0
     hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
     reduction = Reduction(((message, hops),) * rounds, _merge_ops(dv))
     b = evaluate(list(works.values()), reduction, fidelity, c)

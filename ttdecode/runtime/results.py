@@ -24,9 +24,10 @@ EVENT_OPS = {
     13: "cb_wait", 14: "cb_pop", 15: "compute", 16: "blocked",
 }
 #: Compute ops counted in tiles (`KernelCounters.tiles`), in the runner's order. "max" counts every
-#: SFPU binary op on DST tiles (binary_max_tile, add/sub/mul_binary_tile); "scalar" the *_unary_tile ops.
+#: SFPU binary op on DST tiles (binary_max_tile, add/sub/mul_binary_tile); "scalar" the *_unary_tile ops;
+#: "ternary" the SFPU ops on three DST tiles (addcmul_tile).
 COMPUTE_OPS = ("matmul", "add", "sub", "mul", "add_bcast", "sub_bcast", "mul_bcast", "reduce_max", "reduce_sum",
-               "copy", "exp", "recip", "log", "scalar", "max", "pack")
+               "copy", "exp", "recip", "log", "scalar", "max", "pack", "ternary")
 
 
 @dataclass

@@ -38,7 +38,7 @@ namespace ttrt {
 const char* compute_op_name(int op) {
     static const char* names[kNumComputeOps] = {"matmul", "add", "sub", "mul", "add_bcast", "sub_bcast",
                                                 "mul_bcast", "reduce_max", "reduce_sum", "copy", "exp", "recip",
-                                                "log", "scalar", "max", "pack"};
+                                                "log", "scalar", "max", "pack", "ternary"};
     return op >= 0 && op < kNumComputeOps ? names[op] : "?";
 }
 

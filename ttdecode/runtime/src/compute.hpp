@@ -8,7 +8,7 @@ namespace ttrt {
 
 enum ComputeOp {
     OP_MATMUL, OP_ADD, OP_SUB, OP_MUL, OP_ADD_BCAST, OP_SUB_BCAST, OP_MUL_BCAST, OP_REDUCE_MAX, OP_REDUCE_SUM,
-    OP_COPY, OP_EXP, OP_RECIP, OP_LOG, OP_SCALAR, OP_MAX, OP_PACK, kNumComputeOps
+    OP_COPY, OP_EXP, OP_RECIP, OP_LOG, OP_SCALAR, OP_MAX, OP_PACK, OP_TERNARY, kNumComputeOps
 };
 const char* compute_op_name(int op);
 
@@ -19,8 +19,9 @@ enum FpuKind { FPU_NONE = 0, FPU_MATMUL = 1, FPU_ELTWISE = 2, FPU_REDUCE = 3, FP
 // counter of SFPU binary tile ops (the timing model charges them alike).
 enum SfpuOp {
     SF_NONE = 0, SF_EXP, SF_RECIP, SF_LOG, SF_SCALAR_INIT, SF_ADD_S, SF_SUB_S, SF_MUL_S, SF_DIV_S, SF_RSUB_S, SF_MAX,
-    SF_ADD_B, SF_SUB_B, SF_MUL_B, SF_REDUCE_MAX
+    SF_ADD_B, SF_SUB_B, SF_MUL_B, SF_REDUCE_MAX, SF_ADDCMUL
 };
+// Ternary ops on three DST tiles (SF_ADDCMUL) count as OP_TERNARY.
 
 ComputeState* new_compute_state(Kernel& k);
 void check_compute_end(Kernel& k);

@@ -197,6 +197,14 @@ static void region(int vector_mode, uint32_t& r1, uint32_t& c1) {
     else if (vector_mode != 4) r1 = c1 = 16;
 }
 
+// Faces an SFPU call runs its function on (RC 4, R and C 2, None 1): recorded as the compute event's
+// flag, so the cost model charges 8 vector steps per face (llk_math_eltwise_sfpu_common.h).
+static uint8_t faces_of(int vector_mode) {
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    return uint8_t((r1 / 16) * (c1 / 16));
+}
+
 static void check_defined(ComputeState& s, uint32_t d, const char* api) {
     if (!s.defined[d]) {
         fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data since tile_regs_acquire "
@@ -280,7 +288,7 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     unary_tile(op, t, vector_mode, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
     k.counters.op_tiles[opc] += 1;
-    record(k, EV_COMPUTE, uint16_t(opc), 1);
+    record(k, EV_COMPUTE, uint16_t(opc), 1, faces_of(vector_mode));
 }
 
 // One lane of a binary op on two DST values (calculate_sfpu_binary, _binary_mul, _binary_max_min).
@@ -325,7 +333,42 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
         }
     s.defined[o] = true;
     k.counters.op_tiles[OP_MAX] += 1;
-    record(k, EV_COMPUTE, OP_MAX, 1);
+    record(k, EV_COMPUTE, OP_MAX, 1, faces_of(vector_mode));
+}
+
+// addcmul_tile (ckernel_sfpu_addcmul.h, calculate_addcmul): out = in0 + (value * in1) * in2, per lane
+// one SFPMUL (value * in1) then one SFPMAD (product * in2 + in0), each rounded once; with a 16-bit
+// is_fp32_dest_acc_en the result is converted to bf16 by SFPSTOCHRND (nearest) before the store.
+extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2, uint32_t o, int vector_mode,
+                                  uint32_t param, int flags, const char* api) {
+    note(api, "dst %llu, %llu, %llu -> %llu", i0, i1, i2, o);
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    check_regs(k, s, REGS_ACQUIRED, api);
+    check_sfpu(s, op, api);
+    if (op != SF_ADDCMUL) fail("sfpu ternary op " + std::to_string(op) + " is not modelled");
+    float* a = dst_tile(k, s, i0, api);
+    float* b = dst_tile(k, s, i1, api);
+    float* c = dst_tile(k, s, i2, api);
+    float* out = dst_tile(k, s, o, api);
+    check_defined(s, i0, api);
+    check_defined(s, i1, api);
+    check_defined(s, i2, api);
+    if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
+    const bool fp32_dst = k.fp32_acc, fp32 = flags & F_FP32;
+    const float value = from_bits(param);
+    uint32_t r1, c1;
+    region(vector_mode, r1, c1);
+    for (uint32_t r = 0; r < r1; ++r)
+        for (uint32_t col = 0; col < c1; ++col) {
+            const uint32_t i = r * 32 + col;
+            const float prod = mad(value, load(b[i], fp32_dst), 0.f);
+            const float res = mad(prod, load(c[i], fp32_dst), load(a[i], fp32_dst));
+            out[i] = store(fp32 ? res : to_bf16(res), fp32_dst);
+        }
+    s.defined[o] = true;
+    k.counters.op_tiles[OP_TERNARY] += 1;
+    record(k, EV_COMPUTE, OP_TERNARY, 1, faces_of(vector_mode));
 }
 
 }  // namespace ttrt

@@ -59,6 +59,9 @@ void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* api);
 void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t param, int flags, const char* api);
 void ttrt_sfpu_binary(int op, uint32_t idst0, uint32_t idst1, uint32_t odst, int vector_mode, int flags,
                       const char* api);
+// SFPU op on three DST tiles into a fourth (addcmul: param = the fp32 bits of its scalar).
+void ttrt_sfpu_ternary(int op, uint32_t idst0, uint32_t idst1, uint32_t idst2, uint32_t odst, int vector_mode,
+                       uint32_t param, int flags, const char* api);
 void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, int out_of_order);
 void ttrt_note_call(const char* api);
 [[noreturn]] void ttrt_fail(const char* message);
