@@ -16,7 +16,7 @@ import ttdecode
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.factory import run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan, piece_range, span_window
+from ttdecode.plan import PlanError, make_plan, span_window
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch
@@ -114,7 +114,7 @@ def test_the_tokens_read_the_kv_bytes_of_one_token() -> None:
     for t in (1, 6):
         plan, out, lse, ref, ref_lse, result = run(t=t, b=len(pos), nh=nh, nkv=nkv, s=256, d=d, pos=pos, max_cores=4)
         check_users(out, lse, ref, ref_lse, range(len(pos)), f"bytes T={t}")
-        with_work = [pc for pc in plan.pieces if not piece_range(pos[pc.user], 0, plan.pieces_per_work, pc.index).empty]
+        with_work = [pc for pc in plan.pieces if not plan.range_at(pos[pc.user], pc.index).empty]
         q_bytes = len(with_work) * t * plan.group_size * d * 2
         pos_bytes = len(plan.active_cores) * 2 * 4 * len(pos)
         total = sum(sum(result.counters.kernel(c, KernelKind.READER).dram_read_bytes) for c in plan.active_cores)
