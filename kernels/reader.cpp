@@ -8,7 +8,9 @@
 // inf): the reader zeroes them in L1 before handing the chunk to the compute kernel. With a paged
 // cache the user's page-table row maps each logical key tile to its block. With an attention sink,
 // a root piece also reads its KV group's sink logits (column 0 of a [NH, 32] bf16 tile tensor). With
-// an attn_mask (non-causal decode), each chunk also gets the group's mask rows of its key tiles.
+// an attn_mask (non-causal decode), each chunk also gets the group's mask rows of its key tiles. With
+// T new tokens per user (multi-token decode) the q rows are the T tokens' group rows, token-major,
+// and the tiles read are the span the T tokens attend together: each K/V tile is read once for all.
 // With MLA there is no V tensor: V is the first dv_tiles tiles of each K tile row, which the compute
 // kernel takes out of the K slot, so the reader reads K only (once) and fills no V slot.
 
