@@ -58,26 +58,26 @@ using namespace flash_decode;
 
 namespace {
 
-constexpr uint32_t q_tiles = get_compile_time_arg_val(0);
-constexpr uint32_t d_tiles = get_compile_time_arg_val(1);
-constexpr uint32_t dv_tiles = get_compile_time_arg_val(2);
-constexpr uint32_t max_chunk_tiles = get_compile_time_arg_val(3);
-constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(4);
-constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
-constexpr uint32_t dst_tiles = get_compile_time_arg_val(6);  // usable DST tiles (4 with fp32, half-sync)
-constexpr uint32_t scale_bits = get_compile_time_arg_val(7);  // float32 bits of the softmax scale
-constexpr bool return_lse = get_compile_time_arg_val(8) == 1;
-constexpr uint32_t token_window = get_compile_time_arg_val(9);  // each token's sliding window in keys (0 = none)
-constexpr bool has_sink = get_compile_time_arg_val(10) == 1;
-constexpr bool exp_approx = get_compile_time_arg_val(11) == 1;  // exp_tile<approx> (exp_approx_mode)
-constexpr bool mla = get_compile_time_arg_val(12) == 1;  // V = K[..., :Dv]: P . V reads the K slot
-constexpr bool has_attn_mask = get_compile_time_arg_val(13) == 1;  // add the streamed attn_mask tiles
+constexpr uint32_t q_tiles = get_named_compile_time_arg_val("q_tiles");
+constexpr uint32_t d_tiles = get_named_compile_time_arg_val("d_tiles");
+constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
+constexpr uint32_t max_chunk_tiles = get_named_compile_time_arg_val("max_chunk_tiles");
+constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chunk_tiles");
+constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
+constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");  // usable DST tiles (4 with fp32, half-sync)
+constexpr uint32_t scale_bits = get_named_compile_time_arg_val("scale_bits");  // float32 bits of the softmax scale
+constexpr bool return_lse = get_named_compile_time_arg_val("return_lse") == 1;
+constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window in keys (0 = none)
+constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;
+constexpr bool exp_approx = get_named_compile_time_arg_val("exp_approx") == 1;  // exp_tile<approx> (exp_approx_mode)
+constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;  // V = K[..., :Dv]: P . V reads the K slot
+constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;  // add the streamed attn_mask tiles
 // A row may see no key at all in a piece (a fully masked head): keep its max finite and its 1/l safe.
-constexpr bool guard_empty_rows = get_compile_time_arg_val(14) == 1;
-constexpr uint32_t tokens = get_compile_time_arg_val(15);  // new tokens per user (multi-token decode)
+constexpr bool guard_empty_rows = get_named_compile_time_arg_val("guard_empty_rows") == 1;
+constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new tokens per user (multi-token decode)
 // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
 constexpr uint32_t window = span_window(token_window, tokens);
-constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(16);  // split floor of dynamic chunks
+constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;

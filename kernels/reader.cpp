@@ -120,31 +120,31 @@ uint32_t kv_tile_row(volatile tt_l1_ptr int32_t* page_table_row, uint32_t kv_bat
 }  // namespace
 
 void kernel_main() {
-    constexpr uint32_t batch = get_compile_time_arg_val(0);
-    constexpr uint32_t num_kv_heads = get_compile_time_arg_val(1);
-    constexpr uint32_t seq_tiles = get_compile_time_arg_val(2);
-    constexpr uint32_t d_tiles = get_compile_time_arg_val(3);
-    constexpr uint32_t dv_tiles = get_compile_time_arg_val(4);
-    constexpr uint32_t q_tiles = get_compile_time_arg_val(5);
-    constexpr uint32_t group_size = get_compile_time_arg_val(6);
-    constexpr uint32_t nh_tiles = get_compile_time_arg_val(7);
-    constexpr uint32_t pieces_per_work = get_compile_time_arg_val(8);
-    constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(9);
-    constexpr uint32_t max_chunk_tiles = get_compile_time_arg_val(10);
-    constexpr bool share_cache = get_compile_time_arg_val(11) == 1;
-    constexpr uint32_t kv_tile_bytes = get_compile_time_arg_val(12);
-    constexpr bool paged = get_compile_time_arg_val(13) == 1;
-    constexpr uint32_t block_tiles = get_compile_time_arg_val(14);  // block_size / 32 (paged only)
-    constexpr uint32_t max_blocks = get_compile_time_arg_val(15);   // page-table entries per user (paged only)
-    constexpr uint32_t token_window = get_compile_time_arg_val(16);  // each token's sliding window (0 = none)
-    constexpr bool has_sink = get_compile_time_arg_val(17) == 1;    // attention sink logits to read
-    constexpr bool mla = get_compile_time_arg_val(18) == 1;         // V = K[..., :Dv]: no V reads, no V slot
-    constexpr bool has_attn_mask = get_compile_time_arg_val(19) == 1;  // an additive mask to stream
-    constexpr bool mask_broadcast = get_compile_time_arg_val(20) == 1;  // mask batch 1: every user reads it
-    constexpr uint32_t tokens = get_compile_time_arg_val(21);  // new tokens per user (multi-token decode)
+    constexpr uint32_t batch = get_named_compile_time_arg_val("batch");
+    constexpr uint32_t num_kv_heads = get_named_compile_time_arg_val("num_kv_heads");
+    constexpr uint32_t seq_tiles = get_named_compile_time_arg_val("seq_tiles");
+    constexpr uint32_t d_tiles = get_named_compile_time_arg_val("d_tiles");
+    constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
+    constexpr uint32_t q_tiles = get_named_compile_time_arg_val("q_tiles");
+    constexpr uint32_t group_size = get_named_compile_time_arg_val("group_size");
+    constexpr uint32_t nh_tiles = get_named_compile_time_arg_val("nh_tiles");
+    constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
+    constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chunk_tiles");
+    constexpr uint32_t max_chunk_tiles = get_named_compile_time_arg_val("max_chunk_tiles");
+    constexpr bool share_cache = get_named_compile_time_arg_val("share_cache") == 1;
+    constexpr uint32_t kv_tile_bytes = get_named_compile_time_arg_val("kv_tile_bytes");
+    constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
+    constexpr uint32_t block_tiles = get_named_compile_time_arg_val("block_tiles");  // block_size / 32 (paged only)
+    constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");   // page-table entries per user (paged only)
+    constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window (0 = none)
+    constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;    // attention sink logits to read
+    constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;         // V = K[..., :Dv]: no V reads, no V slot
+    constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;  // an additive mask to stream
+    constexpr bool mask_broadcast = get_named_compile_time_arg_val("mask_broadcast") == 1;  // mask batch 1: every user reads it
+    constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new tokens per user (multi-token decode)
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
-    constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(22);  // split floor of dynamic chunks
+    constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);

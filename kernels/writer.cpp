@@ -68,18 +68,18 @@ void send_tile_rows(uint32_t src_l1, uint64_t dst, uint32_t rows, bool column0_o
 }  // namespace
 
 void kernel_main() {
-    constexpr uint32_t num_kv_heads = get_compile_time_arg_val(0);
-    constexpr uint32_t q_tiles = get_compile_time_arg_val(1);
-    constexpr uint32_t dv_tiles = get_compile_time_arg_val(2);
-    constexpr uint32_t group_size = get_compile_time_arg_val(3);
-    constexpr uint32_t nh_tiles = get_compile_time_arg_val(4);
-    constexpr uint32_t pieces_per_work = get_compile_time_arg_val(5);
-    constexpr uint32_t fixed_chunk_tiles = get_compile_time_arg_val(6);
-    constexpr bool return_lse = get_compile_time_arg_val(7) == 1;
-    constexpr uint32_t token_window = get_compile_time_arg_val(8);  // each token's sliding window in keys (0 = none)
-    constexpr uint32_t tokens = get_compile_time_arg_val(9);        // new tokens per user (multi-token decode)
-    constexpr uint32_t batch = get_compile_time_arg_val(10);
-    constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(11);  // split floor of dynamic chunks
+    constexpr uint32_t num_kv_heads = get_named_compile_time_arg_val("num_kv_heads");
+    constexpr uint32_t q_tiles = get_named_compile_time_arg_val("q_tiles");
+    constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
+    constexpr uint32_t group_size = get_named_compile_time_arg_val("group_size");
+    constexpr uint32_t nh_tiles = get_named_compile_time_arg_val("nh_tiles");
+    constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
+    constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chunk_tiles");
+    constexpr bool return_lse = get_named_compile_time_arg_val("return_lse") == 1;
+    constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window in keys (0 = none)
+    constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");        // new tokens per user (multi-token decode)
+    constexpr uint32_t batch = get_named_compile_time_arg_val("batch");
+    constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t q_rows = tokens * group_size;  // q rows in use: token-major, g heads per token

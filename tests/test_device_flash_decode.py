@@ -112,9 +112,10 @@ def test_multi_token_program_has_t_token_q_and_output_tensors_laid_out_as_ttnn(t
         dev._check_page_geometry(prog.tensor(name))
     desc = dev.build_program_descriptor(prog, GridView())
     assert len(desc.kernels) == 3
-    compile_args = {k.kind: list(k.compile_time_args) for k in prog.kernels}
-    assert compile_args[KernelKind.READER][20] == 5 and compile_args[KernelKind.WRITER][9:11] == [5, 3]
-    assert compile_args[KernelKind.COMPUTE][14] == 5 and compile_args[KernelKind.COMPUTE][13] == 1  # guard
+    args = {k.kind: k.named_compile_time_args for k in prog.kernels}
+    assert args[KernelKind.READER]["tokens"] == 5
+    assert (args[KernelKind.WRITER]["tokens"], args[KernelKind.WRITER]["batch"]) == (5, 3)
+    assert args[KernelKind.COMPUTE]["tokens"] == 5 and args[KernelKind.COMPUTE]["guard_empty_rows"] == 1
 
 
 def test_device_backend_refuses_without_a_device() -> None:

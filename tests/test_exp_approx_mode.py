@@ -27,9 +27,9 @@ def _compute_kernel(exp_approx: bool):
     return next(kk for kk in prog.kernels if kk.kind is KernelKind.COMPUTE)
 
 
-def test_exp_approx_is_compute_compile_time_arg_11() -> None:
-    assert _compute_kernel(True).compile_time_args[11] == 1
-    assert _compute_kernel(False).compile_time_args[11] == 0
+def test_exp_approx_is_the_compute_kernels_named_compile_time_arg() -> None:
+    assert _compute_kernel(True).named_compile_time_args["exp_approx"] == 1
+    assert _compute_kernel(False).named_compile_time_args["exp_approx"] == 0
 
 
 def _run(exp_approx_mode, math_approx_mode: bool) -> torch.Tensor:

@@ -275,7 +275,8 @@ def test_paged_program_carries_the_page_table_and_the_block_geometry() -> None:
     assert geo["page_table"] == (16, 2, (2, 4), "row_major", "int32")
     assert prog.tensor("page_table").data == np.array([[9, 0, 4, 2], [1, 1, 8, 3]], dtype="<i4").tobytes()
     reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
-    assert reader.compile_time_args[13:16] == [1, 2, 4]  # paged, block tiles, blocks per user
+    ct = reader.named_compile_time_args
+    assert (ct["paged"], ct["block_tiles"], ct["max_blocks"]) == (1, 2, 4)  # blocks of 64 keys, 4 per user
     for args in reader.runtime_args.values():
         assert args[4] == BufferAddress("page_table")
     # the page-table row CB: 4 int32 rounded up to 32 B, counted in the plan's L1
@@ -293,7 +294,8 @@ def test_contiguous_program_has_no_page_table() -> None:
     prog = build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings())
     assert "page_table" not in {t.name for t in prog.tensors}
     reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
-    assert reader.compile_time_args[13:16] == [0, 0, 0]
+    ct = reader.named_compile_time_args
+    assert (ct["paged"], ct["block_tiles"], ct["max_blocks"]) == (0, 0, 0)
     with pytest.raises(FactoryError, match="^page_table: expected None"):
         build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=1.0, compute=ComputeSettings(),
                       page_table=torch.zeros(1, 4, dtype=torch.int32))

@@ -283,8 +283,8 @@ def test_mla_program_has_no_v_tensor_and_its_dataflow_kernels_compile_against_th
         core = next(iter(reader.runtime_args))
         resolved = list(desc.kernels[0].runtime_args[core.x][core.y])
         assert resolved[:4] == [GridView().addresses["q"], GridView().addresses["k"], 0, GridView().addresses["cur_pos"]]
-        assert reader.compile_time_args[18] == 1  # mla
-        assert next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).compile_time_args[12] == 1
+        assert reader.named_compile_time_args["mla"] == 1
+        assert next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).named_compile_time_args["mla"] == 1
         for r in cr.compile_program_kernels(prog):
             assert r.ok, r.summary()
 

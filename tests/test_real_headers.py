@@ -72,8 +72,9 @@ def test_dataflow_kernel_compiles_against_the_real_headers(item: tuple[Path, str
     _toolchain_or_fail()
     source, kind = item
     ct_args, defines = cr.check_settings(source)
+    named = cr.check_named_args(source)
     for k in [kind] if kind else sorted(cr.KIND_SETTINGS):
-        res = cr.compile_kernel(source, k, ct_args, defines)
+        res = cr.compile_kernel(source, k, ct_args, defines, named_compile_time_args=named or None)
         assert res.ok, res.summary()
 
 

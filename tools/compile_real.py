@@ -315,8 +315,15 @@ def compile_program_kernels(program: object) -> list[CompileResult]:
 
 
 _CT_ARG_USE = re.compile(r"get_compile_time_arg_val\(\s*(\d+)\s*\)")
+_NAMED_CT_ARG_USE = re.compile(r'get_named_compile_time_arg_val\(\s*"(\w+)"\s*\)')
 _CHECK_ARGS = re.compile(r"^\s*//\s*compile-check-args:\s*([0-9xa-fA-F,\s]*)$", re.M)
 _CHECK_DEFINE = re.compile(r"^\s*//\s*compile-check-define:\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.M)
+
+
+def check_named_args(source: Path) -> dict[str, int]:
+    """Named compile-time args to check a kernel with when no Program supplies them: every
+    `get_named_compile_time_arg_val("name")` the kernel uses gets the value 1."""
+    return {name: 1 for name in dict.fromkeys(_NAMED_CT_ARG_USE.findall(Path(source).read_text()))}
 
 
 def check_settings(source: Path) -> tuple[list[int], dict[str, str]]:
@@ -324,7 +331,7 @@ def check_settings(source: Path) -> tuple[list[int], dict[str, str]]:
 
     A kernel may state them in comments (`// compile-check-args: 1,2,3`,
     `// compile-check-define: NAME=VALUE`); otherwise every `get_compile_time_arg_val(i)` it uses
-    gets the value 1.
+    gets the value 1. Named args: `check_named_args`.
     """
     text = Path(source).read_text()
     stated = _CHECK_ARGS.search(text)
@@ -359,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ct_args, stated_defines = check_settings(src)
             if args.ct_args is not None:
                 ct_args = args.ct_args
-            res = compile_kernel(src, args.kind, ct_args, {**stated_defines, **defines}, args.includes)
+            res = compile_kernel(src, args.kind, ct_args, {**stated_defines, **defines}, args.includes,
+                                 named_compile_time_args=check_named_args(src) or None)
             if args.verbose:
                 print(" ".join(res.command))
             print(res.summary())

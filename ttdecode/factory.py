@@ -32,6 +32,9 @@ Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
   parent NoC y, parent's area) per piece (zeros for a root);
 - compute: n, then (user, piece index) per piece.
 
+Compile-time arguments are named (``_compile_args``; the kernels read them with
+``get_named_compile_time_arg_val("name")``).
+
 `run_flash_decode` runs the program on a backend and decodes the output tensors.
 """
 
@@ -223,67 +226,58 @@ def _float_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_approx: bool) -> dict[str, list[int]]:
+def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_approx: bool) -> dict[str, dict[str, int]]:
+    """The kernels' named compile-time args (read with get_named_compile_time_arg_val)."""
     nh_tiles = -(-plan.num_q_heads // TILE)
-    kv_tile = formats.tile_size(plan.kv_dtype)
-    reader = [
-        plan.batch,                   # 0 batch
-        plan.num_kv_heads,            # 1 num_kv_heads
-        plan.seq_len // TILE,         # 2 seq_tiles
-        plan.d_tiles,                 # 3 d_tiles
-        plan.dv_tiles,                # 4 dv_tiles
-        plan.q_tiles,                 # 5 q_tiles
-        plan.group_size,              # 6 group_size
-        nh_tiles,                     # 7 nh_tiles
-        plan.pieces_per_work,         # 8 pieces_per_work
-        plan.fixed_chunk_tiles,       # 9 fixed_chunk_tiles
-        plan.max_chunk_tiles,         # 10 max_chunk_tiles
-        int(plan.share_cache),        # 11 share_cache
-        kv_tile,                      # 12 kv_tile_bytes
-        int(plan.paged),              # 13 paged
-        (plan.block_size or 0) // TILE,  # 14 block_tiles (0 without paging)
-        plan.max_blocks,              # 15 max_blocks (0 without paging)
-        plan.sliding_window_size,     # 16 each token's sliding window in keys (0 = none)
-        int(plan.attention_sink),     # 17 attention sink
-        int(plan.mla),                # 18 mla: V tiles are the first dv_tiles K tiles of a row (no V reads)
-        int(plan.has_attn_mask),      # 19 attn_mask streamed with K
-        int(plan.attn_mask_batch == 1),  # 20 the mask has batch 1 (every user reads it)
-        plan.num_tokens,              # 21 new tokens per user (multi-token decode)
-        plan.min_chunk_tiles,         # 22 min_chunk_tiles (split floor of dynamic chunks)
-    ]
-    writer = [
-        plan.num_kv_heads,            # 0 num_kv_heads
-        plan.q_tiles,                 # 1 q_tiles
-        plan.dv_tiles,                # 2 dv_tiles
-        plan.group_size,              # 3 group_size
-        nh_tiles,                     # 4 nh_tiles
-        plan.pieces_per_work,         # 5 pieces_per_work
-        plan.fixed_chunk_tiles,       # 6 fixed_chunk_tiles
-        int(plan.return_lse),         # 7 return_lse
-        plan.sliding_window_size,     # 8 each token's sliding window in keys (0 = none)
-        plan.num_tokens,              # 9 new tokens per user (multi-token decode)
-        plan.batch,                   # 10 batch (the output's [T, B, NH, Dv] pages)
-        plan.min_chunk_tiles,         # 11 min_chunk_tiles (split floor of dynamic chunks)
-    ]
-    compute_args = [
-        plan.q_tiles,                 # 0 q_tiles
-        plan.d_tiles,                 # 1 d_tiles
-        plan.dv_tiles,                # 2 dv_tiles
-        plan.max_chunk_tiles,         # 3 max_chunk_tiles
-        plan.fixed_chunk_tiles,       # 4 fixed_chunk_tiles
-        plan.pieces_per_work,         # 5 pieces_per_work
-        compute.dst_tiles,            # 6 dst_tiles
-        _float_bits(scale),           # 7 scale_bits
-        int(plan.return_lse),         # 8 return_lse
-        plan.sliding_window_size,     # 9 each token's sliding window in keys (0 = none)
-        int(plan.attention_sink),     # 10 attention sink
-        int(exp_approx),              # 11 exp_approx: exp_tile<approx> in the softmax
-        int(plan.mla),                # 12 mla: P . V reads its V tiles out of the K slot
-        int(plan.has_attn_mask),      # 13 attn_mask tiles added to the scores
-        int(plan.guard_empty_rows),   # 14 floor the row max and sum (rows that may see no key)
-        plan.num_tokens,              # 15 new tokens per user (multi-token decode)
-        plan.min_chunk_tiles,         # 16 min_chunk_tiles (split floor of dynamic chunks)
-    ]
+    shape = dict(
+        q_tiles=plan.q_tiles,                      # q tile rows per KV group (T x g rows, token-major)
+        dv_tiles=plan.dv_tiles,
+        pieces_per_work=plan.pieces_per_work,      # pieces per (user, KV head)
+        fixed_chunk_tiles=plan.fixed_chunk_tiles,  # 0 = dynamic chunks
+        min_chunk_tiles=plan.min_chunk_tiles,      # split floor of dynamic chunks
+        token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
+        tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
+    )
+    reader = dict(
+        shape,
+        batch=plan.batch,
+        num_kv_heads=plan.num_kv_heads,
+        seq_tiles=plan.seq_len // TILE,
+        d_tiles=plan.d_tiles,
+        group_size=plan.group_size,
+        nh_tiles=nh_tiles,
+        max_chunk_tiles=plan.max_chunk_tiles,
+        share_cache=int(plan.share_cache),
+        kv_tile_bytes=formats.tile_size(plan.kv_dtype),
+        paged=int(plan.paged),
+        block_tiles=(plan.block_size or 0) // TILE,  # 0 without paging
+        max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)
+        has_sink=int(plan.attention_sink),
+        mla=int(plan.mla),                           # V tiles are the first dv_tiles K tiles of a row
+        has_attn_mask=int(plan.has_attn_mask),       # attn_mask streamed with K
+        mask_broadcast=int(plan.attn_mask_batch == 1),  # the mask has batch 1 (every user reads it)
+    )
+    writer = dict(
+        shape,
+        batch=plan.batch,                            # the output's [T, B, NH, Dv] pages
+        num_kv_heads=plan.num_kv_heads,
+        group_size=plan.group_size,
+        nh_tiles=nh_tiles,
+        return_lse=int(plan.return_lse),
+    )
+    compute_args = dict(
+        shape,
+        d_tiles=plan.d_tiles,
+        max_chunk_tiles=plan.max_chunk_tiles,
+        dst_tiles=compute.dst_tiles,
+        scale_bits=_float_bits(scale),
+        return_lse=int(plan.return_lse),
+        has_sink=int(plan.attention_sink),
+        exp_approx=int(exp_approx),                  # exp_tile<approx> in the softmax
+        mla=int(plan.mla),                           # P . V reads its V tiles out of the K slot
+        has_attn_mask=int(plan.has_attn_mask),       # attn_mask tiles added to the scores
+        guard_empty_rows=int(plan.guard_empty_rows),  # floor the row max and sum (rows that may see no key)
+    )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
 
@@ -407,11 +401,11 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     ct = _compile_args(plan, float(scale), compute, exp_approx)
     rt = {c: _runtime_args(plan, c) for c in cores}
     kernels = [
-        Kernel("reader", sources["reader"], KernelKind.READER, core_set, ct["reader"],
+        Kernel("reader", sources["reader"], KernelKind.READER, core_set, named_compile_time_args=ct["reader"],
                runtime_args={c: rt[c]["reader"] for c in cores}),
-        Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, ct["writer"],
+        Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, named_compile_time_args=ct["writer"],
                runtime_args={c: rt[c]["writer"] for c in cores}),
-        Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, ct["compute"],
+        Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, named_compile_time_args=ct["compute"],
                runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute),
     ]
     cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages) for cb in plan.circular_buffers]
