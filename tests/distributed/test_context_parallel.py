@@ -204,6 +204,48 @@ def test_a_users_output_is_bit_identical_whatever_the_other_users(combine: str) 
     assert torch.equal(alone[:, 0], crowd[:, 0]) and torch.equal(alone_lse[:, 0], crowd_lse[:, 0])
 
 
+@pytest.mark.parametrize("layout, combine", [("contiguous", "all_gather"), ("interleaved", "all_to_all")])
+def test_non_causal_with_a_mask_over_devices_matches_the_reference(layout: str, combine: str) -> None:
+    """Non-causal decode: every shard attends all its keys, the mask's columns travel with their keys.
+    A fully masked head gives zeros and LSE -inf; a head whose keys all sit on the last shard merges
+    -inf partials from the others."""
+    q, k, v = cache(2, 8, 2, S, 64, BFP8, seed=21)
+    g = torch.Generator().manual_seed(22)
+    mask = torch.where(torch.rand(2, 1, 8, S, generator=g) < 0.3, float("-inf"), torch.randn(2, 1, 8, S, generator=g))
+    mask[0, 0, 3] = float("-inf")
+    mask[1, 0, 5, :200] = float("-inf")
+    out, lse = ttdecode.context_parallel_decode(q, k, v, is_causal=False, attn_mask=mask, devices=3, kv_layout=layout,
+                                                combine=combine, return_lse=True, backend="host")
+    ref, ref_lse = sdpa_decode_reference(q.to(torch.bfloat16).double(), ttdecode.to_torch(k).double(),
+                                         ttdecode.to_torch(v).double(), is_causal=False,
+                                         attn_mask=mask.to(torch.bfloat16).double(), return_lse=True)
+    assert torch.all(out[0, 0, 3] == 0) and lse[0, 0, 3] == float("-inf")
+    live = [(u, h) for u in range(2) for h in range(8) if (u, h) != (0, 3)]
+    for u, h in live:
+        check_close(out[:, u, h], ref[:, u, h], f"{layout}/{combine}: user {u} head {h}")
+        check_lse(lse[:, u, h], ref_lse[:, u, h], f"{layout}/{combine}: user {u} head {h} LSE")
+    plain = ttdecode.context_parallel_decode(q, k, v, is_causal=False, devices=4, backend="host")
+    ref_plain, _ = sdpa_decode_reference(q.to(torch.bfloat16).double(), ttdecode.to_torch(k).double(),
+                                         ttdecode.to_torch(v).double(), is_causal=False, return_lse=True)
+    check_close(plain, ref_plain, "non-causal without a mask")
+
+
+def test_an_mla_latent_cache_over_devices_matches_the_reference() -> None:
+    """MLA (one latent KV head, D = 576, V = its first 512 columns): each device reads its latent keys
+    once; the merged output matches the whole-cache reference."""
+    g = torch.Generator().manual_seed(31)
+    b, nh, s, d, dv = 2, 16, 128, 576, 512
+    q = torch.randn(1, b, nh, d, generator=g)
+    k = ttdecode.from_torch(torch.randn(b, 1, s, d, generator=g), dtype=BFP8)
+    pos = [127, 40]
+    out, lse = ttdecode.context_parallel_decode(q, k, None, head_dim_v=dv, cur_pos=pos, devices=2,
+                                                kv_layout="interleaved", return_lse=True, backend="host")
+    kd = ttdecode.to_torch(k).double()
+    ref, ref_lse = sdpa_decode_reference(q.to(torch.bfloat16).double(), kd, None, head_dim_v=dv, cur_pos=pos,
+                                         return_lse=True)
+    check_users(out, lse, ref, ref_lse, "MLA over 2 devices")
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 

@@ -195,17 +195,39 @@ def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray
         return _tile_rows_select(x, plan.unit // 32, plan.units[d])
     if paged_blocks is not None:
         return x.index_select(0, torch.as_tensor(paged_blocks, dtype=torch.long)).contiguous()
-    pos = (torch.as_tensor(plan.units[d])[:, None] * plan.unit + torch.arange(plan.unit)[None, :]).reshape(-1)
-    return x.index_select(2, pos).contiguous()
+    return x.index_select(2, _unit_positions(plan, d)).contiguous()
+
+
+def _unit_positions(plan: ShardPlan, d: int) -> torch.Tensor:
+    """The logical key positions device d holds, in its local order (int64)."""
+    return (torch.as_tensor(plan.units[d])[:, None] * plan.unit + torch.arange(plan.unit)[None, :]).reshape(-1)
+
+
+def _mask_values(mask: Any, backend: str) -> Optional[torch.Tensor]:
+    """An ``attn_mask`` as the torch bfloat16 values the kernels stream (a torch float mask is stored in
+    bfloat16 as the op stores it; a TileTensor / ttnn mask gives its stored values). The kernel
+    backends take bfloat16 masks only (``api.check_kernel_mask``): a block-float mask is refused."""
+    if mask is None:
+        return None
+    from ttdecode.tensor import dequantize
+    from ttdecode.validate import describe
+
+    meta = describe("attn_mask", mask)
+    if backend != "reference" and meta.storage_dtype != "bfloat16":
+        raise _fail("attn_mask", "a bfloat16 mask (or a torch float tensor) for the kernel backends",
+                    f"{meta.kind} tensor of dtype {meta.dtype}", TypeError)
+    return dequantize(mask).to(torch.bfloat16)
 
 
 # ---- the workers --------------------------------------------------------------------------------
 
 
 def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows: list, use_tensor: bool,
-               sink: Any, options: dict, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+               sink: Any, options: dict, backend: str, is_causal: bool = True,
+               attn_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The op over one device's shard: one call per distinct (local window, sink) among its live users,
-    the others at -1. Returns the partial output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]`` in float32."""
+    the others at -1; non-causal: one call over all the shard's keys (``attn_mask`` the shard's mask
+    columns). Returns the partial output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]`` in float32."""
     from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
 
     groups: dict[tuple[Optional[int], bool], list[int]] = {}
@@ -217,7 +239,9 @@ def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows:
         pos = [rows[b][0] if b in users else -1 for b in range(len(rows))]
         kw = dict(options, sliding_window_size=window, attention_sink=sink if with_sink else None,
                   return_lse=True, backend=backend)
-        if use_tensor:
+        if not is_causal:  # every user attends all the shard's keys (rows hold local S - 1 for all)
+            kw.update(is_causal=False, attn_mask=attn_mask)
+        elif use_tensor:
             kw["cur_pos_tensor"] = torch.tensor(pos, dtype=torch.int32)
         else:
             kw["cur_pos"] = pos
@@ -363,8 +387,9 @@ def context_parallel_decode(
             ``share_cache``), or with ``page_table`` (``[B, max_blocks]`` int32) the block pool
             ``[num_blocks, NKV, block_size, D]``; torch tensors, ``ttdecode`` TileTensors or ttnn
             host tensors (their format is the cache's: bf16, bfloat8_b, bfloat4_b). ``v=None`` with
-            ``head_dim_v`` (MLA) on the reference backend.
-        cur_pos / cur_pos_tensor: exactly one, as in the op (``-1`` skips a user).
+            ``head_dim_v`` (MLA: V = the first head_dim_v columns of K, read once with K).
+        cur_pos / cur_pos_tensor: exactly one, as in the op (``-1`` skips a user); neither with
+            ``is_causal=False``.
         devices: the number of devices (a shared pool of that many workers, kept alive), or a
             ``WorkerPool``. At least 1 and at most the number of key tiles (blocks when paged).
         kv_layout: ``"contiguous"`` or ``"interleaved"`` (see the module doc).
@@ -374,7 +399,9 @@ def context_parallel_decode(
             or ``"reference"``.
         op_options: the op's other options, carried to every shard: ``scale``,
             ``sliding_window_size``, ``attention_sink`` (joins once per user), ``share_cache``,
-            ``program_config``, ``compute_kernel_config``, ``head_dim_v``.
+            ``program_config``, ``compute_kernel_config``, ``head_dim_v``, ``is_causal=False`` with
+            an optional ``attn_mask`` ``[B or 1, 1, NH, S]`` (sharded along S with the cache; bfloat16
+            values, as the kernels stream it).
 
     Returns:
         The output ``[1, B, NH, Dv]`` (torch bfloat16, the op's output format) or ``(output, lse)``.
@@ -404,9 +431,9 @@ def context_parallel_decode(
         raise NotImplementedError(f"{_NAME}: backend 'device': running the op on every device of a mesh with its "
                                   f"cache shard is not built (the combine step is: "
                                   f"ttdecode.distributed.device_combine); use backend='host' or 'reference'")
-    for bad in ("is_causal", "attn_mask", "memory_config", "return_lse_partials"):
-        if bad in op_options and not (bad == "is_causal" and op_options[bad] is True):
-            raise _fail(bad, "not given (context parallelism implements causal decode on host tensors)",
+    for bad in ("memory_config", "return_lse_partials"):
+        if bad in op_options:
+            raise _fail(bad, "not given (context parallelism returns host tensors and merges the LSEs itself)",
                         repr(op_options[bad]))
     if "paged" in op_options:
         raise _fail("paged", "not given (pass page_table for a paged cache)", repr(op_options["paged"]))
@@ -425,8 +452,11 @@ def context_parallel_decode(
     q_h, k_h, v_h = host(q), host(k), host(v)
     sink = host(op_options.pop("attention_sink", None))
     window = op_options.pop("sliding_window_size", None)
+    is_causal = op_options.pop("is_causal", True)
+    mask = _mask_values(op_options.pop("attn_mask", None), backend)
     plan = shard_plan(num_units, unit, n, kv_layout)
-    positions = list(info.positions)
+    # non-causal: every user attends every key, as a causal user at the last logical position would
+    positions = list(info.positions) if info.is_causal else [num_units * unit - 1] * info.batch
 
     per_rank = []
     for d in range(n):
@@ -438,7 +468,8 @@ def context_parallel_decode(
             local_pt = torch.as_tensor(np.searchsorted(blocks, pt.numpy()), dtype=torch.int32)
         shard = dict(q=q_h, k=_shard_kv(k_h, plan, d, blocks), v=_shard_kv(v_h, plan, d, blocks),
                      page_table=local_pt, rows=rows, use_tensor=cur_pos_tensor is not None, sink=sink,
-                     options=dict(op_options), backend=backend)
+                     options=dict(op_options), backend=backend, is_causal=info.is_causal,
+                     attn_mask=None if mask is None else mask.index_select(3, _unit_positions(plan, d)).contiguous())
         per_rank.append((shard, combine, (1, info.batch, info.num_heads, info.head_dim_v)))
     results = pool.run(_cp_worker, per_rank)
     out, lse = results[0]
