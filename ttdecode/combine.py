@@ -218,17 +218,17 @@ def _program(plan: CombinePlan, images: Optional[dict[str, bytes]]) -> Program:
     src = combine_kernel_sources()
     compute = combine_compute_settings(plan)
     value_bytes = {DataType.bfloat16: 2, DataType.float32: 4}
-    reader_ct = [plan.partials, plan.dv_tiles, plan.tile_rows, plan.head_tiles, plan.heads,
-                 value_bytes[plan.in_dtype]]
-    writer_ct = [plan.dv_tiles, value_bytes[plan.out_dtype]]
-    compute_ct = [plan.partials, plan.dv_tiles, compute.dst_tiles]
+    reader_ct = dict(num_partials=plan.partials, dv_tiles=plan.dv_tiles, tile_rows=plan.tile_rows,
+                     head_tiles=plan.head_tiles, heads=plan.heads, o_value_bytes=value_bytes[plan.in_dtype])
+    writer_ct = dict(dv_tiles=plan.dv_tiles, out_value_bytes=value_bytes[plan.out_dtype])
+    compute_ct = dict(num_partials=plan.partials, dv_tiles=plan.dv_tiles, dst_tiles=compute.dst_tiles)
     rows = dict(zip(cores, plan.core_rows))
     kernels = [
-        Kernel("combine_reader", src["reader"], KernelKind.READER, core_set, reader_ct,
+        Kernel("combine_reader", src["reader"], KernelKind.READER, core_set, named_compile_time_args=reader_ct,
                runtime_args={c: [BufferAddress("outs"), BufferAddress("lses"), *rows[c]] for c in cores}),
-        Kernel("combine_writer", src["writer"], KernelKind.WRITER, core_set, writer_ct,
+        Kernel("combine_writer", src["writer"], KernelKind.WRITER, core_set, named_compile_time_args=writer_ct,
                runtime_args={c: [BufferAddress("out"), BufferAddress("lse"), *rows[c]] for c in cores}),
-        Kernel("combine_compute", src["compute"], KernelKind.COMPUTE, core_set, compute_ct,
+        Kernel("combine_compute", src["compute"], KernelKind.COMPUTE, core_set, named_compile_time_args=compute_ct,
                runtime_args={c: [rows[c][1]] for c in cores}, compute=compute),
     ]
     cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages) for cb in plan.circular_buffers]

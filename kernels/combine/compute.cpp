@@ -38,9 +38,9 @@ using namespace lse_combine;
 
 namespace {
 
-constexpr uint32_t num_partials = get_compile_time_arg_val(0);
-constexpr uint32_t dv_tiles = get_compile_time_arg_val(1);
-constexpr uint32_t dst_tiles = get_compile_time_arg_val(2);  // usable DST tiles (4: fp32, half-sync)
+constexpr uint32_t num_partials = get_named_compile_time_arg_val("num_partials");
+constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
+constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");  // usable DST tiles (4: fp32, half-sync)
 constexpr bool accurate_exp = false;  // exp_tile<approx = false>: the fp32 algorithm
 
 static_assert(num_partials >= 1, "the combine merges at least one partial");

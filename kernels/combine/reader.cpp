@@ -37,12 +37,12 @@ void zero_row(uint32_t tile_l1, uint32_t row) {
 }  // namespace
 
 void kernel_main() {
-    constexpr uint32_t num_partials = get_compile_time_arg_val(0);
-    constexpr uint32_t dv_tiles = get_compile_time_arg_val(1);
-    constexpr uint32_t tile_rows = get_compile_time_arg_val(2);        // T = G * ceil(H / 32), per partial
-    constexpr uint32_t head_tiles = get_compile_time_arg_val(3);       // ceil(H / 32): tile rows per group
-    constexpr uint32_t heads = get_compile_time_arg_val(4);            // H: real rows per group
-    constexpr uint32_t o_value_bytes = get_compile_time_arg_val(5);    // 2 (bf16 O) or 4 (fp32 O)
+    constexpr uint32_t num_partials = get_named_compile_time_arg_val("num_partials");
+    constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
+    constexpr uint32_t tile_rows = get_named_compile_time_arg_val("tile_rows");        // T = G * ceil(H / 32), per partial
+    constexpr uint32_t head_tiles = get_named_compile_time_arg_val("head_tiles");       // ceil(H / 32): tile rows per group
+    constexpr uint32_t heads = get_named_compile_time_arg_val("heads");            // H: real rows per group
+    constexpr uint32_t o_value_bytes = get_named_compile_time_arg_val("o_value_bytes");    // 2 (bf16 O) or 4 (fp32 O)
     static_assert(o_value_bytes == 2 || o_value_bytes == 4, "O partials are bf16 or fp32 tiles");
     constexpr uint32_t o_tile_bytes = TILE * TILE * o_value_bytes;
 

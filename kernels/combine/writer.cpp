@@ -28,8 +28,8 @@ void fill_bf16_tile(uint32_t l1_addr, uint16_t value) {
 }  // namespace
 
 void kernel_main() {
-    constexpr uint32_t dv_tiles = get_compile_time_arg_val(0);
-    constexpr uint32_t out_value_bytes = get_compile_time_arg_val(1);  // 2 (bf16 output) or 4 (fp32)
+    constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
+    constexpr uint32_t out_value_bytes = get_named_compile_time_arg_val("out_value_bytes");  // 2 (bf16 output) or 4 (fp32)
     static_assert(out_value_bytes == 2 || out_value_bytes == 4, "the merged O is bf16 or fp32 tiles");
     constexpr uint32_t out_tile_bytes = TILE * TILE * out_value_bytes;
 
