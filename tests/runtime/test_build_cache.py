@@ -47,3 +47,23 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
         assert "$CXX='/nonexistent/c++'" in str(e)
     else:
         raise AssertionError("expected CompilerNotFound")
+
+
+def test_a_header_in_the_parent_kernels_directory_is_part_of_a_nested_kernels_cache_key(tmp_path):
+    # kernels/combine/reader.cpp includes ../common.hpp: editing that header must rebuild it
+    (tmp_path / "kernels" / "combine").mkdir(parents=True)
+    header = tmp_path / "kernels" / "common.hpp"
+    header.write_text("constexpr int x = 1;\n")
+    source = tmp_path / "kernels" / "combine" / "reader.cpp"
+    source.write_text('#include "../common.hpp"\nvoid kernel_main() {}\n')
+    kb = build.KernelBuild(source=source, compile_time_args=(), defines=(), config_header="", label="reader")
+    assert build.source_tree(source) == tmp_path / "kernels"
+
+    def key() -> str:
+        root = build.source_tree(source)
+        trees = {root: build._tree_digest(root, (".cpp", ".hpp")), build.INCLUDE_DIR: b""}
+        return kb.key("v", trees)
+
+    before = key()
+    header.write_text("constexpr int x = 2;  // changed\n")
+    assert key() != before

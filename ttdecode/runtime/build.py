@@ -168,12 +168,22 @@ class KernelBuild:
                 'extern "C" __attribute__((visibility("default"))) void ttrt_kernel_entry() { kernel_main(); }\n')
 
     def key(self, version: str, trees: dict[Path, bytes]) -> str:
-        """Cache key; `trees` maps the kernel's directory and INCLUDE_DIR to their `_tree_digest`."""
+        """Cache key; `trees` maps the kernel's source tree (`source_tree`) and INCLUDE_DIR to their
+        `_tree_digest`."""
         parts = [version.encode(), " ".join(KERNEL_FLAGS).encode(), self.wrapper().encode(),
                  self.config_header.encode(), repr(self.compile_time_args).encode(), repr(self.defines).encode(),
                  repr(self.named_compile_time_args).encode(),
-                 trees[self.source.parent], trees[INCLUDE_DIR]]
+                 trees[source_tree(self.source)], trees[INCLUDE_DIR]]
         return _digest(parts)
+
+
+def source_tree(source: Path) -> Path:
+    """The directory whose files a kernel may include: the nearest enclosing `kernels` directory (a
+    kernel in kernels/combine/ includes ../common.hpp), else the source's own directory."""
+    for p in source.parents:
+        if p.name == "kernels":
+            return p
+    return source.parent
 
 
 def _build_one(kb: KernelBuild, cxx: str, out: Path) -> tuple[Path, bool]:
@@ -205,8 +215,9 @@ def build_kernels(builds: list[KernelBuild]) -> tuple[list[Path], int]:
     unique = list(dict.fromkeys(builds))
     trees = {INCLUDE_DIR: _tree_digest(INCLUDE_DIR, (".h", ".hpp"))}
     for kb in unique:
-        if kb.source.parent not in trees:
-            trees[kb.source.parent] = _tree_digest(kb.source.parent, (".cpp", ".hpp", ".h", ".inc"))
+        root = source_tree(kb.source)
+        if root not in trees:
+            trees[root] = _tree_digest(root, (".cpp", ".hpp", ".h", ".inc"))
     outs = {kb: cache_dir() / "kernels" / f"{kb.source.stem}-{kb.key(version, trees)}.so" for kb in unique}
     missing = [kb for kb in unique if not outs[kb].exists()]
     if missing:  # compile in parallel only when something is missing (the warm case needs no pool)
