@@ -78,6 +78,15 @@ constexpr uint32_t tokens = get_compile_time_arg_val(15);  // new tokens per use
 // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
 constexpr uint32_t window = span_window(token_window, tokens);
 constexpr uint32_t min_chunk_tiles = get_compile_time_arg_val(16);  // split floor of dynamic chunks
+// 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
+// of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
+// half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
+// hold (un-exponentiated differences) stays in rows that are never output.
+constexpr bool half_tile = get_named_compile_time_arg_val("half_tile") == 1;
+constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
+// A statistic read only through column 0 (1/l): faces 0 and 2 (VectorMode::C, columns 0-15 of every
+// row), or face 0 alone (VectorMode::None, rows 0-15) with half_tile.
+constexpr VectorMode stat_mode = half_tile ? VectorMode::None : VectorMode::C;
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -189,13 +198,13 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
         sfpu_reduce<PoolType::MAX, stat_format, ReduceDim::REDUCE_ROW>(at, n, 1);
         if (at == 1) {
             binary_max_tile_init();
-            binary_max_tile(0, 1, 0);
+            binary_max_tile(0, 1, 0, row_mode);
         }
     }
     if (old != nullptr) {
         copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();
-        binary_max_tile(0, 1, 0);
+        binary_max_tile(0, 1, 0, row_mode);
     }
     if constexpr (guard_empty_rows) {
         floor_tile(0, 1, LOWEST_FLOAT_BITS);
@@ -205,18 +214,21 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_wait_front(next.max, qi + 1);
 }
 
-// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O.
-void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
+// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O, in
+// tile 0 of cb_alpha. When the chunk finishes the root, only that page is pushed: 1/l follows in tile 1
+// (root_recip).
+void chunk_alpha(uint32_t qi, const Running& old, const Running& next, bool finish) {
     cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
     broadcast_column(old.max, qi, 0);
     broadcast_column(next.max, qi, 1);
     sub_binary_tile_init();
     sub_binary_tile(0, 1, 0);
-    exp_block<exp_approx>(1);
+    exp_block<exp_approx>(1, 0, row_mode);
     pack_block(cb_alpha, 0, 1);
-    cb_push_back(cb_alpha, 2);
-    cb_wait_front(cb_alpha, 2);
+    const uint32_t pages = finish ? 1 : 2;
+    cb_push_back(cb_alpha, pages);
+    cb_wait_front(cb_alpha, pages);
 }
 
 // P = exp(S - m_new): the fp32 logits are copied exactly into DST and m_new, broadcast along each row
@@ -236,7 +248,7 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         for (uint32_t j = 0; j < n; ++j) {
             sub_binary_tile(j, n, j);
         }
-        exp_block<exp_approx>(n);
+        exp_block<exp_approx>(n, 0, row_mode);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
@@ -273,10 +285,12 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_push_back(next.sum, 1);
 }
 
-// O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv tiles per DST acquire (one DST tile fewer
-// when alpha shares DST with the block).
-void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
-    const uint32_t block = old != nullptr ? dst_tiles - 1 : dst_tiles;
+// O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv
+// tiles per DST acquire (one DST tile fewer when alpha shares DST with the block). `finish` (the root's
+// last chunk, nothing left to merge): O_new x (1/l) in fp32 on the SFPU (1/l broadcast from column 0
+// of cb_alpha tile 1 into the spare DST tile), packed once to the bf16 output instead of the running O.
+void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish) {
+    const uint32_t block = old != nullptr || finish ? dst_tiles - 1 : dst_tiles;
     for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
         const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
         tile_regs_acquire();
@@ -290,9 +304,51 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
                 matmul_tiles(cb_probs, cb_v_source, j, j * v_row_stride + v0 + v, v);
             }
         }
-        pack_block(next.acc, v0, n);
+        if (finish) {
+            broadcast_column(cb_alpha, 1, n);
+            mul_binary_tile_init();
+            for (uint32_t v = 0; v < n; ++v) {
+                mul_binary_tile(v, n, v);
+            }
+            pack_block(cb_out, qi * dv_tiles + v0, n);
+        } else {
+            pack_block(next.acc, v0, n);
+        }
     }
-    cb_push_back(next.acc, dv_tiles);
+    if (!finish) {
+        cb_push_back(next.acc, dv_tiles);
+    }
+}
+
+// 1/l of row qi into tile 1 of cb_alpha (tile 0 holds alpha when there is an old set, else nothing),
+// in fp32 on the SFPU; l is read through column 0 (stat_mode). With the empty-row guard l is floored
+// first (l = 0: no key, no sink, gives out = 0).
+void root_recip(uint32_t cb_sum, uint32_t qi, bool after_alpha) {
+    cb_reserve_back(cb_alpha, after_alpha ? 1 : 2);
+    tile_regs_acquire();
+    copy_to_dst(cb_sum, qi, 0);
+    if constexpr (guard_empty_rows) {
+        floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);
+    }
+    recip_tile_init();
+    recip_tile(0, stat_mode);
+    hand_to_packer();
+    pack_tiles_to(cb_alpha, after_alpha ? 0 : 1, 1);  // pack indices count from the last push
+    tile_regs_release();
+    cb_push_back(cb_alpha, after_alpha ? 1 : 2);
+    cb_wait_front(cb_alpha, 2);
+}
+
+// LSE of row qi = m + log(l), all in fp32 on the SFPU (column 0 holds the value), into cb_lse.
+void root_lse(const Running& set, uint32_t qi) {
+    tile_regs_acquire();
+    copy_to_dst(set.sum, qi, 0);
+    log_tile_init();
+    log_tile(0);
+    copy_to_dst(set.max, qi, 1);
+    add_binary_tile_init();
+    add_binary_tile(0, 1, 0);
+    pack_block(cb_lse, qi, 1);
 }
 
 inline void reserve_running(const Running& set) {
@@ -315,9 +371,11 @@ inline void pop_running(const Running& set) {
 
 // One chunk of keys for every q tile row: reads the running set `old` (none for the first chunk)
 // and writes `next`. The K/V slot stays until all rows are done. The piece's masks (if any) are
-// already waited for.
-void process_chunk(
-    uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks, uint32_t first_tile) {
+// already waited for. `finish`: the root's last chunk with nothing left to merge (no child with keys,
+// no sink): it writes the normalized output and the LSE itself (as finish_root would) and no running O;
+// next's m and l are consumed here.
+void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
+                   uint32_t first_tile, bool finish) {
     cb_wait_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {
         cb_wait_front(cb_v, v_slot_tiles);
@@ -325,23 +383,47 @@ void process_chunk(
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
     }
-    reserve_running(next);
+    if (finish) {
+        cb_reserve_back(next.max, q_tiles);
+        cb_reserve_back(next.sum, q_tiles);
+        cb_reserve_back(cb_out, acc_tiles);
+        if (return_lse) {
+            cb_reserve_back(cb_lse, q_tiles);
+        }
+    } else {
+        reserve_running(next);
+    }
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         chunk_scores(qi, tiles, masks, first_tile);
         chunk_row_max(qi, tiles, old, next);
         if (old != nullptr) {
-            chunk_alpha(qi, *old, next);
+            chunk_alpha(qi, *old, next, finish);
         }
         chunk_probs(qi, tiles, next);
         chunk_row_sum(qi, tiles, old, next);
-        chunk_output(qi, tiles, old, next);
+        if (finish) {
+            cb_wait_front(next.sum, qi + 1);
+            root_recip(next.sum, qi, old != nullptr);
+        }
+        chunk_output(qi, tiles, old, next, finish);
+        if (finish && return_lse) {
+            root_lse(next, qi);
+        }
         cb_pop_front(cb_probs, max_chunk_tiles);
-        if (old != nullptr) {
+        if (old != nullptr || finish) {
             cb_pop_front(cb_alpha, 2);
         }
     }
     if (old != nullptr) {
         pop_running(*old);
+    }
+    if (finish) {
+        cb_push_back(cb_out, acc_tiles);
+        if (return_lse) {
+            cb_push_back(cb_lse, q_tiles);
+        }
+        cb_pop_front(next.max, q_tiles);
+        cb_pop_front(next.sum, q_tiles);
     }
     cb_pop_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {
@@ -514,15 +596,7 @@ void finish_root(const Running& set) {
         cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
-            // LSE = m + log(l), all in fp32 on the SFPU (column 0 holds the value).
-            tile_regs_acquire();
-            copy_to_dst(set.sum, qi, 0);
-            log_tile_init();
-            log_tile(0);
-            copy_to_dst(set.max, qi, 1);
-            add_binary_tile_init();
-            add_binary_tile(0, 1, 0);
-            pack_block(cb_lse, qi, 1);
+            root_lse(set, qi);
         }
     }
     cb_push_back(cb_out, acc_tiles);
@@ -594,14 +668,21 @@ void kernel_main() {
             cb_wait_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);  // one piece's pages fill the CB
         }
         cb_wait_front(cb_q, q_tiles * d_tiles);
+        // The root with no child holding keys and no sink finishes inside its last chunk.
+        const bool fold = index == 0 && !has_sink &&
+                          children_with_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
+                                             min_chunk_tiles) == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
+            const bool finish = fold && c + 1 == range.num_chunks;
             process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next], masks,
-                          range.first_tile + c * range.chunk_tiles);
+                          range.first_tile + c * range.chunk_tiles, finish);
             cur = next;
-            wait_running(running_sets[cur]);
+            if (!finish) {
+                wait_running(running_sets[cur]);
+            }
         }
         if (masks.any()) {
             cb_pop_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
@@ -622,7 +703,9 @@ void kernel_main() {
             cb_pop_front(cb_partial_in, height * partial_tiles);
         }
 
-        if (index == 0) {
+        if (fold) {
+            // the output and LSE were written by the last chunk
+        } else if (index == 0) {
             if constexpr (has_sink) {
                 cb_wait_front(cb_sink, q_tiles);
                 merge_sink(running_sets[cur], running_sets[cur ^ 1]);

@@ -287,6 +287,12 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
 
+def _compute_named_args(plan: DecodePlan) -> dict[str, int]:
+    """The compute kernel's named compile-time args: half_tile = 1 when the q rows holding heads
+    (tokens x group_size) fit faces 0-1 of a q tile (<= 16 rows): its row-wise SFPU ops run VectorMode::R."""
+    return {"half_tile": int(plan.num_tokens * plan.group_size <= TILE // 2)}
+
+
 def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
     pieces: tuple[Piece, ...] = plan.core_pieces[core]
     n = len(pieces)
@@ -412,7 +418,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, ct["writer"],
                runtime_args={c: rt[c]["writer"] for c in cores}),
         Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, ct["compute"],
-               runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute),
+               runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute,
+               named_compile_time_args=_compute_named_args(plan)),
     ]
     cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages) for cb in plan.circular_buffers]
     # One semaphore per tree height level: children of every piece of height h on a core count on
