@@ -112,6 +112,26 @@ constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFo
 
 static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, child, e_child)");
 
+// Row-wise SFPU arithmetic on the faces `mode` covers: the LLK functions that sub_binary_tile,
+// add_binary_tile, mul_binary_tile and mul_unary_tile run, called through the LLK's SFPU call macros
+// (those *_tile calls fix VectorMode::RC). Each needs the init of its *_tile call.
+inline void sub_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
+                           (APPROX, ckernel::BinaryOp::SUB, 8, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void add_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
+                           (APPROX, ckernel::BinaryOp::ADD, 8, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void mul_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
+                           (APPROX, ckernel::BinaryOp::MUL, 8, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void scale_rows(uint32_t idst, uint32_t bits, VectorMode mode) {
+    MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
+                          (APPROX, MUL_UNARY, 8, DST_ACCUM_MODE), idst, mode, bits)));
+}
+
 // One set of running tiles: m and l (one tile per q tile row), O (dv_tiles per q tile row).
 struct Running {
     uint32_t max;
@@ -146,14 +166,14 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
         }
         binop_with_scalar_tile_init();
         for (uint32_t j = 0; j < n; ++j) {
-            mul_unary_tile(j, scale_bits);
+            scale_rows(j, scale_bits, row_mode);
         }
         for (uint32_t m = 0; m < masks.count; ++m) {
             const uint32_t t = masks.tiles[m] - first_tile;  // wraps past `tiles` for a tile before the chunk
             if (t >= j0 && t < j0 + n) {
                 copy_to_dst(cb_mask, m * q_tiles + qi, n);
                 add_binary_tile_init();
-                add_binary_tile(t - j0, n, t - j0);
+                add_rows(t - j0, n, t - j0, row_mode);
             }
         }
         if constexpr (has_attn_mask) {
@@ -161,7 +181,7 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
             for (uint32_t j = 0; j < n; ++j) {
                 copy_to_dst(cb_attn_mask, qi * max_chunk_tiles + j0 + j, n);
                 add_binary_tile_init();
-                add_binary_tile(j, n, j);
+                add_rows(j, n, j, row_mode);
             }
         }
         pack_block(cb_scores, j0, n);
@@ -223,7 +243,7 @@ void chunk_alpha(uint32_t qi, const Running& old, const Running& next, bool fini
     broadcast_column(old.max, qi, 0);
     broadcast_column(next.max, qi, 1);
     sub_binary_tile_init();
-    sub_binary_tile(0, 1, 0);
+    sub_rows(0, 1, 0, row_mode);
     exp_block<exp_approx>(1, 0, row_mode);
     pack_block(cb_alpha, 0, 1);
     const uint32_t pages = finish ? 1 : 2;
@@ -246,7 +266,7 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         broadcast_column(next.max, qi, n);
         sub_binary_tile_init();
         for (uint32_t j = 0; j < n; ++j) {
-            sub_binary_tile(j, n, j);
+            sub_rows(j, n, j, row_mode);
         }
         exp_block<exp_approx>(n, 0, row_mode);
         pack_block(cb_probs, j0, n);
@@ -265,7 +285,7 @@ inline void rescaled_to_dst(uint32_t cb, uint32_t first, uint32_t n) {
     }
     mul_binary_tile_init();
     for (uint32_t i = 0; i < n; ++i) {
-        mul_binary_tile(i, n, i);
+        mul_rows(i, n, i, row_mode);
     }
 }
 
@@ -297,18 +317,18 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
         if (old != nullptr) {
             rescaled_to_dst(old->acc, qi * dv_tiles + v0, n);
         }
+        // One matmul_block per key tile j: P tile j times the n V tiles (j, v0..v0+n) of its row
+        // (consecutive in the slot) onto DST tiles 0..n.
         use_matmul_operands(cb_probs, cb_v_source);
-        matmul_init(cb_probs, cb_v_source);
-        for (uint32_t v = 0; v < n; ++v) {
-            for (uint32_t j = 0; j < tiles; ++j) {
-                matmul_tiles(cb_probs, cb_v_source, j, j * v_row_stride + v0 + v, v);
-            }
+        matmul_block_init(cb_probs, cb_v_source, 0 /* no transpose */, n /* ct */, 1 /* rt */, tiles /* kt */);
+        for (uint32_t j = 0; j < tiles; ++j) {
+            matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, n, 1, tiles);
         }
         if (finish) {
             broadcast_column(cb_alpha, 1, n);
             mul_binary_tile_init();
             for (uint32_t v = 0; v < n; ++v) {
-                mul_binary_tile(v, n, v);
+                mul_rows(v, n, v, row_mode);
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         } else {
@@ -573,7 +593,7 @@ void finish_root(const Running& set) {
             floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);  // l = 0 (no key, no sink) gives out = 0
         }
         recip_tile_init();
-        recip_tile(0, VectorMode::C);  // l lives in column 0: faces 0 and 2 hold every row of it
+        recip_tile(0, stat_mode);  // l lives in column 0
         pack_block(cb_alpha, 0, 1);
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
@@ -589,7 +609,7 @@ void finish_root(const Running& set) {
             }
             mul_binary_tile_init();
             for (uint32_t v = 0; v < n; ++v) {
-                mul_binary_tile(v, n, v);
+                mul_rows(v, n, v, row_mode);
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         }

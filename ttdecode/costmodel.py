@@ -400,17 +400,20 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", half_tile: bool = False) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
-    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles), the scale, the exp, the
+    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; P.V in one matmul_block call
+    per DST block of dst_tiles - 1 Dv tiles), the scale, the exp, the
     two copies of the logits (row max, probabilities), the SFPU row max and the subtraction, two
     packs (scores, probabilities); each DST block of dst_tiles - 1 tiles adds one more copy
     (the broadcast max) and one binary op. `half_tile` (<= 16 q rows: the kernel's half_tile):
-    the exp and the block's running max run VectorMode::R (16 vector steps). Pinned against real runs in tests/test_costmodel.py."""
+    the scale, the exp, the subtraction and the block's running max run VectorMode::R (16 vector
+    steps); the SFPU row max (sfpu_reduce) stays on whole tiles. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = 16 if half_tile else 32
-    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + dv_tiles + 1))],
-            "scalar": [OpTally(q_tiles, q_tiles)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
+    pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
+    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + pv_calls + 1))],
+            "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
-            "max": [OpTally(q_tiles * 2, q_tiles * 2), OpTally(q_tiles * block, round(q_tiles * block), steps=rows)]
+            "max": [OpTally(q_tiles, q_tiles), OpTally(q_tiles * (1 + block), round(q_tiles * (1 + block)), steps=rows)]
             if half_tile else [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
 
