@@ -19,6 +19,12 @@
 //   statistics alone (a merge's max and factor exps, the root's 1/l) run on faces 0 and 2 only
 //   (VectorMode::C: every row, columns 0-15); a merge adds the child's share with one addcmul
 //   (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
+// * With at most 16 q rows holding heads (half_tile: tokens x group_size <= 16) the chunk's row-wise
+//   SFPU ops (scale, mask adds, subtractions, exps, running max, rescales, O x 1/l) run on faces 0-1
+//   (VectorMode::R) and 1/l on face 0; rows 16-31 (zero q rows) are then left partly computed, which
+//   no row that is output ever reads (every op is row by row).
+// * The root with no child holding keys and no sink writes the output and LSE in its last chunk
+//   (O x 1/l before the pack), without a separate pass over O (finish_root).
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
 //   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
 //   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
