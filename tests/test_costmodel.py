@@ -248,3 +248,19 @@ def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fill
     # cur_pos 255: chunk pow2ceil(255//32 + 1) = 8 tiles, one chunk per head; 4 heads: 4 x (Q, K, V) groups
     assert [n for _, n in works[0].read_groups] == [4, 32, 32] * 4
     assert sum(t.tiles for t in works[0].compute["matmul"]) == 4 * (8 * 4 + 8 * 4)
+
+
+@pytest.mark.parametrize("tokens,heads,faces", [(1, 8, 2), (2, 8, 2), (3, 8, 4), (1, 32, 4)])
+def test_softmax_exps_run_on_faces_0_1_only_when_tokens_x_group_fit_16_rows(tokens, heads, faces) -> None:
+    """The rows that hold heads are tokens x group_size: at most 16 lie in faces 0-1 (VectorMode::R,
+    2 faces recorded per exp call); 24 or 32 rows need all four faces."""
+    b, d, s = 1, 32, 64
+    g = torch.Generator().manual_seed(3)
+    q = from_torch(torch.randn(tokens, b, heads, d, generator=g))
+    k = from_torch(torch.randn(b, 1, s, d, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(b, 1, s, d, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=b, num_q_heads=heads, num_kv_heads=1, seq_len=s, head_dim=d, cur_pos=[s - 1],
+                     num_tokens=tokens, grid=(1, 1))
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings())
+    works, _, _ = work_from_counters(plan, result.counters)
+    assert {t.steps for t in works[0].compute["exp"]} == {8 * faces}
