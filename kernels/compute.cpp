@@ -19,6 +19,12 @@
 //   statistics alone (a merge's max and factor exps, the root's 1/l) run on faces 0 and 2 only
 //   (VectorMode::C: every row, columns 0-15); a merge adds the child's share with one addcmul
 //   (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
+// * With at most 16 q rows holding heads (half_tile: tokens x group_size <= 16) the chunk's row-wise
+//   SFPU ops (scale, mask adds, subtractions, exps, running max, rescales, O x 1/l) run on faces 0-1
+//   (VectorMode::R) and 1/l on face 0; rows 16-31 (zero q rows) are then left partly computed, which
+//   no row that is output ever reads (every op is row by row).
+// * The root with no child holding keys and no sink writes the output and LSE in its last chunk
+//   (O x 1/l before the pack), without a separate pass over O (finish_root).
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
 //   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
 //   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
@@ -78,6 +84,15 @@ constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new to
 // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
 constexpr uint32_t window = span_window(token_window, tokens);
 constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
+// 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
+// of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
+// half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
+// hold (un-exponentiated differences) stays in rows that are never output.
+constexpr bool half_tile = get_named_compile_time_arg_val("half_tile") == 1;
+constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
+// A statistic read only through column 0 (1/l): faces 0 and 2 (VectorMode::C, columns 0-15 of every
+// row), or face 0 alone (VectorMode::None, rows 0-15) with half_tile.
+constexpr VectorMode stat_mode = half_tile ? VectorMode::None : VectorMode::C;
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -102,6 +117,26 @@ constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0
 constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
 
 static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, child, e_child)");
+
+// Row-wise SFPU arithmetic on the faces `mode` covers: the LLK functions that sub_binary_tile,
+// add_binary_tile, mul_binary_tile and mul_unary_tile run, called through the LLK's SFPU call macros
+// (those *_tile calls fix VectorMode::RC). Each needs the init of its *_tile call.
+inline void sub_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
+                           (APPROX, ckernel::BinaryOp::SUB, 8, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void add_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
+                           (APPROX, ckernel::BinaryOp::ADD, 8, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void mul_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
+                           (APPROX, ckernel::BinaryOp::MUL, 8, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void scale_rows(uint32_t idst, uint32_t bits, VectorMode mode) {
+    MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
+                          (APPROX, MUL_UNARY, 8, DST_ACCUM_MODE), idst, mode, bits)));
+}
 
 // One set of running tiles: m and l (one tile per q tile row), O (dv_tiles per q tile row).
 struct Running {
@@ -137,14 +172,14 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
         }
         binop_with_scalar_tile_init();
         for (uint32_t j = 0; j < n; ++j) {
-            mul_unary_tile(j, scale_bits);
+            scale_rows(j, scale_bits, row_mode);
         }
         for (uint32_t m = 0; m < masks.count; ++m) {
             const uint32_t t = masks.tiles[m] - first_tile;  // wraps past `tiles` for a tile before the chunk
             if (t >= j0 && t < j0 + n) {
                 copy_to_dst(cb_mask, m * q_tiles + qi, n);
                 add_binary_tile_init();
-                add_binary_tile(t - j0, n, t - j0);
+                add_rows(t - j0, n, t - j0, row_mode);
             }
         }
         if constexpr (has_attn_mask) {
@@ -152,7 +187,7 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
             for (uint32_t j = 0; j < n; ++j) {
                 copy_to_dst(cb_attn_mask, qi * max_chunk_tiles + j0 + j, n);
                 add_binary_tile_init();
-                add_binary_tile(j, n, j);
+                add_rows(j, n, j, row_mode);
             }
         }
         pack_block(cb_scores, j0, n);
@@ -189,13 +224,13 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
         sfpu_reduce<PoolType::MAX, stat_format, ReduceDim::REDUCE_ROW>(at, n, 1);
         if (at == 1) {
             binary_max_tile_init();
-            binary_max_tile(0, 1, 0);
+            binary_max_tile(0, 1, 0, row_mode);
         }
     }
     if (old != nullptr) {
         copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();
-        binary_max_tile(0, 1, 0);
+        binary_max_tile(0, 1, 0, row_mode);
     }
     if constexpr (guard_empty_rows) {
         floor_tile(0, 1, LOWEST_FLOAT_BITS);
@@ -205,18 +240,21 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_wait_front(next.max, qi + 1);
 }
 
-// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O.
-void chunk_alpha(uint32_t qi, const Running& old, const Running& next) {
+// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O, in
+// tile 0 of cb_alpha. When the chunk finishes the root, only that page is pushed: 1/l follows in tile 1
+// (root_recip).
+void chunk_alpha(uint32_t qi, const Running& old, const Running& next, bool finish) {
     cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
     broadcast_column(old.max, qi, 0);
     broadcast_column(next.max, qi, 1);
     sub_binary_tile_init();
-    sub_binary_tile(0, 1, 0);
-    exp_block<exp_approx>(1);
+    sub_rows(0, 1, 0, row_mode);
+    exp_block<exp_approx>(1, 0, row_mode);
     pack_block(cb_alpha, 0, 1);
-    cb_push_back(cb_alpha, 2);
-    cb_wait_front(cb_alpha, 2);
+    const uint32_t pages = finish ? 1 : 2;
+    cb_push_back(cb_alpha, pages);
+    cb_wait_front(cb_alpha, pages);
 }
 
 // P = exp(S - m_new): the fp32 logits are copied exactly into DST and m_new, broadcast along each row
@@ -234,9 +272,9 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         broadcast_column(next.max, qi, n);
         sub_binary_tile_init();
         for (uint32_t j = 0; j < n; ++j) {
-            sub_binary_tile(j, n, j);
+            sub_rows(j, n, j, row_mode);
         }
-        exp_block<exp_approx>(n);
+        exp_block<exp_approx>(n, 0, row_mode);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);
@@ -253,7 +291,7 @@ inline void rescaled_to_dst(uint32_t cb, uint32_t first, uint32_t n) {
     }
     mul_binary_tile_init();
     for (uint32_t i = 0; i < n; ++i) {
-        mul_binary_tile(i, n, i);
+        mul_rows(i, n, i, row_mode);
     }
 }
 
@@ -273,26 +311,70 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_push_back(next.sum, 1);
 }
 
-// O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv tiles per DST acquire (one DST tile fewer
-// when alpha shares DST with the block).
-void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
-    const uint32_t block = old != nullptr ? dst_tiles - 1 : dst_tiles;
+// O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv
+// tiles per DST acquire (one DST tile fewer when alpha shares DST with the block). `finish` (the root's
+// last chunk, nothing left to merge): O_new x (1/l) in fp32 on the SFPU (1/l broadcast from column 0
+// of cb_alpha tile 1 into the spare DST tile), packed once to the bf16 output instead of the running O.
+void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish) {
+    const uint32_t block = old != nullptr || finish ? dst_tiles - 1 : dst_tiles;
     for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
         const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
         tile_regs_acquire();
         if (old != nullptr) {
             rescaled_to_dst(old->acc, qi * dv_tiles + v0, n);
         }
+        // One matmul_block per key tile j: P tile j times the n V tiles (j, v0..v0+n) of its row
+        // (consecutive in the slot) onto DST tiles 0..n.
         use_matmul_operands(cb_probs, cb_v_source);
-        matmul_init(cb_probs, cb_v_source);
-        for (uint32_t v = 0; v < n; ++v) {
-            for (uint32_t j = 0; j < tiles; ++j) {
-                matmul_tiles(cb_probs, cb_v_source, j, j * v_row_stride + v0 + v, v);
-            }
+        matmul_block_init(cb_probs, cb_v_source, 0 /* no transpose */, n /* ct */, 1 /* rt */, tiles /* kt */);
+        for (uint32_t j = 0; j < tiles; ++j) {
+            matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, n, 1, tiles);
         }
-        pack_block(next.acc, v0, n);
+        if (finish) {
+            broadcast_column(cb_alpha, 1, n);
+            mul_binary_tile_init();
+            for (uint32_t v = 0; v < n; ++v) {
+                mul_rows(v, n, v, row_mode);
+            }
+            pack_block(cb_out, qi * dv_tiles + v0, n);
+        } else {
+            pack_block(next.acc, v0, n);
+        }
     }
-    cb_push_back(next.acc, dv_tiles);
+    if (!finish) {
+        cb_push_back(next.acc, dv_tiles);
+    }
+}
+
+// 1/l of row qi into tile 1 of cb_alpha (tile 0 holds alpha when there is an old set, else nothing),
+// in fp32 on the SFPU; l is read through column 0 (stat_mode). With the empty-row guard l is floored
+// first (l = 0: no key, no sink, gives out = 0).
+void root_recip(uint32_t cb_sum, uint32_t qi, bool after_alpha) {
+    cb_reserve_back(cb_alpha, after_alpha ? 1 : 2);
+    tile_regs_acquire();
+    copy_to_dst(cb_sum, qi, 0);
+    if constexpr (guard_empty_rows) {
+        floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);
+    }
+    recip_tile_init();
+    recip_tile(0, stat_mode);
+    hand_to_packer();
+    pack_tiles_to(cb_alpha, after_alpha ? 0 : 1, 1);  // pack indices count from the last push
+    tile_regs_release();
+    cb_push_back(cb_alpha, after_alpha ? 1 : 2);
+    cb_wait_front(cb_alpha, 2);
+}
+
+// LSE of row qi = m + log(l), all in fp32 on the SFPU (column 0 holds the value), into cb_lse.
+void root_lse(const Running& set, uint32_t qi) {
+    tile_regs_acquire();
+    copy_to_dst(set.sum, qi, 0);
+    log_tile_init();
+    log_tile(0);
+    copy_to_dst(set.max, qi, 1);
+    add_binary_tile_init();
+    add_binary_tile(0, 1, 0);
+    pack_block(cb_lse, qi, 1);
 }
 
 inline void reserve_running(const Running& set) {
@@ -315,9 +397,11 @@ inline void pop_running(const Running& set) {
 
 // One chunk of keys for every q tile row: reads the running set `old` (none for the first chunk)
 // and writes `next`. The K/V slot stays until all rows are done. The piece's masks (if any) are
-// already waited for.
-void process_chunk(
-    uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks, uint32_t first_tile) {
+// already waited for. `finish`: the root's last chunk with nothing left to merge (no child with keys,
+// no sink): it writes the normalized output and the LSE itself (as finish_root would) and no running O;
+// next's m and l are consumed here.
+void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
+                   uint32_t first_tile, bool finish) {
     cb_wait_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {
         cb_wait_front(cb_v, v_slot_tiles);
@@ -325,23 +409,47 @@ void process_chunk(
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
     }
-    reserve_running(next);
+    if (finish) {
+        cb_reserve_back(next.max, q_tiles);
+        cb_reserve_back(next.sum, q_tiles);
+        cb_reserve_back(cb_out, acc_tiles);
+        if (return_lse) {
+            cb_reserve_back(cb_lse, q_tiles);
+        }
+    } else {
+        reserve_running(next);
+    }
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         chunk_scores(qi, tiles, masks, first_tile);
         chunk_row_max(qi, tiles, old, next);
         if (old != nullptr) {
-            chunk_alpha(qi, *old, next);
+            chunk_alpha(qi, *old, next, finish);
         }
         chunk_probs(qi, tiles, next);
         chunk_row_sum(qi, tiles, old, next);
-        chunk_output(qi, tiles, old, next);
+        if (finish) {
+            cb_wait_front(next.sum, qi + 1);
+            root_recip(next.sum, qi, old != nullptr);
+        }
+        chunk_output(qi, tiles, old, next, finish);
+        if (finish && return_lse) {
+            root_lse(next, qi);
+        }
         cb_pop_front(cb_probs, max_chunk_tiles);
-        if (old != nullptr) {
+        if (old != nullptr || finish) {
             cb_pop_front(cb_alpha, 2);
         }
     }
     if (old != nullptr) {
         pop_running(*old);
+    }
+    if (finish) {
+        cb_push_back(cb_out, acc_tiles);
+        if (return_lse) {
+            cb_push_back(cb_lse, q_tiles);
+        }
+        cb_pop_front(next.max, q_tiles);
+        cb_pop_front(next.sum, q_tiles);
     }
     cb_pop_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {
@@ -491,7 +599,7 @@ void finish_root(const Running& set) {
             floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);  // l = 0 (no key, no sink) gives out = 0
         }
         recip_tile_init();
-        recip_tile(0, VectorMode::C);  // l lives in column 0: faces 0 and 2 hold every row of it
+        recip_tile(0, stat_mode);  // l lives in column 0
         pack_block(cb_alpha, 0, 1);
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
@@ -507,22 +615,14 @@ void finish_root(const Running& set) {
             }
             mul_binary_tile_init();
             for (uint32_t v = 0; v < n; ++v) {
-                mul_binary_tile(v, n, v);
+                mul_rows(v, n, v, row_mode);
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         }
         cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
-            // LSE = m + log(l), all in fp32 on the SFPU (column 0 holds the value).
-            tile_regs_acquire();
-            copy_to_dst(set.sum, qi, 0);
-            log_tile_init();
-            log_tile(0);
-            copy_to_dst(set.max, qi, 1);
-            add_binary_tile_init();
-            add_binary_tile(0, 1, 0);
-            pack_block(cb_lse, qi, 1);
+            root_lse(set, qi);
         }
     }
     cb_push_back(cb_out, acc_tiles);
@@ -594,14 +694,21 @@ void kernel_main() {
             cb_wait_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);  // one piece's pages fill the CB
         }
         cb_wait_front(cb_q, q_tiles * d_tiles);
+        // The root with no child holding keys and no sink finishes inside its last chunk.
+        const bool fold = index == 0 && !has_sink &&
+                          children_with_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
+                                             min_chunk_tiles) == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
+            const bool finish = fold && c + 1 == range.num_chunks;
             process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next], masks,
-                          range.first_tile + c * range.chunk_tiles);
+                          range.first_tile + c * range.chunk_tiles, finish);
             cur = next;
-            wait_running(running_sets[cur]);
+            if (!finish) {
+                wait_running(running_sets[cur]);
+            }
         }
         if (masks.any()) {
             cb_pop_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
@@ -622,7 +729,9 @@ void kernel_main() {
             cb_pop_front(cb_partial_in, height * partial_tiles);
         }
 
-        if (index == 0) {
+        if (fold) {
+            // the output and LSE were written by the last chunk
+        } else if (index == 0) {
             if constexpr (has_sink) {
                 cb_wait_front(cb_sink, q_tiles);
                 merge_sink(running_sets[cur], running_sets[cur ^ 1]);

@@ -36,12 +36,13 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
     unary_bcast<BroadcastType::COL>(cb, tile, dst);
 }
 
-// dst = exp(dst) for DST tiles [first, first + n), in the accurate or the approximate algorithm.
+// dst = exp(dst) for DST tiles [first, first + n), in the accurate or the approximate algorithm, on
+// the faces `mode` covers (RC all four; R faces 0-1 = rows 0-15).
 template <bool approx>
-inline void exp_block(uint32_t n, uint32_t first = 0) {
+inline void exp_block(uint32_t n, uint32_t first = 0, VectorMode mode = VectorMode::RC) {
     exp_tile_init<approx>();
     for (uint32_t i = first; i < first + n; ++i) {
-        exp_tile<approx>(i);
+        exp_tile<approx>(i, mode);
     }
 }
 

@@ -140,14 +140,16 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_real_run() -> None
     _, long = _one_piece_compute(223)
     per_tile = {key: (_totals(long).get(key, 0) - _totals(short).get(key, 0)) / 6
                 for key in set(_totals(long)) | set(_totals(short))}
-    want = _totals(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles))
-    for key in (("matmul", 32), ("exp", 32), ("scalar", 32), ("pack", 32)):
+    half = plan.num_tokens * plan.group_size <= 16  # 8 q heads: the exp runs VectorMode::R
+    want = _totals(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, half_tile=half))
+    assert half
+    for key in (("matmul", 32), ("exp", 16), ("scalar", 16), ("pack", 32)):
         assert per_tile[key] == want[key], key
-    for key in (("copy", 32), ("max", 32)):
+    for key in (("copy", 32), ("max", 32), ("max", 16)):
         assert per_tile[key] == pytest.approx(want[key], rel=0.05), key
     cycles = lambda ops: sum(op_cycles(op, t, "HiFi2") for op, ts in ops.items() for t in ts)  # noqa: E731
     measured = (cycles(long) - cycles(short)) / 6
-    assert cycles(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles)) == pytest.approx(
+    assert cycles(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, half_tile=half)) == pytest.approx(
         measured, rel=0.05)
 
 
@@ -246,3 +248,19 @@ def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fill
     # cur_pos 255: chunk pow2ceil(255//32 + 1) = 8 tiles, one chunk per head; 4 heads: 4 x (Q, K, V) groups
     assert [n for _, n in works[0].read_groups] == [4, 32, 32] * 4
     assert sum(t.tiles for t in works[0].compute["matmul"]) == 4 * (8 * 4 + 8 * 4)
+
+
+@pytest.mark.parametrize("tokens,heads,faces", [(1, 8, 2), (2, 8, 2), (3, 8, 4), (1, 32, 4)])
+def test_softmax_exps_run_on_faces_0_1_only_when_tokens_x_group_fit_16_rows(tokens, heads, faces) -> None:
+    """The rows that hold heads are tokens x group_size: at most 16 lie in faces 0-1 (VectorMode::R,
+    2 faces recorded per exp call); 24 or 32 rows need all four faces."""
+    b, d, s = 1, 32, 64
+    g = torch.Generator().manual_seed(3)
+    q = from_torch(torch.randn(tokens, b, heads, d, generator=g))
+    k = from_torch(torch.randn(b, 1, s, d, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(b, 1, s, d, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=b, num_q_heads=heads, num_kv_heads=1, seq_len=s, head_dim=d, cur_pos=[s - 1],
+                     num_tokens=tokens, grid=(1, 1))
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings())
+    works, _, _ = work_from_counters(plan, result.counters)
+    assert {t.steps for t in works[0].compute["exp"]} == {8 * faces}

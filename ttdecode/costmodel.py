@@ -398,17 +398,23 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
 
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
-                   exp: str = "exp") -> dict[str, list[OpTally]]:
+                   exp: str = "exp", half_tile: bool = False) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
-    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles), the scale, the exp, the
+    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; P.V in one matmul_block call
+    per DST block of dst_tiles - 1 Dv tiles), the scale, the exp, the
     two copies of the logits (row max, probabilities), the SFPU row max and the subtraction, two
     packs (scores, probabilities); each DST block of dst_tiles - 1 tiles adds one more copy
-    (the broadcast max) and one binary op. Pinned against real runs in tests/test_costmodel.py."""
+    (the broadcast max) and one binary op. `half_tile` (<= 16 q rows: the kernel's half_tile):
+    the scale, the exp, the subtraction and the block's running max run VectorMode::R (16 vector
+    steps); the SFPU row max (sfpu_reduce) stays on whole tiles. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
-    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + dv_tiles + 1))],
-            "scalar": [OpTally(q_tiles, q_tiles)], exp: [OpTally(q_tiles, q_tiles)],
+    rows = 16 if half_tile else 32
+    pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
+    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + pv_calls + 1))],
+            "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
-            "max": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            "max": [OpTally(q_tiles, q_tiles), OpTally(q_tiles * (1 + block), round(q_tiles * (1 + block)), steps=rows)]
+            if half_tile else [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
 
 
@@ -426,7 +432,8 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp") -> dict[str, list[O
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
-                      fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST) -> int:
+                      fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
+                      half_tile: bool = False) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
@@ -434,7 +441,8 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
     Llama's default); `hops` a typical parent-child distance on the grid."""
     exp = "exp" if fp32_dest_acc_en else "exp_bf16"
-    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp), fidelity, c).values())
+    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, half_tile), fidelity,
+                        c).values())
     merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp), fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 4096
     round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles

@@ -6,6 +6,8 @@
 //   OP_RSUB_S (scalar bits SCALAR_BITS), OP_MAX / OP_ADD_B / OP_SUB_B / OP_MUL_B (TWO_INPUTS; NEAREST_EVEN),
 //   OP_ADDCMUL (THREE_INPUTS: CB 2 into DST d + 2; d = d + SCALAR_BITS * (d + 1) * (d + 2)).
 //   PRE_EXP_APPROX: exp_tile<true> on tile d before the op (its results, denormals included, feed it).
+//   LLK_CALL (OP_MUL_S, OP_ADD_B, OP_SUB_B, OP_MUL_B): the op's LLK function through the LLK's
+//   SFPU_UNARY_CALL / SFPU_BINARY_CALL macro on the faces of VECTOR_MODE, instead of the *_tile call.
 // Compile-time args: tiles, DST index d.
 #include <cstdint>
 
@@ -94,6 +96,9 @@ void kernel_main() {
         add_unary_tile(d, SCALAR_BITS);
 #elif defined(OP_SUB_S)
         sub_unary_tile(d, SCALAR_BITS);
+#elif defined(OP_MUL_S) && defined(LLK_CALL)
+        MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
+                              (APPROX, MUL_UNARY, 8, DST_ACCUM_MODE), d, VectorMode::VECTOR_MODE, SCALAR_BITS)));
 #elif defined(OP_MUL_S)
         mul_unary_tile(d, SCALAR_BITS);
 #elif defined(OP_DIV_S)
@@ -113,7 +118,22 @@ void kernel_main() {
 #else
         constexpr DstRoundingMode rounding = DstRoundingMode::Default;
 #endif
-#if defined(OP_ADD_B)
+#if defined(OP_ADD_B) && defined(LLK_CALL)
+        add_binary_tile_init();
+        MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
+                               (APPROX, ckernel::BinaryOp::ADD, 8, DST_ACCUM_MODE, rounding), d, d + 1, d,
+                               VectorMode::VECTOR_MODE)));
+#elif defined(OP_SUB_B) && defined(LLK_CALL)
+        sub_binary_tile_init();
+        MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
+                               (APPROX, ckernel::BinaryOp::SUB, 8, DST_ACCUM_MODE, rounding), d, d + 1, d,
+                               VectorMode::VECTOR_MODE)));
+#elif defined(OP_MUL_B) && defined(LLK_CALL)
+        mul_binary_tile_init();
+        MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
+                               (APPROX, ckernel::BinaryOp::MUL, 8, DST_ACCUM_MODE), d, d + 1, d,
+                               VectorMode::VECTOR_MODE)));
+#elif defined(OP_ADD_B)
         add_binary_tile_init();
         add_binary_tile<rounding>(d, d + 1, d);
 #elif defined(OP_SUB_B)

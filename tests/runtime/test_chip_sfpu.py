@@ -296,6 +296,32 @@ def test_binary_sfpu_op(fp32_dst, op, nearest):
     assert_bits_equal(got, ref.store(want, fp32_dst), a, fp32_dst)
 
 
+@pytest.mark.parametrize("fp32_dst", DSTS)
+@pytest.mark.parametrize("op", ["add_b", "sub_b", "mul_b", "mul_s"])
+@pytest.mark.parametrize("mode,rows,cols", [("R", 16, 32), ("C", 32, 16), ("None", 16, 16), ("RC", 32, 32)])
+def test_llk_sfpu_call_macro_runs_the_op_on_the_faces_of_its_vector_mode(fp32_dst, op, mode, rows, cols):
+    """SFPU_BINARY_CALL / SFPU_UNARY_CALL (llk_math_eltwise_*_sfpu_macros.h) with a VectorMode: the
+    LLK applies the function to faces 0-3 (RC), 0-1 (R: rows 0-15), 0 and 2 (C: columns 0-15) or 0
+    (None) (_llk_math_eltwise_sfpu_apply_vector_mode_); those lanes get the *_tile op's value, the
+    others keep what DST held."""
+    p = np.float32(0.3)
+    defines = {"LLK_CALL": "1", "VECTOR_MODE": mode, "SCALAR_BITS": str(int(ref.bits(p)[0]))}
+    inputs = [POS_SWEEP] if op == "mul_s" else [B_IN, B_IN2]
+    seen, got = run_sfpu(op, inputs, fp32_dst, defines)
+    la = ref.load(seen[0], fp32_dst)
+    if op == "mul_s":
+        full = ref.mad(la, p, 0)
+    else:
+        lb = ref.load(seen[1], fp32_dst)
+        full = {"add_b": lambda: ref.mad(la, 1, lb), "sub_b": lambda: ref.mad(lb, -1, la),
+                "mul_b": lambda: ref.mad(la, lb, 0)}[op]()
+        if op == "mul_b" and not fp32_dst:
+            full = np.where((ref.bits(la) == 0) | (ref.bits(lb) == 0), np.float32(0), ref.bf16_rne_int(full))
+    want = np.asarray(seen[0], np.float32).copy()
+    want[:rows, :cols] = ref.store(full, fp32_dst)[:rows, :cols]
+    assert_bits_equal(got, want, seen[0], fp32_dst)
+
+
 def test_binary_max_orders_signed_zeros_and_nans_as_sfpswap():
     a = ref.flt(np.array([0x80000000, 0, 0x7FC00000, 0xFF800000]))  # -0, +0, +NaN, -inf
     b = ref.flt(np.array([0, 0x80000000, 0x3F800000, 0xFFC00000]))  # +0, -0, 1, -NaN

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "api/compute/common_globals.h"
+#include "ttrt/sfpu_call.h"  // SFPU_BINARY_CALL / SFPU_UNARY_CALL with a VectorMode
 #include "ttrt/sfpu_flags.h"
 
 namespace ckernel {
