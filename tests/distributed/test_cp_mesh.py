@@ -235,11 +235,13 @@ class FakeTensor:
 
 
 class FakeMesh:
+    """A MeshDevice's shape (as the (rows, cols) a ttnn.MeshShape iterates to), grid and NoC coordinates."""
+
     def __init__(self, ttnn: Any, rows: int, cols: int) -> None:
-        self.ttnn, self.shape = ttnn, ttnn.MeshShape(rows, cols)
+        self.ttnn, self.shape = ttnn, (rows, cols)
 
     def get_num_devices(self) -> int:
-        return int(self.shape[0]) * int(self.shape[1])
+        return self.shape[0] * self.shape[1]
 
     def compute_with_storage_grid_size(self) -> Any:
         return self.ttnn.CoreCoord(8, 8)
@@ -304,8 +306,11 @@ def test_the_whole_chain_up_to_the_launches(ttnn: Any, recorded: list, sink: boo
     for i, (_, (io, desc), _) in enumerate(ops[:launches]):
         assert isinstance(desc, ttnn.MeshProgramDescriptor) and len(list(desc)) == n
         # the io tensors: the uploaded mesh tensors in the program's order (q, k, v, cur_pos, sink), then the outputs
-        assert len(io) == (7 if i else 6) if sink else len(io) == 6
+        with_sink = sink and i == 1  # the launches without the sink come first
+        assert len(io) == (7 if with_sink else 6)
         assert [tuple(t.shape) for t in io[:3]] == [(1, B, NH, D), (B, NKV, 64, D), (B, NKV, 64, D)]
+        assert io[3].dtype == ttnn.int32 and tuple(io[3].shape) == (B,)
+        assert not with_sink or tuple(io[4].shape) == (NH, 32)
         assert tuple(io[-1].shape) == (B * NKV, 32) and tuple(io[-2].shape) == (1, B, NH, D)
     # the combine: n * L partials gathered on dim 0, one SPMD ProgramDescriptor
     gathers = [c for c in recorded if c[0] == "all_gather"]
@@ -349,6 +354,15 @@ def test_bad_mesh_input_is_named(ttnn: Any, kw: dict, exc: type, match: str) -> 
         kw["devices"] = FakeMesh(ttnn, *kw.pop("mesh"))
     with pytest.raises(exc, match=match):
         ttdecode.context_parallel_decode(q, k, v, cur_pos=POSITIONS, backend="device", **kw)
+
+
+def test_a_meshdevice_shape_reads_as_rows_and_cols(ttnn: Any) -> None:
+    from ttdecode.distributed.device_context import mesh_shape_of
+
+    class Mesh:
+        shape = ttnn.MeshShape(1, 8)  # what ttnn.MeshDevice.shape returns (T3K)
+
+    assert mesh_shape_of(Mesh()) == (1, 8)
 
 
 def test_without_a_device_the_mesh_path_stops_at_the_upload_naming_it(ttnn: Any) -> None:

@@ -37,7 +37,8 @@ packed to bf16 as a chip would; with ``backend="reference"`` :func:`combine_part
 (``ttdecode.reference.merge_partials``, exact in the inputs' dtype, float32 here), which stays the
 float64 reference of the tests. :func:`combine_over_group` is the combine for code that already runs
 inside the workers (e.g. a decoder holding its cache shards), over any process group (a CP subgroup
-of a TP x CP layout), with either merge. On a device mesh: ``ttdecode.distributed.device_combine``.
+of a TP x CP layout), with either merge. On a device mesh (``backend="device"``, built to the launch):
+``ttdecode.distributed.device_context`` (the op per device) and ``ttdecode.distributed.device_combine``.
 """
 
 from __future__ import annotations
