@@ -371,3 +371,9 @@ def test_without_a_device_the_mesh_path_stops_at_the_upload_naming_it(ttnn: Any)
     q, k, v = cache(7)
     with pytest.raises(RuntimeError, match=r"no Tenstorrent device found .* ttnn.generic_op\(MeshProgramDescriptor\)"):
         ttdecode.context_parallel_decode(q, k, v, cur_pos=POSITIONS, devices=FakeMesh(ttnn, 1, 2), backend="device")
+
+
+def test_auto_takes_the_mesh_path_for_a_meshdevice_when_a_device_is_present(ttnn: Any, recorded: list) -> None:
+    q, k, v = cache(8)
+    ttdecode.context_parallel_decode(q, k, v, cur_pos=POSITIONS, devices=FakeMesh(ttnn, 1, 2))
+    assert [c[0] for c in recorded].count("generic_op") == 2  # one mesh launch, one combine

@@ -381,7 +381,8 @@ def context_parallel_decode(
         kv_layout: ``"contiguous"`` or ``"interleaved"`` (see the module doc).
         combine: ``"all_gather"`` or ``"all_to_all"``.
         return_lse: also return the merged LSE ``[1, B, NH]`` (float32).
-        backend: the op's backend on every device: ``"auto"`` (the host runtime here), ``"host"``,
+        backend: the op's backend on every device: ``"auto"`` (the host runtime for a count or a pool;
+            ``"device"`` for a MeshDevice when a Tenstorrent device is present), ``"host"``,
             ``"reference"``, or ``"device"``: the mesh path (``ttdecode.distributed.device_context``,
             built to the launch: one FlashDecode program per device in a ``ttnn.MeshProgramDescriptor``,
             all_gather + combine program; not paged, one token, all_gather only).
@@ -406,6 +407,8 @@ def context_parallel_decode(
         from ttdecode.api import _select_backend
 
         backend = _select_backend()
+        if backend == "device" and isinstance(devices, (int, WorkerPool)):
+            backend = "host"  # a count or a pool names worker processes; a mesh is given as the MeshDevice
     mesh_shape = None
     if backend == "device":
         # The mesh path (ttdecode.distributed.device_context): devices is the ttnn.MeshDevice.
