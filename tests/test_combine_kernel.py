@@ -248,7 +248,7 @@ def test_the_device_combine_program_takes_what_all_gather_returns(ttnn: Any) -> 
     for spec in prog.tensors:
         dev._check_page_geometry(spec)  # the program's pages are ttnn's tile layout of the shape
     assert len(dev.build_program_descriptor(prog, GridView()).kernels) == 3
-    with pytest.raises(ValueError, match=r"argument 'out': expected a per-device shape \[1, B, NH, Dv\]"):
+    with pytest.raises(ValueError, match=r"argument 'out': expected a per-device shape \[L>=1, B, NH, Dv\]"):
         gathered_combine_program(8, (32, 8, 128))
 
 

@@ -376,12 +376,9 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
         raise DeviceError(f"{what}: expected an interleaved DRAM tensor, got {mem}")
 
 
-def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: Any) -> list["ttnn.Tensor"]:
-    """Run `program` on `device` with `ttnn.generic_op`; returns the output tensors in program order.
-
-    `io_tensors` holds every input tensor of the program (device tensors, interleaved DRAM, the
-    program's dtype, layout and shape). The outputs are allocated here and must not be passed in.
-    """
+def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The program's (inputs in generic_op order, outputs), with every given input checked against
+    its spec (device tensor, dtype, layout, shape, interleaved DRAM) and the outputs' pages."""
     ttnn = _require_ttnn()
     if not isinstance(program, Program):
         raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
@@ -406,18 +403,80 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
     for spec in inputs:
         _check_page_geometry(spec)
         check_input_tensor(ttnn, spec, io_tensors[spec.name])
-    allocated: dict[str, Any] = {}
     for spec in outputs:
         _check_page_geometry(spec)
-        allocated[spec.name] = ttnn.allocate_tensor_on_device(
+    return inputs, outputs
+
+
+def _allocate_outputs(outputs: Sequence[Any], device: Any) -> dict[str, Any]:
+    """The output tensors, interleaved in DRAM on `device` (on a MeshDevice: at one address on every device)."""
+    ttnn = _require_ttnn()
+    return {
+        spec.name: ttnn.allocate_tensor_on_device(
             ttnn.Shape(list(spec.shape)),
             tensor_dtype(ttnn, spec),
             _layout(ttnn, spec.layout, f"tensor {spec.name!r}"),
             device,
             ttnn.DRAM_MEMORY_CONFIG,
         )
-    everything = {**io_tensors, **allocated}
-    descriptor = to_program_descriptor(program, everything, device)
+        for spec in outputs
+    }
+
+
+def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: Any) -> list["ttnn.Tensor"]:
+    """Run `program` on `device` with `ttnn.generic_op`; returns the output tensors in program order.
+
+    `io_tensors` holds every input tensor of the program (device tensors, interleaved DRAM, the
+    program's dtype, layout and shape). The outputs are allocated here and must not be passed in.
+    On a MeshDevice the one descriptor runs on every device (SPMD).
+    """
+    ttnn = _require_ttnn()
+    inputs, outputs = _check_io(program, io_tensors)
+    allocated = _allocate_outputs(outputs, device)
+    descriptor = to_program_descriptor(program, {**io_tensors, **allocated}, device)
+    ordered = [io_tensors[s.name] for s in inputs] + [allocated[s.name] for s in outputs]
+    ttnn.generic_op(ordered, descriptor)
+    return [allocated[s.name] for s in outputs]
+
+
+def _tensor_signature(program: Program) -> list[tuple[Any, ...]]:
+    return [(t.name, tuple(t.shape), _element_name(t), t.layout, t.is_output, t.in_place) for t in program.tensors]
+
+
+def mesh_program_descriptor(programs: Mapping[tuple[int, ...], Program], view: DeviceView) -> "ttnn.MeshProgramDescriptor":
+    """One `ProgramDescriptor` per mesh coordinate (a one-device `MeshCoordinateRange` each) in a
+    `ttnn.MeshProgramDescriptor`: generic_op's per-device form, where every device gets its own
+    runtime args. A mesh tensor lives at one DRAM address on every device, so one `view` serves all.
+    Every program must name the same tensors with the same specs (they share the io tensors)."""
+    ttnn = _require_ttnn()
+    if not programs:
+        raise DeviceError("programs: expected at least one (mesh coordinate, Program), got none")
+    first_coord, first = next(iter(programs.items()))
+    want = _tensor_signature(first)
+    mesh = ttnn.MeshProgramDescriptor()
+    for coord, program in programs.items():
+        if not isinstance(program, Program):
+            raise DeviceError(f"programs[{coord}]: expected a ttdecode.program.Program, got {type(program).__name__}")
+        if _tensor_signature(program) != want:
+            raise DeviceError(f"programs[{coord}]: its tensors {_tensor_signature(program)} differ from those of "
+                              f"programs[{first_coord}] {want}; the devices of one launch share their io tensors")
+        at = ttnn.MeshCoordinate(list(coord))
+        mesh[ttnn.MeshCoordinateRange(at, at)] = build_program_descriptor(program, view)
+    return mesh
+
+
+def launch_mesh(programs: Mapping[tuple[int, ...], Program], io_tensors: Mapping[str, "ttnn.Tensor"],
+                mesh_device: Any) -> list["ttnn.Tensor"]:
+    """Run one program per device of `mesh_device` in a single `ttnn.generic_op` call
+    (`ttnn.MeshProgramDescriptor`); `programs` maps each mesh coordinate (row, col) to its Program,
+    all over the same io tensors (mesh tensors: one shard per device). Returns the output mesh tensors."""
+    ttnn = _require_ttnn()
+    first = next(iter(programs.values()), None)
+    if first is None:
+        raise DeviceError("programs: expected at least one (mesh coordinate, Program), got none")
+    inputs, outputs = _check_io(first, io_tensors)
+    allocated = _allocate_outputs(outputs, mesh_device)
+    descriptor = mesh_program_descriptor(programs, TtnnDeviceView(mesh_device, {**io_tensors, **allocated}))
     ordered = [io_tensors[s.name] for s in inputs] + [allocated[s.name] for s in outputs]
     ttnn.generic_op(ordered, descriptor)
     return [allocated[s.name] for s in outputs]
@@ -428,14 +487,24 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
 
 def to_torch_sink(inputs: Any) -> Any:
     """The attention sink as a float32 torch [NH, 32] (column 0 holds each head's logit)."""
-    import torch
+    from ttdecode.api import _sink_values
 
-    from ttdecode.tensor import dequantize
-
-    sink = dequantize(inputs.attention_sink.obj, default_dtype=DataType.bfloat16).float()
+    # the host kernels' own reading of the sink (a torch [NH] through bf16; dequantize() refuses rank 1)
+    sink = _sink_values(inputs.attention_sink)
     if sink.dim() == 1:
         sink = sink[:, None].expand(-1, 32).contiguous()
     return sink
+
+
+def decode_program(inputs: Any, plan: Any, compute: Any) -> Program:
+    """The FlashDecode `Program` (no input bytes) the device runs for validated `inputs` and their `plan`
+    (``ttdecode.api._make_plan``), with the call's scale and exp mode; `compute` from
+    ``ttdecode.api.compute_settings``. Used by `run_decode` and by the mesh path of context parallelism."""
+    from ttdecode.factory import build_program_for_device
+
+    return build_program_for_device(
+        plan, scale=inputs.scale, compute=compute,
+        exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
 
 
 def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
@@ -453,7 +522,7 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
             "use backend='host' to run the same kernels on the host runtime"
         )
     ttnn = _require_ttnn()
-    from ttdecode.factory import build_program_for_device, decode_lse_rows
+    from ttdecode.factory import decode_lse_rows
 
     tensors = {"q": inputs.q, "k": inputs.k}
     if inputs.v is not None:  # MLA (v=None): the kernels read V out of K
@@ -495,10 +564,7 @@ def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
             values = to_torch(mask_tiles(plan, as_tile_tensor(mask.obj, DataType.bfloat16)))
             io_tensors["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                                       device=dev)
-    program = build_program_for_device(
-        plan, scale=inputs.scale, compute=compute,
-        exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
-    outputs = launch(program, io_tensors, dev)
+    outputs = launch(decode_program(inputs, plan, compute), io_tensors, dev)
     out = outputs[0]
     if not inputs.return_lse:
         return out

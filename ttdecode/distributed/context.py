@@ -37,7 +37,8 @@ packed to bf16 as a chip would; with ``backend="reference"`` :func:`combine_part
 (``ttdecode.reference.merge_partials``, exact in the inputs' dtype, float32 here), which stays the
 float64 reference of the tests. :func:`combine_over_group` is the combine for code that already runs
 inside the workers (e.g. a decoder holding its cache shards), over any process group (a CP subgroup
-of a TP x CP layout), with either merge. On a device mesh: ``ttdecode.distributed.device_combine``.
+of a TP x CP layout), with either merge. On a device mesh (``backend="device"``, built to the launch):
+``ttdecode.distributed.device_context`` (the op per device) and ``ttdecode.distributed.device_combine``.
 """
 
 from __future__ import annotations
@@ -165,6 +166,19 @@ def _local_positions(plan: ShardPlan, d: int, positions: Sequence[int], window: 
     return rows
 
 
+def shard_groups(rows: Sequence[tuple[int, Optional[int], bool]]) -> list[tuple[Optional[int], bool, list[int]]]:
+    """The op calls one device makes over its shard: one per distinct (local window, sink) among its
+    live users (``rows`` from :func:`_local_positions`), in order of first appearance, each as
+    ``(window, with_sink, local positions with the other users at -1)``. Shared by the host workers
+    and the mesh path (``ttdecode.distributed.device_context``)."""
+    groups: dict[tuple[Optional[int], bool], list[int]] = {}
+    for b, (c, w, s) in enumerate(rows):
+        if c >= 0:
+            groups.setdefault((w, s), []).append(b)
+    return [(w, s, [rows[b][0] if b in users else -1 for b in range(len(rows))])
+            for (w, s), users in groups.items()]
+
+
 def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pages: Optional[np.ndarray] = None) -> Any:
     """A TileTensor ``[A, NKV, S, D]`` cut to the given units along dim 2 (``rows_of_unit`` tile rows
     each), or with ``outer_pages`` to the given indices of dim 0 (paged pools). Bytes are copied as they
@@ -230,13 +244,9 @@ def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows:
     columns). Returns the partial output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]`` in float32."""
     from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
 
-    groups: dict[tuple[Optional[int], bool], list[int]] = {}
-    for b, (c, w, s) in enumerate(rows):
-        if c >= 0:
-            groups.setdefault((w, s), []).append(b)
     out = lse = None
-    for (window, with_sink), users in groups.items():
-        pos = [rows[b][0] if b in users else -1 for b in range(len(rows))]
+    for window, with_sink, pos in shard_groups(rows):
+        users = [b for b, p in enumerate(pos) if p >= 0]
         kw = dict(options, sliding_window_size=window, attention_sink=sink if with_sink else None,
                   return_lse=True, backend=backend)
         if not is_causal:  # every user attends all the shard's keys (rows hold local S - 1 for all)
@@ -391,12 +401,16 @@ def context_parallel_decode(
         cur_pos / cur_pos_tensor: exactly one, as in the op (``-1`` skips a user); neither with
             ``is_causal=False``.
         devices: the number of devices (a shared pool of that many workers, kept alive), or a
-            ``WorkerPool``. At least 1 and at most the number of key tiles (blocks when paged).
+            ``WorkerPool``; with ``backend="device"`` the ``ttnn.MeshDevice`` (1xN or Nx1). At least 1
+            and at most the number of key tiles (blocks when paged).
         kv_layout: ``"contiguous"`` or ``"interleaved"`` (see the module doc).
         combine: ``"all_gather"`` or ``"all_to_all"``.
         return_lse: also return the merged LSE ``[1, B, NH]`` (float32).
-        backend: the op's backend on every device: ``"auto"`` (the host runtime here), ``"host"``
-            or ``"reference"``.
+        backend: the op's backend on every device: ``"auto"`` (the host runtime for a count or a pool;
+            ``"device"`` for a MeshDevice when a Tenstorrent device is present), ``"host"``,
+            ``"reference"``, or ``"device"``: the mesh path (``ttdecode.distributed.device_context``,
+            built to the launch: one FlashDecode program per device in a ``ttnn.MeshProgramDescriptor``,
+            all_gather + combine program; not paged, one token, all_gather only).
         op_options: the op's other options, carried to every shard: ``scale``,
             ``sliding_window_size``, ``attention_sink`` (joins once per user), ``share_cache``,
             ``program_config``, ``compute_kernel_config``, ``head_dim_v``, ``is_causal=False`` with
@@ -404,7 +418,8 @@ def context_parallel_decode(
             values, as the kernels stream it).
 
     Returns:
-        The output ``[1, B, NH, Dv]`` (torch bfloat16, the op's output format) or ``(output, lse)``.
+        The output ``[1, B, NH, Dv]`` (torch bfloat16, the op's output format; with ``backend="device"``
+        the merged ttnn mesh tensor) or ``(output, lse)``.
     """
     from ttdecode.tensor import TileTensor, _is_ttnn_tensor, as_tile_tensor
     from ttdecode.validate import validate_decode
@@ -413,24 +428,39 @@ def context_parallel_decode(
         raise _fail("kv_layout", f"one of {list(KV_LAYOUTS)}", repr(kv_layout))
     if isinstance(combine, str) is False or combine not in COMBINES:
         raise _fail("combine", f"one of {list(COMBINES)}", repr(combine))
-    if isinstance(devices, WorkerPool):
-        n = devices.world_size
-    elif isinstance(devices, bool) or not isinstance(devices, int):
-        raise _fail("devices", "an int >= 1 or a ttdecode.distributed.WorkerPool", repr(devices), TypeError)
-    elif devices < 1:
-        raise _fail("devices", "at least 1 device", devices)
-    else:
-        n = devices
     if not isinstance(backend, str) or backend not in ("auto", "host", "reference", "device"):
-        raise _fail("backend", "one of ['auto', 'host', 'reference']", repr(backend))
+        raise _fail("backend", "one of ['auto', 'host', 'reference', 'device']", repr(backend))
     if backend == "auto":
         from ttdecode.api import _select_backend
 
         backend = _select_backend()
+        if backend == "device" and isinstance(devices, (int, WorkerPool)):
+            backend = "host"  # a count or a pool names worker processes; a mesh is given as the MeshDevice
+    mesh_shape = None
     if backend == "device":
-        raise NotImplementedError(f"{_NAME}: backend 'device': running the op on every device of a mesh with its "
-                                  f"cache shard is not built (the combine step is: "
-                                  f"ttdecode.distributed.device_combine); use backend='host' or 'reference'")
+        # The mesh path (ttdecode.distributed.device_context): devices is the ttnn.MeshDevice.
+        from ttdecode.distributed.device_combine import ALL_TO_ALL_ON_DEVICE
+        from ttdecode.distributed.device_context import NOT_ON_A_MESH, mesh_shape_of
+
+        mesh_shape = mesh_shape_of(devices)
+        n = mesh_shape[0] * mesh_shape[1]
+        if combine == "all_to_all":
+            raise NotImplementedError(f"{_NAME}: argument 'combine': {ALL_TO_ALL_ON_DEVICE}")
+        if page_table is not None:
+            raise NotImplementedError(f"{_NAME}: argument 'page_table': {NOT_ON_A_MESH['page_table']}")
+        for opt in ("is_causal", "attn_mask"):
+            if opt in op_options and not (opt == "is_causal" and op_options[opt] is True):
+                raise NotImplementedError(f"{_NAME}: argument '{opt}': non-causal decode on a mesh (backend "
+                                          f"'device') is not built; the host backends run it")
+    elif isinstance(devices, WorkerPool):
+        n = devices.world_size
+    elif isinstance(devices, bool) or not isinstance(devices, int):
+        raise _fail("devices", "an int >= 1 or a ttdecode.distributed.WorkerPool (a ttnn.MeshDevice with "
+                    "backend 'device')", repr(devices), TypeError)
+    elif devices < 1:
+        raise _fail("devices", "at least 1 device", devices)
+    else:
+        n = devices
     for bad in ("memory_config", "return_lse_partials"):
         if bad in op_options:
             raise _fail(bad, "not given (context parallelism returns host tensors and merges the LSEs itself)",
@@ -446,6 +476,17 @@ def context_parallel_decode(
     if n > num_units:
         what = f"{num_units} blocks per user" if paged else f"{num_units} key tiles (S={info.seq_len})"
         raise _fail("devices", f"at most one device per unit of the sequence ({what})", n)
+    if backend == "device":
+        from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
+
+        if info.num_tokens != 1:
+            raise NotImplementedError(f"{_NAME}: argument 'q': {info.num_tokens} tokens per user on a mesh "
+                                      f"(backend 'device') is not built; expected one token")
+        mesh = plan_mesh_decode(info.positions, num_units, unit, mesh_shape, kv_layout,
+                                op_options.get("sliding_window_size"), op_options.get("attention_sink") is not None)
+        tile = lambda x: None if x is None else as_tile_tensor(x)  # noqa: E731 - the shards' byte source
+        out, lse = run_on_mesh(info, tile(q), tile(k), tile(v), devices, mesh, combine)
+        return (out, lse) if return_lse else out
     pool = devices if isinstance(devices, WorkerPool) else get_pool(n)
 
     host = lambda x: as_tile_tensor(x) if _is_ttnn_tensor(x) else x  # noqa: E731 - picklable host copies

@@ -44,13 +44,16 @@ ALL_TO_ALL_ON_DEVICE = (
 def gathered_combine_program(devices: int, partial_shape: tuple[int, ...], in_dtype: DataType = DataType.bfloat16,
                              out_dtype: DataType = DataType.bfloat16) -> tuple[CombinePlan, Program]:
     """The combine program that merges what ``ttnn.all_gather(.., dim=0)`` gathers from ``devices``
-    partials of ``partial_shape = [1, B, NH, Dv]``: inputs ``outs [n, B, NH, Dv]`` (in_dtype) and
-    ``lses [n, B, NH, 1]`` (float32 tiles), outputs ``out [1, B, NH, Dv]`` (out_dtype), ``lse [1, B, NH, 1]``."""
+    devices holding ``L`` partials each, ``partial_shape = [L, B, NH, Dv]`` (L = 1: one partial per
+    device; the mesh decode path stacks one per launch): inputs ``outs [n L, B, NH, Dv]`` (in_dtype)
+    and ``lses [n L, B, NH, 1]`` (float32 tiles), outputs ``out [1, B, NH, Dv]`` (out_dtype),
+    ``lse [1, B, NH, 1]``."""
     shape = tuple(int(d) for d in partial_shape)
-    if len(shape) != 4 or shape[0] != 1:
-        raise ValueError(f"device_combine: argument 'out': expected a per-device shape [1, B, NH, Dv], got {list(shape)}")
-    _, b, nh, dv = shape
-    plan = make_combine_plan(partials=devices, groups=b, heads=nh, head_dim_v=dv, in_dtype=in_dtype, out_dtype=out_dtype)
+    if len(shape) != 4 or shape[0] < 1:
+        raise ValueError(f"device_combine: argument 'out': expected a per-device shape [L>=1, B, NH, Dv], got {list(shape)}")
+    per_device, b, nh, dv = shape
+    plan = make_combine_plan(partials=devices * per_device, groups=b, heads=nh, head_dim_v=dv, in_dtype=in_dtype,
+                             out_dtype=out_dtype)
     return plan, build_combine_program_for_device(plan)
 
 
@@ -58,9 +61,9 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
     """Merge every device's partial on a mesh (see the module doc).
 
     Args:
-        out: a ttnn mesh tensor, per device ``[1, B, NH, Dv]`` (bfloat16 or float32, tile layout,
-            interleaved DRAM): that device's normalized partial output.
-        lse: a ttnn mesh tensor, per device ``[1, B, NH, 1]`` float32 tiles: its LSE (``-inf``: no key).
+        out: a ttnn mesh tensor, per device ``[L, B, NH, Dv]`` (bfloat16 or float32, tile layout,
+            interleaved DRAM): that device's L normalized partial outputs (L = 1 usually).
+        lse: a ttnn mesh tensor, per device ``[L, B, NH, 1]`` float32 tiles: their LSEs (``-inf``: no key).
         mesh_device: the ``ttnn.MeshDevice`` whose devices form the context-parallel group.
         combine: ``"all_gather"`` (``"all_to_all"`` is refused, see ``ALL_TO_ALL_ON_DEVICE``).
 
