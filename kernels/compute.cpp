@@ -551,13 +551,7 @@ void merge_sink(const Running& own, const Running& next) {
 
         // l' = l * e_own + e_sink
         tile_regs_acquire();
-        copy_to_dst(own.sum, qi, 0);
-        copy_to_dst(cb_alpha, 0, 1);
-        copy_to_dst(cb_alpha, 1, 2);
-        mul_binary_tile_init();
-        mul_binary_tile(0, 1, 0);
-        add_binary_tile_init();
-        add_binary_tile(0, 2, 0);
+        rescaled_plus_factor(own.sum, qi, cb_alpha);
         pack_block(next.sum, 0, 1);
         cb_push_back(next.sum, 1);
 

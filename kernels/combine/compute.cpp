@@ -93,13 +93,7 @@ void merge_sum(const Running* own, const Running& next) {
     cb_reserve_back(next.sum, 1);
     tile_regs_acquire();
     if (own != nullptr) {
-        copy_to_dst(own->sum, 0, 0);
-        copy_to_dst(cb_alpha, 0, 1);
-        copy_to_dst(cb_alpha, 1, 2);
-        mul_binary_tile_init();
-        mul_binary_tile(0, 1, 0);
-        add_binary_tile_init();
-        add_binary_tile(0, 2, 0);
+        rescaled_plus_factor(own->sum, 0, cb_alpha);
     } else {
         copy_to_dst(cb_alpha, 1, 0);
     }

@@ -88,3 +88,36 @@ def assert_hf_agreement(results: list[tuple[float, bool]]) -> None:
     assert max(errs) <= 5e-2, f"max relative L2 {max(errs):.3g} > 5e-2"
     assert sum(errs) / len(errs) <= 2e-2, f"mean relative L2 {sum(errs) / len(errs):.3g} > 2e-2"
     assert agree >= 0.95, f"argmax agreement {agree:.2%} < 95%"
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative L2 distance of `a` from `b` (float64)."""
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def teacher_forced_against_one_device(hf: LlamaForCausalLM, sched: Schedule, options: dict,
+                                      **many: object) -> tuple[list[tuple[float, bool]], float]:
+    """Teacher-force a decoder built with `many` (devices=N, context_parallel=C, ...) and a one-device
+    decoder side by side; returns the HF agreement of the many-device decoder and its worst relative L2
+    against the one-device logits over the active users of every step."""
+    from ttdecode.models import LlamaDecoder
+
+    class Both:
+        def __init__(self) -> None:
+            self.one = LlamaDecoder.from_hf(hf, **options)
+            self.many = LlamaDecoder.from_hf(hf, **many, **options)
+            self.worst = 0.0
+
+        def step(self, tokens, positions):
+            a = self.one.step(tokens, positions)
+            b = self.many.step(tokens, positions)
+            active = positions >= 0
+            self.worst = max([self.worst] + [rel_l2(b[i], a[i]) for i in range(len(a)) if active[i]])
+            return b
+
+    both = Both()
+    try:
+        results = teacher_forced(both, hf, sched)
+    finally:
+        both.many.close()
+    return results, both.worst

@@ -15,11 +15,8 @@ import torch
 import ttdecode
 from ttdecode.models import LlamaDecoder
 
-from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teacher_forced
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm())
+from _llama_cases import (assert_hf_agreement, hf_llama, joining_schedule, rel_l2,
+                          teacher_forced_against_one_device)
 
 
 @pytest.mark.parametrize("devices, cp, steps", [(2, 2, 72), (4, 2, 72), (8, 8, 150)])
@@ -29,25 +26,8 @@ def test_context_parallel_matches_one_device_and_hf(devices: int, cp: int, steps
     options = dict(batch=sched.batch, max_seq_len=256, kv_dtype=ttdecode.bfloat8_b, backend="reference",
                    block_size=32)
 
-    class Both:  # steps both decoders, checks CP against devices=1 at every step
-        def __init__(self) -> None:
-            self.one = LlamaDecoder.from_hf(hf, **options)
-            self.many = LlamaDecoder.from_hf(hf, devices=devices, context_parallel=cp, **options)
-            self.worst = 0.0
-
-        def step(self, tokens, positions):
-            a = self.one.step(tokens, positions)
-            b = self.many.step(tokens, positions)
-            active = positions >= 0
-            self.worst = max([self.worst] + [_rel(b[i], a[i]) for i in range(len(a)) if active[i]])
-            return b
-
-    both = Both()
-    try:
-        results = teacher_forced(both, hf, sched)
-    finally:
-        both.many.close()
-    assert both.worst <= 1e-2, f"devices={devices}, cp={cp} vs devices=1: relative L2 {both.worst:.3g} > 1e-2"
+    results, worst = teacher_forced_against_one_device(hf, sched, options, devices=devices, context_parallel=cp)
+    assert worst <= 1e-2, f"devices={devices}, cp={cp} vs devices=1: relative L2 {worst:.3g} > 1e-2"
     assert_hf_agreement(results)
 
 
@@ -63,7 +43,7 @@ def test_context_parallel_on_host_kernels_matches_one_device() -> None:
             a, b = one.step(seqs[:, t], pos), two.step(seqs[:, t], pos)
             for i in range(2):
                 if pos[i] >= 0:
-                    assert _rel(b[i], a[i]) <= 1e-2, (t, i)
+                    assert rel_l2(b[i], a[i]) <= 1e-2, (t, i)
 
 
 @pytest.mark.parametrize("kw, arg", [

@@ -13,11 +13,8 @@ import ttdecode
 from ttdecode.distributed import WorkerError
 from ttdecode.models import LlamaDecoder
 
-from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teacher_forced
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm())
+from _llama_cases import (assert_hf_agreement, hf_llama, joining_schedule, rel_l2,
+                          teacher_forced_against_one_device)
 
 
 @pytest.mark.parametrize("devices, heads, kv_heads", [(2, 8, 2), (8, 16, 8)])
@@ -26,25 +23,8 @@ def test_tensor_parallel_matches_one_device_and_hf(devices, heads, kv_heads):
     sched = joining_schedule(hf.config.vocab_size)
     options = dict(batch=sched.batch, max_seq_len=64, kv_dtype=ttdecode.bfloat8_b, backend="reference", block_size=32)
 
-    class Both:  # steps both decoders, checks devices=N against devices=1 at every step
-        def __init__(self) -> None:
-            self.one = LlamaDecoder.from_hf(hf, **options)
-            self.many = LlamaDecoder.from_hf(hf, devices=devices, **options)
-            self.worst = 0.0
-
-        def step(self, tokens, positions):
-            a = self.one.step(tokens, positions)
-            b = self.many.step(tokens, positions)
-            active = positions >= 0
-            self.worst = max(self.worst, max(_rel(b[i], a[i]) for i in range(len(a)) if active[i]))
-            return b
-
-    both = Both()
-    try:
-        results = teacher_forced(both, hf, sched)
-    finally:
-        both.many.close()
-    assert both.worst <= 1e-2, f"devices={devices} vs devices=1: relative L2 {both.worst:.3g} > 1e-2"
+    results, worst = teacher_forced_against_one_device(hf, sched, options, devices=devices)
+    assert worst <= 1e-2, f"devices={devices} vs devices=1: relative L2 {worst:.3g} > 1e-2"
     assert_hf_agreement(results)
 
 
@@ -74,7 +54,7 @@ def test_tensor_parallel_on_host_kernels_matches_one_device():
             a, b = one.step(seqs[:, t], pos), two.step(seqs[:, t], pos)
             for i in range(2):
                 if pos[i] >= 0:
-                    assert _rel(b[i], a[i]) <= 1e-2
+                    assert rel_l2(b[i], a[i]) <= 1e-2
 
 
 def test_devices_must_divide_the_kv_heads():
