@@ -95,6 +95,10 @@ constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
 constexpr VectorMode stat_mode = half_tile ? VectorMode::None : VectorMode::C;
 
 constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
+// The K slot's layout (reader.cpp): column-major (tile (j, d) at d * max_chunk_tiles + j) without MLA,
+// so Q . K^T runs one matmul_block per d over a DST block of key tiles; row-major with MLA (tile
+// (j, d) at j * d_tiles + d), where P . V reads V tiles (j, v..) out of the same slot.
+constexpr bool k_by_column = !mla;
 constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
 // Where P . V finds V tile (j, v) of a chunk: tile j * v_row_stride + v of cb_v, or with MLA of the
 // K slot, whose key tile row j holds K tiles (j, 0..d_tiles) and V tile (j, v) is K tile (j, v).
@@ -164,10 +168,19 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
         const uint32_t n = tiles - j0 < block ? tiles - j0 : block;
         tile_regs_acquire();
         use_matmul_operands(cb_q, cb_k);
-        matmul_init(cb_q, cb_k, 1 /* transpose K */);
-        for (uint32_t j = 0; j < n; ++j) {
+        if constexpr (k_by_column) {
+            // One matmul_block per d: Q tile (qi, d) times the n K tiles (j0.., d), transposed, onto
+            // DST tiles 0..n (consecutive in the column-major slot).
+            matmul_block_init(cb_q, cb_k, 1 /* transpose K */, n /* ct */, 1 /* rt */, d_tiles /* kt */);
             for (uint32_t d = 0; d < d_tiles; ++d) {
-                matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
+                matmul_block(cb_q, cb_k, qi * d_tiles + d, d * max_chunk_tiles + j0, 0, 1, n, 1, d_tiles);
+            }
+        } else {
+            matmul_init(cb_q, cb_k, 1 /* transpose K */);
+            for (uint32_t j = 0; j < n; ++j) {
+                for (uint32_t d = 0; d < d_tiles; ++d) {
+                    matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
+                }
             }
         }
         binop_with_scalar_tile_init();
@@ -403,9 +416,6 @@ inline void pop_running(const Running& set) {
 void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
                    uint32_t first_tile, bool finish) {
     cb_wait_front(cb_k, k_slot_tiles);
-    if constexpr (!mla) {
-        cb_wait_front(cb_v, v_slot_tiles);
-    }
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
     }
@@ -430,6 +440,11 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
         if (finish) {
             cb_wait_front(next.sum, qi + 1);
             root_recip(next.sum, qi, old != nullptr);
+        }
+        if constexpr (!mla) {
+            if (qi == 0) {
+                cb_wait_front(cb_v, v_slot_tiles);  // V has its own push: the scores above overlap its read
+            }
         }
         chunk_output(qi, tiles, old, next, finish);
         if (finish && return_lse) {

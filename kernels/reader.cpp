@@ -13,6 +13,8 @@
 // and the tiles read are the span the T tokens attend together: each K/V tile is read once for all.
 // With MLA there is no V tensor: V is the first dv_tiles tiles of each K tile row, which the compute
 // kernel takes out of the K slot, so the reader reads K only (once) and fills no V slot.
+// K and V of a chunk have their own barriers and pushes: the compute kernel starts on the chunk's
+// scores while its V is still in flight.
 
 #include <stdint.h>
 
@@ -89,17 +91,12 @@ void zero_rows(uint32_t tile_l1, uint32_t first_row, uint32_t end_row) {
     }
 }
 
-// Zero rows [first_row, end_row) of key tile `t` of a chunk: its d_tiles K tiles and dv_tiles V tiles
-// (dv_tiles = 0 with MLA, whose V tiles are K tiles).
-template <uint32_t d_tiles, uint32_t dv_tiles, uint32_t kv_tile_bytes>
-void zero_kv_rows(uint32_t k_slot, uint32_t v_slot, uint32_t t, uint32_t first_row, uint32_t end_row) {
-    const uint32_t k_tile = k_slot + t * d_tiles * kv_tile_bytes;
-    const uint32_t v_tile = v_slot + t * dv_tiles * kv_tile_bytes;
+// Zero rows [first_row, end_row) of key tile `t` of a chunk's K slot: its d_tiles K tiles, at
+// slot tiles t * t_stride + d * d_stride (the slot's layout, see the chunk loop).
+template <uint32_t d_tiles, uint32_t kv_tile_bytes>
+void zero_slot_rows(uint32_t slot, uint32_t t, uint32_t t_stride, uint32_t d_stride, uint32_t first_row, uint32_t end_row) {
     for (uint32_t d = 0; d < d_tiles; ++d) {
-        zero_rows<kv_tile_bytes>(k_tile + d * kv_tile_bytes, first_row, end_row);
-    }
-    for (uint32_t d = 0; d < dv_tiles; ++d) {
-        zero_rows<kv_tile_bytes>(v_tile + d * kv_tile_bytes, first_row, end_row);
+        zero_rows<kv_tile_bytes>(slot + (t * t_stride + d * d_stride) * kv_tile_bytes, first_row, end_row);
     }
 }
 
@@ -262,29 +259,28 @@ void kernel_main() {
             const uint32_t tiles = range.tiles_in_chunk(c);
             // Every chunk takes a whole slot, even a short last one, so the two slots keep their
             // addresses; the compute kernel uses only the first `tiles` rows of tiles.
+            // The rows of key tiles to zero: the root's last chunk ends with the tile holding cur_pos,
+            // whose rows past cur_pos hold whatever the cache held there; the piece's first chunk may
+            // start with the tile holding the span's first key (a sliding window's, widened for T
+            // tokens), whose rows before that key likewise. With MLA the V rows are K rows.
+            const uint32_t first_stale_row = (uint32_t)cur_pos % TILE + 1;
+            const bool zero_tail = index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE;
+            const uint32_t span_first_key = window_first_key(cur_pos, window);
+            const bool zero_head = c == 0 && range.first_tile == span_first_key / TILE && span_first_key % TILE != 0;
+
+            // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t,
+            // so Q . K^T takes a block of key tiles per matmul_block call (consecutive in1 tiles for one
+            // d); with MLA tile (t, d) sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
+            constexpr uint32_t k_t_stride = mla ? d_tiles : 1;
+            constexpr uint32_t k_d_stride = mla ? 1 : max_chunk_tiles;
             cb_reserve_back(cb_k, k_slot_tiles);
-            if constexpr (!mla) {
-                cb_reserve_back(cb_v, v_slot_tiles);
-            }
-            uint32_t k_l1 = get_write_ptr(cb_k);
-            // K, then V, land tile row by tile row ([t][d] in the slot), wherever their blocks live.
-            for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
+            const uint32_t k_slot = get_write_ptr(cb_k);
+            for (uint32_t t = 0; t < tiles; ++t) {
                 const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                    page_table_row, kv_batch, kv_head, t);
+                    page_table_row, kv_batch, kv_head, chunk_first_tile + t);
                 for (uint32_t d = 0; d < d_tiles; ++d) {
-                    noc_async_read(k_gen.get_noc_addr(row * d_tiles + d), k_l1, kv_tile_bytes);
-                    k_l1 += kv_tile_bytes;
-                }
-            }
-            if constexpr (!mla) {
-                uint32_t v_l1 = get_write_ptr(cb_v);
-                for (uint32_t t = chunk_first_tile; t < chunk_first_tile + tiles; ++t) {
-                    const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                        page_table_row, kv_batch, kv_head, t);
-                    for (uint32_t d = 0; d < dv_tiles; ++d) {
-                        noc_async_read(v_gen.get_noc_addr(row * dv_tiles + d), v_l1, kv_tile_bytes);
-                        v_l1 += kv_tile_bytes;
-                    }
+                    noc_async_read(k_gen.get_noc_addr(row * d_tiles + d),
+                                   k_slot + (t * k_t_stride + d * k_d_stride) * kv_tile_bytes, kv_tile_bytes);
                 }
             }
             // The mask rows of the chunk's keys, laid out [q tile row][key tile] like the scores the
@@ -298,29 +294,38 @@ void kernel_main() {
                                     j * group_size);
                 }
             }
-            // One barrier per chunk keeps the whole chunk's requests in flight together.
+            // One barrier per slot keeps all of its requests in flight together.
             noc_async_read_barrier();
+            if (zero_tail) {
+                zero_slot_rows<d_tiles, kv_tile_bytes>(k_slot, tiles - 1, k_t_stride, k_d_stride, first_stale_row, TILE);
+            }
+            if (zero_head) {
+                zero_slot_rows<d_tiles, kv_tile_bytes>(k_slot, 0, k_t_stride, k_d_stride, 0, span_first_key % TILE);
+            }
             if constexpr (has_attn_mask) {
                 cb_push_back(cb_attn_mask, mask_slot_tiles);
             }
-            // The root's last chunk ends with the tile holding cur_pos: its rows past cur_pos hold
-            // whatever the cache held there. The piece's first chunk may start with the tile holding
-            // the span's first key (a sliding window's, widened for T tokens): its rows before that
-            // key likewise. With MLA the V rows are K rows: zeroing K covers them.
-            constexpr uint32_t zero_dv_tiles = mla ? 0 : dv_tiles;
-            const uint32_t v_slot = mla ? 0 : get_write_ptr(cb_v);
-            const uint32_t first_stale_row = (uint32_t)cur_pos % TILE + 1;
-            if (index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE) {
-                zero_kv_rows<d_tiles, zero_dv_tiles, kv_tile_bytes>(
-                    get_write_ptr(cb_k), v_slot, tiles - 1, first_stale_row, TILE);
-            }
-            const uint32_t span_first_key = window_first_key(cur_pos, window);
-            if (c == 0 && range.first_tile == span_first_key / TILE && span_first_key % TILE != 0) {
-                zero_kv_rows<d_tiles, zero_dv_tiles, kv_tile_bytes>(
-                    get_write_ptr(cb_k), v_slot, 0, 0, span_first_key % TILE);
-            }
             cb_push_back(cb_k, k_slot_tiles);
+
+            // V (row-major: tile (t, v) at t * dv_tiles + v), read while the compute kernel works on K.
             if constexpr (!mla) {
+                cb_reserve_back(cb_v, v_slot_tiles);
+                const uint32_t v_slot = get_write_ptr(cb_v);
+                for (uint32_t t = 0; t < tiles; ++t) {
+                    const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                        page_table_row, kv_batch, kv_head, chunk_first_tile + t);
+                    for (uint32_t d = 0; d < dv_tiles; ++d) {
+                        noc_async_read(v_gen.get_noc_addr(row * dv_tiles + d), v_slot + (t * dv_tiles + d) * kv_tile_bytes,
+                                       kv_tile_bytes);
+                    }
+                }
+                noc_async_read_barrier();
+                if (zero_tail) {
+                    zero_slot_rows<dv_tiles, kv_tile_bytes>(v_slot, tiles - 1, dv_tiles, 1, first_stale_row, TILE);
+                }
+                if (zero_head) {
+                    zero_slot_rows<dv_tiles, kv_tile_bytes>(v_slot, 0, dv_tiles, 1, 0, span_first_key % TILE);
+                }
                 cb_push_back(cb_v, v_slot_tiles);
             }
         }

@@ -247,7 +247,7 @@ class CoreWork:
 
     read_groups: per read barrier, (bytes, requests). bank_bytes: DRAM bytes per bank (reads and
     writes). compute / merge: op -> tallies (merge = the reduction's work on this core).
-    chunks: K/V chunks (the double-buffering depth of the overlap). cb_handshakes: push/wait pairs.
+    chunks: pipeline stages of the overlap (read-barrier groups carrying K/V). cb_handshakes: push/wait pairs.
     """
 
     read_groups: list[tuple[int, int]]
@@ -477,6 +477,8 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
         ev = k.events
         if k.kind is KernelKind.READER:
             b = n = 0
+            kv_group = False
+            stages = 0
             for e in ev:
                 op = int(e["op"])
                 if op == _OP["read_dram"]:
@@ -484,14 +486,20 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                     n += int(e["count"])
                     if int(e["amount"]) == kv_tile:
                         w.kv_bytes += int(e["amount"]) * int(e["count"])
+                        kv_group = True
                 elif op == _OP["read_barrier"] and b:
                     w.read_groups.append((b, n))
+                    stages += kv_group
                     b = n = 0
+                    kv_group = False
                 if op == _OP["cb_push"]:
                     w.cb_handshakes += int(e["count"])
             if b:
                 w.read_groups.append((b, n))
-            w.chunks = max(1, int(((ev["op"] == _OP["cb_push"]) & (ev["peer"] == cb["k"])).sum()))
+                stages += kv_group
+            # pipeline stages: the read-barrier groups that carry K/V tiles (one per chunk when K and V
+            # share a barrier, two when each has its own)
+            w.chunks = max(1, stages)
         elif k.kind is KernelKind.COMPUTE:
             inside = False
             for e in ev:
