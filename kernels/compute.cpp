@@ -150,10 +150,12 @@ struct Running {
 };
 constexpr Running running_sets[2] = {{cb_max_a, cb_sum_a, cb_acc_a}, {cb_max_b, cb_sum_b, cb_acc_b}};
 
-// Operand formats for an eltwise / broadcast op: a -> srcA, b -> srcB.
-inline void use_operands(uint32_t a, uint32_t b) { reconfig_data_format(a, b); }
-// A matmul unpacks in0 into srcB and in1 into srcA.
-inline void use_matmul_operands(uint32_t in0, uint32_t in1) { reconfig_data_format(in1, in0); }
+// A matmul unpacks in0 into srcB and in1 into srcA; its init follows (fpu_reconfigured).
+inline void use_matmul_operands(uint32_t in0, uint32_t in1) {
+    use_srca(in1);
+    use_srcb(in0);
+    fpu_reconfigured();
+}
 
 // ---- one chunk ----------------------------------------------------------------------------------
 
@@ -521,7 +523,7 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
     exp_tile<exp_approx>(1, VectorMode::C);
     tile_regs_commit();
     tile_regs_wait();
-    pack_reconfig_data_format(next.max);  // the running max and cb_alpha share one format
+    use_pack(next.max);  // the running max and cb_alpha share one format
     pack_tile<true>(2, next.max, 0);      // pack indices count from the last push
     pack_tile<true>(0, cb_alpha, 0);
     pack_tile<true>(1, cb_alpha, 1);
@@ -646,8 +648,7 @@ void finish_root(const Running& set) {
 void send_partial(const Running& set) {
     wait_running(set);
     cb_reserve_back(cb_partial_out, partial_tiles);
-    reconfig_data_format_srca(set.acc);
-    copy_init(set.acc);
+    copy_from(set.acc);
     for (uint32_t t0 = 0; t0 < partial_tiles; t0 += dst_tiles) {
         const uint32_t n = partial_tiles - t0 < dst_tiles ? partial_tiles - t0 : dst_tiles;
         tile_regs_acquire();
@@ -674,7 +675,7 @@ void kernel_main() {
     constexpr uint32_t piece_args_base = 1;
     constexpr uint32_t args_per_piece = 2;
 
-    compute_kernel_hw_startup(cb_k, cb_q, cb_scores);
+    start_engine(cb_k, cb_q, cb_scores);
 
     // Constant tiles from the writer and the positions from the reader stay for the whole kernel.
     cb_wait_front(cb_ones, 1);

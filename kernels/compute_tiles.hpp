@@ -11,6 +11,7 @@
 
 #include "api/compute/compute_kernel_api.h"
 #include "api/compute/cb_api.h"
+#include "api/compute/compute_kernel_hw_startup.h"
 #include "api/compute/reg_api.h"
 #include "api/compute/pack.h"
 #include "api/compute/reconfig_data_format.h"
@@ -21,19 +22,73 @@
 
 namespace flash_decode {
 
-// DST tile dst = tile `tile` of cb (exact for an UnpackToDestFp32 CB and for bf16 data).
+// What the unpackers, the FPU and the packer were last configured for, so that the helpers below
+// reprogram them only on a change (every init or reconfig is config writes behind a stall on the
+// chip). A kernel starts it with start_engine and configures these units only through the helpers
+// (or calls fpu_reconfigured() after an FPU init of its own); the runtime rejects an unpack, an
+// op or a pack through a unit configured for something else, so a stale record cannot pass unseen.
+enum class FpuInit : uint8_t { none, copy, bcast_col, other };
+struct EngineConfig {
+    uint32_t srca;
+    uint32_t srcb;
+    uint32_t pack;
+    FpuInit fpu;
+    uint32_t fpu_cb;  // the CB the copy / broadcast init was made for
+};
+inline EngineConfig engine = {0, 0, 0, FpuInit::none, 0};
+
+inline void start_engine(uint32_t srca_cb, uint32_t srcb_cb, uint32_t pack_cb) {
+    compute_kernel_hw_startup(srca_cb, srcb_cb, pack_cb);
+    engine = {srca_cb, srcb_cb, pack_cb, FpuInit::none, 0};
+}
+// The (old, new) reconfigs reprogram nothing when the two CBs share a format (LLK behaviour).
+inline void use_srca(uint32_t cb) {
+    if (cb != engine.srca) {
+        reconfig_data_format_srca(engine.srca, cb);
+        engine.srca = cb;
+    }
+}
+inline void use_srcb(uint32_t cb) {
+    if (cb != engine.srcb) {
+        reconfig_data_format_srcb(engine.srcb, cb);
+        engine.srcb = cb;
+    }
+}
+inline void use_pack(uint32_t cb) {
+    if (cb != engine.pack) {
+        pack_reconfig_data_format(engine.pack, cb);
+        engine.pack = cb;
+    }
+}
+// After an FPU init the helpers do not make (matmul, eltwise, reduce): the next copy re-inits.
+inline void fpu_reconfigured() { engine.fpu = FpuInit::other; }
+
+// Ready to copy tiles of cb into DST (exact for an UnpackToDestFp32 CB and for bf16 data).
+inline void copy_from(uint32_t cb) {
+    use_srca(cb);
+    if (engine.fpu != FpuInit::copy || engine.fpu_cb != cb) {
+        copy_init(cb);
+        engine.fpu = FpuInit::copy;
+        engine.fpu_cb = cb;
+    }
+}
+
+// DST tile dst = tile `tile` of cb.
 inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
-    reconfig_data_format_srca(cb);
-    copy_init(cb);
+    copy_from(cb);
     copy_tile(cb, tile, dst);
 }
 
 // DST tile dst = column 0 of tile `tile` of cb in every column: exact from an UnpackToDestFp32 CB
 // (broadcast inside the fp32 DST); a bf16 CB goes through srcB, also exact.
 inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
-    reconfig_data_format_srca(cb);
-    reconfig_data_format_srcb(cb);
-    unary_bcast_init<BroadcastType::COL>(cb);
+    use_srca(cb);
+    use_srcb(cb);
+    if (engine.fpu != FpuInit::bcast_col || engine.fpu_cb != cb) {
+        unary_bcast_init<BroadcastType::COL>(cb);
+        engine.fpu = FpuInit::bcast_col;
+        engine.fpu_cb = cb;
+    }
     unary_bcast<BroadcastType::COL>(cb, tile, dst);
 }
 
@@ -56,7 +111,7 @@ inline void hand_to_packer() {
 // Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space,
 // inside a hand_to_packer() ... tile_regs_release() bracket.
 inline void pack_tiles_to(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_first = 0, uint32_t dst_stride = 1) {
-    pack_reconfig_data_format(cb);
+    use_pack(cb);
     for (uint32_t i = 0; i < n; ++i) {
         pack_tile<true>(dst_first + i * dst_stride, cb, first + i);
     }

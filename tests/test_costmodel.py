@@ -101,7 +101,7 @@ def test_real_run_merge_charges_column_face_sfpu_calls_half_the_vector_steps(run
     assert {t.steps for t in merge["exp"]} == {16}
     assert {t.steps for t in merge["max"]} == {16, 32}
     exp16 = OpTally(1, 1, steps=16)
-    assert op_cycles("exp", exp16, fidelity) == pytest.approx(40 * 16 + COST.call_init_cycles)
+    assert op_cycles("exp", exp16, fidelity) == pytest.approx(40 * 16 + COST.tile_call_cycles)
 
 
 def _totals(ops) -> dict[tuple[str, int], float]:
@@ -171,14 +171,19 @@ def test_every_cost_constant_names_its_source() -> None:
     assert names <= set(COST_SOURCES), sorted(names - set(COST_SOURCES))
 
 
-def test_half_row_matmul_costs_the_slower_of_unpack_and_hifi2_math_per_tile_plus_init_per_call() -> None:
+def test_half_row_matmul_costs_the_slower_of_unpack_and_hifi2_math_per_tile_plus_the_overhead_per_call() -> None:
     # documented: unpack 2 cycles + 2048 B at 64 B/cycle; matmul 16 cycles x 2 phases x 16/32 rows
     unpack = 2 + 2048 / 64
     math_ = 16 * 2 * 16 / 32
-    expected = 10 * max(unpack, math_) + 2 * 60
+    expected = 10 * max(unpack, math_) + 2 * 20
     assert op_cycles("matmul", OpTally(10, 2, rows=16), "HiFi2") == pytest.approx(expected)
     # HiFi4 on full rows: math (64) now exceeds unpack (34)
-    assert op_cycles("matmul", OpTally(10, 2), "HiFi4") == pytest.approx(10 * 64 + 2 * 60)
+    assert op_cycles("matmul", OpTally(10, 2), "HiFi4") == pytest.approx(10 * 64 + 2 * 20)
+
+
+def test_configuration_calls_cost_init_cycles_each_and_nothing_per_tile() -> None:
+    assert op_cycles("init", OpTally(7, 7), "HiFi2") == pytest.approx(7 * 60)
+    assert op_cycles("init", OpTally(0, 3), "HiFi4") == pytest.approx(3 * 60)
 
 
 def test_bf16_exp_runs_22_instructions_per_vector_step_and_vector_mode_r_halves_the_steps() -> None:

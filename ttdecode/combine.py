@@ -29,6 +29,8 @@ addresses, first tile row, tile rows), compute (tile rows).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -342,6 +344,22 @@ class CombineOps:
     packs: int
     dram_read_bytes: int
     dram_write_bytes: int
+    inits: int = 0     # configuration calls (op inits, data-format reconfigs), see combine_init_count
+
+
+@functools.lru_cache(maxsize=None)
+def combine_init_count(partials: int, dv_tiles: int, in_dtype: DataType = DataType.bfloat16,
+                       out_dtype: DataType = DataType.bfloat16) -> int:
+    """Configuration calls (op inits, data-format reconfigs) the compute kernel makes per tile row,
+    counted by one run of the kernels on the host runtime: one tile row on one core, minus its
+    hardware start-up. Which reconfigs the chip skips depends on which CBs share a data format, so
+    the count is read from a run rather than written as a formula."""
+    import torch
+
+    outs = torch.zeros(partials, 1, 1, 8, dv_tiles * TILE)
+    lses = torch.zeros(partials, 1, 1, 8)
+    _, _, res = run_combine(outs, lses, in_dtype=in_dtype, out_dtype=out_dtype, max_cores=1, return_result=True)
+    return int(res.counters.tiles("init")) - 1
 
 
 def combine_op_counts(partials: int, dv_tiles: int, in_dtype: DataType = DataType.bfloat16,
@@ -367,4 +385,5 @@ def combine_op_counts(partials: int, dv_tiles: int, in_dtype: DataType = DataTyp
         packs=first[3] + (n - 1) * later[3] + fin_packs,
         dram_read_bytes=n * (formats.tile_size(DataType.float32) + dv * formats.tile_size(in_dtype)),
         dram_write_bytes=formats.tile_size(DataType.float32) + dv * formats.tile_size(out_dtype),
+        inits=combine_init_count(n, dv, in_dtype, out_dtype),
     )

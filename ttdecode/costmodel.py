@@ -3,7 +3,7 @@
 The project's only timing model. Besides bandwidth and FPU throughput it charges DRAM latency per
 read barrier, the request issue rate, the per-core read plateau, the efficiency of interleaved
 tile-by-tile reads, unpack and pack per tile, SFPU cycles counted from the LLK instruction
-sequences, a per-call init/reconfig cost, CB and semaphore handshakes and the kernel launch. All
+sequences, a per-tile-call overhead and a cost per configuration call (init / reconfig), CB and semaphore handshakes and the kernel launch. All
 results are MODEL ESTIMATES, not device measurements. Its users: `perf/sweep_flash_decode.py`,
 `perf/bench_llama.py` and the per-chip term of `ttdecode.distributed.cost`.
 
@@ -20,7 +20,8 @@ Per core (cycles of the 1 GHz clock):
 - reader: for every read-barrier group, ``latency + max(bytes / plateau, requests x issue)``; a bank
   floor ``bank_load / (peak/12 x efficiency)`` over all cores sharing the banks (the whole step's
   DRAM traffic, efficiency depending on interleaved vs bank-local placement).
-- compute: per op, ``tiles x max(unpack, math) + calls x init``, pack as its own op; SFPU math per tile from the
+- compute: per op, ``tiles x max(unpack, math) + tile calls x call overhead``, pack as its own op, every
+  configuration call (init, reconfig) ``init_cycles``; SFPU math per tile from the
   instruction counts x the vector steps the call runs (32 for a full tile, 16 for VectorMode::R).
 - the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
   chunk of the shorter stage is not hidden) + CB handshakes.
@@ -72,7 +73,8 @@ class CostConstants:
     semaphore_handshake_cycles: float = 100.0  # ASSUMED
     cb_handshake_cycles: float = 20.0  # ASSUMED, per cb push/wait pair
     launch_cycles: float = 2000.0  # ASSUMED, see sources
-    call_init_cycles: float = 60.0  # ASSUMED: init + reconfig of one LLK call
+    tile_call_cycles: float = 20.0  # ASSUMED: the TRISC overhead of one LLK tile call
+    init_cycles: float = 60.0  # ASSUMED: one configuration call (an op's init, a data-format reconfig)
     unpack_address_cycles: float = 2.0
     unpack_bytes_per_cycle: float = 64.0
     pack_bytes_per_cycle: float = 32.0  # ASSUMED
@@ -119,8 +121,12 @@ COST_SOURCES: dict[str, str] = {
     "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
     "launch_cycles": "ASSUMED: 2 us of program launch / firmware start / kernel exit inside the device kernel "
                      "time (no published figure found); NOT fitted; the short-context error is dominated by it",
-    "call_init_cycles": "ASSUMED: one LLK call's init and data-format reconfig (unpack/math/pack config writes and "
-                        "TRISC sync), ~60 cycles; tt-metal keeps these inside its block helpers",
+    "tile_call_cycles": "ASSUMED: the instructions a TRISC issues around one LLK tile call (address setup, MOP "
+                        "start, semaphore / context toggles, the Dst address clear), ~20 cycles; charged per tile call "
+                        "(copy_tile, exp_tile, pack_tile, one matmul_block, ...) in both kernels",
+    "init_cycles": "ASSUMED: one configuration call (an op's *_init, a data-format reconfig: unpack/math/pack "
+                   "config writes behind a stall), ~60 cycles; ours counted by the runtime (op 'init'), tt-metal's "
+                   "one per op block of its compute kernel",
     "unpack_address_cycles": "2 cycles of address calculation per unpack (tt-isa-documentation UNPACR_Regular.md)",
     "unpack_bytes_per_cycle": "L1 fetch at up to 64 B/cycle per unpacker (UNPACR_Regular.md: 16/32/64 B per cycle "
                               "by format; 64 taken for 16-bit data)",
@@ -223,6 +229,8 @@ def op_class(op: str) -> str:
     """The breakdown class of a compute op: matmul, sfpu, eltwise (incl. copies) or reduce."""
     if op == "matmul":
         return "matmul"
+    if op == "init":
+        return "init"
     if op in SFPU_OPS:
         return "sfpu"
     if op.startswith("reduce"):
@@ -318,19 +326,22 @@ def _math_tile_cycles(op: str, t: OpTally, phases: int, c: CostConstants) -> flo
 
 
 def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> float:
-    """Cycles of `t.tiles` tiles of `op` in `t.calls` calls: per tile the slower of unpack and math
-    (their TRISCs pipeline through Dst), plus the per-call init. Packing the results is the op
-    "pack" (tiles x bytes / pack rate + init per call)."""
+    """Cycles of `t.tiles` tiles of `op` in `t.calls` LLK tile calls: per tile the slower of unpack and
+    math (their TRISCs pipeline through Dst), plus the overhead of each call. Packing the results is
+    the op "pack" (tiles x bytes / pack rate + the overhead per call); configuration calls are the op
+    "init" (`calls` of them)."""
     phases = c.fidelity_phases[fidelity]
     frac = t.steps / c.sfpu_steps_per_tile
     unpack = c.unpack_address_cycles + c.intermediate_tile_bytes * frac / c.unpack_bytes_per_cycle
     pack = c.intermediate_tile_bytes * frac / c.pack_bytes_per_cycle
     if op in SFPU_OPS:
         unpack = 0.0  # works on Dst; the copy into Dst is its own op
+    if op == "init":
+        return t.calls * c.init_cycles
     if op == "pack":
-        return t.tiles * pack + t.calls * c.call_init_cycles
+        return t.tiles * pack + t.calls * c.tile_call_cycles
     math = _math_tile_cycles(op, t, phases, c)  # the pack of the results is its own op ("pack")
-    return t.tiles * max(unpack, math) + t.calls * c.call_init_cycles
+    return t.tiles * max(unpack, math) + t.calls * c.tile_call_cycles
 
 
 def _sum_ops(ops: Mapping[str, Sequence[OpTally]], fidelity: str, c: CostConstants) -> dict[str, float]:
@@ -400,8 +411,9 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", half_tile: bool = False) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
-    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; P.V in one matmul_block call
-    per DST block of dst_tiles - 1 Dv tiles), the scale, the exp, the
+    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block
+    call per d and DST block of key tiles, P.V one per DST block of dst_tiles - 1 Dv tiles), the
+    configuration calls of a DST block, the scale, the exp, the
     two copies of the logits (row max, probabilities), the SFPU row max and the subtraction, two
     packs (scores, probabilities); each DST block of dst_tiles - 1 tiles adds one more copy
     (the broadcast max) and one binary op. `half_tile` (<= 16 q rows: the kernel's half_tile):
@@ -410,7 +422,12 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     block = 1 / max(1, dst_tiles - 1)
     rows = 16 if half_tile else 32
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
-    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (d_tiles + pv_calls + 1))],
+    # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
+    qk_calls = d_tiles * block
+    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
+            # per DST block: the Q.K^T and scale inits, the row max's sfpu_reduce and max inits, the
+            # probabilities' copy, broadcast, subtraction and exp inits
+            "init": [OpTally(q_tiles * 8 * block, q_tiles * 8 * block)],
             "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             "max": [OpTally(q_tiles, q_tiles), OpTally(q_tiles * (1 + block), round(q_tiles * (1 + block)), steps=rows)]
@@ -424,7 +441,11 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp") -> dict[str, list[O
     0 and 2, three packs), then l and every O tile (two broadcasts, two copies, a multiply, an
     addcmul, a pack each). Pinned against real runs in tests/test_costmodel.py."""
     rows = dv_tiles + 1
-    return {"copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
+    # inits per q tile row: the factors' two copies, max, subtraction, exp and a srcB reconfig; per
+    # l / O tile a broadcast, a copy, a multiply and an addcmul init
+    inits = q_tiles * (6 + 4 * rows)
+    return {"init": [OpTally(inits, inits)],
+            "copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
             "max": [OpTally(q_tiles * (2 + rows), q_tiles * (2 + rows)), OpTally(q_tiles, q_tiles, steps=16)],
             exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=16)],
             "ternary": [OpTally(q_tiles * rows, q_tiles * rows)],

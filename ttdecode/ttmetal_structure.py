@@ -13,7 +13,9 @@ Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e
   PV matmul         k*dv tiles, one call per output subblock (dv)
   after chunk 1:    sub + exp on 1 tile (max correction), mul 1 (sum), mul_bcast dv, add 1, add dv
   moves             2 copies (max, sum to the ping-pong buffers)
-  packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per op
+  packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per tile
+Tile calls: one per tile (pack_tile, exp_tile, copy_tile, reduce_tile, ...), one per matmul_block
+(per subblock and inner step); inits: one per op block (its reconfig included).
 The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or, before it, linear
 (the root merges the n - 1 workers one after another; the tech report's measurements are of that one).
 Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
@@ -107,31 +109,39 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                 ops: dict[str, list[OpTally]] = defaultdict(list)
                 groups: list[tuple[int, int]] = [(d * BF16_TILE, d)]  # this head's Q tiles
                 for c in range(my_chunks):
-                    _add(ops, "matmul", kt * d, kt, rows, steps)
+                    # (op, tiles, tile calls, inits): one init per op block (its reconfig included)
+                    _add(ops, "matmul", kt * d, d, rows, steps)  # a 1 x kt subblock per inner step
+                    inits = 1
                     if rank == 0 and c == my_chunks - 1:
-                        _add(ops, "add", kt * frac, 1, rows, steps)
-                    _add(ops, "reduce_max", kt * frac, 1, rows, steps)
+                        _add(ops, "add", kt * frac, kt, rows, steps)
+                        inits += 1
+                    _add(ops, "reduce_max", kt * frac, kt, rows, steps)
                     if c:
                         _add(ops, "max", 1 * frac, 1, rows, steps)
-                    _add(ops, "sub_bcast", kt, 1, rows, steps)
-                    _add(ops, "exp_bf16", kt, 1, rows, steps)
-                    _add(ops, "reduce_sum", kt * frac, 1, rows, steps)
-                    _add(ops, "matmul", kt * dv, dv, rows, steps)
+                    _add(ops, "sub_bcast", kt, kt, rows, steps)
+                    _add(ops, "exp_bf16", kt, kt, rows, steps)
+                    _add(ops, "reduce_sum", kt * frac, kt, rows, steps)
+                    _add(ops, "matmul", kt * dv, kt, rows, steps)  # a 1 x dv subblock per inner step
+                    inits += 6 + (1 if c else 0)
                     if c:
                         _add(ops, "sub", 1, 1, rows, steps)
                         _add(ops, "exp_bf16", 1, 1, rows, steps)
                         _add(ops, "mul", 1, 1, rows, steps)
-                        _add(ops, "mul_bcast", dv, 1, rows, steps)
+                        _add(ops, "mul_bcast", dv, dv, rows, steps)
                         _add(ops, "add", 1, 1, rows, steps)
-                        _add(ops, "add", dv, 1, rows, steps)
+                        _add(ops, "add", dv, dv, rows, steps)
+                        inits += 6
                     _add(ops, "copy", 2, 2, rows, steps)
-                    _add(ops, "pack", (2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)) * frac, 6 + (5 if c else 0),
-                         rows, steps)
+                    inits += 2
+                    packed = 2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)
+                    _add(ops, "pack", packed * frac, packed, rows, steps)
+                    _add(ops, "init", 0, inits, rows, steps)
                     groups += [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
                 if rank == 0:
                     _add(ops, "recip", 1, 1, rows, steps)
-                    _add(ops, "mul_bcast", dv, 1, rows, steps)
-                    _add(ops, "copy", dv, 1, rows, steps)
+                    _add(ops, "mul_bcast", dv, dv, rows, steps)
+                    _add(ops, "copy", dv, dv, rows, steps)
+                    _add(ops, "init", 0, 3, rows, steps)
                 kv = my_chunks * kt * (d + dv) * kv_tile
                 per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
                 # K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the
@@ -161,10 +171,12 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
         senders = list(range(1, active))
     path = tuple((msg, noc_hops(CoreCoord(i % gx, i // gx), CoreCoord(0, 0))) for i in senders)
     merge: dict[str, list[OpTally]] = defaultdict(list)
-    for op, tiles, calls in (("copy", 1, 1), ("max", 1, 1), ("sub", 2, 2), ("exp_bf16", 2, 2), ("mul", 2, 2),
-                             ("add", 1, 1), ("copy", dv, 1), ("mul_bcast", 2 * dv, 2), ("add", dv, 1),
-                             ("copy", 2, 2)):
+    # (op, tiles, tile calls, inits) of one merge
+    for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), ("exp_bf16", 2, 2, 2),
+                                    ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
+                                    ("mul_bcast", 2 * dv, 2 * dv, 2), ("add", dv, dv, 1), ("copy", 2, 2, 2)):
         _add(merge, op, tiles, calls, rows, steps)
+        _add(merge, "init", 0, inits, rows, steps)
     counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
               "cores_per_head": per_head}
     return works, Reduction(path, dict(merge)), counts

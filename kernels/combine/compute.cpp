@@ -216,7 +216,7 @@ void finish(const Running& set) {
 void kernel_main() {
     const uint32_t num_rows = get_arg_val<uint32_t>(0);  // tile rows of this core
 
-    compute_kernel_hw_startup(cb_consts, cb_consts, cb_alpha);
+    start_engine(cb_consts, cb_consts, cb_alpha);
     cb_wait_front(cb_consts, 2);
 
     for (uint32_t t = 0; t < num_rows; ++t) {

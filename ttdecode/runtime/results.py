@@ -25,9 +25,10 @@ EVENT_OPS = {
 }
 #: Compute ops counted in tiles (`KernelCounters.tiles`), in the runner's order. "max" counts every
 #: SFPU binary op on DST tiles (binary_max_tile, add/sub/mul_binary_tile); "scalar" the *_unary_tile ops;
-#: "ternary" the SFPU ops on three DST tiles (addcmul_tile).
+#: "ternary" the SFPU ops on three DST tiles (addcmul_tile); "init" the configuration calls (an op's *_init,
+#: a data-format reconfig, reduce_uninit, the hardware start-up), one per call.
 COMPUTE_OPS = ("matmul", "add", "sub", "mul", "add_bcast", "sub_bcast", "mul_bcast", "reduce_max", "reduce_sum",
-               "copy", "exp", "recip", "log", "scalar", "max", "pack", "ternary")
+               "copy", "exp", "recip", "log", "scalar", "max", "pack", "ternary", "init")
 
 
 @dataclass

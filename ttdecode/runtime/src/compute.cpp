@@ -38,8 +38,13 @@ namespace ttrt {
 const char* compute_op_name(int op) {
     static const char* names[kNumComputeOps] = {"matmul", "add", "sub", "mul", "add_bcast", "sub_bcast",
                                                 "mul_bcast", "reduce_max", "reduce_sum", "copy", "exp", "recip",
-                                                "log", "scalar", "max", "pack", "ternary"};
+                                                "log", "scalar", "max", "pack", "ternary", "init"};
     return op >= 0 && op < kNumComputeOps ? names[op] : "?";
+}
+
+void count_init(Kernel& k) {
+    k.counters.op_tiles[OP_INIT] += 1;
+    record(k, EV_COMPUTE, OP_INIT, 1);
 }
 
 ComputeState* new_compute_state(Kernel& k) {
@@ -167,6 +172,7 @@ extern "C" void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb) {
     s.fpu_init = "compute_kernel_hw_startup (no op init yet)";
     s.reduce_mask = false;
     s.started = true;
+    count_init(k);
 }
 
 int cb_format(Kernel& k, uint32_t cb, const char* api) {
@@ -180,15 +186,42 @@ extern "C" void ttrt_reconfig_srca(uint32_t cb) {
     note("reconfig_data_format_srca", "%llu", cb);
     ComputeState& s = cs(cur());
     s.srca = unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srca"));
+    count_init(cur());
 }
 extern "C" void ttrt_reconfig_srcb(uint32_t cb) {
     note("reconfig_data_format_srcb", "%llu", cb);
     ComputeState& s = cs(cur());
     s.srcb = unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srcb"));
+    count_init(cur());
 }
 extern "C" void ttrt_reconfig_pack(uint32_t cb) {
     note("pack_reconfig_data_format", "%llu", cb);
     cs(cur()).pack = cb_format(cur(), cb, "pack_reconfig_data_format");
+    count_init(cur());
+}
+
+// The (old, new) reconfigs of the LLK (llk_unpack_reconfig_data_format_srca/srcb(old, new),
+// llk_pack_reconfig_data_format(old, new)) compare the two CBs' formats and reprogram nothing when
+// they match: the unpacker or packer then keeps whatever it was configured for, even when that is
+// not `old` (a kernel that names the wrong old CB keeps a stale configuration, as on the chip).
+extern "C" void ttrt_reconfig_srca_from(uint32_t old_cb, uint32_t cb) {
+    ComputeState& s = cs(cur());
+    const int from = unpack_key(s, old_cb, cb_format(cur(), old_cb, "reconfig_data_format_srca"));
+    if (from != unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srca"))) ttrt_reconfig_srca(cb);
+    else note("reconfig_data_format_srca", "%llu -> %llu: same format, nothing reprogrammed", old_cb, cb);
+}
+extern "C" void ttrt_reconfig_srcb_from(uint32_t old_cb, uint32_t cb) {
+    ComputeState& s = cs(cur());
+    const int from = unpack_key(s, old_cb, cb_format(cur(), old_cb, "reconfig_data_format_srcb"));
+    if (from != unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srcb"))) ttrt_reconfig_srcb(cb);
+    else note("reconfig_data_format_srcb", "%llu -> %llu: same format, nothing reprogrammed", old_cb, cb);
+}
+extern "C" void ttrt_reconfig_pack_from(uint32_t old_cb, uint32_t cb) {
+    if (cb_format(cur(), old_cb, "pack_reconfig_data_format") != cb_format(cur(), cb, "pack_reconfig_data_format")) {
+        ttrt_reconfig_pack(cb);
+    } else {
+        note("pack_reconfig_data_format", "%llu -> %llu: same format, nothing reprogrammed", old_cb, cb);
+    }
 }
 
 extern "C" void ttrt_tile_regs(int step) {
@@ -222,11 +255,13 @@ extern "C" void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t ic
     if (kind == FPU_COPY || kind == FPU_UNARY_BCAST) s.fpu_b = unpacks_to_dest(s, icb0, uint8_t(df0)) ? 1 : 0;
     s.fpu_init = api;
     if (kind == FPU_REDUCE && b == int(0) /* REDUCE_ROW */) s.reduce_mask = true;
+    count_init(k);
 }
 
 extern "C" void ttrt_reduce_uninit(void) {
     note("reduce_uninit");
     ComputeState& s = cs(cur());
+    count_init(cur());
     s.reduce_mask = false;
     if (s.fpu == FPU_REDUCE) {
         s.fpu = FPU_NONE;

@@ -8,8 +8,11 @@ namespace ttrt {
 
 enum ComputeOp {
     OP_MATMUL, OP_ADD, OP_SUB, OP_MUL, OP_ADD_BCAST, OP_SUB_BCAST, OP_MUL_BCAST, OP_REDUCE_MAX, OP_REDUCE_SUM,
-    OP_COPY, OP_EXP, OP_RECIP, OP_LOG, OP_SCALAR, OP_MAX, OP_PACK, OP_TERNARY, kNumComputeOps
+    OP_COPY, OP_EXP, OP_RECIP, OP_LOG, OP_SCALAR, OP_MAX, OP_PACK, OP_TERNARY, OP_INIT, kNumComputeOps
 };
+// OP_INIT counts configuration calls (an op's *_init, a data-format reconfig, reduce_uninit), one
+// "tile" each: the timing model charges them apart from the tile calls.
+void count_init(Kernel& k);
 const char* compute_op_name(int op);
 
 // FPU configurations set by the *_init calls.

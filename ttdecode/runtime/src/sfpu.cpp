@@ -180,6 +180,7 @@ extern "C" void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* ap
     s.sfpu_param = int(param);
     s.sfpu_init = api;
     program_constants(s, op, flags, param);
+    count_init(k);
 }
 
 static void check_sfpu(ComputeState& s, int op, const char* api) {

@@ -36,6 +36,10 @@ void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb);
 void ttrt_reconfig_srca(uint32_t cb);
 void ttrt_reconfig_srcb(uint32_t cb);
 void ttrt_reconfig_pack(uint32_t cb);
+// The (old, new) forms: reprogram only when the two CBs' formats differ (as the LLK does).
+void ttrt_reconfig_srca_from(uint32_t old_cb, uint32_t cb);
+void ttrt_reconfig_srcb_from(uint32_t old_cb, uint32_t cb);
+void ttrt_reconfig_pack_from(uint32_t old_cb, uint32_t cb);
 void ttrt_tile_regs(int step);  // 0 acquire, 1 commit, 2 wait, 3 release
 // FPU op configuration. kind: see ttrt::FpuKind in engine; a/b: op parameters.
 void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t icb1, const char* api);

@@ -1,5 +1,6 @@
 // Unpacker / packer data-format reconfiguration (tt-metal 0.81.1 signatures). The runtime tracks the
-// configured formats and rejects an unpack or pack through a CB of another format.
+// configured formats and rejects an unpack or pack through a CB of another format. The (old, new)
+// forms reprogram only when the two CBs' formats differ, as the LLK does.
 #pragma once
 
 #include "api/compute/common_globals.h"
@@ -17,19 +18,17 @@ ALWI void reconfig_data_format(
     const uint32_t icb0_new_operand,
     const uint32_t icb1_old_operand,
     const uint32_t icb1_new_operand) {
-    (void)icb0_old_operand;
-    (void)icb1_old_operand;
-    reconfig_data_format<src_order>(icb0_new_operand, icb1_new_operand);
+    constexpr bool reverse = (src_order == SrcOrder::Reverse);
+    ttrt_reconfig_srca_from(reverse ? icb1_old_operand : icb0_old_operand, reverse ? icb1_new_operand : icb0_new_operand);
+    ttrt_reconfig_srcb_from(reverse ? icb0_old_operand : icb1_old_operand, reverse ? icb0_new_operand : icb1_new_operand);
 }
 ALWI void reconfig_data_format_srca(const uint32_t srca_new_operand) { ttrt_reconfig_srca(srca_new_operand); }
 ALWI void reconfig_data_format_srca(const uint32_t srca_old_operand, const uint32_t srca_new_operand) {
-    (void)srca_old_operand;
-    ttrt_reconfig_srca(srca_new_operand);
+    ttrt_reconfig_srca_from(srca_old_operand, srca_new_operand);
 }
 ALWI void reconfig_data_format_srcb(const uint32_t srcb_new_operand) { ttrt_reconfig_srcb(srcb_new_operand); }
 ALWI void reconfig_data_format_srcb(const uint32_t srcb_old_operand, const uint32_t srcb_new_operand) {
-    (void)srcb_old_operand;
-    ttrt_reconfig_srcb(srcb_new_operand);
+    ttrt_reconfig_srcb_from(srcb_old_operand, srcb_new_operand);
 }
 template <bool is_tile_dim_reconfig_en = false>
 ALWI void pack_reconfig_data_format(const uint32_t new_cb_id) {
@@ -37,7 +36,6 @@ ALWI void pack_reconfig_data_format(const uint32_t new_cb_id) {
 }
 template <bool is_tile_dim_reconfig_en = false>
 ALWI void pack_reconfig_data_format(const uint32_t old_cb_id, const uint32_t new_cb_id) {
-    (void)old_cb_id;
-    ttrt_reconfig_pack(new_cb_id);
+    ttrt_reconfig_pack_from(old_cb_id, new_cb_id);
 }
 }  // namespace ckernel
