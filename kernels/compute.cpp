@@ -224,24 +224,21 @@ inline void floor_tile(uint32_t at, uint32_t scratch, uint32_t floor_bits) {
     binary_max_tile(at, scratch, at);
 }
 
-// Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST and reduced by
-// the SFPU (column 0 of DST tile 0 holds the row max; its other columns are undefined and never used).
+// Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST one by one and
+// folded into DST tile 0 by an element-wise max (on the rows `row_mode` covers), then one SFPU row
+// reduction of that tile leaves each row's max in column 0 (its other columns are never used).
 void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
-    constexpr uint32_t block = dst_tiles - 1;
     tile_regs_acquire();
-    for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
-        const uint32_t n = tiles - j0 < block ? tiles - j0 : block;
-        const uint32_t at = j0 == 0 ? 0 : 1;  // later blocks reduce beside the running max in tile 0
-        for (uint32_t j = 0; j < n; ++j) {
-            copy_to_dst(cb_scores, j0 + j, at + j);
-        }
-        sfpu_reduce_init<PoolType::MAX, stat_format>();
-        sfpu_reduce<PoolType::MAX, stat_format, ReduceDim::REDUCE_ROW>(at, n, 1);
-        if (at == 1) {
-            binary_max_tile_init();
+    copy_to_dst(cb_scores, 0, 0);
+    if (tiles > 1) {
+        binary_max_tile_init();
+        for (uint32_t j = 1; j < tiles; ++j) {
+            copy_to_dst(cb_scores, j, 1);
             binary_max_tile(0, 1, 0, row_mode);
         }
     }
+    sfpu_reduce_init<PoolType::MAX, stat_format>();
+    sfpu_reduce<PoolType::MAX, stat_format, ReduceDim::REDUCE_ROW>(0, 1, 1);
     if (old != nullptr) {
         copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();

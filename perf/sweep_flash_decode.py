@@ -149,7 +149,7 @@ def _breakdown_cols(b: Breakdown) -> dict[str, object]:
             "launch_us": round(b.launch_us, 3), "local_us": round(b.local_us, 3), "reader_us": round(b.reader_us, 3),
             "dram_floor_us": round(b.dram_floor_us, 3), "reduction_us": round(b.reduction_us, 3),
             "reduction_share": round(b.reduction_share, 4),
-            **{f"{k}_us": round(comp.get(k, 0.0), 3) for k in ("matmul", "sfpu", "eltwise", "reduce")},
+            **{f"{k}_us": round(comp.get(k, 0.0), 3) for k in ("matmul", "sfpu", "eltwise", "reduce", "init")},
             "kv_bytes": b.kv_bytes, "cores_used": b.cores,
             "pct_of_288": round(100 * b.achieved_gbps * 1e9 / DRAM_PEAK_BYTES_PER_S, 1)}
 
@@ -200,7 +200,7 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
 
 
 COLUMNS = ["sweep", "kernel", "reduction", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
-           "matmul", "sfpu", "eltwise", "reduce", "reduction", "red %", "GB/s", "% 288"]
+           "matmul", "sfpu", "eltwise", "reduce", "init", "reduction", "red %", "GB/s", "% 288"]
 
 
 def print_table(rows: list[dict[str, object]]) -> None:
@@ -211,7 +211,7 @@ def print_table(rows: list[dict[str, object]]) -> None:
         cells = [r["sweep"], r["kernel"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
                  r["cores_used"], f"{r['est_us']:.1f}", f"{r['launch_us']:.1f}", f"{r['local_us']:.1f}",
                  f"{r['reader_us']:.1f}", f"{r['matmul_us']:.1f}", f"{r['sfpu_us']:.1f}", f"{r['eltwise_us']:.1f}",
-                 f"{r['reduce_us']:.1f}", f"{r['reduction_us']:.1f}", f"{100 * float(r['reduction_share']):.1f}",
+                 f"{r['reduce_us']:.1f}", f"{r['init_us']:.1f}", f"{r['reduction_us']:.1f}", f"{100 * float(r['reduction_share']):.1f}",
                  f"{r['achieved_gbps']:.1f}", r["pct_of_288"]]
         print("| " + " | ".join(str(c) for c in cells) + " |")
 

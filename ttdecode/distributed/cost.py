@@ -173,7 +173,8 @@ def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, core
     core_bytes = per_core * (ops.dram_read_bytes + ops.dram_write_bytes)
     work = CoreWork(read_groups=[read_group] * (partials * per_core),
                     bank_bytes=np.full(c.dram_banks, core_bytes / c.dram_banks),
-                    compute={op: [OpTally(per_core * n, per_core * n)] for op, n in counts.items()}, merge={},
+                    compute={op: [OpTally(per_core * n + (op == "init"), per_core * n + (op == "init"))]
+                             for op, n in counts.items()}, merge={},  # init: + the core's hardware start-up
                     chunks=partials * per_core, cb_handshakes=per_core * 2 * partials, kv_bytes=0)
     return evaluate([work] * used, Reduction((), {}), fidelity, c).total_us * 1e-6
 
