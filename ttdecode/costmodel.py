@@ -414,24 +414,24 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block
     call per d and DST block of key tiles, P.V one per DST block of dst_tiles - 1 Dv tiles), the
     configuration calls of a DST block, the scale, the exp, the
-    two copies of the logits (row max, probabilities), the SFPU row max and the subtraction, two
-    packs (scores, probabilities); each DST block of dst_tiles - 1 tiles adds one more copy
-    (the broadcast max) and one binary op. `half_tile` (<= 16 q rows: the kernel's half_tile):
-    the scale, the exp, the subtraction and the block's running max run VectorMode::R (16 vector
-    steps); the SFPU row max (sfpu_reduce) stays on whole tiles. Pinned against real runs in tests/test_costmodel.py."""
+    two copies of the logits (row max, probabilities), the row max's element-wise fold (one SFPU
+    row reduction per chunk, not per tile) and the subtraction, two packs (scores, probabilities);
+    each DST block of dst_tiles - 1 tiles adds one more copy (the broadcast max). `half_tile` (<= 16
+    q rows: the kernel's half_tile): the scale, the exp, the fold and the subtraction run
+    VectorMode::R (16 vector steps). Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = 16 if half_tile else 32
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles * block
     return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
-            # per DST block: the Q.K^T and scale inits, the row max's sfpu_reduce and max inits, the
-            # probabilities' copy, broadcast, subtraction and exp inits
-            "init": [OpTally(q_tiles * 8 * block, q_tiles * 8 * block)],
+            # per DST block: the Q.K^T and scale inits, the probabilities' copy, broadcast, subtraction
+            # and exp inits
+            "init": [OpTally(q_tiles * 6 * block, q_tiles * 6 * block)],
             "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
-            "max": [OpTally(q_tiles, q_tiles), OpTally(q_tiles * (1 + block), round(q_tiles * (1 + block)), steps=rows)]
-            if half_tile else [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            # the row max's element-wise fold and the subtraction of the max
+            "max": [OpTally(2 * q_tiles, 2 * q_tiles, steps=rows)],
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
 
 
