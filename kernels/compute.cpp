@@ -88,8 +88,12 @@ constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_t
 // of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
 // half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
 // hold (un-exponentiated differences) stays in rows that are never output.
-constexpr bool half_tile = get_named_compile_time_arg_val("half_tile") == 1;
+constexpr uint32_t head_rows = get_named_compile_time_arg_val("head_rows");  // T x g, at most 32
+constexpr bool half_tile = head_rows <= 16;
 constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
+// The vector steps per face those ops run (their ITERATIONS): a step covers four rows of a face, even
+// or odd columns, so 2 x ceil(rows / 4) steps cover rows 0 .. head_rows - 1 (8 = the whole face).
+constexpr int row_iterations = half_tile ? 2 * int((head_rows + 3) / 4) : 8;
 // A statistic read only through column 0 (1/l): faces 0 and 2 (VectorMode::C, columns 0-15 of every
 // row), or face 0 alone (VectorMode::None, rows 0-15) with half_tile.
 constexpr VectorMode stat_mode = half_tile ? VectorMode::None : VectorMode::C;
@@ -122,24 +126,29 @@ constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFo
 
 static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, child, e_child)");
 
-// Row-wise SFPU arithmetic on the faces `mode` covers: the LLK functions that sub_binary_tile,
-// add_binary_tile, mul_binary_tile and mul_unary_tile run, called through the LLK's SFPU call macros
-// (those *_tile calls fix VectorMode::RC). Each needs the init of its *_tile call.
+// Row-wise SFPU arithmetic on the faces `mode` covers, row_iterations vector steps per face: the LLK
+// functions that sub_binary_tile, add_binary_tile, mul_binary_tile, binary_max_tile and mul_unary_tile
+// run, called through the LLK's SFPU call macros (those *_tile calls fix VectorMode::RC and 8
+// iterations). Each needs the init of its *_tile call.
 inline void sub_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
-                           (APPROX, ckernel::BinaryOp::SUB, 8, DST_ACCUM_MODE), a, b, out, mode)));
+                           (APPROX, ckernel::BinaryOp::SUB, row_iterations, DST_ACCUM_MODE), a, b, out, mode)));
 }
 inline void add_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
-                           (APPROX, ckernel::BinaryOp::ADD, 8, DST_ACCUM_MODE), a, b, out, mode)));
+                           (APPROX, ckernel::BinaryOp::ADD, row_iterations, DST_ACCUM_MODE), a, b, out, mode)));
 }
 inline void mul_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
-                           (APPROX, ckernel::BinaryOp::MUL, 8, DST_ACCUM_MODE), a, b, out, mode)));
+                           (APPROX, ckernel::BinaryOp::MUL, row_iterations, DST_ACCUM_MODE), a, b, out, mode)));
+}
+inline void max_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
+    MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binary_max_min, (true, row_iterations), a, b, out,
+                           mode)));
 }
 inline void scale_rows(uint32_t idst, uint32_t bits, VectorMode mode) {
     MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
-                          (APPROX, MUL_UNARY, 8, DST_ACCUM_MODE), idst, mode, bits)));
+                          (APPROX, MUL_UNARY, row_iterations, DST_ACCUM_MODE), idst, mode, bits)));
 }
 
 // One set of running tiles: m and l (one tile per q tile row), O (dv_tiles per q tile row).
@@ -234,7 +243,7 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
         binary_max_tile_init();
         for (uint32_t j = 1; j < tiles; ++j) {
             copy_to_dst(cb_scores, j, 1);
-            binary_max_tile(0, 1, 0, row_mode);
+            max_rows(0, 1, 0, row_mode);
         }
     }
     sfpu_reduce_init<PoolType::MAX, stat_format>();
@@ -242,7 +251,7 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     if (old != nullptr) {
         copy_to_dst(old->max, qi, 1);
         binary_max_tile_init();
-        binary_max_tile(0, 1, 0, row_mode);
+        max_rows(0, 1, 0, row_mode);
     }
     if constexpr (guard_empty_rows) {
         floor_tile(0, 1, LOWEST_FLOAT_BITS);
@@ -262,7 +271,7 @@ void chunk_alpha(uint32_t qi, const Running& old, const Running& next, bool fini
     broadcast_column(next.max, qi, 1);
     sub_binary_tile_init();
     sub_rows(0, 1, 0, row_mode);
-    exp_block<exp_approx>(1, 0, row_mode);
+    exp_block<exp_approx, row_iterations>(1, 0, row_mode);
     pack_block(cb_alpha, 0, 1);
     const uint32_t pages = finish ? 1 : 2;
     cb_push_back(cb_alpha, pages);
@@ -286,7 +295,7 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         for (uint32_t j = 0; j < n; ++j) {
             sub_rows(j, n, j, row_mode);
         }
-        exp_block<exp_approx>(n, 0, row_mode);
+        exp_block<exp_approx, row_iterations>(n, 0, row_mode);
         pack_block(cb_probs, j0, n);
     }
     cb_push_back(cb_probs, max_chunk_tiles);

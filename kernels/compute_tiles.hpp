@@ -93,12 +93,13 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
 }
 
 // dst = exp(dst) for DST tiles [first, first + n), in the accurate or the approximate algorithm, on
-// the faces `mode` covers (RC all four; R faces 0-1 = rows 0-15).
-template <bool approx>
+// the faces `mode` covers (RC all four; R faces 0-1 = rows 0-15), `iterations` vector steps per face
+// (8: whole faces; fewer: the first 2 x 4 rows per pair of steps).
+template <bool approx, int iterations = 8>
 inline void exp_block(uint32_t n, uint32_t first = 0, VectorMode mode = VectorMode::RC) {
     exp_tile_init<approx>();
     for (uint32_t i = first; i < first + n; ++i) {
-        exp_tile<approx>(i, mode);
+        exp_tile<approx, false, InputClamping::ClampToNegative, iterations>(i, mode);
     }
 }
 

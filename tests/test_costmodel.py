@@ -140,16 +140,16 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_real_run() -> None
     _, long = _one_piece_compute(223)
     per_tile = {key: (_totals(long).get(key, 0) - _totals(short).get(key, 0)) / 6
                 for key in set(_totals(long)) | set(_totals(short))}
-    half = plan.num_tokens * plan.group_size <= 16  # 8 q heads: the exp runs VectorMode::R
-    want = _totals(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, half_tile=half))
-    assert half
-    for key in (("matmul", 32), ("exp", 16), ("scalar", 16), ("pack", 32)):
+    rows = plan.num_tokens * plan.group_size  # 8 q heads: rows 0-7 of faces 0-1, 4 steps each
+    want = _totals(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, head_rows=rows))
+    assert rows == 8
+    for key in (("matmul", 32), ("exp", 8), ("scalar", 8), ("pack", 32)):
         assert per_tile[key] == want[key], key
-    for key in (("copy", 32), ("max", 16)):
+    for key in (("copy", 32), ("max", 8)):
         assert per_tile[key] == pytest.approx(want[key], rel=0.05), key
     cycles = lambda ops: sum(op_cycles(op, t, "HiFi2") for op, ts in ops.items() for t in ts)  # noqa: E731
     measured = (cycles(long) - cycles(short)) / 6
-    assert cycles(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, half_tile=half)) == pytest.approx(
+    assert cycles(chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, head_rows=rows)) == pytest.approx(
         measured, rel=0.05)
 
 
@@ -255,10 +255,12 @@ def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fill
     assert sum(t.tiles for t in works[0].compute["matmul"]) == 4 * (8 * 4 + 8 * 4)
 
 
-@pytest.mark.parametrize("tokens,heads,faces", [(1, 8, 2), (2, 8, 2), (3, 8, 4), (1, 32, 4)])
-def test_softmax_exps_run_on_faces_0_1_only_when_tokens_x_group_fit_16_rows(tokens, heads, faces) -> None:
-    """The rows that hold heads are tokens x group_size: at most 16 lie in faces 0-1 (VectorMode::R,
-    2 faces recorded per exp call); 24 or 32 rows need all four faces."""
+@pytest.mark.parametrize("tokens,heads,steps", [(1, 4, 4), (1, 8, 8), (1, 12, 12), (2, 8, 16), (3, 8, 32), (1, 32, 32)])
+def test_softmax_exps_run_only_the_vector_steps_of_the_rows_that_hold_heads(tokens, heads, steps) -> None:
+    """The rows that hold heads are tokens x group_size. A vector step covers four rows of a face (even
+    or odd columns, SFPLOAD.md), so up to 16 rows take faces 0-1 (VectorMode::R) with 2 steps per four
+    rows each: 4 rows 2 x 2 steps, 8 rows 2 x 4, 12 rows 2 x 6, 16 rows 2 x 8; 24 or 32 rows all four
+    faces (32 steps)."""
     b, d, s = 1, 32, 64
     g = torch.Generator().manual_seed(3)
     q = from_torch(torch.randn(tokens, b, heads, d, generator=g))
@@ -268,4 +270,4 @@ def test_softmax_exps_run_on_faces_0_1_only_when_tokens_x_group_fit_16_rows(toke
                      num_tokens=tokens, grid=(1, 1))
     _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings())
     works, _, _ = work_from_counters(plan, result.counters)
-    assert {t.steps for t in works[0].compute["exp"]} == {8 * faces}
+    assert {t.steps for t in works[0].compute["exp"]} == {steps}

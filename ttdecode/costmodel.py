@@ -45,7 +45,7 @@ from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
            "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
            "work_from_counters", "op_class", "Message", "noc_hops", "writer_messages",
-           "match_tree", "chunk_tile_ops", "merge_ops", "split_floor_tiles"]
+           "match_tree", "chunk_tile_ops", "merge_ops", "split_floor_tiles", "row_steps"]
 
 _OP = {name: code for code, name in EVENT_OPS.items()}
 
@@ -408,19 +408,28 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
 # ---- our kernels' split: how many key tiles a piece must hold for one more tree round to pay ------
 
 
+def row_steps(head_rows: int) -> int:
+    """Vector steps of a row-wise SFPU call of our chunk for `head_rows` q rows holding heads
+    (kernels/compute.cpp): VectorMode::R on faces 0-1 with 2 x ceil(rows / 4) steps per face when
+    they fit 16 rows (a step covers four rows, even or odd columns), else the whole tile (32)."""
+    if head_rows > 16:
+        return 32
+    return 2 * 2 * -(-head_rows // 4)
+
+
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
-                   exp: str = "exp", half_tile: bool = False) -> dict[str, list[OpTally]]:
+                   exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
     q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block
     call per d and DST block of key tiles, P.V one per DST block of dst_tiles - 1 Dv tiles), the
     configuration calls of a DST block, the scale, the exp, the
     two copies of the logits (row max, probabilities), the row max's element-wise fold (one SFPU
     row reduction per chunk, not per tile) and the subtraction, two packs (scores, probabilities);
-    each DST block of dst_tiles - 1 tiles adds one more copy (the broadcast max). `half_tile` (<= 16
-    q rows: the kernel's half_tile): the scale, the exp, the fold and the subtraction run
-    VectorMode::R (16 vector steps). Pinned against real runs in tests/test_costmodel.py."""
+    each DST block of dst_tiles - 1 tiles adds one more copy (the broadcast max). `head_rows` (the
+    q rows holding heads, tokens x group): the scale, the exp, the fold and the subtraction run
+    `row_steps(head_rows)` vector steps. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
-    rows = 16 if half_tile else 32
+    rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles * block
@@ -454,7 +463,7 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp") -> dict[str, list[O
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
-                      half_tile: bool = False) -> int:
+                      head_rows: int = 32) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
@@ -462,7 +471,7 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
     Llama's default); `hops` a typical parent-child distance on the grid."""
     exp = "exp" if fp32_dest_acc_en else "exp_bf16"
-    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, half_tile), fidelity,
+    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows), fidelity,
                         c).values())
     merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp), fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 4096
@@ -483,7 +492,7 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
     cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32); an
-    SFPU call runs 8 vector steps per face its VectorMode covers (the event's flag: RC 4, R/C 2). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
+    SFPU call runs the vector steps recorded in the event's flag (faces its VectorMode covers x ITERATIONS). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
     """
     cb = {spec.name: spec.index for spec in plan.circular_buffers}
     kv_tile = tile_size(plan.kv_dtype)
@@ -532,9 +541,9 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                 elif op == _OP["compute"]:
                     name = COMPUTE_OPS[peer]
                     name = exp_name if name == "exp" else name
-                    # an SFPU call's flag = the faces its VectorMode covers (8 vector steps each)
-                    faces = int(e["flag"]) if name in SFPU_OPS else 0
-                    steps = 8 * faces if faces else COST.sfpu_steps_per_tile
+                    # an SFPU call's flag = the vector steps it runs (faces its VectorMode covers x ITERATIONS)
+                    flag = int(e["flag"]) if name in SFPU_OPS else 0
+                    steps = flag if flag else COST.sfpu_steps_per_tile
                     t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]), steps=steps)
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())

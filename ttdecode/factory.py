@@ -277,8 +277,9 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         mla=int(plan.mla),                           # P . V reads its V tiles out of the K slot
         has_attn_mask=int(plan.has_attn_mask),       # attn_mask tiles added to the scores
         guard_empty_rows=int(plan.guard_empty_rows),  # floor the row max and sum (rows that may see no key)
-        # the q rows holding heads (T x g) fit faces 0-1 of a q tile: row-wise SFPU ops run VectorMode::R
-        half_tile=int(plan.num_tokens * plan.group_size <= TILE // 2),
+        # the q rows holding heads in a q tile (T x g, at most 32): with <= 16 the row-wise SFPU ops run
+        # VectorMode::R on just those rows
+        head_rows=min(plan.num_tokens * plan.group_size, TILE),
     )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 

@@ -616,7 +616,7 @@ def make_plan(
 
         floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
                                   fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
-                                  half_tile=num_tokens * (num_q_heads // num_kv_heads) <= TILE // 2)
+                                  head_rows=min(num_tokens * (num_q_heads // num_kv_heads), TILE))
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,

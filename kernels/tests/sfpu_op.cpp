@@ -8,6 +8,8 @@
 //   PRE_EXP_APPROX: exp_tile<true> on tile d before the op (its results, denormals included, feed it).
 //   LLK_CALL (OP_MUL_S, OP_ADD_B, OP_SUB_B, OP_MUL_B): the op's LLK function through the LLK's
 //   SFPU_UNARY_CALL / SFPU_BINARY_CALL macro on the faces of VECTOR_MODE, instead of the *_tile call.
+//   SFPU_ITERATIONS=<1..8> (default 8): the vector steps per face of OP_EXP, OP_MAX (LLK_CALL) and the
+//   LLK_CALL ops.
 // Compile-time args: tiles, DST index d.
 #include <cstdint>
 
@@ -39,6 +41,9 @@ constexpr bool exp_approx = false;
 #endif
 #ifndef VECTOR_MODE
 #define VECTOR_MODE RC
+#endif
+#ifndef SFPU_ITERATIONS
+#define SFPU_ITERATIONS 8
 #endif
 
 static void emit(uint32_t d) {
@@ -74,7 +79,7 @@ void kernel_main() {
 #ifdef EXP_SCALE
         exp_tile<exp_approx, true>(d, VectorMode::VECTOR_MODE, EXP_SCALE);
 #else
-        exp_tile<exp_approx>(d, VectorMode::VECTOR_MODE);
+        exp_tile<exp_approx, false, InputClamping::ClampToNegative, SFPU_ITERATIONS>(d, VectorMode::VECTOR_MODE);
 #endif
 #elif defined(OP_RECIP)
 #if defined(RECIP_APPROXIMATE)
@@ -98,7 +103,7 @@ void kernel_main() {
         sub_unary_tile(d, SCALAR_BITS);
 #elif defined(OP_MUL_S) && defined(LLK_CALL)
         MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
-                              (APPROX, MUL_UNARY, 8, DST_ACCUM_MODE), d, VectorMode::VECTOR_MODE, SCALAR_BITS)));
+                              (APPROX, MUL_UNARY, SFPU_ITERATIONS, DST_ACCUM_MODE), d, VectorMode::VECTOR_MODE, SCALAR_BITS)));
 #elif defined(OP_MUL_S)
         mul_unary_tile(d, SCALAR_BITS);
 #elif defined(OP_DIV_S)
@@ -106,6 +111,10 @@ void kernel_main() {
 #else
         rsub_unary_tile(d, SCALAR_BITS);
 #endif
+#elif defined(OP_MAX) && defined(LLK_CALL)
+        binary_max_tile_init();
+        MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binary_max_min, (true, SFPU_ITERATIONS), d, d + 1, d,
+                               VectorMode::VECTOR_MODE)));
 #elif defined(OP_MAX)
         binary_max_tile_init();
         binary_max_tile(d, d + 1, d);
@@ -121,17 +130,17 @@ void kernel_main() {
 #if defined(OP_ADD_B) && defined(LLK_CALL)
         add_binary_tile_init();
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
-                               (APPROX, ckernel::BinaryOp::ADD, 8, DST_ACCUM_MODE, rounding), d, d + 1, d,
+                               (APPROX, ckernel::BinaryOp::ADD, SFPU_ITERATIONS, DST_ACCUM_MODE, rounding), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_SUB_B) && defined(LLK_CALL)
         sub_binary_tile_init();
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
-                               (APPROX, ckernel::BinaryOp::SUB, 8, DST_ACCUM_MODE, rounding), d, d + 1, d,
+                               (APPROX, ckernel::BinaryOp::SUB, SFPU_ITERATIONS, DST_ACCUM_MODE, rounding), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_MUL_B) && defined(LLK_CALL)
         mul_binary_tile_init();
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
-                               (APPROX, ckernel::BinaryOp::MUL, 8, DST_ACCUM_MODE), d, d + 1, d,
+                               (APPROX, ckernel::BinaryOp::MUL, SFPU_ITERATIONS, DST_ACCUM_MODE), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_ADD_B)
         add_binary_tile_init();

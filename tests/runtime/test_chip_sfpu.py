@@ -165,6 +165,47 @@ def test_exp_vector_mode_processes_only_its_faces(mode, rows, cols):
     assert_bits_equal(got, want, x)
 
 
+def _steps_mask(mode: str, iterations: int) -> np.ndarray:
+    """The lanes an SFPU call covers, from the ISA description alone: the LLK applies the function to
+    the faces of the VectorMode (RC all, R 0-1, C 0 and 2, None 0), each application runs ITERATIONS
+    vector steps, and step i (SFPLOAD.md: an aligned group of four Dst rows, even or odd columns; the
+    LLK's dst_reg++ advances 2 address units) covers face rows 4*(i//2)..4*(i//2)+3, columns of parity i%2."""
+    faces = {"RC": (0, 1, 2, 3), "R": (0, 1), "C": (0, 2), "None": (0,)}[mode]
+    m = np.zeros((32, 32), bool)
+    for f in faces:
+        r0, c0 = 16 * (f // 2), 16 * (f % 2)
+        for i in range(iterations):
+            rows = slice(r0 + 4 * (i // 2), r0 + 4 * (i // 2) + 4)
+            m[rows, c0 + (i % 2):c0 + 16:2] = True
+    return m
+
+
+@pytest.mark.parametrize("mode,iterations", [("R", 4), ("R", 2), ("RC", 3), ("C", 6), ("None", 1), ("R", 8)])
+def test_exp_iterations_process_only_their_vector_steps_of_each_face(mode, iterations):
+    (x,), got = run_sfpu("exp", [EXP_SWEEP], True, {"VECTOR_MODE": mode, "SFPU_ITERATIONS": str(iterations)})
+    m = _steps_mask(mode, iterations)
+    want = np.where(m, ref.exp_fp32_accurate(x), x)
+    assert_bits_equal(got, want, x)
+
+
+@pytest.mark.parametrize("op", ["sub_b", "mul_s", "max"])
+@pytest.mark.parametrize("mode,iterations", [("R", 4), ("R", 6), ("RC", 2)])
+def test_llk_sfpu_call_iterations_cover_four_rows_and_one_column_parity_per_step(op, mode, iterations):
+    p = np.float32(0.3)
+    defines = {"LLK_CALL": "1", "VECTOR_MODE": mode, "SFPU_ITERATIONS": str(iterations),
+               "SCALAR_BITS": str(int(ref.bits(p)[0]))}
+    seen, got = run_sfpu(op, [POS_SWEEP] if op == "mul_s" else [B_IN, B_IN2], True, defines)
+    la = ref.load(seen[0], True)
+    if op == "mul_s":
+        full = ref.mad(la, p, 0)
+    elif op == "sub_b":
+        full = ref.mad(ref.load(seen[1], True), -1, la)
+    else:
+        full = ref.smax(la, ref.load(seen[1], True))
+    want = np.where(_steps_mask(mode, iterations), ref.store(full, True), np.asarray(seen[0], np.float32))
+    assert_bits_equal(got, want, seen[0])
+
+
 def test_approximate_and_accurate_exp_differ_where_the_llk_says():
     x = np.array([0.0, -100.0, -88.3, 1.0], np.float32)
     (_,), acc = run_sfpu("exp", [x], True)

@@ -188,22 +188,34 @@ static void check_sfpu(ComputeState& s, int op, const char* api) {
     fail(std::string(api) + ": the SFPU is configured by " + s.sfpu_init + " (call this op's init first)");
 }
 
-// The values an SFPU call processes under the LLK's VectorMode: RC all four faces, R faces 0 and 1
-// (rows 0-15), C faces 0 and 2 (columns 0-15), None face 0; each face call runs 8 iterations of 32
-// lanes, i.e. the whole face.
-static void region(int vector_mode, uint32_t& r1, uint32_t& c1) {
-    r1 = 32, c1 = 32;
-    if (vector_mode == 1) r1 = 16;
-    else if (vector_mode == 2) c1 = 16;
-    else if (vector_mode != 4) r1 = c1 = 16;
-}
+// The values an SFPU call processes under the LLK's VectorMode and ITERATIONS. The LLK applies the
+// function per face: RC faces 0-3, R faces 0 and 1 (rows 0-15), C faces 0 and 2 (columns 0-15), None
+// face 0 (llk_math_eltwise_sfpu_common.h). Each application runs ITERATIONS vector steps from the
+// face's first row: a step is one SFPLOAD / SFPSTORE of 32 lanes, the even or the odd columns of an
+// aligned group of four Dst rows (tt-isa-documentation SFPLOAD.md: the address's top bits pick the
+// four rows, the next bit the column parity), and the LLK advances 2 address units per step, so step
+// i covers face rows 4 * (i / 2) .. + 3, columns of parity i % 2. 8 steps cover the whole face.
+struct Lanes {
+    uint32_t r1, c1;  // the faces' extent in the tile
+    int iterations;   // steps per face (1..8)
+    bool covers(uint32_t r, uint32_t c) const {
+        return r < r1 && c < c1 && int(((r % 16) / 4) * 2 + (c & 1)) < iterations;
+    }
+    // Vector steps the call runs: faces x ITERATIONS (the compute event's flag; the cost model charges them).
+    uint8_t steps() const { return uint8_t((r1 / 16) * (c1 / 16) * iterations); }
+};
 
-// Faces an SFPU call runs its function on (RC 4, R and C 2, None 1): recorded as the compute event's
-// flag, so the cost model charges 8 vector steps per face (llk_math_eltwise_sfpu_common.h).
-static uint8_t faces_of(int vector_mode) {
-    uint32_t r1, c1;
-    region(vector_mode, r1, c1);
-    return uint8_t((r1 / 16) * (c1 / 16));
+static Lanes lanes_of(int vector_mode, int flags, const char* api) {
+    Lanes l{32, 32, (flags >> TTRT_SFPU_ITERATIONS_SHIFT_) & 15};
+    if (l.iterations == 0) l.iterations = 8;
+    if (l.iterations > 8) {
+        fail(std::string(api) + ": ITERATIONS " + std::to_string(l.iterations) +
+             " runs past the face (8 vector steps cover a 16x16 face)");
+    }
+    if (vector_mode == 1) l.r1 = 16;
+    else if (vector_mode == 2) l.c1 = 16;
+    else if (vector_mode != 4) l.r1 = l.c1 = 16;
+    return l;
 }
 
 static void check_defined(ComputeState& s, uint32_t d, const char* api) {
@@ -215,18 +227,17 @@ static void check_defined(ComputeState& s, uint32_t d, const char* api) {
 
 // Applies `f` (value loaded from DST -> value to store) to the lanes of `t` that `vector_mode` covers.
 template <class F>
-static void for_lanes(float* t, int vector_mode, bool fp32_dst, F f) {
-    uint32_t r1, c1;
-    region(vector_mode, r1, c1);
-    for (uint32_t r = 0; r < r1; ++r)
-        for (uint32_t c = 0; c < c1; ++c) {
+static void for_lanes(float* t, const Lanes& lanes, bool fp32_dst, F f) {
+    for (uint32_t r = 0; r < lanes.r1; ++r)
+        for (uint32_t c = 0; c < lanes.c1; ++c) {
+            if (!lanes.covers(r, c)) continue;
             float& x = t[r * 32 + c];
             x = store(f(load(x, fp32_dst)), fp32_dst);
         }
 }
 
 // A unary op on the lanes of DST tile `t` (the op's switch outside the lane loop).
-static void unary_tile(int op, float* t, int vector_mode, bool fp32_dst, uint32_t param, int flags, const Consts& kc) {
+static void unary_tile(int op, float* t, const Lanes& vector_mode, bool fp32_dst, uint32_t param, int flags, const Consts& kc) {
     const bool fp32 = flags & F_FP32, approx = flags & F_APPROX;
     const float p = from_bits(param);
     const uint16_t scale = uint16_t(param);
@@ -286,10 +297,11 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     check_sfpu(s, op, api);
     float* t = dst_tile(k, s, idst, api);
     check_defined(s, idst, api);
-    unary_tile(op, t, vector_mode, k.fp32_acc, param, flags, s.sfpu_consts);
+    const Lanes lanes = lanes_of(vector_mode, flags, api);
+    unary_tile(op, t, lanes, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
     k.counters.op_tiles[opc] += 1;
-    record(k, EV_COMPUTE, uint16_t(opc), 1, faces_of(vector_mode));
+    record(k, EV_COMPUTE, uint16_t(opc), 1, lanes.steps());
 }
 
 // One lane of a binary op on two DST values (calculate_sfpu_binary, _binary_mul, _binary_max_min).
@@ -325,16 +337,16 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
     check_defined(s, i1, api);
     if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
     const bool fp32_dst = k.fp32_acc;
-    uint32_t r1, c1;
-    region(vector_mode, r1, c1);
-    for (uint32_t r = 0; r < r1; ++r)
-        for (uint32_t c = 0; c < c1; ++c) {
+    const Lanes lanes = lanes_of(vector_mode, flags, api);
+    for (uint32_t r = 0; r < lanes.r1; ++r)
+        for (uint32_t c = 0; c < lanes.c1; ++c) {
+            if (!lanes.covers(r, c)) continue;
             const uint32_t i = r * 32 + c;
             out[i] = store(binary_lane(op, load(a[i], fp32_dst), load(b[i], fp32_dst), flags), fp32_dst);
         }
     s.defined[o] = true;
     k.counters.op_tiles[OP_MAX] += 1;
-    record(k, EV_COMPUTE, OP_MAX, 1, faces_of(vector_mode));
+    record(k, EV_COMPUTE, OP_MAX, 1, lanes.steps());
 }
 
 // addcmul_tile (ckernel_sfpu_addcmul.h, calculate_addcmul): out = in0 + (value * in1) * in2, per lane
@@ -358,10 +370,10 @@ extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2,
     if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
     const bool fp32_dst = k.fp32_acc, fp32 = flags & F_FP32;
     const float value = from_bits(param);
-    uint32_t r1, c1;
-    region(vector_mode, r1, c1);
-    for (uint32_t r = 0; r < r1; ++r)
-        for (uint32_t col = 0; col < c1; ++col) {
+    const Lanes lanes = lanes_of(vector_mode, flags, api);
+    for (uint32_t r = 0; r < lanes.r1; ++r)
+        for (uint32_t col = 0; col < lanes.c1; ++col) {
+            if (!lanes.covers(r, col)) continue;
             const uint32_t i = r * 32 + col;
             const float prod = mad(value, load(b[i], fp32_dst), 0.f);
             const float res = mad(prod, load(c[i], fp32_dst), load(a[i], fp32_dst));
@@ -369,7 +381,7 @@ extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2,
         }
     s.defined[o] = true;
     k.counters.op_tiles[OP_TERNARY] += 1;
-    record(k, EV_COMPUTE, OP_TERNARY, 1, faces_of(vector_mode));
+    record(k, EV_COMPUTE, OP_TERNARY, 1, lanes.steps());
 }
 
 }  // namespace ttrt

@@ -20,6 +20,8 @@ enum Flag : int {
     F_FAST_APPROX = 16,  // log_tile's fast_and_approx
     F_CLAMP_NEG = 32,    // exp's InputClamping::ClampToNegative
 };
+// The call's ITERATIONS in bits 8-11 (0 = 8, whole faces): ttrt_sfpu_iterations_flag in ttrt/sfpu_flags.h.
+constexpr int TTRT_SFPU_ITERATIONS_SHIFT_ = 8;
 
 inline uint32_t u32(float f) {
     uint32_t u;

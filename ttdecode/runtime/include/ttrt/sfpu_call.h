@@ -7,7 +7,8 @@
 // Here `::ckernel::sfpu::FN<...>` names a descriptor of the runtime's op for that function and those
 // template arguments, and the params call runs it on the faces of the VectorMode, exactly as the
 // corresponding *_tile API call does on all four. Only the functions below exist (every other one
-// fails to compile), each with ITERATIONS = 8 (one face per application, as the *_tile calls pass).
+// fails to compile). ITERATIONS (1..8, 8 as the *_tile calls pass) is the number of vector steps per
+// face application: step i covers face rows 4 * (i / 2) .. + 3, the even (i even) or odd columns.
 #pragma once
 
 #include <cstdint>
@@ -33,14 +34,21 @@ template <BinaryOp op, int iterations>
 constexpr int ttrt_add_sub_code() {
     static_assert(op == BinaryOp::ADD || op == BinaryOp::SUB,
                   "calculate_sfpu_binary: only BinaryOp::ADD and SUB are modelled by the host runtime");
-    static_assert(iterations == 8, "SFPU call: ITERATIONS other than 8 (one face per application) is not modelled");
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
     return op == BinaryOp::ADD ? 11 /*SF_ADD_B*/ : 12 /*SF_SUB_B*/;
+}
+
+template <bool is_max, int iterations>
+constexpr int static_assert_max() {
+    static_assert(is_max, "calculate_binary_max_min: only IS_MAX_OP = true is modelled by the host runtime");
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
+    return 0;
 }
 
 template <BinaryOp op, int iterations>
 constexpr int ttrt_mul_code() {
     static_assert(op == BinaryOp::MUL, "calculate_sfpu_binary_mul: BinaryOp::MUL only");
-    static_assert(iterations == 8, "SFPU call: ITERATIONS other than 8 (one face per application) is not modelled");
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
     return 13 /*SF_MUL_B*/;
 }
 
@@ -48,7 +56,7 @@ constexpr int ttrt_mul_code() {
 template <int mode, int iterations>
 constexpr int ttrt_scalar_code() {
     static_assert(mode >= 0 && mode <= 4, "calculate_binop_with_scalar: BINOP_MODE 0..4");
-    static_assert(iterations == 8, "SFPU call: ITERATIONS other than 8 (one face per application) is not modelled");
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
     return 5 /*SF_ADD_S*/ + mode;
 }
 
@@ -58,20 +66,29 @@ template <bool APPROXIMATION_MODE, BinaryOp BINOP, int ITERATIONS, bool is_fp32_
 constexpr TtrtSfpuFn calculate_sfpu_binary = {
     ttrt_add_sub_code<BINOP, ITERATIONS>(),
     (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) |
-        (dst_rounding_mode == DstRoundingMode::NearestEven ? TTRT_SFPU_NEAREST_EVEN : 0),
+        (dst_rounding_mode == DstRoundingMode::NearestEven ? TTRT_SFPU_NEAREST_EVEN : 0) |
+        ttrt_sfpu_iterations_flag(ITERATIONS),
     "calculate_sfpu_binary"};
 
 // ckernel_sfpu_binary.h: odst = idst0 * idst1.
 template <bool APPROXIMATION_MODE, BinaryOp BINOP, int ITERATIONS, bool is_fp32_dest_acc_en>
 constexpr TtrtSfpuFn calculate_sfpu_binary_mul = {
-    ttrt_mul_code<BINOP, ITERATIONS>(), is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0,
+    ttrt_mul_code<BINOP, ITERATIONS>(),
+    (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) | ttrt_sfpu_iterations_flag(ITERATIONS),
     "calculate_sfpu_binary_mul"};
 
 // ckernel_sfpu_binop_with_unary.h: idst = idst op param (the scalar's float bits).
 template <bool APPROXIMATION_MODE, int BINOP_MODE, int ITERATIONS, bool is_fp32_dest_acc_en>
 constexpr TtrtSfpuFn calculate_binop_with_scalar = {
-    ttrt_scalar_code<BINOP_MODE, ITERATIONS>(), is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0,
+    ttrt_scalar_code<BINOP_MODE, ITERATIONS>(),
+    (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) | ttrt_sfpu_iterations_flag(ITERATIONS),
     "calculate_binop_with_scalar"};
+
+// ckernel_sfpu_binary_max_min.h: odst = max(idst0, idst1) (IS_MAX_OP = true only).
+template <bool IS_MAX_OP, int ITERATIONS = 8>
+constexpr TtrtSfpuFn calculate_binary_max_min = {
+    (static_assert_max<IS_MAX_OP, ITERATIONS>(), 10 /*SF_MAX*/), ttrt_sfpu_iterations_flag(ITERATIONS),
+    "calculate_binary_max_min"};
 
 }  // namespace sfpu
 

@@ -34,14 +34,15 @@ template <
     int iterations = 8,
     bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
 ALWI void exp_tile(uint32_t idst, VectorMode vector_mode = VectorMode::RC, uint16_t scale = p_sfpu::kCONST_1_FP16B) {
-    static_assert(iterations == 8, "exp_tile: iterations other than 8 (one whole face per call) are not modelled");
+    static_assert(iterations >= 1 && iterations <= 8, "exp_tile: iterations 1..8 (vector steps per face)");
     static_assert(!approx || input_clamping == InputClamping::ClampToNegative,
                   "exp_tile: approx with InputClamping::None (the unclamped fast exp) is not modelled by the host "
                   "runtime");
     ttrt_sfpu_unary(1 /*SF_EXP*/, idst, int(vector_mode), uint32_t(scale),
                     (approx ? TTRT_SFPU_APPROX : 0) | (scale_en ? TTRT_SFPU_SCALE_EN : 0) |
                         (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) |
-                        (input_clamping == InputClamping::ClampToNegative ? TTRT_SFPU_CLAMP_NEG : 0),
+                        (input_clamping == InputClamping::ClampToNegative ? TTRT_SFPU_CLAMP_NEG : 0) |
+                        ttrt_sfpu_iterations_flag(iterations),
                     "exp_tile");
 }
 }  // namespace ckernel
