@@ -146,6 +146,12 @@ inline void max_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binary_max_min, (true, row_iterations), a, b, out,
                            mode)));
 }
+// out = a + (1.0 * b) * c (addcmul_tile's LLK function: one SFPMUL, one SFPMAD, fp32).
+inline void addcmul_rows(uint32_t a, uint32_t b, uint32_t c, uint32_t out, VectorMode mode) {
+    MATH((SFPU_TERNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_addcmul,
+                            (APPROX, DST_ACCUM_MODE, DataFormat::Float32, row_iterations), a, b, c, out, mode,
+                            one_bits)));
+}
 inline void scale_rows(uint32_t idst, uint32_t bits, VectorMode mode) {
     MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
                           (APPROX, MUL_UNARY, row_iterations, DST_ACCUM_MODE), idst, mode, bits)));
@@ -487,9 +493,9 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
 
 // Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
 // cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha, broadcast along each row.
-// All four tiles reach DST exactly (UnpackToDestFp32) and are combined on the SFPU in fp32. Every
-// step is row by row, so rows past the group (which a child does not send) never reach the rows
-// written out. cb_a and cb_partial_in share one data format and unpack path: one copy_init.
+// All four tiles reach DST exactly (UnpackToDestFp32) and are combined on the SFPU in fp32, on the
+// rows that hold heads (row_mode, row_iterations). Every step is row by row, so rows past the group
+// (which a child does not send) never reach the rows written out. cb_a and cb_partial_in share one data format and unpack path: one copy_init.
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
     tile_regs_acquire();
     broadcast_column(cb_alpha, 0, 1);
@@ -497,17 +503,18 @@ void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint
     copy_to_dst(cb_a, ia, 0);
     copy_tile(cb_partial_in, ic, 2);
     mul_binary_tile_init();
-    mul_binary_tile(0, 1, 0);
+    mul_rows(0, 1, 0, row_mode);
     addcmul_tile_init();
-    addcmul_tile<DataFormat::Float32>(0, 2, 3, 0, one_bits);  // a * e_own + c * e_child (one rounding)
+    addcmul_rows(0, 2, 3, 0, row_mode);  // a * e_own + c * e_child (one rounding)
     pack_block(out_cb, out_index, 1);
 }
 
 // The factors of a merge of q tile row qi, in one DST pass: m' = max(m_own, m_other) into
 // `next.max`, and cb_alpha = [exp(m_own - m'), exp(m_other - m')], in fp32 on the SFPU. A
-// partial's statistics live in column 0 (fp32, unpacked to DST), so the max and the exps run on
-// faces 0 and 2 only (VectorMode::C: every row, columns 0-15); every reader of these tiles uses
-// column 0 (copy into a column-0 op, or unary_bcast<COL>). A sink tile (bf16, a head's raw sink in
+// partial's statistics live in column 0 (fp32, unpacked to DST), so the max, the subtractions and
+// the exps run on faces 0 and 2 only (stat_mode VectorMode::C: every row, columns 0-15), or with
+// half_tile on face 0's rows that hold heads (VectorMode::None, row_iterations steps); every reader
+// of these tiles uses column 0 (copy into a column-0 op, or unary_bcast<COL>). A sink tile (bf16, a head's raw sink in
 // column 0) is copied exactly and scaled on the SFPU into logit units.
 void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
                    bool other_is_sink) {
@@ -520,13 +527,11 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
         mul_unary_tile(1, scale_bits);
     }
     binary_max_tile_init();
-    binary_max_tile(0, 1, 2, VectorMode::C);
+    max_rows(0, 1, 2, stat_mode);
     sub_binary_tile_init();
-    sub_binary_tile(0, 2, 0);
-    sub_binary_tile(1, 2, 1);
-    exp_tile_init<exp_approx>();
-    exp_tile<exp_approx>(0, VectorMode::C);
-    exp_tile<exp_approx>(1, VectorMode::C);
+    sub_rows(0, 2, 0, stat_mode);
+    sub_rows(1, 2, 1, stat_mode);
+    exp_block<exp_approx, row_iterations>(2, 0, stat_mode);
     tile_regs_commit();
     tile_regs_wait();
     use_pack(next.max);  // the running max and cb_alpha share one format

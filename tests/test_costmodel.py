@@ -92,16 +92,20 @@ def test_real_run_with_more_cores_per_head_has_less_local_time_and_a_reduction(r
     assert four.total_us == pytest.approx(four.launch_us + four.local_us + four.reduction_us)
 
 
-def test_real_run_merge_charges_column_face_sfpu_calls_half_the_vector_steps(runs) -> None:
-    """The merge's max and exps run on faces 0 and 2 (VectorMode::C): the runtime records 2 faces in
-    the event's flag and the model charges 16 vector steps for them, 32 for full-tile calls."""
+def test_real_run_merge_charges_only_the_vector_steps_of_the_rows_that_hold_heads(runs) -> None:
+    """4 q heads per KV head: the merge's statistics ops (max, subtractions, exps on column 0) run on
+    face 0 only (VectorMode::None) for its first four rows: 2 vector steps (one step = four rows, even
+    or odd columns); its row ops on l and O (multiply, addcmul) on faces 0-1's first four rows: 2 x 2
+    steps. The runtime records the steps in the event's flag and the model charges them."""
     plan, counters = runs[4]
+    assert plan.num_tokens * plan.group_size == 4
     _, red, fidelity = work_from_counters(plan, counters)
     merge = red.merge_per_round
-    assert {t.steps for t in merge["exp"]} == {16}
-    assert {t.steps for t in merge["max"]} == {16, 32}
-    exp16 = OpTally(1, 1, steps=16)
-    assert op_cycles("exp", exp16, fidelity) == pytest.approx(40 * 16 + COST.tile_call_cycles)
+    assert {t.steps for t in merge["exp"]} == {2}
+    assert {t.steps for t in merge["max"]} == {2, 4}
+    assert {t.steps for t in merge["ternary"]} == {4}
+    exp2 = OpTally(1, 1, steps=2)
+    assert op_cycles("exp", exp2, fidelity) == pytest.approx(40 * 2 + COST.tile_call_cycles)
 
 
 def _totals(ops) -> dict[tuple[str, int], float]:
@@ -116,7 +120,8 @@ def test_merge_ops_are_the_kernels_merge_as_counted_by_the_runtime(runs) -> None
     """split_floor_tiles' closed form of one merge equals the root's merge in a real run (D 64)."""
     plan, counters = runs[4]
     _, red, _ = work_from_counters(plan, counters)
-    assert _totals(red.merge_per_round) == _totals(merge_ops(plan.q_tiles, plan.dv_tiles))
+    assert _totals(red.merge_per_round) == _totals(merge_ops(plan.q_tiles, plan.dv_tiles,
+                                                             head_rows=plan.num_tokens * plan.group_size))
 
 
 def _one_piece_compute(pos: int):

@@ -444,20 +444,23 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
 
 
-def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp") -> dict[str, list[OpTally]]:
+def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
     """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
-    tile row: the factors (two copies, a max on faces 0 and 2, two subtractions, two exps on faces
-    0 and 2, three packs), then l and every O tile (two broadcasts, two copies, a multiply, an
-    addcmul, a pack each). Pinned against real runs in tests/test_costmodel.py."""
+    tile row: the factors (two copies, a max, two subtractions and two exps on the statistics'
+    column: faces 0 and 2, or with <= 16 head rows face 0's head rows; three packs), then l and every
+    O tile (two broadcasts, two copies, a multiply and an addcmul on the head rows, a pack each).
+    Pinned against real runs in tests/test_costmodel.py."""
+    row = row_steps(head_rows)
+    stat = row // 2 if head_rows <= 16 else 16  # VectorMode::None with the head rows' steps, else C
     rows = dv_tiles + 1
     # inits per q tile row: the factors' two copies, max, subtraction, exp and a srcB reconfig; per
     # l / O tile a broadcast, a copy, a multiply and an addcmul init
     inits = q_tiles * (6 + 4 * rows)
     return {"init": [OpTally(inits, inits)],
             "copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
-            "max": [OpTally(q_tiles * (2 + rows), q_tiles * (2 + rows)), OpTally(q_tiles, q_tiles, steps=16)],
-            exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=16)],
-            "ternary": [OpTally(q_tiles * rows, q_tiles * rows)],
+            "max": [OpTally(q_tiles * rows, q_tiles * rows, steps=row), OpTally(3 * q_tiles, 3 * q_tiles, steps=stat)],
+            exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=stat)],
+            "ternary": [OpTally(q_tiles * rows, q_tiles * rows, steps=row)],
             "pack": [OpTally(q_tiles * (3 + rows), q_tiles * (3 + rows))]}
 
 
@@ -473,7 +476,7 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     exp = "exp" if fp32_dest_acc_en else "exp_bf16"
     tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows), fidelity,
                         c).values())
-    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp), fidelity, c).values())
+    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows), fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 4096
     round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
                     + c.semaphore_handshake_cycles + merge)

@@ -1,4 +1,4 @@
-// The LLK's SFPU call macros (tt-metal 0.81.1 llk_math_eltwise_{unary,binary}_sfpu_macros.h): a kernel
+// The LLK's SFPU call macros (tt-metal 0.81.1 llk_math_eltwise_{unary,binary,ternary}_sfpu_macros.h): a kernel
 // names an LLK SFPU function with its template arguments and a VectorMode, which the *_tile API calls
 // fix at VectorMode::RC. The LLK applies the function per face: RC faces 0-3, R faces 0-1 (rows 0-15),
 // C faces 0 and 2 (columns 0-15), None face 0 (llk_math_eltwise_sfpu_common.h,
@@ -41,6 +41,15 @@ constexpr int ttrt_add_sub_code() {
 template <bool is_max, int iterations>
 constexpr int static_assert_max() {
     static_assert(is_max, "calculate_binary_max_min: only IS_MAX_OP = true is modelled by the host runtime");
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
+    return 0;
+}
+
+template <DataFormat data_format, int iterations>
+constexpr int static_assert_addcmul() {
+    static_assert(data_format == DataFormat::Float32 || data_format == DataFormat::Float16_b ||
+                      data_format == DataFormat::Bfp8_b,
+                  "calculate_addcmul: only Float32, Float16_b and Bfp8_b are allowed");
     static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
     return 0;
 }
@@ -90,6 +99,12 @@ constexpr TtrtSfpuFn calculate_binary_max_min = {
     (static_assert_max<IS_MAX_OP, ITERATIONS>(), 10 /*SF_MAX*/), ttrt_sfpu_iterations_flag(ITERATIONS),
     "calculate_binary_max_min"};
 
+// ckernel_sfpu_addcmul.h: odst = idst0 + value * idst1 * idst2 (param = value's float bits).
+template <bool APPROXIMATION_MODE, bool is_fp32_dest_acc_en, DataFormat data_format, int ITERATIONS>
+constexpr TtrtSfpuFn calculate_addcmul = {
+    (static_assert_addcmul<data_format, ITERATIONS>(), 15 /*SF_ADDCMUL*/),
+    (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) | ttrt_sfpu_iterations_flag(ITERATIONS), "calculate_addcmul"};
+
 }  // namespace sfpu
 
 // The macros' DST bound checks: the runtime checks every DST index in the op itself.
@@ -97,6 +112,8 @@ template <DstSync sync>
 inline void _sfpu_check_(std::uint32_t, VectorMode) {}
 template <DstSync sync>
 inline void _sfpu_binary_check_(std::uint32_t, std::uint32_t, std::uint32_t, VectorMode) {}
+template <DstSync sync>
+inline void _sfpu_ternary_check_(std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, VectorMode) {}
 
 }  // namespace ckernel
 
@@ -110,7 +127,14 @@ inline void _llk_math_eltwise_binary_sfpu_params_(const ckernel::sfpu::TtrtSfpuF
     ttrt_sfpu_binary(fn.op, idst0, idst1, odst, int(vector_mode), fn.flags, fn.name);
 }
 
+inline void _llk_math_eltwise_ternary_sfpu_params_(const ckernel::sfpu::TtrtSfpuFn& fn, std::uint32_t idst0,
+                                                   std::uint32_t idst1, std::uint32_t idst2, std::uint32_t odst,
+                                                   VectorMode vector_mode, std::uint32_t param) {
+    ttrt_sfpu_ternary(fn.op, idst0, idst1, idst2, odst, int(vector_mode), param, fn.flags, fn.name);
+}
+
 #define _SFPU_EXPAND(...) __VA_ARGS__
+#define _SFPU_TERN_EXPAND(...) __VA_ARGS__
 #define _SFPU_BIN_EXPAND(...) __VA_ARGS__
 
 #define SFPU_UNARY_CALL(DST_SYNC, DST_ACCUM, FN, TEMPLATES, DST_IDX, VECTOR_MODE, ...) \
@@ -121,3 +145,8 @@ inline void _llk_math_eltwise_binary_sfpu_params_(const ckernel::sfpu::TtrtSfpuF
     (::ckernel::_sfpu_binary_check_<DST_SYNC>(DST_IN0, DST_IN1, DST_OUT, VECTOR_MODE),                \
      _llk_math_eltwise_binary_sfpu_params_(::ckernel::sfpu::FN<_SFPU_BIN_EXPAND TEMPLATES>, DST_IN0, DST_IN1,  \
                                            DST_OUT, VECTOR_MODE))
+
+#define SFPU_TERNARY_CALL(DST_SYNC, DST_ACCUM, FN, TEMPLATES, DST_IN0, DST_IN1, DST_IN2, DST_OUT, VECTOR_MODE, ...) \
+    (::ckernel::_sfpu_ternary_check_<DST_SYNC>(DST_IN0, DST_IN1, DST_IN2, DST_OUT, VECTOR_MODE),                 \
+     _llk_math_eltwise_ternary_sfpu_params_(::ckernel::sfpu::FN<_SFPU_TERN_EXPAND TEMPLATES>, DST_IN0, DST_IN1,    \
+                                            DST_IN2, DST_OUT, VECTOR_MODE, ##__VA_ARGS__))
