@@ -159,7 +159,7 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_real_run() -> None
 
 
 def test_split_floor_is_the_smallest_power_of_two_whose_tiles_outweigh_a_round() -> None:
-    assert split_floor_tiles(1, 4, 4) == 4  # Galaxy Llama-70B per chip: ~3.4k cycles a tile, ~8.2k a round
+    assert split_floor_tiles(1, 4, 4) == 4  # D 128, 32 head rows: 4 key tiles outweigh one round
     assert split_floor_tiles(1, 2, 2) == 4
     dear_rounds = dataclasses.replace(COST, semaphore_handshake_cycles=1e6)
     assert split_floor_tiles(1, 4, 4, c=dear_rounds) == 8  # capped at the largest dynamic chunk
