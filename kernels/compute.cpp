@@ -89,6 +89,7 @@ constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_t
 // half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
 // hold (un-exponentiated differences) stays in rows that are never output.
 constexpr uint32_t head_rows = get_named_compile_time_arg_val("head_rows");  // T x g, at most 32
+constexpr uint32_t to_dest_cbs = get_named_compile_time_arg_val("to_dest_cbs");  // bit per UnpackToDestFp32 CB
 constexpr bool half_tile = head_rows <= 16;
 constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
 // The vector steps per face those ops run (their ITERATIONS): a step covers four rows of a face, even
@@ -686,7 +687,7 @@ void kernel_main() {
     constexpr uint32_t piece_args_base = 1;
     constexpr uint32_t args_per_piece = 2;
 
-    start_engine(cb_k, cb_q, cb_scores);
+    start_engine(cb_k, cb_q, cb_scores, to_dest_cbs);
 
     // Constant tiles from the writer and the positions from the reader stay for the whole kernel.
     cb_wait_front(cb_ones, 1);

@@ -36,10 +36,18 @@ struct EngineConfig {
     uint32_t fpu_cb;  // the CB the copy / broadcast init was made for
 };
 inline EngineConfig engine = {0, 0, 0, FpuInit::none, 0};
+// Bit i: CB i is unpacked straight to the fp32 DST (UnpackToDestFp32, Float32). Such CBs share one
+// unpack configuration, so a copy or broadcast init made for one serves them all; any other change of
+// CB re-inits.
+inline uint32_t to_dest_mask = 0;
 
-inline void start_engine(uint32_t srca_cb, uint32_t srcb_cb, uint32_t pack_cb) {
+inline void start_engine(uint32_t srca_cb, uint32_t srcb_cb, uint32_t pack_cb, uint32_t to_dest_cbs = 0) {
     compute_kernel_hw_startup(srca_cb, srcb_cb, pack_cb);
     engine = {srca_cb, srcb_cb, pack_cb, FpuInit::none, 0};
+    to_dest_mask = to_dest_cbs;
+}
+inline bool same_unpack(uint32_t a, uint32_t b) {
+    return a == b || (((to_dest_mask >> a) & 1u) && ((to_dest_mask >> b) & 1u));
 }
 // The (old, new) reconfigs reprogram nothing when the two CBs share a format (LLK behaviour).
 inline void use_srca(uint32_t cb) {
@@ -66,7 +74,7 @@ inline void fpu_reconfigured() { engine.fpu = FpuInit::other; }
 // Ready to copy tiles of cb into DST (exact for an UnpackToDestFp32 CB and for bf16 data).
 inline void copy_from(uint32_t cb) {
     use_srca(cb);
-    if (engine.fpu != FpuInit::copy || engine.fpu_cb != cb) {
+    if (engine.fpu != FpuInit::copy || !same_unpack(engine.fpu_cb, cb)) {
         copy_init(cb);
         engine.fpu = FpuInit::copy;
         engine.fpu_cb = cb;
@@ -84,7 +92,7 @@ inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
 inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
     use_srca(cb);
     use_srcb(cb);
-    if (engine.fpu != FpuInit::bcast_col || engine.fpu_cb != cb) {
+    if (engine.fpu != FpuInit::bcast_col || !same_unpack(engine.fpu_cb, cb)) {
         unary_bcast_init<BroadcastType::COL>(cb);
         engine.fpu = FpuInit::bcast_col;
         engine.fpu_cb = cb;

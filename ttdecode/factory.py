@@ -280,6 +280,9 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         # the q rows holding heads in a q tile (T x g, at most 32): with <= 16 the row-wise SFPU ops run
         # VectorMode::R on just those rows
         head_rows=min(plan.num_tokens * plan.group_size, TILE),
+        # the CBs unpacked straight to the fp32 DST (one unpack configuration): a copy or broadcast init
+        # made for one of them serves them all
+        to_dest_cbs=sum(1 << i for i in compute.unpack_to_dest_cbs),
     )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
