@@ -200,6 +200,14 @@ void reserve_window() {
     }
 }
 
+uint8_t* zeroed_pages(size_t size, const std::string& what) {
+    if (size == 0) return nullptr;
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail_kind("internal", "cannot allocate " + std::to_string(size) + " B for " + what + ": " +
+                                                   std::strerror(errno));
+    return static_cast<uint8_t*>(p);
+}
+
 uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what) {
     if (addr < kWindowBase || uint64_t(addr) + size > kL1Size) {
         fail(std::string(what) + ": L1 range " + hex(addr) + ".." + hex(uint64_t(addr) + size) + " of " + core_name(&c) +
