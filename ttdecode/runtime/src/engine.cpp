@@ -13,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "report.hpp"
@@ -387,15 +389,19 @@ void run_all() {
 
 // ------------------------------------------------------------------ watchdog and crash handling
 
-static std::atomic<bool> g_watchdog_stop{false};
+// The watchdog looks every 20 ms; stop_watchdog wakes it at once (a run does not wait out its sleep).
+static std::mutex g_watchdog_mutex;
+static std::condition_variable g_watchdog_wake;
+static bool g_watchdog_stop = false;  // guarded by g_watchdog_mutex
 static std::thread g_watchdog;
 
 void start_watchdog() {
     g_watchdog = std::thread([] {
         uint64_t last = g_progress.load();
         auto since = std::chrono::steady_clock::now();
-        while (!g_watchdog_stop.load()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::unique_lock<std::mutex> lock(g_watchdog_mutex);
+        while (!g_watchdog_stop) {
+            if (g_watchdog_wake.wait_for(lock, std::chrono::milliseconds(20), [] { return g_watchdog_stop; })) break;
             const uint64_t now = g_progress.load();
             if (now != last) {
                 last = now;
@@ -418,7 +424,11 @@ void start_watchdog() {
 }
 
 void stop_watchdog() {
-    g_watchdog_stop = true;
+    {
+        std::lock_guard<std::mutex> lock(g_watchdog_mutex);
+        g_watchdog_stop = true;
+    }
+    g_watchdog_wake.notify_all();
     if (g_watchdog.joinable()) g_watchdog.join();
 }
 
