@@ -244,7 +244,7 @@ class _InputImages:
         self._bytes = 0
         self._dir: Optional[Path] = None
         self._pid = 0
-        self.writes = 0  # images written (a counter for tests)
+        self.shared_writes = 0  # images written to a shared file (each copy of a large input counts once)
 
     def _directory(self) -> Path:
         if self._dir is None or self._pid != os.getpid():  # a forked child starts its own cache
@@ -265,7 +265,6 @@ class _InputImages:
         if type(data) is not bytes or len(data) < self.MIN_BYTES or len(data) > self.MAX_BYTES:
             path = work / name
             path.write_bytes(data)
-            self.writes += 1
             return str(path), None
         key = id(data)
         with self._lock:
@@ -279,7 +278,7 @@ class _InputImages:
             tmp = path.with_suffix(".tmp")
             tmp.write_bytes(data)
             os.replace(tmp, path)
-            self.writes += 1
+            self.shared_writes += 1
             self._entries[key] = [data, str(path), 1]
             self._bytes += len(data)
             for k in list(self._entries):  # evict the least recently used unpinned images

@@ -105,7 +105,7 @@ static void write_words(Core& c, uint32_t addr, const std::vector<uint32_t>& v) 
 // the pages are filled in the page cache without a fault per page, and only the pages a kernel
 // touches are ever mapped. The bytes are the same as a memset through the mapping.
 static void poison_l1(Core& c, uint32_t from, uint32_t to) {
-    static std::vector<uint8_t> poison(64 * 1024, kPoison);
+    static std::vector<uint8_t> poison(kL1Size, kPoison);  // one write per core (a syscall per 64 KiB cost more)
     for (uint32_t a = from; a < to;) {
         const size_t n = std::min<size_t>(poison.size(), to - a);
         const ssize_t w = pwrite(c.fd, poison.data(), n, off_t(a));
