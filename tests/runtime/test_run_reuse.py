@@ -1,9 +1,12 @@
 """What a run reuses from the runs before it changes no result: an input image given again as the same
 (immutable) bytes object is not copied again, and a program changed in place runs as changed."""
 
+import dataclasses
+
 import torch
 
 from ttdecode.formats import DataType
+from ttdecode.program import BufferAddress
 from ttdecode.runtime import driver, run_program
 
 from programs import copy_program, grid, tensor_in
@@ -34,3 +37,22 @@ def test_runtime_args_changed_in_place_take_effect_in_the_next_run():
         k.runtime_args[core1][2] = 0
     half = len(data) // 2
     assert run_program(prog).tensors["y"] == data[:half] + b"\xff" * half
+
+
+def test_kernels_writing_into_a_shared_input_image_leave_it_unchanged_for_the_next_run():
+    x = torch.randn(512, 1024)  # 512 tiles, 1 MiB: a shared image
+    n = 512
+    core = grid(1, 1)[0]
+    writes_x = copy_program(x, DataType.bfloat16, grid(1, 1))  # copies the second half of x over its first half
+    writes_x.kernels[0].runtime_args[core] = [BufferAddress("x"), n // 2, n // 2]
+    writes_x.kernels[1].runtime_args[core] = [BufferAddress("x"), 0, n // 2]
+    writes_x.tensors[0].in_place = True
+    data = writes_x.tensor("x").data
+    half = len(data) // 2
+    copies_x = copy_program(x, DataType.bfloat16, grid(1, 1))
+    copies_x.tensors[0] = dataclasses.replace(writes_x.tensors[0], in_place=False)
+    assert copies_x.tensor("x").data is data
+    before = driver._INPUTS.shared_writes
+    assert run_program(writes_x).tensors["x"] == data[half:] + data[half:]
+    assert run_program(copies_x).tensors["y"] == data  # the image as given, not as the last run left it
+    assert driver._INPUTS.shared_writes == before + 1

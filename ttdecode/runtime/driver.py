@@ -207,7 +207,7 @@ def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) 
     return "\n".join(out) + "\n"
 
 
-def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optional[str]], work: Path,
+def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optional[tuple[str, bool]]], work: Path,
                    watchdog: float, schedule_seed: int | None = None) -> Path:
     out = [f"ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
     if schedule_seed is not None:
@@ -217,22 +217,38 @@ def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optio
         out.append(f"bank {b} {x} {y} {layout.dram_bank_offset(b)}")
     for i, t in enumerate(program.tensors):
         p = lay.tensors[t.name]
-        out.append(f"tensor {_enc(t.name)} {p.base} {p.page_size} {p.aligned_page} {p.num_pages} {_enc(inputs[i] or '')} "
-                   f"{_enc(str(work / f'out{i}.bin'))}")
+        path, banked = inputs[i] or ("", False)
+        out.append(f"tensor {_enc(t.name)} {p.base} {p.page_size} {p.aligned_page} {p.num_pages} {_enc(path)} "
+                   f"{_enc(str(work / f'out{i}.bin'))}" + (" banked" if banked else ""))
     path = work / "program.txt"
     path.write_text("\n".join(out) + "\n" + body)
     return path
+
+
+def _bank_image(data: bytes, p: layout.TensorPlacement) -> np.ndarray:
+    """The tensor's DRAM banks as the runner holds them: bank b's `bytes_per_bank` bytes at
+    b * bytes_per_bank, page k of the page-order image `data` in bank k % 12 at (k // 12) * aligned_page,
+    zeros between pages and after the last."""
+    n, rounds = p.num_pages, -(-p.num_pages // NUM_DRAM_BANKS)
+    banks = np.zeros((NUM_DRAM_BANKS, rounds, p.aligned_page), dtype=np.uint8)
+    pages = np.frombuffer(data, dtype=np.uint8).reshape(n, p.page_size)
+    full = n // NUM_DRAM_BANKS
+    banks[:, :full, :p.page_size] = pages[:full * NUM_DRAM_BANKS].reshape(full, NUM_DRAM_BANKS, p.page_size).swapaxes(0, 1)
+    for k in range(full * NUM_DRAM_BANKS, n):
+        banks[k % NUM_DRAM_BANKS, k // NUM_DRAM_BANKS, :p.page_size] = pages[k]
+    return banks
 
 
 class _InputImages:
     """Files holding the input images of DRAM tensors, shared by the runs of this process.
 
     A tensor whose `data` is a `bytes` object of at least `MIN_BYTES` (immutable: the same object
-    always holds the same image) is written once and its file reused by every later run given the
-    same object (a KV cache passed to call after call): the runner maps the file, so a repeated call
-    does not copy the cache again. The cache keeps the objects it holds alive (at most `MAX_BYTES`,
-    least recently used first out; a file in use by a run is never dropped). Other inputs (small, or
-    mutable buffers) are written into the run's own directory each time.
+    always holds the same image) is written once, already in the runner's bank order (`_bank_image`),
+    and its file reused by every later run given the same object (a KV cache passed to call after
+    call): the runner maps that file as the tensor's banks (copy-on-write), so a repeated call neither
+    writes nor copies the cache again. The cache keeps the objects it holds alive (at most
+    `MAX_BYTES`, least recently used first out; a file in use by a run is never dropped). Other inputs
+    (small, or mutable buffers) are written in page order into the run's own directory each time.
     """
 
     MIN_BYTES = 1 << 20
@@ -240,7 +256,8 @@ class _InputImages:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: collections.OrderedDict[int, list] = collections.OrderedDict()  # id -> [data, path, pins]
+        # (id(data), page_size, aligned_page, num_pages) -> [data, path, pins]
+        self._entries: collections.OrderedDict[tuple, list] = collections.OrderedDict()
         self._bytes = 0
         self._dir: Optional[Path] = None
         self._pid = 0
@@ -260,23 +277,26 @@ class _InputImages:
         if os.getpid() == pid:
             shutil.rmtree(path, ignore_errors=True)
 
-    def acquire(self, data: bytes, work: Path, name: str) -> tuple[str, Optional[int]]:
-        """The path of a file holding `data`, and a pin to `release` after the run (None if unshared)."""
+    def acquire(self, data: bytes, placement: layout.TensorPlacement, work: Path,
+                name: str) -> tuple[str, bool, Optional[int]]:
+        """A file holding `data`: its path, whether it is in bank order (else page order), and a pin to
+        `release` after the run (None if the file is the run's own)."""
         if type(data) is not bytes or len(data) < self.MIN_BYTES or len(data) > self.MAX_BYTES:
             path = work / name
             path.write_bytes(data)
-            return str(path), None
-        key = id(data)
+            return str(path), False, None
+        key = (id(data), placement.page_size, placement.aligned_page, placement.num_pages)
         with self._lock:
             d = self._directory()
             e = self._entries.get(key)
             if e is not None and e[0] is data:
                 self._entries.move_to_end(key)
                 e[2] += 1
-                return e[1], key
-            path = d / f"{key:x}-{len(data)}.bin"
+                return e[1], True, key
+            path = d / f"{id(data):x}-{placement.page_size}-{placement.aligned_page}-{placement.num_pages}.bin"
             tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(data)
+            with open(tmp, "wb") as f:
+                f.write(_bank_image(data, placement))
             os.replace(tmp, path)
             self.shared_writes += 1
             self._entries[key] = [data, str(path), 1]
@@ -289,9 +309,9 @@ class _InputImages:
                     del self._entries[k]
                     self._bytes -= len(old[0])
                     Path(old[1]).unlink(missing_ok=True)
-            return str(path), key
+            return str(path), True, key
 
-    def release(self, key: Optional[int]) -> None:
+    def release(self, key: Optional[tuple]) -> None:
         if key is None:
             return
         with self._lock:
@@ -481,14 +501,14 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_see
     work = Path(tempfile.mkdtemp(prefix="ttrt-run-"))
     pins: list[Optional[int]] = []
     try:
-        inputs: list[Optional[str]] = []
+        inputs: list[Optional[tuple[str, bool]]] = []
         for i, t in enumerate(program.tensors):
             if t.data is None:
                 inputs.append(None)
                 continue
-            path, pin = _INPUTS.acquire(t.data, work, f"in{i}.bin")
+            path, banked, pin = _INPUTS.acquire(t.data, lay.tensors[t.name], work, f"in{i}.bin")
             pins.append(pin)
-            inputs.append(path)
+            inputs.append((path, banked))
         prog_file = _write_program(program, lay, body, inputs, work, float(watchdog_seconds), schedule_seed)
         order = prep.order
         t1 = time.perf_counter()

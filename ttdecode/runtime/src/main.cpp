@@ -140,6 +140,25 @@ static void read_tensor_image(Tensor& t) {
     munmap(m, expect);
 }
 
+// An input tensor's image file already in bank order (bank b at b * per_bank, as `Tensor::image`):
+// mapped as the banks themselves, copy-on-write, so the file (shared by later runs) never changes and
+// nothing is copied up front.
+static void map_banked_image(Tensor& t) {
+    const int fd = ::open(t.in_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_kind("internal", "cannot read " + t.in_path);
+    struct stat st{};
+    const size_t expect = size_t(t.per_bank) * kNumBanks;
+    if (fstat(fd, &st) != 0 || size_t(st.st_size) != expect || expect == 0) {
+        ::close(fd);
+        fail_kind("internal", t.in_path + ": " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(expect) +
+                                  " (the banks of tensor " + t.name + ")");
+    }
+    void* m = mmap(nullptr, expect, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) fail_kind("internal", "cannot map " + t.in_path + ": " + std::strerror(errno));
+    t.image = static_cast<uint8_t*>(m);
+}
+
 static void parse_program(const std::string& path) {
     std::ifstream f(path);
     if (!f) fail_kind("internal", "cannot open program file " + path);
@@ -178,17 +197,23 @@ static void parse_program(const std::string& path) {
             in >> g.dram_bank_x[b] >> g.dram_bank_y[b] >> g.dram_bank_offset[b];
         } else if (tag == "tensor") {
             Tensor t;
-            std::string name, inp, outp;
-            in >> name >> t.base >> t.page_size >> t.aligned_page >> t.num_pages >> inp >> outp;
+            std::string name, inp, outp, order;
+            in >> name >> t.base >> t.page_size >> t.aligned_page >> t.num_pages >> inp >> outp >> order;
             t.name = unescape(name);
             t.in_path = unescape(inp);
             t.out_path = unescape(outp);
             t.per_bank = t.aligned_page * ((t.num_pages + kNumBanks - 1) / kNumBanks);
             // An output starts as poison (0xFF: NaN in every float format), as uninitialised DRAM would;
-            // an input's bytes outside its pages (alignment padding, a short last round) are 0.
-            t.image = zeroed_pages(size_t(t.per_bank) * kNumBanks, "the DRAM image of tensor " + t.name);
-            if (t.in_path.empty()) std::memset(t.image, 0xFF, size_t(t.per_bank) * kNumBanks);
-            else read_tensor_image(t);
+            // an input's bytes outside its pages (alignment padding, a short last round) are 0. An input
+            // given in bank order ("banked": the driver's shared images) is mapped as it is.
+            if (order == "banked" && !t.in_path.empty()) {
+                map_banked_image(t);
+            } else {
+                if (!order.empty()) fail_kind("internal", "program file: unknown tensor image order '" + order + "'");
+                t.image = zeroed_pages(size_t(t.per_bank) * kNumBanks, "the DRAM image of tensor " + t.name);
+                if (t.in_path.empty()) std::memset(t.image, 0xFF, size_t(t.per_bank) * kNumBanks);
+                else read_tensor_image(t);
+            }
             g.tensors.push_back(std::move(t));
         } else if (tag == "core") {
             Core* c = new Core();
