@@ -153,9 +153,13 @@ static void map_banked_image(Tensor& t) {
         fail_kind("internal", t.in_path + ": " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(expect) +
                                   " (the banks of tensor " + t.name + ")");
     }
-    void* m = mmap(nullptr, expect, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    // Populated read-only (a writable private mapping would be populated by copying every page), then
+    // made writable: a page the kernels write is copied then, and only that page.
+    void* m = mmap(nullptr, expect, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     ::close(fd);
-    if (m == MAP_FAILED) fail_kind("internal", "cannot map " + t.in_path + ": " + std::strerror(errno));
+    if (m == MAP_FAILED || mprotect(m, expect, PROT_READ | PROT_WRITE) != 0) {
+        fail_kind("internal", "cannot map " + t.in_path + ": " + std::strerror(errno));
+    }
     t.image = static_cast<uint8_t*>(m);
 }
 
