@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -105,10 +106,18 @@ static void write_words(Core& c, uint32_t addr, const std::vector<uint32_t>& v) 
 // the pages are filled in the page cache without a fault per page, and only the pages a kernel
 // touches are ever mapped. The bytes are the same as a memset through the mapping.
 static void poison_l1(Core& c, uint32_t from, uint32_t to) {
-    static std::vector<uint8_t> poison(kL1Size, kPoison);  // one write per core (a syscall per 64 KiB cost more)
+    // One 64 KiB block of poison, written as often as needed by one pwritev (a syscall per block cost more).
+    static std::vector<uint8_t> poison(64 * 1024, kPoison);
+    static std::vector<iovec> iov;
     for (uint32_t a = from; a < to;) {
-        const size_t n = std::min<size_t>(poison.size(), to - a);
-        const ssize_t w = pwrite(c.fd, poison.data(), n, off_t(a));
+        iov.clear();
+        size_t n = 0;
+        while (a + n < to && iov.size() < 1024) {
+            const size_t len = std::min<size_t>(poison.size(), to - a - n);
+            iov.push_back(iovec{poison.data(), len});
+            n += len;
+        }
+        const ssize_t w = pwritev(c.fd, iov.data(), int(iov.size()), off_t(a));
         if (w <= 0) fail_kind("internal", std::string("cannot poison an L1 image: ") + std::strerror(errno));
         a += uint32_t(w);
     }
