@@ -262,9 +262,17 @@ class _InputImages:
         self._dir: Optional[Path] = None
         self._pid = 0
         self.shared_writes = 0  # images written to a shared file (each copy of a large input counts once)
+        if hasattr(os, "register_at_fork"):  # a forked child starts its own cache, with a lock of its own
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._entries = collections.OrderedDict()
+        self._bytes = 0
+        self._dir = None  # the parent's directory stays the parent's
 
     def _directory(self) -> Path:
-        if self._dir is None or self._pid != os.getpid():  # a forked child starts its own cache
+        if self._dir is None or self._pid != os.getpid():  # first use (in this process)
             self._entries.clear()
             self._bytes = 0
             self._dir = Path(tempfile.mkdtemp(prefix="ttrt-inputs-"))
