@@ -40,9 +40,9 @@ class KernelCompileError(RuntimeError):
 
 def cache_dir() -> Path:
     root = os.environ.get("TTDECODE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ttdecode")
-    d = Path(root) / "runtime"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    d = os.path.join(root, "runtime")
+    os.makedirs(d, exist_ok=True)
+    return Path(d)
 
 
 @lru_cache(maxsize=None)
@@ -102,14 +102,26 @@ def _tree_digest(root: Path, suffixes: tuple[str, ...]) -> bytes:
     Re-read only when a file's name, size or modification time changes (every program start asks for
     the kernel and header trees, and reading them each time was most of a small call's cost).
     """
-    stamp = []
-    for d, dirs, files in os.walk(root):  # os.walk / os.stat: a warm call's cost, far cheaper than pathlib
-        dirs.sort()
-        for f in sorted(files):
-            if os.path.splitext(f)[1] in suffixes:
-                st = os.stat(os.path.join(d, f))
-                stamp.append((os.path.join(d, f), st.st_mtime_ns, st.st_size))
+    stamp: list[tuple[str, int, int]] = []
+    _stamp_dir(str(root), suffixes, stamp)
     return _tree_digest_of(root, suffixes, tuple(stamp))
+
+
+def _stamp_dir(d: str, suffixes: tuple[str, ...], out: list[tuple[str, int, int]]) -> None:
+    """(path, mtime, size) of the files of `d` with these suffixes, by name, then its subdirectories
+    by name (what os.walk visits, in the same order), with os.scandir: a warm call's cost."""
+    files, dirs = [], []
+    with os.scandir(d) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                dirs.append(e.path)
+            elif os.path.splitext(e.name)[1] in suffixes:
+                files.append(e)
+    for e in sorted(files, key=lambda e: e.name):
+        st = e.stat()
+        out.append((e.path, st.st_mtime_ns, st.st_size))
+    for sub in sorted(dirs):
+        _stamp_dir(sub, suffixes, out)
 
 
 class _Lock:
@@ -140,7 +152,6 @@ _runner_lock = threading.Lock()
 def build_runner() -> tuple[Path, bool]:
     """Path of the runner executable (building it on first use); True if it was built now."""
     cxx, version = compiler()
-    sources = sorted(SRC_DIR.glob("*.cpp"))
     key = _digest([version.encode(), " ".join(RUNNER_FLAGS).encode(), _tree_digest(SRC_DIR, (".cpp", ".hpp", ".h"))])
     out = cache_dir() / f"runner-{key}" / "ttrt_runner"
     with _runner_lock:
@@ -151,6 +162,7 @@ def build_runner() -> tuple[Path, bool]:
             if out.exists():
                 return out, False
             tmp = out.with_suffix(".tmp")
+            sources = sorted(SRC_DIR.glob("*.cpp"))
             cmd = [cxx, *_flags_for(cxx, RUNNER_FLAGS), "-I", str(SRC_DIR), *map(str, sources), "-o", str(tmp), "-ldl"]
             _run_compiler(cmd, "the ttdecode runner")
             os.replace(tmp, out)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import collections
+import functools
+import itertools
 import json
 import os
 import sys
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 from urllib.parse import quote
 
 import numpy as np
@@ -25,11 +31,14 @@ _FIDELITY = {"LoFi": 0, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
 _NUM_CBS = 32
 
 
+@functools.lru_cache(maxsize=4096)
 def _enc(s: str) -> str:
     return quote(s, safe="/._-+:=,") if s else "-"
 
 
 def _resolve(arg, where: str, tensors: dict[str, layout.TensorPlacement]) -> int:
+    if type(arg) is int and 0 <= arg < (1 << 32):  # the common case, as below
+        return arg
     if isinstance(arg, NocX):
         return layout.noc_coord(arg.core)[0]
     if isinstance(arg, NocY):
@@ -101,14 +110,19 @@ class _Layout:
                 self.kernels[key] = k
         self.cbs: dict[CoreCoord, dict[int, layout.CbPlacement]] = {}
         cb_cores = [(cb, frozenset(cb.cores.cores())) for cb in program.circular_buffers]
+        placed: dict[tuple[int, ...], dict[int, layout.CbPlacement]] = {}  # cores with the same CBs share them
         for c in self.cores:
-            mine = [cb for cb, on in cb_cores if c in on]
-            seen: set[int] = set()
-            for cb in mine:
-                if cb.index in seen:
-                    raise ValueError(f"core {c}: CB {cb.index} is defined twice")
-                seen.add(cb.index)
-            self.cbs[c] = {p.index: p for p in layout.place_cbs(c, mine)}
+            mine = [i for i, (cb, on) in enumerate(cb_cores) if c in on]
+            key = tuple(mine)
+            if key not in placed:
+                cbs = [cb_cores[i][0] for i in mine]
+                seen: set[int] = set()
+                for cb in cbs:
+                    if cb.index in seen:
+                        raise ValueError(f"core {c}: CB {cb.index} is defined twice")
+                    seen.add(cb.index)
+                placed[key] = {p.index: p for p in layout.place_cbs(c, cbs)}
+            self.cbs[c] = placed[key]
         self.sems: dict[CoreCoord, dict[int, int]] = {c: {} for c in self.cores}
         for s in program.semaphores:
             if not 0 <= s.id < layout.MAX_SEMAPHORES:
@@ -127,7 +141,11 @@ class _Layout:
     def kernel_cb_formats(self, kernel: Kernel) -> dict[int, layout.CbPlacement]:
         """The CB formats a kernel build bakes in; its cores must agree on them."""
         first: dict[int, layout.CbPlacement] | None = None
+        done: set[int] = set()  # cores sharing one placement (see __init__) agree with themselves
         for c in kernel.cores.cores():
+            if id(self.cbs[c]) in done:
+                continue
+            done.add(id(self.cbs[c]))
             mine = {i: p for i, p in self.cbs[c].items()}
             if first is None:
                 first = mine
@@ -158,22 +176,10 @@ def _kernel_build(kernel: Kernel, lay: _Layout) -> build.KernelBuild:
     )
 
 
-def _write_program(program: Program, lay: _Layout, libs: dict[int, Path], work: Path, watchdog: float,
-                   schedule_seed: int | None = None) -> Path:
-    out = [f"ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
-    if schedule_seed is not None:
-        out.append(f"perturb {schedule_seed}")
-    for b in range(NUM_DRAM_BANKS):
-        x, y = layout.dram_bank_noc(b)
-        out.append(f"bank {b} {x} {y} {layout.dram_bank_offset(b)}")
-    for i, t in enumerate(program.tensors):
-        p = lay.tensors[t.name]
-        inp = "-"
-        if t.data is not None:
-            inp = str(work / f"in{i}.bin")
-            Path(inp).write_bytes(t.data)
-        out.append(f"tensor {_enc(t.name)} {p.base} {p.page_size} {p.aligned_page} {p.num_pages} {_enc(inp)} "
-                   f"{_enc(str(work / f'out{i}.bin'))}")
+def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) -> str:
+    """The lines of the program file after the tensors (cores, CBs, semaphores, kernels and their args):
+    a function of the program's structure and the kernel libraries only."""
+    out = []
     for c in lay.cores:
         nx, ny = layout.noc_coord(c)
         sems = lay.sems[c]
@@ -189,18 +195,201 @@ def _write_program(program: Program, lay: _Layout, libs: dict[int, Path], work: 
         cs = k.compute
         settings = (f"{cs.dst_tiles} {int(cs.fp32_dest_acc_en)} {int(cs.math_approx_mode)} {int(cs.dst_full_sync_en)} "
                     f"{_FIDELITY[cs.math_fidelity.value]} {_unpack_to_dest_mask(k)}") if cs else "0 0 0 0 4 0"
-        out.append(f"kernel {ci} {slot} {slot} {_enc(str(libs[id(k)]))} {_enc(k.name)} {_enc(str(k.source))} "
-                   f"{layout.RTA_BASE + slot * layout.ARGS_STRIDE} {layout.CRTA_BASE + slot * layout.ARGS_STRIDE} "
-                   f"{settings}")
+        out.append(f"kernel {ci} {slot} {slot} {_enc(str(libs[kernel_index[id(k)]]))} {_enc(k.name)} "
+                   f"{_enc(str(k.source))} {layout.RTA_BASE + slot * layout.ARGS_STRIDE} "
+                   f"{layout.CRTA_BASE + slot * layout.ARGS_STRIDE} {settings}")
         where = f"kernel {k.name} on {c}"
         rta = [_resolve(a, where, lay.tensors) for a in k.runtime_args[c]]
         crta = [_resolve(a, where + " (common args)", lay.tensors) for a in k.common_runtime_args]
         out.append(f"rta {ci} {slot} {len(rta)} " + " ".join(map(str, rta)))
         out.append(f"crta {ci} {slot} {len(crta)} " + " ".join(map(str, crta)))
     out.append("end")
+    return "\n".join(out) + "\n"
+
+
+def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optional[tuple[str, bool]]], work: Path,
+                   watchdog: float, schedule_seed: int | None = None) -> Path:
+    out = [f"ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
+    if schedule_seed is not None:
+        out.append(f"perturb {schedule_seed}")
+    for b in range(NUM_DRAM_BANKS):
+        x, y = layout.dram_bank_noc(b)
+        out.append(f"bank {b} {x} {y} {layout.dram_bank_offset(b)}")
+    for i, t in enumerate(program.tensors):
+        p = lay.tensors[t.name]
+        path, banked = inputs[i] or ("", False)
+        out.append(f"tensor {_enc(t.name)} {p.base} {p.page_size} {p.aligned_page} {p.num_pages} {_enc(path)} "
+                   f"{_enc(str(work / f'out{i}.bin'))}" + (" banked" if banked else ""))
     path = work / "program.txt"
-    path.write_text("\n".join(out) + "\n")
+    path.write_text("\n".join(out) + "\n" + body)
     return path
+
+
+def _bank_image(data: bytes, p: layout.TensorPlacement) -> np.ndarray:
+    """The tensor's DRAM banks as the runner holds them: bank b's `bytes_per_bank` bytes at
+    b * bytes_per_bank, page k of the page-order image `data` in bank k % 12 at (k // 12) * aligned_page,
+    zeros between pages and after the last."""
+    n, rounds = p.num_pages, -(-p.num_pages // NUM_DRAM_BANKS)
+    banks = np.zeros((NUM_DRAM_BANKS, rounds, p.aligned_page), dtype=np.uint8)
+    pages = np.frombuffer(data, dtype=np.uint8).reshape(n, p.page_size)
+    full = n // NUM_DRAM_BANKS
+    banks[:, :full, :p.page_size] = pages[:full * NUM_DRAM_BANKS].reshape(full, NUM_DRAM_BANKS, p.page_size).swapaxes(0, 1)
+    for k in range(full * NUM_DRAM_BANKS, n):
+        banks[k % NUM_DRAM_BANKS, k // NUM_DRAM_BANKS, :p.page_size] = pages[k]
+    return banks
+
+
+class _InputImages:
+    """Files holding the input images of DRAM tensors, shared by the runs of this process.
+
+    A tensor whose `data` is a `bytes` object of at least `MIN_BYTES` (immutable: the same object
+    always holds the same image) is written once, already in the runner's bank order (`_bank_image`),
+    and its file reused by every later run given the same object (a KV cache passed to call after
+    call): the runner maps that file as the tensor's banks (copy-on-write), so a repeated call neither
+    writes nor copies the cache again. The cache keeps the objects it holds alive (at most
+    `MAX_BYTES`, least recently used first out; a file in use by a run is never dropped). Other inputs
+    (small, or mutable buffers) are written in page order into the run's own directory each time.
+    """
+
+    MIN_BYTES = 1 << 20
+    MAX_BYTES = 256 << 20
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (id(data), page_size, aligned_page, num_pages) -> [data, path, pins]
+        self._entries: collections.OrderedDict[tuple, list] = collections.OrderedDict()
+        self._bytes = 0
+        self._dir: Optional[Path] = None
+        self._pid = 0
+        self.shared_writes = 0  # images written to a shared file (each copy of a large input counts once)
+        if hasattr(os, "register_at_fork"):  # a forked child starts its own cache, with a lock of its own
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._entries = collections.OrderedDict()
+        self._bytes = 0
+        self._dir = None  # the parent's directory stays the parent's
+
+    def _directory(self) -> Path:
+        if self._dir is None or self._pid != os.getpid():  # first use (in this process)
+            self._entries.clear()
+            self._bytes = 0
+            self._dir = Path(tempfile.mkdtemp(prefix="ttrt-inputs-"))
+            self._pid = os.getpid()
+            atexit.register(self._remove, self._dir, self._pid)
+        return self._dir
+
+    @staticmethod
+    def _remove(path: Path, pid: int) -> None:
+        if os.getpid() == pid:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def acquire(self, data: bytes, placement: layout.TensorPlacement, work: Path,
+                name: str) -> tuple[str, bool, Optional[int]]:
+        """A file holding `data`: its path, whether it is in bank order (else page order), and a pin to
+        `release` after the run (None if the file is the run's own)."""
+        if type(data) is not bytes or len(data) < self.MIN_BYTES or len(data) > self.MAX_BYTES:
+            path = work / name
+            path.write_bytes(data)
+            return str(path), False, None
+        key = (id(data), placement.page_size, placement.aligned_page, placement.num_pages)
+        with self._lock:
+            d = self._directory()
+            e = self._entries.get(key)
+            if e is not None and e[0] is data:
+                self._entries.move_to_end(key)
+                e[2] += 1
+                return e[1], True, key
+            path = d / f"{id(data):x}-{placement.page_size}-{placement.aligned_page}-{placement.num_pages}.bin"
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "wb") as f:
+                f.write(_bank_image(data, placement))
+            os.replace(tmp, path)
+            self.shared_writes += 1
+            self._entries[key] = [data, str(path), 1]
+            self._bytes += len(data)
+            for k in list(self._entries):  # evict the least recently used unpinned images
+                if self._bytes <= self.MAX_BYTES:
+                    break
+                old = self._entries[k]
+                if old[2] == 0:
+                    del self._entries[k]
+                    self._bytes -= len(old[0])
+                    Path(old[1]).unlink(missing_ok=True)
+            return str(path), True, key
+
+    def release(self, key: Optional[tuple]) -> None:
+        if key is None:
+            return
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                e[2] -= 1
+
+
+_INPUTS = _InputImages()
+
+
+class _Prepared:
+    """What a program's structure determines (layout, kernel builds, the program file body), kept for
+    the next run of a program with the same structure (a decode step after the last)."""
+
+    def __init__(self, program: Program):
+        self.lay = _Layout(program)
+        check_unpack_to_dest(program)
+        self.builds = [_kernel_build(k, self.lay) for k in program.kernels]
+        self.kernel_index = {id(k): i for i, k in enumerate(program.kernels)}
+        self.order = sorted(self.lay.kernels, key=lambda key: (self.lay.index[key[0]], key[1]))
+        self.bodies: dict[tuple[Path, ...], str] = {}  # per set of kernel libraries
+
+
+_PREPARED: dict[tuple, _Prepared] = {}  # by _structure_key (hashed once per lookup: it is large)
+_PREPARED_MAX = 8
+_use_clock = itertools.count(1)
+_prepared_lock = threading.Lock()
+
+
+def _structure_key(program: Program) -> Optional[tuple]:
+    """Everything of `program` except its input bytes, by value (None if some part is not hashable:
+    such a program is prepared afresh, and refused there if it is invalid). Argument types are part
+    of the key, so an argument that is refused (a bool, a float) never matches a valid one."""
+    try:
+        kernels = tuple(
+            (k.name, str(k.source), k.kind, k.cores, tuple(k.compile_time_args), tuple(map(type, k.compile_time_args)),
+             tuple(sorted(k.defines.items())), tuple(sorted(k.named_compile_time_args.items())), k.compute,
+             tuple((c, tuple(a), tuple(map(type, a))) for c, a in k.runtime_args.items()),
+             tuple(k.common_runtime_args), tuple(map(type, k.common_runtime_args)))
+            for k in program.kernels)
+        tensors = tuple((t.name, t.data_format, t.page_size, t.num_pages, tuple(t.shape), t.layout, t.is_output,
+                         t.element_type, t.in_place) for t in program.tensors)
+        return (kernels, tuple(program.circular_buffers), tuple(program.semaphores), tensors)
+    except TypeError:
+        return None
+
+
+def _prepare(program: Program) -> _Prepared:
+    key = _structure_key(program)
+    if key is not None:
+        with _prepared_lock:
+            try:
+                prep = _PREPARED.get(key)  # hashing the key may find an unhashable part
+            except TypeError:
+                prep = key = None
+            if prep is not None:
+                prep.used = next(_use_clock)
+                for k in program.kernels:  # the sources must still be there (as _kernel_build checks)
+                    if not Path(k.source).resolve().is_file():
+                        raise FileNotFoundError(f"kernel {k.name}: source {Path(k.source).resolve()} does not exist")
+                return prep
+    prep = _Prepared(program)
+    if key is not None:
+        with _prepared_lock:
+            prep.used = next(_use_clock)
+            _PREPARED[key] = prep
+            if len(_PREPARED) > _PREPARED_MAX:  # drop the least recently used
+                del _PREPARED[min(_PREPARED, key=lambda k: _PREPARED[k].used)]
+    return prep
 
 
 def _state(d: dict) -> KernelState:
@@ -231,9 +420,9 @@ def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple
         tag, ki = f[0], int(f[1])
         d = per[ki]
         if tag == "dram_read":
-            d["reads"] = tuple(int(x) for x in f[2:])
+            d["reads"] = tuple(map(int, f[2:]))
         elif tag == "dram_write":
-            d["writes"] = tuple(int(x) for x in f[2:])
+            d["writes"] = tuple(map(int, f[2:]))
         elif tag == "peer":
             peer = lay.cores[int(f[2])]
             for key, v in zip(("nw", "nr", "si"), f[3:6]):
@@ -242,7 +431,7 @@ def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple
         elif tag == "op":
             d["tiles"][f[2]] = int(f[3])
         elif tag == "waits":
-            d["waits"] = tuple(int(x) for x in f[2:6])
+            d["waits"] = tuple(map(int, f[2:6]))
         elif tag == "events":
             d["nev"] = int(f[2])
     out = []
@@ -303,22 +492,33 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_see
                                            text=True)
     else:
         schedule_seed = schedule_seed_from(schedule_seed, "run_program: schedule_seed")
-    lay = _Layout(program)
-    check_unpack_to_dest(program)
+    prep = _prepare(program)
+    lay = prep.lay
     t0 = time.perf_counter()
     runner, _ = build.build_runner()
-    kernel_list = program.kernels
     try:
-        paths, _ = build.build_kernels([_kernel_build(k, lay) for k in kernel_list])
+        paths, _ = build.build_kernels(prep.builds)
     except build.KernelCompileError as e:
         raise KernelError("compile", str(e), None, []) from None
-    libs = {id(k): p for k, p in zip(kernel_list, paths)}
+    libs = tuple(paths)
     compile_seconds = time.perf_counter() - t0
+    body = prep.bodies.get(libs)
+    if body is None:
+        body = prep.bodies[libs] = _program_body(lay, list(libs), prep.kernel_index)
 
     work = Path(tempfile.mkdtemp(prefix="ttrt-run-"))
+    pins: list[Optional[int]] = []
     try:
-        prog_file = _write_program(program, lay, libs, work, float(watchdog_seconds), schedule_seed)
-        order = sorted(lay.kernels, key=lambda key: (lay.index[key[0]], key[1]))
+        inputs: list[Optional[tuple[str, bool]]] = []
+        for i, t in enumerate(program.tensors):
+            if t.data is None:
+                inputs.append(None)
+                continue
+            path, banked, pin = _INPUTS.acquire(t.data, lay.tensors[t.name], work, f"in{i}.bin")
+            pins.append(pin)
+            inputs.append((path, banked))
+        prog_file = _write_program(program, lay, body, inputs, work, float(watchdog_seconds), schedule_seed)
+        order = prep.order
         t1 = time.perf_counter()
         proc = subprocess.run([str(runner), str(prog_file)], capture_output=True, text=True)
         run_seconds = time.perf_counter() - t1
@@ -333,6 +533,8 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_see
             tensors[t.name] = f.read_bytes() if f.exists() else bytes(t.data or b"")
         counters = _read_counters(program, lay, work, order)
     finally:
+        for pin in pins:
+            _INPUTS.release(pin)
         if os.environ.get("TTDECODE_RUNTIME_KEEP"):  # debugging: keep program.txt and the outputs
             print(f"ttdecode.runtime: run files kept in {work}", file=sys.stderr)
         else:

@@ -29,6 +29,7 @@
 #include "compute_state.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "chip_packer.hpp"
 #include "fast_unpack.hpp"
@@ -48,7 +49,10 @@ void count_init(Kernel& k) {
 }
 
 ComputeState* new_compute_state(Kernel& k) {
-    ComputeState* cs = new ComputeState();
+    // A ComputeState is large (DST, tile and operand caches) and a kernel touches only part of it: it
+    // lives in fresh zero pages (zeroed_pages), constructed without clearing them again, so it holds
+    // what `new ComputeState()` would and pays only for the pages used.
+    ComputeState* cs = new (zeroed_pages(sizeof(ComputeState), "a compute state")) ComputeState;
     cs->cap = k.dst_tiles;
     cs->unpack_to_dest = k.unpack_to_dest;
     return cs;
@@ -144,8 +148,10 @@ Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const cha
         e.addr = addr;
         e.format = c.format;
         e.valid = true;
+        static uint64_t fills = 0;
+        e.gen = ++fills;
     }
-    return Unpacked{e.values, c.format};
+    return Unpacked{e.values, c.format, e.gen};
 }
 
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "compute_state.hpp"
 
@@ -10,12 +11,10 @@ namespace ttrt {
 
 // ------------------------------------------------------------------ FPU operations
 
-// Tile `idx` of `cb` as the FPU sees it in srcA (srca) or srcB: unpacked, its format checked against
-// the unpacker's, then cut to the source register precision of that same format (TF32 / bf16 for
-// Float32 data). The format comes with the values, never from a variable set elsewhere. Returns
-// whether the register holds TF32 (a Float32 CB with fp32_dest_acc_en), i.e. the SrcAStyle it implies.
-static bool load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api,
-                         float* out) {
+// Tile `idx` of `cb` as the FPU's source register srcA (srca) or srcB takes it: unpacked and its
+// format checked against the unpacker's. The format comes with the values, never from a variable set
+// elsewhere.
+static Unpacked unpack_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api) {
     if (cb < 32 && ((s.unpack_to_dest >> cb) & 1u)) {
         // tt-metal gives a Float32 CB in UnpackToDestFp32 mode the unpack format Float32, which no FPU
         // operand path takes: the LLK's is_unpacker_format_conversion_supported_dest(Float32, Float32,
@@ -27,54 +26,148 @@ static bool load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, 
     }
     const Unpacked u = unpack(k, s, cb, idx, api);
     check_src_format(s, srca, cb, u.format, api);
+    return u;
+}
+
+// The operand in the source register: unpack_operand, then cut to the source register precision of
+// its format (TF32 / bf16 for Float32 data). Returns whether the register holds TF32 (a Float32 CB
+// with fp32_dest_acc_en), i.e. the SrcAStyle it implies.
+static bool load_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca, const char* api,
+                         float* out) {
+    const Unpacked u = unpack_operand(k, s, cb, idx, srca, api);
     to_src(u.values, out, u.format, k.fp32_acc);
     return u.format == 0 && k.fp32_acc;
-}
-
-// Fidelity slices of a source tile: out[0] = phase-0 bits, out[1] = the bits of the later phase
-// (SrcA: phase bit 0; SrcB: phase bit 1). Products of slices are exact in fp32.
-static void slices(const float* in, bool srca, float (*out)[kTileValues]) {
-    for (uint32_t i = 0; i < kTileValues; ++i) {
-        out[0][i] = srca ? fid_a(in[i], 0) : fid_b(in[i], 0);
-        out[1][i] = srca ? fid_a(in[i], 1) : fid_b(in[i], 2);
-    }
-}
-
-// One fidelity phase of a 32x32 tile product into DST, as the LLK issues MVMULs: for each output
-// element, each 16-deep half of the inner dimension is one MVMUL, summed in fp32 from 0 in k order
-// (MVMUL.md's model), then added to DST and written back with DST's rounding. b is k-major (B[k][j]).
-//
-// A zero a-value contributes nothing: its 32 products are signed zeros, and adding a signed zero to a
-// running sum that starts at +0 (which can never become -0: x + (-x) is +0 in round-to-nearest) leaves
-// it unchanged, so it is skipped when b's row kk is finite (0 x inf or 0 x NaN would be NaN).
-// `b_row_finite[kk]` says so; the skip only saves host time (rows past a group, zero slices).
-// Compiled for AVX-512, AVX2 and baseline x86-64 (chosen when the runner loads): the same adds and
-// multiplies in the same order (no contraction into FMAs: -ffp-contract=off), only wider.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-static void mvmul_phase(const float* __restrict a, const float* __restrict b, const bool* b_row_finite,
-                        float* __restrict c, bool fp32) {
-    for (int i = 0; i < 32; ++i) {
-        for (int h = 0; h < 2; ++h) {
-            float row[32];
-            for (int j = 0; j < 32; ++j) row[j] = 0.f;
-            for (int kk = h * 16; kk < h * 16 + 16; ++kk) {
-                const float av = a[i * 32 + kk];
-                if (av == 0.f && b_row_finite[kk]) continue;
-                const float* br = b + kk * 32;
-                for (int j = 0; j < 32; ++j) row[j] += av * br[j];
-            }
-            float* cr = c + i * 32;
-            if (fp32)
-                for (int j = 0; j < 32; ++j) cr[j] += row[j];
-            else
-                for (int j = 0; j < 32; ++j) cr[j] = dst_round(cr[j] + row[j], false);
-        }
-    }
 }
 
 static void transpose(const float* in, float* out) {
     for (int r = 0; r < 32; ++r)
         for (int c = 0; c < 32; ++c) out[c * 32 + r] = in[r * 32 + c];
+}
+
+// Fills `op` from an unpacked tile: the source register values (to_src), transposed if asked, cut into
+// the fidelity slices of its register (out[0] = phase-0 bits, out[1] = the bits of the later phase;
+// SrcA: phase bit 0, SrcB: phase bit 1; products of slices are exact in fp32), and the skip masks the
+// MVMUL model uses (see mvmul_tile). Plain loops the compiler vectorises; the values are the same on
+// every path.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void prepare_operand(const Unpacked& u, bool srca, bool transposed, bool fp32_acc, MatmulOperand& op) {
+    alignas(64) float v[kTileValues], t[kTileValues];
+    to_src(u.values, v, u.format, fp32_acc);
+    const float* src = v;
+    if (transposed) {
+        transpose(v, t);
+        src = t;
+    }
+    for (uint32_t i = 0; i < kTileValues; ++i) {
+        op.s[0][i] = srca ? fid_a(src[i], 0) : fid_b(src[i], 0);
+        op.s[1][i] = srca ? fid_a(src[i], 1) : fid_b(src[i], 2);
+    }
+    for (int sl = 0; sl < 2; ++sl) {
+        if (srca) {
+            uint32_t nonfinite = 0;
+            for (int kk = 0; kk < 32; ++kk) {
+                uint32_t any = 0;
+                for (int j = 0; j < 32; ++j) any |= (bits(op.s[sl][kk * 32 + j]) & 0x7F800000u) == 0x7F800000u;
+                nonfinite |= (any ? 1u : 0u) << kk;
+            }
+            op.nonfinite[sl] = nonfinite;
+        } else {
+            for (int r = 0; r < 64; ++r) {
+                uint32_t m = 0;
+                for (int c = 0; c < 16; ++c) m |= uint32_t(op.s[sl][r * 16 + c] != 0.f) << c;
+                op.nonzero[sl][r] = uint16_t(m);
+            }
+        }
+    }
+}
+
+// The prepared matmul operand of tile `idx` of `cb` (in0: srcB, in1: srcA), from the LRU cache when
+// the same unpacked tile was prepared the same way before. The checks of unpack_operand run every call.
+static const MatmulOperand& matmul_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, bool srca,
+                                           bool transposed, const char* api) {
+    const Unpacked u = unpack_operand(k, s, cb, idx, srca, api);
+    MatmulOperand* set = srca ? s.mm_in1 : s.mm_in0;
+    const int n = srca ? int(std::size(s.mm_in1)) : int(std::size(s.mm_in0));
+    MatmulOperand* victim = set;
+    for (int i = 0; i < n; ++i) {
+        MatmulOperand& op = set[i];
+        if (op.gen == u.gen && op.transposed == transposed && op.fp32 == k.fp32_acc) {
+            op.used = ++s.mm_clock;
+            return op;
+        }
+        if (op.used < victim->used) victim = &op;
+    }
+    prepare_operand(u, srca, transposed, k.fp32_acc, *victim);
+    victim->gen = u.gen;
+    victim->transposed = transposed;
+    victim->fp32 = k.fp32_acc;
+    victim->used = ++s.mm_clock;
+    return *victim;
+}
+
+// The fidelity phases of a 32x32 tile product into DST, as the LLK issues MVMULs: phase p multiplies
+// slice (p >> 1) & 1 of in0 (srcB) by slice p & 1 of in1 (srcA); for each output element, each
+// 16-deep half of the inner dimension is one MVMUL, summed in fp32 from 0 in k order (MVMUL.md's
+// model), then added to DST and written back with DST's rounding; phase after phase. b is k-major
+// (B[k][j]).
+//
+// A zero a-value contributes nothing: its 32 products are signed zeros, and adding a signed zero to a
+// running sum that starts at +0 (which can never become -0: x + (-x) is +0 in round-to-nearest) leaves
+// it unchanged (a NaN or inf sum stays as it is), so such a product may be skipped or taken at will
+// when b's row kk is finite (0 x inf or 0 x NaN would be NaN). The skip only saves host time (rows
+// past a group, zero slices).
+//
+// Host order of work (no element can tell): DST row by row; per row, the phases that share an in0
+// slice (0 and 1, then 2 and 3) run together, their up to four 16-deep sums (2 halves x 2 in1 slices)
+// as independent accumulations over the union of their k sets (taking a product outside a sum's own
+// set only adds a signed zero, see above), then DST gets the sums added in the order of the phases
+// and halves. Every element sees exactly the model's sequence of operations.
+// Compiled for AVX-512, AVX2 and baseline x86-64 (chosen when the runner loads): the same adds and
+// multiplies in the same order (no contraction into FMAs: -ffp-contract=off), only wider.
+template <int NB>  // in1 slices in the group: 1 or 2
+static inline void mvmul_row_group(const float* __restrict ar, const uint16_t* a_nonzero, const MatmulOperand& b,
+                                   int sb0, float* __restrict acc, bool fp32) {
+    float r[NB][2][32];
+    for (int x = 0; x < NB; ++x)
+        for (int h = 0; h < 2; ++h)
+            for (int j = 0; j < 32; ++j) r[x][h][j] = 0.f;
+    uint32_t m = uint32_t(a_nonzero[0]) | (uint32_t(a_nonzero[1]));
+    for (int x = 0; x < NB; ++x) m |= (b.nonfinite[sb0 + x] & 0xFFFFu) | (b.nonfinite[sb0 + x] >> 16);
+    while (m) {
+        const int t = __builtin_ctz(m);
+        m &= m - 1;
+        const float a0 = ar[t], a1 = ar[16 + t];
+        for (int x = 0; x < NB; ++x) {
+            const float* b0 = b.s[sb0 + x] + t * 32;
+            const float* b1 = b.s[sb0 + x] + (16 + t) * 32;
+            for (int j = 0; j < 32; ++j) r[x][0][j] += a0 * b0[j];
+            for (int j = 0; j < 32; ++j) r[x][1][j] += a1 * b1[j];
+        }
+    }
+    for (int x = 0; x < NB; ++x)
+        for (int h = 0; h < 2; ++h) {
+            if (fp32)
+                for (int j = 0; j < 32; ++j) acc[j] += r[x][h][j];
+            else
+                for (int j = 0; j < 32; ++j) acc[j] = dst_round(acc[j] + r[x][h][j], false);
+        }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void mvmul_tile(const MatmulOperand& a, const MatmulOperand& b, float* __restrict c, int phases, bool fp32) {
+    for (int i = 0; i < 32; ++i) {
+        float acc[32];
+        float* cr = c + i * 32;
+        for (int j = 0; j < 32; ++j) acc[j] = cr[j];
+        for (int p = 0; p < phases; p += 2) {
+            const int sa = (p >> 1) & 1;
+            if (p + 1 < phases)  // phases p (in1 slice 0) and p + 1 (in1 slice 1)
+                mvmul_row_group<2>(a.s[sa] + i * 32, a.nonzero[sa] + i * 2, b, 0, acc, fp32);
+            else
+                mvmul_row_group<1>(a.s[sa] + i * 32, a.nonzero[sa] + i * 2, b, 0, acc, fp32);
+        }
+        for (int j = 0; j < 32; ++j) cr[j] = acc[j];
+    }
 }
 
 extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1, uint32_t idst, uint32_t ct,
@@ -86,30 +179,15 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
     if (s.fpu != FPU_MATMUL) check_fpu(s, FPU_MATMUL, 0, -1, api, "matmul_init");
     const bool transpose_b = s.fpu_a != 0;
     const int phases = fidelity_phases(k.fidelity);
-    float a[kTileValues], b[kTileValues], tmp[kTileValues];
-    float as[2][kTileValues], bs[2][kTileValues];
-    bool finite[2][32];
+    // Mixed TF32/BF16 sources: each register is read as it holds (see ttrt_binary).
     for (uint32_t r = 0; r < rt; ++r) {
-        load_operand(k, s, in0, i0 + r * kt, false, api, a);  // in0 goes to srcB
-        slices(a, false, as);
+        const MatmulOperand& a = matmul_operand(k, s, in0, i0 + r * kt, false, false, api);  // in0 goes to srcB
         for (uint32_t c = 0; c < ct; ++c) {
-            const bool tf32 = load_operand(k, s, in1, i1 + c, true, api, tmp);  // in1 goes to srcA
-            if (transpose_b) transpose(tmp, b);
-            else std::memcpy(b, tmp, sizeof b);
-            (void)tf32;  // mixed TF32/BF16 sources: each register is read as it holds (see ttrt_binary)
-            slices(b, true, bs);
-            for (int sl = 0; sl < 2; ++sl) {
-                for (int kk = 0; kk < 32; ++kk) {
-                    bool f = true;
-                    for (int j = 0; j < 32; ++j) f = f && std::isfinite(bs[sl][kk * 32 + j]);
-                    finite[sl][kk] = f;
-                }
-            }
+            const MatmulOperand& b = matmul_operand(k, s, in1, i1 + c, true, transpose_b, api);  // in1 goes to srcA
             const uint32_t d = idst + r * ct + c;
             float* out = dst_tile(k, s, d, api);
             if (!s.defined[d]) std::fill(out, out + kTileValues, 0.f);
-            for (int p = 0; p < phases; ++p)
-                mvmul_phase(as[(p >> 1) & 1], bs[p & 1], finite[p & 1], out, k.fp32_acc);
+            mvmul_tile(a, b, out, phases, k.fp32_acc);
             s.defined[d] = true;
         }
     }

@@ -21,6 +21,21 @@ struct TileCacheEntry {
     uint8_t raw[4096];
     float values[kTileValues];
     bool valid = false;
+    uint64_t gen = 0;  // unique per fill (values), so derived data can be cached against it
+};
+
+// A matmul source tile as the MVMULs read it (compute_ops.cpp): the source register values cut into
+// their two fidelity slices, and per slice which products may be skipped. Cached per unpacked tile
+// (TileCacheEntry::gen), so a tile reused by many matmuls (Q, the ones tile) is sliced once.
+struct MatmulOperand {
+    uint64_t gen = 0;       // TileCacheEntry::gen of the tile (0: empty)
+    bool transposed = false, fp32 = false;
+    uint64_t used = 0;      // last use (LRU)
+    float s[2][kTileValues];
+    // in0 (srcB): bit t of nonzero[sl][i * 2 + h] says s[sl][i][16h + t] != 0 (NaN included)
+    uint16_t nonzero[2][64];
+    // in1 (srcA): bit kk of nonfinite[sl] says row kk of s[sl] holds an inf or NaN
+    uint32_t nonfinite[2];
 };
 
 struct ComputeState {
@@ -40,6 +55,8 @@ struct ComputeState {
     bool reduce_mask = false;
     bool started = false;
     TileCacheEntry cache[8];
+    MatmulOperand mm_in0[8], mm_in1[4];  // prepared matmul operands (srcB / srcA), LRU
+    uint64_t mm_clock = 0;
 };
 
 ComputeState& cs(Kernel& k);
@@ -67,6 +84,7 @@ void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const
 struct Unpacked {
     const float* values;
     uint8_t format;
+    uint64_t gen;  // TileCacheEntry::gen: equal gens mean equal values
 };
 Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api);
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api);

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "report.hpp"
@@ -200,6 +202,14 @@ void reserve_window() {
     }
 }
 
+uint8_t* zeroed_pages(size_t size, const std::string& what) {
+    if (size == 0) return nullptr;
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail_kind("internal", "cannot allocate " + std::to_string(size) + " B for " + what + ": " +
+                                                   std::strerror(errno));
+    return static_cast<uint8_t*>(p);
+}
+
 uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what) {
     if (addr < kWindowBase || uint64_t(addr) + size > kL1Size) {
         fail(std::string(what) + ": L1 range " + hex(addr) + ".." + hex(uint64_t(addr) + size) + " of " + core_name(&c) +
@@ -379,15 +389,19 @@ void run_all() {
 
 // ------------------------------------------------------------------ watchdog and crash handling
 
-static std::atomic<bool> g_watchdog_stop{false};
+// The watchdog looks every 20 ms; stop_watchdog wakes it at once (a run does not wait out its sleep).
+static std::mutex g_watchdog_mutex;
+static std::condition_variable g_watchdog_wake;
+static bool g_watchdog_stop = false;  // guarded by g_watchdog_mutex
 static std::thread g_watchdog;
 
 void start_watchdog() {
     g_watchdog = std::thread([] {
         uint64_t last = g_progress.load();
         auto since = std::chrono::steady_clock::now();
-        while (!g_watchdog_stop.load()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::unique_lock<std::mutex> lock(g_watchdog_mutex);
+        while (!g_watchdog_stop) {
+            if (g_watchdog_wake.wait_for(lock, std::chrono::milliseconds(20), [] { return g_watchdog_stop; })) break;
             const uint64_t now = g_progress.load();
             if (now != last) {
                 last = now;
@@ -410,7 +424,11 @@ void start_watchdog() {
 }
 
 void stop_watchdog() {
-    g_watchdog_stop = true;
+    {
+        std::lock_guard<std::mutex> lock(g_watchdog_mutex);
+        g_watchdog_stop = true;
+    }
+    g_watchdog_wake.notify_all();
     if (g_watchdog.joinable()) g_watchdog.join();
 }
 

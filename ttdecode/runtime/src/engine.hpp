@@ -4,7 +4,8 @@
 // Memory model: every core owns an L1 image (a memfd of 1464 KiB). The L1 of the core whose kernel is
 // running is mapped at its device addresses [kWindowBase, kL1Size) of the host address space, so the
 // device addresses kernels compute are valid host pointers. The engine reaches every core's L1 through
-// a second mapping (`Core::l1`). DRAM is one byte array per (tensor, bank).
+// a second mapping (`Core::l1`). DRAM is one byte array per (tensor, bank): kNumBanks regions of one
+// block of anonymous memory per tensor (`Tensor::bank_data`).
 #pragma once
 
 #include <ucontext.h>
@@ -166,8 +167,9 @@ struct Tensor {
     std::string name;
     uint32_t base = 0, page_size = 0, aligned_page = 0, num_pages = 0, per_bank = 0;
     std::string in_path, out_path;
-    std::vector<uint8_t> bank[kNumBanks];
+    uint8_t* image = nullptr;  // the banks' bytes: bank b at b * per_bank, per_bank bytes each
     bool written = false;
+    uint8_t* bank_data(int b) const { return image + size_t(b) * per_bank; }
 };
 
 // A transfer or increment in flight that a perturbed run may land early: kernel, kind (0 read,
@@ -243,6 +245,9 @@ int cb_unreleased_overlap(const Core& c, uint32_t addr, uint32_t size, const Ker
                           uint32_t* last);
 
 uint32_t cb_limit(const CbConfig& c);  // end address of a CB
+// `size` bytes of fresh anonymous memory: zero, each page allocated when first touched (so memory
+// nothing touches costs nothing, and nothing is cleared twice). Never freed (the run is one process).
+uint8_t* zeroed_pages(size_t size, const std::string& what);
 bool overlaps(uint32_t a, uint32_t an, uint32_t b, uint32_t bn);
 // DRAM bank of a NoC (x, y) or -1; and tensor lookup within a bank.
 int dram_channel_of(int x, int y);

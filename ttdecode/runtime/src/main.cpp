@@ -4,7 +4,10 @@
 //
 // Usage: ttrt_runner <program.txt>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,41 +106,70 @@ static void write_words(Core& c, uint32_t addr, const std::vector<uint32_t>& v) 
 // the pages are filled in the page cache without a fault per page, and only the pages a kernel
 // touches are ever mapped. The bytes are the same as a memset through the mapping.
 static void poison_l1(Core& c, uint32_t from, uint32_t to) {
+    // One 64 KiB block of poison, written as often as needed by one pwritev (a syscall per block cost more).
     static std::vector<uint8_t> poison(64 * 1024, kPoison);
+    static std::vector<iovec> iov;
     for (uint32_t a = from; a < to;) {
-        const size_t n = std::min<size_t>(poison.size(), to - a);
-        const ssize_t w = pwrite(c.fd, poison.data(), n, off_t(a));
+        iov.clear();
+        size_t n = 0;
+        while (a + n < to && iov.size() < 1024) {
+            const size_t len = std::min<size_t>(poison.size(), to - a - n);
+            iov.push_back(iovec{poison.data(), len});
+            n += len;
+        }
+        const ssize_t w = pwritev(c.fd, iov.data(), int(iov.size()), off_t(a));
         if (w <= 0) fail_kind("internal", std::string("cannot poison an L1 image: ") + std::strerror(errno));
         a += uint32_t(w);
     }
 }
 
-// An input tensor's page-order image file into its banks (page p in bank p % 12), read a round of
-// pages at a time through a small buffer rather than as one whole-file copy.
+// An input tensor's page-order image file into its banks (page p in bank p % 12): the file is mapped
+// (its pages are in the page cache: the driver has just written it) and each page copied once.
 static void read_tensor_image(Tensor& t) {
-    FILE* f = std::fopen(t.in_path.c_str(), "rb");
-    if (!f) fail_kind("internal", "cannot read " + t.in_path);
-    std::fseek(f, 0, SEEK_END);
-    const size_t size = size_t(std::ftell(f)), expect = size_t(t.page_size) * t.num_pages;
-    std::fseek(f, 0, SEEK_SET);
-    if (size != expect) {
-        std::fclose(f);
-        fail_kind("internal", t.in_path + ": " + std::to_string(size) + " bytes, expected " + std::to_string(expect));
+    const int fd = ::open(t.in_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_kind("internal", "cannot read " + t.in_path);
+    struct stat st{};
+    const size_t expect = size_t(t.page_size) * t.num_pages;
+    if (fstat(fd, &st) != 0 || size_t(st.st_size) != expect) {
+        ::close(fd);
+        fail_kind("internal", t.in_path + ": " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(expect));
     }
-    std::vector<uint8_t> round(size_t(t.page_size) * kNumBanks);
-    for (uint32_t p0 = 0; p0 < t.num_pages; p0 += kNumBanks) {
-        const uint32_t n = std::min<uint32_t>(kNumBanks, t.num_pages - p0);
-        if (std::fread(round.data(), t.page_size, n, f) != n) {
-            std::fclose(f);
-            fail_kind("internal", "short read of " + t.in_path);
-        }
-        for (uint32_t i = 0; i < n; ++i) {
-            const uint32_t p = p0 + i;
-            std::memcpy(t.bank[p % kNumBanks].data() + size_t(p / kNumBanks) * t.aligned_page,
-                        round.data() + size_t(i) * t.page_size, t.page_size);
-        }
+    if (expect == 0) {
+        ::close(fd);
+        return;
     }
-    std::fclose(f);
+    void* m = mmap(nullptr, expect, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) fail_kind("internal", "cannot map " + t.in_path + ": " + std::strerror(errno));
+    const uint8_t* src = static_cast<const uint8_t*>(m);
+    for (uint32_t p = 0; p < t.num_pages; ++p) {
+        std::memcpy(t.bank_data(int(p % kNumBanks)) + size_t(p / kNumBanks) * t.aligned_page,
+                    src + size_t(p) * t.page_size, t.page_size);
+    }
+    munmap(m, expect);
+}
+
+// An input tensor's image file already in bank order (bank b at b * per_bank, as `Tensor::image`):
+// mapped as the banks themselves, copy-on-write, so the file (shared by later runs) never changes and
+// nothing is copied up front.
+static void map_banked_image(Tensor& t) {
+    const int fd = ::open(t.in_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_kind("internal", "cannot read " + t.in_path);
+    struct stat st{};
+    const size_t expect = size_t(t.per_bank) * kNumBanks;
+    if (fstat(fd, &st) != 0 || size_t(st.st_size) != expect || expect == 0) {
+        ::close(fd);
+        fail_kind("internal", t.in_path + ": " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(expect) +
+                                  " (the banks of tensor " + t.name + ")");
+    }
+    // Populated read-only (a writable private mapping would be populated by copying every page), then
+    // made writable: a page the kernels write is copied then, and only that page.
+    void* m = mmap(nullptr, expect, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED || mprotect(m, expect, PROT_READ | PROT_WRITE) != 0) {
+        fail_kind("internal", "cannot map " + t.in_path + ": " + std::strerror(errno));
+    }
+    t.image = static_cast<uint8_t*>(m);
 }
 
 static void parse_program(const std::string& path) {
@@ -178,15 +210,23 @@ static void parse_program(const std::string& path) {
             in >> g.dram_bank_x[b] >> g.dram_bank_y[b] >> g.dram_bank_offset[b];
         } else if (tag == "tensor") {
             Tensor t;
-            std::string name, inp, outp;
-            in >> name >> t.base >> t.page_size >> t.aligned_page >> t.num_pages >> inp >> outp;
+            std::string name, inp, outp, order;
+            in >> name >> t.base >> t.page_size >> t.aligned_page >> t.num_pages >> inp >> outp >> order;
             t.name = unescape(name);
             t.in_path = unescape(inp);
             t.out_path = unescape(outp);
             t.per_bank = t.aligned_page * ((t.num_pages + kNumBanks - 1) / kNumBanks);
-            // An output starts as poison (0xFF: NaN in every float format), as uninitialised DRAM would.
-            for (auto& b : t.bank) b.assign(t.per_bank, t.in_path.empty() ? 0xFF : 0);
-            if (!t.in_path.empty()) read_tensor_image(t);
+            // An output starts as poison (0xFF: NaN in every float format), as uninitialised DRAM would;
+            // an input's bytes outside its pages (alignment padding, a short last round) are 0. An input
+            // given in bank order ("banked": the driver's shared images) is mapped as it is.
+            if (order == "banked" && !t.in_path.empty()) {
+                map_banked_image(t);
+            } else {
+                if (!order.empty()) fail_kind("internal", "program file: unknown tensor image order '" + order + "'");
+                t.image = zeroed_pages(size_t(t.per_bank) * kNumBanks, "the DRAM image of tensor " + t.name);
+                if (t.in_path.empty()) std::memset(t.image, 0xFF, size_t(t.per_bank) * kNumBanks);
+                else read_tensor_image(t);
+            }
             g.tensors.push_back(std::move(t));
         } else if (tag == "core") {
             Core* c = new Core();

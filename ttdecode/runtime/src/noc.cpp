@@ -88,7 +88,7 @@ static Target resolve(uint64_t noc_addr, uint32_t size, bool is_read, const char
             t.tensor = &ten;
             t.bank = bank;
             t.local = off - ten.base;
-            t.bytes = ten.bank[bank].data() + t.local;
+            t.bytes = ten.bank_data(bank) + t.local;
             t.align_mask = is_read ? 31 : 15;
             return t;
         }
@@ -243,7 +243,7 @@ extern "C" void ttrt_noc_write(uint32_t src, uint64_t dst, uint32_t size, const 
 
 static uint8_t* write_destination(const PendingWrite& w) {
     if (w.dst_core >= 0) return g.cores[w.dst_core]->l1 + w.dst_addr;
-    return g.tensors[w.dst_tensor].bank[w.dst_bank].data() + w.dst_addr;
+    return g.tensors[w.dst_tensor].bank_data(w.dst_bank) + w.dst_addr;
 }
 
 static void check_write_sources(Kernel& k, const char* api) {

@@ -90,8 +90,8 @@ void write_outputs() {
         if (!t.written && !t.in_path.empty()) continue;
         std::vector<uint8_t> img(size_t(t.page_size) * t.num_pages);
         for (uint32_t p = 0; p < t.num_pages; ++p) {
-            const std::vector<uint8_t>& b = t.bank[p % kNumBanks];
-            std::memcpy(img.data() + size_t(p) * t.page_size, b.data() + size_t(p / kNumBanks) * t.aligned_page,
+            const uint8_t* b = t.bank_data(int(p % kNumBanks));
+            std::memcpy(img.data() + size_t(p) * t.page_size, b + size_t(p / kNumBanks) * t.aligned_page,
                         t.page_size);
         }
         write_file(t.out_path, img.data(), img.size());
