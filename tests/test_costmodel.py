@@ -120,8 +120,11 @@ def test_merge_ops_are_the_kernels_merge_as_counted_by_the_runtime(runs) -> None
     """split_floor_tiles' closed form of one merge equals the root's merge in a real run (D 64)."""
     plan, counters = runs[4]
     _, red, _ = work_from_counters(plan, counters)
-    assert _totals(red.merge_per_round) == _totals(merge_ops(plan.q_tiles, plan.dv_tiles,
-                                                             head_rows=plan.num_tokens * plan.group_size))
+    got = _totals(red.merge_per_round)
+    want = _totals(merge_ops(plan.q_tiles, plan.dv_tiles, head_rows=plan.num_tokens * plan.group_size))
+    # configuration calls: within one per merge (only the first merge after the chunks reconfigures srcB)
+    assert abs(got.pop(("init", 32)) - want.pop(("init", 32))) <= 1
+    assert got == want
 
 
 def _one_piece_compute(pos: int):

@@ -453,9 +453,11 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     row = row_steps(head_rows)
     stat = row // 2 if head_rows <= 16 else 16  # VectorMode::None with the head rows' steps, else C
     rows = dv_tiles + 1
-    # inits per q tile row: the factors' two copies, max, subtraction, exp and a srcB reconfig; per
-    # l / O tile a broadcast, a copy, a multiply and an addcmul init
-    inits = q_tiles * (6 + 4 * rows)
+    # inits per q tile row: the factors' copy (one init serves own max and the child's partial, both
+    # UnpackToDestFp32), max, subtraction and exp, and the srcB reconfig the first merge after the
+    # chunks needs (counted in every merge); per l / O tile a broadcast, a copy, a multiply and an
+    # addcmul init
+    inits = q_tiles * (5 + 4 * rows)
     return {"init": [OpTally(inits, inits)],
             "copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
             "max": [OpTally(q_tiles * rows, q_tiles * rows, steps=row), OpTally(3 * q_tiles, 3 * q_tiles, steps=stat)],
