@@ -87,7 +87,9 @@ def main() -> int:
     ops = Counter()
     for kc in counters.kernels:
         ops.update(kc.tiles)
-    print("compute tiles: " + ", ".join(f"{op} {n}" for op, n in sorted(ops.items()) if n))
+    inits = ops.pop("init", 0)
+    print("compute tiles: " + ", ".join(f"{op} {n}" for op, n in sorted(ops.items()) if n)
+          + f"; configuration calls (inits, reconfigs): {inits}")
     return 0 if ok else 1
 
 
