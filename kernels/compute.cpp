@@ -13,16 +13,19 @@
 //   `scale` on the SFPU and masked (-inf added on the SFPU) into cb_scores.
 // * The CBs read only by copy_tile / unary_bcast are in UnpackToDestFp32 mode (factory.py): scores,
 //   the running max / sum / output, alpha and the children's partials are unpacked straight into the
-//   fp32 DST, bit for bit. The row max is the SFPU's exact sfpu_reduce of the copied scores; every
-//   combination (max, rescale, merge, sink, 1/l, O x 1/l, LSE) runs on the SFPU in fp32, and a row's
-//   value is broadcast along its row by unary_bcast<COL> from an UnpackToDestFp32 CB (exact). Ops on
-//   statistics alone (a merge's max and factor exps, the root's 1/l) run on faces 0 and 2 only
-//   (VectorMode::C: every row, columns 0-15); a merge adds the child's share with one addcmul
-//   (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
-// * With at most 16 q rows holding heads (half_tile: tokens x group_size <= 16) the chunk's row-wise
-//   SFPU ops (scale, mask adds, subtractions, exps, running max, rescales, O x 1/l) run on faces 0-1
-//   (VectorMode::R) and 1/l on face 0; rows 16-31 (zero q rows) are then left partly computed, which
-//   no row that is output ever reads (every op is row by row).
+//   fp32 DST, bit for bit. The row max is exact: an element-wise max of the copied scores, then one
+//   SFPU row reduction (sfpu_reduce); every combination (max, rescale, merge, sink, 1/l, O x 1/l,
+//   LSE) runs on the SFPU in fp32, and a row's value is broadcast along its row by unary_bcast<COL>
+//   from an UnpackToDestFp32 CB (exact). Ops on statistics alone (a merge's max, subtractions and
+//   factor exps, the root's 1/l) run on faces 0 and 2 only (VectorMode::C: every row, columns 0-15);
+//   a merge adds the child's share with one addcmul (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
+// * With at most 16 q rows holding heads (half_tile: head_rows = tokens x group_size <= 16) the
+//   chunk's and the merges' row-wise SFPU ops (scale, mask adds, max fold, subtractions, exps,
+//   rescales, O x 1/l) run on faces 0-1 (VectorMode::R) and only the vector steps of the head rows
+//   (ITERATIONS = row_iterations: a step is four rows, even or odd columns; rows 0-7 of each face
+//   with 8 heads), the statistics ops on face 0's head rows (VectorMode::None) and 1/l on face 0;
+//   the other rows (zero q rows) are then left partly computed, which no row that is output ever
+//   reads (every op is row by row).
 // * The root with no child holding keys and no sink writes the output and LSE in its last chunk
 //   (O x 1/l before the pack), without a separate pass over O (finish_root).
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
