@@ -91,11 +91,12 @@ void zero_rows(uint32_t tile_l1, uint32_t first_row, uint32_t end_row) {
     }
 }
 
-// Zero rows [first_row, end_row) of key tile `t` of a chunk's K slot: its d_tiles K tiles, at
+// Zero rows [first_row, end_row) of key tile `t` of a chunk's K or V slot: its row_tiles tiles, at
 // slot tiles t * t_stride + d * d_stride (the slot's layout, see the chunk loop).
-template <uint32_t d_tiles, uint32_t kv_tile_bytes>
-void zero_slot_rows(uint32_t slot, uint32_t t, uint32_t t_stride, uint32_t d_stride, uint32_t first_row, uint32_t end_row) {
-    for (uint32_t d = 0; d < d_tiles; ++d) {
+template <uint32_t kv_tile_bytes>
+void zero_slot_rows(uint32_t slot, uint32_t row_tiles, uint32_t t, uint32_t t_stride, uint32_t d_stride,
+                    uint32_t first_row, uint32_t end_row) {
+    for (uint32_t d = 0; d < row_tiles; ++d) {
         zero_rows<kv_tile_bytes>(slot + (t * t_stride + d * d_stride) * kv_tile_bytes, first_row, end_row);
     }
 }
@@ -268,6 +269,28 @@ void kernel_main() {
             const uint32_t span_first_key = window_first_key(cur_pos, window);
             const bool zero_head = c == 0 && range.first_tile == span_first_key / TILE && span_first_key % TILE != 0;
 
+            // The chunk's key tile rows of K or V (row_tiles tiles each) into `slot`, tile (t, d) at
+            // t * t_stride + d * d_stride; after the barrier, the stale rows are zeroed.
+            const auto read_rows = [&](const InterleavedAddrGen<true>& gen, uint32_t slot, uint32_t row_tiles,
+                                       uint32_t t_stride, uint32_t d_stride) {
+                for (uint32_t t = 0; t < tiles; ++t) {
+                    const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                        page_table_row, kv_batch, kv_head, chunk_first_tile + t);
+                    for (uint32_t d = 0; d < row_tiles; ++d) {
+                        noc_async_read(gen.get_noc_addr(row * row_tiles + d),
+                                       slot + (t * t_stride + d * d_stride) * kv_tile_bytes, kv_tile_bytes);
+                    }
+                }
+            };
+            const auto zero_stale = [&](uint32_t slot, uint32_t row_tiles, uint32_t t_stride, uint32_t d_stride) {
+                if (zero_tail) {
+                    zero_slot_rows<kv_tile_bytes>(slot, row_tiles, tiles - 1, t_stride, d_stride, first_stale_row, TILE);
+                }
+                if (zero_head) {
+                    zero_slot_rows<kv_tile_bytes>(slot, row_tiles, 0, t_stride, d_stride, 0, span_first_key % TILE);
+                }
+            };
+
             // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t,
             // so Q . K^T takes a block of key tiles per matmul_block call (consecutive in1 tiles for one
             // d); with MLA tile (t, d) sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
@@ -275,14 +298,7 @@ void kernel_main() {
             constexpr uint32_t k_d_stride = mla ? 1 : max_chunk_tiles;
             cb_reserve_back(cb_k, k_slot_tiles);
             const uint32_t k_slot = get_write_ptr(cb_k);
-            for (uint32_t t = 0; t < tiles; ++t) {
-                const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                    page_table_row, kv_batch, kv_head, chunk_first_tile + t);
-                for (uint32_t d = 0; d < d_tiles; ++d) {
-                    noc_async_read(k_gen.get_noc_addr(row * d_tiles + d),
-                                   k_slot + (t * k_t_stride + d * k_d_stride) * kv_tile_bytes, kv_tile_bytes);
-                }
-            }
+            read_rows(k_gen, k_slot, d_tiles, k_t_stride, k_d_stride);
             // The mask rows of the chunk's keys, laid out [q tile row][key tile] like the scores the
             // compute kernel adds them to (a whole slot per chunk, like K and V). Rows past the group
             // hold whatever the slot held: they meet only the zero q rows and never reach the output.
@@ -296,12 +312,7 @@ void kernel_main() {
             }
             // One barrier per slot keeps all of its requests in flight together.
             noc_async_read_barrier();
-            if (zero_tail) {
-                zero_slot_rows<d_tiles, kv_tile_bytes>(k_slot, tiles - 1, k_t_stride, k_d_stride, first_stale_row, TILE);
-            }
-            if (zero_head) {
-                zero_slot_rows<d_tiles, kv_tile_bytes>(k_slot, 0, k_t_stride, k_d_stride, 0, span_first_key % TILE);
-            }
+            zero_stale(k_slot, d_tiles, k_t_stride, k_d_stride);
             if constexpr (has_attn_mask) {
                 cb_push_back(cb_attn_mask, mask_slot_tiles);
             }
@@ -311,21 +322,9 @@ void kernel_main() {
             if constexpr (!mla) {
                 cb_reserve_back(cb_v, v_slot_tiles);
                 const uint32_t v_slot = get_write_ptr(cb_v);
-                for (uint32_t t = 0; t < tiles; ++t) {
-                    const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                        page_table_row, kv_batch, kv_head, chunk_first_tile + t);
-                    for (uint32_t d = 0; d < dv_tiles; ++d) {
-                        noc_async_read(v_gen.get_noc_addr(row * dv_tiles + d), v_slot + (t * dv_tiles + d) * kv_tile_bytes,
-                                       kv_tile_bytes);
-                    }
-                }
+                read_rows(v_gen, v_slot, dv_tiles, dv_tiles, 1);
                 noc_async_read_barrier();
-                if (zero_tail) {
-                    zero_slot_rows<dv_tiles, kv_tile_bytes>(v_slot, tiles - 1, dv_tiles, 1, first_stale_row, TILE);
-                }
-                if (zero_head) {
-                    zero_slot_rows<dv_tiles, kv_tile_bytes>(v_slot, 0, dv_tiles, 1, 0, span_first_key % TILE);
-                }
+                zero_stale(v_slot, dv_tiles, dv_tiles, 1);
                 cb_push_back(cb_v, v_slot_tiles);
             }
         }
