@@ -104,20 +104,54 @@ struct PieceRange {
     uint32_t chunk_tiles;
     uint32_t first_tile;
     uint32_t num_tiles;  // the root's last chunk may be short: it ends at the tile holding cur_pos
+    uint32_t stride;     // key tiles between two consecutive tiles of the piece: 1, or the cyclic split's pieces
     bool empty() const { return num_chunks == 0; }
-    // Tiles of chunk k of this piece (only the root's last chunk may hold fewer than chunk_tiles).
+    // Tiles of chunk k of this piece (only the last chunk may hold fewer than chunk_tiles).
     uint32_t tiles_in_chunk(uint32_t k) const {
         const uint32_t start = k * chunk_tiles;
         const uint32_t left = num_tiles - start;
         return left < chunk_tiles ? left : chunk_tiles;
     }
+    // The key tile (of the user's sequence) that is the piece's k-th.
+    uint32_t tile_at(uint32_t k) const { return first_tile + k * stride; }
 };
 
+// The cyclic split (plan.kv_layout "key_rows"): of a user's T attended key tiles, piece i of the
+// p' = min(pieces, max(1, T / floor)) pieces that get keys takes every p'-th tile, the tiles t with
+// t % p' == i (t counted from the start of the sequence, not of the window: with key-row pages dealt
+// round robin over the 12 DRAM banks and p' a multiple of 12, all of a piece's tiles then sit in one
+// bank). floor = the fixed chunk, else the split floor (min_chunk_tiles). Chunks are runs of
+// consecutive tiles of the piece, of the dynamic size pow2ceil(max(T / p', floor)) capped at 8.
+inline uint32_t cyclic_pieces(uint32_t t, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t min_chunk_tiles) {
+    const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
+    const uint32_t by_floor = t / floor > 1 ? t / floor : 1;
+    return by_floor < pieces ? by_floor : pieces;
+}
+
+inline PieceRange cyclic_piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
+                                     uint32_t window, uint32_t min_chunk_tiles) {
+    const uint32_t t = valid_tiles(cur_pos, window);
+    const uint32_t used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles);
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles);
+    PieceRange r{0, 0, c, 0, 0, used};
+    if (t == 0 || index >= used) {
+        return r;
+    }
+    const uint32_t start = window_first_tile(cur_pos, window);
+    r.first_tile = start + (index + used - start % used) % used;  // the first tile >= start with t % used == index
+    r.num_tiles = (start + t - r.first_tile + used - 1) / used;
+    r.num_chunks = (r.num_tiles + c - 1) / c;
+    return r;
+}
+
 // The chunks of piece `index` (0 = root, owning the last chunk): pieces deal the n chunks from the
-// end, the first n % pieces of them one chunk more than the others. Chunks count from the first
+// end, the first n % pieces of them one chunk more than the others (`cyclic`: cyclic_piece_range). Chunks count from the first
 // attended tile, so with a sliding window the pieces cover exactly the window's tiles.
 inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                              uint32_t window = 0, uint32_t min_chunk_tiles = 1) {
+                              uint32_t window = 0, uint32_t min_chunk_tiles = 1, bool cyclic = false) {
+    if (cyclic) {
+        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles);
+    }
     const uint32_t t = valid_tiles(cur_pos, window);
     const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles);
     const uint32_t n = (t + c - 1) / c;
@@ -125,7 +159,7 @@ inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint3
     const uint32_t extra = n % pieces;
     const uint32_t above = index * base + (index < extra ? index : extra);
     const uint32_t count = base + (index < extra ? 1 : 0);
-    PieceRange r{0, 0, c, 0, 0};
+    PieceRange r{0, 0, c, 0, 0, 1};
     if (count == 0) {
         return r;
     }
@@ -164,15 +198,26 @@ constexpr uint32_t masked_tiles_bound(uint32_t window, uint32_t tokens) {
 struct PieceMasks {
     uint32_t count;                    // masked tiles of the piece, in increasing order
     uint32_t tiles[MAX_MASKED_TILES];  // their key tile indices
+    uint32_t at[MAX_MASKED_TILES];     // their places in the piece (tile tiles[i] is the piece's tile at[i])
     bool any() const { return count > 0; }
+    void add(const PieceRange& range, uint32_t t) {
+        tiles[count] = t;
+        at[count] = (t - range.first_tile) / range.stride;
+        ++count;
+    }
 };
 
+// Is key tile t one of the piece's tiles?
+inline bool piece_holds(const PieceRange& range, uint32_t t) {
+    return !range.empty() && t >= range.first_tile && t <= range.tile_at(range.num_tiles - 1) &&
+           (t - range.first_tile) % range.stride == 0;
+}
+
 inline PieceMasks piece_masks(int32_t cur_pos, const PieceRange& range, uint32_t window, uint32_t tokens) {
-    PieceMasks m{0, {0, 0, 0, 0}};
+    PieceMasks m{0, {0, 0, 0, 0}, {0, 0, 0, 0}};
     if (range.empty()) {
         return m;
     }
-    const uint32_t end = range.first_tile + range.num_tiles;
     const int32_t oldest = token_last_key(cur_pos, tokens, 0);  // >= 0 for a user with work
     // window: tiles from the oldest token's window start up to (not including) the first tile that
     // starts at or after the newest token's window start
@@ -181,15 +226,15 @@ inline PieceMasks piece_masks(int32_t cur_pos, const PieceRange& range, uint32_t
         const uint32_t newest_start = window_first_key(cur_pos, window);
         window_end = (newest_start + TILE - 1) / TILE;
         for (uint32_t t = window_first_key(oldest, window) / TILE; t < window_end; ++t) {
-            if (t >= range.first_tile && t < end) {
-                m.tiles[m.count++] = t;
+            if (piece_holds(range, t)) {
+                m.add(range, t);
             }
         }
     }
     // causal: from the first tile with a key past the oldest token's position to cur_pos's tile
     for (uint32_t t = (uint32_t)(oldest + 1) / TILE; t <= (uint32_t)cur_pos / TILE; ++t) {
-        if (t >= window_end && t >= range.first_tile && t < end) {
-            m.tiles[m.count++] = t;
+        if (t >= window_end && piece_holds(range, t)) {
+            m.add(range, t);
         }
     }
     return m;
@@ -207,9 +252,13 @@ inline bool row_attends(int32_t cur_pos, uint32_t window, uint32_t tokens, uint3
 }
 
 // A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in
-// index order), so empty pieces only ever have empty children.
+// index order; cyclic: below the pieces that get keys), so empty pieces only ever have empty children.
 inline bool piece_has_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                           uint32_t window = 0, uint32_t min_chunk_tiles = 1) {
+                           uint32_t window = 0, uint32_t min_chunk_tiles = 1, bool cyclic = false) {
+    if (cyclic) {
+        const uint32_t t = valid_tiles(cur_pos, window);
+        return t > 0 && index < cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles);
+    }
     return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles) && index < pieces;
 }
 
@@ -237,11 +286,11 @@ inline uint32_t tree_parent(uint32_t index) { return index & (index - 1); }
 
 // Children of `index` that hold chunks for this user (each sends exactly one partial).
 inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                                   uint32_t window = 0, uint32_t min_chunk_tiles = 1) {
+                                   uint32_t window = 0, uint32_t min_chunk_tiles = 1, bool cyclic = false) {
     uint32_t count = 0;
     for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
         if (tree_has_child(index, r, pieces) &&
-            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window, min_chunk_tiles)) {
+            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window, min_chunk_tiles, cyclic)) {
             ++count;
         }
     }

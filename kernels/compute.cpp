@@ -87,6 +87,7 @@ constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new to
 // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
 constexpr uint32_t window = span_window(token_window, tokens);
 constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
+constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
 // 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
 // of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
 // half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
@@ -181,8 +182,8 @@ inline void use_matmul_operands(uint32_t in0, uint32_t in1) {
 // Logits S = (Q_qi . K^T) * scale over the chunk's `tiles` key tiles into cb_scores, in fp32: the
 // matmul accumulates in DST, the SFPU scales, then a masked tile gets its mask (-inf at masked keys,
 // 0 elsewhere; bf16, copied exactly into the spare DST tile) added on the SFPU. The chunk starts at
-// key tile `first_tile`; masked tile i of the piece takes page i * q_tiles + qi of cb_mask.
-void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t first_tile) {
+// piece's tile `first_at` (PieceRange::tile_at); masked tile i of the piece takes page i * q_tiles + qi of cb_mask.
+void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t first_at) {
     constexpr uint32_t block = dst_tiles - 1;  // the last DST tile holds a mask
     cb_reserve_back(cb_scores, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
@@ -209,7 +210,7 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
             scale_rows(j, scale_bits, row_mode);
         }
         for (uint32_t m = 0; m < masks.count; ++m) {
-            const uint32_t t = masks.tiles[m] - first_tile;  // wraps past `tiles` for a tile before the chunk
+            const uint32_t t = masks.at[m] - first_at;  // wraps past `tiles` for a tile before the chunk
             if (t >= j0 && t < j0 + n) {
                 copy_to_dst(cb_mask, m * q_tiles + qi, n);
                 add_binary_tile_init();
@@ -432,7 +433,7 @@ inline void pop_running(const Running& set) {
 // no sink): it writes the normalized output and the LSE itself (as finish_root would) and no running O;
 // next's m and l are consumed here.
 void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
-                   uint32_t first_tile, bool finish) {
+                   uint32_t first_at, bool finish) {
     cb_wait_front(cb_k, k_slot_tiles);
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
@@ -448,7 +449,7 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
         reserve_running(next);
     }
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        chunk_scores(qi, tiles, masks, first_tile);
+        chunk_scores(qi, tiles, masks, first_at);
         chunk_row_max(qi, tiles, old, next);
         if (old != nullptr) {
             chunk_alpha(qi, *old, next, finish);
@@ -700,7 +701,8 @@ void kernel_main() {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const int32_t cur_pos = (int32_t)read_tile_value(cb_pos_compute, 0, user);
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
+        const PieceRange range =
+            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split);
         const uint32_t height = tree_height(index, pieces_per_work);
 
         if (range.empty()) {
@@ -722,14 +724,14 @@ void kernel_main() {
         // The root with no child holding keys and no sink finishes inside its last chunk.
         const bool fold = index == 0 && !has_sink &&
                           children_with_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
-                                             min_chunk_tiles) == 0;
+                                             min_chunk_tiles, cyclic_split) == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
             const bool finish = fold && c + 1 == range.num_chunks;
             process_chunk(tiles, c == 0 ? nullptr : &running_sets[cur], running_sets[next], masks,
-                          range.first_tile + c * range.chunk_tiles, finish);
+                          c * range.chunk_tiles, finish);
             cur = next;
             if (!finish) {
                 wait_running(running_sets[cur]);
@@ -745,7 +747,7 @@ void kernel_main() {
             cb_wait_front(cb_partial_in, height * partial_tiles);
             for (uint32_t r = 0; r < height; ++r) {
                 if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window,
-                                   min_chunk_tiles)) {
+                                   min_chunk_tiles, cyclic_split)) {
                     merge_child(r, running_sets[cur], running_sets[cur ^ 1]);
                     cur ^= 1;
                     wait_running(running_sets[cur]);

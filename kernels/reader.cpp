@@ -143,6 +143,10 @@ void kernel_main() {
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
+    constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
+    // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_layout "key_rows":
+    // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
+    constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
@@ -163,8 +167,10 @@ void kernel_main() {
     constexpr uint32_t args_per_piece = 3;
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
-    const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr, .page_size = kv_tile_bytes};
-    const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr, .page_size = kv_tile_bytes};
+    const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr,
+                                            .page_size = key_row_pages ? d_tiles * kv_tile_bytes : kv_tile_bytes};
+    const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr,
+                                            .page_size = key_row_pages ? dv_tiles * kv_tile_bytes : kv_tile_bytes};
     // The sink tiles [NH, 32] bf16: the same tile rows as one user's Q with a single column tile.
     const InterleavedAddrGen<true> sink_gen = {.bank_base_address = sink_addr, .page_size = q_tile_bytes};
     // The mask [B or 1, 1, NH, S] bf16: one [NH, S] matrix per mask batch, tile rows are heads.
@@ -216,7 +222,8 @@ void kernel_main() {
         const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const int32_t cur_pos = positions[user];
-        const PieceRange range = piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles);
+        const PieceRange range =
+            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split);
         if (range.empty()) {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
@@ -256,18 +263,17 @@ void kernel_main() {
         // KV batch 0.
         const uint32_t kv_batch = share_cache ? 0 : user;
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
-            const uint32_t chunk_first_tile = range.first_tile + c * range.chunk_tiles;
+            const uint32_t chunk_first = c * range.chunk_tiles;  // the chunk's first tile is the piece's tile_at(chunk_first)
             const uint32_t tiles = range.tiles_in_chunk(c);
             // Every chunk takes a whole slot, even a short last one, so the two slots keep their
             // addresses; the compute kernel uses only the first `tiles` rows of tiles.
-            // The rows of key tiles to zero: the root's last chunk ends with the tile holding cur_pos,
-            // whose rows past cur_pos hold whatever the cache held there; the piece's first chunk may
-            // start with the tile holding the span's first key (a sliding window's, widened for T
+            // The rows of key tiles to zero: the tile holding cur_pos (the root's last, or with the
+            // cyclic split whichever piece holds it), whose rows past cur_pos hold whatever the cache
+            // held there; and the tile holding the span's first key (a sliding window's, widened for T
             // tokens), whose rows before that key likewise. With MLA the V rows are K rows.
+            const uint32_t last_tile = (uint32_t)cur_pos / TILE;
             const uint32_t first_stale_row = (uint32_t)cur_pos % TILE + 1;
-            const bool zero_tail = index == 0 && c + 1 == range.num_chunks && first_stale_row < TILE;
             const uint32_t span_first_key = window_first_key(cur_pos, window);
-            const bool zero_head = c == 0 && range.first_tile == span_first_key / TILE && span_first_key % TILE != 0;
 
             // The chunk's key tile rows of K or V (row_tiles tiles each) into `slot`, tile (t, d) at
             // t * t_stride + d * d_stride; after the barrier, the stale rows are zeroed.
@@ -275,19 +281,23 @@ void kernel_main() {
                                        uint32_t t_stride, uint32_t d_stride) {
                 for (uint32_t t = 0; t < tiles; ++t) {
                     const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                        page_table_row, kv_batch, kv_head, chunk_first_tile + t);
+                        page_table_row, kv_batch, kv_head, range.tile_at(chunk_first + t));
                     for (uint32_t d = 0; d < row_tiles; ++d) {
-                        noc_async_read(gen.get_noc_addr(row * row_tiles + d),
-                                       slot + (t * t_stride + d * d_stride) * kv_tile_bytes, kv_tile_bytes);
+                        const uint64_t src = key_row_pages ? gen.get_noc_addr(row, d * kv_tile_bytes)
+                                                           : gen.get_noc_addr(row * row_tiles + d);
+                        noc_async_read(src, slot + (t * t_stride + d * d_stride) * kv_tile_bytes, kv_tile_bytes);
                     }
                 }
             };
             const auto zero_stale = [&](uint32_t slot, uint32_t row_tiles, uint32_t t_stride, uint32_t d_stride) {
-                if (zero_tail) {
-                    zero_slot_rows<kv_tile_bytes>(slot, row_tiles, tiles - 1, t_stride, d_stride, first_stale_row, TILE);
-                }
-                if (zero_head) {
-                    zero_slot_rows<kv_tile_bytes>(slot, row_tiles, 0, t_stride, d_stride, 0, span_first_key % TILE);
+                for (uint32_t t = 0; t < tiles; ++t) {
+                    const uint32_t tile = range.tile_at(chunk_first + t);
+                    if (tile == last_tile && first_stale_row < TILE) {
+                        zero_slot_rows<kv_tile_bytes>(slot, row_tiles, t, t_stride, d_stride, first_stale_row, TILE);
+                    }
+                    if (tile == span_first_key / TILE && span_first_key % TILE != 0) {
+                        zero_slot_rows<kv_tile_bytes>(slot, row_tiles, t, t_stride, d_stride, 0, span_first_key % TILE);
+                    }
                 }
             };
 
@@ -304,10 +314,15 @@ void kernel_main() {
             // hold whatever the slot held: they meet only the zero q rows and never reach the output.
             if constexpr (has_attn_mask) {
                 cb_reserve_back(cb_attn_mask, mask_slot_tiles);
-                for (uint32_t j = 0; j < tokens; ++j) {  // every token of a user takes the same mask rows
-                    read_group_rows(mask_gen, get_write_ptr(cb_attn_mask), mask_broadcast ? 0 : user, kv_head,
-                                    group_size, nh_tiles, TileColumns{seq_tiles, chunk_first_tile, tiles, max_chunk_tiles},
-                                    j * group_size);
+                // Contiguous chunks take their columns in one run; the cyclic split's tiles one at a time.
+                const uint32_t run = range.stride == 1 ? tiles : 1;
+                for (uint32_t t = 0; t < tiles; t += run) {
+                    for (uint32_t j = 0; j < tokens; ++j) {  // every token of a user takes the same mask rows
+                        read_group_rows(mask_gen, get_write_ptr(cb_attn_mask) + t * q_tile_bytes,
+                                        mask_broadcast ? 0 : user, kv_head, group_size, nh_tiles,
+                                        TileColumns{seq_tiles, range.tile_at(chunk_first + t), run, max_chunk_tiles},
+                                        j * group_size);
+                    }
                 }
             }
             // One barrier per slot keeps all of its requests in flight together.

@@ -180,6 +180,21 @@ def noc_hops(src: CoreCoord, dst: CoreCoord, c: CostConstants = COST) -> int:
     return (dx - sx) % c.noc_grid[0] + (dy - sy) % c.noc_grid[1]
 
 
+#: NoC 0 (x, y) of the three DRAM tiles of each GDDR6 group D0..D5 (two channels, i.e. two of the 12
+#: banks, per group: bank b in group b // 2); tt-isa-documentation Diagrams/Src/NoC.lua (TileLabel).
+DRAM_GROUP_TILES = (((0, 0), (0, 1), (0, 11)), ((0, 5), (0, 6), (0, 7)), ((5, 0), (5, 1), (5, 11)),
+                    ((5, 2), (5, 9), (5, 10)), ((5, 3), (5, 4), (5, 8)), ((5, 5), (5, 6), (5, 7)))
+
+
+def dram_return_hops(bank: int, core: CoreCoord, c: CostConstants = COST) -> int:
+    """Fewest NoC 0 hops (one-way torus, +x then +y) from one of bank `bank`'s DRAM tiles to the
+    logical worker `core`: the way read data comes back. Used to keep cores near their bank
+    (plan.key_row_placement); the model prices no DRAM hops."""
+    x = c.worker_columns[core.x] if core.x < len(c.worker_columns) else core.x + 1
+    y = c.worker_rows[core.y] if core.y < len(c.worker_rows) else core.y + 1
+    return min((x - dx) % c.noc_grid[0] + (y - dy) % c.noc_grid[1] for dx, dy in DRAM_GROUP_TILES[bank // 2])
+
+
 def writer_messages(counters: RunCounters) -> list[Message]:
     """The messages of every writer kernel, from its events: L1 writes to a core accumulate until
     a semaphore increment to that core closes them."""

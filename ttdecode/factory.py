@@ -209,6 +209,16 @@ def mask_tiles(plan: DecodePlan, attn_mask: Any) -> TileTensor:
     return mask
 
 
+def _kv_tensor(plan: DecodePlan, name: str, shape: tuple[int, ...], data: bytes | None) -> DramTensor:
+    """K or V in DRAM: tile pages, or (kv_layout "key_rows") one page per key-tile row of shape[-1] / 32
+    tiles. The byte image is the same tile-order image either way; only the pages' banks differ."""
+    tile, tiles = formats.tile_size(plan.kv_dtype), formats.num_tiles(shape)
+    if plan.kv_layout == "key_rows":
+        row = shape[-1] // TILE
+        return DramTensor(name, plan.kv_dtype, tile * row, tiles // row, shape, "key_rows", data)
+    return DramTensor(name, plan.kv_dtype, tile, tiles, shape, "tile", data)
+
+
 def _kv_shapes(plan: DecodePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """K and V shapes: [B or 1, NKV, S, D/Dv], or [num_blocks, NKV, block_size, D/Dv] when paged."""
     if plan.paged:
@@ -235,6 +245,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         pieces_per_work=plan.pieces_per_work,      # pieces per (user, KV head)
         fixed_chunk_tiles=plan.fixed_chunk_tiles,  # 0 = dynamic chunks
         min_chunk_tiles=plan.min_chunk_tiles,      # split floor of dynamic chunks
+        cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_layout "key_rows")
         token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
     )
@@ -249,6 +260,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         max_chunk_tiles=plan.max_chunk_tiles,
         share_cache=int(plan.share_cache),
         kv_tile_bytes=formats.tile_size(plan.kv_dtype),
+        key_row_pages=int(plan.kv_layout == "key_rows"),  # a K/V page is a key-tile row (D / 32 tiles)
         paged=int(plan.paged),
         block_tiles=(plan.block_size or 0) // TILE,  # 0 without paging
         max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)
@@ -426,14 +438,12 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     bf16 = DataType.bfloat16
     tensors = [
         DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
-        DramTensor("k", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(k_shape), k_shape,
-                   "tile", image("k")),
+        _kv_tensor(plan, "k", k_shape, image("k")),
         # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
         DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
     if not plan.mla:  # MLA: V lives inside K
-        tensors.insert(2, DramTensor("v", plan.kv_dtype, formats.tile_size(plan.kv_dtype), formats.num_tiles(v_shape),
-                                     v_shape, "tile", image("v")))
+        tensors.insert(2, _kv_tensor(plan, "v", v_shape, image("v")))
     if plan.attention_sink:
         sink_shape = (plan.num_q_heads, TILE)
         tensors.append(DramTensor("sink", bf16, formats.tile_size(bf16), formats.num_tiles(sink_shape), sink_shape,

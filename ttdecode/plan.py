@@ -119,25 +119,63 @@ def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: i
 
 @dataclass(frozen=True)
 class PieceRange:
-    """The key tiles one piece reads: tiles [first_tile, first_tile + num_tiles) of the cache."""
+    """The key tiles one piece reads: tiles first_tile + k * stride for k in [0, num_tiles) (stride 1:
+    a contiguous run; the cyclic split: every stride-th tile)."""
 
     first_chunk: int
     num_chunks: int
     chunk_tiles: int
     first_tile: int
-    num_tiles: int  # the last chunk of the root may be short (it ends at cur_pos)
+    num_tiles: int  # the last chunk may be short (the root's ends at cur_pos)
+    stride: int = 1
 
     @property
     def empty(self) -> bool:
         return self.num_chunks == 0
 
+    def tile_at(self, k: int) -> int:
+        """The key tile that is the piece's k-th."""
+        return self.first_tile + k * self.stride
+
+    @property
+    def tiles(self) -> range:
+        """Every key tile of the piece, in reading order."""
+        return range(self.first_tile, self.first_tile + self.num_tiles * self.stride, self.stride)
+
+
+def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: int) -> int:
+    """Pieces that get keys in the cyclic split: min(pieces, max(1, T // floor)), floor = the fixed
+    chunk or the split floor."""
+    floor = fixed_chunk_tiles if fixed_chunk_tiles > 0 else min_chunk_tiles
+    return min(pieces, max(1, t // floor))
+
+
+def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
+                       min_chunk_tiles: int = 1) -> PieceRange:
+    """The cyclic split (kv_layout "key_rows"): of the T attended tiles, piece i of the p' pieces
+    that get keys (cyclic_pieces) takes the tiles t with t % p' == i (t counted from the start of
+    the sequence, so with p' a multiple of 12 all its tiles sit in one DRAM bank); chunks are runs
+    of consecutive tiles of the piece, pow2ceil(max(T / p', floor)) tiles (capped at 8) or fixed."""
+    t = valid_tiles(cur_pos, window)
+    used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles)
+    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles)
+    if t == 0 or index >= used:
+        return PieceRange(0, 0, c, 0, 0, used)
+    start = window_first_tile(cur_pos, window)
+    first = start + (index - start) % used
+    n = -(-(start + t - first) // used)
+    return PieceRange(0, -(-n // c), c, first, n, used)
+
 
 def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                min_chunk_tiles: int = 1) -> PieceRange:
-    """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos.
+                min_chunk_tiles: int = 1, cyclic: bool = False) -> PieceRange:
+    """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos
+    (`cyclic`: cyclic_piece_range).
 
     Chunks are counted from the first attended tile (window_first_tile), so with a sliding window
     the pieces cover exactly the window's tiles."""
+    if cyclic:
+        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles)
     t = valid_tiles(cur_pos, window)
     c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles)
     n = -(-t // c)
@@ -264,6 +302,14 @@ class DecodePlan:
     num_tokens: int = 1
     # an additive attn_mask [attn_mask_batch, 1, NH, S] (bf16 tiles) streamed with K; 0 = none, else 1 or B
     attn_mask_batch: int = 0
+    # K/V DRAM pages: "interleaved" (one tile a page) or "key_rows" (one key-tile row of D / 32 tiles a
+    # page, round robin over the 12 banks; the pieces then take key tiles cyclically, one bank each)
+    kv_layout: str = "interleaved"
+
+    @property
+    def cyclic_split(self) -> bool:
+        """Pieces take every p'-th key tile (cyclic_piece_range) instead of a contiguous run."""
+        return self.kv_layout == "key_rows"
 
     @property
     def has_attn_mask(self) -> bool:
@@ -330,7 +376,7 @@ class DecodePlan:
         """The key tiles piece `index` reads for a user at cur_pos (the kernels' piece_range with
         this plan's chunking: fixed chunk, pieces, the tokens' key window, split floor)."""
         return piece_range(cur_pos, self.fixed_chunk_tiles, self.pieces_per_work, index, self.key_window,
-                           self.min_chunk_tiles)
+                           self.min_chunk_tiles, self.cyclic_split)
 
 
 def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None) -> tuple[CoreCoord, ...]:
@@ -449,6 +495,7 @@ def make_plan(
     is_causal: bool = True,
     attn_mask_batch: int = 0,
     num_tokens: int = 1,
+    kv_layout: str = "interleaved",
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -466,6 +513,11 @@ def make_plan(
     `min_chunk_tiles` (dynamic chunks only): the split floor, a power of two 1..8 tiles; None = the
     one the cost model chooses for the shape (costmodel.split_floor_tiles); 1 = spread the keys over
     every piece (no floor).
+    `kv_layout` "key_rows": K and V come in key-row pages (one page per key-tile row, round robin over
+    the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
+    then has a multiple of 12 pieces (at most max_cores_per_head_batch) taking the key tiles
+    cyclically, so every piece reads one bank, and the pieces of a bank run on cores kept for that bank
+    (key_row_placement).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -556,19 +608,35 @@ def make_plan(
     fixed = k_chunk_size // TILE
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
-    pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
+    works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
+    if kv_layout == "key_rows":
+        pieces, bank_cores = _key_row_pieces(len(works), cores, max_cores_per_head_batch, st, block_size,
+                                             pieces_bound=(MAX_RUNTIME_ARGS - RUNTIME_ARGS_HEADER) // RUNTIME_ARGS_PER_PIECE)
+    elif kv_layout == "interleaved":
+        pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
+    else:
+        raise PlanError(f"kv_layout: expected 'interleaved' or 'key_rows', got {kv_layout!r}")
     rounds = tree_rounds(pieces)
     max_chunk_tiles = fixed if fixed else min(DYNAMIC_CHUNK_MAX_TILES, st)
 
-    # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
-    # core so that roots (which receive the most partials) spread evenly; each core then runs its
-    # pieces leaves first
-    works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
-    n_cores = len(cores)
-    for g, item in enumerate(flat):
-        placed[cores[(g + g // n_cores) % n_cores]].append(item)
+    if kv_layout == "key_rows":
+        # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
+        # go round robin over the cores kept for bank r
+        dealt = [0] * 12
+        for b, h, i in flat:
+            r = (((0 if share_cache else b) * num_kv_heads + h) * st + i) % 12
+            group = bank_cores[r]
+            placed[group[dealt[r] % len(group)]].append((b, h, i))
+            dealt[r] += 1
+    else:
+        # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
+        # core so that roots (which receive the most partials) spread evenly; each core then runs its
+        # pieces leaves first
+        n_cores = len(cores)
+        for g, item in enumerate(flat):
+            placed[cores[(g + g // n_cores) % n_cores]].append(item)
     heights = {i: len(tree_children(i, pieces)) for i in range(pieces)}
     where: dict[tuple[int, int, int], tuple[CoreCoord, int, int]] = {}  # -> core, slot, recv_area
     recv_areas: dict[CoreCoord, int] = {}
@@ -627,10 +695,59 @@ def make_plan(
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
-        num_tokens=num_tokens,
+        num_tokens=num_tokens, kv_layout=kv_layout,
     )
     _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
+
+
+#: The DRAM banks key-row pages are dealt over (page k in bank k % 12).
+DRAM_BANKS = 12
+
+
+def key_row_placement(cores: Sequence[CoreCoord], per_bank: int) -> list[list[CoreCoord]]:
+    """The cores kept for each DRAM bank: `per_bank` each, every bank in turn taking the free core
+    with the fewest NoC 0 hops from the bank's DRAM tiles (the data's way back; WormholeB0 NoC map,
+    costmodel.dram_return_hops). Only where the pieces run; the numbers do not depend on it."""
+    from ttdecode.costmodel import dram_return_hops  # the model imports this module
+
+    free = list(cores)
+    out: list[list[CoreCoord]] = [[] for _ in range(DRAM_BANKS)]
+    for _ in range(per_bank):
+        for bank in range(DRAM_BANKS):
+            best = min(free, key=lambda c: (dram_return_hops(bank, c), c.y, c.x))
+            out[bank].append(best)
+            free.remove(best)
+    return out
+
+
+def _key_row_pieces(works: int, cores: Sequence[CoreCoord], max_pieces: int, seq_tiles: int,
+                    block_size: int | None, pieces_bound: int) -> tuple[int, list[list[CoreCoord]]]:
+    """Pieces per work and the cores of each bank for kv_layout "key_rows".
+
+    The pieces per work p are a multiple of 12 (each piece then reads one bank) and at most
+    max_pieces and 64 (the tree's depth); each bank gets k cores and works * p / 12 pieces, a whole
+    number per core. The most cores per bank come first (they bound the slowest core's keys:
+    works x T / (12 k)), then the fewest pieces (the shallowest tree)."""
+    if block_size is not None:
+        raise PlanError("kv_layout: 'key_rows' needs a contiguous cache (a paged cache's blocks keep tile pages), "
+                        "got a paged cache (block_size / num_blocks)")
+    if len(cores) < DRAM_BANKS:
+        raise PlanError(f"kv_layout: 'key_rows' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
+                        f"gives {len(cores)} cores")
+    if max_pieces < DRAM_BANKS:
+        raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_layout='key_rows' "
+                        f"(each (user, KV head) takes a multiple of {DRAM_BANKS} pieces, one bank each), got {max_pieces}")
+    if seq_tiles < DRAM_BANKS:
+        raise PlanError(f"seq_len: expected at least {DRAM_BANKS * TILE} keys with kv_layout='key_rows' (a key tile "
+                        f"row in every bank), got {seq_tiles * TILE}")
+    for k in range(len(cores) // DRAM_BANKS, 0, -1):
+        for p in range(DRAM_BANKS, min(max_pieces, 1 << MAX_ROUNDS) + 1, DRAM_BANKS):
+            per_bank = works * p // DRAM_BANKS
+            if per_bank % k == 0 and per_bank // k <= pieces_bound:
+                return p, key_row_placement(cores, k)
+    raise PlanError(f"too much work per core: {works} (user, KV head) pairs over {DRAM_BANKS} banks need more than "
+                    f"{pieces_bound} pieces on a core with kv_layout='key_rows'; use a larger grid or a smaller batch")
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
@@ -713,7 +830,9 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
         + (" MLA: V = K[..., :Dv], read once with K" if plan.mla else "")
         + (f" tokens per user: {plan.num_tokens}" if plan.num_tokens > 1 else "")
         + ("" if plan.is_causal else " non-causal") + (f" attn_mask batch {plan.attn_mask_batch}" if plan.has_attn_mask else ""),
-        f"pieces per (user, KV head): {plan.pieces_per_work}; reduction rounds: {plan.rounds}; "
+        f"pieces per (user, KV head): {plan.pieces_per_work}"
+        + (" (key-row pages: every p'-th key tile, one DRAM bank per piece)" if plan.cyclic_split else "")
+        + f"; reduction rounds: {plan.rounds}; "
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
         f"cores used: {len(plan.active_cores)} of {len(plan.cores)}; "
@@ -729,7 +848,9 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
             if plan.cur_pos is not None:
                 r = plan.range_at(plan.cur_pos[p.user], p.index)
                 chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
-                keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((r.first_tile + r.num_tiles) * TILE, plan.cur_pos[p.user] + 1) - 1}"
+                last = r.tile_at(r.num_tiles - 1)
+                keys = "-" if r.empty else f"{r.first_tile * TILE}..{min((last + 1) * TILE, plan.cur_pos[p.user] + 1) - 1}" + (
+                    f" /{r.stride}" if r.stride > 1 else "")
             else:
                 chunks = keys = "on device"
             parent = "root" if p.parent_core is None else f"({p.parent_core.x},{p.parent_core.y})"
