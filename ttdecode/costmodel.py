@@ -380,7 +380,8 @@ def bank_floor_cycles(works: Sequence[CoreWork], c: CostConstants = COST) -> flo
     if not works:
         return 0.0
     load = np.sum([w.bank_bytes for w in works], axis=0)
-    local = all(w.bank_local for w in works)
+    # bank-local when every core that reads K/V reads it from one bank
+    local = any(w.kv_bytes for w in works) and all(w.bank_local for w in works if w.kv_bytes)
     eff = c.dram_bank_local_efficiency if local else c.dram_interleaved_efficiency
     return float(load.max()) / (c.dram_peak_bytes_per_cycle / c.dram_banks * eff)
 
@@ -529,6 +530,7 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
             b = n = 0
             kv_group = False
             stages = 0
+            kv_banks: set[int] = set()
             for e in ev:
                 op = int(e["op"])
                 if op == _OP["read_dram"]:
@@ -536,6 +538,7 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                     n += int(e["count"])
                     if int(e["amount"]) == kv_tile:
                         w.kv_bytes += int(e["amount"]) * int(e["count"])
+                        kv_banks.add(int(e["peer"]))
                         kv_group = True
                 elif op == _OP["read_barrier"] and b:
                     w.read_groups.append((b, n))
@@ -550,6 +553,9 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
             # pipeline stages: the read-barrier groups that carry K/V tiles (one per chunk when K and V
             # share a barrier, two when each has its own)
             w.chunks = max(1, stages)
+            # bank-local: every K/V tile this core read came from one DRAM bank (kv_layout "key_rows"
+            # with 12 | pieces); the bank floor then runs at the bank-local efficiency
+            w.bank_local = len(kv_banks) == 1
         elif k.kind is KernelKind.COMPUTE:
             inside = False
             for e in ev:

@@ -515,9 +515,9 @@ def make_plan(
     every piece (no floor).
     `kv_layout` "key_rows": K and V come in key-row pages (one page per key-tile row, round robin over
     the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
-    then has a multiple of 12 pieces (at most max_cores_per_head_batch) taking the key tiles
-    cyclically, so every piece reads one bank, and the pieces of a bank run on cores kept for that bank
-    (key_row_placement).
+    then has the largest multiple of 12 pieces up to max_cores_per_head_batch (>= 12) taking the key
+    tiles cyclically, so every piece reads one bank, and the pieces of a bank run on the cores kept
+    for that bank (key_row_placement).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -610,8 +610,7 @@ def make_plan(
     max_chunks = st // fixed if fixed else st
     works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
     if kv_layout == "key_rows":
-        pieces, bank_cores = _key_row_pieces(len(works), cores, max_cores_per_head_batch, st, block_size,
-                                             pieces_bound=(MAX_RUNTIME_ARGS - RUNTIME_ARGS_HEADER) // RUNTIME_ARGS_PER_PIECE)
+        pieces, bank_cores = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
     elif kv_layout == "interleaved":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
     else:
@@ -721,14 +720,14 @@ def key_row_placement(cores: Sequence[CoreCoord], per_bank: int) -> list[list[Co
     return out
 
 
-def _key_row_pieces(works: int, cores: Sequence[CoreCoord], max_pieces: int, seq_tiles: int,
-                    block_size: int | None, pieces_bound: int) -> tuple[int, list[list[CoreCoord]]]:
+def _key_row_pieces(cores: Sequence[CoreCoord], max_pieces: int,
+                    block_size: int | None) -> tuple[int, list[list[CoreCoord]]]:
     """Pieces per work and the cores of each bank for kv_layout "key_rows".
 
-    The pieces per work p are a multiple of 12 (each piece then reads one bank) and at most
-    max_pieces and 64 (the tree's depth); each bank gets k cores and works * p / 12 pieces, a whole
-    number per core. The most cores per bank come first (they bound the slowest core's keys:
-    works x T / (12 k)), then the fewest pieces (the shallowest tree)."""
+    The pieces per (user, KV head) are the largest multiple of 12 up to max_pieces (and 60: the tree
+    is at most 64 wide), so every piece reads one bank; like the interleaved split they depend on the
+    config alone, never on the batch (batch invariance). Each bank keeps len(cores) // 12 cores and
+    deals its pieces over them in turn."""
     if block_size is not None:
         raise PlanError("kv_layout: 'key_rows' needs a contiguous cache (a paged cache's blocks keep tile pages), "
                         "got a paged cache (block_size / num_blocks)")
@@ -738,16 +737,8 @@ def _key_row_pieces(works: int, cores: Sequence[CoreCoord], max_pieces: int, seq
     if max_pieces < DRAM_BANKS:
         raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_layout='key_rows' "
                         f"(each (user, KV head) takes a multiple of {DRAM_BANKS} pieces, one bank each), got {max_pieces}")
-    if seq_tiles < DRAM_BANKS:
-        raise PlanError(f"seq_len: expected at least {DRAM_BANKS * TILE} keys with kv_layout='key_rows' (a key tile "
-                        f"row in every bank), got {seq_tiles * TILE}")
-    for k in range(len(cores) // DRAM_BANKS, 0, -1):
-        for p in range(DRAM_BANKS, min(max_pieces, 1 << MAX_ROUNDS) + 1, DRAM_BANKS):
-            per_bank = works * p // DRAM_BANKS
-            if per_bank % k == 0 and per_bank // k <= pieces_bound:
-                return p, key_row_placement(cores, k)
-    raise PlanError(f"too much work per core: {works} (user, KV head) pairs over {DRAM_BANKS} banks need more than "
-                    f"{pieces_bound} pieces on a core with kv_layout='key_rows'; use a larger grid or a smaller batch")
+    pieces = min(max_pieces, 1 << MAX_ROUNDS) // DRAM_BANKS * DRAM_BANKS
+    return pieces, key_row_placement(cores, len(cores) // DRAM_BANKS)
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
