@@ -1,0 +1,182 @@
+"""kv_layout "key_rows": K/V pages of one key-tile row, dealt round robin over the 12 DRAM banks, and
+the cyclic split that keeps each piece in one bank.
+
+Expected values come from the documented layout, not from the planner: a ttnn tensor ND-sharded in
+DRAM with [1, 1, 32, D] shards, ROUND_ROBIN_1D, puts shard s (key-tile row s of the tile-order cache)
+in bank s % 12 (ttnn 0.81.1 `tensor_accessor.h` round_robin_mapping), so key tile t of (user b, KV
+head h) lives in bank ((b * NKV + h) * S / 32 + t) % 12. The outputs are checked against the float64
+reference on the same quantized inputs (thresholds in ttdecode.accuracy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pytest
+import torch
+
+from ttdecode.accuracy import check_close, check_lse
+from ttdecode.config import SDPAProgramConfig
+from ttdecode.costmodel import work_from_counters
+from ttdecode.factory import run_flash_decode
+from ttdecode.formats import DataType
+from ttdecode.plan import PlanError, make_plan, piece_range
+from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.reference import sdpa_decode_reference
+from ttdecode.runtime.results import EVENT_OPS
+from ttdecode.tensor import from_torch, to_torch
+
+BF16, BFP8 = DataType.bfloat16, DataType.bfloat8_b
+READ_DRAM = {v: k for k, v in EVENT_OPS.items()}["read_dram"]
+
+
+def _inputs(b: int, nh: int, nkv: int, s: int, d: int, dv: int | None, kv: DataType, tokens: int = 1, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = from_torch(torch.randn(tokens, b, nh, d, generator=g), BF16)
+    k = from_torch(torch.randn(b, nkv, s, d, generator=g), kv)
+    v = None if dv is None else from_torch(torch.randn(b, nkv, s, dv, generator=g), kv)
+    return q, k, v
+
+
+def _run(*, b=2, nh=8, nkv=1, s=1024, d=64, pos=(1000, 500), kv=BFP8, window=None, tokens=1, mla=False,
+         mask=False, max_cores=24, k_chunk=0, floor=1, seed=0):
+    dv = 32 if mla else d
+    q, k, v = _inputs(b, nh, nkv, s, d, None if mla else dv, kv, tokens, seed)
+    am = None
+    if mask:
+        g = torch.Generator().manual_seed(seed + 1)
+        am = torch.where(torch.rand(b, 1, nh, s, generator=g) < 0.3, float("-inf"), torch.randn(b, 1, nh, s, generator=g))
+        pos = None
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, head_dim_v=dv, kv_dtype=kv,
+                     cur_pos=None if pos is None else list(pos), max_cores_per_head_batch=max_cores, return_lse=True,
+                     kv_layout="key_rows", min_chunk_tiles=None if k_chunk else floor, sliding_window_size=window,
+                     num_tokens=tokens, mla=mla, k_chunk_size=k_chunk, is_causal=not mask,
+                     attn_mask_batch=b if mask else 0)
+    scale = 1 / math.sqrt(d)
+    out, lse, res = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=scale, compute=ComputeSettings(),
+                                     attn_mask=am)
+    ref, ref_lse = sdpa_decode_reference(
+        to_torch(q).double(), to_torch(k).double(), None if mla else to_torch(v).double(),
+        cur_pos=None if pos is None else list(pos), is_causal=not mask,
+        attn_mask=None if am is None else am.to(torch.bfloat16).double(), scale=scale, return_lse=True,
+        sliding_window_size=window, head_dim_v=dv if mla else None)
+    return plan, out, lse, ref, ref_lse, res
+
+
+CASES = {
+    "plain": {},
+    "skipped user and a short one": dict(pos=(-1, 40)),
+    "sliding window": dict(window=300),
+    "three tokens": dict(tokens=3, pos=(1000, 505)),
+    "two tokens in a window": dict(tokens=2, window=200, pos=(1000, 333)),
+    "mla": dict(mla=True),
+    "fixed chunks": dict(k_chunk=64),
+    "bf16 cache": dict(kv=BF16),
+    "non-causal with attn_mask": dict(mask=True),
+    "split floor 8": dict(floor=8, pos=(1000, 200)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_key_rows_outputs_match_the_reference(name: str) -> None:
+    plan, out, lse, ref, ref_lse, _ = _run(**CASES[name])
+    assert plan.cyclic_split and plan.pieces_per_work == 24
+    check_close(out, ref, f"key_rows {name}")
+    check_lse(lse, ref_lse, f"key_rows {name} LSE")
+
+
+def test_every_core_reads_its_kv_from_one_bank_the_documented_one() -> None:
+    b, nkv, s, d = 2, 2, 2048, 64
+    plan, out, lse, ref, ref_lse, res = _run(b=b, nh=8, nkv=nkv, s=s, d=d, pos=(2047, 1500), max_cores=24)
+    check_close(out, ref, "key_rows, two KV heads")
+    st = s // 32
+    expected: dict = defaultdict(set)  # core -> banks its pieces' key tiles live in (documented mapping)
+    for p in plan.pieces:
+        r = piece_range(plan.cur_pos[p.user], 0, plan.pieces_per_work, p.index, 0, plan.min_chunk_tiles, True)
+        for t in r.tiles:
+            expected[p.core].add(((p.user * nkv + p.kv_head) * st + t) % 12)
+    kv_tile = 1088
+    seen: dict = defaultdict(set)
+    for k in res.counters.kernels:
+        if k.kind is KernelKind.READER:
+            for e in k.events:
+                if int(e["op"]) == READ_DRAM and int(e["amount"]) == kv_tile:
+                    seen[k.core].add(int(e["peer"]))
+    assert seen == expected
+    assert all(len(banks) == 1 for banks in seen.values())
+    works, _, _ = work_from_counters(plan, res.counters)
+    assert all(w.bank_local for w in works if w.kv_bytes)
+
+
+def test_pieces_per_head_do_not_depend_on_the_batch() -> None:
+    plans = [make_plan(batch=bb, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4000] * bb,
+                       max_cores_per_head_batch=64, kv_layout="key_rows") for bb in (1, 3, 5, 8)]
+    assert {p.pieces_per_work for p in plans} == {60}
+
+
+def test_a_users_output_is_bit_identical_whatever_the_rest_of_the_batch() -> None:
+    s, d = 1024, 64
+    q, k, v = _inputs(4, 8, 1, s, d, d, BFP8, seed=3)
+    qt, kt, vt = to_torch(q), to_torch(k), to_torch(v)
+    outs = []
+    for others in ((1000, 1000, 1000), (10, -1, 700)):
+        pos = [900, *others]
+        qb = from_torch(qt.clone(), BF16)
+        kk, vv = kt.clone(), vt.clone()
+        kk[1:] = torch.randn_like(kk[1:])
+        plan = make_plan(batch=4, num_q_heads=8, num_kv_heads=1, seq_len=s, head_dim=d, cur_pos=pos,
+                         max_cores_per_head_batch=24, kv_layout="key_rows", min_chunk_tiles=1)
+        out, _, _ = run_flash_decode(plan, q=qb, k=from_torch(kk, BFP8), v=from_torch(vv, BFP8), cur_pos_source=None,
+                                     scale=1 / math.sqrt(d), compute=ComputeSettings())
+        outs.append(out[:, 0])
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_key_rows_refuses_what_it_cannot_run() -> None:
+    base = dict(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=1024, head_dim=64, cur_pos=[100])
+    with pytest.raises(PlanError, match="max_cores_per_head_batch: expected at least 12"):
+        make_plan(**base, max_cores_per_head_batch=8, kv_layout="key_rows")
+    with pytest.raises(PlanError, match="contiguous cache"):
+        make_plan(**base, max_cores_per_head_batch=16, kv_layout="key_rows", block_size=64, num_blocks=16)
+    with pytest.raises(PlanError, match="one core per DRAM bank"):
+        make_plan(**base, max_cores_per_head_batch=16, kv_layout="key_rows", grid=(2, 4))
+    with pytest.raises(PlanError, match="kv_layout: expected 'interleaved' or 'key_rows'"):
+        make_plan(**base, kv_layout="sharded")
+    with pytest.raises(ValueError, match="kv_layout"):
+        SDPAProgramConfig(kv_layout="banked")
+    with pytest.raises(ValueError, match="kv_layout"):
+        SDPAProgramConfig(kv_layout="key_rows", max_cores_per_head_batch=16).to_ttnn()
+
+
+def test_the_key_rows_memory_config_is_ttnn_nd_sharding_over_the_dram_banks() -> None:
+    import ttnn
+
+    from ttdecode.device import DeviceError, check_key_rows_memory_config, key_rows_memory_config
+
+    mem = key_rows_memory_config(ttnn, 128)
+    assert mem.buffer_type == ttnn.BufferType.DRAM
+    assert mem.memory_layout == ttnn.TensorMemoryLayout.ND_SHARDED
+    spec = mem.nd_shard_spec
+    assert list(spec.shard_shape) == [1, 1, 32, 128]
+    assert spec.shard_distribution_strategy == ttnn.ShardDistributionStrategy.ROUND_ROBIN_1D
+    check_key_rows_memory_config(ttnn, mem, 128, "k")
+    with pytest.raises(DeviceError, match="ND-sharded"):
+        check_key_rows_memory_config(ttnn, ttnn.DRAM_MEMORY_CONFIG, 128, "k")
+    with pytest.raises(DeviceError, match="ND-sharded"):
+        check_key_rows_memory_config(ttnn, key_rows_memory_config(ttnn, 64), 128, "k")
+
+
+def test_the_api_runs_key_rows_through_the_program_config() -> None:
+    from ttdecode.api import scaled_dot_product_attention_decode
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, 8, 64, generator=g)
+    k = torch.randn(2, 1, 512, 64, generator=g)
+    v = torch.randn(2, 1, 512, 64, generator=g)
+    cfg = SDPAProgramConfig(kv_layout="key_rows", max_cores_per_head_batch=12)
+    out, lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[511, 300], program_config=cfg, backend="host",
+                                                   return_lse=True)
+    ref, ref_lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[511, 300], backend="reference", return_lse=True)
+    check_close(out, ref, "api key_rows output")
+    check_lse(lse, ref_lse, "api key_rows LSE")
