@@ -180,3 +180,19 @@ def test_the_api_runs_key_rows_through_the_program_config() -> None:
     ref, ref_lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[511, 300], backend="reference", return_lse=True)
     check_close(out, ref, "api key_rows output")
     check_lse(lse, ref_lse, "api key_rows LSE")
+
+
+def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> None:
+    from ttdecode import device as dev
+    from ttdecode.factory import build_program_for_device
+
+    plan = make_plan(batch=2, num_q_heads=8, num_kv_heads=2, seq_len=2048, head_dim=128, cur_pos=None,
+                     max_cores_per_head_batch=12, kv_layout="key_rows")
+    prog = build_program_for_device(plan, scale=0.1, compute=ComputeSettings())
+    for name in ("k", "v"):
+        t = prog.tensor(name)
+        # one page per key-tile row: 4 bfloat8_b tiles of 1088 B; rows = B x NKV x S / 32
+        assert (t.layout, t.page_size, t.num_pages) == ("key_rows", 4 * 1088, 2 * 2 * 64)
+        dev._check_page_geometry(t)
+    reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
+    assert reader.named_compile_time_args["key_row_pages"] == 1 and reader.named_compile_time_args["cyclic_split"] == 1

@@ -25,6 +25,8 @@ constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
 constexpr uint32_t seq_tiles = get_named_compile_time_arg_val("seq_tiles");      // contiguous: S / 32
 constexpr uint32_t block_size = get_named_compile_time_arg_val("block_size");    // paged only
 constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");    // paged only
+// A cache page is one tile, or (kv_layout "key_rows") one key-tile row of d_tiles tiles.
+constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
 constexpr uint32_t cache_tile_bytes = get_named_compile_time_arg_val("cache_tile_bytes");
 
 constexpr uint32_t q_tile_bytes = 2048;  // bf16
@@ -70,7 +72,8 @@ void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint
                 tile_row = (user * num_kv_heads + head) * seq_tiles + p / TILE;
             }
             for (uint32_t j = 0; j < d_tiles; ++j) {
-                const uint64_t tile_addr = cache_gen.get_noc_addr(tile_row * d_tiles + j);
+                const uint64_t tile_addr = key_row_pages ? cache_gen.get_noc_addr(tile_row, j * cache_tile_bytes)
+                                                         : cache_gen.get_noc_addr(tile_row * d_tiles + j);
                 noc_async_read(tile_addr, scratch, cache_tile_bytes);
                 noc_async_read_barrier();
                 replace_row(scratch, p % TILE, src + j * cache_tile_bytes, h);
@@ -96,8 +99,9 @@ void kernel_main() {
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_rot_addr, .page_size = q_tile_bytes};
-    const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_cache_addr, .page_size = cache_tile_bytes};
-    const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_cache_addr, .page_size = cache_tile_bytes};
+    constexpr uint32_t cache_page_bytes = key_row_pages ? d_tiles * cache_tile_bytes : cache_tile_bytes;
+    const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_cache_addr, .page_size = cache_page_bytes};
+    const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_cache_addr, .page_size = cache_page_bytes};
     const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
     const InterleavedAddrGen<true> page_table_gen = {.bank_base_address = page_table_addr,
                                                      .page_size = page_table_row_bytes};
