@@ -495,22 +495,33 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
 
 // ---- the tree -----------------------------------------------------------------------------------
 
-// Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha, broadcast along each row.
-// All four tiles reach DST exactly (UnpackToDestFp32) and are combined on the SFPU in fp32, on the
-// rows that hold heads (row_mode, row_iterations). Every step is row by row, so rows past the group
-// (which a child does not send) never reach the rows written out. cb_a and cb_partial_in share one data format and unpack path: one copy_init.
-void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
+// Tiles [out_first, out_first + n) of out_cb = a * e_own + c * e_child, where a = tiles [ia, ia + n) of cb_a,
+// c = tiles [ic, ic + n) of cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha,
+// broadcast along each row: n <= dst_tiles - 2 tiles per DST acquire. The a tiles go to DST 0..n-1 and
+// e_own to DST n, which every a is multiplied by; then e_child replaces e_own and each c, in turn in DST
+// n + 1, is added as c * e_child (one addcmul: one rounding). All four reach DST exactly
+// (UnpackToDestFp32) and are combined on the SFPU in fp32 on the rows that hold heads (row_mode,
+// row_iterations); every step is row by row, so rows past the group (which a child does not send) never
+// reach the rows written out. The loads run copies, broadcasts, broadcast, copies: cb_a, cb_partial_in and
+// cb_alpha share one unpack path, so the copy init of the previous block serves the first copies. The
+// caller has made the multiply's init current (it serves the addcmul too: same LLK init).
+void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t n, uint32_t out_cb, uint32_t out_first) {
+    const uint32_t factor = n;
+    const uint32_t child = n + 1;
     tile_regs_acquire();
-    broadcast_column(cb_alpha, 0, 1);
-    unary_bcast<BroadcastType::COL>(cb_alpha, 1, 3);
-    copy_to_dst(cb_a, ia, 0);
-    copy_tile(cb_partial_in, ic, 2);
-    mul_binary_tile_init();
-    mul_rows(0, 1, 0, row_mode);
-    addcmul_tile_init();
-    addcmul_rows(0, 2, 3, 0, row_mode);  // a * e_own + c * e_child (one rounding)
-    pack_block(out_cb, out_index, 1);
+    for (uint32_t i = 0; i < n; ++i) {
+        copy_to_dst(cb_a, ia + i, i);
+    }
+    broadcast_column(cb_alpha, 0, factor);
+    for (uint32_t i = 0; i < n; ++i) {
+        mul_rows(i, factor, i, row_mode);
+    }
+    broadcast_column(cb_alpha, 1, factor);
+    for (uint32_t i = 0; i < n; ++i) {
+        copy_to_dst(cb_partial_in, ic + i, child);
+        addcmul_rows(i, child, factor, i, row_mode);  // a * e_own + c * e_child (one rounding)
+    }
+    pack_block(out_cb, out_first, n);
 }
 
 // The factors of a merge of q tile row qi, in one DST pass: m' = max(m_own, m_other) into
@@ -552,8 +563,12 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
 // Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `next`:
 // m = max(m_own, m_c); e_own = exp(m_own - m), e_c = exp(m_c - m);
 // l = l_own * e_own + l_c * e_c; O = O_own * e_own + O_c * e_c.
+// l is read through column 0 only (like m): it is combined with the factors as they lie in cb_alpha (column
+// 0, copied, no broadcast) on the statistics' lanes (stat_mode); its other columns keep l_own's values,
+// which nothing reads. O runs dst_tiles - 2 tiles per DST acquire (rescaled_sum).
 void merge_child(uint32_t area, const Running& own, const Running& next) {
     const uint32_t base = area * partial_tiles;
+    constexpr uint32_t block = dst_tiles - 2;
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         const uint32_t m_c = base + partial_max_offset + qi;
@@ -561,10 +576,19 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
 
         merge_factors(own, next, qi, cb_partial_in, m_c, false);
 
-        rescaled_sum(own.sum, qi, l_c, next.sum, 0);
+        tile_regs_acquire();
+        copy_to_dst(own.sum, qi, 0);
+        copy_to_dst(cb_alpha, 0, 1);
+        copy_to_dst(cb_partial_in, l_c, 2);
+        copy_to_dst(cb_alpha, 1, 3);
+        mul_binary_tile_init();  // serves every multiply and addcmul of this q tile row (one LLK init)
+        mul_rows(0, 1, 0, stat_mode);
+        addcmul_rows(0, 2, 3, 0, stat_mode);
+        pack_block(next.sum, 0, 1);
         cb_push_back(next.sum, 1);
-        for (uint32_t v = 0; v < dv_tiles; ++v) {
-            rescaled_sum(own.acc, qi * dv_tiles + v, base + qi * dv_tiles + v, next.acc, v);
+        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+            rescaled_sum(own.acc, qi * dv_tiles + v0, base + qi * dv_tiles + v0, n, next.acc, v0);
         }
         cb_push_back(next.acc, dv_tiles);
         cb_pop_front(cb_alpha, 2);
