@@ -16,8 +16,8 @@
 //   fp32 DST, bit for bit. The row max is exact: an element-wise max of the copied scores, then one
 //   SFPU row reduction (sfpu_reduce); every combination (max, rescale, merge, sink, 1/l, O x 1/l,
 //   LSE) runs on the SFPU in fp32, and a row's value is broadcast along its row by unary_bcast<COL>
-//   from an UnpackToDestFp32 CB (exact). Ops on statistics alone (a merge's max, subtractions and
-//   factor exps, the root's 1/l) run on faces 0 and 2 only (VectorMode::C: every row, columns 0-15);
+//   from an UnpackToDestFp32 CB (exact). Ops on statistics alone (a merge's max, subtractions, factor
+//   exps and l, the root's 1/l) run on faces 0 and 2 only (VectorMode::C: every row, columns 0-15);
 //   a merge adds the child's share with one addcmul (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
 // * With at most 16 q rows holding heads (half_tile: head_rows = tokens x group_size <= 16) the
 //   chunk's and the merges' row-wise SFPU ops (scale, mask adds, max fold, subtractions, exps,
@@ -502,8 +502,8 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
 // n + 1, is added as c * e_child (one addcmul: one rounding). All four reach DST exactly
 // (UnpackToDestFp32) and are combined on the SFPU in fp32 on the rows that hold heads (row_mode,
 // row_iterations); every step is row by row, so rows past the group (which a child does not send) never
-// reach the rows written out. The loads run copies, broadcasts, broadcast, copies: cb_a, cb_partial_in and
-// cb_alpha share one unpack path, so the copy init of the previous block serves the first copies. The
+// reach the rows written out. The loads run copies, a broadcast, a broadcast, copies: cb_a, cb_partial_in
+// and cb_alpha share one unpack path, so the copy init of the previous block serves the first copies. The
 // caller has made the multiply's init current (it serves the addcmul too: same LLK init).
 void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t n, uint32_t out_cb, uint32_t out_first) {
     const uint32_t factor = n;
