@@ -16,8 +16,8 @@
 //   fp32 DST, bit for bit. The row max is exact: an element-wise max of the copied scores, then one
 //   SFPU row reduction (sfpu_reduce); every combination (max, rescale, merge, sink, 1/l, O x 1/l,
 //   LSE) runs on the SFPU in fp32, and a row's value is broadcast along its row by unary_bcast<COL>
-//   from an UnpackToDestFp32 CB (exact). Ops on statistics alone (a merge's max, subtractions and
-//   factor exps, the root's 1/l) run on faces 0 and 2 only (VectorMode::C: every row, columns 0-15);
+//   from an UnpackToDestFp32 CB (exact). Ops on statistics alone (a merge's max, subtractions, factor
+//   exps and l, the root's 1/l) run on faces 0 and 2 only (VectorMode::C: every row, columns 0-15);
 //   a merge adds the child's share with one addcmul (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
 // * With at most 16 q rows holding heads (half_tile: head_rows = tokens x group_size <= 16) the
 //   chunk's and the merges' row-wise SFPU ops (scale, mask adds, max fold, subtractions, exps,
@@ -496,32 +496,59 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
 
 // ---- the tree -----------------------------------------------------------------------------------
 
-// Tile out_index of out_cb = a * e_own + c * e_child, where a = tile ia of cb_a, c = tile ic of
-// cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha, broadcast along each row.
-// All four tiles reach DST exactly (UnpackToDestFp32) and are combined on the SFPU in fp32, on the
-// rows that hold heads (row_mode, row_iterations). Every step is row by row, so rows past the group
-// (which a child does not send) never reach the rows written out. cb_a and cb_partial_in share one data format and unpack path: one copy_init.
-void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t out_cb, uint32_t out_index) {
+// Tiles [out_first, out_first + n) of out_cb = a * e_own + c * e_child, where a = tiles [ia, ia + n) of cb_a,
+// c = tiles [ic, ic + n) of cb_partial_in and e_own / e_child are column 0 of tiles 0 / 1 of cb_alpha,
+// broadcast along each row: n <= dst_tiles - 2 tiles per DST acquire. The a tiles go to DST 0..n-1 and
+// e_own to DST n, which every a is multiplied by; then e_child replaces e_own and each c, in turn in DST
+// n + 1, is added as c * e_child (one addcmul: one rounding). All four reach DST exactly
+// (UnpackToDestFp32) and are combined on the SFPU in fp32 on the rows that hold heads (row_mode,
+// row_iterations); every step is row by row, so rows past the group (which a child does not send) never
+// reach the rows written out. The loads run copies, a broadcast, a broadcast, copies: cb_a, cb_partial_in
+// and cb_alpha share one unpack path, so the copy init of the previous block serves the first copies. The
+// caller has made the multiply's init current (it serves the addcmul too: same LLK init).
+void rescaled_sum(uint32_t cb_a, uint32_t ia, uint32_t ic, uint32_t n, uint32_t out_cb, uint32_t out_first) {
+    const uint32_t factor = n;
+    const uint32_t child = n + 1;
     tile_regs_acquire();
-    broadcast_column(cb_alpha, 0, 1);
-    unary_bcast<BroadcastType::COL>(cb_alpha, 1, 3);
-    copy_to_dst(cb_a, ia, 0);
-    copy_tile(cb_partial_in, ic, 2);
-    mul_binary_tile_init();
-    mul_rows(0, 1, 0, row_mode);
-    addcmul_tile_init();
-    addcmul_rows(0, 2, 3, 0, row_mode);  // a * e_own + c * e_child (one rounding)
-    pack_block(out_cb, out_index, 1);
+    for (uint32_t i = 0; i < n; ++i) {
+        copy_to_dst(cb_a, ia + i, i);
+    }
+    broadcast_column(cb_alpha, 0, factor);
+    for (uint32_t i = 0; i < n; ++i) {
+        mul_rows(i, factor, i, row_mode);
+    }
+    broadcast_column(cb_alpha, 1, factor);
+    for (uint32_t i = 0; i < n; ++i) {
+        copy_to_dst(cb_partial_in, ic + i, child);
+        addcmul_rows(i, child, factor, i, row_mode);  // a * e_own + c * e_child (one rounding)
+    }
+    pack_block(out_cb, out_first, n);
 }
 
+// Where a merge writes (m, l, O): the running set `next` (pushed q tile row by q tile row), or, for the
+// last merge of a piece that is not the root, straight into its partial for the parent in cb_partial_out
+// (O tiles, then m, then l; pushed whole at the end), which send_partial would otherwise copy the running
+// set into: the same packed values, one copy and one pack per tile fewer between this piece's last merge
+// and its message.
+struct MergeOut {
+    uint32_t max, sum, acc;  // CBs
+    bool partial;
+    // pack indices (from the CB's last push) of q tile row qi's m, l and first O tile
+    uint32_t max_at(uint32_t qi) const { return partial ? partial_max_offset + qi : 0; }
+    uint32_t sum_at(uint32_t qi) const { return partial ? partial_sum_offset + qi : 0; }
+    uint32_t acc_at(uint32_t qi) const { return partial ? qi * dv_tiles : 0; }
+};
+constexpr MergeOut to_running(const Running& set) { return {set.max, set.sum, set.acc, false}; }
+constexpr MergeOut to_partial = {cb_partial_out, cb_partial_out, cb_partial_out, true};
+
 // The factors of a merge of q tile row qi, in one DST pass: m' = max(m_own, m_other) into
-// `next.max`, and cb_alpha = [exp(m_own - m'), exp(m_other - m')], in fp32 on the SFPU. A
+// `out`'s m, and cb_alpha = [exp(m_own - m'), exp(m_other - m')], in fp32 on the SFPU. A
 // partial's statistics live in column 0 (fp32, unpacked to DST), so the max, the subtractions and
 // the exps run on faces 0 and 2 only (stat_mode VectorMode::C: every row, columns 0-15), or with
 // half_tile on face 0's rows that hold heads (VectorMode::None, row_iterations steps); every reader
 // of these tiles uses column 0 (copy into a column-0 op, or unary_bcast<COL>). A sink tile (bf16, a head's raw sink in
 // column 0) is copied exactly and scaled on the SFPU into logit units.
-void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
+void merge_factors(const Running& own, const MergeOut& out, uint32_t qi, uint32_t other_cb, uint32_t other_tile,
                    bool other_is_sink) {
     cb_reserve_back(cb_alpha, 2);
     tile_regs_acquire();
@@ -539,38 +566,66 @@ void merge_factors(const Running& own, const Running& next, uint32_t qi, uint32_
     exp_block<exp_approx, row_iterations>(2, 0, stat_mode);
     tile_regs_commit();
     tile_regs_wait();
-    use_pack(next.max);  // the running max and cb_alpha share one format
-    pack_tile<true>(2, next.max, 0);      // pack indices count from the last push
+    use_pack(out.max);  // the running max, the partial and cb_alpha share one format
+    pack_tile<true>(2, out.max, out.max_at(qi));  // pack indices count from the last push
     pack_tile<true>(0, cb_alpha, 0);
     pack_tile<true>(1, cb_alpha, 1);
     tile_regs_release();
-    cb_push_back(next.max, 1);
-    cb_wait_front(next.max, qi + 1);
+    if (!out.partial) {
+        cb_push_back(out.max, 1);
+        cb_wait_front(out.max, qi + 1);
+    }
     cb_push_back(cb_alpha, 2);
     cb_wait_front(cb_alpha, 2);
 }
 
-// Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `next`:
+// Merge the child partial in area `area` of cb_partial_in into the running set `own`, writing `out`:
 // m = max(m_own, m_c); e_own = exp(m_own - m), e_c = exp(m_c - m);
 // l = l_own * e_own + l_c * e_c; O = O_own * e_own + O_c * e_c.
-void merge_child(uint32_t area, const Running& own, const Running& next) {
+// l is read through column 0 only (like m): it is combined with the factors as they lie in cb_alpha (column
+// 0, copied, no broadcast) on the statistics' lanes (stat_mode); its other columns keep l_own's values,
+// which nothing reads. O runs dst_tiles - 2 tiles per DST acquire (rescaled_sum).
+void merge_child(uint32_t area, const Running& own, const MergeOut& out) {
     const uint32_t base = area * partial_tiles;
-    reserve_running(next);
+    constexpr uint32_t block = dst_tiles - 2;
+    if (out.partial) {
+        cb_reserve_back(cb_partial_out, partial_tiles);
+    } else {
+        cb_reserve_back(out.max, q_tiles);
+        cb_reserve_back(out.sum, q_tiles);
+        cb_reserve_back(out.acc, acc_tiles);
+    }
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         const uint32_t m_c = base + partial_max_offset + qi;
         const uint32_t l_c = base + partial_sum_offset + qi;
 
-        merge_factors(own, next, qi, cb_partial_in, m_c, false);
+        merge_factors(own, out, qi, cb_partial_in, m_c, false);
 
-        rescaled_sum(own.sum, qi, l_c, next.sum, 0);
-        cb_push_back(next.sum, 1);
-        for (uint32_t v = 0; v < dv_tiles; ++v) {
-            rescaled_sum(own.acc, qi * dv_tiles + v, base + qi * dv_tiles + v, next.acc, v);
+        tile_regs_acquire();
+        copy_to_dst(own.sum, qi, 0);
+        copy_to_dst(cb_alpha, 0, 1);
+        copy_to_dst(cb_partial_in, l_c, 2);
+        copy_to_dst(cb_alpha, 1, 3);
+        mul_binary_tile_init();  // serves every multiply and addcmul of this q tile row (one LLK init)
+        mul_rows(0, 1, 0, stat_mode);
+        addcmul_rows(0, 2, 3, 0, stat_mode);
+        pack_block(out.sum, out.sum_at(qi), 1);
+        if (!out.partial) {
+            cb_push_back(out.sum, 1);
         }
-        cb_push_back(next.acc, dv_tiles);
+        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+            rescaled_sum(own.acc, qi * dv_tiles + v0, base + qi * dv_tiles + v0, n, out.acc, out.acc_at(qi) + v0);
+        }
+        if (!out.partial) {
+            cb_push_back(out.acc, dv_tiles);
+        }
         cb_pop_front(cb_alpha, 2);
     }
     pop_running(own);
+    if (out.partial) {
+        cb_push_back(cb_partial_out, partial_tiles);
+    }
 }
 
 // Root with an attention sink: fold the sink into the denominator, exactly as a merge with a
@@ -580,7 +635,7 @@ void merge_child(uint32_t area, const Running& own, const Running& next) {
 void merge_sink(const Running& own, const Running& next) {
     reserve_running(next);
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-        merge_factors(own, next, qi, cb_sink, qi, true);
+        merge_factors(own, to_running(next), qi, cb_sink, qi, true);
 
         // l' = l * e_own + e_sink
         tile_regs_acquire();
@@ -742,13 +797,27 @@ void kernel_main() {
         }
         cb_pop_front(cb_q, q_tiles * d_tiles);
 
-        // Children in merge order: area r holds the child of round r (index + 2^r).
+        // Children in merge order: area r holds the child of round r (index + 2^r). A piece that is not
+        // the root merges its last child with keys straight into its partial for the parent.
+        bool sent = false;
         if (height > 0) {
-            cb_wait_front(cb_partial_in, height * partial_tiles);
+            uint32_t with_work = 0;  // bit r: the child of round r has keys
             for (uint32_t r = 0; r < height; ++r) {
                 if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window,
                                    min_chunk_tiles, cyclic_split)) {
-                    merge_child(r, running_sets[cur], running_sets[cur ^ 1]);
+                    with_work |= 1u << r;
+                }
+            }
+            cb_wait_front(cb_partial_in, height * partial_tiles);
+            for (uint32_t r = 0; r < height; ++r) {
+                if (!((with_work >> r) & 1u)) {
+                    continue;
+                }
+                if (index != 0 && (with_work >> (r + 1)) == 0) {
+                    merge_child(r, running_sets[cur], to_partial);
+                    sent = true;
+                } else {
+                    merge_child(r, running_sets[cur], to_running(running_sets[cur ^ 1]));
                     cur ^= 1;
                     wait_running(running_sets[cur]);
                 }
@@ -766,7 +835,7 @@ void kernel_main() {
                 cb_pop_front(cb_sink, q_tiles);
             }
             finish_root(running_sets[cur]);
-        } else {
+        } else if (!sent) {
             send_partial(running_sets[cur]);
         }
     }

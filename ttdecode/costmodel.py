@@ -460,26 +460,32 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
 
 
-def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
+def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
+              dst_tiles: int = 4) -> dict[str, list[OpTally]]:
     """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
     tile row: the factors (two copies, a max, two subtractions and two exps on the statistics'
-    column: faces 0 and 2, or with <= 16 head rows face 0's head rows; three packs), then l and every
-    O tile (two broadcasts, two copies, a multiply and an addcmul on the head rows, a pack each).
-    Pinned against real runs in tests/test_costmodel.py."""
+    column: faces 0 and 2, or with <= 16 head rows face 0's head rows; three packs), l on the same
+    lanes (four copies: l, the child's l and the two factors as they lie; a multiply, an addcmul, a
+    pack), then O in blocks of dst_tiles - 2 tiles per DST acquire (per block the O tiles and the
+    child's, and two broadcasts: e_own, then e_child; per tile a multiply and an addcmul on the head
+    rows and a pack). Pinned against real runs in tests/test_costmodel.py."""
     row = row_steps(head_rows)
     stat = row // 2 if head_rows <= 16 else 16  # VectorMode::None with the head rows' steps, else C
-    rows = dv_tiles + 1
-    # inits per q tile row: the factors' copy (one init serves own max and the child's partial, both
-    # UnpackToDestFp32), max, subtraction and exp, and the srcB reconfig the first merge after the
-    # chunks needs (counted in every merge); per l / O tile a broadcast, a copy, a multiply and an
-    # addcmul init
-    inits = q_tiles * (5 + 4 * rows)
+    blocks = -(-dv_tiles // max(1, dst_tiles - 2))
+    # inits per q tile row: max, subtraction and exp of the factors, the multiply (its init serves the
+    # addcmuls: one LLK init), and per O block a broadcast and a copy init (the factors, l and the
+    # block's first tiles share the copy init: one unpack path). Plus one per merge: the first merge
+    # after the chunks re-inits the copy and reconfigures srcB (two calls), the next ones neither.
+    inits = q_tiles * (4 + 2 * blocks) + 1
+    copies = q_tiles * (6 + 2 * dv_tiles + 2 * blocks)
     return {"init": [OpTally(inits, inits)],
-            "copy": [OpTally(q_tiles * (2 + 4 * rows), q_tiles * (2 + 4 * rows))],
-            "max": [OpTally(q_tiles * rows, q_tiles * rows, steps=row), OpTally(3 * q_tiles, 3 * q_tiles, steps=stat)],
+            "copy": [OpTally(copies, copies)],
+            "max": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
+                    OpTally(4 * q_tiles, 4 * q_tiles, steps=stat)],
             exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=stat)],
-            "ternary": [OpTally(q_tiles * rows, q_tiles * rows, steps=row)],
-            "pack": [OpTally(q_tiles * (3 + rows), q_tiles * (3 + rows))]}
+            "ternary": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
+                        OpTally(q_tiles, q_tiles, steps=stat)],
+            "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
@@ -494,7 +500,7 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     exp = "exp" if fp32_dest_acc_en else "exp_bf16"
     tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows), fidelity,
                         c).values())
-    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows), fidelity, c).values())
+    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows, dst_tiles), fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 4096
     round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
                     + c.semaphore_handshake_cycles + merge)

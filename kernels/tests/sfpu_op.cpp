@@ -10,6 +10,8 @@
 //   SFPU_UNARY_CALL / SFPU_BINARY_CALL macro on the faces of VECTOR_MODE, instead of the *_tile call.
 //   SFPU_ITERATIONS=<1..8> (default 8): the vector steps per face of OP_EXP, OP_MAX (LLK_CALL) and the
 //   LLK_CALL ops.
+//   OTHER_INIT=<init call> (OP_MAX, OP_ADDCMUL, OP_ADD_B, OP_SUB_B, OP_MUL_B): run the op after this SFPU init
+//   instead of its own (which inits serve which ops).
 // Compile-time args: tiles, DST index d.
 #include <cstdint>
 
@@ -44,6 +46,12 @@ constexpr bool exp_approx = false;
 #endif
 #ifndef SFPU_ITERATIONS
 #define SFPU_ITERATIONS 8
+#endif
+
+#ifdef OTHER_INIT
+#define OP_INIT(own) OTHER_INIT
+#else
+#define OP_INIT(own) own()
 #endif
 
 static void emit(uint32_t d) {
@@ -112,14 +120,14 @@ void kernel_main() {
         rsub_unary_tile(d, SCALAR_BITS);
 #endif
 #elif defined(OP_MAX) && defined(LLK_CALL)
-        binary_max_tile_init();
+        OP_INIT(binary_max_tile_init);
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binary_max_min, (true, SFPU_ITERATIONS), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_MAX)
-        binary_max_tile_init();
+        OP_INIT(binary_max_tile_init);
         binary_max_tile(d, d + 1, d);
 #elif defined(OP_ADDCMUL)
-        addcmul_tile_init();
+        OP_INIT(addcmul_tile_init);
         addcmul_tile<DataFormat::Float32>(d, d + 1, d + 2, d, SCALAR_BITS);
 #elif defined(OP_ADD_B) || defined(OP_SUB_B) || defined(OP_MUL_B)
 #ifdef NEAREST_EVEN
@@ -128,28 +136,28 @@ void kernel_main() {
         constexpr DstRoundingMode rounding = DstRoundingMode::Default;
 #endif
 #if defined(OP_ADD_B) && defined(LLK_CALL)
-        add_binary_tile_init();
+        OP_INIT(add_binary_tile_init);
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
                                (APPROX, ckernel::BinaryOp::ADD, SFPU_ITERATIONS, DST_ACCUM_MODE, rounding), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_SUB_B) && defined(LLK_CALL)
-        sub_binary_tile_init();
+        OP_INIT(sub_binary_tile_init);
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
                                (APPROX, ckernel::BinaryOp::SUB, SFPU_ITERATIONS, DST_ACCUM_MODE, rounding), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_MUL_B) && defined(LLK_CALL)
-        mul_binary_tile_init();
+        OP_INIT(mul_binary_tile_init);
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
                                (APPROX, ckernel::BinaryOp::MUL, SFPU_ITERATIONS, DST_ACCUM_MODE), d, d + 1, d,
                                VectorMode::VECTOR_MODE)));
 #elif defined(OP_ADD_B)
-        add_binary_tile_init();
+        OP_INIT(add_binary_tile_init);
         add_binary_tile<rounding>(d, d + 1, d);
 #elif defined(OP_SUB_B)
-        sub_binary_tile_init();
+        OP_INIT(sub_binary_tile_init);
         sub_binary_tile<rounding>(d, d + 1, d);
 #else
-        mul_binary_tile_init();
+        OP_INIT(mul_binary_tile_init);
         mul_binary_tile(d, d + 1, d);
 #endif
 #endif

@@ -15,7 +15,7 @@ from programs import crs, kernel_path, tensor_in, tensor_out
 from ttdecode.formats import DataType, num_tiles, tile_size, unpack_tiles
 from ttdecode.program import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, Kernel, KernelKind,
                               MathFidelity, Program)
-from ttdecode.runtime import run_program
+from ttdecode.runtime import KernelError, run_program
 
 F32 = DataType.float32
 DSTS = [pytest.param(True, id="fp32-dst"), pytest.param(False, id="bf16-dst")]
@@ -391,3 +391,28 @@ def test_addcmul_is_one_sfpmul_then_one_sfpmad(fp32_dst, value):
         want = ref.to_bf16_away(want)
     assert_bits_equal(got, ref.store(want, fp32_dst), a, fp32_dst)
 
+
+
+# ---------------------------------------------------------------- which init serves which op
+
+# On Wormhole add/sub/mul_binary_tile_init and addcmul_tile_init run the same steps (_init_sfpu_config_reg,
+# ADDR_MOD_7 without increments, reset_counters; sfpu_binary_init loads nothing for ADD/SUB/MUL):
+# llk_math_eltwise_binary_sfpu.h, llk_math_eltwise_ternary_sfpu.h, ckernel_sfpu_binary.h.
+@pytest.mark.parametrize("op,other", [("mul_b", "addcmul_tile_init()"), ("add_b", "mul_binary_tile_init()"),
+                                      ("sub_b", "addcmul_tile_init()"), ("addcmul", "mul_binary_tile_init()"),
+                                      ("addcmul", "sub_binary_tile_init()")])
+def test_the_binary_sfpu_inits_and_addcmuls_leave_one_state_that_serves_all_four_ops(op, other):
+    inputs = [B_IN, B_IN2, B_IN3] if op == "addcmul" else [B_IN, B_IN2]
+    defines = {"SCALAR_BITS": "0x3f800000u"} if op == "addcmul" else {}
+    _, own = run_sfpu(op, inputs, True, defines)
+    _, got = run_sfpu(op, inputs, True, {**defines, "OTHER_INIT": other})
+    assert_bits_equal(got, own, np.asarray(B_IN, np.float32).reshape(32, 32))
+
+
+# binary_max_tile_init also sets ADDR_MOD_6 (the max's SFPSTORE advances by it; ckernel_sfpu_binary_max_min.h),
+# which the binary inits leave as the last FPU init set it; exp_tile_init programs its own constants.
+@pytest.mark.parametrize("op,other,api", [("max", "mul_binary_tile_init()", "binary_max_tile"),
+                                          ("mul_b", "exp_tile_init<false>()", "mul_binary_tile")])
+def test_an_sfpu_op_after_an_init_of_another_state_is_refused(op, other, api):
+    with pytest.raises(KernelError, match=f"{api}: the SFPU is configured by"):
+        run_program(_program(op, [_tile(B_IN), _tile(B_IN2)], True, {"OTHER_INIT": other}))

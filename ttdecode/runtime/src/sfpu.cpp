@@ -183,8 +183,19 @@ extern "C" void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* ap
     count_init(k);
 }
 
+// The SFPU state an init leaves. On Wormhole add/sub/mul_binary_tile_init (llk_math_eltwise_binary_sfpu_init
+// <SfpuType::unused> with sfpu_binary_init<ADD|SUB|MUL>, which loads nothing: ckernel_sfpu_binary.h) and
+// addcmul_tile_init (llk_math_eltwise_ternary_sfpu_init<SfpuType::addcmul>) run the same three steps:
+// _init_sfpu_config_reg(), ADDR_MOD_7 with no increments, reset_counters (llk_math_eltwise_binary_sfpu.h,
+// llk_math_eltwise_ternary_sfpu.h); no constant is programmed and the ops read none. So each of these inits
+// serves all four ops. Every other init keeps its own state (binary_max_tile_init also sets ADDR_MOD_6, which
+// the max's SFPSTORE uses; the unary inits program constants).
+static int sfpu_state_of(int init) {
+    return init == SF_ADD_B || init == SF_SUB_B || init == SF_MUL_B || init == SF_ADDCMUL ? SF_MUL_B : init;
+}
+
 static void check_sfpu(ComputeState& s, int op, const char* api) {
-    if (s.sfpu == sfpu_init_of(op)) return;
+    if (sfpu_state_of(s.sfpu) == sfpu_state_of(sfpu_init_of(op))) return;
     fail(std::string(api) + ": the SFPU is configured by " + s.sfpu_init + " (call this op's init first)");
 }
 
