@@ -368,17 +368,50 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_push_back(next.sum, 1);
 }
 
+// The DST block of Dv tiles chunk_output takes per acquire: one DST tile fewer when alpha (old) or 1/l
+// (finish) shares DST with the block.
+constexpr uint32_t output_block(bool rescaled) { return rescaled ? dst_tiles - 1 : dst_tiles; }
+// Does the last Dv block leave a DST tile free for the row sum (chunk_output's `with_sum`)?
+constexpr bool sum_fits_output(bool rescaled) {
+    return dv_tiles % output_block(rescaled) != 0;
+}
+
 // O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv
 // tiles per DST acquire (one DST tile fewer when alpha shares DST with the block). `finish` (the root's
 // last chunk, nothing left to merge): O_new x (1/l) in fp32 on the SFPU (1/l broadcast from column 0
 // of cb_alpha tile 1 into the spare DST tile), packed once to the bf16 output instead of the running O.
-void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish) {
-    const uint32_t block = old != nullptr || finish ? dst_tiles - 1 : dst_tiles;
+// `with_sum` (not with finish; sum_fits_output): the last block also takes the row sum's tile, as
+// chunk_row_sum would compute it (l_old * alpha, then P x ones accumulated onto it, key tile by key
+// tile), and packs it to next.sum: the same values in one DST pass fewer.
+void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
+                  bool with_sum) {
+    const uint32_t block = output_block(old != nullptr || finish);
     for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
         const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+        const bool sum_here = with_sum && v0 + n == dv_tiles;  // DST tile n holds l
         tile_regs_acquire();
         if (old != nullptr) {
-            rescaled_to_dst(old->acc, qi * dv_tiles + v0, n);
+            const uint32_t rescaled = n + (sum_here ? 1 : 0);
+            copy_to_dst(cb_alpha, 0, rescaled);
+            for (uint32_t i = 0; i < n; ++i) {
+                copy_to_dst(old->acc, qi * dv_tiles + v0 + i, i);
+            }
+            if (sum_here) {
+                copy_to_dst(old->sum, qi, n);
+            }
+            init_mul();
+            for (uint32_t i = 0; i < rescaled; ++i) {
+                mul_rows(i, rescaled, i, row_mode);
+            }
+        }
+        if (sum_here) {
+            // The row sum before P . V, so that the chunk ends on V's unpacker format (the next
+            // chunk's K has the same).
+            use_matmul_operands(cb_probs, cb_ones);
+            matmul_tiles_for(cb_probs, cb_ones, 0);
+            for (uint32_t j = 0; j < tiles; ++j) {
+                matmul_tiles(cb_probs, cb_ones, j, 0, n);
+            }
         }
         // One matmul_block per key tile j: P tile j times the n V tiles (j, v0..v0+n) of its row
         // (consecutive in the slot) onto DST tiles 0..n.
@@ -395,11 +428,19 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         } else {
-            pack_block(next.acc, v0, n);
+            hand_to_packer();
+            pack_tiles_to(next.acc, v0, n);
+            if (sum_here) {
+                pack_tiles_to(next.sum, 0, 1, n);  // the running sets share one format
+            }
+            tile_regs_release();
         }
     }
     if (!finish) {
         cb_push_back(next.acc, dv_tiles);
+    }
+    if (with_sum) {
+        cb_push_back(next.sum, 1);
     }
 }
 
@@ -481,7 +522,11 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
             chunk_alpha(qi, *old, next, finish);
         }
         chunk_probs(qi, tiles, next);
-        chunk_row_sum(qi, tiles, old, next);
+        // The row sum rides in chunk_output's last DST block when it leaves a tile free.
+        const bool sum_in_output = !finish && sum_fits_output(old != nullptr);
+        if (!sum_in_output) {
+            chunk_row_sum(qi, tiles, old, next);
+        }
         if (finish) {
             cb_wait_front(next.sum, qi + 1);
             root_recip(next.sum, qi, old != nullptr);
@@ -491,7 +536,7 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
                 cb_wait_front(cb_v, v_slot_tiles);  // V has its own push: the scores above overlap its read
             }
         }
-        chunk_output(qi, tiles, old, next, finish);
+        chunk_output(qi, tiles, old, next, finish, sum_in_output);
         if (finish && return_lse) {
             root_lse(next, qi);
         }
