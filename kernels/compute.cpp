@@ -297,27 +297,60 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_wait_front(next.max, qi + 1);
 }
 
-// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O, in
-// tile 0 of cb_alpha. When the chunk finishes the root, only that page is pushed: 1/l follows in tile 1
-// (root_recip).
-void chunk_alpha(uint32_t qi, const Running& old, const Running& next, bool finish) {
-    cb_reserve_back(cb_alpha, 2);
-    tile_regs_acquire();
-    broadcast_column(old.max, qi, 0);
-    broadcast_column(next.max, qi, 1);
-    init_sub();
-    sub_rows(0, 1, 0, row_mode);
-    exp_block<exp_approx, row_iterations>(1, 0, row_mode);
-    pack_block(cb_alpha, 0, 1);
-    const uint32_t pages = finish ? 1 : 2;
-    cb_push_back(cb_alpha, pages);
-    cb_wait_front(cb_alpha, pages);
+// Does chunk_probs copy m_new broadcast from cb_max_bcast (one copy init for the chunk) rather than
+// broadcast it from column 0 of next.max into each DST block (a broadcast and a copy init per block)?
+// The tile costs a pack, in chunk_alpha's pass when there is an old set, else in a pass of its own
+// (two more configuration calls and a broadcast): it pays from 2 DST blocks of logits with an old
+// set, from 3 without (the model's prices; the values are the same either way).
+constexpr bool max_bcast_tile(uint32_t tiles, bool has_old) {
+    return (tiles + dst_tiles - 2) / (dst_tiles - 1) >= (has_old ? 2u : 3u);
 }
 
-// P = exp(S - m_new): the fp32 logits are copied exactly into DST and m_new, broadcast along each row
-// into the last DST tile, is subtracted on the SFPU (masked keys hold -inf and give 0). Frees the
-// scores.
-void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
+// With an old set: alpha = exp(m_old - m_new) in every column, the factor that rescales row qi's old l
+// and O, in tile 0 of cb_alpha (when the chunk finishes the root, only that page is pushed: 1/l follows
+// in tile 1, root_recip). With `bcast_tile`, in the same DST pass: m_new broadcast along each row
+// (exact: unary_bcast from column 0) into cb_max_bcast, for chunk_probs.
+void chunk_alpha(uint32_t qi, const Running* old, const Running& next, bool finish, bool bcast_tile) {
+    if (bcast_tile) {
+        cb_reserve_back(cb_max_bcast, 1);
+    }
+    if (old != nullptr) {
+        cb_reserve_back(cb_alpha, 2);
+    }
+    tile_regs_acquire();
+    if (old != nullptr) {
+        broadcast_column(old->max, qi, 0);
+    }
+    broadcast_column(next.max, qi, 1);
+    if (old != nullptr) {
+        init_sub();
+        sub_rows(0, 1, 0, row_mode);
+        exp_block<exp_approx, row_iterations>(1, 0, row_mode);
+    }
+    hand_to_packer();
+    if (old != nullptr) {
+        pack_tiles_to(cb_alpha, 0, 1);
+    }
+    if (bcast_tile) {
+        pack_tiles_to(cb_max_bcast, 0, 1, 1);  // cb_alpha and cb_max_bcast share one format
+    }
+    tile_regs_release();
+    if (bcast_tile) {
+        cb_push_back(cb_max_bcast, 1);
+        cb_wait_front(cb_max_bcast, 1);
+    }
+    if (old != nullptr) {
+        const uint32_t pages = finish ? 1 : 2;
+        cb_push_back(cb_alpha, pages);
+        cb_wait_front(cb_alpha, pages);
+    }
+}
+
+// P = exp(S - m_new): the fp32 logits and m_new broadcast along each row (copied from cb_max_bcast
+// with `bcast_tile`, else broadcast from column 0 of next.max; into the last DST tile) reach DST
+// exactly and are subtracted on the SFPU (masked keys hold -inf and give 0). Frees the scores (and
+// cb_max_bcast).
+void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next, bool bcast_tile) {
     constexpr uint32_t block = dst_tiles - 1;
     cb_reserve_back(cb_probs, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
@@ -326,7 +359,11 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         for (uint32_t j = 0; j < n; ++j) {
             copy_to_dst(cb_scores, j0 + j, j);
         }
-        broadcast_column(next.max, qi, n);
+        if (bcast_tile) {
+            copy_to_dst(cb_max_bcast, 0, n);  // the same unpack path as the logits: no init
+        } else {
+            broadcast_column(next.max, qi, n);
+        }
         init_sub();
         for (uint32_t j = 0; j < n; ++j) {
             sub_rows(j, n, j, row_mode);
@@ -337,6 +374,9 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
     cb_push_back(cb_probs, max_chunk_tiles);
     cb_wait_front(cb_probs, max_chunk_tiles);
     cb_pop_front(cb_scores, max_chunk_tiles);
+    if (bcast_tile) {
+        cb_pop_front(cb_max_bcast, 1);
+    }
 }
 
 // DST tiles [0, n) = tiles [first, first + n) of cb times alpha, in fp32 on the SFPU (alpha is
@@ -518,10 +558,11 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         chunk_scores(qi, tiles, masks, first_at);
         chunk_row_max(qi, tiles, old, next);
-        if (old != nullptr) {
-            chunk_alpha(qi, *old, next, finish);
+        const bool bcast_tile = max_bcast_tile(tiles, old != nullptr);
+        if (old != nullptr || bcast_tile) {
+            chunk_alpha(qi, old, next, finish, bcast_tile);
         }
-        chunk_probs(qi, tiles, next);
+        chunk_probs(qi, tiles, next, bcast_tile);
         // The row sum rides in chunk_output's last DST block when it leaves a tile free.
         const bool sum_in_output = !finish && sum_fits_output(old != nullptr);
         if (!sum_in_output) {

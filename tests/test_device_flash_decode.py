@@ -147,7 +147,8 @@ def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> Non
     cfg = dev.build_program_descriptor(prog, GridView()).kernels[2].config
     modes = list(cfg.unpack_to_dest_mode)
     assert len(modes) == 32
-    copy_only = {"scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in"}
+    copy_only = {"scores", "max_bcast", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha",
+                 "partial_in"}
     by_index = {cb.index: cb for cb in plan.circular_buffers}
     for i, m in enumerate(modes):
         want = ttnn.UnpackToDestMode.UnpackToDestFp32 if i in by_index and by_index[i].name in copy_only \
