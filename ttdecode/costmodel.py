@@ -434,24 +434,25 @@ def row_steps(head_rows: int) -> int:
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
-    """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
-    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block
-    call per d and DST block of key tiles, P.V one per DST block of dst_tiles - 1 Dv tiles), the
-    configuration calls of a DST block, the scale, the exp, the
-    two copies of the logits (row max, probabilities), the row max's element-wise fold (one SFPU
-    row reduction per chunk, not per tile) and the subtraction, two packs (scores, probabilities);
-    each DST block of dst_tiles - 1 tiles adds one more copy (the broadcast max). `head_rows` (the
-    q rows holding heads, tokens x group): the scale, the exp, the fold and the subtraction run
-    `row_steps(head_rows)` vector steps. Pinned against real runs in tests/test_costmodel.py."""
+    """The compute ops one more key tile adds to a long chunk of our kernel (kernels/compute.cpp) with a
+    running set to rescale, per q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles;
+    Q.K^T in one matmul_block call per d and DST block of dst_tiles key tiles (no mask added in the
+    block), P.V one per DST block of dst_tiles - 1 Dv tiles, the row sum one call per key tile), the
+    scale, the exp, the two copies of the logits (row max, probabilities), the row max's element-wise
+    fold (one SFPU row reduction per chunk, not per tile) and the subtraction, two packs (scores,
+    probabilities); each DST block of dst_tiles - 1 probabilities adds one more copy (the broadcast
+    max, cb_max_bcast) and two configuration calls (the subtraction's and the exp's inits; the copy,
+    matmul and scale inits are made once per chunk). `head_rows` (the q rows holding heads, tokens x
+    group): the scale, the exp, the fold and the subtraction run `row_steps(head_rows)` vector steps.
+    Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
-    qk_calls = d_tiles * block
+    qk_calls = d_tiles / max(1, dst_tiles)
     return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
-            # per DST block: the Q.K^T and scale inits, the probabilities' copy, broadcast, subtraction
-            # and exp inits
-            "init": [OpTally(q_tiles * 6 * block, q_tiles * 6 * block)],
+            # per DST block of probabilities: the subtraction and exp inits
+            "init": [OpTally(q_tiles * 2 * block, q_tiles * 2 * block)],
             "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             # the row max's element-wise fold and the subtraction of the max
