@@ -81,7 +81,7 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     some_core = next(iter(reader.runtime_args))
     resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
     assert resolved[:5] == [GridView().addresses[n] for n in ("q", "k", "v", "cur_pos", "page_table")]
-    assert len(desc.cbs) == len(plan.circular_buffers) == 22  # 0..24 without the unused 6 and 22, + page table
+    assert len(desc.cbs) == len(plan.circular_buffers) == 23  # 0..24 without the unused 22, + page table
 
 
 def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> None:
