@@ -18,7 +18,7 @@ constexpr uint32_t cb_v = 2;             // V chunks, same slots with dv_tiles
 constexpr uint32_t cb_pos_compute = 3;   // int32 positions of every user, for the compute kernel
 constexpr uint32_t cb_pos_writer = 4;    // the same page, for the writer
 constexpr uint32_t cb_mask = 5;          // a piece's two masks: its first tile (window start), its last (cur_pos)
-// index 6 is unused (the row max is an SFPU reduce, no scaler tile)
+constexpr uint32_t cb_max_bcast = 6;     // the new row max of one q tile row broadcast along its rows (probabilities)
 constexpr uint32_t cb_ones = 7;          // all ones: P x ones puts the row sums in every column
 constexpr uint32_t cb_scores = 8;        // fp32 logits (scores x scale, masked) of one q tile row over one chunk
 constexpr uint32_t cb_probs = 9;         // fp32 exp(S - m) of the same (read by the matmuls as TF32)

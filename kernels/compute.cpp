@@ -170,11 +170,30 @@ struct Running {
 };
 constexpr Running running_sets[2] = {{cb_max_a, cb_sum_a, cb_acc_a}, {cb_max_b, cb_sum_b, cb_acc_b}};
 
-// A matmul unpacks in0 into srcB and in1 into srcA; its init follows (fpu_reconfigured).
+// A matmul unpacks in0 into srcB and in1 into srcA; its init follows (matmul_block_for / matmul_tiles_for).
 inline void use_matmul_operands(uint32_t in0, uint32_t in1) {
     use_srca(in1);
     use_srcb(in0);
-    fpu_reconfigured();
+}
+
+// The chunk's SFPU inits, tracked (compute_tiles.hpp sfpu_init): process_chunk forgets the record
+// first, since the merges make theirs directly.
+inline void init_scale() { sfpu_init(SfpuInit::scalar, [] { binop_with_scalar_tile_init(); }); }
+inline void init_add() { sfpu_init(SfpuInit::add, [] { add_binary_tile_init(); }); }
+inline void init_sub() { sfpu_init(SfpuInit::sub, [] { sub_binary_tile_init(); }); }
+inline void init_mul() { sfpu_init(SfpuInit::mul, [] { mul_binary_tile_init(); }); }
+inline void init_max() { sfpu_init(SfpuInit::max, [] { binary_max_tile_init(); }); }
+
+// Does one of the piece's masked tiles fall in tiles [j0, j0 + n) of the chunk starting at the piece's
+// tile first_at?
+inline bool masked_in(const PieceMasks& masks, uint32_t first_at, uint32_t j0, uint32_t n) {
+    for (uint32_t m = 0; m < masks.count; ++m) {
+        const uint32_t t = masks.at[m] - first_at;  // wraps past the chunk for a tile before it
+        if (t >= j0 && t < j0 + n) {
+            return true;
+        }
+    }
+    return false;
 }
 
 // ---- one chunk ----------------------------------------------------------------------------------
@@ -184,28 +203,33 @@ inline void use_matmul_operands(uint32_t in0, uint32_t in1) {
 // 0 elsewhere; bf16, copied exactly into the spare DST tile) added on the SFPU. The chunk starts at
 // piece's tile `first_at` (PieceRange::tile_at); masked tile i of the piece takes page i * q_tiles + qi of cb_mask.
 void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t first_at) {
-    constexpr uint32_t block = dst_tiles - 1;  // the last DST tile holds a mask
     cb_reserve_back(cb_scores, max_chunk_tiles);
-    for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
-        const uint32_t n = tiles - j0 < block ? tiles - j0 : block;
+    for (uint32_t j0 = 0; j0 < tiles;) {
+        // A DST block of key tiles: the whole DST, or one tile fewer when a mask is added in it (the
+        // spare DST tile takes the mask). Blocks of one size share one matmul init (only SFPU ops and
+        // packs between them).
+        uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
+        if (n == dst_tiles && (has_attn_mask || masked_in(masks, first_at, j0, n))) {
+            n = dst_tiles - 1;
+        }
         tile_regs_acquire();
         use_matmul_operands(cb_q, cb_k);
         if constexpr (k_by_column) {
             // One matmul_block per d: Q tile (qi, d) times the n K tiles (j0.., d), transposed, onto
             // DST tiles 0..n (consecutive in the column-major slot).
-            matmul_block_init(cb_q, cb_k, 1 /* transpose K */, n /* ct */, 1 /* rt */, d_tiles /* kt */);
+            matmul_block_for(cb_q, cb_k, 1 /* transpose K */, n /* ct */, d_tiles /* kt */);
             for (uint32_t d = 0; d < d_tiles; ++d) {
                 matmul_block(cb_q, cb_k, qi * d_tiles + d, d * max_chunk_tiles + j0, 0, 1, n, 1, d_tiles);
             }
         } else {
-            matmul_init(cb_q, cb_k, 1 /* transpose K */);
+            matmul_tiles_for(cb_q, cb_k, 1 /* transpose K */);
             for (uint32_t j = 0; j < n; ++j) {
                 for (uint32_t d = 0; d < d_tiles; ++d) {
                     matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
                 }
             }
         }
-        binop_with_scalar_tile_init();
+        init_scale();
         for (uint32_t j = 0; j < n; ++j) {
             scale_rows(j, scale_bits, row_mode);
         }
@@ -213,7 +237,7 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
             const uint32_t t = masks.at[m] - first_at;  // wraps past `tiles` for a tile before the chunk
             if (t >= j0 && t < j0 + n) {
                 copy_to_dst(cb_mask, m * q_tiles + qi, n);
-                add_binary_tile_init();
+                init_add();
                 add_rows(t - j0, n, t - j0, row_mode);
             }
         }
@@ -221,11 +245,12 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
             // The caller's additive mask (bf16, exact in DST), tile by tile through the spare DST tile.
             for (uint32_t j = 0; j < n; ++j) {
                 copy_to_dst(cb_attn_mask, qi * max_chunk_tiles + j0 + j, n);
-                add_binary_tile_init();
+                init_add();
                 add_rows(j, n, j, row_mode);
             }
         }
         pack_block(cb_scores, j0, n);
+        j0 += n;
     }
     cb_push_back(cb_scores, max_chunk_tiles);
     cb_wait_front(cb_scores, max_chunk_tiles);
@@ -238,9 +263,9 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
 // row instead of NaN), and flooring l before 1/l keeps O x 1/l = 0 x 2^126 = 0 instead of 0 x inf.
 inline void floor_tile(uint32_t at, uint32_t scratch, uint32_t floor_bits) {
     copy_to_dst(cb_ones, 0, scratch);
-    binop_with_scalar_tile_init();
+    init_scale();
     mul_unary_tile(scratch, floor_bits);
-    binary_max_tile_init();
+    init_max();
     binary_max_tile(at, scratch, at);
 }
 
@@ -251,17 +276,17 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     tile_regs_acquire();
     copy_to_dst(cb_scores, 0, 0);
     if (tiles > 1) {
-        binary_max_tile_init();
+        init_max();
         for (uint32_t j = 1; j < tiles; ++j) {
             copy_to_dst(cb_scores, j, 1);
             max_rows(0, 1, 0, row_mode);
         }
     }
-    sfpu_reduce_init<PoolType::MAX, stat_format>();
+    sfpu_init(SfpuInit::other, [] { sfpu_reduce_init<PoolType::MAX, stat_format>(); });
     sfpu_reduce<PoolType::MAX, stat_format, ReduceDim::REDUCE_ROW>(0, 1, 1);
     if (old != nullptr) {
         copy_to_dst(old->max, qi, 1);
-        binary_max_tile_init();
+        init_max();
         max_rows(0, 1, 0, row_mode);
     }
     if constexpr (guard_empty_rows) {
@@ -272,27 +297,60 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_wait_front(next.max, qi + 1);
 }
 
-// alpha = exp(m_old - m_new) in every column: the factor that rescales row qi's old l and O, in
-// tile 0 of cb_alpha. When the chunk finishes the root, only that page is pushed: 1/l follows in tile 1
-// (root_recip).
-void chunk_alpha(uint32_t qi, const Running& old, const Running& next, bool finish) {
-    cb_reserve_back(cb_alpha, 2);
-    tile_regs_acquire();
-    broadcast_column(old.max, qi, 0);
-    broadcast_column(next.max, qi, 1);
-    sub_binary_tile_init();
-    sub_rows(0, 1, 0, row_mode);
-    exp_block<exp_approx, row_iterations>(1, 0, row_mode);
-    pack_block(cb_alpha, 0, 1);
-    const uint32_t pages = finish ? 1 : 2;
-    cb_push_back(cb_alpha, pages);
-    cb_wait_front(cb_alpha, pages);
+// Does chunk_probs copy m_new broadcast from cb_max_bcast (one copy init for the chunk) rather than
+// broadcast it from column 0 of next.max into each DST block (a broadcast and a copy init per block)?
+// The tile costs a pack, in chunk_alpha's pass when there is an old set, else in a pass of its own
+// (two more configuration calls and a broadcast): it pays from 2 DST blocks of logits with an old
+// set, from 3 without (the model's prices; the values are the same either way).
+constexpr bool max_bcast_tile(uint32_t tiles, bool has_old) {
+    return (tiles + dst_tiles - 2) / (dst_tiles - 1) >= (has_old ? 2u : 3u);
 }
 
-// P = exp(S - m_new): the fp32 logits are copied exactly into DST and m_new, broadcast along each row
-// into the last DST tile, is subtracted on the SFPU (masked keys hold -inf and give 0). Frees the
-// scores.
-void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
+// With an old set: alpha = exp(m_old - m_new) in every column, the factor that rescales row qi's old l
+// and O, in tile 0 of cb_alpha (when the chunk finishes the root, only that page is pushed: 1/l follows
+// in tile 1, root_recip). With `bcast_tile`, in the same DST pass: m_new broadcast along each row
+// (exact: unary_bcast from column 0) into cb_max_bcast, for chunk_probs.
+void chunk_alpha(uint32_t qi, const Running* old, const Running& next, bool finish, bool bcast_tile) {
+    if (bcast_tile) {
+        cb_reserve_back(cb_max_bcast, 1);
+    }
+    if (old != nullptr) {
+        cb_reserve_back(cb_alpha, 2);
+    }
+    tile_regs_acquire();
+    if (old != nullptr) {
+        broadcast_column(old->max, qi, 0);
+    }
+    broadcast_column(next.max, qi, 1);
+    if (old != nullptr) {
+        init_sub();
+        sub_rows(0, 1, 0, row_mode);
+        exp_block<exp_approx, row_iterations>(1, 0, row_mode);
+    }
+    hand_to_packer();
+    if (old != nullptr) {
+        pack_tiles_to(cb_alpha, 0, 1);
+    }
+    if (bcast_tile) {
+        pack_tiles_to(cb_max_bcast, 0, 1, 1);  // cb_alpha and cb_max_bcast share one format
+    }
+    tile_regs_release();
+    if (bcast_tile) {
+        cb_push_back(cb_max_bcast, 1);
+        cb_wait_front(cb_max_bcast, 1);
+    }
+    if (old != nullptr) {
+        const uint32_t pages = finish ? 1 : 2;
+        cb_push_back(cb_alpha, pages);
+        cb_wait_front(cb_alpha, pages);
+    }
+}
+
+// P = exp(S - m_new): the fp32 logits and m_new broadcast along each row (copied from cb_max_bcast
+// with `bcast_tile`, else broadcast from column 0 of next.max; into the last DST tile) reach DST
+// exactly and are subtracted on the SFPU (masked keys hold -inf and give 0). Frees the scores (and
+// cb_max_bcast).
+void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next, bool bcast_tile) {
     constexpr uint32_t block = dst_tiles - 1;
     cb_reserve_back(cb_probs, max_chunk_tiles);
     for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
@@ -301,8 +359,12 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
         for (uint32_t j = 0; j < n; ++j) {
             copy_to_dst(cb_scores, j0 + j, j);
         }
-        broadcast_column(next.max, qi, n);
-        sub_binary_tile_init();
+        if (bcast_tile) {
+            copy_to_dst(cb_max_bcast, 0, n);  // the same unpack path as the logits: no init
+        } else {
+            broadcast_column(next.max, qi, n);
+        }
+        init_sub();
         for (uint32_t j = 0; j < n; ++j) {
             sub_rows(j, n, j, row_mode);
         }
@@ -312,6 +374,9 @@ void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next) {
     cb_push_back(cb_probs, max_chunk_tiles);
     cb_wait_front(cb_probs, max_chunk_tiles);
     cb_pop_front(cb_scores, max_chunk_tiles);
+    if (bcast_tile) {
+        cb_pop_front(cb_max_bcast, 1);
+    }
 }
 
 // DST tiles [0, n) = tiles [first, first + n) of cb times alpha, in fp32 on the SFPU (alpha is
@@ -321,7 +386,7 @@ inline void rescaled_to_dst(uint32_t cb, uint32_t first, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
         copy_to_dst(cb, first + i, i);
     }
-    mul_binary_tile_init();
+    init_mul();
     for (uint32_t i = 0; i < n; ++i) {
         mul_rows(i, n, i, row_mode);
     }
@@ -335,7 +400,7 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
         rescaled_to_dst(old->sum, qi, 1);
     }
     use_matmul_operands(cb_probs, cb_ones);
-    matmul_init(cb_probs, cb_ones);
+    matmul_tiles_for(cb_probs, cb_ones, 0);
     for (uint32_t j = 0; j < tiles; ++j) {
         matmul_tiles(cb_probs, cb_ones, j, 0, 0);
     }
@@ -343,38 +408,79 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     cb_push_back(next.sum, 1);
 }
 
+// The DST block of Dv tiles chunk_output takes per acquire: one DST tile fewer when alpha (old) or 1/l
+// (finish) shares DST with the block.
+constexpr uint32_t output_block(bool rescaled) { return rescaled ? dst_tiles - 1 : dst_tiles; }
+// Does the last Dv block leave a DST tile free for the row sum (chunk_output's `with_sum`)?
+constexpr bool sum_fits_output(bool rescaled) {
+    return dv_tiles % output_block(rescaled) != 0;
+}
+
 // O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv
 // tiles per DST acquire (one DST tile fewer when alpha shares DST with the block). `finish` (the root's
 // last chunk, nothing left to merge): O_new x (1/l) in fp32 on the SFPU (1/l broadcast from column 0
 // of cb_alpha tile 1 into the spare DST tile), packed once to the bf16 output instead of the running O.
-void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish) {
-    const uint32_t block = old != nullptr || finish ? dst_tiles - 1 : dst_tiles;
+// `with_sum` (not with finish; sum_fits_output): the last block also takes the row sum's tile, as
+// chunk_row_sum would compute it (l_old * alpha, then P x ones accumulated onto it, key tile by key
+// tile), and packs it to next.sum: the same values in one DST pass fewer.
+void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
+                  bool with_sum) {
+    const uint32_t block = output_block(old != nullptr || finish);
     for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
         const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+        const bool sum_here = with_sum && v0 + n == dv_tiles;  // DST tile n holds l
         tile_regs_acquire();
         if (old != nullptr) {
-            rescaled_to_dst(old->acc, qi * dv_tiles + v0, n);
+            const uint32_t rescaled = n + (sum_here ? 1 : 0);
+            copy_to_dst(cb_alpha, 0, rescaled);
+            for (uint32_t i = 0; i < n; ++i) {
+                copy_to_dst(old->acc, qi * dv_tiles + v0 + i, i);
+            }
+            if (sum_here) {
+                copy_to_dst(old->sum, qi, n);
+            }
+            init_mul();
+            for (uint32_t i = 0; i < rescaled; ++i) {
+                mul_rows(i, rescaled, i, row_mode);
+            }
+        }
+        if (sum_here) {
+            // The row sum before P . V, so that the chunk ends on V's unpacker format (the next
+            // chunk's K has the same).
+            use_matmul_operands(cb_probs, cb_ones);
+            matmul_tiles_for(cb_probs, cb_ones, 0);
+            for (uint32_t j = 0; j < tiles; ++j) {
+                matmul_tiles(cb_probs, cb_ones, j, 0, n);
+            }
         }
         // One matmul_block per key tile j: P tile j times the n V tiles (j, v0..v0+n) of its row
         // (consecutive in the slot) onto DST tiles 0..n.
         use_matmul_operands(cb_probs, cb_v_source);
-        matmul_block_init(cb_probs, cb_v_source, 0 /* no transpose */, n /* ct */, 1 /* rt */, tiles /* kt */);
+        matmul_block_for(cb_probs, cb_v_source, 0 /* no transpose */, n /* ct */, tiles /* kt */);
         for (uint32_t j = 0; j < tiles; ++j) {
             matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, n, 1, tiles);
         }
         if (finish) {
             broadcast_column(cb_alpha, 1, n);
-            mul_binary_tile_init();
+            init_mul();
             for (uint32_t v = 0; v < n; ++v) {
                 mul_rows(v, n, v, row_mode);
             }
             pack_block(cb_out, qi * dv_tiles + v0, n);
         } else {
-            pack_block(next.acc, v0, n);
+            hand_to_packer();
+            pack_tiles_to(next.acc, v0, n);
+            if (sum_here) {
+                pack_tiles_to(next.sum, 0, 1, n);  // the running sets share one format
+            }
+            tile_regs_release();
         }
     }
     if (!finish) {
         cb_push_back(next.acc, dv_tiles);
+    }
+    if (with_sum) {
+        cb_push_back(next.sum, 1);
     }
 }
 
@@ -388,7 +494,7 @@ void root_recip(uint32_t cb_sum, uint32_t qi, bool after_alpha) {
     if constexpr (guard_empty_rows) {
         floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);
     }
-    recip_tile_init();
+    sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
     recip_tile(0, stat_mode);
     hand_to_packer();
     pack_tiles_to(cb_alpha, after_alpha ? 0 : 1, 1);  // pack indices count from the last push
@@ -401,10 +507,10 @@ void root_recip(uint32_t cb_sum, uint32_t qi, bool after_alpha) {
 void root_lse(const Running& set, uint32_t qi) {
     tile_regs_acquire();
     copy_to_dst(set.sum, qi, 0);
-    log_tile_init();
+    sfpu_init(SfpuInit::other, [] { log_tile_init(); });
     log_tile(0);
     copy_to_dst(set.max, qi, 1);
-    add_binary_tile_init();
+    init_add();
     add_binary_tile(0, 1, 0);
     pack_block(cb_lse, qi, 1);
 }
@@ -434,6 +540,7 @@ inline void pop_running(const Running& set) {
 // next's m and l are consumed here.
 void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
                    uint32_t first_at, bool finish) {
+    sfpu_forget();  // the merges and the root's own passes make their SFPU inits untracked
     cb_wait_front(cb_k, k_slot_tiles);
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
@@ -451,11 +558,16 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         chunk_scores(qi, tiles, masks, first_at);
         chunk_row_max(qi, tiles, old, next);
-        if (old != nullptr) {
-            chunk_alpha(qi, *old, next, finish);
+        const bool bcast_tile = max_bcast_tile(tiles, old != nullptr);
+        if (old != nullptr || bcast_tile) {
+            chunk_alpha(qi, old, next, finish, bcast_tile);
         }
-        chunk_probs(qi, tiles, next);
-        chunk_row_sum(qi, tiles, old, next);
+        chunk_probs(qi, tiles, next, bcast_tile);
+        // The row sum rides in chunk_output's last DST block when it leaves a tile free.
+        const bool sum_in_output = !finish && sum_fits_output(old != nullptr);
+        if (!sum_in_output) {
+            chunk_row_sum(qi, tiles, old, next);
+        }
         if (finish) {
             cb_wait_front(next.sum, qi + 1);
             root_recip(next.sum, qi, old != nullptr);
@@ -465,7 +577,7 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
                 cb_wait_front(cb_v, v_slot_tiles);  // V has its own push: the scores above overlap its read
             }
         }
-        chunk_output(qi, tiles, old, next, finish);
+        chunk_output(qi, tiles, old, next, finish, sum_in_output);
         if (finish && return_lse) {
             root_lse(next, qi);
         }

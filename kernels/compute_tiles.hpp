@@ -17,6 +17,7 @@
 #include "api/compute/reconfig_data_format.h"
 #include "api/compute/tile_move_copy.h"
 #include "api/compute/bcast.h"
+#include "api/compute/matmul.h"
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_binary_sfpu.h"
 
@@ -27,15 +28,20 @@ namespace flash_decode {
 // chip). A kernel starts it with start_engine and configures these units only through the helpers
 // (or calls fpu_reconfigured() after an FPU init of its own); the runtime rejects an unpack, an
 // op or a pack through a unit configured for something else, so a stale record cannot pass unseen.
-enum class FpuInit : uint8_t { none, copy, bcast_col, other };
+enum class FpuInit : uint8_t { none, copy, bcast_col, matmul, other };
+// The SFPU ops whose init the tracker may skip: plain binary and scalar ops, whose init only sets an
+// address mode the FPU ops do not use (no constants, no replay buffer); every other SFPU init (exp,
+// recip, log, sfpu_reduce) is made each time and recorded as `other`.
+enum class SfpuInit : uint8_t { none, scalar, add, sub, mul, max, other };
 struct EngineConfig {
     uint32_t srca;
     uint32_t srcb;
     uint32_t pack;
     FpuInit fpu;
-    uint32_t fpu_cb;  // the CB the copy / broadcast init was made for
+    uint32_t fpu_cb;  // the CB the copy / broadcast init was made for (matmul: its parameters)
+    SfpuInit sfpu;
 };
-inline EngineConfig engine = {0, 0, 0, FpuInit::none, 0};
+inline EngineConfig engine = {0, 0, 0, FpuInit::none, 0, SfpuInit::none};
 // Bit i: CB i is unpacked straight to the fp32 DST (UnpackToDestFp32, Float32). Such CBs share one
 // unpack configuration, so a copy or broadcast init made for one serves them all; any other change of
 // CB re-inits.
@@ -43,7 +49,7 @@ inline uint32_t to_dest_mask = 0;
 
 inline void start_engine(uint32_t srca_cb, uint32_t srcb_cb, uint32_t pack_cb, uint32_t to_dest_cbs = 0) {
     compute_kernel_hw_startup(srca_cb, srcb_cb, pack_cb);
-    engine = {srca_cb, srcb_cb, pack_cb, FpuInit::none, 0};
+    engine = {srca_cb, srcb_cb, pack_cb, FpuInit::none, 0, SfpuInit::none};
     to_dest_mask = to_dest_cbs;
 }
 inline bool same_unpack(uint32_t a, uint32_t b) {
@@ -70,6 +76,39 @@ inline void use_pack(uint32_t cb) {
 }
 // After an FPU init the helpers do not make (matmul, eltwise, reduce): the next copy re-inits.
 inline void fpu_reconfigured() { engine.fpu = FpuInit::other; }
+
+// A matmul_block init for in0 x in1 (in1 transposed or not) with a DST block of ct tiles and an inner
+// dimension of kt tiles, unless the FPU is still configured for exactly that (only SFPU ops and packs
+// since: they leave the FPU's configuration alone). The caller reconfigures the unpackers.
+inline void matmul_block_for(uint32_t in0, uint32_t in1, uint32_t transpose, uint32_t ct, uint32_t kt) {
+    const uint32_t key = (in0 << 24) | (in1 << 16) | (transpose << 15) | (ct << 8) | kt;
+    if (engine.fpu != FpuInit::matmul || engine.fpu_cb != key) {
+        matmul_block_init(in0, in1, transpose, ct, 1 /* rt */, kt);
+        engine.fpu = FpuInit::matmul;
+        engine.fpu_cb = key;
+    }
+}
+// The same for matmul_tiles (matmul_init).
+inline void matmul_tiles_for(uint32_t in0, uint32_t in1, uint32_t transpose) {
+    const uint32_t key = (in0 << 24) | (in1 << 16) | (transpose << 15) | 0x80u;
+    if (engine.fpu != FpuInit::matmul || engine.fpu_cb != key) {
+        matmul_init(in0, in1, transpose);
+        engine.fpu = FpuInit::matmul;
+        engine.fpu_cb = key;
+    }
+}
+
+// SFPU inits, tracked like the FPU's: `init` runs unless the last SFPU init was for `op` (a plain op,
+// see SfpuInit). A kernel that also makes SFPU inits of its own calls sfpu_forget() before relying on
+// the record again.
+template <typename Init>
+inline void sfpu_init(SfpuInit op, Init init) {
+    if (op == SfpuInit::other || engine.sfpu != op) {
+        init();
+        engine.sfpu = op;
+    }
+}
+inline void sfpu_forget() { engine.sfpu = SfpuInit::none; }
 
 // Ready to copy tiles of cb into DST (exact for an UnpackToDestFp32 CB and for bf16 data).
 inline void copy_from(uint32_t cb) {
@@ -106,6 +145,7 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
 template <bool approx, int iterations = 8>
 inline void exp_block(uint32_t n, uint32_t first = 0, VectorMode mode = VectorMode::RC) {
     exp_tile_init<approx>();
+    engine.sfpu = SfpuInit::other;
     for (uint32_t i = first; i < first + n; ++i) {
         exp_tile<approx, false, InputClamping::ClampToNegative, iterations>(i, mode);
     }

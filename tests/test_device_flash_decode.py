@@ -81,7 +81,7 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     some_core = next(iter(reader.runtime_args))
     resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
     assert resolved[:5] == [GridView().addresses[n] for n in ("q", "k", "v", "cur_pos", "page_table")]
-    assert len(desc.cbs) == len(plan.circular_buffers) == 22  # 0..24 without the unused 6 and 22, + page table
+    assert len(desc.cbs) == len(plan.circular_buffers) == 23  # 0..24 without the unused 22, + page table
 
 
 def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> None:
@@ -149,7 +149,8 @@ def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> Non
     cfg = dev.build_program_descriptor(prog, GridView()).kernels[2].config
     modes = list(cfg.unpack_to_dest_mode)
     assert len(modes) == 32
-    copy_only = {"scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in"}
+    copy_only = {"scores", "max_bcast", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha",
+                 "partial_in"}
     by_index = {cb.index: cb for cb in plan.circular_buffers}
     for i, m in enumerate(modes):
         want = ttnn.UnpackToDestMode.UnpackToDestFp32 if i in by_index and by_index[i].name in copy_only \

@@ -225,7 +225,7 @@ def test_only_the_copy_read_fp32_cbs_are_unpacked_to_dest_and_a_callers_modes_ar
     compute = next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).compute
     names = {cb.index: cb.name for cb in p.circular_buffers}
     assert sorted(names[i] for i in compute.unpack_to_dest_cbs) == sorted(
-        ["scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in"])
+        ["scores", "max_bcast", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in"])
     assert "probs" not in {names[i] for i in compute.unpack_to_dest_cbs}  # the matmuls read it
     with pytest.raises(FactoryError, match="^compute: unpack_to_dest_mode is set by the FlashDecode program"):
         build_program(p, q=q, k=k, v=v, cur_pos_source=None, scale=0.1,

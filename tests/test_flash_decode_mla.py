@@ -294,7 +294,7 @@ def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.Capture
 
     assert main(["plan", "--preset", "deepseek-v3-mla-16q", "--seq", "32768"]) == 0
     out = capsys.readouterr().out
-    assert "D=576 Dv=512" in out and "MLA: V = K[..., :Dv]" in out and "L1 per core: 1062.0 KiB" in out
+    assert "D=576 Dv=512" in out and "MLA: V = K[..., :Dv]" in out and "L1 per core: 1066.0 KiB" in out
     assert not re.search(r"cb2 +v ", out)
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 2
     assert "set max_cores_per_head_batch=1" in capsys.readouterr().err

@@ -434,25 +434,31 @@ def row_steps(head_rows: int) -> int:
 
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
-                   exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
-    """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per
-    q tile row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block
-    call per d and DST block of key tiles, P.V one per DST block of dst_tiles - 1 Dv tiles), the
-    configuration calls of a DST block, the scale, the exp, the
-    two copies of the logits (row max, probabilities), the row max's element-wise fold (one SFPU
-    row reduction per chunk, not per tile) and the subtraction, two packs (scores, probabilities);
-    each DST block of dst_tiles - 1 tiles adds one more copy (the broadcast max). `head_rows` (the
-    q rows holding heads, tokens x group): the scale, the exp, the fold and the subtraction run
-    `row_steps(head_rows)` vector steps. Pinned against real runs in tests/test_costmodel.py."""
+                   exp: str = "exp", head_rows: int = 32, running: bool = False) -> dict[str, list[OpTally]]:
+    """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
+    row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
+    and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
+    dst_tiles - 1 Dv tiles, the row sum one call per key tile), the scale, the exp, the two copies of
+    the logits (row max, probabilities), the row max's element-wise fold (one SFPU row reduction per
+    chunk, not per tile) and the subtraction, two packs (scores, probabilities). Each DST block of
+    dst_tiles - 1 probabilities adds one more copy, m_new broadcast along its rows, and its
+    configuration calls:
+    - `running` False, the first chunk of a piece (no running set; the split floor's pieces of at most
+      8 tiles): m_new broadcast from column 0 into each block (below 3 blocks, the kernel's
+      max_bcast_tile): a copy init, a broadcast init, the subtraction's and the exp's inits (4);
+    - `running` True, a chunk that rescales a running set: m_new copied from cb_max_bcast (made in
+      the alpha pass): the subtraction's and the exp's inits (2; the copy, matmul and scale inits
+      are made once per chunk).
+    `head_rows` (the q rows holding heads, tokens x group): the scale, the exp, the fold and the
+    subtraction run `row_steps(head_rows)` vector steps. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
-    qk_calls = d_tiles * block
+    qk_calls = d_tiles / max(1, dst_tiles)
+    inits = q_tiles * (2 if running else 4) * block
     return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
-            # per DST block: the Q.K^T and scale inits, the probabilities' copy, broadcast, subtraction
-            # and exp inits
-            "init": [OpTally(q_tiles * 6 * block, q_tiles * 6 * block)],
+            "init": [OpTally(inits, inits)],
             "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             # the row max's element-wise fold and the subtraction of the max
@@ -498,8 +504,9 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
     Llama's default); `hops` a typical parent-child distance on the grid."""
     exp = "exp" if fp32_dest_acc_en else "exp_bf16"
-    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows), fidelity,
-                        c).values())
+    # a piece of f <= 8 tiles is one chunk with no running set
+    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows, running=False),
+                        fidelity, c).values())
     merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows, dst_tiles), fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 4096
     round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles

@@ -383,7 +383,8 @@ def build_program_for_device(plan: DecodePlan, *, scale: float, compute: Compute
 #: The CBs the compute kernel reads only with copy_tile / unary_bcast: unpacked straight to the fp32
 #: DST (UnpackToDestFp32), so their fp32 values arrive bit for bit. cb_probs, read by the matmuls,
 #: stays Default (TF32 through SrcB); the other float32 CBs are never unpacked by the compute kernel.
-UNPACK_TO_DEST_CBS = ("scores", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha", "partial_in")
+UNPACK_TO_DEST_CBS = ("scores", "max_bcast", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha",
+                      "partial_in")
 
 
 def compute_settings_for(plan: DecodePlan, compute: ComputeSettings) -> ComputeSettings:

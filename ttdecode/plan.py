@@ -420,7 +420,7 @@ def flash_decode_cbs(
     the accumulator and the partials that travel between cores). The compute kernel reads the
     float32 CBs other than probs only by copy_tile / unary_bcast, and the factory puts them in
     UnpackToDestFp32 mode (factory.UNPACK_TO_DEST_CBS), so they reach the fp32 DST exactly; probs
-    feeds the matmuls as TF32. Indices 6 and 22 are unused.
+    feeds the matmuls as TF32. Index 22 is unused.
     """
     f32, bf16 = DataType.float32, DataType.bfloat16
     kv_tile = _TILE_BYTES[kv_dtype]
@@ -436,6 +436,7 @@ def flash_decode_cbs(
         # a piece's masks, one per (masked key tile, q tile row): -inf where the row's token does
         # not attend the key (past its position, before its window); common.hpp masked_tiles_bound
         (5, "mask", bf16, 2048, masked_tiles_bound(window, tokens) * q_tiles),
+        (6, "max_bcast", f32, 4096, 1),  # a q tile row's new max in every column, for the probabilities
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
         (9, "probs", f32, 4096, max_chunk_tiles),
