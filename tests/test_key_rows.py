@@ -141,6 +141,9 @@ def test_key_rows_refuses_what_it_cannot_run() -> None:
         make_plan(**base, max_cores_per_head_batch=16, kv_layout="key_rows", block_size=64, num_blocks=16)
     with pytest.raises(PlanError, match="one core per DRAM bank"):
         make_plan(**base, max_cores_per_head_batch=16, kv_layout="key_rows", grid=(2, 4))
+    with pytest.raises(PlanError, match="L1 overflow.*Lower max_cores_per_head_batch \\(now 60 pieces per head"):
+        make_plan(batch=32, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 32,
+                  max_cores_per_head_batch=64, kv_layout="key_rows")
     with pytest.raises(PlanError, match="kv_layout: expected 'interleaved' or 'key_rows'"):
         make_plan(**base, kv_layout="sharded")
     with pytest.raises(ValueError, match="kv_layout"):

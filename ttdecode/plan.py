@@ -771,6 +771,12 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
     """Which knob makes an overflowing plan fit: a smaller k_chunk_size (the largest chunk that fits
     is named), else one piece per work (max_cores_per_head_batch=1: no partial buffers), else fewer
     q heads per KV head on the chip."""
+    if plan.cyclic_split:
+        # key_rows: every piece reads one bank; fewer pieces per head (>= 12) mean fewer partials per core
+        fewer = (f"Lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head; kv_layout='key_rows' "
+                 f"takes a multiple of 12, at least 12): fewer pieces per core and partials to receive"
+                 if plan.pieces_per_work > 12 else "Use kv_layout='interleaved'")
+        return f"{fewer}, or a smaller batch per program."
     now = f"now {plan.fixed_chunk_tiles * TILE if plan.fixed_chunk_tiles else 'dynamic, up to'} " \
           f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()
     chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=plan.pieces_per_work > 1)
