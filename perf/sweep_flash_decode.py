@@ -10,7 +10,8 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
   batch  Llama-3.1-8B on N150, S 8K, B 1, 8, 32
 
   tg-llama70b  Galaxy Llama-70B per chip: B 8, 8q/1kv, D 128, cur_pos 127, 8x4 grid (tt-metal measured 7.4 us)
-  techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv (ours run at B 8, D <= 128)
+  techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv
+  key_rows     ours with kv_layout "key_rows" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
 
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
 ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
@@ -44,7 +45,7 @@ from ttdecode.costmodel import COST, Breakdown, evaluate, work_from_counters  # 
 from ttdecode.factory import run_flash_decode  # noqa: E402
 from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 from ttdecode.formats import DataType  # noqa: E402
-from ttdecode.plan import DecodePlan, make_plan  # noqa: E402
+from ttdecode.plan import DecodePlan, PlanError, make_plan  # noqa: E402
 from ttdecode.program import ComputeSettings, MathFidelity  # noqa: E402
 from ttdecode.runtime.results import RunCounters  # noqa: E402
 from ttdecode.tensor import TileTensor, from_torch  # noqa: E402
@@ -92,20 +93,33 @@ def tg_llama70b_points() -> list[Point]:
 
 
 def tech_report_points() -> list[Point]:
-    """The FlashDecode tech report's sweep: B 8/16/32, S 128K, D 64/128/256, 8q/1kv, chunk 512.
-    Our kernels run (on the host) only at B=8, D<=128: the larger caches take too long here."""
-    return [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, 16, d, (8, 8), None, 512,
-                  run_ours=(b == 8 and d <= 128)) for b in (8, 16, 32) for d in (64, 128, 256)]
+    """The FlashDecode tech report's sweep: B 8/16/32, S 128K, D 64/128/256, 8q/1kv, chunk 512 (ours with
+    dynamic chunks; the largest, B 32 at D 256, needs ~12 GB of host memory to make its inputs)."""
+    return [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, 16, d, (8, 8), None, 512)
+            for b in (8, 16, 32) for d in (64, 128, 256)]
+
+
+def key_rows_pieces(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -> int:
+    """The most pieces per head (a multiple of 12, at most 60) whose key_rows plan fits L1 at this shape."""
+    for pieces in (60, 48, 36, 24, 12):
+        try:
+            make_plan(batch=batch, num_q_heads=nh, num_kv_heads=nkv, seq_len=seq_len, head_dim=head_dim, kv_dtype=KV,
+                      cur_pos=[seq_len - 1] * batch, max_cores_per_head_batch=pieces, kv_layout="key_rows")
+            return pieces
+        except PlanError:
+            continue
+    raise PlanError(f"no key_rows plan fits B={batch} D={head_dim} S={seq_len}")
 
 
 def key_rows_points(quick: bool, max_seq: int) -> list[Point]:
     """Our kernels with kv_layout "key_rows" (K/V pages of one key-tile row round robin over the banks,
-    60 pieces per head that each read one bank; no tt-metal counterpart): the tech report's B 8 points,
+    up to 60 pieces per head that each read one bank; no tt-metal counterpart): the tech report's points
+    (the most pieces per head that fit L1, key_rows_pieces),
     Llama-3.1-8B N150 B 1 at 32K-128K, and T3K 4q/1kv and 8q/1kv at 32K with 12 and 60 pieces per head."""
     if quick:
         return []
-    tr = [Point("techreport", f"tech report 8q/1kv D{d}", 8, 8, 1, 131072, 64, d, (8, 8), None, 512,
-                kv_layout="key_rows") for d in (64, 128)]
+    tr = [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, key_rows_pieces(b, 8, 1, 131072, d), d,
+                (8, 8), None, 512, kv_layout="key_rows") for b in (8, 16, 32) for d in (64, 128, 256)]
     seq = [Point("seq", "Llama-3.1-8B N150 32q/8kv", 1, 32, 8, s, 64, kv_layout="key_rows")
            for s in (32768, 65536, 131072) if s <= max_seq]
     t3k = [Point("cores", f"T3K chip {nh}q/1kv", 1, nh, 1, 32768, mc, kv_layout="key_rows") for nh in (4, 8) for mc in (12, 60)]
