@@ -116,7 +116,7 @@ struct PieceRange {
     uint32_t tile_at(uint32_t k) const { return first_tile + k * stride; }
 };
 
-// The cyclic split (plan.kv_layout "key_rows"): of a user's T attended key tiles, piece i of the
+// The cyclic split (plan.kv_pages "key_row"): of a user's T attended key tiles, piece i of the
 // p' = min(pieces, max(1, T / floor)) pieces that get keys takes every p'-th tile, the tiles t with
 // t % p' == i (t counted from the start of the sequence, not of the window: with key-row pages dealt
 // round robin over the 12 DRAM banks and p' a multiple of 12, all of a piece's tiles then sit in one

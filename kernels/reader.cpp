@@ -144,7 +144,7 @@ void kernel_main() {
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
     constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
-    // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_layout "key_rows":
+    // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_pages "key_row":
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
     constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");

@@ -11,7 +11,7 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
 
   tg-llama70b  Galaxy Llama-70B per chip: B 8, 8q/1kv, D 128, cur_pos 127, 8x4 grid (tt-metal measured 7.4 us)
   techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv
-  key_rows     ours with kv_layout "key_rows" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
+  key_row     ours with kv_pages "key_row" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
 
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
 ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
@@ -75,7 +75,7 @@ class Point:
     cur_pos: Optional[int] = None  # every user's position; None = seq_len - 1
     k_chunk_size: int = 0  # tt-metal's chunk (0 = dynamic); our kernels always run dynamic chunks
     run_ours: bool = True  # False: the host run would be too large here (tt-metal's structure only)
-    kv_layout: str = "interleaved"  # our kernels' K/V layout: "interleaved" or "key_rows" (bank-local pieces)
+    kv_pages: str = "tile"  # what our kernels' K/V pages hold: "tile" (interleaved) or "key_row" (bank-local pieces)
 
     @property
     def pos(self) -> int:
@@ -99,30 +99,30 @@ def tech_report_points() -> list[Point]:
             for b in (8, 16, 32) for d in (64, 128, 256)]
 
 
-def key_rows_pieces(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -> int:
-    """The most pieces per head (a multiple of 12, at most 60) whose key_rows plan fits L1 at this shape."""
+def key_row_pieces(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -> int:
+    """The most pieces per head (a multiple of 12, at most 60) whose key_row plan fits L1 at this shape."""
     for pieces in (60, 48, 36, 24, 12):
         try:
             make_plan(batch=batch, num_q_heads=nh, num_kv_heads=nkv, seq_len=seq_len, head_dim=head_dim, kv_dtype=KV,
-                      cur_pos=[seq_len - 1] * batch, max_cores_per_head_batch=pieces, kv_layout="key_rows")
+                      cur_pos=[seq_len - 1] * batch, max_cores_per_head_batch=pieces, kv_pages="key_row")
             return pieces
         except PlanError:
             continue
-    raise PlanError(f"no key_rows plan fits B={batch} D={head_dim} S={seq_len}")
+    raise PlanError(f"no key_row plan fits B={batch} D={head_dim} S={seq_len}")
 
 
-def key_rows_points(quick: bool, max_seq: int) -> list[Point]:
-    """Our kernels with kv_layout "key_rows" (K/V pages of one key-tile row round robin over the banks,
+def key_row_points(quick: bool, max_seq: int) -> list[Point]:
+    """Our kernels with kv_pages "key_row" (K/V pages of one key-tile row round robin over the banks,
     up to 60 pieces per head that each read one bank; no tt-metal counterpart): the tech report's points
-    (the most pieces per head that fit L1, key_rows_pieces),
+    (the most pieces per head that fit L1, key_row_pieces),
     Llama-3.1-8B N150 B 1 at 32K-128K, and T3K 4q/1kv and 8q/1kv at 32K with 12 and 60 pieces per head."""
     if quick:
         return []
-    tr = [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, key_rows_pieces(b, 8, 1, 131072, d), d,
-                (8, 8), None, 512, kv_layout="key_rows") for b in (8, 16, 32) for d in (64, 128, 256)]
-    seq = [Point("seq", "Llama-3.1-8B N150 32q/8kv", 1, 32, 8, s, 64, kv_layout="key_rows")
+    tr = [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, key_row_pieces(b, 8, 1, 131072, d), d,
+                (8, 8), None, 512, kv_pages="key_row") for b in (8, 16, 32) for d in (64, 128, 256)]
+    seq = [Point("seq", "Llama-3.1-8B N150 32q/8kv", 1, 32, 8, s, 64, kv_pages="key_row")
            for s in (32768, 65536, 131072) if s <= max_seq]
-    t3k = [Point("cores", f"T3K chip {nh}q/1kv", 1, nh, 1, 32768, mc, kv_layout="key_rows") for nh in (4, 8) for mc in (12, 60)]
+    t3k = [Point("cores", f"T3K chip {nh}q/1kv", 1, nh, 1, 32768, mc, kv_pages="key_row") for nh in (4, 8) for mc in (12, 60)]
     return tr + seq + t3k
 
 
@@ -164,7 +164,7 @@ def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
     q, k, v = inputs_for(p)
     plan = make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq_len,
                      head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.pos] * p.batch,
-                     max_cores_per_head_batch=p.max_cores, grid=p.grid, kv_layout=p.kv_layout)
+                     max_cores_per_head_batch=p.max_cores, grid=p.grid, kv_pages=p.kv_pages)
     out, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(p.head_dim),
                                       compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     if not torch.isfinite(out.float()).all():
@@ -196,7 +196,7 @@ def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
                          p.k_chunk_size, reduction=reduction)
     works, red, counts = ttmetal_work(shape)
     b = evaluate(works, red, "HiFi2")
-    return {"sweep": p.sweep, "kernel": "tt-metal", "kv_layout": "interleaved", "reduction": reduction, "model": p.model,
+    return {"sweep": p.sweep, "kernel": "tt-metal", "kv_pages": "tile", "reduction": reduction, "model": p.model,
             "batch": p.batch, "num_q_heads": p.num_q_heads,
             "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
             "max_cores_per_head": p.max_cores, "pieces_per_head": counts["active_cores_per_head"],
@@ -205,7 +205,7 @@ def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
 
 def row_of(p: Point, plan: DecodePlan, b: Breakdown, wall: float) -> dict[str, object]:
     return {
-        "sweep": p.sweep, "kernel": "ttdecode", "kv_layout": p.kv_layout, "reduction": "tree", "model": p.model,
+        "sweep": p.sweep, "kernel": "ttdecode", "kv_pages": p.kv_pages, "reduction": "tree", "model": p.model,
         "batch": p.batch, "num_q_heads": p.num_q_heads,
         "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
         "max_cores_per_head": p.max_cores, "pieces_per_head": plan.pieces_per_work,
@@ -226,13 +226,13 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
                 seq_too_slow = True
             works, red, fid = work_from_counters(plan, counters)
             yield p, row_of(p, plan, evaluate(works, red, fid), wall)
-        if p.kv_layout != "interleaved":
+        if p.kv_pages != "tile":
             continue  # tt-metal reads interleaved caches only: its rows come with the interleaved point
         for reduction in ttmetal_reductions(p):
             yield p, ttmetal_row(p, reduction)
 
 
-COLUMNS = ["sweep", "kernel", "kv layout", "reduction", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
+COLUMNS = ["sweep", "kernel", "kv pages", "reduction", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
            "matmul", "sfpu", "eltwise", "reduce", "init", "reduction", "red %", "GB/s", "% 288"]
 
 
@@ -241,7 +241,7 @@ def print_table(rows: list[dict[str, object]]) -> None:
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
-        cells = [r["sweep"], r["kernel"], r["kv_layout"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
+        cells = [r["sweep"], r["kernel"], r["kv_pages"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
                  r["cores_used"], f"{r['est_us']:.1f}", f"{r['launch_us']:.1f}", f"{r['local_us']:.1f}",
                  f"{r['reader_us']:.1f}", f"{r['matmul_us']:.1f}", f"{r['sfpu_us']:.1f}", f"{r['eltwise_us']:.1f}",
                  f"{r['reduce_us']:.1f}", f"{r['init_us']:.1f}", f"{r['reduction_us']:.1f}", f"{100 * float(r['reduction_share']):.1f}",
@@ -283,10 +283,10 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
     tr = [r for r in rows if r["sweep"] == "techreport"]
     if tr:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        for (kern, lay, red), style in ((("ttdecode", "interleaved", "tree"), "o"), (("ttdecode", "key_rows", "tree"), "s"),
-                                        (("tt-metal", "interleaved", "tree"), "x"),
-                                        (("tt-metal", "interleaved", "linear"), "+")):
-            rs = [r for r in tr if r["kernel"] == kern and r["reduction"] == red and r["kv_layout"] == lay]
+        for (kern, lay, red), style in ((("ttdecode", "tile", "tree"), "o"), (("ttdecode", "key_row", "tree"), "s"),
+                                        (("tt-metal", "tile", "tree"), "x"),
+                                        (("tt-metal", "tile", "linear"), "+")):
+            rs = [r for r in tr if r["kernel"] == kern and r["reduction"] == red and r["kv_pages"] == lay]
             ax.plot([f"B{r['batch']} D{r['head_dim']}" for r in rs], [r["achieved_gbps"] for r in rs], style,
                     ms=8, label=f"model: {kern} {lay} ({red} reduction)")
         ax.axhline(TT_METAL_BEST_GBPS, color="gray", ls="--", lw=1, label="tt-metal measured (tech report): up to 180 GB/s")
@@ -303,8 +303,8 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
     tt_seq = [r for r in rows if r["sweep"] == "seq" and r["kernel"] == "tt-metal"]
     tt_cores = [r for r in rows if r["sweep"] == "cores" and r["kernel"] == "tt-metal"]
     tt_seq = [r for r in tt_seq if r["reduction"] == "tree"]
-    seq_rows = [r for r in rows if r["sweep"] == "seq" and r["kernel"] == "ttdecode" and r["kv_layout"] == "key_rows"]
-    rows = [r for r in rows if r["kernel"] == "ttdecode" and r["kv_layout"] == "interleaved"]
+    seq_rows = [r for r in rows if r["sweep"] == "seq" and r["kernel"] == "ttdecode" and r["kv_pages"] == "key_row"]
+    rows = [r for r in rows if r["kernel"] == "ttdecode" and r["kv_pages"] == "tile"]
     seq = [r for r in rows if r["sweep"] == "seq"]
     if seq:
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -314,7 +314,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
         ax.plot([int(r["seq_len"]) for r in tt_seq], [r["est_us"] for r in tt_seq], "x-",
                 label="model: tt-metal's structure")
         ax.plot([int(r["seq_len"]) for r in seq_rows], [r["est_us"] for r in seq_rows], "D-",
-                label="model: ttdecode, kv_layout key_rows (60 pieces per head)")
+                label="model: ttdecode, kv_pages key_row (60 pieces per head)")
         ax.plot(s, [r["local_us"] for r in seq], "s--", label="slowest core (DRAM/compute overlapped)")
         ax.plot(s, [r["reduction_us"] for r in seq], "^:", label="reduction critical path")
         ax.plot(s, [b / (DRAM_PEAK_BYTES_PER_S) * 1e6 for b in kv], "k-", lw=1,
@@ -393,7 +393,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     points = tg_llama70b_points()
     if not args.quick:
         points += (tech_report_points() + llama_seq_points(False, args.max_seq) + t3k_core_points(False) + batch_points(False)
-                   + key_rows_points(False, args.max_seq))
+                   + key_row_points(False, args.max_seq))
     rows: list[dict[str, object]] = []
     t0 = time.perf_counter()
     for p, row in run_sweeps(points, args.long_limit):

@@ -134,9 +134,9 @@ def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> Non
     masked = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2, **LLAMA)
     tokens = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, num_tokens=8, sliding_window_size=100,
                        attention_sink=True, **LLAMA)
-    key_rows = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2,
-                         kv_layout="key_rows", **dict(LLAMA, max_cores_per_head_batch=12))
-    for plan in (masked, tokens, key_rows):
+    key_row = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2,
+                         kv_pages="key_row", **dict(LLAMA, max_cores_per_head_batch=12))
+    for plan in (masked, tokens, key_row):
         for r in cr.compile_program_kernels(build_program_for_device(plan, scale=0.1, compute=ComputeSettings())):
             assert r.ok, r.summary()
 

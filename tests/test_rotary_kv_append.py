@@ -204,11 +204,11 @@ def cache_pair(shape: tuple[int, ...], dtype: DataType, seed: int) -> tuple[Tile
 # ---- the kernels on the host runtime -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "key_rows"])
+@pytest.mark.parametrize("pages", ["tile", "key_row"])
 @pytest.mark.parametrize("dtype", [BF16, BFP8, BFP4], ids=lambda d: d.value)
-def test_contiguous_append_rows_0_31_and_middle_with_q_half_split(dtype: DataType, layout: str) -> None:
+def test_contiguous_append_rows_0_31_and_middle_with_q_half_split(dtype: DataType, pages: str) -> None:
     """D=128 half-split (rotate_half pairs tiles 0-1 with 2-3), q given; positions on row 0, row 31,
-    a middle row of a later tile, and a user at -1; whole caches byte for byte (key_rows: the same
+    a middle row of a later tile, and a user at -1; whole caches byte for byte (key_row: the same
     tile-order image in key-row pages)."""
     b, nh, nkv, d, s = 5, 4, 2, 128, 96
     g = torch.Generator().manual_seed(1)
@@ -217,7 +217,7 @@ def test_contiguous_append_rows_0_31_and_middle_with_q_half_split(dtype: DataTyp
     cos, sin = hf_angles(b, d, 3)
     positions = [0, 31, -1, 49, 95]
     out = ttdecode.rotary_kv_append(k, v, kc, vc, cur_pos=positions, cos=cos, sin=sin, q=q, backend="host",
-                                    kv_layout=layout)
+                                    kv_pages=pages)
     check_call(out, q=q, k=k, v=v, kc=kc, vc=vc, positions=positions, cos=cos, sin=sin, rotary_dim=d,
                interleaved=False)
 

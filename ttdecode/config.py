@@ -78,8 +78,8 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-#: The K/V DRAM layouts the kernels read (SDPAProgramConfig.kv_layout).
-KV_LAYOUTS = ("interleaved", "key_rows")
+#: The K/V DRAM layouts the kernels read (SDPAProgramConfig.kv_pages).
+KV_PAGES = ("tile", "key_row")
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,11 @@ class SDPAProgramConfig:
         exp_approx_mode: approximate exp in the softmax; None = follow the compute kernel
             config's ``math_approx_mode``.
         max_cores_per_head_batch: most cores (pieces) working on one (user, KV head), 1..64.
-        kv_layout: how K and V lie in DRAM. "interleaved" (ttnn's default: one tile a page, pages
-            round robin over the 12 banks); "key_rows" (a ttdecode option, not in ttnn's config: one
+        kv_pages: what a K/V DRAM page holds. "tile" (ttnn's interleaved cache: one tile a page, pages
+            round robin over the 12 banks); "key_row" (a ttdecode option, not in ttnn's config: one
             page per key-tile row of D / 32 tiles, round robin over the banks -- on a device a TILE
-            tensor ND-sharded in DRAM with [1, 1, 32, D] shards, ``ttdecode.device.key_rows_memory_config``).
-            With "key_rows" each (user, KV head) takes a multiple of 12 pieces (at most
+            tensor ND-sharded in DRAM with [1, 1, 32, D] shards, ``ttdecode.device.key_row_memory_config``).
+            With "key_row" each (user, KV head) takes a multiple of 12 pieces (at most
             max_cores_per_head_batch, which must then be >= 12), piece i reading the key tiles
             t % p' == i, all from one bank.
     """
@@ -113,12 +113,12 @@ class SDPAProgramConfig:
     k_chunk_size: int = 0
     exp_approx_mode: Optional[bool] = None
     max_cores_per_head_batch: int = 16
-    kv_layout: str = "interleaved"
+    kv_pages: str = "tile"
 
     def __post_init__(self) -> None:
         own = "SDPAProgramConfig"
-        if self.kv_layout not in KV_LAYOUTS:
-            raise _fail(own, "kv_layout", f"one of {', '.join(repr(x) for x in KV_LAYOUTS)}", self.kv_layout)
+        if self.kv_pages not in KV_PAGES:
+            raise _fail(own, "kv_pages", f"one of {', '.join(repr(x) for x in KV_PAGES)}", self.kv_pages)
         gx, gy = _pair(own, "compute_with_storage_grid_size", self.compute_with_storage_grid_size)
         if not (1 <= gx <= WORMHOLE_GRID[0] and 1 <= gy <= WORMHOLE_GRID[1]):
             raise _fail(own, "compute_with_storage_grid_size",
@@ -190,11 +190,11 @@ class SDPAProgramConfig:
         return compute.math_approx_mode if self.exp_approx_mode is None else self.exp_approx_mode
 
     def to_ttnn(self) -> Any:
-        """Build the equivalent ``ttnn.SDPAProgramConfig`` (kv_layout "key_rows" has none: ttnn's op reads
+        """Build the equivalent ``ttnn.SDPAProgramConfig`` (kv_pages "key_row" has none: ttnn's op reads
         interleaved caches only)."""
-        if self.kv_layout != "interleaved":
-            raise _fail("SDPAProgramConfig.to_ttnn", "kv_layout",
-                        "'interleaved' (ttnn.SDPAProgramConfig has no K/V layout option)", self.kv_layout)
+        if self.kv_pages != "tile":
+            raise _fail("SDPAProgramConfig.to_ttnn", "kv_pages",
+                        "'tile' (ttnn.SDPAProgramConfig has no K/V page option)", self.kv_pages)
         ttnn = _import_ttnn()
         kwargs: dict[str, Any] = dict(
             compute_with_storage_grid_size=ttnn.CoreCoord(*self.compute_with_storage_grid_size),

@@ -566,7 +566,7 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
             # pipeline stages: the read-barrier groups that carry K/V tiles (one per chunk when K and V
             # share a barrier, two when each has its own)
             w.chunks = max(1, stages)
-            # bank-local: every K/V tile this core read came from one DRAM bank (kv_layout "key_rows"
+            # bank-local: every K/V tile this core read came from one DRAM bank (kv_pages "key_row"
             # with 12 | pieces); the bank floor then runs at the bank-local efficiency
             w.bank_local = len(kv_banks) == 1
         elif k.kind is KernelKind.COMPUTE:

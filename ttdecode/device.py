@@ -322,7 +322,7 @@ def to_program_descriptor(
 
 
 def _layout(ttnn: ModuleType, layout: str, what: str) -> Any:
-    if layout in ("tile", "key_rows"):
+    if layout in ("tile", "key_row"):
         return ttnn.TILE_LAYOUT
     if layout == "row_major":
         return ttnn.ROW_MAJOR_LAYOUT
@@ -346,7 +346,7 @@ def _check_page_geometry(spec: Any) -> None:
     what = f"tensor {spec.name!r}"
     if spec.layout == "tile":
         want_size, want_pages = tile_size(spec.data_format), num_tiles(spec.shape)
-    elif spec.layout == "key_rows":
+    elif spec.layout == "key_row":
         row = spec.shape[-1] // TILE
         want_size, want_pages = tile_size(spec.data_format) * row, num_tiles(spec.shape) // row
     else:
@@ -377,8 +377,8 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
     if tuple(tensor.shape) != tuple(spec.shape):
         raise DeviceError(f"{what}: expected shape {tuple(spec.shape)}, got {tuple(tensor.shape)}")
     mem = tensor.memory_config()
-    if spec.layout == "key_rows":
-        check_key_rows_memory_config(ttnn, mem, spec.shape[-1], what)
+    if spec.layout == "key_row":
+        check_key_row_memory_config(ttnn, mem, spec.shape[-1], what)
     elif mem.buffer_type != ttnn.BufferType.DRAM or mem.memory_layout != ttnn.TensorMemoryLayout.INTERLEAVED:
         raise DeviceError(f"{what}: expected an interleaved DRAM tensor, got {mem}")
 
@@ -387,8 +387,8 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
 NUM_DRAM_BANKS = 12
 
 
-def key_rows_memory_config(ttnn: ModuleType, last_dim: int) -> Any:
-    """The ttnn memory config of a K or V cache in kv_layout "key_rows": a TILE tensor ND-sharded in
+def key_row_memory_config(ttnn: ModuleType, last_dim: int) -> Any:
+    """The ttnn memory config of a K or V cache in kv_pages "key_row": a TILE tensor ND-sharded in
     DRAM with [1, 1, 32, last_dim] shards (one key-tile row each) dealt round robin over the 12 banks,
     so shard k -- the key-tile row k of the tile-order cache -- sits in bank k % 12, its tiles
     contiguous (what the reader's key-row pages address). Not run on a device here."""
@@ -398,14 +398,14 @@ def key_rows_memory_config(ttnn: ModuleType, last_dim: int) -> Any:
     return ttnn.MemoryConfig(ttnn.BufferType.DRAM, spec)
 
 
-def check_key_rows_memory_config(ttnn: ModuleType, mem: Any, last_dim: int, what: str) -> None:
-    """`mem` must be key_rows_memory_config(ttnn, last_dim): DRAM, ND shards [1, 1, 32, last_dim] over
+def check_key_row_memory_config(ttnn: ModuleType, mem: Any, last_dim: int, what: str) -> None:
+    """`mem` must be key_row_memory_config(ttnn, last_dim): DRAM, ND shards [1, 1, 32, last_dim] over
     the 12 banks in order, round robin."""
-    want = key_rows_memory_config(ttnn, last_dim)
+    want = key_row_memory_config(ttnn, last_dim)
     if mem != want:
-        raise DeviceError(f"{what}: kv_layout='key_rows' expects a DRAM tensor ND-sharded with [1, 1, {TILE}, "
+        raise DeviceError(f"{what}: kv_pages='key_row' expects a DRAM tensor ND-sharded with [1, 1, {TILE}, "
                           f"{last_dim}] shards round robin over the {NUM_DRAM_BANKS} banks "
-                          f"(ttdecode.device.key_rows_memory_config), got {mem}")
+                          f"(ttdecode.device.key_row_memory_config), got {mem}")
 
 
 def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:

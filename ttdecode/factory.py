@@ -210,12 +210,12 @@ def mask_tiles(plan: DecodePlan, attn_mask: Any) -> TileTensor:
 
 
 def _kv_tensor(plan: DecodePlan, name: str, shape: tuple[int, ...], data: bytes | None) -> DramTensor:
-    """K or V in DRAM: tile pages, or (kv_layout "key_rows") one page per key-tile row of shape[-1] / 32
+    """K or V in DRAM: tile pages, or (kv_pages "key_row") one page per key-tile row of shape[-1] / 32
     tiles. The byte image is the same tile-order image either way; only the pages' banks differ."""
     tile, tiles = formats.tile_size(plan.kv_dtype), formats.num_tiles(shape)
-    if plan.kv_layout == "key_rows":
+    if plan.kv_pages == "key_row":
         row = shape[-1] // TILE
-        return DramTensor(name, plan.kv_dtype, tile * row, tiles // row, shape, "key_rows", data)
+        return DramTensor(name, plan.kv_dtype, tile * row, tiles // row, shape, "key_row", data)
     return DramTensor(name, plan.kv_dtype, tile, tiles, shape, "tile", data)
 
 
@@ -245,7 +245,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         pieces_per_work=plan.pieces_per_work,      # pieces per (user, KV head)
         fixed_chunk_tiles=plan.fixed_chunk_tiles,  # 0 = dynamic chunks
         min_chunk_tiles=plan.min_chunk_tiles,      # split floor of dynamic chunks
-        cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_layout "key_rows")
+        cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_pages "key_row")
         token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
     )
@@ -260,7 +260,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         max_chunk_tiles=plan.max_chunk_tiles,
         share_cache=int(plan.share_cache),
         kv_tile_bytes=formats.tile_size(plan.kv_dtype),
-        key_row_pages=int(plan.kv_layout == "key_rows"),  # a K/V page is a key-tile row (D / 32 tiles)
+        key_row_pages=int(plan.kv_pages == "key_row"),  # a K/V page is a key-tile row (D / 32 tiles)
         paged=int(plan.paged),
         block_tiles=(plan.block_size or 0) // TILE,  # 0 without paging
         max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)

@@ -152,7 +152,7 @@ def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: 
 
 def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
                        min_chunk_tiles: int = 1) -> PieceRange:
-    """The cyclic split (kv_layout "key_rows"): of the T attended tiles, piece i of the p' pieces
+    """The cyclic split (kv_pages "key_row"): of the T attended tiles, piece i of the p' pieces
     that get keys (cyclic_pieces) takes the tiles t with t % p' == i (t counted from the start of
     the sequence, so with p' a multiple of 12 all its tiles sit in one DRAM bank); chunks are runs
     of consecutive tiles of the piece, pow2ceil(max(T / p', floor)) tiles (capped at 8) or fixed."""
@@ -302,14 +302,14 @@ class DecodePlan:
     num_tokens: int = 1
     # an additive attn_mask [attn_mask_batch, 1, NH, S] (bf16 tiles) streamed with K; 0 = none, else 1 or B
     attn_mask_batch: int = 0
-    # K/V DRAM pages: "interleaved" (one tile a page) or "key_rows" (one key-tile row of D / 32 tiles a
+    # K/V DRAM pages: "tile" (one tile a page: an interleaved tensor) or "key_row" (one key-tile row of D / 32 tiles a
     # page, round robin over the 12 banks; the pieces then take key tiles cyclically, one bank each)
-    kv_layout: str = "interleaved"
+    kv_pages: str = "tile"
 
     @property
     def cyclic_split(self) -> bool:
         """Pieces take every p'-th key tile (cyclic_piece_range) instead of a contiguous run."""
-        return self.kv_layout == "key_rows"
+        return self.kv_pages == "key_row"
 
     @property
     def has_attn_mask(self) -> bool:
@@ -496,7 +496,7 @@ def make_plan(
     is_causal: bool = True,
     attn_mask_batch: int = 0,
     num_tokens: int = 1,
-    kv_layout: str = "interleaved",
+    kv_pages: str = "tile",
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -514,7 +514,7 @@ def make_plan(
     `min_chunk_tiles` (dynamic chunks only): the split floor, a power of two 1..8 tiles; None = the
     one the cost model chooses for the shape (costmodel.split_floor_tiles); 1 = spread the keys over
     every piece (no floor).
-    `kv_layout` "key_rows": K and V come in key-row pages (one page per key-tile row, round robin over
+    `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
     the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
     then has the largest multiple of 12 pieces up to max_cores_per_head_batch (>= 12) taking the key
     tiles cyclically, so every piece reads one bank, and the pieces of a bank run on the cores kept
@@ -610,18 +610,18 @@ def make_plan(
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
     works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
-    if kv_layout == "key_rows":
+    if kv_pages == "key_row":
         pieces, bank_cores = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
-    elif kv_layout == "interleaved":
+    elif kv_pages == "tile":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
     else:
-        raise PlanError(f"kv_layout: expected 'interleaved' or 'key_rows', got {kv_layout!r}")
+        raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
     rounds = tree_rounds(pieces)
     max_chunk_tiles = fixed if fixed else min(DYNAMIC_CHUNK_MAX_TILES, st)
 
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
-    if kv_layout == "key_rows":
+    if kv_pages == "key_row":
         # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
         # go round robin over the cores kept for bank r
         dealt = [0] * 12
@@ -695,7 +695,7 @@ def make_plan(
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
-        num_tokens=num_tokens, kv_layout=kv_layout,
+        num_tokens=num_tokens, kv_pages=kv_pages,
     )
     _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
@@ -723,20 +723,20 @@ def key_row_placement(cores: Sequence[CoreCoord], per_bank: int) -> list[list[Co
 
 def _key_row_pieces(cores: Sequence[CoreCoord], max_pieces: int,
                     block_size: int | None) -> tuple[int, list[list[CoreCoord]]]:
-    """Pieces per work and the cores of each bank for kv_layout "key_rows".
+    """Pieces per work and the cores of each bank for kv_pages "key_row".
 
     The pieces per (user, KV head) are the largest multiple of 12 up to max_pieces (and 60: the tree
     is at most 64 wide), so every piece reads one bank; like the interleaved split they depend on the
     config alone, never on the batch (batch invariance). Each bank keeps len(cores) // 12 cores and
     deals its pieces over them in turn."""
     if block_size is not None:
-        raise PlanError("kv_layout: 'key_rows' needs a contiguous cache (a paged cache's blocks keep tile pages), "
+        raise PlanError("kv_pages: 'key_row' needs a contiguous cache (a paged cache's blocks keep tile pages), "
                         "got a paged cache (block_size / num_blocks)")
     if len(cores) < DRAM_BANKS:
-        raise PlanError(f"kv_layout: 'key_rows' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
+        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
                         f"gives {len(cores)} cores")
     if max_pieces < DRAM_BANKS:
-        raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_layout='key_rows' "
+        raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_pages='key_row' "
                         f"(each (user, KV head) takes a multiple of {DRAM_BANKS} pieces, one bank each), got {max_pieces}")
     pieces = min(max_pieces, 1 << MAX_ROUNDS) // DRAM_BANKS * DRAM_BANKS
     return pieces, key_row_placement(cores, len(cores) // DRAM_BANKS)
@@ -772,10 +772,10 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
     is named), else one piece per work (max_cores_per_head_batch=1: no partial buffers), else fewer
     q heads per KV head on the chip."""
     if plan.cyclic_split:
-        # key_rows: every piece reads one bank; fewer pieces per head (>= 12) mean fewer partials per core
-        fewer = (f"Lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head; kv_layout='key_rows' "
+        # key_row: every piece reads one bank; fewer pieces per head (>= 12) mean fewer partials per core
+        fewer = (f"Lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head; kv_pages='key_row' "
                  f"takes a multiple of 12, at least 12): fewer pieces per core and partials to receive"
-                 if plan.pieces_per_work > 12 else "Use kv_layout='interleaved'")
+                 if plan.pieces_per_work > 12 else "Use kv_pages='tile'")
         return f"{fewer}, or a smaller batch per program."
     now = f"now {plan.fixed_chunk_tiles * TILE if plan.fixed_chunk_tiles else 'dynamic, up to'} " \
           f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()

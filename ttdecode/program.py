@@ -273,7 +273,7 @@ class DramTensor:
     the backend allocates, and for an input the backend already holds (the device path). `in_place`:
     an input the kernels also write (a KV cache updated where it lies; the host runtime returns its
     image after the run, the device path passes the caller's tensor). `shape` is
-    the logical shape, `layout` "tile", "row_major" or "key_rows" (tile-format bytes in tile order, a
+    the logical shape, `layout` "tile", "row_major" or "key_row" (tile-format bytes in tile order, a
     page per key-tile row: shape[-1] / 32 tiles; page k still in bank k % 12). `element_type` names the element type of a
     row-major tensor whose elements are not a tile format ("int32", "uint32"); None means
     `data_format`.

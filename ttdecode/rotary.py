@@ -191,7 +191,7 @@ class RotaryInputs:
     k_cache: Any
     v_cache: Any
     device_tensors: bool        # the caller's tensors are ttnn tensors on a device
-    kv_layout: str = "interleaved"  # the caches' DRAM pages: tiles, or key-tile rows ("key_rows")
+    kv_pages: str = "tile"  # the caches' DRAM pages: tiles, or key-tile rows ("key_row")
 
     @property
     def d_tiles(self) -> int:
@@ -485,7 +485,7 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     writer_ct = {"d_tiles": dt, "q_row_tiles": _row_tiles(nh), "num_kv_heads": nkv, "batch": b,
                  "paged": int(inp.paged), "seq_tiles": seq_tiles, "block_size": inp.block_size,
                  "max_blocks": inp.max_blocks, "cache_tile_bytes": cache_tile,
-                 "key_row_pages": int(inp.kv_layout == "key_rows")}
+                 "key_row_pages": int(inp.kv_pages == "key_row")}
     if inp.packed:
         x_args: list = [BufferAddress("qkv"), 0, 0]
     else:
@@ -528,10 +528,10 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     if inp.paged:
         tensors.append(DramTensor("page_table", f32, 4 * inp.max_blocks, b, (b, inp.max_blocks), "row_major",
                                   image("page_table"), element_type="int32"))
-    if inp.kv_layout == "key_rows":
-        # one page per key-tile row (d_tiles tiles), the same tile-order bytes (FlashDecode's kv_layout)
+    if inp.kv_pages == "key_row":
+        # one page per key-tile row (d_tiles tiles), the same tile-order bytes (FlashDecode's kv_pages)
         tensors += [DramTensor(name, inp.cache_dtype, cache_tile * dt, formats.num_tiles(inp.cache_shape) // dt,
-                               inp.cache_shape, "key_rows", image(name), in_place=True) for name in ("k_cache", "v_cache")]
+                               inp.cache_shape, "key_row", image(name), in_place=True) for name in ("k_cache", "v_cache")]
     else:
         tensors += [tile("k_cache", inp.cache_shape, inp.cache_dtype, in_place=True),
                     tile("v_cache", inp.cache_shape, inp.cache_dtype, in_place=True)]
@@ -696,7 +696,7 @@ def rotary_kv_append(
     rotary_interleaved: bool = False,
     rotary_dim: Optional[int] = None,
     grid: tuple[int, int] = (8, 8),
-    kv_layout: str = "interleaved",
+    kv_pages: str = "tile",
     backend: str = "auto",
 ) -> tuple[Any, ...]:
     """Rotate the new K (and Q) rows and append K and V at each user's position; see the module doc.
@@ -712,9 +712,9 @@ def rotary_kv_append(
             given, is checked against it). rotary_interleaved: pairs (2i, 2i+1) instead of
             (i, i + rotary_dim/2). rotary_dim: rotated columns (even, <= D; default D).
         grid: the compute grid the users are dealt over (a program setting; default 8x8).
-        kv_layout: the caches' DRAM pages, as FlashDecode's ``SDPAProgramConfig.kv_layout``:
-            "interleaved" (a tile a page) or "key_rows" (a key-tile row a page, round robin over the
-            12 banks; contiguous caches only; on a device ``ttdecode.device.key_rows_memory_config``).
+        kv_pages: the caches' DRAM pages, as FlashDecode's ``SDPAProgramConfig.kv_pages``:
+            "tile" (a tile a page) or "key_row" (a key-tile row a page, round robin over the
+            12 banks; contiguous caches only; on a device ``ttdecode.device.key_row_memory_config``).
         backend: "auto" | "host" | "device" | "reference" (as the FlashDecode API).
 
     Returns:
@@ -733,13 +733,13 @@ def rotary_kv_append(
         raise fail("grid", "a tuple (x, y) of ints >= 1", repr(grid))
     inp = validate(k_new, v_new, k_cache, v_cache, cur_pos=cur_pos, cos=cos, sin=sin, page_table=page_table, q=q,
                    qkv=qkv, num_q_heads=num_q_heads, rotary_interleaved=rotary_interleaved, rotary_dim=rotary_dim)
-    from ttdecode.config import KV_LAYOUTS
+    from ttdecode.config import KV_PAGES
 
-    if kv_layout not in KV_LAYOUTS:
-        raise fail("kv_layout", f"one of {list(KV_LAYOUTS)}", repr(kv_layout))
-    if kv_layout == "key_rows" and inp.paged:
-        raise fail("kv_layout", "'interleaved' with a paged cache (its blocks keep tile pages)", repr(kv_layout))
-    inp.kv_layout = kv_layout
+    if kv_pages not in KV_PAGES:
+        raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
+    if kv_pages == "key_row" and inp.paged:
+        raise fail("kv_pages", "'tile' with a paged cache (its blocks keep tile pages)", repr(kv_pages))
+    inp.kv_pages = kv_pages
     chosen = api._select_backend() if backend == "auto" else backend
     api._last_backend = chosen
     if chosen == "reference":

@@ -25,7 +25,7 @@ constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
 constexpr uint32_t seq_tiles = get_named_compile_time_arg_val("seq_tiles");      // contiguous: S / 32
 constexpr uint32_t block_size = get_named_compile_time_arg_val("block_size");    // paged only
 constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");    // paged only
-// A cache page is one tile, or (kv_layout "key_rows") one key-tile row of d_tiles tiles.
+// A cache page is one tile, or (kv_pages "key_row") one key-tile row of d_tiles tiles.
 constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
 constexpr uint32_t cache_tile_bytes = get_named_compile_time_arg_val("cache_tile_bytes");
 

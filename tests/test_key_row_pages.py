@@ -1,4 +1,4 @@
-"""kv_layout "key_rows": K/V pages of one key-tile row, dealt round robin over the 12 DRAM banks, and
+"""kv_pages "key_row": K/V pages of one key-tile row, dealt round robin over the 12 DRAM banks, and
 the cyclic split that keeps each piece in one bank.
 
 Expected values come from the documented layout, not from the planner: a ttnn tensor ND-sharded in
@@ -50,7 +50,7 @@ def _run(*, b=2, nh=8, nkv=1, s=1024, d=64, pos=(1000, 500), kv=BFP8, window=Non
         pos = None
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, head_dim_v=dv, kv_dtype=kv,
                      cur_pos=None if pos is None else list(pos), max_cores_per_head_batch=max_cores, return_lse=True,
-                     kv_layout="key_rows", min_chunk_tiles=None if k_chunk else floor, sliding_window_size=window,
+                     kv_pages="key_row", min_chunk_tiles=None if k_chunk else floor, sliding_window_size=window,
                      num_tokens=tokens, mla=mla, k_chunk_size=k_chunk, is_causal=not mask,
                      attn_mask_batch=b if mask else 0)
     scale = 1 / math.sqrt(d)
@@ -79,17 +79,17 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_key_rows_outputs_match_the_reference(name: str) -> None:
+def test_key_row_outputs_match_the_reference(name: str) -> None:
     plan, out, lse, ref, ref_lse, _ = _run(**CASES[name])
     assert plan.cyclic_split and plan.pieces_per_work == 24
-    check_close(out, ref, f"key_rows {name}")
-    check_lse(lse, ref_lse, f"key_rows {name} LSE")
+    check_close(out, ref, f"key_row {name}")
+    check_lse(lse, ref_lse, f"key_row {name} LSE")
 
 
 def test_every_core_reads_its_kv_from_one_bank_the_documented_one() -> None:
     b, nkv, s, d = 2, 2, 2048, 64
     plan, out, lse, ref, ref_lse, res = _run(b=b, nh=8, nkv=nkv, s=s, d=d, pos=(2047, 1500), max_cores=24)
-    check_close(out, ref, "key_rows, two KV heads")
+    check_close(out, ref, "key_row, two KV heads")
     st = s // 32
     expected: dict = defaultdict(set)  # core -> banks its pieces' key tiles live in (documented mapping)
     for p in plan.pieces:
@@ -111,7 +111,7 @@ def test_every_core_reads_its_kv_from_one_bank_the_documented_one() -> None:
 
 def test_pieces_per_head_do_not_depend_on_the_batch() -> None:
     plans = [make_plan(batch=bb, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4000] * bb,
-                       max_cores_per_head_batch=64, kv_layout="key_rows") for bb in (1, 3, 5, 8)]
+                       max_cores_per_head_batch=64, kv_pages="key_row") for bb in (1, 3, 5, 8)]
     assert {p.pieces_per_work for p in plans} == {60}
 
 
@@ -126,63 +126,63 @@ def test_a_users_output_is_bit_identical_whatever_the_rest_of_the_batch() -> Non
         kk, vv = kt.clone(), vt.clone()
         kk[1:] = torch.randn_like(kk[1:])
         plan = make_plan(batch=4, num_q_heads=8, num_kv_heads=1, seq_len=s, head_dim=d, cur_pos=pos,
-                         max_cores_per_head_batch=24, kv_layout="key_rows", min_chunk_tiles=1)
+                         max_cores_per_head_batch=24, kv_pages="key_row", min_chunk_tiles=1)
         out, _, _ = run_flash_decode(plan, q=qb, k=from_torch(kk, BFP8), v=from_torch(vv, BFP8), cur_pos_source=None,
                                      scale=1 / math.sqrt(d), compute=ComputeSettings())
         outs.append(out[:, 0])
     assert torch.equal(outs[0], outs[1])
 
 
-def test_key_rows_refuses_what_it_cannot_run() -> None:
+def test_key_row_refuses_what_it_cannot_run() -> None:
     base = dict(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=1024, head_dim=64, cur_pos=[100])
     with pytest.raises(PlanError, match="max_cores_per_head_batch: expected at least 12"):
-        make_plan(**base, max_cores_per_head_batch=8, kv_layout="key_rows")
+        make_plan(**base, max_cores_per_head_batch=8, kv_pages="key_row")
     with pytest.raises(PlanError, match="contiguous cache"):
-        make_plan(**base, max_cores_per_head_batch=16, kv_layout="key_rows", block_size=64, num_blocks=16)
+        make_plan(**base, max_cores_per_head_batch=16, kv_pages="key_row", block_size=64, num_blocks=16)
     with pytest.raises(PlanError, match="one core per DRAM bank"):
-        make_plan(**base, max_cores_per_head_batch=16, kv_layout="key_rows", grid=(2, 4))
+        make_plan(**base, max_cores_per_head_batch=16, kv_pages="key_row", grid=(2, 4))
     with pytest.raises(PlanError, match="L1 overflow.*Lower max_cores_per_head_batch \\(now 60 pieces per head"):
         make_plan(batch=32, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 32,
-                  max_cores_per_head_batch=64, kv_layout="key_rows")
-    with pytest.raises(PlanError, match="kv_layout: expected 'interleaved' or 'key_rows'"):
-        make_plan(**base, kv_layout="sharded")
-    with pytest.raises(ValueError, match="kv_layout"):
-        SDPAProgramConfig(kv_layout="banked")
-    with pytest.raises(ValueError, match="kv_layout"):
-        SDPAProgramConfig(kv_layout="key_rows", max_cores_per_head_batch=16).to_ttnn()
+                  max_cores_per_head_batch=64, kv_pages="key_row")
+    with pytest.raises(PlanError, match="kv_pages: expected 'tile' or 'key_row'"):
+        make_plan(**base, kv_pages="sharded")
+    with pytest.raises(ValueError, match="kv_pages"):
+        SDPAProgramConfig(kv_pages="banked")
+    with pytest.raises(ValueError, match="kv_pages"):
+        SDPAProgramConfig(kv_pages="key_row", max_cores_per_head_batch=16).to_ttnn()
 
 
-def test_the_key_rows_memory_config_is_ttnn_nd_sharding_over_the_dram_banks() -> None:
+def test_the_key_row_memory_config_is_ttnn_nd_sharding_over_the_dram_banks() -> None:
     import ttnn
 
-    from ttdecode.device import DeviceError, check_key_rows_memory_config, key_rows_memory_config
+    from ttdecode.device import DeviceError, check_key_row_memory_config, key_row_memory_config
 
-    mem = key_rows_memory_config(ttnn, 128)
+    mem = key_row_memory_config(ttnn, 128)
     assert mem.buffer_type == ttnn.BufferType.DRAM
     assert mem.memory_layout == ttnn.TensorMemoryLayout.ND_SHARDED
     spec = mem.nd_shard_spec
     assert list(spec.shard_shape) == [1, 1, 32, 128]
     assert spec.shard_distribution_strategy == ttnn.ShardDistributionStrategy.ROUND_ROBIN_1D
-    check_key_rows_memory_config(ttnn, mem, 128, "k")
+    check_key_row_memory_config(ttnn, mem, 128, "k")
     with pytest.raises(DeviceError, match="ND-sharded"):
-        check_key_rows_memory_config(ttnn, ttnn.DRAM_MEMORY_CONFIG, 128, "k")
+        check_key_row_memory_config(ttnn, ttnn.DRAM_MEMORY_CONFIG, 128, "k")
     with pytest.raises(DeviceError, match="ND-sharded"):
-        check_key_rows_memory_config(ttnn, key_rows_memory_config(ttnn, 64), 128, "k")
+        check_key_row_memory_config(ttnn, key_row_memory_config(ttnn, 64), 128, "k")
 
 
-def test_the_api_runs_key_rows_through_the_program_config() -> None:
+def test_the_api_runs_key_row_through_the_program_config() -> None:
     from ttdecode.api import scaled_dot_product_attention_decode
 
     g = torch.Generator().manual_seed(5)
     q = torch.randn(1, 2, 8, 64, generator=g)
     k = torch.randn(2, 1, 512, 64, generator=g)
     v = torch.randn(2, 1, 512, 64, generator=g)
-    cfg = SDPAProgramConfig(kv_layout="key_rows", max_cores_per_head_batch=12)
+    cfg = SDPAProgramConfig(kv_pages="key_row", max_cores_per_head_batch=12)
     out, lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[511, 300], program_config=cfg, backend="host",
                                                    return_lse=True)
     ref, ref_lse = scaled_dot_product_attention_decode(q, k, v, cur_pos=[511, 300], backend="reference", return_lse=True)
-    check_close(out, ref, "api key_rows output")
-    check_lse(lse, ref_lse, "api key_rows LSE")
+    check_close(out, ref, "api key_row output")
+    check_lse(lse, ref_lse, "api key_row LSE")
 
 
 def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> None:
@@ -190,12 +190,12 @@ def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> N
     from ttdecode.factory import build_program_for_device
 
     plan = make_plan(batch=2, num_q_heads=8, num_kv_heads=2, seq_len=2048, head_dim=128, cur_pos=None,
-                     max_cores_per_head_batch=12, kv_layout="key_rows")
+                     max_cores_per_head_batch=12, kv_pages="key_row")
     prog = build_program_for_device(plan, scale=0.1, compute=ComputeSettings())
     for name in ("k", "v"):
         t = prog.tensor(name)
         # one page per key-tile row: 4 bfloat8_b tiles of 1088 B; rows = B x NKV x S / 32
-        assert (t.layout, t.page_size, t.num_pages) == ("key_rows", 4 * 1088, 2 * 2 * 64)
+        assert (t.layout, t.page_size, t.num_pages) == ("key_row", 4 * 1088, 2 * 2 * 64)
         dev._check_page_geometry(t)
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
     assert reader.named_compile_time_args["key_row_pages"] == 1 and reader.named_compile_time_args["cyclic_split"] == 1
