@@ -199,3 +199,22 @@ def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> N
         dev._check_page_geometry(t)
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
     assert reader.named_compile_time_args["key_row_pages"] == 1 and reader.named_compile_time_args["cyclic_split"] == 1
+
+
+def test_the_bank_floor_of_a_key_row_run_is_priced_at_the_bank_local_efficiency() -> None:
+    from ttdecode.costmodel import COST, bank_floor_cycles
+
+    plan, out, lse, ref, ref_lse, res = _run(b=1, nh=8, nkv=1, s=2048, d=64, pos=(2047,), max_cores=12)
+    works, _, _ = work_from_counters(plan, res.counters)
+    load = max(sum(w.bank_bytes[b] for w in works) for b in range(12))
+    per_bank = COST.dram_peak_bytes_per_cycle / 12
+    assert bank_floor_cycles(works) == pytest.approx(load / (per_bank * 267.0 / 288.0))
+    # the same keys in tile pages: every core reads several banks, the floor runs at the interleaved rate
+    tile_plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047],
+                          max_cores_per_head_batch=12, min_chunk_tiles=1)
+    q, k, v = _inputs(1, 8, 1, 2048, 64, 64, BFP8)
+    _, _, tres = run_flash_decode(tile_plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings())
+    tworks, _, _ = work_from_counters(tile_plan, tres.counters)
+    tload = max(sum(w.bank_bytes[b] for w in tworks) for b in range(12))
+    assert not any(w.bank_local for w in tworks if w.kv_bytes)
+    assert bank_floor_cycles(tworks) == pytest.approx(tload / (per_bank * COST.dram_interleaved_efficiency))
