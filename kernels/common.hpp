@@ -116,16 +116,21 @@ struct PieceRange {
     uint32_t tile_at(uint32_t k) const { return first_tile + k * stride; }
 };
 
-// The cyclic split (plan.kv_pages "key_row"): of a user's T attended key tiles, piece i of the
-// p' = min(pieces, max(1, T / floor)) pieces that get keys takes every p'-th tile, the tiles t with
-// t % p' == i (t counted from the start of the sequence, not of the window: with key-row pages dealt
-// round robin over the 12 DRAM banks and p' a multiple of 12, all of a piece's tiles then sit in one
-// bank). floor = the fixed chunk, else the split floor (min_chunk_tiles). Chunks are runs of
-// consecutive tiles of the piece, of the dynamic size pow2ceil(max(T / p', floor)) capped at 8.
+// The DRAM banks key-row pages are dealt over (page k in bank k % 12).
+constexpr uint32_t DRAM_BANKS = 12;
+
+// The cyclic split (plan.kv_pages "key_row"): of a user's T attended key tiles, piece i of the p'
+// pieces that get keys takes every p'-th tile, the tiles t with t % p' == i (t counted from the start
+// of the sequence, not of the window). p' = min(pieces, max(1, T / floor)), floor = the fixed chunk, else
+// the split floor (min_chunk_tiles), rounded down to a multiple of 12 from 12 on: with key-row pages
+// dealt round robin over the 12 DRAM banks all of a piece's tiles then sit in one bank. Chunks are runs
+// of consecutive tiles of the piece, of the dynamic size pow2ceil(max(T / p', floor)) capped at 8.
 inline uint32_t cyclic_pieces(uint32_t t, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t min_chunk_tiles) {
     const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
     const uint32_t by_floor = t / floor > 1 ? t / floor : 1;
-    return by_floor < pieces ? by_floor : pieces;
+    const uint32_t used = by_floor < pieces ? by_floor : pieces;
+    // 12 or more: a multiple of 12, so that every piece still reads one bank
+    return used >= DRAM_BANKS ? used - used % DRAM_BANKS : used;
 }
 
 inline PieceRange cyclic_piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,

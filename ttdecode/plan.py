@@ -145,9 +145,11 @@ class PieceRange:
 
 def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: int) -> int:
     """Pieces that get keys in the cyclic split: min(pieces, max(1, T // floor)), floor = the fixed
-    chunk or the split floor."""
+    chunk or the split floor, rounded down to a multiple of 12 from 12 on (every piece then reads one
+    bank; below 12 pieces a short context reads several)."""
     floor = fixed_chunk_tiles if fixed_chunk_tiles > 0 else min_chunk_tiles
-    return min(pieces, max(1, t // floor))
+    used = min(pieces, max(1, t // floor))
+    return used - used % DRAM_BANKS if used >= DRAM_BANKS else used
 
 
 def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
