@@ -73,6 +73,8 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV format (default: the preset's)")
     p.add_argument("--k-chunk-size", type=int, default=0, help="0 = dynamic (default)")
     p.add_argument("--max-cores-per-head-batch", type=int, default=16)
+    p.add_argument("--kv-pages", choices=("tile", "key_row"), default="tile",
+                   help="what a K/V DRAM page holds: a tile (default) or a key-tile row (bank-local pieces)")
     p.add_argument("--grid", type=parse_grid, default=None, help="COLUMNSxROWS (default: the preset's)")
 
 
@@ -103,6 +105,7 @@ def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
         compute_with_storage_grid_size=args.grid or preset.grid,
         k_chunk_size=args.k_chunk_size,
         max_cores_per_head_batch=args.max_cores_per_head_batch,
+        kv_pages=args.kv_pages,
     )
 
 
@@ -119,7 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         kv_dtype=DataType(args.kv_dtype or preset.kv_dtype),
         cur_pos=positions_for(args.cur_pos, args.batch, args.seq),
         grid=config.compute_with_storage_grid_size, k_chunk_size=config.k_chunk_size,
-        max_cores_per_head_batch=config.max_cores_per_head_batch,
+        max_cores_per_head_batch=config.max_cores_per_head_batch, kv_pages=config.kv_pages,
     )
     print(format_plan(plan))
     return 0
