@@ -148,6 +148,7 @@ void kernel_main() {
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
     constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
+    constexpr uint32_t q_slots = get_named_compile_time_arg_val("q_slots");  // pieces' Q held at once (1 or 2)
     constexpr uint32_t q_tile_bytes = 2048;  // bf16
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
@@ -192,11 +193,13 @@ void kernel_main() {
     cb_push_back(cb_pos_writer, 1);
     volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
 
-    // cb_q holds exactly one piece's q tiles, so every piece lands at the same address: rows past
-    // the group are zeroed once here and never written again.
+    // cb_q holds q_slots whole pieces' q tiles (2 when this program puts several pieces on a core: the
+    // next piece's Q and first chunk are read while the compute kernel works on the current piece), so
+    // every piece lands at one of q_slots fixed addresses: rows past the group are zeroed once here, in
+    // every slot, and never written again.
     {
         volatile tt_l1_ptr uint32_t* q_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_q));
-        for (uint32_t i = 0; i < q_tiles * d_tiles * q_tile_bytes / sizeof(uint32_t); ++i) {
+        for (uint32_t i = 0; i < q_slots * q_tiles * d_tiles * q_tile_bytes / sizeof(uint32_t); ++i) {
             q_words[i] = 0;
         }
     }

@@ -244,3 +244,18 @@ def test_bad_split_floor_is_refused_naming_it(args: dict, message: str) -> None:
 
 def test_fixed_chunks_have_no_split_floor() -> None:
     assert make_plan(batch=1, cur_pos=[127], k_chunk_size=32, **TG70B).min_chunk_tiles == 1
+
+
+def test_q_is_double_buffered_only_when_a_core_runs_several_pieces_and_it_fits() -> None:
+    def q_pages(plan) -> int:
+        return next(cb.num_pages for cb in plan.circular_buffers if cb.name == "q")
+
+    one = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=1024, head_dim=128, cur_pos=[1000])
+    several = make_plan(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=1024, head_dim=128, cur_pos=[1000] * 16)
+    assert max(len(v) for v in one.core_pieces.values()) == 1 and q_pages(one) == 4
+    assert max(len(v) for v in several.core_pieces.values()) > 1 and q_pages(several) == 8
+    # the same plan with just enough L1 for one Q slot: the prefetch slot is dropped, the plan still fits
+    tight = several.l1_bytes_per_core - 1
+    fits = make_plan(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=1024, head_dim=128, cur_pos=[1000] * 16,
+                     l1_bytes_per_core=tight)
+    assert q_pages(fits) == 4 and fits.l1_bytes_per_core <= tight

@@ -261,6 +261,9 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         share_cache=int(plan.share_cache),
         kv_tile_bytes=formats.tile_size(plan.kv_dtype),
         key_row_pages=int(plan.kv_pages == "key_row"),  # a K/V page is a key-tile row (D / 32 tiles)
+        # pieces' Q that cb_q holds at once: 2 when a core runs several pieces (the next one's Q and first
+        # chunk are read during the current one)
+        q_slots=next(cb.num_pages for cb in plan.circular_buffers if cb.name == "q") // (plan.q_tiles * plan.d_tiles),
         paged=int(plan.paged),
         block_tiles=(plan.block_size or 0) // TILE,  # 0 without paging
         max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)

@@ -404,13 +404,14 @@ def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, 
 def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
-    tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1,
+    tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
     `max_blocks` > 0 (a paged cache) adds the reader's copy of one user's page-table row;
     `attention_sink` the sink tiles of one KV group (rows = the group's q heads, column 0);
     `mla` (V = the first dv_tiles tiles of each K tile row) drops the V slots (index 2 unused).
+    `q_slots` (1 or 2): pieces whose q tiles cb_q holds at once (2 when a core runs several pieces).
     `tree` False (one piece per work: no piece sends or receives a partial) drops partial_out and
     keeps one page of partial_in, whose address the writer takes at start; at D = 576 with 128 q
     heads per KV head the two partial buffers alone take 576 KiB.
@@ -431,7 +432,8 @@ def flash_decode_cbs(
     # writer scratch: 16 zero bf16 face rows (a skipped user's output) + one fp32 LSE row
     staging = 16 * 32 + q_tiles * TILE * 4
     specs = [
-        (0, "q", bf16, 2048, q_tiles * d_tiles),  # exactly one piece: the same address every piece
+        # q_slots whole pieces (2 when a core runs several: the next piece's Q is read during this one)
+        (0, "q", bf16, 2048, q_slots * q_tiles * d_tiles),
         (1, "k", kv_dtype, kv_tile, 2 * max_chunk_tiles * d_tiles),  # two whole-chunk slots
         (3, "pos_compute", f32, pos_page, 1),  # int32 positions for the compute kernel
         (4, "pos_writer", f32, pos_page, 1),  # the same for the writer
@@ -674,7 +676,10 @@ def make_plan(
         recv_areas=max(recv_areas.values(), default=0),
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
         tree=pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
+        q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
     )
+    if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
+        cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
     cbs = flash_decode_cbs(**cb_args)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     if fixed:
