@@ -169,14 +169,16 @@ class Message:
     round: int = -1
 
 
+def worker_noc_xy(core: CoreCoord, c: CostConstants = COST) -> tuple[int, int]:
+    """NoC 0 (x, y) of the logical worker `core`."""
+    x = c.worker_columns[core.x] if core.x < len(c.worker_columns) else core.x + 1
+    y = c.worker_rows[core.y] if core.y < len(c.worker_rows) else core.y + 1
+    return x, y
+
+
 def noc_hops(src: CoreCoord, dst: CoreCoord, c: CostConstants = COST) -> int:
     """Router hops from src to dst on NoC 0 (one-way torus, +x then +y) between logical workers."""
-    def phys(core: CoreCoord) -> tuple[int, int]:
-        x = c.worker_columns[core.x] if core.x < len(c.worker_columns) else core.x + 1
-        y = c.worker_rows[core.y] if core.y < len(c.worker_rows) else core.y + 1
-        return x, y
-
-    (sx, sy), (dx, dy) = phys(src), phys(dst)
+    (sx, sy), (dx, dy) = worker_noc_xy(src, c), worker_noc_xy(dst, c)
     return (dx - sx) % c.noc_grid[0] + (dy - sy) % c.noc_grid[1]
 
 
@@ -190,8 +192,7 @@ def dram_return_hops(bank: int, core: CoreCoord, c: CostConstants = COST) -> int
     """Fewest NoC 0 hops (one-way torus, +x then +y) from one of bank `bank`'s DRAM tiles to the
     logical worker `core`: the way read data comes back. Used to keep cores near their bank
     (plan.key_row_placement); the model prices no DRAM hops."""
-    x = c.worker_columns[core.x] if core.x < len(c.worker_columns) else core.x + 1
-    y = c.worker_rows[core.y] if core.y < len(c.worker_rows) else core.y + 1
+    x, y = worker_noc_xy(core, c)
     return min((x - dx) % c.noc_grid[0] + (y - dy) % c.noc_grid[1] for dx, dy in DRAM_GROUP_TILES[bank // 2])
 
 

@@ -19,6 +19,7 @@ from ttdecode.formats import DataType, num_tiles, tile_size
 
 TILE = 32
 from ttdecode.program import (
+    NUM_DRAM_BANKS,
     check_unpack_to_dest,
     L1_BYTES_PER_CORE,
     Arg,
@@ -381,10 +382,6 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
         check_key_row_memory_config(ttnn, mem, spec.shape[-1], what)
     elif mem.buffer_type != ttnn.BufferType.DRAM or mem.memory_layout != ttnn.TensorMemoryLayout.INTERLEAVED:
         raise DeviceError(f"{what}: expected an interleaved DRAM tensor, got {mem}")
-
-
-#: DRAM banks of a Wormhole; ND shards in DRAM are dealt over them (ttnn's DRAM "cores" (0, 0)..(11, 0)).
-NUM_DRAM_BANKS = 12
 
 
 def key_row_memory_config(ttnn: ModuleType, last_dim: int) -> Any:

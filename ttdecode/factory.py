@@ -53,6 +53,7 @@ from ttdecode import formats
 from ttdecode.formats import DataType
 from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece
 from ttdecode.program import (
+    kv_cache_tensor,
     Arg,
     UnpackToDestMode,
     unpack_to_dest_modes,
@@ -207,16 +208,6 @@ def mask_tiles(plan: DecodePlan, attn_mask: Any) -> TileTensor:
     if bool(torch.isnan(values).any()) or bool(torch.isposinf(values).any()):
         raise FactoryError("attn_mask: expected finite values or -inf, got NaN or +inf entries")
     return mask
-
-
-def _kv_tensor(plan: DecodePlan, name: str, shape: tuple[int, ...], data: bytes | None) -> DramTensor:
-    """K or V in DRAM: tile pages, or (kv_pages "key_row") one page per key-tile row of shape[-1] / 32
-    tiles. The byte image is the same tile-order image either way; only the pages' banks differ."""
-    tile, tiles = formats.tile_size(plan.kv_dtype), formats.num_tiles(shape)
-    if plan.kv_pages == "key_row":
-        row = shape[-1] // TILE
-        return DramTensor(name, plan.kv_dtype, tile * row, tiles // row, shape, "key_row", data)
-    return DramTensor(name, plan.kv_dtype, tile, tiles, shape, "tile", data)
 
 
 def _kv_shapes(plan: DecodePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -442,12 +433,12 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     bf16 = DataType.bfloat16
     tensors = [
         DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
-        _kv_tensor(plan, "k", k_shape, image("k")),
+        kv_cache_tensor("k", plan.kv_dtype, k_shape, plan.kv_pages, image("k")),
         # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
         DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
     if not plan.mla:  # MLA: V lives inside K
-        tensors.insert(2, _kv_tensor(plan, "v", v_shape, image("v")))
+        tensors.insert(2, kv_cache_tensor("v", plan.kv_dtype, v_shape, plan.kv_pages, image("v")))
     if plan.attention_sink:
         sink_shape = (plan.num_q_heads, TILE)
         tensors.append(DramTensor("sink", bf16, formats.tile_size(bf16), formats.num_tiles(sink_shape), sink_shape,

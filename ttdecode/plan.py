@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ttdecode.formats import DataType
-from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, CoreCoord
+from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
@@ -706,10 +706,6 @@ def make_plan(
     )
     _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
-
-
-#: The DRAM banks key-row pages are dealt over (page k in bank k % 12).
-DRAM_BANKS = 12
 
 
 def key_row_placement(cores: Sequence[CoreCoord], per_bank: int) -> list[list[CoreCoord]]:

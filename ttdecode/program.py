@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
-from ttdecode.formats import DataType
+from ttdecode.formats import DataType, num_tiles, tile_size
 
 #: Wormhole L1 per Tensix core, bytes.
 L1_BYTES_PER_CORE = 1464 * 1024
@@ -303,6 +303,15 @@ class DramTensor:
                 f"tensor {self.name}: data holds {len(self.data)} bytes, expected "
                 f"{self.num_pages} pages x {self.page_size} B = {self.page_size * self.num_pages}"
             )
+
+
+def kv_cache_tensor(name: str, fmt: DataType, shape: tuple[int, ...], kv_pages: str, data: bytes | None,
+                    in_place: bool = False) -> DramTensor:
+    """A K or V cache [.., rows, D] in DRAM: one tile a page ("tile"), or one key-tile row of D / 32 tiles a
+    page ("key_row", DecodePlan.kv_pages). The byte image is the tile-order image either way."""
+    per_page = shape[-1] // 32 if kv_pages == "key_row" else 1
+    return DramTensor(name, fmt, tile_size(fmt) * per_page, num_tiles(shape) // per_page, shape,
+                      "key_row" if kv_pages == "key_row" else "tile", data, in_place=in_place)
 
 
 @dataclass

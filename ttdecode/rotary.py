@@ -79,6 +79,7 @@ import torch
 from ttdecode import formats
 from ttdecode.formats import DataType
 from ttdecode.program import (
+    kv_cache_tensor,
     BufferAddress,
     CircularBuffer,
     ComputeSettings,
@@ -528,13 +529,8 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     if inp.paged:
         tensors.append(DramTensor("page_table", f32, 4 * inp.max_blocks, b, (b, inp.max_blocks), "row_major",
                                   image("page_table"), element_type="int32"))
-    if inp.kv_pages == "key_row":
-        # one page per key-tile row (d_tiles tiles), the same tile-order bytes (FlashDecode's kv_pages)
-        tensors += [DramTensor(name, inp.cache_dtype, cache_tile * dt, formats.num_tiles(inp.cache_shape) // dt,
-                               inp.cache_shape, "key_row", image(name), in_place=True) for name in ("k_cache", "v_cache")]
-    else:
-        tensors += [tile("k_cache", inp.cache_shape, inp.cache_dtype, in_place=True),
-                    tile("v_cache", inp.cache_shape, inp.cache_dtype, in_place=True)]
+    tensors += [kv_cache_tensor(name, inp.cache_dtype, inp.cache_shape, inp.kv_pages, image(name), in_place=True)
+                for name in ("k_cache", "v_cache")]
     if has_q:
         tensors.append(tile("q_rot", (1, b, nh, d), bf16, is_output=True))
     return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=tensors)
