@@ -99,8 +99,9 @@ def tech_report_points() -> list[Point]:
             for b in (8, 16, 32) for d in (64, 128, 256)]
 
 
-def key_row_pieces(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -> int:
-    """The most pieces per head (a multiple of 12, at most 60) whose key_row plan fits L1 at this shape."""
+def key_row_cap(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -> int:
+    """The largest max_cores_per_head_batch (a multiple of 12, at most 60) whose key_row plan fits L1 at
+    this shape (the plan then takes the model's pieces up to it, costmodel.key_row_pieces)."""
     for pieces in (60, 48, 36, 24, 12):
         try:
             make_plan(batch=batch, num_q_heads=nh, num_kv_heads=nkv, seq_len=seq_len, head_dim=head_dim, kv_dtype=KV,
@@ -113,12 +114,12 @@ def key_row_pieces(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -
 
 def key_row_points(quick: bool, max_seq: int) -> list[Point]:
     """Our kernels with kv_pages "key_row" (K/V pages of one key-tile row round robin over the banks,
-    up to 60 pieces per head that each read one bank; no tt-metal counterpart): the tech report's points
-    (the most pieces per head that fit L1, key_row_pieces),
-    Llama-3.1-8B N150 B 1 at 32K-128K, and T3K 4q/1kv and 8q/1kv at 32K with 12 and 60 pieces per head."""
+    up to 60 pieces per head that each read one bank, the model's choice; no tt-metal counterpart): the
+    tech report's points (capped at the most pieces per head that fit L1, key_row_cap),
+    Llama-3.1-8B N150 B 1 at 32K-128K, and T3K 4q/1kv and 8q/1kv at 32K capped at 12 and 60 pieces per head."""
     if quick:
         return []
-    tr = [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, key_row_pieces(b, 8, 1, 131072, d), d,
+    tr = [Point("techreport", f"tech report 8q/1kv D{d}", b, 8, 1, 131072, key_row_cap(b, 8, 1, 131072, d), d,
                 (8, 8), None, 512, kv_pages="key_row") for b in (8, 16, 32) for d in (64, 128, 256)]
     seq = [Point("seq", "Llama-3.1-8B N150 32q/8kv", 1, 32, 8, s, 64, kv_pages="key_row")
            for s in (32768, 65536, 131072) if s <= max_seq]

@@ -10,6 +10,7 @@ reference on the same quantized inputs (thresholds in ttdecode.accuracy).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
@@ -18,7 +19,7 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.config import SDPAProgramConfig
-from ttdecode.costmodel import work_from_counters
+from ttdecode.costmodel import COST, key_row_pieces, work_from_counters
 from ttdecode.factory import run_flash_decode
 from ttdecode.formats import DataType
 from ttdecode.plan import PlanError, make_plan, piece_range
@@ -50,7 +51,8 @@ def _run(*, b=2, nh=8, nkv=1, s=1024, d=64, pos=(1000, 500), kv=BFP8, window=Non
         pos = None
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, head_dim_v=dv, kv_dtype=kv,
                      cur_pos=None if pos is None else list(pos), max_cores_per_head_batch=max_cores, return_lse=True,
-                     kv_pages="key_row", min_chunk_tiles=None if k_chunk else floor, sliding_window_size=window,
+                     kv_pages="key_row", key_row_pieces=max_cores,
+                     min_chunk_tiles=None if k_chunk else floor, sliding_window_size=window,
                      num_tokens=tokens, mla=mla, k_chunk_size=k_chunk, is_causal=not mask,
                      attn_mask_batch=b if mask else 0)
     scale = 1 / math.sqrt(d)
@@ -113,7 +115,35 @@ def test_every_core_reads_its_kv_from_one_bank_the_documented_one() -> None:
 def test_pieces_per_head_do_not_depend_on_the_batch() -> None:
     plans = [make_plan(batch=bb, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4000] * bb,
                        max_cores_per_head_batch=64, kv_pages="key_row") for bb in (1, 3, 5, 8)]
-    assert {p.pieces_per_work for p in plans} == {60}
+    assert len({p.pieces_per_work for p in plans}) == 1 and plans[0].pieces_per_work % 12 == 0
+    plans = [make_plan(batch=bb, num_q_heads=32, num_kv_heads=8, seq_len=32768, head_dim=128, cur_pos=[32767] * bb,
+                       max_cores_per_head_batch=64, kv_pages="key_row") for bb in (1, 2)]
+    assert {p.pieces_per_work for p in plans} == {12}
+
+
+def test_the_model_takes_fewer_pieces_when_one_user_already_covers_the_cores() -> None:
+    """Eight KV heads x 12 pieces cover the 60 cores kept for the banks: more pieces only add tree rounds
+    (4 rounds at 12, 6 at 60) while the bank floor binds; one KV head needs 60 pieces to reach every core."""
+    common = dict(cores=64, max_pieces=60, q_tiles=1, d_tiles=4, dv_tiles=4, kv_tile_bytes=1088,
+                  kv_tiles_per_key_tile=8, head_rows=4)
+    assert key_row_pieces(num_kv_heads=8, seq_tiles=1024, **common) == 12
+    assert key_row_pieces(num_kv_heads=1, seq_tiles=1024, **common) == 60
+    # rounds dearer than any compute: the fewest pieces (the fewest rounds) even for one KV head
+    dear_rounds = dataclasses.replace(COST, semaphore_handshake_cycles=1e9)
+    assert key_row_pieces(num_kv_heads=1, seq_tiles=1024, c=dear_rounds, **common) == 12
+    # the cap is the caller's most
+    assert key_row_pieces(num_kv_heads=1, seq_tiles=1024, **dict(common, max_pieces=36)) == 36
+
+
+def test_key_row_pieces_can_be_fixed_by_the_caller() -> None:
+    base = dict(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4000],
+                max_cores_per_head_batch=48, kv_pages="key_row")
+    assert make_plan(**base, key_row_pieces=24).pieces_per_work == 24
+    for bad in (0, 18, 60, 2.0):
+        with pytest.raises(PlanError, match="key_row_pieces: expected None or a multiple of 12 from 12 to 48"):
+            make_plan(**base, key_row_pieces=bad)
+    with pytest.raises(PlanError, match="key_row_pieces: applies to kv_pages='key_row' only"):
+        make_plan(**dict(base, kv_pages="tile"), key_row_pieces=24)
 
 
 def test_a_users_output_is_bit_identical_whatever_the_rest_of_the_batch() -> None:
@@ -127,7 +157,7 @@ def test_a_users_output_is_bit_identical_whatever_the_rest_of_the_batch() -> Non
         kk, vv = kt.clone(), vt.clone()
         kk[1:] = torch.randn_like(kk[1:])
         plan = make_plan(batch=4, num_q_heads=8, num_kv_heads=1, seq_len=s, head_dim=d, cur_pos=pos,
-                         max_cores_per_head_batch=24, kv_pages="key_row", min_chunk_tiles=1)
+                         max_cores_per_head_batch=24, kv_pages="key_row", key_row_pieces=24, min_chunk_tiles=1)
         out, _, _ = run_flash_decode(plan, q=qb, k=from_torch(kk, BFP8), v=from_torch(vv, BFP8), cur_pos_source=None,
                                      scale=1 / math.sqrt(d), compute=ComputeSettings())
         outs.append(out[:, 0])
@@ -144,7 +174,7 @@ def test_key_row_refuses_what_it_cannot_run() -> None:
         make_plan(**base, max_cores_per_head_batch=16, kv_pages="key_row", grid=(2, 4))
     with pytest.raises(PlanError, match="L1 overflow.*Lower max_cores_per_head_batch \\(now 60 pieces per head"):
         make_plan(batch=32, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 32,
-                  max_cores_per_head_batch=64, kv_pages="key_row")
+                  max_cores_per_head_batch=64, kv_pages="key_row", key_row_pieces=60)
     with pytest.raises(PlanError, match="kv_pages: expected 'tile' or 'key_row'"):
         make_plan(**base, kv_pages="sharded")
     with pytest.raises(ValueError, match="kv_pages"):

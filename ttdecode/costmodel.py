@@ -348,7 +348,10 @@ def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> fl
     "init" (`calls` of them)."""
     phases = c.fidelity_phases[fidelity]
     frac = t.steps / c.sfpu_steps_per_tile
-    unpack = c.unpack_address_cycles + c.intermediate_tile_bytes * frac / c.unpack_bytes_per_cycle
+    # a matmul's in1 (a K or V tile) is a whole 32 x 32 tile however few rows in0 has: its unpack
+    # does not shrink with a half-tile in0 (that one is on the other unpacker)
+    unpack_frac = 1.0 if op == "matmul" else frac
+    unpack = c.unpack_address_cycles + c.intermediate_tile_bytes * unpack_frac / c.unpack_bytes_per_cycle
     pack = c.intermediate_tile_bytes * frac / c.pack_bytes_per_cycle
     if op in SFPU_OPS:
         unpack = 0.0  # works on Dst; the copy into Dst is its own op
@@ -467,6 +470,26 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
 
 
+def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
+    """The fixed compute ops of a chunk that rescales a running set (kernels/compute.cpp), beyond its
+    key tiles' chunk_tile_ops, per q tile row: the row max's SFPU row reduction (a full tile), m_new
+    against the running max, alpha's subtraction and exp, the rescale of l and of O (a multiply per Dv
+    tile), the copies in and packs out of the running set, and the configuration calls that the
+    chunk's change of ops makes (about 18 + Dv tiles). Read off real runs of 8-tile chunks (a piece of
+    3 chunks minus one of 2, less 8 x chunk_tile_ops): copies 5 + Dv + Dv // 3, packs 4 + Dv, row-wise
+    binary ops 2 + Dv, exactly at Dv 1-8 tiles; configuration calls within 2; pinned in
+    tests/test_costmodel.py. For the plan's choice of key_row pieces (key_row_pieces)."""
+    row = row_steps(head_rows)
+    copies = q_tiles * (5 + dv_tiles + dv_tiles // 3)
+    inits = 18 + dv_tiles
+    return {"init": [OpTally(inits, inits)],
+            "copy": [OpTally(copies, copies)],
+            "max": [OpTally(q_tiles * (2 + dv_tiles), q_tiles * (2 + dv_tiles), steps=row),
+                    OpTally(q_tiles, q_tiles)],
+            exp: [OpTally(q_tiles, q_tiles, steps=row)],
+            "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}
+
+
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
               dst_tiles: int = 4) -> dict[str, list[OpTally]]:
     """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
@@ -495,6 +518,25 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
             "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}
 
 
+def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
+                     fidelity: str, c: CostConstants, head_rows: int, running: bool) -> float:
+    """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
+    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
+    return sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows, running=running),
+                        fidelity, c).values())
+
+
+def _round_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str, hops: int,
+                  c: CostConstants, head_rows: int) -> float:
+    """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row), the
+    semaphore handshake and one merge (merge_ops)."""
+    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
+    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows, dst_tiles), fidelity, c).values())
+    partial_bytes = q_tiles * (dv_tiles + 2) * 4096
+    return (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
+            + c.semaphore_handshake_cycles + merge)
+
+
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
                       head_rows: int = 32) -> int:
@@ -504,18 +546,54 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     costs one round, so pieces below f tiles are not worth their round. Depends on the config only
     (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
     Llama's default); `hops` a typical parent-child distance on the grid."""
-    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
     # a piece of f <= 8 tiles is one chunk with no running set
-    tile = sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows, running=False),
-                        fidelity, c).values())
-    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows, dst_tiles), fidelity, c).values())
-    partial_bytes = q_tiles * (dv_tiles + 2) * 4096
-    round_cycles = (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
-                    + c.semaphore_handshake_cycles + merge)
+    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False)
+    round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
     f = 1
     while f < 8 and f * tile < round_cycles:
         f *= 2
     return f
+
+
+def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, q_tiles: int, d_tiles: int,
+                   dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
+                   fp32_dest_acc_en: bool = True,
+                   dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32,
+                   c: CostConstants = COST) -> int:
+    """Pieces per (user, KV head) of kv_pages "key_row" (DecodePlan.pieces_per_work): the multiple of
+    12 up to `max_pieces` that the model gives the shortest step for ONE user at the cache's length
+    (`seq_tiles` key tiles), ties to fewer pieces. Its terms, in cycles:
+    - the busiest core's compute: the bank's pieces (num_kv_heads x p / 12) dealt over its
+      cores // 12 cores, ceil(T / p) key tiles each (chunk_tile_ops) in chunks of at most
+      `chunk_tiles` (chunk_ops each);
+    - the bank floor: the user's K/V bytes over 12 banks at the bank-local rate;
+    - the tree: tree_rounds(p) rounds (message, handshake, merge).
+    The step is the slower of the first two plus the third; on a tie (the floor binds, the same
+    rounds) the smaller compute, i.e. the slack under the floor. More pieces shorten the compute only
+    until one user's pieces cover the cores; past that they add rounds. Depends on the config and the
+    cache's length, never on the batch (batch invariance)."""
+    from ttdecode.plan import tree_rounds
+
+    banks = c.dram_banks
+    per_bank_cores = max(1, cores // banks)
+    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True)
+    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, "exp" if fp32_dest_acc_en else "exp_bf16", head_rows),
+                         fidelity, c).values())
+    rnd = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    bank_rate = c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency
+    floor = num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes / banks / bank_rate
+    best: tuple[tuple[float, float], int] | None = None
+    for p in range(banks, max_pieces + 1, banks):
+        busiest = -(-(num_kv_heads * p) // (banks * per_bank_cores))
+        n = -(-seq_tiles // p)  # key tiles of a piece, in chunks of at most chunk_tiles
+        piece = n * tile + -(-n // chunk_tiles) * chunk
+        compute = busiest * piece
+        key = (max(compute, floor) + tree_rounds(p) * rnd, compute)
+        if best is None or key < best[0]:
+            best = (key, p)
+    if best is None:
+        raise ValueError(f"key_row_pieces: max_pieces: expected at least {banks}, got {max_pieces}")
+    return best[1]
 
 
 # ---- our kernels: the work read from the runtime's counters ---------------------------------------

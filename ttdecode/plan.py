@@ -501,6 +501,7 @@ def make_plan(
     attn_mask_batch: int = 0,
     num_tokens: int = 1,
     kv_pages: str = "tile",
+    key_row_pieces: int | None = None,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -520,9 +521,11 @@ def make_plan(
     every piece (no floor).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
     the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
-    then has the largest multiple of 12 pieces up to max_cores_per_head_batch (>= 12) taking the key
-    tiles cyclically, so every piece reads one bank, and the pieces of a bank run on the cores kept
-    for that bank (key_row_placement).
+    then has a multiple of 12 pieces up to max_cores_per_head_batch (>= 12; the model's choice for the
+    shape, costmodel.key_row_pieces: enough for one user to cover the cores, no more rounds than that)
+    taking the key tiles cyclically, so every piece reads one bank, and the pieces of a bank run on
+    the cores kept for that bank (key_row_placement). `key_row_pieces` (kv_pages "key_row" only): that
+    many pieces per (user, KV head) instead of the model's choice (a multiple of 12 up to the most).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -614,8 +617,29 @@ def make_plan(
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
     works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
+    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
+    dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
+    head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
+    if key_row_pieces is not None and kv_pages != "key_row":
+        raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
+                        f"kv_pages={kv_pages!r}")
     if kv_pages == "key_row":
         pieces, bank_cores = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
+        from ttdecode.costmodel import key_row_pieces as model_pieces  # the model imports this module
+
+        if key_row_pieces is not None:
+            if (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS or key_row_pieces % DRAM_BANKS
+                    or key_row_pieces > pieces):
+                raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
+                                f"{pieces} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
+            pieces = key_row_pieces
+        else:
+            pieces = model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
+                                  q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                                  kv_tile_bytes=_TILE_BYTES[kv_dtype],
+                                  kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE),
+                                  chunk_tiles=fixed if fixed else DYNAMIC_CHUNK_MAX_TILES,
+                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
     elif kv_pages == "tile":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
     else:
@@ -669,7 +693,6 @@ def make_plan(
     piece_list.sort(key=lambda p: (p.core.y, p.core.x, p.slot))
     core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
 
-    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
     cb_args = dict(
         q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
         max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
@@ -681,7 +704,6 @@ def make_plan(
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
     cbs = flash_decode_cbs(**cb_args)
-    dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     if fixed:
         floor = 1
     elif min_chunk_tiles is not None:
@@ -690,8 +712,7 @@ def make_plan(
         from ttdecode.costmodel import split_floor_tiles  # the model imports this module
 
         floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
-                                  head_rows=min(num_tokens * (num_q_heads // num_kv_heads), TILE))
+                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
@@ -728,10 +749,11 @@ def _key_row_pieces(cores: Sequence[CoreCoord], max_pieces: int,
                     block_size: int | None) -> tuple[int, list[list[CoreCoord]]]:
     """Pieces per work and the cores of each bank for kv_pages "key_row".
 
-    The pieces per (user, KV head) are the largest multiple of 12 up to max_pieces (and 60: the tree
-    is at most 64 wide), so every piece reads one bank; like the interleaved split they depend on the
-    config alone, never on the batch (batch invariance). Each bank keeps len(cores) // 12 cores and
-    deals its pieces over them in turn."""
+    The most pieces per (user, KV head): the largest multiple of 12 up to max_pieces (and 60: the
+    tree is at most 64 wide), so every piece reads one bank (make_plan then lets the model choose
+    fewer, costmodel.key_row_pieces); like the interleaved split they depend on the config alone,
+    never on the batch (batch invariance). Each bank keeps len(cores) // 12 cores and deals its
+    pieces over them in turn."""
     if block_size is not None:
         raise PlanError("kv_pages: 'key_row' needs a contiguous cache (a paged cache's blocks keep tile pages), "
                         "got a paged cache (block_size / num_blocks)")
