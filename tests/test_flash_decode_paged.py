@@ -202,7 +202,7 @@ def page_table_loads(plan: DecodePlan, pos: Sequence[int]) -> int:
     return loads
 
 
-@pytest.mark.parametrize("grid, pieces", [((8, 8), 8), ((2, 2), 1)])
+@pytest.mark.parametrize("grid, pieces", [((8, 8), 4), ((2, 2), 1)])
 def test_reader_reads_each_referenced_kv_byte_once_and_one_table_row_per_user_change(grid, pieces: int) -> None:
     b, nh, nkv, s, d, block = 5, 32, 8, 2048, 128, 128
     pos = [2047, 1000, 127, 128, -1]

@@ -63,11 +63,24 @@ def test_a_users_pieces_do_not_depend_on_the_batch() -> None:
     assert tree(one) == tree(many)
 
 
-def test_llama_8b_n150_single_user_uses_every_core_with_eight_pieces_per_head() -> None:
-    plan = make_plan(batch=1, seq_len=8192, cur_pos=[8191], **LLAMA8B)
+def test_llama_8b_n150_single_user_can_use_every_core_with_eight_pieces_per_head() -> None:
+    """With the caller's split (min_chunk_tiles given) the plan takes the most pieces the grid allows."""
+    plan = make_plan(batch=1, seq_len=8192, cur_pos=[8191], min_chunk_tiles=4, **LLAMA8B)
     assert plan.pieces_per_work == 8 and plan.rounds == 3
     assert len(plan.active_cores) == 64
     assert all(len(v) == 1 for v in plan.core_pieces.values())
+
+
+def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_saves() -> None:
+    """Llama-3.1-8B on an N150, B 1: 8 KV heads x 4 pieces keep 32 cores' compute under the interleaved
+    DRAM floor of one user (8 x 256 key tiles, ~370k cycles of compute against a ~375k-cycle floor in
+    the model), so 8 pieces would buy nothing and cost one more tree round. One KV head (T3K 4q/1kv, 32K)
+    still spreads over 32 cores. Neither depends on the batch."""
+    plans = [make_plan(batch=b, seq_len=8192, cur_pos=[8191] * b, **LLAMA8B) for b in (1, 4)]
+    assert {p.pieces_per_work for p in plans} == {4} and plans[0].rounds == 2
+    t3k = [make_plan(batch=b, num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767] * b,
+                     max_cores_per_head_batch=64) for b in (1, 2)]
+    assert {p.pieces_per_work for p in t3k} == {32}
 
 
 def test_more_pieces_than_cores_spreads_receivers_and_orders_leaves_first() -> None:

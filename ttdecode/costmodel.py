@@ -596,6 +596,45 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     return best[1]
 
 
+def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, floor_tiles: int, q_tiles: int,
+                d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
+                fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8,
+                head_rows: int = 32, c: CostConstants = COST) -> int:
+    """Pieces per (user, KV head) of interleaved (tile-paged) caches with dynamic chunks
+    (DecodePlan.pieces_per_work): the count up to `max_pieces` that the model gives the shortest step
+    for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
+    fewer pieces. Of p pieces, min(p, T // floor_tiles) get keys (the split floor); the terms, in cycles:
+    - the busiest core's compute: ceil(num_kv_heads x p / cores) pieces of ceil(T / used) key tiles
+      (chunk_tile_ops) in chunks of at most `chunk_tiles` (chunk_ops each);
+    - its reader: those pieces' K/V at the per-core plateau, one DRAM latency per chunk;
+    - the DRAM floor: the user's K/V over the 12 banks at the (fitted) interleaved efficiency;
+    - the tree: tree_rounds(used) rounds (message, handshake, merge).
+    The step is the slowest of the first three plus the fourth. Depends on the config and the cache's
+    length, never on the batch (batch invariance)."""
+    from ttdecode.plan import tree_rounds
+
+    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True)
+    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, "exp" if fp32_dest_acc_en else "exp_bf16", head_rows),
+                         fidelity, c).values())
+    rnd = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
+    floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
+    best: tuple[tuple[float, float, int], int] | None = None
+    for p in range(1, max_pieces + 1):
+        used = min(p, max(1, seq_tiles // max(1, floor_tiles)))
+        busiest = -(-(num_kv_heads * used) // max(1, cores))
+        n = -(-seq_tiles // used)
+        chunks = -(-n // chunk_tiles)
+        compute = busiest * (n * tile + chunks * chunk)
+        reader = busiest * (n * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles)
+        key = (max(compute, reader, floor) + tree_rounds(used) * rnd, compute, p)
+        if best is None or key < best[0]:
+            best = (key, p)
+    if best is None:
+        raise ValueError(f"tile_pieces: max_pieces: expected at least 1, got {max_pieces}")
+    return best[1]
+
+
 # ---- our kernels: the work read from the runtime's counters ---------------------------------------
 
 

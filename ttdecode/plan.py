@@ -517,8 +517,11 @@ def make_plan(
     (1..32) new tokens per user share every K/V read: cur_pos[b] is the last one's position (at
     least T - 1, or -1), token j attends keys up to cur_pos[b] - (T - 1 - j) (each its own window).
     `min_chunk_tiles` (dynamic chunks only): the split floor, a power of two 1..8 tiles; None = the
-    one the cost model chooses for the shape (costmodel.split_floor_tiles); 1 = spread the keys over
-    every piece (no floor).
+    model's split: the floor the cost model chooses for the shape (costmodel.split_floor_tiles) and,
+    with tile pages, pieces per (user, KV head) up to the most allowed that pay their tree rounds for
+    one user at the cache's length (costmodel.tile_pieces; never the batch); given = the caller's split
+    (the most pieces allowed: min(max_cores_per_head_batch, cores // num_kv_heads, S / 32)); 1 = spread
+    the keys over every piece (no floor).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
     the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
     then has a multiple of 12 pieces up to max_cores_per_head_batch (>= 12; the model's choice for the
@@ -620,6 +623,15 @@ def make_plan(
     q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
+    if fixed:
+        floor = 1
+    elif min_chunk_tiles is not None:
+        floor = min_chunk_tiles
+    else:
+        from ttdecode.costmodel import split_floor_tiles  # the model imports this module
+
+        floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
     if key_row_pieces is not None and kv_pages != "key_row":
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")
@@ -642,6 +654,16 @@ def make_plan(
                                   fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
     elif kv_pages == "tile":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
+        if not fixed and min_chunk_tiles is None:
+            # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
+            from ttdecode.costmodel import tile_pieces  # the model imports this module
+
+            pieces = tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
+                                 floor_tiles=floor, q_tiles=q_tiles, d_tiles=head_dim // TILE,
+                                 dv_tiles=head_dim_v // TILE, kv_tile_bytes=_TILE_BYTES[kv_dtype],
+                                 kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE),
+                                 chunk_tiles=DYNAMIC_CHUNK_MAX_TILES, fp32_dest_acc_en=fp32_dest_acc_en,
+                                 dst_tiles=dst_tiles, head_rows=head_rows)
     else:
         raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
     rounds = tree_rounds(pieces)
@@ -704,15 +726,6 @@ def make_plan(
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
     cbs = flash_decode_cbs(**cb_args)
-    if fixed:
-        floor = 1
-    elif min_chunk_tiles is not None:
-        floor = min_chunk_tiles
-    else:
-        from ttdecode.costmodel import split_floor_tiles  # the model imports this module
-
-        floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
