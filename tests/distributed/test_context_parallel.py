@@ -141,6 +141,21 @@ def test_a_128k_token_cache_over_8_devices_matches_the_reference() -> None:
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
+def test_key_row_pages_on_every_device_match_the_whole_cache_reference(layout: str) -> None:
+    """kv_pages="key_row" reaches every device's plan through the program config: each shard is its own
+    key-row-paged cache (page k of the shard in bank k % 12), read by 12 or 24 cyclic pieces per head."""
+    from ttdecode.config import SDPAProgramConfig
+
+    pos = [4095, 3000, -1, 700]
+    q, k, v = cache(len(pos), 8, 1, 4096, 64, BFP8, seed=5)
+    out, lse = ttdecode.context_parallel_decode(
+        q, k, v, cur_pos=pos, devices=2, kv_layout=layout, return_lse=True, backend="host",
+        program_config=SDPAProgramConfig(kv_pages="key_row", max_cores_per_head_batch=24))
+    check_users(out, lse, *reference(q, k, v, pos), f"key_row pages, {layout}")
+    assert torch.equal(out[0, 2], torch.zeros_like(out[0, 2]))  # the skipped user
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
 def test_sliding_window_across_shard_boundaries_and_sink_joining_once(layout: str) -> None:
     """Windows that start inside a shard, span several, or sit in one; the sink counted once per user."""
     pos = [S - 1, 70, 100, 5, -1, 0]
