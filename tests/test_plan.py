@@ -245,6 +245,19 @@ def test_split_floor_depends_on_the_config_only() -> None:
     assert one.ranges(0) == many.ranges(0)
 
 
+def test_the_split_is_priced_at_the_calls_fidelity() -> None:
+    """HiFi4 doubles the matmul's phases: at D 64 with 32 head rows one key tile of a chunk then outweighs
+    a tree round at 2 tiles instead of 4 (the floor follows costmodel.split_floor_tiles at that fidelity)."""
+    from ttdecode.costmodel import split_floor_tiles
+
+    base = dict(batch=1, num_q_heads=32, num_kv_heads=1, head_dim=64, seq_len=4096, cur_pos=[4095])
+    hifi2, hifi4 = (make_plan(**base, math_fidelity=f) for f in ("HiFi2", "HiFi4"))
+    assert hifi2.min_chunk_tiles == split_floor_tiles(1, 2, 2, fidelity="HiFi2") == 4
+    assert hifi4.min_chunk_tiles == split_floor_tiles(1, 2, 2, fidelity="HiFi4") == 2
+    with pytest.raises(PlanError, match=r"math_fidelity: expected one of \['LoFi', 'HiFi2', 'HiFi3', 'HiFi4'\], got 'HiFi5'"):
+        make_plan(**base, math_fidelity="HiFi5")
+
+
 @pytest.mark.parametrize("args, message", [
     (dict(min_chunk_tiles=3), r"min_chunk_tiles: expected None or a power of two 1\.\.8, got 3"),
     (dict(min_chunk_tiles=16), r"min_chunk_tiles: expected None or a power of two 1\.\.8, got 16"),

@@ -190,7 +190,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         cur_pos=inputs.cur_pos, grid=pc.compute_with_storage_grid_size,
         sub_core_grids=pc.sub_core_grids, k_chunk_size=pc.k_chunk_size,
         max_cores_per_head_batch=pc.max_cores_per_head_batch, fp32_dest_acc_en=cc.fp32_dest_acc_en,
-        share_cache=inputs.share_cache, return_lse=inputs.return_lse,
+        math_fidelity=cc.math_fidelity, share_cache=inputs.share_cache, return_lse=inputs.return_lse,
         block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
         sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
         mla=inputs.v is None, is_causal=inputs.is_causal,

@@ -489,6 +489,7 @@ def make_plan(
     min_chunk_tiles: int | None = None,
     max_cores_per_head_batch: int = 16,
     fp32_dest_acc_en: bool = True,
+    math_fidelity: str = "HiFi2",
     dst_full_sync_en: bool = False,
     share_cache: bool = False,
     return_lse: bool = False,
@@ -522,6 +523,8 @@ def make_plan(
     one user at the cache's length (costmodel.tile_pieces; never the batch); given = the caller's split
     (the most pieces allowed: min(max_cores_per_head_batch, cores // num_kv_heads, S / 32)); 1 = spread
     the keys over every piece (no floor).
+    `math_fidelity`: the fidelity the cost model prices the split at (the compute config's; the kernels
+    take theirs from the compute settings at launch).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
     the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
     then has a multiple of 12 pieces up to max_cores_per_head_batch (>= 12; the model's choice for the
@@ -545,6 +548,8 @@ def make_plan(
     if mla and head_dim_v > head_dim:
         raise PlanError(f"head_dim_v: expected <= head_dim={head_dim} with mla (V = K[..., :head_dim_v]), "
                         f"got {head_dim_v}")
+    if not isinstance(math_fidelity, str) or math_fidelity not in ("LoFi", "HiFi2", "HiFi3", "HiFi4"):
+        raise PlanError(f"math_fidelity: expected one of ['LoFi', 'HiFi2', 'HiFi3', 'HiFi4'], got {math_fidelity!r}")
     if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
         raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
     if k_chunk_size:
@@ -631,7 +636,8 @@ def make_plan(
         from ttdecode.costmodel import split_floor_tiles  # the model imports this module
 
         floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
+                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity,
+                                  head_rows=head_rows)
     if key_row_pieces is not None and kv_pages != "key_row":
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")
@@ -651,7 +657,8 @@ def make_plan(
                                   kv_tile_bytes=_TILE_BYTES[kv_dtype],
                                   kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE),
                                   chunk_tiles=fixed if fixed else DYNAMIC_CHUNK_MAX_TILES,
-                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, head_rows=head_rows)
+                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity,
+                                  head_rows=head_rows)
     elif kv_pages == "tile":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
         if not fixed and min_chunk_tiles is None:
@@ -663,7 +670,7 @@ def make_plan(
                                  dv_tiles=head_dim_v // TILE, kv_tile_bytes=_TILE_BYTES[kv_dtype],
                                  kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE),
                                  chunk_tiles=DYNAMIC_CHUNK_MAX_TILES, fp32_dest_acc_en=fp32_dest_acc_en,
-                                 dst_tiles=dst_tiles, head_rows=head_rows)
+                                 dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows)
     else:
         raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
     rounds = tree_rounds(pieces)
