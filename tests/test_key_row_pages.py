@@ -249,3 +249,22 @@ def test_the_bank_floor_of_a_key_row_run_is_priced_at_the_bank_local_efficiency(
     tload = max(sum(w.bank_bytes[b] for w in tworks) for b in range(12))
     assert not any(w.bank_local for w in tworks if w.kv_bytes)
     assert bank_floor_cycles(tworks) == pytest.approx(tload / (per_bank * COST.dram_interleaved_efficiency))
+
+
+def test_a_batch_with_bank_local_and_other_cores_prices_each_cores_bytes_at_its_own_efficiency() -> None:
+    """A long user (64 key tiles, 12 pieces at a split floor of 4: one bank each) next to a short one (10 key
+    tiles: 2 pieces of 5, each reading several banks): each bank's bytes from bank-local cores at 267/288,
+    the rest at the fitted interleaved efficiency, summed per bank."""
+    from ttdecode.costmodel import COST, bank_floor_cycles
+
+    plan, out, lse, ref, ref_lse, res = _run(b=2, nh=8, nkv=1, s=2048, d=64, pos=(2047, 319), max_cores=24, floor=4)
+    check_close(out, ref, "key_row, a long and a short user")
+    works, _, _ = work_from_counters(plan, res.counters)
+    readers = [w for w in works if w.kv_bytes]
+    assert any(w.bank_local for w in readers) and not all(w.bank_local for w in readers)
+    per_bank = COST.dram_peak_bytes_per_cycle / 12
+    want = max(sum(w.bank_bytes[b] / (per_bank * (267.0 / 288.0 if w.bank_local else COST.dram_interleaved_efficiency))
+                   for w in works) for b in range(12))
+    assert bank_floor_cycles(works) == pytest.approx(want)
+    local_only = max(sum(w.bank_bytes[b] for w in works) for b in range(12)) / (per_bank * 267.0 / 288.0)
+    assert local_only < bank_floor_cycles(works)

@@ -380,14 +380,18 @@ def reader_cycles(read_groups: Sequence[tuple[int, int]], c: CostConstants = COS
 
 
 def bank_floor_cycles(works: Sequence[CoreWork], c: CostConstants = COST) -> float:
-    """Cycles the busiest bank needs for the whole step's traffic at its effective rate."""
+    """Cycles the busiest bank needs for the whole step's traffic: each core's bytes at the bank-local
+    efficiency when all its K/V came from one bank (CoreWork.bank_local), at the fitted interleaved
+    efficiency otherwise (an ASSUMED mixture for batches with both kinds of cores; a step whose K/V
+    readers are all bank-local, or none is, prices every byte at that one efficiency)."""
     if not works:
         return 0.0
-    load = np.sum([w.bank_bytes for w in works], axis=0)
-    # bank-local when every core that reads K/V reads it from one bank
-    local = any(w.kv_bytes for w in works) and all(w.bank_local for w in works if w.kv_bytes)
-    eff = c.dram_bank_local_efficiency if local else c.dram_interleaved_efficiency
-    return float(load.max()) / (c.dram_peak_bytes_per_cycle / c.dram_banks * eff)
+    rate = c.dram_peak_bytes_per_cycle / c.dram_banks
+    busy = np.zeros(c.dram_banks)
+    for w in works:
+        eff = c.dram_bank_local_efficiency if w.bank_local else c.dram_interleaved_efficiency
+        busy = busy + np.asarray(w.bank_bytes, float) / (rate * eff)
+    return float(busy.max())
 
 
 def reduction_cycles(r: Reduction, fidelity: str, c: CostConstants = COST) -> tuple[float, dict[str, float]]:
