@@ -233,7 +233,8 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
             yield p, ttmetal_row(p, reduction)
 
 
-COLUMNS = ["sweep", "kernel", "kv pages", "reduction", "model", "B", "D", "S", "cores/head", "cores", "est us", "launch", "local", "reader",
+COLUMNS = ["sweep", "kernel", "kv pages", "reduction", "model", "B", "D", "S", "max/head", "pieces/head", "cores", "est us",
+           "launch", "local", "reader",
            "matmul", "sfpu", "eltwise", "reduce", "init", "reduction", "red %", "GB/s", "% 288"]
 
 
@@ -242,7 +243,8 @@ def print_table(rows: list[dict[str, object]]) -> None:
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
-        cells = [r["sweep"], r["kernel"], r["kv_pages"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"], r["pieces_per_head"],
+        cells = [r["sweep"], r["kernel"], r["kv_pages"], r["reduction"], r["model"], r["batch"], r["head_dim"], r["seq_len"],
+                 r["max_cores_per_head"], r["pieces_per_head"],
                  r["cores_used"], f"{r['est_us']:.1f}", f"{r['launch_us']:.1f}", f"{r['local_us']:.1f}",
                  f"{r['reader_us']:.1f}", f"{r['matmul_us']:.1f}", f"{r['sfpu_us']:.1f}", f"{r['eltwise_us']:.1f}",
                  f"{r['reduce_us']:.1f}", f"{r['init_us']:.1f}", f"{r['reduction_us']:.1f}", f"{100 * float(r['reduction_share']):.1f}",

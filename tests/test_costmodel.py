@@ -330,3 +330,27 @@ def test_softmax_exps_run_only_the_vector_steps_of_the_rows_that_hold_heads(toke
     _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, compute=ComputeSettings())
     works, _, _ = work_from_counters(plan, result.counters)
     assert {t.steps for t in works[0].compute["exp"]} == {steps}
+
+
+def test_the_calibration_command_prints_every_measured_point_and_tt_metals_structure_lands_within_25_percent(
+        capsys) -> None:
+    """perf/calibrate_model.py: tt-metal's structure through the model at the Galaxy Llama-70B point lands
+    within the issue's +-25% of each of tt-metal's measurements (7.4-10.2 us), and the T3K tech report's
+    qualitative finding (16 cores per head beat 64 with the linear reduction) is reproduced."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("calibrate_model", Path(__file__).resolve().parents[1] / "perf" / "calibrate_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["calibrate_model"] = mod
+    try:
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    finally:
+        sys.modules.pop("calibrate_model", None)
+    assert mod.main() == 0
+    out = capsys.readouterr().out
+    model = mod.tg_us()
+    for measured in (7.4, 8.18, 9.18, 10.2):
+        assert f"{measured} us" in out
+        assert abs(model - measured) / measured <= 0.25
+    assert "| reproduced |" in out and "Sensitivity" in out
