@@ -317,7 +317,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
         ax.plot([int(r["seq_len"]) for r in tt_seq], [r["est_us"] for r in tt_seq], "x-",
                 label="model: tt-metal's structure")
         ax.plot([int(r["seq_len"]) for r in seq_rows], [r["est_us"] for r in seq_rows], "D-",
-                label="model: ttdecode, kv_pages key_row (60 pieces per head)")
+                label="model: ttdecode, kv_pages key_row (the model's pieces per head)")
         ax.plot(s, [r["local_us"] for r in seq], "s--", label="slowest core (DRAM/compute overlapped)")
         ax.plot(s, [r["reduction_us"] for r in seq], "^:", label="reduction critical path")
         ax.plot(s, [b / (DRAM_PEAK_BYTES_PER_S) * 1e6 for b in kv], "k-", lw=1,
