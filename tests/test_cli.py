@@ -60,7 +60,7 @@ def test_plan_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "1", "--seq", "8192"]) == 0
     out = capsys.readouterr().out
     assert "B=1 NH=32 NKV=8 S=8192 D=128" in out and "KV=bfloat8_b" in out
-    assert "pieces per (user, KV head): 4" in out and "root" in out  # the model's split (test_plan)
+    assert "pieces per (user, KV head): 8" in out and "root" in out
 
 
 def test_plan_uses_the_given_positions_and_grid(capsys: pytest.CaptureFixture[str]) -> None:

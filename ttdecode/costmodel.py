@@ -73,6 +73,7 @@ class CostConstants:
     semaphore_handshake_cycles: float = 100.0  # ASSUMED
     cb_handshake_cycles: float = 20.0  # ASSUMED, per cb push/wait pair
     launch_cycles: float = 2000.0  # ASSUMED, see sources
+    split_compute_margin: float = 0.10  # ASSUMED: the split's choices keep this much compute under the floor
     tile_call_cycles: float = 20.0  # ASSUMED: the TRISC overhead of one LLK tile call
     init_cycles: float = 60.0  # ASSUMED: one configuration call (an op's init, a data-format reconfig)
     unpack_address_cycles: float = 2.0
@@ -121,6 +122,10 @@ COST_SOURCES: dict[str, str] = {
     "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
     "launch_cycles": "ASSUMED: 2 us of program launch / firmware start / kernel exit inside the device kernel "
                      "time (no published figure found); NOT fitted; the short-context error is dominated by it",
+    "split_compute_margin": "ASSUMED: the plan's choice of pieces (tile_pieces, key_row_pieces) counts a core's "
+                            "closed-form compute 10% dearer, so it does not bet on a few % of slack under the DRAM "
+                            "floor with call and init costs that are themselves assumed (the sensitivity table: "
+                            "x0.5 / x2 on them moves the Galaxy point by 5-15%); the step estimates do not use it",
     "tile_call_cycles": "ASSUMED: the instructions a TRISC issues around one LLK tile call (address setup, MOP "
                         "start, semaphore / context toggles, the Dst address clear), ~20 cycles; charged per tile call "
                         "(copy_tile, exp_tile, pack_tile, one matmul_block, ...) in both kernels",
@@ -569,7 +574,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     (`seq_tiles` key tiles), ties to fewer pieces. Its terms, in cycles:
     - the busiest core's compute: the bank's pieces (num_kv_heads x p / 12) dealt over its
       cores // 12 cores, ceil(T / p) key tiles each (chunk_tile_ops) in chunks of at most
-      `chunk_tiles` (chunk_ops each);
+      `chunk_tiles` (chunk_ops each), with the split's compute margin (split_compute_margin);
     - the bank floor: the user's K/V bytes over 12 banks at the bank-local rate;
     - the tree: tree_rounds(p) rounds (message, handshake, merge).
     The step is the slower of the first two plus the third; on a tie (the floor binds, the same
@@ -591,7 +596,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
         busiest = -(-(num_kv_heads * p) // (banks * per_bank_cores))
         n = -(-seq_tiles // p)  # key tiles of a piece, in chunks of at most chunk_tiles
         piece = n * tile + -(-n // chunk_tiles) * chunk
-        compute = busiest * piece
+        compute = busiest * piece * (1 + c.split_compute_margin)
         key = (max(compute, floor) + tree_rounds(p) * rnd, compute)
         if best is None or key < best[0]:
             best = (key, p)
@@ -609,7 +614,8 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
     fewer pieces. Of p pieces, min(p, T // floor_tiles) get keys (the split floor); the terms, in cycles:
     - the busiest core's compute: ceil(num_kv_heads x p / cores) pieces of ceil(T / used) key tiles
-      (chunk_tile_ops) in chunks of at most `chunk_tiles` (chunk_ops each);
+      (chunk_tile_ops) in chunks of at most `chunk_tiles` (chunk_ops each), with the split's compute
+      margin (split_compute_margin);
     - its reader: those pieces' K/V at the per-core plateau, one DRAM latency per chunk;
     - the DRAM floor: the user's K/V over the 12 banks at the (fitted) interleaved efficiency;
     - the tree: tree_rounds(used) rounds (message, handshake, merge).
@@ -629,7 +635,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
         busiest = -(-(num_kv_heads * used) // max(1, cores))
         n = -(-seq_tiles // used)
         chunks = -(-n // chunk_tiles)
-        compute = busiest * (n * tile + chunks * chunk)
+        compute = busiest * (n * tile + chunks * chunk) * (1 + c.split_compute_margin)
         reader = busiest * (n * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles)
         key = (max(compute, reader, floor) + tree_rounds(used) * rnd, compute, p)
         if best is None or key < best[0]:
