@@ -540,7 +540,6 @@ inline void pop_running(const Running& set) {
 // next's m and l are consumed here.
 void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
                    uint32_t first_at, bool finish) {
-    sfpu_forget();  // the merges and the root's own passes make their SFPU inits untracked
     cb_wait_front(cb_k, k_slot_tiles);
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
@@ -667,12 +666,12 @@ void merge_factors(const Running& own, const MergeOut& out, uint32_t qi, uint32_
     copy_to_dst(own.max, qi, 0);
     copy_to_dst(other_cb, other_tile, 1);
     if (other_is_sink) {
-        binop_with_scalar_tile_init();
+        init_scale();
         mul_unary_tile(1, scale_bits);
     }
-    binary_max_tile_init();
+    init_max();
     max_rows(0, 1, 2, stat_mode);
-    sub_binary_tile_init();
+    init_sub();
     sub_rows(0, 2, 0, stat_mode);
     sub_rows(1, 2, 1, stat_mode);
     exp_block<exp_approx, row_iterations>(2, 0, stat_mode);
@@ -718,7 +717,7 @@ void merge_child(uint32_t area, const Running& own, const MergeOut& out) {
         copy_to_dst(cb_alpha, 0, 1);
         copy_to_dst(cb_partial_in, l_c, 2);
         copy_to_dst(cb_alpha, 1, 3);
-        mul_binary_tile_init();  // serves every multiply and addcmul of this q tile row (one LLK init)
+        init_mul();  // serves every multiply and addcmul of this q tile row (one LLK init)
         mul_rows(0, 1, 0, stat_mode);
         addcmul_rows(0, 2, 3, 0, stat_mode);
         pack_block(out.sum, out.sum_at(qi), 1);
@@ -765,7 +764,7 @@ void merge_sink(const Running& own, const Running& next) {
             for (uint32_t i = 1; i < n; ++i) {
                 copy_tile(own.acc, qi * dv_tiles + v0 + i, i);
             }
-            mul_binary_tile_init();
+            init_mul();
             for (uint32_t i = 0; i < n; ++i) {
                 mul_binary_tile(i, n, i);
             }
@@ -792,7 +791,7 @@ void finish_root(const Running& set) {
         if constexpr (guard_empty_rows) {
             floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);  // l = 0 (no key, no sink) gives out = 0
         }
-        recip_tile_init();
+        sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
         recip_tile(0, stat_mode);  // l lives in column 0
         pack_block(cb_alpha, 0, 1);
         cb_push_back(cb_alpha, 2);
@@ -807,7 +806,7 @@ void finish_root(const Running& set) {
             for (uint32_t v = 1; v < n; ++v) {
                 copy_tile(set.acc, qi * dv_tiles + v0 + v, v);  // same CB: one copy_init
             }
-            mul_binary_tile_init();
+            init_mul();
             for (uint32_t v = 0; v < n; ++v) {
                 mul_rows(v, n, v, row_mode);
             }

@@ -30,9 +30,13 @@ namespace flash_decode {
 // op or a pack through a unit configured for something else, so a stale record cannot pass unseen.
 enum class FpuInit : uint8_t { none, copy, bcast_col, matmul, other };
 // The SFPU ops whose init the tracker may skip: plain binary and scalar ops, whose init only sets an
-// address mode the FPU ops do not use (no constants, no replay buffer); every other SFPU init (exp,
-// recip, log, sfpu_reduce) is made each time and recorded as `other`.
-enum class SfpuInit : uint8_t { none, scalar, add, sub, mul, max, other };
+// address mode the FPU ops do not use (no constants, no replay buffer), and the accurate exp (`exp`).
+// add, sub and mul share one state (the same three LLK steps), and the accurate exp's init runs those
+// steps too before it programs LReg[12..14]; so its init serves the three, and an accurate exp runs
+// under their state while `exp_consts` says LReg[12..14] still hold its constants (no other init since
+// programmed any). Every other SFPU init (the approximate exp, recip, log, sfpu_reduce) is made each time
+// and recorded as `other`.
+enum class SfpuInit : uint8_t { none, scalar, add, sub, mul, max, exp, other };
 struct EngineConfig {
     uint32_t srca;
     uint32_t srcb;
@@ -40,8 +44,9 @@ struct EngineConfig {
     FpuInit fpu;
     uint32_t fpu_cb;  // the CB the copy / broadcast init was made for (matmul: its parameters)
     SfpuInit sfpu;
+    bool exp_consts;  // LReg[12..14] hold the accurate exp's constants
 };
-inline EngineConfig engine = {0, 0, 0, FpuInit::none, 0, SfpuInit::none};
+inline EngineConfig engine = {0, 0, 0, FpuInit::none, 0, SfpuInit::none, false};
 // Bit i: CB i is unpacked straight to the fp32 DST (UnpackToDestFp32, Float32). Such CBs share one
 // unpack configuration, so a copy or broadcast init made for one serves them all; any other change of
 // CB re-inits.
@@ -49,7 +54,7 @@ inline uint32_t to_dest_mask = 0;
 
 inline void start_engine(uint32_t srca_cb, uint32_t srcb_cb, uint32_t pack_cb, uint32_t to_dest_cbs = 0) {
     compute_kernel_hw_startup(srca_cb, srcb_cb, pack_cb);
-    engine = {srca_cb, srcb_cb, pack_cb, FpuInit::none, 0, SfpuInit::none};
+    engine = {srca_cb, srcb_cb, pack_cb, FpuInit::none, 0, SfpuInit::none, false};
     to_dest_mask = to_dest_cbs;
 }
 inline bool same_unpack(uint32_t a, uint32_t b) {
@@ -101,14 +106,27 @@ inline void matmul_tiles_for(uint32_t in0, uint32_t in1, uint32_t transpose) {
 // SFPU inits, tracked like the FPU's: `init` runs unless the last SFPU init was for `op` (a plain op,
 // see SfpuInit). A kernel that also makes SFPU inits of its own calls sfpu_forget() before relying on
 // the record again.
+constexpr bool binary_family(SfpuInit op) { return op == SfpuInit::add || op == SfpuInit::sub || op == SfpuInit::mul; }
+// Does the SFPU state `have` serve an op of init `want` (see SfpuInit)?
+inline bool sfpu_serves(SfpuInit have, SfpuInit want) {
+    if (want == SfpuInit::other || want == SfpuInit::none) return false;
+    if (want == SfpuInit::exp) return (have == SfpuInit::exp || binary_family(have)) && engine.exp_consts;
+    if (binary_family(want)) return binary_family(have) || have == SfpuInit::exp;
+    return have == want;
+}
 template <typename Init>
 inline void sfpu_init(SfpuInit op, Init init) {
-    if (op == SfpuInit::other || engine.sfpu != op) {
+    if (!sfpu_serves(engine.sfpu, op)) {
         init();
         engine.sfpu = op;
+        if (op == SfpuInit::exp) engine.exp_consts = true;
+        if (op == SfpuInit::other) engine.exp_consts = false;  // it may program LReg[12..14]
     }
 }
-inline void sfpu_forget() { engine.sfpu = SfpuInit::none; }
+inline void sfpu_forget() {
+    engine.sfpu = SfpuInit::none;
+    engine.exp_consts = false;
+}
 
 // Ready to copy tiles of cb into DST (exact for an UnpackToDestFp32 CB and for bf16 data).
 inline void copy_from(uint32_t cb) {
@@ -144,8 +162,8 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
 // (8: whole faces; fewer: the first 2 x 4 rows per pair of steps).
 template <bool approx, int iterations = 8>
 inline void exp_block(uint32_t n, uint32_t first = 0, VectorMode mode = VectorMode::RC) {
-    exp_tile_init<approx>();
-    engine.sfpu = SfpuInit::other;
+    // the approximate exp's init also programs SFPLOADMACRO templates and the replay buffer: made each time
+    sfpu_init(approx ? SfpuInit::other : SfpuInit::exp, [] { exp_tile_init<approx>(); });
     for (uint32_t i = first; i < first + n; ++i) {
         exp_tile<approx, false, InputClamping::ClampToNegative, iterations>(i, mode);
     }
@@ -181,9 +199,9 @@ inline void rescaled_plus_factor(uint32_t cb_l, uint32_t l_tile, uint32_t cb_fac
     copy_to_dst(cb_l, l_tile, 0);
     copy_to_dst(cb_factors, 0, 1);
     copy_to_dst(cb_factors, 1, 2);
-    mul_binary_tile_init();
+    sfpu_init(SfpuInit::mul, [] { mul_binary_tile_init(); });
     mul_binary_tile(0, 1, 0);
-    add_binary_tile_init();
+    sfpu_init(SfpuInit::add, [] { add_binary_tile_init(); });  // served by the multiply's state (one family)
     add_binary_tile(0, 2, 0);
 }
 

@@ -455,13 +455,14 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     the logits (row max, probabilities), the row max's element-wise fold (one SFPU row reduction per
     chunk, not per tile) and the subtraction, two packs (scores, probabilities). Each DST block of
     dst_tiles - 1 probabilities adds one more copy, m_new broadcast along its rows, and its
-    configuration calls:
+    configuration calls (the subtraction and the exp make none per block: the accurate exp's state
+    serves the subtraction and LReg[12..14] keep its constants, compute_tiles.hpp SfpuInit):
     - `running` False, the first chunk of a piece (no running set; the split floor's pieces of at most
       8 tiles): m_new broadcast from column 0 into each block (below 3 blocks, the kernel's
-      max_bcast_tile): a copy init, a broadcast init, the subtraction's and the exp's inits (4);
+      max_bcast_tile): a copy init and a broadcast init (2);
     - `running` True, a chunk that rescales a running set: m_new copied from cb_max_bcast (made in
-      the alpha pass): the subtraction's and the exp's inits (2; the copy, matmul and scale inits
-      are made once per chunk).
+      the alpha pass) under the logits' copy init: none (the copy, matmul and scale inits are made
+      once per chunk).
     `head_rows` (the q rows holding heads, tokens x group): the scale, the exp, the fold and the
     subtraction run `row_steps(head_rows)` vector steps. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
@@ -469,9 +470,9 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles / max(1, dst_tiles)
-    inits = q_tiles * (2 if running else 4) * block
+    inits = q_tiles * (0 if running else 2) * block
     return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
-            "init": [OpTally(inits, inits)],
+            "init": [OpTally(inits, inits)] if inits else [],
             "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             # the row max's element-wise fold and the subtraction of the max
@@ -511,11 +512,13 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     row = row_steps(head_rows)
     stat = row // 2 if head_rows <= 16 else 16  # VectorMode::None with the head rows' steps, else C
     blocks = -(-dv_tiles // max(1, dst_tiles - 2))
-    # inits per q tile row: max, subtraction and exp of the factors, the multiply (its init serves the
-    # addcmuls: one LLK init), and per O block a broadcast and a copy init (the factors, l and the
-    # block's first tiles share the copy init: one unpack path). Plus one per merge: the first merge
-    # after the chunks re-inits the copy and reconfigures srcB (two calls), the next ones neither.
-    inits = q_tiles * (4 + 2 * blocks) + 1
+    # inits per q tile row: the max and the subtraction of the factors (their exp and the multiply of
+    # l and O ride on them: the accurate exp's state serves the binary family and LReg[12..14] keep its
+    # constants since the chunks' exp; compute_tiles.hpp SfpuInit), and per O block a broadcast and a
+    # copy init (the factors, l and the block's first tiles share the copy init: one unpack path). Plus
+    # about one per merge: the first merge after the chunks re-inits the copy and reconfigures srcB, the
+    # next ones neither.
+    inits = q_tiles * (2 + 2 * blocks) + 1
     copies = q_tiles * (6 + 2 * dv_tiles + 2 * blocks)
     return {"init": [OpTally(inits, inits)],
             "copy": [OpTally(copies, copies)],

@@ -78,6 +78,7 @@ void merge_factors(const Running* own, const Running& next) {
     sub_binary_tile_init();
     sub_binary_tile(0, 2, 0);
     sub_binary_tile(1, 2, 1);
+    sfpu_forget();  // this kernel's SFPU inits are its own (untracked): exp_block makes its init
     exp_block<accurate_exp>(2);
     hand_to_packer();
     pack_tiles_to(cb_alpha, 0, 2);

@@ -10,8 +10,8 @@
 //   SFPU_UNARY_CALL / SFPU_BINARY_CALL macro on the faces of VECTOR_MODE, instead of the *_tile call.
 //   SFPU_ITERATIONS=<1..8> (default 8): the vector steps per face of OP_EXP, OP_MAX (LLK_CALL) and the
 //   LLK_CALL ops.
-//   OTHER_INIT=<init call> (OP_MAX, OP_ADDCMUL, OP_ADD_B, OP_SUB_B, OP_MUL_B): run the op after this SFPU init
-//   instead of its own (which inits serve which ops).
+//   OTHER_INIT=<init call> (OP_EXP, OP_MAX, OP_ADDCMUL, OP_ADD_B, OP_SUB_B, OP_MUL_B): run the op after this SFPU
+//   init instead of its own (which inits serve which ops); PRE_INIT=<init call> (OP_EXP): an init made before it.
 // Compile-time args: tiles, DST index d.
 #include <cstdint>
 
@@ -83,7 +83,10 @@ void kernel_main() {
         exp_tile<true>(d);
 #endif
 #if defined(OP_EXP)
-        exp_tile_init<exp_approx>();
+#ifdef PRE_INIT
+        PRE_INIT;
+#endif
+        OP_INIT(exp_tile_init<exp_approx>);
 #ifdef EXP_SCALE
         exp_tile<exp_approx, true>(d, VectorMode::VECTOR_MODE, EXP_SCALE);
 #else

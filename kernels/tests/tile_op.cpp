@@ -15,7 +15,8 @@
 // PACK_UNWRITTEN (packs DST index d + 1, never written), SKIP_HW_STARTUP (binary ops without
 // compute_kernel_hw_startup: the unpacker formats are never configured).
 // MUL_ONTO_COPY (with OP_MUL): copies in0 into the DST tile first, then mul_tiles into the same tile.
-// SFPU binary faults: WRONG_SFPU_INIT (the op runs under exp_tile_init), SKIP_SECOND_COPY (in1 never
+// SFPU binary faults: WRONG_SFPU_INIT (the op runs under the approximate exp's init, which also programs
+// SFPLOADMACRO templates and the replay buffer; the accurate exp's would serve it), SKIP_SECOND_COPY (in1 never
 // reaches DST d + 1, so the op reads a tile with no data).
 #include <cstdint>
 
@@ -96,7 +97,7 @@ void kernel_main() {
         copy_tile(in1, 0, d + 1);
 #endif
 #if defined(WRONG_SFPU_INIT)
-        exp_tile_init();
+        exp_tile_init<true>();
 #elif defined(OP_ADD_BINARY)
         add_binary_tile_init();
 #elif defined(OP_SUB_BINARY)

@@ -410,9 +410,48 @@ def test_the_binary_sfpu_inits_and_addcmuls_leave_one_state_that_serves_all_four
 
 
 # binary_max_tile_init also sets ADDR_MOD_6 (the max's SFPSTORE advances by it; ckernel_sfpu_binary_max_min.h),
-# which the binary inits leave as the last FPU init set it; exp_tile_init programs its own constants.
+# which the binary inits leave as the last FPU init set it; the approximate exp's init also programs
+# SFPLOADMACRO templates and the replay buffer (ckernel_sfpu_exp.h exp_init).
 @pytest.mark.parametrize("op,other,api", [("max", "mul_binary_tile_init()", "binary_max_tile"),
-                                          ("mul_b", "exp_tile_init<false>()", "mul_binary_tile")])
+                                          ("mul_b", "exp_tile_init<true>()", "mul_binary_tile")])
 def test_an_sfpu_op_after_an_init_of_another_state_is_refused(op, other, api):
     with pytest.raises(KernelError, match=f"{api}: the SFPU is configured by"):
         run_program(_program(op, [_tile(B_IN), _tile(B_IN2)], True, {"OTHER_INIT": other}))
+
+
+# The accurate exp's init (exp_tile_init<false>: llk_math_eltwise_unary_sfpu_init<exponential>, then
+# sfpu::exp_init) runs the binary family's three steps (_init_sfpu_config_reg, ADDR_MOD_7 without
+# increments, reset_counters; exponential sets no ADDR_MOD_6: llk_math_eltwise_unary_sfpu.h) and then only
+# programs LReg[12..14] (sfpu_reciprocal_init<false> with an fp32 DST, exp_21f's constants with a 16-bit
+# one: ckernel_sfpu_exp.h), which the binary family's inits and ops neither write nor read.
+@pytest.mark.parametrize("fp32_dst", DSTS)
+@pytest.mark.parametrize("op", ["add_b", "sub_b", "mul_b"])
+def test_the_accurate_exps_init_serves_the_binary_sfpu_ops(op, fp32_dst):
+    _, own = run_sfpu(op, [B_IN, B_IN2], fp32_dst)
+    _, got = run_sfpu(op, [B_IN, B_IN2], fp32_dst, {"OTHER_INIT": "exp_tile_init<false>()"})
+    assert_bits_equal(got, own, np.asarray(B_IN, np.float32).reshape(32, 32))
+
+
+@pytest.mark.parametrize("fp32_dst", DSTS)
+def test_an_accurate_exp_runs_under_the_binary_state_while_lreg_12_to_14_keep_its_constants(fp32_dst):
+    _, own = run_sfpu("exp", [B_IN], fp32_dst)
+    _, got = run_sfpu("exp", [B_IN], fp32_dst, {"PRE_INIT": "exp_tile_init<false>()",
+                                                "OTHER_INIT": "sub_binary_tile_init()"})
+    assert_bits_equal(got, own, np.asarray(B_IN, np.float32).reshape(32, 32))
+
+
+@pytest.mark.parametrize("defines,message", [
+    # no exp init since the kernel started: LReg[12..14] hold no exp constants
+    ({"OTHER_INIT": "sub_binary_tile_init()"}, r"exp_tile: LReg\[12..14\] hold the constants programmed by \(no init\)"),
+    # a log init since the exp's: its constants replaced the exp's
+    ({"PRE_INIT": "exp_tile_init<false>(); log_tile_init()", "OTHER_INIT": "sub_binary_tile_init()"},
+     r"exp_tile: LReg\[12..14\] hold the constants programmed by log_tile_init"),
+    # the approximate exp needs its own init (templates, replay buffer)
+    ({"EXP_APPROX": "1", "PRE_INIT": "exp_tile_init<true>()", "OTHER_INIT": "sub_binary_tile_init()"},
+     "exp_tile: the SFPU is configured by sub_binary_tile_init"),
+    # a recip init programs the same fp32 constants, but its state is not the binary family's
+    ({"OTHER_INIT": "recip_tile_init()"}, "exp_tile: the SFPU is configured by recip_tile_init"),
+])
+def test_an_exp_without_its_constants_or_state_is_refused(defines, message):
+    with pytest.raises(KernelError, match=message):
+        run_program(_program("exp", [_tile(B_IN)], True, defines))

@@ -46,8 +46,10 @@ struct ComputeState {
     int fpu = FPU_NONE, fpu_a = 0, fpu_b = 0;
     const char* fpu_init = "(no init)";
     int sfpu = SF_NONE, sfpu_param = 0;  // the SFPU init and its parameter (approx flag / format)
+    int sfpu_flags = 0;                  // the init's flags (sfpu::Flags: approx, fp32)
     const char* sfpu_init = "(no init)";
     sfpu::Consts sfpu_consts;  // LReg[12..14] as the last SFPU init programmed them
+    const char* consts_init = "(no init)";  // the init that programmed them
     // configured unpacker / packer formats: tt DataFormat values, + kUnpackToDest for a Float32 CB
     // unpacked straight to DST (its unpack format is Float32, not TF32)
     int srca = -1, srcb = -1, pack = -1;

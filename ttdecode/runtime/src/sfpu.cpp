@@ -137,9 +137,8 @@ using namespace sfpu;
 
 static int sfpu_init_of(int op) { return op >= SF_ADD_S && op <= SF_RSUB_S ? SF_SCALAR_INIT : op; }
 
-// The programmable constants each init leaves in LReg[12..14].
-static void program_constants(ComputeState& s, int op, int flags, uint32_t param) {
-    Consts& k = s.sfpu_consts;
+// The programmable constants each init leaves in LReg[12..14]; false when the init programs none.
+static bool program_constants(Consts& k, int op, int flags, uint32_t param) {
     const bool approx = flags & F_APPROX, fp32 = flags & F_FP32;
     if (op == SF_EXP) {
         if (approx) {  // exp_init, APPROXIMATION_MODE && CLAMP_NEGATIVE
@@ -169,7 +168,10 @@ static void program_constants(ComputeState& s, int op, int flags, uint32_t param
         k.c[0] = 0.693147182f * 1.19209290e-7f;
         k.c[1] = fp32 ? -0x1.00001ap-2f : 0x1.744p-2f;
         k.c[2] = fp32 ? 0x1.555572p-2f : -0x1.008p-1f;
+    } else {
+        return false;
     }
+    return true;
 }
 
 extern "C" void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* api) {
@@ -178,8 +180,9 @@ extern "C" void ttrt_sfpu_init(int op, int flags, uint32_t param, const char* ap
     ComputeState& s = cs(k);
     s.sfpu = op;
     s.sfpu_param = int(param);
+    s.sfpu_flags = flags;
     s.sfpu_init = api;
-    program_constants(s, op, flags, param);
+    if (program_constants(s.sfpu_consts, op, flags, param)) s.consts_init = api;
     count_init(k);
 }
 
@@ -194,8 +197,32 @@ static int sfpu_state_of(int init) {
     return init == SF_ADD_B || init == SF_SUB_B || init == SF_MUL_B || init == SF_ADDCMUL ? SF_MUL_B : init;
 }
 
-static void check_sfpu(ComputeState& s, int op, const char* api) {
+// The accurate exp's init (exp_tile_init<false>: llk_math_eltwise_unary_sfpu_init<exponential> then
+// sfpu::exp_init, ckernel_sfpu_exp.h) runs the binary family's three steps (_init_sfpu_config_reg,
+// ADDR_MOD_7 without increments, reset_counters; exponential sets no ADDR_MOD_6,
+// llk_math_eltwise_unary_sfpu.h) and then only programs LReg[12..14] (sfpu_reciprocal_init<false> with an
+// fp32 DST, exp_21f's two constants with a 16-bit one), which the binary family's inits and ops neither
+// write nor read. So that init serves the binary family's ops, and an accurate exp runs under the binary
+// family's state as well as its own, as long as LReg[12..14] still hold its constants. The approximate
+// exp's init also programs SFPLOADMACRO templates and the replay buffer: it keeps its own state.
+static bool accurate_exp_init(const ComputeState& s) { return s.sfpu == SF_EXP && !(s.sfpu_flags & F_APPROX); }
+
+static void check_sfpu(ComputeState& s, int op, int flags, const char* api) {
+    if (op == SF_EXP && !(flags & F_APPROX)) {
+        if (!accurate_exp_init(s) && sfpu_state_of(s.sfpu) != SF_MUL_B) {
+            fail(std::string(api) + ": the SFPU is configured by " + s.sfpu_init + " (call this op's init first)");
+        }
+        Consts want;
+        program_constants(want, SF_EXP, flags & F_FP32, 0);
+        const Consts& have = s.sfpu_consts;
+        if (have.c[0] != want.c[0] || have.c[1] != want.c[1] || have.c[2] != want.c[2]) {
+            fail(std::string(api) + ": LReg[12..14] hold the constants programmed by " + s.consts_init +
+                 ", not this exp's (call exp_tile_init first)");
+        }
+        return;
+    }
     if (sfpu_state_of(s.sfpu) == sfpu_state_of(sfpu_init_of(op))) return;
+    if (sfpu_state_of(sfpu_init_of(op)) == SF_MUL_B && accurate_exp_init(s)) return;
     fail(std::string(api) + ": the SFPU is configured by " + s.sfpu_init + " (call this op's init first)");
 }
 
@@ -305,7 +332,7 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
-    check_sfpu(s, op, api);
+    check_sfpu(s, op, flags, api);
     float* t = dst_tile(k, s, idst, api);
     check_defined(s, idst, api);
     const Lanes lanes = lanes_of(vector_mode, flags, api);
@@ -340,7 +367,7 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
-    check_sfpu(s, op, api);
+    check_sfpu(s, op, flags, api);
     float* a = dst_tile(k, s, i0, api);
     float* b = dst_tile(k, s, i1, api);
     float* out = dst_tile(k, s, o, api);
@@ -369,7 +396,7 @@ extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2,
     Kernel& k = cur();
     ComputeState& s = cs(k);
     check_regs(k, s, REGS_ACQUIRED, api);
-    check_sfpu(s, op, api);
+    check_sfpu(s, op, flags, api);
     if (op != SF_ADDCMUL) fail("sfpu ternary op " + std::to_string(op) + " is not modelled");
     float* a = dst_tile(k, s, i0, api);
     float* b = dst_tile(k, s, i1, api);
