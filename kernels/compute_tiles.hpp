@@ -199,10 +199,12 @@ inline void rescaled_plus_factor(uint32_t cb_l, uint32_t l_tile, uint32_t cb_fac
     copy_to_dst(cb_l, l_tile, 0);
     copy_to_dst(cb_factors, 0, 1);
     copy_to_dst(cb_factors, 1, 2);
-    sfpu_init(SfpuInit::mul, [] { mul_binary_tile_init(); });
+    // its own inits, untracked: its callers (the combine kernel among them) make SFPU inits of their own
+    mul_binary_tile_init();
     mul_binary_tile(0, 1, 0);
-    sfpu_init(SfpuInit::add, [] { add_binary_tile_init(); });  // served by the multiply's state (one family)
+    add_binary_tile_init();
     add_binary_tile(0, 2, 0);
+    sfpu_forget();
 }
 
 }  // namespace flash_decode
