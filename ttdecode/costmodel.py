@@ -530,23 +530,50 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
             "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}
 
 
+def _exp_op(fp32_dest_acc_en: bool) -> str:
+    """The softmax exp our kernels run: the fp32-accurate one with an fp32 DST, else exp_21f (bf16)."""
+    return "exp" if fp32_dest_acc_en else "exp_bf16"
+
+
 def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
                      fidelity: str, c: CostConstants, head_rows: int, running: bool) -> float:
     """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
-    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
-    return sum(_sum_ops(chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, exp, head_rows, running=running),
-                        fidelity, c).values())
+    ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running)
+    return sum(_sum_ops(ops, fidelity, c).values())
 
 
 def _round_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str, hops: int,
                   c: CostConstants, head_rows: int) -> float:
     """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row), the
     semaphore handshake and one merge (merge_ops)."""
-    exp = "exp" if fp32_dest_acc_en else "exp_bf16"
-    merge = sum(_sum_ops(merge_ops(q_tiles, dv_tiles, exp, head_rows, dst_tiles), fidelity, c).values())
+    ops = merge_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, dst_tiles)
+    merge = sum(_sum_ops(ops, fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 4096
     return (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
             + c.semaphore_handshake_cycles + merge)
+
+
+@dataclass(frozen=True)
+class _SplitCosts:
+    """The closed-form prices the split's choices weigh (key_row_pieces, tile_pieces), in cycles."""
+
+    tile: float   # one more key tile of a running chunk (chunk_tile_ops)
+    chunk: float  # a running chunk's fixed work (chunk_ops)
+    round: float  # one tree round (_round_cycles)
+    margin: float  # 1 + split_compute_margin
+
+    def piece(self, tiles: int, chunk_tiles: int) -> float:
+        """A piece of `tiles` key tiles in chunks of at most `chunk_tiles`, with the compute margin."""
+        return (tiles * self.tile + -(-tiles // chunk_tiles) * self.chunk) * self.margin
+
+
+def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
+                 hops: int, c: CostConstants, head_rows: int) -> _SplitCosts:
+    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows), fidelity, c).values())
+    return _SplitCosts(
+        tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True),
+        chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows),
+        margin=1 + c.split_compute_margin)
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
@@ -556,8 +583,8 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
     costs one round, so pieces below f tiles are not worth their round. Depends on the config only
-    (batch invariant). `fidelity` HiFi2 (the plan does not know the compute settings; tt-metal's and
-    Llama's default); `hops` a typical parent-child distance on the grid."""
+    (batch invariant). `fidelity`: the call's (make_plan's math_fidelity; HiFi2, tt-metal's and
+    Llama's default, when none is given); `hops` a typical parent-child distance on the grid."""
     # a piece of f <= 8 tiles is one chunk with no running set
     tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False)
     round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
@@ -588,19 +615,14 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
 
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
-    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True)
-    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, "exp" if fp32_dest_acc_en else "exp_bf16", head_rows),
-                         fidelity, c).values())
-    rnd = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
     bank_rate = c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency
     floor = num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes / banks / bank_rate
     best: tuple[tuple[float, float], int] | None = None
     for p in range(banks, max_pieces + 1, banks):
         busiest = -(-(num_kv_heads * p) // (banks * per_bank_cores))
-        n = -(-seq_tiles // p)  # key tiles of a piece, in chunks of at most chunk_tiles
-        piece = n * tile + -(-n // chunk_tiles) * chunk
-        compute = busiest * piece * (1 + c.split_compute_margin)
-        key = (max(compute, floor) + tree_rounds(p) * rnd, compute)
+        compute = busiest * costs.piece(-(-seq_tiles // p), chunk_tiles)
+        key = (max(compute, floor) + tree_rounds(p) * costs.round, compute)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:
@@ -626,10 +648,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     length, never on the batch (batch invariance)."""
     from ttdecode.plan import tree_rounds
 
-    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True)
-    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, "exp" if fp32_dest_acc_en else "exp_bf16", head_rows),
-                         fidelity, c).values())
-    rnd = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
     best: tuple[tuple[float, float, int], int] | None = None
@@ -637,10 +656,10 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
         used = min(p, max(1, seq_tiles // max(1, floor_tiles)))
         busiest = -(-(num_kv_heads * used) // max(1, cores))
         n = -(-seq_tiles // used)
-        chunks = -(-n // chunk_tiles)
-        compute = busiest * (n * tile + chunks * chunk) * (1 + c.split_compute_margin)
-        reader = busiest * (n * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles)
-        key = (max(compute, reader, floor) + tree_rounds(used) * rnd, compute, p)
+        compute = busiest * costs.piece(n, chunk_tiles)
+        reader = busiest * (n * key_bytes / c.core_read_plateau_bytes_per_cycle
+                            + -(-n // chunk_tiles) * c.dram_latency_cycles)
+        key = (max(compute, reader, floor) + tree_rounds(used) * costs.round, compute, p)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:

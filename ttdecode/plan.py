@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ttdecode.formats import DataType
-from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord
+from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord, MathFidelity
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
@@ -548,8 +548,9 @@ def make_plan(
     if mla and head_dim_v > head_dim:
         raise PlanError(f"head_dim_v: expected <= head_dim={head_dim} with mla (V = K[..., :head_dim_v]), "
                         f"got {head_dim_v}")
-    if not isinstance(math_fidelity, str) or math_fidelity not in ("LoFi", "HiFi2", "HiFi3", "HiFi4"):
-        raise PlanError(f"math_fidelity: expected one of ['LoFi', 'HiFi2', 'HiFi3', 'HiFi4'], got {math_fidelity!r}")
+    fidelities = [f.value for f in MathFidelity]
+    if not isinstance(math_fidelity, str) or math_fidelity not in fidelities:
+        raise PlanError(f"math_fidelity: expected one of {fidelities}, got {math_fidelity!r}")
     if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
         raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
     if k_chunk_size:
@@ -628,6 +629,11 @@ def make_plan(
     q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
+    # what the cost model's split choices need of the shape (split floor, tile and key_row pieces)
+    shape = dict(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                 fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows)
+    kv = dict(kv_tile_bytes=_TILE_BYTES[kv_dtype],
+              kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
     if fixed:
         floor = 1
     elif min_chunk_tiles is not None:
@@ -635,9 +641,7 @@ def make_plan(
     else:
         from ttdecode.costmodel import split_floor_tiles  # the model imports this module
 
-        floor = split_floor_tiles(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity,
-                                  head_rows=head_rows)
+        floor = split_floor_tiles(**shape)
     if key_row_pieces is not None and kv_pages != "key_row":
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")
@@ -653,12 +657,7 @@ def make_plan(
             pieces = key_row_pieces
         else:
             pieces = model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
-                                  q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                  kv_tile_bytes=_TILE_BYTES[kv_dtype],
-                                  kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE),
-                                  chunk_tiles=fixed if fixed else DYNAMIC_CHUNK_MAX_TILES,
-                                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity,
-                                  head_rows=head_rows)
+                                  chunk_tiles=fixed if fixed else DYNAMIC_CHUNK_MAX_TILES, **shape, **kv)
     elif kv_pages == "tile":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
         if not fixed and min_chunk_tiles is None:
@@ -666,11 +665,7 @@ def make_plan(
             from ttdecode.costmodel import tile_pieces  # the model imports this module
 
             pieces = tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
-                                 floor_tiles=floor, q_tiles=q_tiles, d_tiles=head_dim // TILE,
-                                 dv_tiles=head_dim_v // TILE, kv_tile_bytes=_TILE_BYTES[kv_dtype],
-                                 kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE),
-                                 chunk_tiles=DYNAMIC_CHUNK_MAX_TILES, fp32_dest_acc_en=fp32_dest_acc_en,
-                                 dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows)
+                                 floor_tiles=floor, chunk_tiles=DYNAMIC_CHUNK_MAX_TILES, **shape, **kv)
     else:
         raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
     rounds = tree_rounds(pieces)
