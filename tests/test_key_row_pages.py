@@ -183,9 +183,9 @@ def test_key_row_refuses_what_it_cannot_run() -> None:
         SDPAProgramConfig(kv_pages="key_row", max_cores_per_head_batch=16).to_ttnn()
 
 
-def test_the_key_row_memory_config_is_ttnn_nd_sharding_over_the_dram_banks() -> None:
-    import ttnn
-
+def test_the_key_row_memory_config_is_ttnn_nd_sharding_over_the_dram_banks(ttnn) -> None:
+    # ttnn through the session fixture (the mock cluster descriptor): a bare import before it would leave
+    # ttnn without one, and later tests' ttnn.from_torch would find no chips
     from ttdecode.device import DeviceError, check_key_row_memory_config, key_row_memory_config
 
     mem = key_row_memory_config(ttnn, 128)
