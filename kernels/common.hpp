@@ -45,8 +45,9 @@ constexpr uint32_t TILE = 32;
 constexpr uint32_t FACE = 16;
 // Deepest merge tree (64 pieces per work); one semaphore per tree height level.
 constexpr uint32_t MAX_ROUNDS = 6;
-// Dynamic chunks (k_chunk_size 0) are at most this many tiles.
-constexpr uint32_t DYNAMIC_CHUNK_MAX_TILES = 8;
+// Dynamic chunks (k_chunk_size 0) of up to this many tiles may hold a whole piece; larger ones (up to
+// the plan's chunk_cap) only where a piece takes at least two (plan.SMALL_CHUNK_TILES).
+constexpr uint32_t SMALL_CHUNK_TILES = 8;
 
 // ---- chunk arithmetic (plan.valid_tiles / chunk_tiles_for / piece_range) ------------------------
 
@@ -77,24 +78,35 @@ inline uint32_t pow2ceil(uint32_t x) {
     return p;
 }
 
-// Chunk size in tiles: the fixed one, or (dynamic) the power of two >= max(T / pieces,
-// min_chunk_tiles), capped at 8. min_chunk_tiles is the plan's split floor (plan.min_chunk_tiles:
-// fewer pieces get keys when one more merge round would cost more than it saves).
-inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0,
-                                uint32_t min_chunk_tiles = 1) {
+// A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
+// min_chunk_tiles); up to SMALL_CHUNK_TILES c holds the piece, above it c / 2 (two chunks, so the
+// second one's read overlaps the first one's compute), at least SMALL_CHUNK_TILES and at most chunk_cap.
+inline uint32_t dynamic_chunk_tiles(uint32_t per_piece, uint32_t min_chunk_tiles, uint32_t chunk_cap) {
+    const uint32_t c = pow2ceil(per_piece > min_chunk_tiles ? per_piece : min_chunk_tiles);
+    if (c <= SMALL_CHUNK_TILES) {
+        return c;
+    }
+    const uint32_t half = c / 2 > SMALL_CHUNK_TILES ? c / 2 : SMALL_CHUNK_TILES;
+    return half < chunk_cap ? half : chunk_cap;
+}
+
+// Chunk size in tiles: the fixed one, or (dynamic) dynamic_chunk_tiles of ceil(T / pieces), with the
+// plan's split floor min_chunk_tiles (fewer pieces get keys when one more merge round would cost more
+// than it saves) and cap chunk_cap (plan.chunk_cap).
+inline uint32_t chunk_tiles_for(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window,
+                                uint32_t min_chunk_tiles, uint32_t chunk_cap) {
     if (fixed_chunk_tiles > 0) {
         return fixed_chunk_tiles;
     }
     const uint32_t t = valid_tiles(cur_pos, window);
     const uint32_t per_piece = t ? (t + pieces - 1) / pieces : 1;
-    const uint32_t c = pow2ceil(per_piece > min_chunk_tiles ? per_piece : min_chunk_tiles);
-    return c < DYNAMIC_CHUNK_MAX_TILES ? c : DYNAMIC_CHUNK_MAX_TILES;
+    return dynamic_chunk_tiles(per_piece, min_chunk_tiles, chunk_cap);
 }
 
 // Chunks of a user: ceil(T / chunk).
-inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window = 0,
-                           uint32_t min_chunk_tiles = 1) {
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles);
+inline uint32_t num_chunks(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t window,
+                           uint32_t min_chunk_tiles, uint32_t chunk_cap) {
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap);
     return (valid_tiles(cur_pos, window) + c - 1) / c;
 }
 
@@ -124,7 +136,7 @@ constexpr uint32_t DRAM_BANKS = 12;
 // of the sequence, not of the window). p' = min(pieces, max(1, T / floor)), floor = the fixed chunk, else
 // the split floor (min_chunk_tiles), rounded down to a multiple of 12 from 12 on: with key-row pages
 // dealt round robin over the 12 DRAM banks all of a piece's tiles then sit in one bank. Chunks are runs
-// of consecutive tiles of the piece, of the dynamic size pow2ceil(max(T / p', floor)) capped at 8.
+// of consecutive tiles of the piece, of the dynamic size dynamic_chunk_tiles(T / p', floor, chunk_cap).
 inline uint32_t cyclic_pieces(uint32_t t, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t min_chunk_tiles) {
     const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
     const uint32_t by_floor = t / floor > 1 ? t / floor : 1;
@@ -134,10 +146,10 @@ inline uint32_t cyclic_pieces(uint32_t t, uint32_t fixed_chunk_tiles, uint32_t p
 }
 
 inline PieceRange cyclic_piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                                     uint32_t window, uint32_t min_chunk_tiles) {
+                                     uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap) {
     const uint32_t t = valid_tiles(cur_pos, window);
     const uint32_t used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles);
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles);
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap);
     PieceRange r{0, 0, c, 0, 0, used};
     if (t == 0 || index >= used) {
         return r;
@@ -153,12 +165,12 @@ inline PieceRange cyclic_piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles
 // end, the first n % pieces of them one chunk more than the others (`cyclic`: cyclic_piece_range). Chunks count from the first
 // attended tile, so with a sliding window the pieces cover exactly the window's tiles.
 inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                              uint32_t window = 0, uint32_t min_chunk_tiles = 1, bool cyclic = false) {
+                              uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap) {
     if (cyclic) {
-        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles);
+        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap);
     }
     const uint32_t t = valid_tiles(cur_pos, window);
-    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles);
+    const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap);
     const uint32_t n = (t + c - 1) / c;
     const uint32_t base = n / pieces;
     const uint32_t extra = n % pieces;
@@ -259,12 +271,12 @@ inline bool row_attends(int32_t cur_pos, uint32_t window, uint32_t tokens, uint3
 // A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in
 // index order; cyclic: below the pieces that get keys), so empty pieces only ever have empty children.
 inline bool piece_has_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                           uint32_t window = 0, uint32_t min_chunk_tiles = 1, bool cyclic = false) {
+                           uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap) {
     if (cyclic) {
         const uint32_t t = valid_tiles(cur_pos, window);
         return t > 0 && index < cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles);
     }
-    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles) && index < pieces;
+    return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap) && index < pieces;
 }
 
 // ---- the binomial merge tree (plan.tree_children / tree_parent) ---------------------------------
@@ -291,11 +303,12 @@ inline uint32_t tree_parent(uint32_t index) { return index & (index - 1); }
 
 // Children of `index` that hold chunks for this user (each sends exactly one partial).
 inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                                   uint32_t window = 0, uint32_t min_chunk_tiles = 1, bool cyclic = false) {
+                                   uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap) {
     uint32_t count = 0;
     for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
         if (tree_has_child(index, r, pieces) &&
-            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window, min_chunk_tiles, cyclic)) {
+            piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window, min_chunk_tiles, cyclic,
+                           chunk_cap)) {
             ++count;
         }
     }

@@ -87,6 +87,7 @@ constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new to
 // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
 constexpr uint32_t window = span_window(token_window, tokens);
 constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
+constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");  // largest dynamic chunk (plan.chunk_cap)
 constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
 // 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
 // of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
@@ -868,7 +869,7 @@ void kernel_main() {
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const int32_t cur_pos = (int32_t)read_tile_value(cb_pos_compute, 0, user);
         const PieceRange range =
-            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split);
+            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split, chunk_cap);
         const uint32_t height = tree_height(index, pieces_per_work);
 
         if (range.empty()) {
@@ -890,7 +891,7 @@ void kernel_main() {
         // The root with no child holding keys and no sink finishes inside its last chunk.
         const bool fold = index == 0 && !has_sink &&
                           children_with_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
-                                             min_chunk_tiles, cyclic_split) == 0;
+                                             min_chunk_tiles, cyclic_split, chunk_cap) == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
@@ -915,7 +916,7 @@ void kernel_main() {
             uint32_t with_work = 0;  // bit r: the child of round r has keys
             for (uint32_t r = 0; r < height; ++r) {
                 if (piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index + (1u << r), window,
-                                   min_chunk_tiles, cyclic_split)) {
+                                   min_chunk_tiles, cyclic_split, chunk_cap)) {
                     with_work |= 1u << r;
                 }
             }

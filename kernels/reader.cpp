@@ -143,6 +143,7 @@ void kernel_main() {
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
+    constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");  // largest dynamic chunk (plan.chunk_cap)
     constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
     // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_pages "key_row":
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
@@ -226,7 +227,7 @@ void kernel_main() {
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const int32_t cur_pos = positions[user];
         const PieceRange range =
-            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split);
+            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split, chunk_cap);
         if (range.empty()) {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }

@@ -80,6 +80,7 @@ void kernel_main() {
     constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");        // new tokens per user (multi-token decode)
     constexpr uint32_t batch = get_named_compile_time_arg_val("batch");
     constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
+    constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");  // largest dynamic chunk (plan.chunk_cap)
     constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
@@ -127,7 +128,7 @@ void kernel_main() {
         const uint32_t height = tree_height(index, pieces_per_work);
         if (height > 0) {
             expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window,
-                                                                 min_chunk_tiles, cyclic_split);
+                                                                 min_chunk_tiles, cyclic_split, chunk_cap);
         }
     }
     bool level_arrived[MAX_ROUNDS] = {false};
@@ -141,7 +142,7 @@ void kernel_main() {
         const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
         const int32_t cur_pos = positions[user];
         const PieceRange range =
-            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split);
+            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split, chunk_cap);
         const bool has_work = !range.empty();
         const uint32_t height = tree_height(index, pieces_per_work);
         const bool is_root = index == 0;

@@ -135,7 +135,9 @@ def _one_piece_compute(pos: int, s: int = 256, d: int = 64):
     q = from_torch(torch.randn(1, b, nh, d, generator=g))
     k = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
     v = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
-    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[pos], grid=(1, 1))
+    # chunks of at most 8 tiles, the size the per-chunk closed forms are read off
+    plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[pos], grid=(1, 1),
+                     chunk_cap=8)
     _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125,
                                     compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     works, _, _ = work_from_counters(plan, result.counters)

@@ -52,16 +52,19 @@ _DRIVER = textwrap.dedent(
         for (int pos = -1; pos < 1100; pos += (pos < 100 ? 1 : 53)) {
             for (unsigned fixed : fixed_sizes) {
             for (unsigned floor : {1u, 4u}) {  // the split floor applies to dynamic chunks only
-                if (fixed && floor > 1) continue;
+            for (unsigned cap : {8u, 16u, 32u}) {  // so does the cap
+                if (fixed && (floor > 1 || cap > 8)) continue;
                 for (unsigned pieces : {1u, 2u, 3u, 5u, 7u, 8u, 16u, 33u, 64u}) {
                     for (unsigned i = 0; i < pieces; ++i) {
-                        PieceRange r = piece_range(pos, fixed, pieces, i, window, floor);
-                        std::printf("%d %u %u %u %u %u %u %u %u %u %u %u %u %u\\n", pos, fixed, pieces, i,
+                        PieceRange r = piece_range(pos, fixed, pieces, i, window, floor, false, cap);
+                        std::printf("%d %u %u %u %u %u %u %u %u %u %u %u %u %u %u\\n", pos, fixed, pieces, i,
                                     r.first_chunk, r.num_chunks, r.chunk_tiles, r.first_tile, r.num_tiles,
                                     tree_height(i, pieces), i ? tree_parent(i) : 0u,
-                                    children_with_work(pos, fixed, pieces, i, window, floor), window, floor);
+                                    children_with_work(pos, fixed, pieces, i, window, floor, false, cap), window,
+                                    floor, cap);
                     }
                 }
+            }
             }
             }
         }
@@ -89,21 +92,21 @@ def common_hpp_table(tmp_path_factory: pytest.TempPathFactory) -> list[list[int]
 
 def test_common_hpp_chunk_ranges_equal_plan_piece_range(common_hpp_table: list[list[int]]) -> None:
     assert len(common_hpp_table) > 10_000
-    for pos, fixed, pieces, i, first_chunk, count, c, first_tile, ntiles, *_, window, floor in common_hpp_table:
-        r = piece_range(pos, fixed, pieces, i, window, floor)
+    for pos, fixed, pieces, i, first_chunk, count, c, first_tile, ntiles, *_, window, floor, cap in common_hpp_table:
+        r = piece_range(pos, fixed, pieces, i, window, floor, chunk_cap=cap)
         assert (r.num_chunks, r.chunk_tiles, r.num_tiles) == (count, c, ntiles), (pos, fixed, pieces, i)
         if count:
             assert (r.first_chunk, r.first_tile) == (first_chunk, first_tile), (pos, fixed, pieces, i)
 
 
 def test_common_hpp_tree_equals_plan_tree_and_counts_children_with_work(common_hpp_table: list[list[int]]) -> None:
-    for pos, fixed, pieces, i, _, _, _, _, _, height, parent, with_work, window, floor in common_hpp_table:
+    for pos, fixed, pieces, i, _, _, _, _, _, height, parent, with_work, window, floor, cap in common_hpp_table:
         children = tree_children(i, pieces)
         assert height == len(children), (pieces, i)
         if i:
             assert parent == tree_parent(i)[1], (pieces, i)
         expected = sum(1 for _, child in children
-                       if not piece_range(pos, fixed, pieces, child, window, floor).empty)
+                       if not piece_range(pos, fixed, pieces, child, window, floor, chunk_cap=cap).empty)
         assert with_work == expected, (pos, fixed, pieces, i)
 
 

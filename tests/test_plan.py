@@ -11,6 +11,7 @@ import pytest
 from ttdecode.formats import DataType
 from ttdecode.plan import (
     PlanError,
+    dynamic_chunk_tiles,
     format_plan,
     make_plan,
     piece_range,
@@ -73,13 +74,16 @@ def test_llama_8b_n150_single_user_can_use_every_core_with_eight_pieces_per_head
 
 def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_saves() -> None:
     """Llama-3.1-8B on an N150, B 1: at 1K keys 8 KV heads x 4 pieces of 8 key tiles sit on the interleaved
-    DRAM floor of one user, so 8 pieces would only add a tree round; at 32K 4 pieces would leave the
-    busiest core's compute within the model's 10% margin of the floor (split_compute_margin), so the
-    split keeps 8. One KV head (T3K 4q/1kv, 32K) spreads over 32 of the 64 cores allowed. None of it
-    depends on the batch."""
+    DRAM floor of one user, so 8 pieces would only add a tree round; at 32K, in chunks of 8 key tiles, 4
+    pieces would leave the busiest core's compute within the model's 10% margin of the floor
+    (split_compute_margin), so the split keeps 8; in the plan's chunks of 16 (D 128, bfloat8_b: chunk_cap
+    16) a key tile costs less and 4 pieces clear the margin. One KV head (T3K 4q/1kv, 32K) spreads over 32
+    of the 64 cores allowed. None of it depends on the batch."""
     short = [make_plan(batch=b, seq_len=1024, cur_pos=[1023] * b, **LLAMA8B) for b in (1, 4)]
     assert {p.pieces_per_work for p in short} == {4} and short[0].rounds == 2
-    assert make_plan(batch=1, seq_len=32768, cur_pos=[32767], **LLAMA8B).pieces_per_work == 8
+    assert make_plan(batch=1, seq_len=32768, cur_pos=[32767], chunk_cap=8, **LLAMA8B).pieces_per_work == 8
+    long = make_plan(batch=1, seq_len=32768, cur_pos=[32767], **LLAMA8B)
+    assert (long.chunk_cap, long.pieces_per_work) == (16, 4)
     t3k = [make_plan(batch=b, num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767] * b,
                      max_cores_per_head_batch=64) for b in (1, 2)]
     assert {p.pieces_per_work for p in t3k} == {32}
@@ -287,3 +291,57 @@ def test_q_is_double_buffered_only_when_a_core_runs_several_pieces_and_it_fits()
     fits = make_plan(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=1024, head_dim=128, cur_pos=[1000] * 16,
                      l1_bytes_per_core=tight)
     assert q_pages(fits) == 4 and fits.l1_bytes_per_core <= tight
+
+
+# ---- dynamic chunks above 8 tiles ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("per_piece, cap, chunk", [
+    (1, 32, 1), (5, 32, 8), (8, 32, 8), (9, 32, 8), (16, 32, 8), (17, 32, 16), (32, 32, 16), (33, 32, 32),
+    (64, 32, 32), (1000, 32, 32), (33, 16, 16), (1000, 16, 16), (17, 8, 8), (1000, 8, 8)])
+def test_a_dynamic_chunk_above_8_tiles_is_half_the_pieces_power_of_two_up_to_the_cap(per_piece, cap, chunk) -> None:
+    """Up to 8 tiles a chunk holds the whole piece (the power of two at or above it); above 8 a piece takes
+    at least two chunks (half its power of two), never more tiles than the cap."""
+    assert dynamic_chunk_tiles(per_piece, 1, cap) == chunk
+
+
+def test_the_split_floor_still_sets_the_smallest_dynamic_chunk() -> None:
+    assert dynamic_chunk_tiles(3, 4, 32) == 4 and dynamic_chunk_tiles(1, 8, 16) == 8
+
+
+@pytest.mark.parametrize("d, kv, attn_mask, cap", [
+    # chunk-sized CBs: K and V slots 2 x c x D/32 tiles each, scores and probabilities c x 4096 B each,
+    # attn_mask rows 2 x c x 2048 B; budget 576 KiB
+    (64, DataType.bfloat8_b, False, 32),   # c 32: 2*32*2*1088*2 + 2*32*4096 = 528 KiB
+    (64, DataType.bfloat8_b, True, 16),    # c 32 + mask 128 KiB = 656 KiB; c 16: 328 KiB
+    (128, DataType.bfloat8_b, False, 16),  # c 32: 800 KiB; c 16: 2*16*4*1088*2 + 2*16*4096 = 400 KiB
+    (128, DataType.bfloat16, False, 8),    # c 16: 2*16*4*2048*2 + 128 KiB = 640 KiB
+    (256, DataType.bfloat8_b, False, 8),   # c 16: 2*16*8*1088*2 + 128 KiB = 672 KiB
+    (256, DataType.bfloat4_b, False, 16),  # c 16: 2*16*8*576*2 + 128 KiB = 416 KiB
+])
+def test_the_chunk_cap_is_the_largest_whose_chunk_buffers_fit_the_budget_whatever_the_batch(d, kv, attn_mask, cap) -> None:
+    for b in (1, 8):
+        plan = make_plan(batch=b, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=d, kv_dtype=kv,
+                         cur_pos=None if attn_mask else [8191] * b, is_causal=not attn_mask,
+                         attn_mask_batch=1 if attn_mask else 0, max_cores_per_head_batch=4)
+        assert plan.chunk_cap == cap and plan.max_chunk_tiles == cap
+
+
+def test_fixed_chunks_and_short_caches_keep_their_chunk() -> None:
+    fixed = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=64, cur_pos=[8191],
+                      k_chunk_size=256)
+    assert fixed.max_chunk_tiles == 8
+    short = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=320, head_dim=64, cur_pos=[319])
+    assert short.chunk_cap == 32 and short.max_chunk_tiles == 10
+
+
+@pytest.mark.parametrize("bad", [12, 4, 64, True, "16"])
+def test_a_chunk_cap_outside_the_plans_caps_is_refused(bad) -> None:
+    with pytest.raises(PlanError, match="chunk_cap: expected None or one of"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4095], chunk_cap=bad)
+
+
+def test_a_chunk_cap_with_fixed_chunks_is_refused() -> None:
+    with pytest.raises(PlanError, match="chunk_cap: applies to dynamic chunks only"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4095],
+                  chunk_cap=16, k_chunk_size=256)

@@ -562,9 +562,19 @@ class _SplitCosts:
     round: float  # one tree round (_round_cycles)
     margin: float  # 1 + split_compute_margin
 
-    def piece(self, tiles: int, chunk_tiles: int) -> float:
-        """A piece of `tiles` key tiles in chunks of at most `chunk_tiles`, with the compute margin."""
-        return (tiles * self.tile + -(-tiles // chunk_tiles) * self.chunk) * self.margin
+    def piece(self, tiles: int, chunk_tiles: int, fixed_chunk: bool = False) -> float:
+        """A piece of `tiles` key tiles, with the compute margin, in chunks of `chunk_tiles` (`fixed_chunk`)
+        or in the plan's dynamic chunks capped at `chunk_tiles` (plan.dynamic_chunk_tiles)."""
+        return (tiles * self.tile + piece_chunks(tiles, chunk_tiles, fixed_chunk) * self.chunk) * self.margin
+
+
+def piece_chunks(tiles: int, chunk_tiles: int, fixed_chunk: bool = False) -> int:
+    """Chunks of a piece of `tiles` key tiles: fixed chunks of `chunk_tiles`, or dynamic chunks capped
+    at `chunk_tiles` (plan.dynamic_chunk_tiles of the piece's length)."""
+    from ttdecode.plan import dynamic_chunk_tiles
+
+    chunk = chunk_tiles if fixed_chunk else dynamic_chunk_tiles(max(1, tiles), 1, chunk_tiles)
+    return -(-tiles // chunk)
 
 
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
@@ -596,15 +606,16 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
 
 def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, q_tiles: int, d_tiles: int,
                    dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
-                   fp32_dest_acc_en: bool = True,
+                   fixed_chunk: bool = False, fp32_dest_acc_en: bool = True,
                    dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32,
                    c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of kv_pages "key_row" (DecodePlan.pieces_per_work): the multiple of
     12 up to `max_pieces` that the model gives the shortest step for ONE user at the cache's length
     (`seq_tiles` key tiles), ties to fewer pieces. Its terms, in cycles:
     - the busiest core's compute: the bank's pieces (num_kv_heads x p / 12) dealt over its
-      cores // 12 cores, ceil(T / p) key tiles each (chunk_tile_ops) in chunks of at most
-      `chunk_tiles` (chunk_ops each), with the split's compute margin (split_compute_margin);
+      cores // 12 cores, ceil(T / p) key tiles each (chunk_tile_ops) in the plan's dynamic chunks
+      capped at `chunk_tiles` (chunk_ops each; `fixed_chunk`: chunks of `chunk_tiles`), with the
+      split's compute margin (split_compute_margin);
     - the bank floor: the user's K/V bytes over 12 banks at the bank-local rate;
     - the tree: tree_rounds(p) rounds (message, handshake, merge).
     The step is the slower of the first two plus the third; on a tie (the floor binds, the same
@@ -621,7 +632,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     best: tuple[tuple[float, float], int] | None = None
     for p in range(banks, max_pieces + 1, banks):
         busiest = -(-(num_kv_heads * p) // (banks * per_bank_cores))
-        compute = busiest * costs.piece(-(-seq_tiles // p), chunk_tiles)
+        compute = busiest * costs.piece(-(-seq_tiles // p), chunk_tiles, fixed_chunk)
         key = (max(compute, floor) + tree_rounds(p) * costs.round, compute)
         if best is None or key < best[0]:
             best = (key, p)
@@ -639,8 +650,8 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
     fewer pieces. Of p pieces, min(p, T // floor_tiles) get keys (the split floor); the terms, in cycles:
     - the busiest core's compute: ceil(num_kv_heads x p / cores) pieces of ceil(T / used) key tiles
-      (chunk_tile_ops) in chunks of at most `chunk_tiles` (chunk_ops each), with the split's compute
-      margin (split_compute_margin);
+      (chunk_tile_ops) in the plan's dynamic chunks capped at `chunk_tiles` (chunk_ops each), with the
+      split's compute margin (split_compute_margin);
     - its reader: those pieces' K/V at the per-core plateau, one DRAM latency per chunk;
     - the DRAM floor: the user's K/V over the 12 banks at the (fitted) interleaved efficiency;
     - the tree: tree_rounds(used) rounds (message, handshake, merge).
@@ -658,7 +669,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
         n = -(-seq_tiles // used)
         compute = busiest * costs.piece(n, chunk_tiles)
         reader = busiest * (n * key_bytes / c.core_read_plateau_bytes_per_cycle
-                            + -(-n // chunk_tiles) * c.dram_latency_cycles)
+                            + piece_chunks(n, chunk_tiles) * c.dram_latency_cycles)
         key = (max(compute, reader, floor) + tree_rounds(used) * costs.round, compute, p)
         if best is None or key < best[0]:
             best = (key, p)

@@ -236,6 +236,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         pieces_per_work=plan.pieces_per_work,      # pieces per (user, KV head)
         fixed_chunk_tiles=plan.fixed_chunk_tiles,  # 0 = dynamic chunks
         min_chunk_tiles=plan.min_chunk_tiles,      # split floor of dynamic chunks
+        chunk_cap=plan.chunk_cap,                  # largest dynamic chunk in tiles
         cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_pages "key_row")
         token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)

@@ -39,8 +39,19 @@ from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 TILE = 32
-#: Largest dynamic chunk, in tiles (k_chunk_size = 0).
-DYNAMIC_CHUNK_MAX_TILES = 8
+#: Dynamic chunks (k_chunk_size = 0) of up to this many tiles may hold a whole piece; larger ones (up
+#: to the plan's chunk_cap) only where a piece takes at least two of them, so that the reader's next
+#: chunk overlaps the compute of the first (dynamic_chunk_tiles). Also the largest split floor.
+SMALL_CHUNK_TILES = 8
+#: The caps of dynamic chunks the plan picks from (DecodePlan.chunk_cap): the largest whose
+#: chunk-sized buffers fit CHUNK_BUFFER_BUDGET.
+CHUNK_CAPS = (32, 16, 8)
+#: L1 bytes per core the chunk-sized buffers (K and V slots, scores, probabilities, attn_mask rows)
+#: may take when the plan picks a cap above SMALL_CHUNK_TILES: about 40% of a core's L1, leaving the
+#: rest to Q, the running sets and the partials a core receives.
+CHUNK_BUFFER_BUDGET = 576 * 1024
+#: The CBs whose size scales with the chunk (flash_decode_cbs names).
+CHUNK_SIZED_CBS = ("k", "v", "scores", "probs", "attn_mask")
 #: Most key tiles of a piece with a per-row mask (2 causal + 2 window tiles; common.hpp piece_masks).
 MAX_MASKED_TILES = 4
 
@@ -100,21 +111,32 @@ def valid_tiles(cur_pos: int, window: int = 0) -> int:
     return 0 if cur_pos < 0 else (cur_pos + TILE) // TILE - window_first_tile(cur_pos, window)
 
 
+def dynamic_chunk_tiles(per_piece: int, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> int:
+    """A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
+    min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece), above it
+    c / 2 (the piece takes two chunks, so its second chunk's read overlaps the first's compute), at
+    least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles)."""
+    c = _pow2ceil(max(per_piece, min_chunk_tiles))
+    if c <= SMALL_CHUNK_TILES:
+        return c
+    return min(chunk_cap, max(SMALL_CHUNK_TILES, c // 2))
+
+
 def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: int = 0,
-                    min_chunk_tiles: int = 1) -> int:
+                    min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> int:
     """Chunk size in tiles for a user at cur_pos.
 
     Fixed chunks (k_chunk_size > 0) are the config's. Dynamic chunks (fixed_chunk_tiles == 0)
-    spread the user's tiles over the pieces: the power of two >= max(T / p, min_chunk_tiles), capped
-    at DYNAMIC_CHUNK_MAX_TILES, so short contexts use few small chunks and long ones whole 256-key
-    chunks. min_chunk_tiles is the plan's split floor (DecodePlan.min_chunk_tiles): below it one
-    more merge round would cost more than the halved local work saves, so fewer pieces get keys.
+    spread the user's tiles over the pieces (dynamic_chunk_tiles of ceil(T / p)), so short contexts
+    use few small chunks and long ones chunks of `chunk_cap` tiles (DecodePlan.chunk_cap).
+    min_chunk_tiles is the plan's split floor (DecodePlan.min_chunk_tiles): below it one more merge
+    round would cost more than the halved local work saves, so fewer pieces get keys.
     """
     if fixed_chunk_tiles > 0:
         return fixed_chunk_tiles
     t = valid_tiles(cur_pos, window)
     per_piece = -(-t // pieces) if t else 1
-    return min(DYNAMIC_CHUNK_MAX_TILES, _pow2ceil(max(per_piece, min_chunk_tiles)))
+    return dynamic_chunk_tiles(per_piece, min_chunk_tiles, chunk_cap)
 
 
 @dataclass(frozen=True)
@@ -153,14 +175,14 @@ def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: 
 
 
 def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                       min_chunk_tiles: int = 1) -> PieceRange:
+                       min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> PieceRange:
     """The cyclic split (kv_pages "key_row"): of the T attended tiles, piece i of the p' pieces
     that get keys (cyclic_pieces) takes the tiles t with t % p' == i (t counted from the start of
     the sequence, so with p' a multiple of 12 all its tiles sit in one DRAM bank); chunks are runs
-    of consecutive tiles of the piece, pow2ceil(max(T / p', floor)) tiles (capped at 8) or fixed."""
+    of consecutive tiles of the piece, dynamic_chunk_tiles(T / p', floor, chunk_cap) tiles or fixed."""
     t = valid_tiles(cur_pos, window)
     used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles)
-    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles)
+    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap)
     if t == 0 or index >= used:
         return PieceRange(0, 0, c, 0, 0, used)
     start = window_first_tile(cur_pos, window)
@@ -170,16 +192,16 @@ def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index:
 
 
 def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                min_chunk_tiles: int = 1, cyclic: bool = False) -> PieceRange:
+                min_chunk_tiles: int = 1, cyclic: bool = False, chunk_cap: int = SMALL_CHUNK_TILES) -> PieceRange:
     """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos
     (`cyclic`: cyclic_piece_range).
 
     Chunks are counted from the first attended tile (window_first_tile), so with a sliding window
     the pieces cover exactly the window's tiles."""
     if cyclic:
-        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles)
+        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap)
     t = valid_tiles(cur_pos, window)
-    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles)
+    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap)
     n = -(-t // c)
     base, extra = divmod(n, pieces)
     # pieces 0..index-1 hold the chunks above this one
@@ -280,6 +302,7 @@ class DecodePlan:
     fixed_chunk_tiles: int  # 0 = dynamic
     max_chunk_tiles: int
     min_chunk_tiles: int  # split floor of dynamic chunks (1 = none; fixed chunks: 1)
+    chunk_cap: int  # largest dynamic chunk in tiles (CHUNK_CAPS; fixed chunks: SMALL_CHUNK_TILES, unused)
     cur_pos: tuple[int, ...] | None  # None: positions are read on the device (cur_pos_tensor)
     fp32_dest_acc_en: bool
     dst_tiles: int
@@ -378,7 +401,7 @@ class DecodePlan:
         """The key tiles piece `index` reads for a user at cur_pos (the kernels' piece_range with
         this plan's chunking: fixed chunk, pieces, the tokens' key window, split floor)."""
         return piece_range(cur_pos, self.fixed_chunk_tiles, self.pieces_per_work, index, self.key_window,
-                           self.min_chunk_tiles, self.cyclic_split)
+                           self.min_chunk_tiles, self.cyclic_split, self.chunk_cap)
 
 
 def grid_cores(grid: tuple[int, int], sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None) -> tuple[CoreCoord, ...]:
@@ -472,6 +495,20 @@ def flash_decode_cbs(
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in sorted(specs))
 
 
+def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: DataType, mla: bool = False,
+                      attn_mask: bool = False) -> int:
+    """The cap of dynamic chunks for a shape (DecodePlan.chunk_cap): the largest of CHUNK_CAPS whose
+    chunk-sized CBs (CHUNK_SIZED_CBS: the K and V slots, scores, probabilities, attn_mask rows) take at
+    most CHUNK_BUFFER_BUDGET bytes, else SMALL_CHUNK_TILES. Depends on the shape and dtypes only, never
+    on the batch or the positions (batch invariance)."""
+    for cap in CHUNK_CAPS:
+        cbs = flash_decode_cbs(q_tiles=q_tiles, d_tiles=d_tiles, dv_tiles=dv_tiles, max_chunk_tiles=cap,
+                               kv_dtype=kv_dtype, batch=1, recv_areas=0, mla=mla, tree=False, attn_mask=attn_mask)
+        if sum(cb.total_size for cb in cbs if cb.name in CHUNK_SIZED_CBS) <= CHUNK_BUFFER_BUDGET:
+            return cap
+    return SMALL_CHUNK_TILES
+
+
 def make_plan(
     *,
     batch: int,
@@ -487,6 +524,7 @@ def make_plan(
     sub_core_grids: Sequence[tuple[tuple[int, int], tuple[int, int]]] | None = None,
     k_chunk_size: int = 0,
     min_chunk_tiles: int | None = None,
+    chunk_cap: int | None = None,
     max_cores_per_head_batch: int = 16,
     fp32_dest_acc_en: bool = True,
     math_fidelity: str = "HiFi2",
@@ -523,6 +561,10 @@ def make_plan(
     one user at the cache's length (costmodel.tile_pieces; never the batch); given = the caller's split
     (the most pieces allowed: min(max_cores_per_head_batch, cores // num_kv_heads, S / 32)); 1 = spread
     the keys over every piece (no floor).
+    `chunk_cap` (dynamic chunks only): the largest dynamic chunk in tiles, one of CHUNK_CAPS; None =
+    the largest whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET for the shape and dtypes (never the
+    batch). Each chunk costs a fixed ~3k cycles (the row max reduction, alpha, the rescales, the
+    running set's copies and packs; costmodel.chunk_ops), so long pieces take the largest.
     `math_fidelity`: the fidelity the cost model prices the split at (the compute config's; the kernels
     take theirs from the compute settings at launch).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
@@ -561,13 +603,19 @@ def make_plan(
         if seq_len % k_chunk_size:
             raise PlanError(f"k_chunk_size: seq_len={seq_len} is not a multiple of k_chunk_size={k_chunk_size}")
     if min_chunk_tiles is not None:
-        if (not isinstance(min_chunk_tiles, int) or not 1 <= min_chunk_tiles <= DYNAMIC_CHUNK_MAX_TILES
+        if (not isinstance(min_chunk_tiles, int) or not 1 <= min_chunk_tiles <= SMALL_CHUNK_TILES
                 or min_chunk_tiles & (min_chunk_tiles - 1)):
-            raise PlanError(f"min_chunk_tiles: expected None or a power of two 1..{DYNAMIC_CHUNK_MAX_TILES}, "
+            raise PlanError(f"min_chunk_tiles: expected None or a power of two 1..{SMALL_CHUNK_TILES}, "
                             f"got {min_chunk_tiles!r}")
         if k_chunk_size and min_chunk_tiles > 1:
             raise PlanError(f"min_chunk_tiles: applies to dynamic chunks only (k_chunk_size 0), got "
                             f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
+    if chunk_cap is not None:
+        if not isinstance(chunk_cap, int) or isinstance(chunk_cap, bool) or chunk_cap not in CHUNK_CAPS:
+            raise PlanError(f"chunk_cap: expected None or one of {sorted(CHUNK_CAPS)} tiles, got {chunk_cap!r}")
+        if k_chunk_size:
+            raise PlanError(f"chunk_cap: applies to dynamic chunks only (k_chunk_size 0), got {chunk_cap} with "
+                            f"k_chunk_size={k_chunk_size}")
     if (block_size is None) != (num_blocks is None):
         raise PlanError(
             f"block_size, num_blocks: expected both (a paged cache) or neither, got block_size={block_size!r}, "
@@ -635,6 +683,13 @@ def make_plan(
     kv = dict(kv_tile_bytes=_TILE_BYTES[kv_dtype],
               kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
     if fixed:
+        cap = SMALL_CHUNK_TILES
+    elif chunk_cap is not None:
+        cap = chunk_cap
+    else:
+        cap = fitting_chunk_cap(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                                kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0)
+    if fixed:
         floor = 1
     elif min_chunk_tiles is not None:
         floor = min_chunk_tiles
@@ -657,7 +712,7 @@ def make_plan(
             pieces = key_row_pieces
         else:
             pieces = model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
-                                  chunk_tiles=fixed if fixed else DYNAMIC_CHUNK_MAX_TILES, **shape, **kv)
+                                  chunk_tiles=fixed if fixed else cap, fixed_chunk=bool(fixed), **shape, **kv)
     elif kv_pages == "tile":
         pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
         if not fixed and min_chunk_tiles is None:
@@ -665,11 +720,11 @@ def make_plan(
             from ttdecode.costmodel import tile_pieces  # the model imports this module
 
             pieces = tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
-                                 floor_tiles=floor, chunk_tiles=DYNAMIC_CHUNK_MAX_TILES, **shape, **kv)
+                                 floor_tiles=floor, chunk_tiles=cap, **shape, **kv)
     else:
         raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
     rounds = tree_rounds(pieces)
-    max_chunk_tiles = fixed if fixed else min(DYNAMIC_CHUNK_MAX_TILES, st)
+    max_chunk_tiles = fixed if fixed else min(cap, st)
 
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
@@ -733,7 +788,7 @@ def make_plan(
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
         share_cache=share_cache, return_lse=return_lse, grid=grid, cores=cores,
         pieces_per_work=pieces, rounds=rounds, fixed_chunk_tiles=fixed, max_chunk_tiles=max_chunk_tiles,
-        min_chunk_tiles=floor,
+        min_chunk_tiles=floor, chunk_cap=cap,
         cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
