@@ -46,7 +46,7 @@ constexpr uint32_t FACE = 16;
 // Deepest merge tree (64 pieces per work); one semaphore per tree height level.
 constexpr uint32_t MAX_ROUNDS = 6;
 // Dynamic chunks (k_chunk_size 0) of up to this many tiles may hold a whole piece; larger ones (up to
-// the plan's chunk_cap) only where a piece takes at least two (plan.SMALL_CHUNK_TILES).
+// the plan's chunk_cap) only where a piece takes at least three (plan.SMALL_CHUNK_TILES).
 constexpr uint32_t SMALL_CHUNK_TILES = 8;
 
 // ---- chunk arithmetic (plan.valid_tiles / chunk_tiles_for / piece_range) ------------------------
@@ -79,15 +79,15 @@ inline uint32_t pow2ceil(uint32_t x) {
 }
 
 // A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
-// min_chunk_tiles); up to SMALL_CHUNK_TILES c holds the piece, above it c / 2 (two chunks, so the
-// second one's read overlaps the first one's compute), at least SMALL_CHUNK_TILES and at most chunk_cap.
+// min_chunk_tiles); up to SMALL_CHUNK_TILES c holds the piece, above it c / 4 (a chunk above 8 tiles
+// only where the piece takes at least three), at least SMALL_CHUNK_TILES and at most chunk_cap.
 inline uint32_t dynamic_chunk_tiles(uint32_t per_piece, uint32_t min_chunk_tiles, uint32_t chunk_cap) {
     const uint32_t c = pow2ceil(per_piece > min_chunk_tiles ? per_piece : min_chunk_tiles);
     if (c <= SMALL_CHUNK_TILES) {
         return c;
     }
-    const uint32_t half = c / 2 > SMALL_CHUNK_TILES ? c / 2 : SMALL_CHUNK_TILES;
-    return half < chunk_cap ? half : chunk_cap;
+    const uint32_t quarter = c / 4 > SMALL_CHUNK_TILES ? c / 4 : SMALL_CHUNK_TILES;
+    return quarter < chunk_cap ? quarter : chunk_cap;
 }
 
 // Chunk size in tiles: the fixed one, or (dynamic) dynamic_chunk_tiles of ceil(T / pieces), with the

@@ -323,39 +323,40 @@ def test_a_users_output_does_not_depend_on_the_rest_of_the_batch() -> None:
 
 def test_dynamic_chunks_of_16_and_32_tiles_match_the_reference_and_stay_batch_invariant() -> None:
     """D 64, bfloat8_b: K and V slots, scores and probabilities of 32-tile chunks take 2 x 32 x 2 x 1088 x 2
-    + 2 x 32 x 4096 = 528 KiB, within the plan's 576 KiB budget, so dynamic chunks go up to 32 tiles. One
-    piece per user: 7 key tiles are one chunk of 8; 32 are two chunks of 16 (a chunk above 8 tiles only
-    where the piece takes two); 128 are four of 32. The outputs match the reference, and the longest user
-    gives the same bits alone and in the batch."""
+    + 2 x 32 x 4096 = 528 KiB, within the plan's 576 KiB budget, so dynamic chunks may go up to 32 tiles. One
+    piece per user: 7 key tiles are one chunk of 8; 32 are four of 8 (a chunk above 8 tiles only where the
+    piece takes at least three); 64 are four of 16; 128 four of 32. The outputs match the reference, and
+    the longest user gives the same bits alone and in the batch."""
     nh, nkv, s, d = 8, 1, 4096, 64
-    pos = [200, 1023, 4095]
+    pos = [200, 1023, 2047, 4095]
     gen = torch.Generator().manual_seed(21)
-    q = randn_with_outliers((1, 3, nh, d), gen)
-    k = randn_with_outliers((3, nkv, s, d), gen)
-    v = randn_with_outliers((3, nkv, s, d), gen)
+    q = randn_with_outliers((1, 4, nh, d), gen)
+    k = randn_with_outliers((4, nkv, s, d), gen)
+    v = randn_with_outliers((4, nkv, s, d), gen)
 
     def tiles(users: list[int]):
         return from_torch(q[:, users], BF16), from_torch(k[users], BFP8), from_torch(v[users], BFP8)
 
-    case = run_case(b=3, nh=nh, nkv=nkv, s=s, d=d, pos=pos, tensors=tiles([0, 1, 2]), max_cores=1)
+    case = run_case(b=4, nh=nh, nkv=nkv, s=s, d=d, pos=pos, tensors=tiles([0, 1, 2, 3]), max_cores=1, chunk_cap=32)
     assert case.plan.chunk_cap == 32 and case.plan.max_chunk_tiles == 32
-    assert [(r.chunk_tiles, r.num_chunks) for r in (case.plan.range_at(p, 0) for p in pos)] == [(8, 1), (16, 2), (32, 4)]
-    assert_users_close(case, range(3), "dynamic chunks of 8 / 16 / 32 tiles")
-    alone = run_case(b=1, nh=nh, nkv=nkv, s=s, d=d, pos=[pos[2]], tensors=tiles([2]), max_cores=1)
-    assert torch.equal(case.out[:, 2].view(torch.int16), alone.out[:, 0].view(torch.int16))
-    assert torch.equal(case.lse[:, 2].view(torch.int32), alone.lse[:, 0].view(torch.int32))
+    assert [(r.chunk_tiles, r.num_chunks) for r in (case.plan.range_at(p, 0) for p in pos)] == \
+        [(8, 1), (8, 4), (16, 4), (32, 4)]
+    assert_users_close(case, range(4), "dynamic chunks of 8 / 16 / 32 tiles")
+    alone = run_case(b=1, nh=nh, nkv=nkv, s=s, d=d, pos=[pos[3]], tensors=tiles([3]), max_cores=1, chunk_cap=32)
+    assert torch.equal(case.out[:, 3].view(torch.int16), alone.out[:, 0].view(torch.int16))
+    assert torch.equal(case.lse[:, 3].view(torch.int32), alone.lse[:, 0].view(torch.int32))
 
 
 def test_chunks_of_16_tiles_in_a_two_round_tree_at_d128() -> None:
-    """D 128, bfloat8_b: the cap is 16 tiles (32 would take 800 KiB). 4 pieces of 32 key tiles, each two
-    chunks of 16, merged in two rounds, match the reference; with chunk_cap=8 each piece takes 4 chunks."""
-    case = run_case(b=1, nh=8, nkv=1, s=4096, d=128, pos=[4095], max_cores=4)
-    assert case.plan.chunk_cap == 16 and case.plan.rounds == 2
-    assert {(r.chunk_tiles, r.num_chunks) for r in case.plan.ranges(0)} == {(16, 2)}
+    """D 128, bfloat8_b: the cap may be 16 tiles (32 would take 800 KiB). 4 pieces of 64 key tiles, each four
+    chunks of 16, merged in two rounds, match the reference; with chunk_cap=8 each piece takes 8 chunks."""
+    case = run_case(b=1, nh=8, nkv=1, s=8192, d=128, pos=[8191], max_cores=4, chunk_cap=16)
+    assert case.plan.rounds == 2
+    assert {(r.chunk_tiles, r.num_chunks) for r in case.plan.ranges(0)} == {(16, 4)}
     assert_users_close(case, [0], "chunks of 16 tiles, 4 pieces")
-    small = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=128, cur_pos=[4095],
+    small = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=128, cur_pos=[8191],
                       max_cores_per_head_batch=4, min_chunk_tiles=1, chunk_cap=8)
-    assert {(r.chunk_tiles, r.num_chunks) for r in small.ranges(0)} == {(8, 4)}
+    assert {(r.chunk_tiles, r.num_chunks) for r in small.ranges(0)} == {(8, 8)}
 
 
 def test_a_sub_grid_gives_the_bits_of_the_full_grid() -> None:

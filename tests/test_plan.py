@@ -10,8 +10,10 @@ import pytest
 
 from ttdecode.formats import DataType
 from ttdecode.plan import (
+    CHUNK_BUFFER_BUDGET,
     PlanError,
     dynamic_chunk_tiles,
+    fitting_chunk_cap,
     format_plan,
     make_plan,
     piece_range,
@@ -76,14 +78,14 @@ def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_sav
     """Llama-3.1-8B on an N150, B 1: at 1K keys 8 KV heads x 4 pieces of 8 key tiles sit on the interleaved
     DRAM floor of one user, so 8 pieces would only add a tree round; at 32K, in chunks of 8 key tiles, 4
     pieces would leave the busiest core's compute within the model's 10% margin of the floor
-    (split_compute_margin), so the split keeps 8; in the plan's chunks of 16 (D 128, bfloat8_b: chunk_cap
-    16) a key tile costs less and 4 pieces clear the margin. One KV head (T3K 4q/1kv, 32K) spreads over 32
-    of the 64 cores allowed. None of it depends on the batch."""
+    (split_compute_margin), so the split keeps 8 (the model's chunk cap there, see below); in chunks of 16
+    a key tile costs less and 4 pieces clear the margin. One KV head (T3K 4q/1kv, 32K) spreads over 32 of
+    the 64 cores allowed. None of it depends on the batch."""
     short = [make_plan(batch=b, seq_len=1024, cur_pos=[1023] * b, **LLAMA8B) for b in (1, 4)]
     assert {p.pieces_per_work for p in short} == {4} and short[0].rounds == 2
-    assert make_plan(batch=1, seq_len=32768, cur_pos=[32767], chunk_cap=8, **LLAMA8B).pieces_per_work == 8
     long = make_plan(batch=1, seq_len=32768, cur_pos=[32767], **LLAMA8B)
-    assert (long.chunk_cap, long.pieces_per_work) == (16, 4)
+    assert (long.chunk_cap, long.pieces_per_work) == (8, 8)
+    assert make_plan(batch=1, seq_len=32768, cur_pos=[32767], chunk_cap=16, **LLAMA8B).pieces_per_work == 4
     t3k = [make_plan(batch=b, num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767] * b,
                      max_cores_per_head_batch=64) for b in (1, 2)]
     assert {p.pieces_per_work for p in t3k} == {32}
@@ -297,11 +299,11 @@ def test_q_is_double_buffered_only_when_a_core_runs_several_pieces_and_it_fits()
 
 
 @pytest.mark.parametrize("per_piece, cap, chunk", [
-    (1, 32, 1), (5, 32, 8), (8, 32, 8), (9, 32, 8), (16, 32, 8), (17, 32, 16), (32, 32, 16), (33, 32, 32),
-    (64, 32, 32), (1000, 32, 32), (33, 16, 16), (1000, 16, 16), (17, 8, 8), (1000, 8, 8)])
-def test_a_dynamic_chunk_above_8_tiles_is_half_the_pieces_power_of_two_up_to_the_cap(per_piece, cap, chunk) -> None:
+    (1, 32, 1), (5, 32, 8), (8, 32, 8), (9, 32, 8), (16, 32, 8), (32, 32, 8), (33, 32, 16), (64, 32, 16),
+    (65, 32, 32), (128, 32, 32), (1000, 32, 32), (65, 16, 16), (1000, 16, 16), (33, 8, 8), (1000, 8, 8)])
+def test_a_dynamic_chunk_above_8_tiles_is_a_quarter_of_the_pieces_power_of_two_up_to_the_cap(per_piece, cap, chunk) -> None:
     """Up to 8 tiles a chunk holds the whole piece (the power of two at or above it); above 8 a piece takes
-    at least two chunks (half its power of two), never more tiles than the cap."""
+    at least three chunks (a quarter of its power of two), never more tiles than the cap."""
     assert dynamic_chunk_tiles(per_piece, 1, cap) == chunk
 
 
@@ -319,19 +321,35 @@ def test_the_split_floor_still_sets_the_smallest_dynamic_chunk() -> None:
     (256, DataType.bfloat8_b, False, 8),   # c 16: 2*16*8*1088*2 + 128 KiB = 672 KiB
     (256, DataType.bfloat4_b, False, 16),  # c 16: 2*16*8*576*2 + 128 KiB = 416 KiB
 ])
-def test_the_chunk_cap_is_the_largest_whose_chunk_buffers_fit_the_budget_whatever_the_batch(d, kv, attn_mask, cap) -> None:
-    for b in (1, 8):
-        plan = make_plan(batch=b, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=d, kv_dtype=kv,
-                         cur_pos=None if attn_mask else [8191] * b, is_causal=not attn_mask,
-                         attn_mask_batch=1 if attn_mask else 0, max_cores_per_head_batch=4)
-        assert plan.chunk_cap == cap and plan.max_chunk_tiles == cap
+def test_the_largest_cap_the_plan_may_take_is_the_largest_whose_chunk_buffers_fit_the_budget(d, kv, attn_mask, cap) -> None:
+    assert fitting_chunk_cap(q_tiles=1, d_tiles=d // 32, dv_tiles=d // 32, kv_dtype=kv, attn_mask=attn_mask) == cap
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=d, kv_dtype=kv,
+                     cur_pos=None if attn_mask else [8191], is_causal=not attn_mask,
+                     attn_mask_batch=1 if attn_mask else 0, max_cores_per_head_batch=4, chunk_cap=cap)
+    assert plan.max_chunk_tiles == cap
+    chunk_sized = sum(cb.total_size for cb in plan.circular_buffers if cb.name in ("k", "v", "scores", "probs", "attn_mask"))
+    assert chunk_sized <= CHUNK_BUFFER_BUDGET
+
+
+def test_the_model_takes_larger_chunks_where_the_compute_binds_and_8_where_the_dram_does() -> None:
+    """One user at the cache's length decides (never the batch). T3K 4q/1kv at 32K on 16 cores per head:
+    pieces of 64 key tiles are compute-bound, so a 16-tile chunk's saved fixed work (~3k cycles a chunk)
+    outweighs its longer first read; on 32 cores per head (pieces of 32 tiles) and for Llama-3.1-8B at
+    128K (on the interleaved DRAM floor, where a larger chunk only lengthens the last chunk's compute)
+    the cap stays 8. The tech report's D 64 shape (one user: 16 pieces of 256 tiles) takes 32."""
+    t3k = dict(num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128)
+    assert {make_plan(batch=b, cur_pos=[32767] * b, max_cores_per_head_batch=16, **t3k).chunk_cap for b in (1, 4)} == {16}
+    assert make_plan(batch=1, cur_pos=[32767], max_cores_per_head_batch=32, **t3k).chunk_cap == 8
+    assert make_plan(batch=1, seq_len=131072, cur_pos=[131071], **LLAMA8B).chunk_cap == 8
+    assert make_plan(batch=8, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=64, cur_pos=[131071] * 8,
+                     max_cores_per_head_batch=16).chunk_cap == 32
 
 
 def test_fixed_chunks_and_short_caches_keep_their_chunk() -> None:
     fixed = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=64, cur_pos=[8191],
                       k_chunk_size=256)
     assert fixed.max_chunk_tiles == 8
-    short = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=320, head_dim=64, cur_pos=[319])
+    short = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=320, head_dim=64, cur_pos=[319], chunk_cap=32)
     assert short.chunk_cap == 32 and short.max_chunk_tiles == 10
 
 

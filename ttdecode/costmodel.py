@@ -649,15 +649,16 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     (DecodePlan.pieces_per_work): the count up to `max_pieces` that the model gives the shortest step
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
     fewer pieces. Of p pieces, min(p, T // floor_tiles) get keys (the split floor); the terms, in cycles:
-    - the busiest core's compute: ceil(num_kv_heads x p / cores) pieces of ceil(T / used) key tiles
-      (chunk_tile_ops) in the plan's dynamic chunks capped at `chunk_tiles` (chunk_ops each), with the
-      split's compute margin (split_compute_margin);
+    - the busiest core's compute: ceil(num_kv_heads x p / cores) pieces of the most key tiles a piece
+      takes (chunk_tile_ops; pieces deal whole chunks, the plan's dynamic chunks capped at `chunk_tiles`,
+      so the first pieces take one chunk more), chunk_ops per chunk, with the split's compute margin
+      (split_compute_margin);
     - its reader: those pieces' K/V at the per-core plateau, one DRAM latency per chunk;
     - the DRAM floor: the user's K/V over the 12 banks at the (fitted) interleaved efficiency;
     - the tree: tree_rounds(used) rounds (message, handshake, merge).
     The step is the slowest of the first three plus the fourth. Depends on the config and the cache's
     length, never on the batch (batch invariance)."""
-    from ttdecode.plan import tree_rounds
+    from ttdecode.plan import dynamic_chunk_tiles, tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
@@ -666,16 +667,64 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     for p in range(1, max_pieces + 1):
         used = min(p, max(1, seq_tiles // max(1, floor_tiles)))
         busiest = -(-(num_kv_heads * used) // max(1, cores))
-        n = -(-seq_tiles // used)
-        compute = busiest * costs.piece(n, chunk_tiles)
-        reader = busiest * (n * key_bytes / c.core_read_plateau_bytes_per_cycle
-                            + piece_chunks(n, chunk_tiles) * c.dram_latency_cycles)
+        # pieces deal whole chunks (plan.piece_range): the first pieces take one chunk more
+        chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, chunk_tiles)
+        n = min(seq_tiles, -(-(-(-seq_tiles // chunk)) // used) * chunk)
+        compute = busiest * costs.piece(n, chunk, fixed_chunk=True)
+        chunks = busiest * -(-n // chunk)
+        reader = busiest * n * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles
         key = (max(compute, reader, floor) + tree_rounds(used) * costs.round, compute, p)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:
         raise ValueError(f"tile_pieces: max_pieces: expected at least 1, got {max_pieces}")
     return best[1]
+
+
+def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, options: Sequence[tuple[int, int]],
+              q_tiles: int, d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int,
+              cyclic: bool = False, fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2",
+              hops: int = 8, head_rows: int = 32, c: CostConstants = COST) -> tuple[int, int]:
+    """The cap of dynamic chunks and its pieces per (user, KV head) (DecodePlan.chunk_cap, pieces_per_work)
+    out of `options` ((cap, pieces) pairs: the caps whose buffers fit L1, each with the split the model
+    takes for it): the pair that gives ONE user at the cache's length (`seq_tiles` key tiles, split floor
+    `floor_tiles`) the shortest modelled step, ties to the smaller cap. Larger chunks save a chunk's fixed
+    work (chunk_ops: the row max reduction, alpha, the rescales) per chunk they merge, but the first
+    chunk's read (or the last one's compute) overlaps nothing: the busiest core takes evaluate's
+    max(reader, compute) + min(reader, compute) / chunks, its reader no faster than the DRAM floor
+    (bank-local for the cyclic split of key_row pages, else the fitted interleaved rate); the tree adds
+    its rounds. Depends on the config and the cache's length, never on the batch (batch invariance)."""
+    from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
+
+    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
+    user_bytes = num_kv_heads * seq_tiles * key_bytes
+    banks = c.dram_banks
+    best: tuple[float, int, int] | None = None
+    for cap, pieces in sorted(options):
+        if cyclic:
+            used = cyclic_pieces(seq_tiles, 0, pieces, floor_tiles)
+            busiest = -(-(num_kv_heads * used) // (banks * max(1, cores // banks)))
+            floor = user_bytes / banks / (c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency)
+        else:
+            used = min(pieces, max(1, seq_tiles // max(1, floor_tiles)))
+            busiest = -(-(num_kv_heads * used) // max(1, cores))
+            floor = user_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
+        chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, cap)
+        if cyclic:
+            n = -(-seq_tiles // used)
+        else:  # pieces deal whole chunks (plan.piece_range): the first pieces take one chunk more
+            n = min(seq_tiles, -(-(-(-seq_tiles // chunk)) // used) * chunk)
+        chunks = busiest * -(-n // chunk)
+        compute = busiest * n * costs.tile + chunks * costs.chunk
+        reader = max(floor, busiest * n * key_bytes / c.core_read_plateau_bytes_per_cycle
+                     + chunks * c.dram_latency_cycles)
+        t = max(reader, compute) + min(reader, compute) / chunks + tree_rounds(used) * costs.round
+        if best is None or t < best[0]:
+            best = (t, cap, pieces)
+    if best is None:
+        raise ValueError("chunk_cap: options: expected at least one (cap, pieces) pair")
+    return best[1], best[2]
 
 
 # ---- our kernels: the work read from the runtime's counters ---------------------------------------

@@ -40,11 +40,12 @@ from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 TILE = 32
 #: Dynamic chunks (k_chunk_size = 0) of up to this many tiles may hold a whole piece; larger ones (up
-#: to the plan's chunk_cap) only where a piece takes at least two of them, so that the reader's next
-#: chunk overlaps the compute of the first (dynamic_chunk_tiles). Also the largest split floor.
+#: to the plan's chunk_cap) only where a piece takes at least three of them, so that the reads and
+#: the compute overlap over most of the piece (dynamic_chunk_tiles). Also the largest split floor.
 SMALL_CHUNK_TILES = 8
-#: The caps of dynamic chunks the plan picks from (DecodePlan.chunk_cap): the largest whose
-#: chunk-sized buffers fit CHUNK_BUFFER_BUDGET.
+#: The caps of dynamic chunks the plan picks from (DecodePlan.chunk_cap): those whose chunk-sized
+#: buffers fit CHUNK_BUFFER_BUDGET (fitting_chunk_cap), of which the model takes the one that pays
+#: (costmodel.chunk_cap).
 CHUNK_CAPS = (32, 16, 8)
 #: L1 bytes per core the chunk-sized buffers (K and V slots, scores, probabilities, attn_mask rows)
 #: may take when the plan picks a cap above SMALL_CHUNK_TILES: about 40% of a core's L1, leaving the
@@ -114,12 +115,14 @@ def valid_tiles(cur_pos: int, window: int = 0) -> int:
 def dynamic_chunk_tiles(per_piece: int, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> int:
     """A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
     min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece), above it
-    c / 2 (the piece takes two chunks, so its second chunk's read overlaps the first's compute), at
-    least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles)."""
+    c / 4, at least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles): a chunk
+    above 8 tiles only where the piece takes at least three. A chunk costs a fixed ~3k cycles (the
+    row max reduction, alpha, the rescales; costmodel.chunk_ops), and the first chunk's read (or the
+    last one's compute) overlaps nothing: per the model, 16-tile chunks pay from ~3 per piece on."""
     c = _pow2ceil(max(per_piece, min_chunk_tiles))
     if c <= SMALL_CHUNK_TILES:
         return c
-    return min(chunk_cap, max(SMALL_CHUNK_TILES, c // 2))
+    return min(chunk_cap, max(SMALL_CHUNK_TILES, c // 4))
 
 
 def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: int = 0,
@@ -562,9 +565,10 @@ def make_plan(
     (the most pieces allowed: min(max_cores_per_head_batch, cores // num_kv_heads, S / 32)); 1 = spread
     the keys over every piece (no floor).
     `chunk_cap` (dynamic chunks only): the largest dynamic chunk in tiles, one of CHUNK_CAPS; None =
-    the largest whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET for the shape and dtypes (never the
-    batch). Each chunk costs a fixed ~3k cycles (the row max reduction, alpha, the rescales, the
-    running set's copies and packs; costmodel.chunk_ops), so long pieces take the largest.
+    the model's choice (costmodel.chunk_cap, for one user at the cache's length, never the batch) among
+    those whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET for the shape and dtypes. Each chunk costs a
+    fixed ~3k cycles (the row max reduction, alpha, the rescales, the running set's copies and packs;
+    costmodel.chunk_ops), but the first chunk's read overlaps nothing.
     `math_fidelity`: the fidelity the cost model prices the split at (the compute config's; the kernels
     take theirs from the compute settings at launch).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
@@ -686,7 +690,7 @@ def make_plan(
         cap = SMALL_CHUNK_TILES
     elif chunk_cap is not None:
         cap = chunk_cap
-    else:
+    else:  # the most L1 allows; the model then takes the cap that pays (after the pieces)
         cap = fitting_chunk_cap(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
                                 kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0)
     if fixed:
@@ -701,28 +705,42 @@ def make_plan(
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")
     if kv_pages == "key_row":
-        pieces, bank_cores = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
-        from ttdecode.costmodel import key_row_pieces as model_pieces  # the model imports this module
-
-        if key_row_pieces is not None:
-            if (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS or key_row_pieces % DRAM_BANKS
-                    or key_row_pieces > pieces):
-                raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
-                                f"{pieces} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
-            pieces = key_row_pieces
-        else:
-            pieces = model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
-                                  chunk_tiles=fixed if fixed else cap, fixed_chunk=bool(fixed), **shape, **kv)
+        most, bank_cores = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
+        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS
+                                           or key_row_pieces % DRAM_BANKS or key_row_pieces > most):
+            raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
+                            f"{most} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
     elif kv_pages == "tile":
-        pieces = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
-        if not fixed and min_chunk_tiles is None:
-            # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
-            from ttdecode.costmodel import tile_pieces  # the model imports this module
-
-            pieces = tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=pieces, seq_tiles=st,
-                                 floor_tiles=floor, chunk_tiles=cap, **shape, **kv)
+        most = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
     else:
         raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
+
+    def split(chunk_cap_tiles: int) -> int:
+        """Pieces per (user, KV head) with dynamic chunks capped at chunk_cap_tiles (or the fixed chunk)."""
+        if kv_pages == "key_row":
+            if key_row_pieces is not None:
+                return key_row_pieces
+            from ttdecode.costmodel import key_row_pieces as model_pieces  # the model imports this module
+
+            return model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=most, seq_tiles=st,
+                                chunk_tiles=fixed if fixed else chunk_cap_tiles, fixed_chunk=bool(fixed), **shape, **kv)
+        if fixed or min_chunk_tiles is not None:
+            return most
+        # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
+        from ttdecode.costmodel import tile_pieces  # the model imports this module
+
+        return tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=most, seq_tiles=st,
+                           floor_tiles=floor, chunk_tiles=chunk_cap_tiles, **shape, **kv)
+
+    if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
+        pieces = split(cap)
+    else:
+        # the cap and its pieces that the model gives the shortest step for one user at the cache's length
+        from ttdecode.costmodel import chunk_cap as model_cap  # the model imports this module
+
+        options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
+        cap, pieces = model_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
+                                options=options, cyclic=kv_pages == "key_row", **shape, **kv)
     rounds = tree_rounds(pieces)
     max_chunk_tiles = fixed if fixed else min(cap, st)
 
