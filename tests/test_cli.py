@@ -86,6 +86,17 @@ def test_plan_with_key_row_pages_takes_the_models_pieces_one_bank_each(capsys: p
     assert "at least 12" in capsys.readouterr().err
 
 
+def test_plan_takes_the_chunk_cap_and_key_row_pieces_given(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--max-cores-per-head-batch", "60",
+                 "--kv-pages", "key_row", "--key-row-pieces", "24", "--chunk-cap", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "pieces per (user, KV head): 24 (key-row pages" in out and "dynamic, max 512 keys" in out
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--chunk-cap", "12"]) == 2
+    assert "chunk_cap: expected None or one of [8, 16, 32]" in capsys.readouterr().err
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--key-row-pieces", "24"]) == 2
+    assert "key_row_pieces: applies to kv_pages='key_row' only" in capsys.readouterr().err
+
+
 def test_refused_plan_exits_2_with_the_planner_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "4096"]) == 2
     err = capsys.readouterr().err

@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="print the work plan of one decode step")
     _shape_args(plan)
+    plan.add_argument("--chunk-cap", type=int, default=None,
+                      help="largest dynamic chunk in key tiles, 8/16/32 (default: the cost model's choice)")
+    plan.add_argument("--key-row-pieces", type=int, default=None,
+                      help="pieces per (user, KV head) with --kv-pages key_row (default: the cost model's choice)")
     plan.set_defaults(func=cmd_plan)
     ref = sub.add_parser("reference", help="time the float64 reference on random inputs")
     _shape_args(ref)
@@ -123,6 +127,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         cur_pos=positions_for(args.cur_pos, args.batch, args.seq),
         grid=config.compute_with_storage_grid_size, k_chunk_size=config.k_chunk_size,
         max_cores_per_head_batch=config.max_cores_per_head_batch, kv_pages=config.kv_pages,
+        chunk_cap=args.chunk_cap, key_row_pieces=args.key_row_pieces,
     )
     print(format_plan(plan))
     return 0
