@@ -41,6 +41,18 @@ def test_k_chunk_size_refuses_bool_and_float() -> None:
         SDPAProgramConfig(k_chunk_size=64.0)
 
 
+def test_chunk_cap_is_none_or_8_16_32_and_only_with_dynamic_chunks() -> None:
+    assert SDPAProgramConfig().chunk_cap is None and SDPAProgramConfig(chunk_cap=16).chunk_cap == 16
+    with pytest.raises(ValueError, match="'chunk_cap': expected None or one of 8, 16, 32 key tiles, got 12"):
+        SDPAProgramConfig(chunk_cap=12)
+    with pytest.raises(TypeError, match="'chunk_cap': expected an integer, got True"):
+        SDPAProgramConfig(chunk_cap=True)
+    with pytest.raises(ValueError, match=r"'chunk_cap': expected None with fixed chunks \(k_chunk_size > 0\), got 16"):
+        SDPAProgramConfig(chunk_cap=16, k_chunk_size=256)
+    with pytest.raises(ValueError, match="'chunk_cap': expected None"):
+        SDPAProgramConfig(chunk_cap=8).to_ttnn()
+
+
 @pytest.mark.parametrize("m", [0, 65, -1])
 def test_max_cores_per_head_batch_must_be_1_to_64(m: int) -> None:
     with pytest.raises(ValueError, match=rf"'max_cores_per_head_batch': expected an integer in 1..64, got {m}"):

@@ -347,6 +347,25 @@ def test_dynamic_chunks_of_16_and_32_tiles_match_the_reference_and_stay_batch_in
     assert torch.equal(case.lse[:, 3].view(torch.int32), alone.lse[:, 0].view(torch.int32))
 
 
+def test_the_api_passes_the_program_configs_chunk_cap_to_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDPAProgramConfig(chunk_cap=16): one piece of 64 key tiles runs 4 chunks of 16 (the plan the API
+    makes), and the output matches the reference."""
+    import ttdecode.api as api
+    from ttdecode.config import SDPAProgramConfig
+
+    plans: list[DecodePlan] = []
+    real = api._make_plan
+    monkeypatch.setattr(api, "_make_plan", lambda inputs: plans.append(real(inputs)) or plans[-1])
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(*shape, generator=g) for shape in ((1, 1, 8, 64), (1, 1, 2048, 64), (1, 1, 2048, 64)))
+    cfg = SDPAProgramConfig(chunk_cap=16, max_cores_per_head_batch=1)
+    out = api.scaled_dot_product_attention_decode(q, k, v, cur_pos=[2047], program_config=cfg, backend="host")
+    ref = api.scaled_dot_product_attention_decode(q, k, v, cur_pos=[2047], backend="reference")
+    check_close(out, ref, "api chunk_cap 16")
+    r = plans[0].range_at(2047, 0)
+    assert plans[0].chunk_cap == 16 and (r.chunk_tiles, r.num_chunks) == (16, 4)
+
+
 def test_chunks_of_16_tiles_in_a_two_round_tree_at_d128() -> None:
     """D 128, bfloat8_b: the cap may be 16 tiles (32 would take 800 KiB). 4 pieces of 64 key tiles, each four
     chunks of 16, merged in two rounds, match the reference; with chunk_cap=8 each piece takes 8 chunks."""

@@ -363,3 +363,13 @@ def test_a_chunk_cap_with_fixed_chunks_is_refused() -> None:
     with pytest.raises(PlanError, match="chunk_cap: applies to dynamic chunks only"):
         make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4095],
                   chunk_cap=16, k_chunk_size=256)
+
+
+def test_a_plan_that_fits_l1_only_with_a_smaller_chunk_cap_names_it() -> None:
+    """Tech report D 128, B 16, key_row pages, 48 pieces per head: the model's 16-tile chunks leave too little
+    L1 for the partials of 13 pieces per core; chunks of 8 fit, and the refusal says so."""
+    args = dict(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=128, cur_pos=[131071] * 16,
+                max_cores_per_head_batch=48, kv_pages="key_row")
+    with pytest.raises(PlanError, match=r"L1 overflow.*Set chunk_cap=8"):
+        make_plan(**args)
+    assert make_plan(**args, chunk_cap=8).pieces_per_work == 48

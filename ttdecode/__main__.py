@@ -76,6 +76,8 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-pages", choices=("tile", "key_row"), default="tile",
                    help="what a K/V DRAM page holds: a tile (default) or a key-tile row (bank-local pieces)")
     p.add_argument("--grid", type=parse_grid, default=None, help="COLUMNSxROWS (default: the preset's)")
+    p.add_argument("--chunk-cap", type=int, default=None,
+                   help="largest dynamic chunk in key tiles, 8/16/32 (default: the cost model's choice)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="print the work plan of one decode step")
     _shape_args(plan)
-    plan.add_argument("--chunk-cap", type=int, default=None,
-                      help="largest dynamic chunk in key tiles, 8/16/32 (default: the cost model's choice)")
     plan.add_argument("--key-row-pieces", type=int, default=None,
                       help="pieces per (user, KV head) with --kv-pages key_row (default: the cost model's choice)")
     plan.set_defaults(func=cmd_plan)
@@ -110,6 +110,7 @@ def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
         k_chunk_size=args.k_chunk_size,
         max_cores_per_head_batch=args.max_cores_per_head_batch,
         kv_pages=args.kv_pages,
+        chunk_cap=args.chunk_cap,
     )
 
 
@@ -127,7 +128,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         cur_pos=positions_for(args.cur_pos, args.batch, args.seq),
         grid=config.compute_with_storage_grid_size, k_chunk_size=config.k_chunk_size,
         max_cores_per_head_batch=config.max_cores_per_head_batch, kv_pages=config.kv_pages,
-        chunk_cap=args.chunk_cap, key_row_pieces=args.key_row_pieces,
+        chunk_cap=config.chunk_cap, key_row_pieces=args.key_row_pieces,
     )
     print(format_plan(plan))
     return 0

@@ -195,7 +195,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
         mla=inputs.v is None, is_causal=inputs.is_causal,
         attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
-        num_tokens=inputs.num_tokens, kv_pages=pc.kv_pages,
+        num_tokens=inputs.num_tokens, kv_pages=pc.kv_pages, chunk_cap=pc.chunk_cap,
     )
 
 

@@ -23,6 +23,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ttdecode.plan import CHUNK_CAPS
+
 __all__ = [
     "WORMHOLE_GRID",
     "MATH_FIDELITIES",
@@ -105,6 +107,10 @@ class SDPAProgramConfig:
             With "key_row" each (user, KV head) takes a multiple of 12 pieces (at most
             max_cores_per_head_batch, which must then be >= 12), piece i reading the key tiles
             t % p' == i, all from one bank.
+        chunk_cap: the largest dynamic chunk in key tiles (a ttdecode option, not in ttnn's config):
+            None = the cost model's choice for the shape (8, 16 or 32; ``ttdecode.plan.make_plan``), or
+            8, 16 or 32; with k_chunk_size 0 only. A plan that would not fit L1 with the model's cap
+            names the cap that fits.
     """
 
     compute_with_storage_grid_size: tuple[int, int] = WORMHOLE_GRID
@@ -114,6 +120,7 @@ class SDPAProgramConfig:
     exp_approx_mode: Optional[bool] = None
     max_cores_per_head_batch: int = 16
     kv_pages: str = "tile"
+    chunk_cap: Optional[int] = None
 
     def __post_init__(self) -> None:
         own = "SDPAProgramConfig"
@@ -139,6 +146,12 @@ class SDPAProgramConfig:
         if not 1 <= m <= MAX_CORES_PER_HEAD_BATCH_LIMIT:
             raise _fail(own, "max_cores_per_head_batch",
                         f"an integer in 1..{MAX_CORES_PER_HEAD_BATCH_LIMIT}", m)
+        if self.chunk_cap is not None:
+            cap = _int(own, "chunk_cap", self.chunk_cap)
+            if cap not in CHUNK_CAPS:
+                raise _fail(own, "chunk_cap", f"None or one of {', '.join(map(str, sorted(CHUNK_CAPS)))} key tiles", cap)
+            if k:
+                raise _fail(own, "chunk_cap", "None with fixed chunks (k_chunk_size > 0)", cap)
         object.__setattr__(self, "q_chunk_size", q)
         object.__setattr__(self, "k_chunk_size", k)
         object.__setattr__(self, "max_cores_per_head_batch", m)
@@ -195,6 +208,9 @@ class SDPAProgramConfig:
         if self.kv_pages != "tile":
             raise _fail("SDPAProgramConfig.to_ttnn", "kv_pages",
                         "'tile' (ttnn.SDPAProgramConfig has no K/V page option)", self.kv_pages)
+        if self.chunk_cap is not None:
+            raise _fail("SDPAProgramConfig.to_ttnn", "chunk_cap",
+                        "None (ttnn.SDPAProgramConfig has no chunk cap option)", self.chunk_cap)
         ttnn = _import_ttnn()
         kwargs: dict[str, Any] = dict(
             compute_with_storage_grid_size=ttnn.CoreCoord(*self.compute_with_storage_grid_size),

@@ -884,6 +884,13 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
     """Which knob makes an overflowing plan fit: a smaller k_chunk_size (the largest chunk that fits
     is named), else one piece per work (max_cores_per_head_batch=1: no partial buffers), else fewer
     q heads per KV head on the chip."""
+    if not plan.fixed_chunk_tiles and plan.chunk_cap > SMALL_CHUNK_TILES:
+        # the model's cap took more L1 than this batch leaves: a smaller cap may fit
+        for cap in sorted(CHUNK_CAPS, reverse=True):
+            if cap < plan.chunk_cap and cbs_bytes_per_core(
+                    flash_decode_cbs(**dict(cb_args, max_chunk_tiles=min(cap, plan.seq_len // TILE)))) <= l1_bytes:
+                return (f"Set chunk_cap={cap} (SDPAProgramConfig / make_plan; the cost model took dynamic chunks of "
+                        f"up to {plan.chunk_cap} key tiles for this shape).")
     if plan.cyclic_split:
         # key_row: every piece reads one bank; fewer pieces per head (>= 12) mean fewer partials per core
         fewer = (f"Lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head; kv_pages='key_row' "
