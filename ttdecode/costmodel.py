@@ -683,17 +683,17 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
 
 def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, options: Sequence[tuple[int, int]],
               q_tiles: int, d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int,
-              cyclic: bool = False, fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2",
-              hops: int = 8, head_rows: int = 32, c: CostConstants = COST) -> tuple[int, int]:
+              cyclic: bool = False, stages_per_chunk: int = 2, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
+              fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32, c: CostConstants = COST) -> tuple[int, int]:
     """The cap of dynamic chunks and its pieces per (user, KV head) (DecodePlan.chunk_cap, pieces_per_work)
     out of `options` ((cap, pieces) pairs: the caps whose buffers fit L1, each with the split the model
     takes for it): the pair that gives ONE user at the cache's length (`seq_tiles` key tiles, split floor
     `floor_tiles`) the shortest modelled step, ties to the smaller cap. Larger chunks save a chunk's fixed
     work (chunk_ops: the row max reduction, alpha, the rescales) per chunk they merge, but the first
     chunk's read (or the last one's compute) overlaps nothing: the busiest core takes evaluate's
-    max(reader, compute) + min(reader, compute) / chunks, its reader no faster than the DRAM floor
-    (bank-local for the cyclic split of key_row pages, else the fitted interleaved rate); the tree adds
-    its rounds. Depends on the config and the cache's length, never on the batch (batch invariance)."""
+    max(reader, compute) + min(reader, compute) / stages (`stages_per_chunk` read barriers a chunk: K and
+    V each have theirs, 1 with MLA), its reader no faster than the DRAM floor (bank-local for the cyclic
+    split of key_row pages, else the fitted interleaved rate); the tree adds its rounds. Depends on the config and the cache's length, never on the batch (batch invariance)."""
     from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
@@ -719,7 +719,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
         compute = busiest * n * costs.tile + chunks * costs.chunk
         reader = max(floor, busiest * n * key_bytes / c.core_read_plateau_bytes_per_cycle
                      + chunks * c.dram_latency_cycles)
-        t = max(reader, compute) + min(reader, compute) / chunks + tree_rounds(used) * costs.round
+        t = max(reader, compute) + min(reader, compute) / (chunks * stages_per_chunk) + tree_rounds(used) * costs.round
         if best is None or t < best[0]:
             best = (t, cap, pieces)
     if best is None:

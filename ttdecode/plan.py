@@ -740,7 +740,8 @@ def make_plan(
 
         options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
         cap, pieces = model_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
-                                options=options, cyclic=kv_pages == "key_row", **shape, **kv)
+                                options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
+                                **shape, **kv)
     rounds = tree_rounds(pieces)
     max_chunk_tiles = fixed if fixed else min(cap, st)
 
