@@ -36,7 +36,7 @@ constexpr uint32_t cb_partial_in = 18;   // children's partials, written by thei
 constexpr uint32_t cb_out = 19;          // bf16 output tiles of the root
 constexpr uint32_t cb_lse = 20;          // fp32 LSE tiles of the root (column 0 holds the value)
 constexpr uint32_t cb_staging = 21;      // writer scratch: a block of zero rows and one LSE row
-// index 22 is unused (row values are broadcast by unary_bcast, no zero tile)
+constexpr uint32_t cb_q_scaled = 22;     // power-of-two scales only: the q rows x scale (bf16, exact), Q . K^T's in0
 constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
 constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sink logits (bf16, column 0)
 constexpr uint32_t cb_attn_mask = 25;    // attn_mask only: the group's mask rows of a chunk, [q tile row][key tile]

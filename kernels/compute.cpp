@@ -95,6 +95,11 @@ constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 
 // hold (un-exponentiated differences) stays in rows that are never output.
 constexpr uint32_t head_rows = get_named_compile_time_arg_val("head_rows");  // T x g, at most 32
 constexpr uint32_t to_dest_cbs = get_named_compile_time_arg_val("to_dest_cbs");  // bit per UnpackToDestFp32 CB
+// The scale is +-2^k: each piece's Q is multiplied by it once into cb_q_scaled (exact in bf16: only the
+// exponents change), and Q . K^T then gives the scaled fp32 scores bit for bit (scaling by 2^k commutes
+// with the matmul's products and fp32 sums, subnormal results aside), without a scale op per score tile.
+constexpr bool q_prescaled = get_named_compile_time_arg_val("q_prescaled") == 1;
+constexpr uint32_t cb_q_in0 = q_prescaled ? cb_q_scaled : cb_q;  // Q . K^T's in0
 constexpr bool half_tile = head_rows <= 16;
 constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
 // The vector steps per face those ops run (their ITERATIONS): a step covers four rows of a face, even
@@ -214,25 +219,27 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
             n = dst_tiles - 1;
         }
         tile_regs_acquire();
-        use_matmul_operands(cb_q, cb_k);
+        use_matmul_operands(cb_q_in0, cb_k);
         if constexpr (k_by_column) {
             // One matmul_block per d: Q tile (qi, d) times the n K tiles (j0.., d), transposed, onto
             // DST tiles 0..n (consecutive in the column-major slot).
-            matmul_block_for(cb_q, cb_k, 1 /* transpose K */, n /* ct */, d_tiles /* kt */);
+            matmul_block_for(cb_q_in0, cb_k, 1 /* transpose K */, n /* ct */, d_tiles /* kt */);
             for (uint32_t d = 0; d < d_tiles; ++d) {
-                matmul_block(cb_q, cb_k, qi * d_tiles + d, d * max_chunk_tiles + j0, 0, 1, n, 1, d_tiles);
+                matmul_block(cb_q_in0, cb_k, qi * d_tiles + d, d * max_chunk_tiles + j0, 0, 1, n, 1, d_tiles);
             }
         } else {
-            matmul_tiles_for(cb_q, cb_k, 1 /* transpose K */);
+            matmul_tiles_for(cb_q_in0, cb_k, 1 /* transpose K */);
             for (uint32_t j = 0; j < n; ++j) {
                 for (uint32_t d = 0; d < d_tiles; ++d) {
-                    matmul_tiles(cb_q, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
+                    matmul_tiles(cb_q_in0, cb_k, qi * d_tiles + d, (j0 + j) * d_tiles + d, j);
                 }
             }
         }
-        init_scale();
-        for (uint32_t j = 0; j < n; ++j) {
-            scale_rows(j, scale_bits, row_mode);
+        if constexpr (!q_prescaled) {
+            init_scale();
+            for (uint32_t j = 0; j < n; ++j) {
+                scale_rows(j, scale_bits, row_mode);
+            }
         }
         for (uint32_t m = 0; m < masks.count; ++m) {
             const uint32_t t = masks.at[m] - first_at;  // wraps past `tiles` for a tile before the chunk
@@ -255,6 +262,29 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
     }
     cb_push_back(cb_scores, max_chunk_tiles);
     cb_wait_front(cb_scores, max_chunk_tiles);
+}
+
+// cb_q_scaled = the piece's Q tiles x scale (q_prescaled: the scale is +-2^k), a DST block at a time:
+// bf16 Q is copied exactly into the fp32 DST, multiplied on the SFPU (exact: only the exponent moves)
+// and packed to bf16 with nothing to round. Frees cb_q for the reader's next piece.
+void prescale_q() {
+    constexpr uint32_t n = q_tiles * d_tiles;
+    cb_reserve_back(cb_q_scaled, n);
+    for (uint32_t t0 = 0; t0 < n; t0 += dst_tiles) {
+        const uint32_t m = n - t0 < dst_tiles ? n - t0 : dst_tiles;
+        tile_regs_acquire();
+        for (uint32_t i = 0; i < m; ++i) {
+            copy_to_dst(cb_q, t0 + i, i);
+        }
+        init_scale();
+        for (uint32_t i = 0; i < m; ++i) {
+            mul_unary_tile(i, scale_bits);
+        }
+        pack_block(cb_q_scaled, t0, m);
+    }
+    cb_push_back(cb_q_scaled, n);
+    cb_pop_front(cb_q, n);
+    cb_wait_front(cb_q_scaled, n);
 }
 
 // DST tile `at` = max(DST tile `at`, floor) in fp32 on the SFPU, with the floor made in DST tile
@@ -888,6 +918,9 @@ void kernel_main() {
             cb_wait_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);  // one piece's pages fill the CB
         }
         cb_wait_front(cb_q, q_tiles * d_tiles);
+        if constexpr (q_prescaled) {
+            prescale_q();
+        }
         // The root with no child holding keys and no sink finishes inside its last chunk.
         const bool fold = index == 0 && !has_sink &&
                           children_with_work(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
@@ -907,7 +940,7 @@ void kernel_main() {
         if (masks.any()) {
             cb_pop_front(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
         }
-        cb_pop_front(cb_q, q_tiles * d_tiles);
+        cb_pop_front(cb_q_in0, q_tiles * d_tiles);
 
         // Children in merge order: area r holds the child of round r (index + 2^r). A piece that is not
         // the root merges its last child with keys straight into its partial for the parent.

@@ -45,7 +45,7 @@ from ttdecode.costmodel import COST, Breakdown, evaluate, work_from_counters  # 
 from ttdecode.factory import run_flash_decode  # noqa: E402
 from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 from ttdecode.formats import DataType  # noqa: E402
-from ttdecode.plan import DecodePlan, PlanError, make_plan  # noqa: E402
+from ttdecode.plan import DecodePlan, PlanError, make_plan, power_of_two_scale  # noqa: E402
 from ttdecode.program import ComputeSettings, MathFidelity  # noqa: E402
 from ttdecode.runtime.results import RunCounters  # noqa: E402
 from ttdecode.tensor import TileTensor, from_torch  # noqa: E402
@@ -165,7 +165,8 @@ def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
     q, k, v = inputs_for(p)
     plan = make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq_len,
                      head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.pos] * p.batch,
-                     max_cores_per_head_batch=p.max_cores, grid=p.grid, kv_pages=p.kv_pages)
+                     max_cores_per_head_batch=p.max_cores, grid=p.grid, kv_pages=p.kv_pages,
+                     prescale_q=power_of_two_scale(1 / math.sqrt(p.head_dim)))  # as the API plans
     out, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(p.head_dim),
                                       compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     if not torch.isfinite(out.float()).all():

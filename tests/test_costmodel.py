@@ -129,7 +129,7 @@ def test_merge_ops_are_the_kernels_merge_as_counted_by_the_runtime(runs) -> None
     assert got == want
 
 
-def _one_piece_compute(pos: int, s: int = 256, d: int = 64):
+def _one_piece_compute(pos: int, s: int = 256, d: int = 64, prescale_q: bool = False):
     b, nh, nkv = 1, 8, 1
     g = torch.Generator().manual_seed(1)
     q = from_torch(torch.randn(1, b, nh, d, generator=g))
@@ -137,7 +137,7 @@ def _one_piece_compute(pos: int, s: int = 256, d: int = 64):
     v = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
     # chunks of at most 8 tiles, the size the per-chunk closed forms are read off
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[pos], grid=(1, 1),
-                     chunk_cap=8)
+                     chunk_cap=8, prescale_q=prescale_q)
     _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125,
                                     compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     works, _, _ = work_from_counters(plan, result.counters)
@@ -169,6 +169,21 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_running_chunk() ->
     for key in (("matmul", 32), ("exp", 8), ("scalar", 8), ("max", 8), ("pack", 32)):
         assert per_tile[key] == want[key], key
     assert per_tile[("copy", 32)] == pytest.approx(want[("copy", 32)], rel=0.05)
+    assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 4, rel=0.05)
+
+
+def test_a_key_tile_with_q_prescaled_costs_the_same_but_the_scale_op() -> None:
+    """The scale is 0.125 = 2^-3: with prescale_q the compute kernel scales Q once per piece, and one more
+    key tile of a running chunk adds exactly chunk_tile_ops(prescale_q=True): no scale op, the rest alike."""
+    plan, short = _one_piece_compute(383, 512, prescale_q=True)
+    _, long = _one_piece_compute(511, 512, prescale_q=True)
+    per_tile = _per_tile(short, long, 4)
+    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, head_rows=8, running=True,
+                         prescale_q=True)
+    want = _totals(ops)
+    assert ("scalar", 8) not in want and per_tile.get(("scalar", 8), 0) == 0
+    for key in (("matmul", 32), ("exp", 8), ("max", 8), ("pack", 32)):
+        assert per_tile[key] == want[key], key
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 4, rel=0.05)
 
 

@@ -18,7 +18,7 @@ from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import scaled_dot_product_attention_decode
 from ttdecode.factory import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import make_plan
+from ttdecode.plan import PlanError, make_plan, power_of_two_scale
 from ttdecode.program import ComputeSettings
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch
@@ -82,3 +82,78 @@ def test_zero_nan_and_infinite_scales_are_refused_naming_scale(bad: float) -> No
     with pytest.raises(ValueError, match="argument 'scale': expected a finite non-zero number"):
         scaled_dot_product_attention_decode(q, k, k, cur_pos=[10], scale=bad, backend="host")
 
+
+
+# ---- Q pre-scaled by a power-of-two scale -------------------------------------------------------------
+
+
+def _prescale_pair(scale: float, *, nh: int = 8, nkv: int = 1, d: int = 64, plan_kw=None, compute=None, seed: int = 3):
+    """The same inputs through a plan that scales every score and one that scales Q once."""
+    b, s = 3, 1024
+    gen = torch.Generator().manual_seed(seed)
+    q = from_torch(torch.randn(1, b, nh, d, generator=gen) * 4, BF16)
+    k = from_torch(torch.randn(b, nkv, s, d, generator=gen), BFP8)
+    v = None if (plan_kw or {}).get("mla") else from_torch(torch.randn(b, nkv, s, d, generator=gen), BFP8)
+    runs = []
+    for prescale in (False, True):
+        plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8,
+                         cur_pos=[1023, 700, 40], max_cores_per_head_batch=4, return_lse=True, prescale_q=prescale,
+                         min_chunk_tiles=1, **(plan_kw or {}))
+        out, lse, _ = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=scale,
+                                       compute=compute or ComputeSettings())
+        runs.append((plan, out, lse))
+    return runs
+
+
+@pytest.mark.parametrize("scale, d, plan_kw, compute", [
+    (0.125, 64, {}, None),                                # 1/sqrt(64)
+    (-0.25, 128, {}, None),                               # either sign
+    (1 / 16, 256, {}, None),                              # 1/sqrt(256)
+    (0.125, 64, {"sliding_window_size": 300}, None),      # masks added after the scale
+    (0.125, 64, {"fp32_dest_acc_en": False}, ComputeSettings(fp32_dest_acc_en=False)),  # bf16 DST
+    (8.0, 64, {"mla": True, "head_dim_v": 32}, None),
+])
+def test_a_power_of_two_scale_applied_to_q_once_gives_the_bits_of_scaling_every_score(scale, d, plan_kw, compute) -> None:
+    """Q x 2^k is exact in bf16 (only the exponents move) and 2^k commutes with the matmul's products and
+    fp32 (or bf16) sums, so the scores, and everything after them, are the same bits."""
+    (plain, out0, lse0), (pre, out1, lse1) = _prescale_pair(scale, d=d, plan_kw=plan_kw, compute=compute)
+    assert not plain.prescale_q and pre.prescale_q
+    assert "q_scaled" in {cb.name for cb in pre.circular_buffers} - {cb.name for cb in plain.circular_buffers}
+    assert torch.equal(out0.view(torch.int16), out1.view(torch.int16))
+    assert torch.equal(lse0.view(torch.int32), lse1.view(torch.int32))
+
+
+@pytest.mark.parametrize("scale", [0.1, 1 / np.sqrt(128), 3.0, 2.0 ** -127])
+def test_a_prescaled_plan_refuses_a_scale_that_is_not_a_power_of_two(scale: float) -> None:
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=256, head_dim=64, cur_pos=[255], prescale_q=True)
+    t = from_torch(torch.zeros(1, 1, 256, 64), BFP8)
+    with pytest.raises(ValueError, match=r"scale: expected \+-2\^k for a plan made with prescale_q"):
+        run_flash_decode(plan, q=from_torch(torch.zeros(1, 1, 8, 64), BF16), k=t, v=t, cur_pos_source=None,
+                         scale=float(scale), compute=ComputeSettings())
+
+
+def test_power_of_two_scale_names_the_scales_q_may_take() -> None:
+    assert all(power_of_two_scale(x) for x in (0.125, -0.125, 1.0, 2.0 ** -126, 2.0 ** 127, 1 / 16))
+    assert not any(power_of_two_scale(x) for x in (0.1, 1 / np.sqrt(128), 0.0, float("inf"), float("nan"),
+                                                   2.0 ** -127, True, 3.0))
+
+
+def test_prescale_q_must_be_a_bool() -> None:
+    with pytest.raises(PlanError, match="prescale_q: expected a bool, got 1"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=256, head_dim=64, cur_pos=[255], prescale_q=1)
+
+
+def test_the_api_prescales_q_for_a_power_of_two_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ttdecode.api as api
+
+    plans = []
+    real = api._make_plan
+    monkeypatch.setattr(api, "_make_plan", lambda inputs: plans.append(real(inputs)) or plans[-1])
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = torch.randn(1, 1, 8, 64, generator=gen), torch.randn(1, 1, 256, 64, generator=gen), \
+        torch.randn(1, 1, 256, 64, generator=gen)
+    for scale in (None, 0.1):  # None: 1/sqrt(64) = 2^-3
+        out = api.scaled_dot_product_attention_decode(q, k, v, cur_pos=[255], scale=scale, backend="host")
+        ref = api.scaled_dot_product_attention_decode(q, k, v, cur_pos=[255], scale=scale, backend="reference")
+        check_close(out, ref, f"api scale {scale}")
+    assert [p.prescale_q for p in plans] == [True, False]

@@ -180,7 +180,7 @@ def _select_backend() -> str:
 def _make_plan(inputs: DecodeInputs) -> Any:
     """The FlashDecode plan for these inputs (``ttdecode.plan.make_plan``; raises PlanError)."""
     from ttdecode.formats import DataType
-    from ttdecode.plan import make_plan
+    from ttdecode.plan import make_plan, power_of_two_scale
 
     pc, cc = inputs.program_config, inputs.compute_kernel_config
     return make_plan(
@@ -196,6 +196,7 @@ def _make_plan(inputs: DecodeInputs) -> Any:
         mla=inputs.v is None, is_causal=inputs.is_causal,
         attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
         num_tokens=inputs.num_tokens, kv_pages=pc.kv_pages, chunk_cap=pc.chunk_cap,
+        prescale_q=power_of_two_scale(inputs.scale),
     )
 
 

@@ -447,7 +447,8 @@ def row_steps(head_rows: int) -> int:
 
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
-                   exp: str = "exp", head_rows: int = 32, running: bool = False) -> dict[str, list[OpTally]]:
+                   exp: str = "exp", head_rows: int = 32, running: bool = False,
+                   prescale_q: bool = False) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
     row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
     and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
@@ -464,7 +465,8 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
       the alpha pass) under the logits' copy init: none (the copy, matmul and scale inits are made
       once per chunk).
     `head_rows` (the q rows holding heads, tokens x group): the scale, the exp, the fold and the
-    subtraction run `row_steps(head_rows)` vector steps. Pinned against real runs in tests/test_costmodel.py."""
+    subtraction run `row_steps(head_rows)` vector steps. `prescale_q` (a power-of-two scale, Q scaled once
+    per piece): no scale op. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
@@ -473,7 +475,8 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     inits = q_tiles * (0 if running else 2) * block
     return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
             "init": [OpTally(inits, inits)] if inits else [],
-            "scalar": [OpTally(q_tiles, q_tiles, steps=rows)], exp: [OpTally(q_tiles, q_tiles, steps=rows)],
+            "scalar": [] if prescale_q else [OpTally(q_tiles, q_tiles, steps=rows)],
+            exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             # the row max's element-wise fold and the subtraction of the max
             "max": [OpTally(2 * q_tiles, 2 * q_tiles, steps=rows)],
@@ -536,9 +539,10 @@ def _exp_op(fp32_dest_acc_en: bool) -> str:
 
 
 def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
-                     fidelity: str, c: CostConstants, head_rows: int, running: bool) -> float:
+                     fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False) -> float:
     """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
-    ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running)
+    ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running,
+                         prescale_q=prescale_q)
     return sum(_sum_ops(ops, fidelity, c).values())
 
 
@@ -578,17 +582,18 @@ def piece_chunks(tiles: int, chunk_tiles: int, fixed_chunk: bool = False) -> int
 
 
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
-                 hops: int, c: CostConstants, head_rows: int) -> _SplitCosts:
+                 hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False) -> _SplitCosts:
     chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows), fidelity, c).values())
     return _SplitCosts(
-        tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True),
+        tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True,
+                              prescale_q),
         chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows),
         margin=1 + c.split_compute_margin)
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
-                      head_rows: int = 32) -> int:
+                      head_rows: int = 32, prescale_q: bool = False) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
@@ -596,7 +601,8 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     (batch invariant). `fidelity`: the call's (make_plan's math_fidelity; HiFi2, tt-metal's and
     Llama's default, when none is given); `hops` a typical parent-child distance on the grid."""
     # a piece of f <= 8 tiles is one chunk with no running set
-    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False)
+    tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False,
+                            prescale_q)
     round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
     f = 1
     while f < 8 and f * tile < round_cycles:
@@ -608,6 +614,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
                    dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                    fixed_chunk: bool = False, fp32_dest_acc_en: bool = True,
                    dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32,
+                   prescale_q: bool = False,
                    c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of kv_pages "key_row" (DecodePlan.pieces_per_work): the multiple of
     12 up to `max_pieces` that the model gives the shortest step for ONE user at the cache's length
@@ -626,7 +633,8 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
 
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
-    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
+                         prescale_q)
     bank_rate = c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency
     floor = num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes / banks / bank_rate
     best: tuple[tuple[float, float], int] | None = None
@@ -644,7 +652,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
 def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, floor_tiles: int, q_tiles: int,
                 d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                 fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8,
-                head_rows: int = 32, c: CostConstants = COST) -> int:
+                head_rows: int = 32, prescale_q: bool = False, c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of interleaved (tile-paged) caches with dynamic chunks
     (DecodePlan.pieces_per_work): the count up to `max_pieces` that the model gives the shortest step
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
@@ -660,7 +668,8 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     length, never on the batch (batch invariance)."""
     from ttdecode.plan import dynamic_chunk_tiles, tree_rounds
 
-    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
+                         prescale_q)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
     best: tuple[tuple[float, float, int], int] | None = None
@@ -684,7 +693,8 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
 def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, options: Sequence[tuple[int, int]],
               q_tiles: int, d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int,
               cyclic: bool = False, stages_per_chunk: int = 2, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
-              fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32, c: CostConstants = COST) -> tuple[int, int]:
+              fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32, prescale_q: bool = False,
+              c: CostConstants = COST) -> tuple[int, int]:
     """The cap of dynamic chunks and its pieces per (user, KV head) (DecodePlan.chunk_cap, pieces_per_work)
     out of `options` ((cap, pieces) pairs: the caps whose buffers fit L1, each with the split the model
     takes for it): the pair that gives ONE user at the cache's length (`seq_tiles` key tiles, split floor
@@ -693,10 +703,12 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     chunk's read (or the last one's compute) overlaps nothing: the busiest core takes evaluate's
     max(reader, compute) + min(reader, compute) / stages (`stages_per_chunk` read barriers a chunk: K and
     V each have theirs, 1 with MLA), its reader no faster than the DRAM floor (bank-local for the cyclic
-    split of key_row pages, else the fitted interleaved rate); the tree adds its rounds. Depends on the config and the cache's length, never on the batch (batch invariance)."""
+    split of key_row pages, else the fitted interleaved rate); the tree adds its rounds. Depends on the
+    config and the cache's length, never on the batch (batch invariance)."""
     from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 
-    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+    costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
+                         prescale_q)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     user_bytes = num_kv_heads * seq_tiles * key_bytes
     banks = c.dram_banks

@@ -51,7 +51,7 @@ import torch
 
 from ttdecode import formats
 from ttdecode.formats import DataType
-from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece
+from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece, power_of_two_scale
 from ttdecode.program import (
     kv_cache_tensor,
     Arg,
@@ -290,6 +290,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         # the CBs unpacked straight to the fp32 DST (one unpack configuration): a copy or broadcast init
         # made for one of them serves them all
         to_dest_cbs=sum(1 << i for i in compute.unpack_to_dest_cbs),
+        # a power-of-two scale: Q x scale once per piece (cb_q_scaled), no scale op per score tile
+        q_prescaled=int(plan.prescale_q),
     )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -406,6 +408,9 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         )
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale == 0:
         raise FactoryError(f"scale: expected a finite non-zero number, got {scale!r}")
+    if plan.prescale_q and not power_of_two_scale(scale):
+        raise FactoryError(f"scale: expected +-2^k for a plan made with prescale_q (Q is multiplied by it "
+                           f"exactly once per piece), got {scale!r}; plan with prescale_q=False")
 
     cores = plan.active_cores
     core_set = CoreRangeSet.of(cores)

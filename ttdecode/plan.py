@@ -333,6 +333,8 @@ class DecodePlan:
     # K/V DRAM pages: "tile" (one tile a page: an interleaved tensor) or "key_row" (one key-tile row of D / 32 tiles a
     # page, round robin over the 12 banks; the pieces then take key tiles cyclically, one bank each)
     kv_pages: str = "tile"
+    # the scale is a power of two: Q x scale once per piece (cb_q_scaled) instead of every score
+    prescale_q: bool = False
 
     @property
     def cyclic_split(self) -> bool:
@@ -431,6 +433,7 @@ def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
     tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
+    prescale_q: bool = False,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -444,12 +447,14 @@ def flash_decode_cbs(
     `attn_mask` two slots of a chunk's mask tiles ([q tile row][key tile], bf16).
     `window` (each token's sliding window in keys, 0 = none) and `tokens` (T) size the writer's
     mask pages (masked_tiles_bound per q tile row).
+    `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
+    Q . K^T reads instead of scaling every score.
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
     float32 CBs other than probs only by copy_tile / unary_bcast, and the factory puts them in
     UnpackToDestFp32 mode (factory.UNPACK_TO_DEST_CBS), so they reach the fp32 DST exactly; probs
-    feeds the matmuls as TF32. Index 22 is unused.
+    feeds the matmuls as TF32.
     """
     f32, bf16 = DataType.float32, DataType.bfloat16
     kv_tile = _TILE_BYTES[kv_dtype]
@@ -492,10 +497,21 @@ def flash_decode_cbs(
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
     if attention_sink:
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
+    if prescale_q:
+        specs.append((22, "q_scaled", bf16, 2048, q_tiles * d_tiles))  # the piece's Q x scale (exact)
     if attn_mask:
         # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
         specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))
     return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in sorted(specs))
+
+
+def power_of_two_scale(scale: float) -> bool:
+    """Is the softmax scale +-2^k with 2^k a normal float32 (make_plan's prescale_q): then Q x scale is
+    exact in bf16 and gives the same fp32 scores as scaling each score (subnormal results aside)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale == 0:
+        return False
+    m, e = math.frexp(abs(scale))
+    return m == 0.5 and -126 <= e - 1 <= 127
 
 
 def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: DataType, mla: bool = False,
@@ -544,6 +560,7 @@ def make_plan(
     num_tokens: int = 1,
     kv_pages: str = "tile",
     key_row_pieces: int | None = None,
+    prescale_q: bool = False,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -578,6 +595,10 @@ def make_plan(
     taking the key tiles cyclically, so every piece reads one bank, and the pieces of a bank run on
     the cores kept for that bank (key_row_placement). `key_row_pieces` (kv_pages "key_row" only): that
     many pieces per (user, KV head) instead of the model's choice (a multiple of 12 up to the most).
+    `prescale_q`: the softmax scale will be a power of two (+-2^k; the factory checks it), so the
+    compute kernel multiplies each piece's Q by it once, exactly (a bf16 element only changes its
+    exponent), instead of every score: the same fp32 scores bit for bit (scaling by 2^k commutes with
+    the matmul's products and fp32 sums, subnormal results aside), one SFPU op per key tile fewer.
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -614,6 +635,8 @@ def make_plan(
         if k_chunk_size and min_chunk_tiles > 1:
             raise PlanError(f"min_chunk_tiles: applies to dynamic chunks only (k_chunk_size 0), got "
                             f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
+    if not isinstance(prescale_q, bool):
+        raise PlanError(f"prescale_q: expected a bool, got {prescale_q!r}")
     if chunk_cap is not None:
         if not isinstance(chunk_cap, int) or isinstance(chunk_cap, bool) or chunk_cap not in CHUNK_CAPS:
             raise PlanError(f"chunk_cap: expected None or one of {sorted(CHUNK_CAPS)} tiles, got {chunk_cap!r}")
@@ -683,7 +706,8 @@ def make_plan(
     head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
     # what the cost model's split choices need of the shape (split floor, tile and key_row pieces)
     shape = dict(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                 fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows)
+                 fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows,
+                 prescale_q=prescale_q)
     kv = dict(kv_tile_bytes=_TILE_BYTES[kv_dtype],
               kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
     if fixed:
@@ -798,6 +822,7 @@ def make_plan(
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
         tree=pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
         q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
+        prescale_q=prescale_q,
     )
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
@@ -812,7 +837,7 @@ def make_plan(
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
-        num_tokens=num_tokens, kv_pages=kv_pages,
+        num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q,
     )
     _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
