@@ -581,6 +581,26 @@ def piece_chunks(tiles: int, chunk_tiles: int, fixed_chunk: bool = False) -> int
     return -(-tiles // chunk)
 
 
+def _tile_paged_busiest(num_kv_heads: int, cores: int, seq_tiles: int, pieces: int, floor_tiles: int,
+                        chunk_cap: int) -> tuple[int, int, int, int]:
+    """The busiest core of ONE user's interleaved split (plan.piece_range): (the pieces that get keys, the
+    pieces on the busiest core, their dynamic chunk, the most key tiles one of them holds: pieces deal
+    whole chunks, so the first pieces take one chunk more)."""
+    from ttdecode.plan import dynamic_chunk_tiles
+
+    used = min(pieces, max(1, seq_tiles // max(1, floor_tiles)))
+    busiest = -(-(num_kv_heads * used) // max(1, cores))
+    chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, chunk_cap)
+    n = min(seq_tiles, -(-(-(-seq_tiles // chunk)) // used) * chunk)
+    return used, busiest, chunk, n
+
+
+def _core_reader(busiest: int, tiles: int, chunks: int, key_bytes: int, c: CostConstants) -> float:
+    """A core's reader for `busiest` pieces of `tiles` key tiles in `chunks` chunks in all: the per-core
+    plateau, one DRAM latency per chunk."""
+    return busiest * tiles * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles
+
+
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
                  hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False) -> _SplitCosts:
     chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows), fidelity, c).values())
@@ -666,7 +686,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     - the tree: tree_rounds(used) rounds (message, handshake, merge).
     The step is the slowest of the first three plus the fourth. Depends on the config and the cache's
     length, never on the batch (batch invariance)."""
-    from ttdecode.plan import dynamic_chunk_tiles, tree_rounds
+    from ttdecode.plan import tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                          prescale_q)
@@ -674,14 +694,9 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
     best: tuple[tuple[float, float, int], int] | None = None
     for p in range(1, max_pieces + 1):
-        used = min(p, max(1, seq_tiles // max(1, floor_tiles)))
-        busiest = -(-(num_kv_heads * used) // max(1, cores))
-        # pieces deal whole chunks (plan.piece_range): the first pieces take one chunk more
-        chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, chunk_tiles)
-        n = min(seq_tiles, -(-(-(-seq_tiles // chunk)) // used) * chunk)
+        used, busiest, chunk, n = _tile_paged_busiest(num_kv_heads, cores, seq_tiles, p, floor_tiles, chunk_tiles)
         compute = busiest * costs.piece(n, chunk, fixed_chunk=True)
-        chunks = busiest * -(-n // chunk)
-        reader = busiest * n * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles
+        reader = _core_reader(busiest, n, busiest * -(-n // chunk), key_bytes, c)
         key = (max(compute, reader, floor) + tree_rounds(used) * costs.round, compute, p)
         if best is None or key < best[0]:
             best = (key, p)
@@ -714,23 +729,18 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     banks = c.dram_banks
     best: tuple[float, int, int] | None = None
     for cap, pieces in sorted(options):
-        if cyclic:
+        if cyclic:  # every piece takes every used-th key tile: ceil(T / used) each
             used = cyclic_pieces(seq_tiles, 0, pieces, floor_tiles)
             busiest = -(-(num_kv_heads * used) // (banks * max(1, cores // banks)))
+            chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, cap)
+            n = -(-seq_tiles // used)
             floor = user_bytes / banks / (c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency)
         else:
-            used = min(pieces, max(1, seq_tiles // max(1, floor_tiles)))
-            busiest = -(-(num_kv_heads * used) // max(1, cores))
+            used, busiest, chunk, n = _tile_paged_busiest(num_kv_heads, cores, seq_tiles, pieces, floor_tiles, cap)
             floor = user_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
-        chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, cap)
-        if cyclic:
-            n = -(-seq_tiles // used)
-        else:  # pieces deal whole chunks (plan.piece_range): the first pieces take one chunk more
-            n = min(seq_tiles, -(-(-(-seq_tiles // chunk)) // used) * chunk)
         chunks = busiest * -(-n // chunk)
         compute = busiest * n * costs.tile + chunks * costs.chunk
-        reader = max(floor, busiest * n * key_bytes / c.core_read_plateau_bytes_per_cycle
-                     + chunks * c.dram_latency_cycles)
+        reader = max(floor, _core_reader(busiest, n, chunks, key_bytes, c))
         t = max(reader, compute) + min(reader, compute) / (chunks * stages_per_chunk) + tree_rounds(used) * costs.round
         if best is None or t < best[0]:
             best = (t, cap, pieces)
