@@ -101,6 +101,13 @@ constexpr uint32_t to_dest_cbs = get_named_compile_time_arg_val("to_dest_cbs"); 
 constexpr bool q_prescaled = get_named_compile_time_arg_val("q_prescaled") == 1;
 constexpr uint32_t cb_q_in0 = q_prescaled ? cb_q_scaled : cb_q;  // Q . K^T's in0
 constexpr bool half_tile = head_rows <= 16;
+// Rows of the q-row CBs' tiles (plan.q_tile_rows): 16 = 16x32 tiles (faces 0-1). The unpackers, the
+// FPU and the packer take each CB's tile shape from the CB (its inits program it); an op on those
+// tiles may touch faces 0-1 only (VectorMode::R / None), as faces 2-3 of their DST tiles hold nothing.
+constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
+static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && half_tile && q_tiles == 1),
+              "16x32 q tiles hold one q tile row of at most 16 q rows");
+constexpr bool half_tiles = q_tile_rows == 16;
 constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
 // The vector steps per face those ops run (their ITERATIONS): a step covers four rows of a face, even
 // or odd columns, so 2 x ceil(rows / 4) steps cover rows 0 .. head_rows - 1 (8 = the whole face).
@@ -162,6 +169,10 @@ inline void addcmul_rows(uint32_t a, uint32_t b, uint32_t c, uint32_t out, Vecto
     MATH((SFPU_TERNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_addcmul,
                             (APPROX, DST_ACCUM_MODE, DataFormat::Float32, row_iterations), a, b, c, out, mode,
                             one_bits)));
+}
+inline void log_rows(uint32_t idst, VectorMode mode) {
+    MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_log,
+                          (APPROX, false, false, DST_ACCUM_MODE, row_iterations), idst, mode, 0)));
 }
 inline void scale_rows(uint32_t idst, uint32_t bits, VectorMode mode) {
     MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
@@ -278,7 +289,7 @@ void prescale_q() {
         }
         init_scale();
         for (uint32_t i = 0; i < m; ++i) {
-            mul_unary_tile(i, scale_bits);
+            scale_rows(i, scale_bits, row_mode);  // the q rows that hold heads (the others are zero)
         }
         pack_block(cb_q_scaled, t0, m);
     }
@@ -292,12 +303,13 @@ void prescale_q() {
 // row max -inf and the row sum 0; flooring the max at the lowest finite float keeps every exp(x - m)
 // and exp(m_old - m) free of -inf - (-inf) (they give exp(-inf) = 0 or exp(0) = 1 on an all-zero
 // row instead of NaN), and flooring l before 1/l keeps O x 1/l = 0 x 2^126 = 0 instead of 0 x inf.
-inline void floor_tile(uint32_t at, uint32_t scratch, uint32_t floor_bits) {
+// On the faces `mode` covers (the rows that hold heads): a 16x32 tile has no faces 2-3.
+inline void floor_tile(uint32_t at, uint32_t scratch, uint32_t floor_bits, VectorMode mode) {
     copy_to_dst(cb_ones, 0, scratch);
     init_scale();
-    mul_unary_tile(scratch, floor_bits);
+    scale_rows(scratch, floor_bits, mode);
     init_max();
-    binary_max_tile(at, scratch, at);
+    max_rows(at, scratch, at, mode);
 }
 
 // Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST one by one and
@@ -321,7 +333,7 @@ void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
         max_rows(0, 1, 0, row_mode);
     }
     if constexpr (guard_empty_rows) {
-        floor_tile(0, 1, LOWEST_FLOAT_BITS);
+        floor_tile(0, 1, LOWEST_FLOAT_BITS, row_mode);
     }
     pack_block(next.max, 0, 1);  // pack indices count from the last push
     cb_push_back(next.max, 1);
@@ -523,7 +535,7 @@ void root_recip(uint32_t cb_sum, uint32_t qi, bool after_alpha) {
     tile_regs_acquire();
     copy_to_dst(cb_sum, qi, 0);
     if constexpr (guard_empty_rows) {
-        floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);
+        floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS, stat_mode);
     }
     sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
     recip_tile(0, stat_mode);
@@ -539,10 +551,10 @@ void root_lse(const Running& set, uint32_t qi) {
     tile_regs_acquire();
     copy_to_dst(set.sum, qi, 0);
     sfpu_init(SfpuInit::other, [] { log_tile_init(); });
-    log_tile(0);
+    log_rows(0, stat_mode);  // column 0 of the head rows is the LSE
     copy_to_dst(set.max, qi, 1);
     init_add();
-    add_binary_tile(0, 1, 0);
+    add_rows(0, 1, 0, stat_mode);
     pack_block(cb_lse, qi, 1);
 }
 
@@ -698,7 +710,7 @@ void merge_factors(const Running& own, const MergeOut& out, uint32_t qi, uint32_
     copy_to_dst(other_cb, other_tile, 1);
     if (other_is_sink) {
         init_scale();
-        mul_unary_tile(1, scale_bits);
+        scale_rows(1, scale_bits, stat_mode);
     }
     init_max();
     max_rows(0, 1, 2, stat_mode);
@@ -779,9 +791,15 @@ void merge_sink(const Running& own, const Running& next) {
     for (uint32_t qi = 0; qi < q_tiles; ++qi) {
         merge_factors(own, to_running(next), qi, cb_sink, qi, true);
 
-        // l' = l * e_own + e_sink
+        // l' = l * e_own + e_sink (column 0 of the head rows, stat_mode)
         tile_regs_acquire();
-        rescaled_plus_factor(own.sum, qi, cb_alpha);
+        copy_to_dst(own.sum, qi, 0);
+        copy_to_dst(cb_alpha, 0, 1);
+        copy_to_dst(cb_alpha, 1, 2);
+        init_mul();
+        mul_rows(0, 1, 0, stat_mode);
+        init_add();
+        add_rows(0, 2, 0, stat_mode);
         pack_block(next.sum, 0, 1);
         cb_push_back(next.sum, 1);
 
@@ -797,7 +815,7 @@ void merge_sink(const Running& own, const Running& next) {
             }
             init_mul();
             for (uint32_t i = 0; i < n; ++i) {
-                mul_binary_tile(i, n, i);
+                mul_rows(i, n, i, row_mode);
             }
             pack_block(next.acc, v0, n);
         }
@@ -820,7 +838,7 @@ void finish_root(const Running& set) {
         tile_regs_acquire();
         copy_to_dst(set.sum, qi, 0);
         if constexpr (guard_empty_rows) {
-            floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS);  // l = 0 (no key, no sink) gives out = 0
+            floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS, stat_mode);  // l = 0 (no key, no sink) gives out = 0
         }
         sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
         recip_tile(0, stat_mode);  // l lives in column 0

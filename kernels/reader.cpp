@@ -38,8 +38,9 @@ struct TileColumns {
 // Copy the g rows of one KV group out of matrix `matrix` (a user's Q, or a mask batch) of a bf16 tile
 // tensor [.., NH, src_cols * 32] into tiles at q_l1. Group row r is row h*g + r of the matrix; it lands
 // in row dst_first_row + r of the destination, i.e. row (dst_first_row + r) % 32 of tile row
-// (dst_first_row + r) / 32.
-template <typename AddrGen>
+// (dst_first_row + r) / 32. The destination tiles have dst_tile_rows rows: 32, or 16 (16x32 tiles:
+// faces 0-1, the first half of a 32x32 tile's layout, so a row's offsets inside them are the same).
+template <uint32_t dst_tile_rows, typename AddrGen>
 void read_group_rows(
     const AddrGen& q_gen, uint32_t q_l1, uint32_t matrix, uint32_t kv_head, uint32_t group_size, uint32_t nh_tiles,
     const TileColumns& columns, uint32_t dst_first_row = 0) {
@@ -53,7 +54,7 @@ void read_group_rows(
         const uint32_t dst_tile_row = (dst_first_row + r) / TILE;
         for (uint32_t c = 0; c < columns.cols; ++c) {
             const uint32_t page = (matrix * nh_tiles + src_tile_row) * columns.src_cols + columns.col0 + c;
-            const uint32_t dst_tile = q_l1 + (dst_tile_row * columns.dst_cols + c) * TILE * TILE * bytes_per_value;
+            const uint32_t dst_tile = q_l1 + (dst_tile_row * columns.dst_cols + c) * dst_tile_rows * TILE * bytes_per_value;
             // The rows of a run are contiguous inside each of the two faces they cross.
             for (uint32_t half = 0; half < 2; ++half) {
                 const uint64_t src = q_gen.get_noc_addr(page) + face_row_offset(src_row, half) * bytes_per_value;
@@ -150,7 +151,12 @@ void kernel_main() {
     constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t q_slots = get_named_compile_time_arg_val("q_slots");  // pieces' Q held at once (1 or 2)
-    constexpr uint32_t q_tile_bytes = 2048;  // bf16
+    constexpr uint32_t q_tile_bytes = 2048;  // a bf16 32x32 tile: the pages of Q, the sink and the mask in DRAM
+    // The q-row CBs' tiles (cb_q, cb_sink, cb_attn_mask): 32x32, or 16x32 (faces 0-1) with <= 16 q rows.
+    constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
+    constexpr uint32_t q_cb_tile_bytes = q_tile_rows * TILE * 2;  // bf16
+    static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && q_tiles == 1 && tokens * group_size <= 16),
+                  "16-row q tiles hold one q tile row of at most 16 q rows");
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
     constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
@@ -200,14 +206,14 @@ void kernel_main() {
     // every slot, and never written again.
     {
         volatile tt_l1_ptr uint32_t* q_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_q));
-        for (uint32_t i = 0; i < q_slots * q_tiles * d_tiles * q_tile_bytes / sizeof(uint32_t); ++i) {
+        for (uint32_t i = 0; i < q_slots * q_tiles * d_tiles * q_cb_tile_bytes / sizeof(uint32_t); ++i) {
             q_words[i] = 0;
         }
     }
     // Likewise cb_sink (one root's sink tiles): rows past the group stay zero.
     if constexpr (has_sink) {
         volatile tt_l1_ptr uint32_t* sink_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_sink));
-        for (uint32_t i = 0; i < q_tiles * q_tile_bytes / sizeof(uint32_t); ++i) {
+        for (uint32_t i = 0; i < q_tiles * q_cb_tile_bytes / sizeof(uint32_t); ++i) {
             sink_words[i] = 0;
         }
     }
@@ -235,7 +241,7 @@ void kernel_main() {
         // Q [T, B, NH, D]: token j's group rows land in q rows j*g .. j*g + g - 1 (token-major).
         cb_reserve_back(cb_q, q_tiles * d_tiles);
         for (uint32_t j = 0; j < tokens; ++j) {
-            read_group_rows(q_gen, get_write_ptr(cb_q), j * batch + user, kv_head, group_size, nh_tiles,
+            read_group_rows<q_tile_rows>(q_gen, get_write_ptr(cb_q), j * batch + user, kv_head, group_size, nh_tiles,
                             TileColumns{d_tiles, 0, d_tiles, d_tiles}, j * group_size);
         }
         if constexpr (paged) {
@@ -250,7 +256,7 @@ void kernel_main() {
             if (index == 0) {
                 cb_reserve_back(cb_sink, q_tiles);
                 for (uint32_t j = 0; j < tokens; ++j) {
-                    read_group_rows(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles,
+                    read_group_rows<q_tile_rows>(sink_gen, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles,
                                     TileColumns{1, 0, 1, 1}, j * group_size);
                 }
             }
@@ -322,7 +328,7 @@ void kernel_main() {
                 const uint32_t run = range.stride == 1 ? tiles : 1;
                 for (uint32_t t = 0; t < tiles; t += run) {
                     for (uint32_t j = 0; j < tokens; ++j) {  // every token of a user takes the same mask rows
-                        read_group_rows(mask_gen, get_write_ptr(cb_attn_mask) + t * q_tile_bytes,
+                        read_group_rows<q_tile_rows>(mask_gen, get_write_ptr(cb_attn_mask) + t * q_cb_tile_bytes,
                                         mask_broadcast ? 0 : user, kv_head, group_size, nh_tiles,
                                         TileColumns{seq_tiles, range.tile_at(chunk_first + t), run, max_chunk_tiles},
                                         j * group_size);

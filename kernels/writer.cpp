@@ -27,11 +27,12 @@ constexpr uint32_t FP32_TILE_BYTES = TILE * TILE * 4;
 constexpr uint32_t FP32_FACE_ROW_BYTES = FACE * 4;
 constexpr uint32_t BF16_FACE_ROW_BYTES = FACE * 2;
 
-// Fill a bf16 tile in L1: value(row, col) for every element, in face order.
-template <typename Fn>
+// Fill a bf16 tile of `rows` rows (32, or 16: a 16x32 tile, faces 0-1) in L1: value(row, col) for
+// every element, in face order.
+template <uint32_t rows = TILE, typename Fn>
 void fill_bf16_tile(uint32_t l1_addr, Fn value) {
     volatile tt_l1_ptr uint16_t* tile = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1_addr);
-    for (uint32_t row = 0; row < TILE; ++row) {
+    for (uint32_t row = 0; row < rows; ++row) {
         for (uint32_t half = 0; half < 2; ++half) {
             const uint32_t base = face_row_offset(row, half);
             for (uint32_t c = 0; c < FACE; ++c) {
@@ -50,7 +51,8 @@ void push_constant_tile(uint32_t cb, Fn value) {
 }
 
 // Send the first `rows` rows of one fp32 tile (only column half 0 when `column0_only`) to the same
-// place in a tile at dst. Rows of one face are contiguous, so each face is one NoC write.
+// place in a tile at dst. Rows of one face are contiguous, so each face is one NoC write. A 16x32
+// tile's rows (at most 16) are faces 0-1, laid out as in a 32x32 tile.
 void send_tile_rows(uint32_t src_l1, uint64_t dst, uint32_t rows, bool column0_only) {
     if (rows >= TILE && !column0_only) {
         noc_async_write(src_l1, dst, FP32_TILE_BYTES);
@@ -86,7 +88,13 @@ void kernel_main() {
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t q_rows = tokens * group_size;  // q rows in use: token-major, g heads per token
     constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);  // O, then m, then l
-    constexpr uint32_t partial_bytes = partial_tiles * FP32_TILE_BYTES;
+    // The q-row CBs' tiles (masks, partials, output, LSE): 32x32, or 16x32 (faces 0-1) with <= 16 q rows.
+    constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
+    static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && q_tiles == 1 && q_rows <= 16),
+                  "16-row q tiles hold one q tile row of at most 16 q rows");
+    constexpr uint32_t q_bf16_tile_bytes = q_tile_rows * TILE * 2;
+    constexpr uint32_t q_fp32_tile_bytes = q_tile_rows * TILE * 4;
+    constexpr uint32_t partial_bytes = partial_tiles * q_fp32_tile_bytes;
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
     constexpr uint32_t zero_block_bytes = FACE * BF16_FACE_ROW_BYTES;  // one face's worth of zero rows
 
@@ -159,7 +167,7 @@ void kernel_main() {
             for (uint32_t i = 0; i < masks.count; ++i) {
                 const uint32_t first_key = masks.tiles[i] * TILE;
                 for (uint32_t qi = 0; qi < q_tiles; ++qi) {
-                    fill_bf16_tile(mask_l1 + (i * q_tiles + qi) * BF16_TILE_BYTES,
+                    fill_bf16_tile<q_tile_rows>(mask_l1 + (i * q_tiles + qi) * q_bf16_tile_bytes,
                                    [cur_pos, first_key, qi](uint32_t row, uint32_t col) {
                                        return row_attends(cur_pos, token_window, tokens, group_size, qi * TILE + row,
                                                           first_key + col)
@@ -200,7 +208,7 @@ void kernel_main() {
                 const bool is_stat = t >= q_tiles * dv_tiles;
                 const uint32_t q_tile = is_stat ? (t - q_tiles * dv_tiles) % q_tiles : t / dv_tiles;
                 const uint32_t rows = q_rows - q_tile * TILE < TILE ? q_rows - q_tile * TILE : TILE;
-                send_tile_rows(src + t * FP32_TILE_BYTES, dst + t * FP32_TILE_BYTES, rows, is_stat);
+                send_tile_rows(src + t * q_fp32_tile_bytes, dst + t * q_fp32_tile_bytes, rows, is_stat);
             }
             noc_async_write_barrier();
             const uint32_t parent_level = tree_height(tree_parent(index), pieces_per_work) - 1;
@@ -227,7 +235,7 @@ void kernel_main() {
                 const uint32_t rows = row_run(src_row, dst_row, group_size - r);
                 for (uint32_t v = 0; v < dv_tiles; ++v) {
                     const uint32_t page = (matrix * nh_tiles + (first_row + r) / TILE) * dv_tiles + v;
-                    const uint32_t src_tile = out_l1 + ((q_row / TILE) * dv_tiles + v) * BF16_TILE_BYTES;
+                    const uint32_t src_tile = out_l1 + ((q_row / TILE) * dv_tiles + v) * q_bf16_tile_bytes;
                     for (uint32_t half = 0; half < 2; ++half) {
                         // A skipped user (cur_pos -1) gets zero rows.
                         const uint32_t src = has_work ? src_tile + face_row_offset(src_row, half) * 2 : zeros_l1;
@@ -245,8 +253,10 @@ void kernel_main() {
             if (has_work) {
                 cb_wait_front(cb_lse, q_tiles);
                 volatile tt_l1_ptr uint32_t* lse_tiles = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_lse));
+                // rows past a 16x32 tile hold no q head: -inf, as for a user with no keys
                 for (uint32_t y = 0; y < q_tiles * TILE; ++y) {
-                    row[y] = lse_tiles[(y / TILE) * TILE * TILE + face_row_offset(y % TILE, 0)];
+                    row[y] = y < q_tiles * q_tile_rows ? lse_tiles[(y / TILE) * TILE * TILE + face_row_offset(y % TILE, 0)]
+                                                       : FP32_NEG_INF;
                 }
             } else {
                 for (uint32_t y = 0; y < q_tiles * TILE; ++y) {

@@ -110,11 +110,13 @@ def test_real_run_merge_charges_only_the_vector_steps_of_the_rows_that_hold_head
     assert op_cycles("exp", exp2, fidelity) == pytest.approx(40 * 2 + COST.tile_call_cycles)
 
 
-def _totals(ops) -> dict[tuple[str, int], float]:
-    out: dict[tuple[str, int], float] = {}
+def _totals(ops) -> dict[tuple, float]:
+    """Tiles per (op, vector steps), a matmul's keyed by its in0 rows too: (op, steps, rows)."""
+    out: dict[tuple, float] = {}
     for op, ts in ops.items():
         for t in ts:
-            out[(op, t.steps)] = out.get((op, t.steps), 0.0) + t.tiles
+            key = (op, t.steps, t.rows) if op == "matmul" else (op, t.steps)
+            out[key] = out.get(key, 0.0) + t.tiles
     return out
 
 
@@ -123,13 +125,14 @@ def test_merge_ops_are_the_kernels_merge_as_counted_by_the_runtime(runs) -> None
     plan, counters = runs[4]
     _, red, _ = work_from_counters(plan, counters)
     got = _totals(red.merge_per_round)
-    want = _totals(merge_ops(plan.q_tiles, plan.dv_tiles, head_rows=plan.num_tokens * plan.group_size))
+    want = _totals(merge_ops(plan.q_tiles, plan.dv_tiles, head_rows=plan.num_tokens * plan.group_size,
+                              q_tile_rows=plan.q_tile_rows))
     # configuration calls: within one per merge (only the first merge after the chunks reconfigures srcB)
     assert abs(got.pop(("init", 32)) - want.pop(("init", 32))) <= 1
     assert got == want
 
 
-def _one_piece_compute(pos: int, s: int = 256, d: int = 64, prescale_q: bool = False):
+def _one_piece_compute(pos: int, s: int = 256, d: int = 64, prescale_q: bool = False, q_tile_rows: int = 16):
     b, nh, nkv = 1, 8, 1
     g = torch.Generator().manual_seed(1)
     q = from_torch(torch.randn(1, b, nh, d, generator=g))
@@ -137,7 +140,7 @@ def _one_piece_compute(pos: int, s: int = 256, d: int = 64, prescale_q: bool = F
     v = from_torch(torch.randn(b, nkv, s, d, generator=g), DataType.bfloat8_b)
     # chunks of at most 8 tiles, the size the per-chunk closed forms are read off
     plan = make_plan(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[pos], grid=(1, 1),
-                     chunk_cap=8, prescale_q=prescale_q)
+                     chunk_cap=8, prescale_q=prescale_q, q_tile_rows=q_tile_rows)
     _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125,
                                     compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     works, _, _ = work_from_counters(plan, result.counters)
@@ -152,23 +155,24 @@ def _per_tile(short, long, tiles: int) -> dict[tuple[str, int], float]:
 _cycles = lambda ops: sum(op_cycles(op, t, "HiFi2") for op, ts in ops.items() for t in ts)  # noqa: E731
 
 
-def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_running_chunk() -> None:
+@pytest.mark.parametrize("q_rows", [16, 32])
+def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_running_chunk(q_rows: int) -> None:
     """A piece of 8 + 8 key tiles minus one of 8 + 4 (the second chunk rescales a running set; the
     same fixed work) / 4 = one key tile of a chunk with a running set: exact for matmuls, exps, scales,
     binary ops and packs; copies (one more per DST block of probabilities) and the modelled cycles
     within 5%."""
-    plan, short = _one_piece_compute(383, 512)
-    _, long = _one_piece_compute(511, 512)
+    plan, short = _one_piece_compute(383, 512, q_tile_rows=q_rows)
+    _, long = _one_piece_compute(511, 512, q_tile_rows=q_rows)
     r = plan.range_at(383, 0)
     assert (r.num_chunks, r.chunk_tiles, r.num_tiles) == (2, 8, 12)
     per_tile = _per_tile(short, long, 4)
     rows = plan.num_tokens * plan.group_size  # 8 q heads: rows 0-7 of faces 0-1, 4 steps each
-    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, head_rows=rows, running=True)
+    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows, head_rows=rows, running=True)
     want = _totals(ops)
     assert rows == 8
-    for key in (("matmul", 32), ("exp", 8), ("scalar", 8), ("max", 8), ("pack", 32)):
+    for key in (("matmul", 32, q_rows), ("exp", 8), ("scalar", 8), ("max", 8), ("pack", q_rows)):
         assert per_tile[key] == want[key], key
-    assert per_tile[("copy", 32)] == pytest.approx(want[("copy", 32)], rel=0.05)
+    assert per_tile[("copy", q_rows)] == pytest.approx(want[("copy", q_rows)], rel=0.05)
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 4, rel=0.05)
 
 
@@ -178,11 +182,11 @@ def test_a_key_tile_with_q_prescaled_costs_the_same_but_the_scale_op() -> None:
     plan, short = _one_piece_compute(383, 512, prescale_q=True)
     _, long = _one_piece_compute(511, 512, prescale_q=True)
     per_tile = _per_tile(short, long, 4)
-    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, head_rows=8, running=True,
+    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows, head_rows=8, running=True,
                          prescale_q=True)
     want = _totals(ops)
     assert ("scalar", 8) not in want and per_tile.get(("scalar", 8), 0) == 0
-    for key in (("matmul", 32), ("exp", 8), ("max", 8), ("pack", 32)):
+    for key in (("matmul", 32, 16), ("exp", 8), ("max", 8), ("pack", 16)):
         assert per_tile[key] == want[key], key
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 4, rel=0.05)
 
@@ -195,7 +199,7 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_pieces_first_chunk
     plan, short = _one_piece_compute(31)
     _, long = _one_piece_compute(127)
     per_tile = _per_tile(short, long, 3)
-    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles,
+    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows,
                          head_rows=plan.num_tokens * plan.group_size)
     want = _totals(ops)
     assert 3 * per_tile.pop(("init", 32)) == pytest.approx(3 * want.pop(("init", 32)) + 1)
@@ -204,25 +208,25 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_pieces_first_chunk
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 3, rel=0.05)
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_chunk_ops_are_what_one_more_running_chunk_costs_beyond_its_key_tiles(d: int) -> None:
+@pytest.mark.parametrize(("d", "q_rows"), [(64, 16), (128, 16), (64, 32)])
+def test_chunk_ops_are_what_one_more_running_chunk_costs_beyond_its_key_tiles(d: int, q_rows: int) -> None:
     """A piece of 3 chunks of 8 key tiles minus one of 2, less 8 x chunk_tile_ops, is one running
     chunk's fixed work: copies, packs, the row-wise binary ops, alpha's exp and the row reduction exact;
     configuration calls within 2; the modelled cycles within 5%."""
-    plan, short = _one_piece_compute(511, 1024, d)
-    _, long = _one_piece_compute(767, 1024, d)
+    plan, short = _one_piece_compute(511, 1024, d, q_tile_rows=q_rows)
+    _, long = _one_piece_compute(767, 1024, d, q_tile_rows=q_rows)
     assert (plan.range_at(767, 0).num_chunks, plan.range_at(767, 0).chunk_tiles) == (3, 8)
     rows = plan.num_tokens * plan.group_size
-    tile = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, head_rows=rows, running=True)
+    tile = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows, head_rows=rows, running=True)
     fixed = _per_tile(short, long, 1)
     for key, n in _totals(tile).items():
         fixed[key] = fixed.get(key, 0) - 8 * n
-    want = _totals(chunk_ops(plan.q_tiles, plan.dv_tiles, head_rows=rows))
+    want = _totals(chunk_ops(plan.q_tiles, plan.dv_tiles, head_rows=rows, q_tile_rows=plan.q_tile_rows))
     assert abs(fixed.pop(("init", 32)) - want.pop(("init", 32))) <= 2
     block_rounding = 3 - 8 / 3  # 8 key tiles are 3 DST blocks of probabilities, 8 / 3 in chunk_tile_ops
-    assert fixed.pop(("copy", 32)) == pytest.approx(want.pop(("copy", 32)) + block_rounding)
+    assert fixed.pop(("copy", q_rows)) == pytest.approx(want.pop(("copy", q_rows)) + block_rounding)
     assert {k: v for k, v in fixed.items() if abs(v) > 1e-9} == pytest.approx(want)
-    assert _cycles(chunk_ops(plan.q_tiles, plan.dv_tiles, head_rows=rows)) == pytest.approx(
+    assert _cycles(chunk_ops(plan.q_tiles, plan.dv_tiles, head_rows=rows, q_tile_rows=plan.q_tile_rows)) == pytest.approx(
         _cycles(long) - _cycles(short) - 8 * _cycles(tile), rel=0.05)
 
 

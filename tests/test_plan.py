@@ -366,10 +366,47 @@ def test_a_chunk_cap_with_fixed_chunks_is_refused() -> None:
 
 
 def test_a_plan_that_fits_l1_only_with_a_smaller_chunk_cap_names_it() -> None:
-    """Tech report D 128, B 16, key_row pages, 48 pieces per head: the model's 16-tile chunks leave too little
-    L1 for the partials of 13 pieces per core; chunks of 8 fit, and the refusal says so."""
+    """Tech report D 128, B 16, key_row pages, 48 pieces per head, 32x32 q tiles: the model's 16-tile chunks
+    leave too little L1 for the partials of 13 pieces per core; chunks of 8 fit, and the refusal says so.
+    With 16x32 q tiles (the default for 8 q heads) every partial takes half the bytes and the plan fits."""
     args = dict(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=128, cur_pos=[131071] * 16,
                 max_cores_per_head_batch=48, kv_pages="key_row")
     with pytest.raises(PlanError, match=r"L1 overflow.*Set chunk_cap=8"):
-        make_plan(**args)
-    assert make_plan(**args, chunk_cap=8).pieces_per_work == 48
+        make_plan(**args, q_tile_rows=32)
+    assert make_plan(**args, q_tile_rows=32, chunk_cap=8).pieces_per_work == 48
+    half = make_plan(**args)
+    assert half.q_tile_rows == 16 and half.chunk_cap == 16 and half.pieces_per_work == 48
+
+
+@pytest.mark.parametrize(("heads", "tokens", "rows"), [(8, 1, 16), (16, 1, 16), (4, 4, 16), (32, 1, 32), (8, 3, 32)])
+def test_q_rows_of_at_most_16_get_16x32_tiles_by_default(heads: int, tokens: int, rows: int) -> None:
+    plan = make_plan(batch=2, num_q_heads=heads, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047, 100],
+                     num_tokens=tokens)
+    assert plan.q_tile_rows == rows
+
+
+def test_16x32_q_tiles_halve_every_q_row_buffer_and_leave_k_v_and_ones_whole() -> None:
+    args = dict(batch=2, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=128, cur_pos=[4095, 3000],
+                max_cores_per_head_batch=8, attention_sink=True, return_lse=True, prescale_q=True, chunk_cap=8)
+    full = {cb.name: cb for cb in make_plan(**args, q_tile_rows=32).circular_buffers}
+    half = {cb.name: cb for cb in make_plan(**args, q_tile_rows=16).circular_buffers}
+    assert full.keys() == half.keys()
+    q_rows = {"q", "mask", "max_bcast", "scores", "probs", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b",
+              "alpha", "partial_in", "partial_out", "out", "lse", "q_scaled", "sink"}
+    assert q_rows <= full.keys()
+    for name, cb in half.items():
+        f = full[name]
+        assert (cb.index, cb.data_format, cb.num_pages) == (f.index, f.data_format, f.num_pages)
+        if name in q_rows:
+            assert (cb.tile_rows, cb.page_size) == (16, f.page_size // 2), name
+        else:
+            assert (cb.tile_rows, cb.page_size) == (32, f.page_size), name
+    assert {n for n, cb in half.items() if cb.tile_rows == 32} >= {"k", "v", "ones"}
+
+
+def test_16x32_q_tiles_with_more_than_16_q_rows_are_refused() -> None:
+    with pytest.raises(PlanError, match=r"q_tile_rows: 16 holds at most 16 q rows, but num_tokens x group size = 3 x 8"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], num_tokens=3,
+                  q_tile_rows=16)
+    with pytest.raises(PlanError, match=r"q_tile_rows: expected None, 16 or 32, got 8"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], q_tile_rows=8)

@@ -45,7 +45,7 @@ from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
            "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
            "work_from_counters", "op_class", "Message", "noc_hops", "writer_messages",
-           "match_tree", "chunk_tile_ops", "merge_ops", "split_floor_tiles", "row_steps"]
+           "match_tree", "chunk_tile_ops", "merge_ops", "q_row_tiles", "split_floor_tiles", "row_steps"]
 
 _OP = {name: code for code, name in EVENT_OPS.items()}
 
@@ -446,9 +446,27 @@ def row_steps(head_rows: int) -> int:
     return 2 * 2 * -(-head_rows // 4)
 
 
+def q_row_tiles(ops: dict[str, list[OpTally]], q_tile_rows: int) -> dict[str, list[OpTally]]:
+    """`ops` of our kernel with its q-row CBs in tiles of `q_tile_rows` rows (DecodePlan.q_tile_rows): at
+    16 (16x32 tiles) every matmul feeds 16 rows of in0 and every copy and pack moves half a tile (16
+    vector steps' worth, as the runtime records them). The closed forms below count calls and tiles,
+    the same for both shapes."""
+    if q_tile_rows == 32:
+        return ops
+    out: dict[str, list[OpTally]] = {}
+    for op, tallies in ops.items():
+        if op == "matmul":
+            out[op] = [OpTally(t.tiles, t.calls, rows=min(t.rows, q_tile_rows), steps=t.steps) for t in tallies]
+        elif op in ("copy", "pack"):
+            out[op] = [OpTally(t.tiles, t.calls, rows=t.rows, steps=min(t.steps, q_tile_rows)) for t in tallies]
+        else:
+            out[op] = list(tallies)
+    return out
+
+
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", head_rows: int = 32, running: bool = False,
-                   prescale_q: bool = False) -> dict[str, list[OpTally]]:
+                   prescale_q: bool = False, q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
     row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
     and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
@@ -466,24 +484,26 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
       once per chunk).
     `head_rows` (the q rows holding heads, tokens x group): the scale, the exp, the fold and the
     subtraction run `row_steps(head_rows)` vector steps. `prescale_q` (a power-of-two scale, Q scaled once
-    per piece): no scale op. Pinned against real runs in tests/test_costmodel.py."""
+    per piece): no scale op. `q_tile_rows` 16: 16x32 q tiles (q_row_tiles). Pinned against real runs in
+    tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles / max(1, dst_tiles)
     inits = q_tiles * (0 if running else 2) * block
-    return {"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
+    return q_row_tiles({"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
             "init": [OpTally(inits, inits)] if inits else [],
             "scalar": [] if prescale_q else [OpTally(q_tiles, q_tiles, steps=rows)],
             exp: [OpTally(q_tiles, q_tiles, steps=rows)],
             "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
             # the row max's element-wise fold and the subtraction of the max
             "max": [OpTally(2 * q_tiles, 2 * q_tiles, steps=rows)],
-            "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}
+            "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}, q_tile_rows)
 
 
-def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32) -> dict[str, list[OpTally]]:
+def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
+              q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
     """The fixed compute ops of a chunk that rescales a running set (kernels/compute.cpp), beyond its
     key tiles' chunk_tile_ops, per q tile row: the row max's SFPU row reduction (a full tile), m_new
     against the running max, alpha's subtraction and exp, the rescale of l and of O (a multiply per Dv
@@ -495,16 +515,16 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     row = row_steps(head_rows)
     copies = q_tiles * (5 + dv_tiles + dv_tiles // 3)
     inits = 18 + dv_tiles
-    return {"init": [OpTally(inits, inits)],
-            "copy": [OpTally(copies, copies)],
-            "max": [OpTally(q_tiles * (2 + dv_tiles), q_tiles * (2 + dv_tiles), steps=row),
-                    OpTally(q_tiles, q_tiles)],
-            exp: [OpTally(q_tiles, q_tiles, steps=row)],
-            "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}
+    return q_row_tiles({"init": [OpTally(inits, inits)],
+                        "copy": [OpTally(copies, copies)],
+                        "max": [OpTally(q_tiles * (2 + dv_tiles), q_tiles * (2 + dv_tiles), steps=row),
+                                OpTally(q_tiles, q_tiles)],
+                        exp: [OpTally(q_tiles, q_tiles, steps=row)],
+                        "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}, q_tile_rows)
 
 
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
-              dst_tiles: int = 4) -> dict[str, list[OpTally]]:
+              dst_tiles: int = 4, q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
     """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
     tile row: the factors (two copies, a max, two subtractions and two exps on the statistics'
     column: faces 0 and 2, or with <= 16 head rows face 0's head rows; three packs), l on the same
@@ -523,14 +543,14 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     # next ones neither.
     inits = q_tiles * (2 + 2 * blocks) + 1
     copies = q_tiles * (6 + 2 * dv_tiles + 2 * blocks)
-    return {"init": [OpTally(inits, inits)],
-            "copy": [OpTally(copies, copies)],
-            "max": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
-                    OpTally(4 * q_tiles, 4 * q_tiles, steps=stat)],
-            exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=stat)],
-            "ternary": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
-                        OpTally(q_tiles, q_tiles, steps=stat)],
-            "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}
+    return q_row_tiles({"init": [OpTally(inits, inits)],
+                        "copy": [OpTally(copies, copies)],
+                        "max": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
+                                OpTally(4 * q_tiles, 4 * q_tiles, steps=stat)],
+                        exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=stat)],
+                        "ternary": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
+                                    OpTally(q_tiles, q_tiles, steps=stat)],
+                        "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}, q_tile_rows)
 
 
 def _exp_op(fp32_dest_acc_en: bool) -> str:
@@ -539,20 +559,21 @@ def _exp_op(fp32_dest_acc_en: bool) -> str:
 
 
 def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
-                     fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False) -> float:
+                     fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False,
+                     q_tile_rows: int = 32) -> float:
     """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
     ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running,
-                         prescale_q=prescale_q)
+                         prescale_q=prescale_q, q_tile_rows=q_tile_rows)
     return sum(_sum_ops(ops, fidelity, c).values())
 
 
 def _round_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str, hops: int,
-                  c: CostConstants, head_rows: int) -> float:
-    """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row), the
-    semaphore handshake and one merge (merge_ops)."""
-    ops = merge_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, dst_tiles)
+                  c: CostConstants, head_rows: int, q_tile_rows: int = 32) -> float:
+    """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row, of
+    q_tile_rows rows), the semaphore handshake and one merge (merge_ops)."""
+    ops = merge_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, dst_tiles, q_tile_rows)
     merge = sum(_sum_ops(ops, fidelity, c).values())
-    partial_bytes = q_tiles * (dv_tiles + 2) * 4096
+    partial_bytes = q_tiles * (dv_tiles + 2) * 4096 * q_tile_rows // 32
     return (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
             + c.semaphore_handshake_cycles + merge)
 
@@ -602,18 +623,21 @@ def _core_reader(busiest: int, tiles: int, chunks: int, key_bytes: int, c: CostC
 
 
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
-                 hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False) -> _SplitCosts:
-    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows), fidelity, c).values())
+                 hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False,
+                 q_tile_rows: int = 32) -> _SplitCosts:
+    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, q_tile_rows), fidelity,
+                         c).values())
     return _SplitCosts(
         tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True,
-                              prescale_q),
-        chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows),
+                              prescale_q, q_tile_rows),
+        chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
+                                         q_tile_rows),
         margin=1 + c.split_compute_margin)
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
-                      head_rows: int = 32, prescale_q: bool = False) -> int:
+                      head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
@@ -622,8 +646,9 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     Llama's default, when none is given); `hops` a typical parent-child distance on the grid."""
     # a piece of f <= 8 tiles is one chunk with no running set
     tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False,
-                            prescale_q)
-    round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows)
+                            prescale_q, q_tile_rows)
+    round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
+                                 q_tile_rows)
     f = 1
     while f < 8 and f * tile < round_cycles:
         f *= 2
@@ -634,7 +659,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
                    dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                    fixed_chunk: bool = False, fp32_dest_acc_en: bool = True,
                    dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32,
-                   prescale_q: bool = False,
+                   prescale_q: bool = False, q_tile_rows: int = 32,
                    c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of kv_pages "key_row" (DecodePlan.pieces_per_work): the multiple of
     12 up to `max_pieces` that the model gives the shortest step for ONE user at the cache's length
@@ -654,7 +679,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q)
+                         prescale_q, q_tile_rows)
     bank_rate = c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency
     floor = num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes / banks / bank_rate
     best: tuple[tuple[float, float], int] | None = None
@@ -672,7 +697,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
 def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, floor_tiles: int, q_tiles: int,
                 d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                 fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8,
-                head_rows: int = 32, prescale_q: bool = False, c: CostConstants = COST) -> int:
+                head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of interleaved (tile-paged) caches with dynamic chunks
     (DecodePlan.pieces_per_work): the count up to `max_pieces` that the model gives the shortest step
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
@@ -689,7 +714,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     from ttdecode.plan import tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q)
+                         prescale_q, q_tile_rows)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
     best: tuple[tuple[float, float, int], int] | None = None
@@ -709,7 +734,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
               q_tiles: int, d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int,
               cyclic: bool = False, stages_per_chunk: int = 2, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
               fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32, prescale_q: bool = False,
-              c: CostConstants = COST) -> tuple[int, int]:
+              q_tile_rows: int = 32, c: CostConstants = COST) -> tuple[int, int]:
     """The cap of dynamic chunks and its pieces per (user, KV head) (DecodePlan.chunk_cap, pieces_per_work)
     out of `options` ((cap, pieces) pairs: the caps whose buffers fit L1, each with the split the model
     takes for it): the pair that gives ONE user at the cache's length (`seq_tiles` key tiles, split floor
@@ -723,7 +748,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q)
+                         prescale_q, q_tile_rows)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     user_bytes = num_kv_heads * seq_tiles * key_bytes
     banks = c.dram_banks
@@ -757,8 +782,9 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
 
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
-    cb_pop of partial_in are merge work. Our kernels feed whole 32-row tiles (matmul rows = 32); an
-    SFPU call runs the vector steps recorded in the event's flag (faces its VectorMode covers x ITERATIONS). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
+    cb_pop of partial_in are merge work. A matmul feeds the rows of its in0 (32, or 16 with 16x32 q tiles:
+    the event's flag); a copy or pack of a 16x32 tile moves half a tile (flag 16); an SFPU call runs the
+    vector steps recorded in the event's flag (faces its VectorMode covers x ITERATIONS). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
     """
     cb = {spec.name: spec.index for spec in plan.circular_buffers}
     kv_tile = tile_size(plan.kv_dtype)
@@ -812,10 +838,13 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                 elif op == _OP["compute"]:
                     name = COMPUTE_OPS[peer]
                     name = exp_name if name == "exp" else name
-                    # an SFPU call's flag = the vector steps it runs (faces its VectorMode covers x ITERATIONS)
-                    flag = int(e["flag"]) if name in SFPU_OPS else 0
-                    steps = flag if flag else COST.sfpu_steps_per_tile
-                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]), steps=steps)
+                    # the flag: an SFPU call's vector steps (faces its VectorMode covers x ITERATIONS); a
+                    # copy's or pack's of a 16x32 tile, 16 (half a tile); a matmul's with a 16x32 in0, its
+                    # 16 rows; 0 for a whole 32x32 tile
+                    flag = int(e["flag"])
+                    rows = flag if name == "matmul" and flag else 32
+                    steps = flag if flag and name != "matmul" else COST.sfpu_steps_per_tile
+                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]), rows=rows, steps=steps)
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
     msgs = match_tree(plan, writer_messages(counters))

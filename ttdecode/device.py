@@ -244,12 +244,15 @@ def kernel_descriptor(
 
 
 def cb_descriptor(ttnn: ModuleType, cb: CircularBuffer, grid: tuple[int, int]) -> "ttnn.CBDescriptor":
-    """One `CircularBuffer` as a ttnn `CBDescriptor` with a single format descriptor."""
+    """One `CircularBuffer` as a ttnn `CBDescriptor` with a single format descriptor; a CB of 16x32
+    tiles (tile_rows 16) carries its tile shape (ttnn.TileDescriptor(16, 32)), from which the device
+    build gives the compute kernel the CB's face count and face height."""
     _check_cores_in_grid(cb.cores, grid, f"CB {cb.index}")
     fmt = ttnn.CBFormatDescriptor(
         buffer_index=cb.index,
         data_format=ttnn_data_type(ttnn, cb.data_format),
         page_size=_check_uint32(cb.page_size, f"CB {cb.index}: page_size"),
+        tile=ttnn.TileDescriptor(cb.tile_rows, 32) if cb.tile_rows != 32 else None,
     )
     return ttnn.CBDescriptor(
         total_size=_check_uint32(cb.total_size, f"CB {cb.index}: total_size"),

@@ -240,6 +240,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_pages "key_row")
         token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
+        q_tile_rows=plan.q_tile_rows,              # rows of the q-row CBs' tiles: 16 (16x32 tiles) or 32
     )
     reader = dict(
         shape,
@@ -427,7 +428,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, named_compile_time_args=ct["compute"],
                runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute),
     ]
-    cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages) for cb in plan.circular_buffers]
+    cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages, cb.tile_rows)
+           for cb in plan.circular_buffers]
     # One semaphore per tree height level: children of every piece of height h on a core count on
     # semaphore h - 1 of that core.
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]

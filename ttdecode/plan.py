@@ -53,6 +53,11 @@ CHUNK_CAPS = (32, 16, 8)
 CHUNK_BUFFER_BUDGET = 576 * 1024
 #: The CBs whose size scales with the chunk (flash_decode_cbs names).
 CHUNK_SIZED_CBS = ("k", "v", "scores", "probs", "attn_mask")
+# The CBs whose tiles hold q rows (one row per q head and token): 16x32 tiles when the plan's
+# q_tile_rows is 16. Not K, V, the ones tile (in1 of the row sum: 32 key rows), positions, page table
+# or the writer's staging.
+QROW_CBS = ("q", "mask", "max_bcast", "scores", "probs", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b",
+            "alpha", "partial_in", "partial_out", "out", "lse", "q_scaled", "sink", "attn_mask")
 #: Most key tiles of a piece with a per-row mask (2 causal + 2 window tiles; common.hpp piece_masks).
 MAX_MASKED_TILES = 4
 
@@ -278,6 +283,7 @@ class CBSpec:
     data_format: DataType
     page_size: int
     num_pages: int
+    tile_rows: int = 32  # 16: 16x32 tiles (faces 0-1), the q-row CBs of a plan with q_tile_rows 16
 
     @property
     def total_size(self) -> int:
@@ -335,6 +341,9 @@ class DecodePlan:
     kv_pages: str = "tile"
     # the scale is a power of two: Q x scale once per piece (cb_q_scaled) instead of every score
     prescale_q: bool = False
+    # rows of the q-row tiles (Q, scores, probabilities, statistics, O, partials, output): 16 (16x32
+    # tiles, faces 0-1) when T x g <= 16 q rows hold heads, else 32
+    q_tile_rows: int = 32
 
     @property
     def cyclic_split(self) -> bool:
@@ -433,7 +442,7 @@ def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
     tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
-    prescale_q: bool = False,
+    prescale_q: bool = False, q_tile_rows: int = 32,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -449,6 +458,9 @@ def flash_decode_cbs(
     mask pages (masked_tiles_bound per q tile row).
     `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
     Q . K^T reads instead of scaling every score.
+    `q_tile_rows` 16 (at most 16 q rows hold heads, q_tiles 1): every CB of q rows (QROW_CBS) holds
+    16x32 tiles (faces 0-1, half the bytes); K, V, the ones tile (the row sum's in1) and the
+    reader/writer scratch keep 32x32 tiles.
 
     Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
     the accumulator and the partials that travel between cores). The compute kernel reads the
@@ -502,7 +514,12 @@ def flash_decode_cbs(
     if attn_mask:
         # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
         specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))
-    return tuple(CBSpec(i, n, f, p, k) for i, n, f, p, k in sorted(specs))
+    if q_tile_rows not in (16, 32) or (q_tile_rows == 16 and q_tiles != 1):
+        raise PlanError(f"q_tile_rows: expected 32, or 16 with one q tile row (q_tiles 1), got {q_tile_rows} "
+                        f"with q_tiles {q_tiles}")
+    half = q_tile_rows == 16
+    return tuple(CBSpec(i, n, f, p // 2 if half and n in QROW_CBS else p, k,
+                        q_tile_rows if n in QROW_CBS else 32) for i, n, f, p, k in sorted(specs))
 
 
 def power_of_two_scale(scale: float) -> bool:
@@ -515,14 +532,15 @@ def power_of_two_scale(scale: float) -> bool:
 
 
 def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: DataType, mla: bool = False,
-                      attn_mask: bool = False) -> int:
+                      attn_mask: bool = False, q_tile_rows: int = 32) -> int:
     """The cap of dynamic chunks for a shape (DecodePlan.chunk_cap): the largest of CHUNK_CAPS whose
     chunk-sized CBs (CHUNK_SIZED_CBS: the K and V slots, scores, probabilities, attn_mask rows) take at
     most CHUNK_BUFFER_BUDGET bytes, else SMALL_CHUNK_TILES. Depends on the shape and dtypes only, never
     on the batch or the positions (batch invariance)."""
     for cap in CHUNK_CAPS:
         cbs = flash_decode_cbs(q_tiles=q_tiles, d_tiles=d_tiles, dv_tiles=dv_tiles, max_chunk_tiles=cap,
-                               kv_dtype=kv_dtype, batch=1, recv_areas=0, mla=mla, tree=False, attn_mask=attn_mask)
+                               kv_dtype=kv_dtype, batch=1, recv_areas=0, mla=mla, tree=False, attn_mask=attn_mask,
+                               q_tile_rows=q_tile_rows)
         if sum(cb.total_size for cb in cbs if cb.name in CHUNK_SIZED_CBS) <= CHUNK_BUFFER_BUDGET:
             return cap
     return SMALL_CHUNK_TILES
@@ -561,6 +579,7 @@ def make_plan(
     kv_pages: str = "tile",
     key_row_pieces: int | None = None,
     prescale_q: bool = False,
+    q_tile_rows: int | None = None,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
@@ -599,6 +618,10 @@ def make_plan(
     compute kernel multiplies each piece's Q by it once, exactly (a bf16 element only changes its
     exponent), instead of every score: the same fp32 scores bit for bit (scaling by 2^k commutes with
     the matmul's products and fp32 sums, subnormal results aside), one SFPU op per key tile fewer.
+    `q_tile_rows`: rows of the tiles that hold q rows (DecodePlan.q_tile_rows); None = 16 when
+    num_tokens x group size <= 16 (16x32 tiles: the matmuls' in0, every copy and pack of scores,
+    probabilities, statistics, O and partials, and the partial messages are halved), else 32. The
+    outputs are the same bits either way (every step is row by row; rows 16-31 hold no head).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
@@ -637,6 +660,11 @@ def make_plan(
                             f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
     if not isinstance(prescale_q, bool):
         raise PlanError(f"prescale_q: expected a bool, got {prescale_q!r}")
+    if q_tile_rows is not None and (isinstance(q_tile_rows, bool) or q_tile_rows not in (16, 32)):
+        raise PlanError(f"q_tile_rows: expected None, 16 or 32, got {q_tile_rows!r}")
+    if q_tile_rows == 16 and num_tokens * (num_q_heads // num_kv_heads) > 16:
+        raise PlanError(f"q_tile_rows: 16 holds at most 16 q rows, but num_tokens x group size = {num_tokens} x "
+                        f"{num_q_heads // num_kv_heads} = {num_tokens * (num_q_heads // num_kv_heads)}")
     if chunk_cap is not None:
         if not isinstance(chunk_cap, int) or isinstance(chunk_cap, bool) or chunk_cap not in CHUNK_CAPS:
             raise PlanError(f"chunk_cap: expected None or one of {sorted(CHUNK_CAPS)} tiles, got {chunk_cap!r}")
@@ -704,10 +732,12 @@ def make_plan(
     q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
+    if q_tile_rows is None:
+        q_tile_rows = 16 if head_rows <= 16 else 32
     # what the cost model's split choices need of the shape (split floor, tile and key_row pieces)
     shape = dict(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows,
-                 prescale_q=prescale_q)
+                 prescale_q=prescale_q, q_tile_rows=q_tile_rows)
     kv = dict(kv_tile_bytes=_TILE_BYTES[kv_dtype],
               kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
     if fixed:
@@ -716,7 +746,7 @@ def make_plan(
         cap = chunk_cap
     else:  # the most L1 allows; the model then takes the cap that pays (after the pieces)
         cap = fitting_chunk_cap(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0)
+                                kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0, q_tile_rows=q_tile_rows)
     if fixed:
         floor = 1
     elif min_chunk_tiles is not None:
@@ -822,7 +852,7 @@ def make_plan(
         max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
         tree=pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
         q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
-        prescale_q=prescale_q,
+        prescale_q=prescale_q, q_tile_rows=q_tile_rows,
     )
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
@@ -837,7 +867,7 @@ def make_plan(
         pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
-        num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q,
+        num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=q_tile_rows,
     )
     _check_resources(plan, l1_bytes_per_core, cb_args)
     return plan
@@ -934,7 +964,7 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
         one = dict(cb_args, tree=False, recv_areas=0)
         if cbs_bytes_per_core(flash_decode_cbs(**one)) <= l1_bytes:
             return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head (partial_out and one "
-                    f"partial_in area alone take {2 * plan.partial_pages * 4} KiB); set max_cores_per_head_batch=1 "
+                    f"partial_in area alone take {2 * plan.partial_pages * 4 * plan.q_tile_rows // 32} KiB); set max_cores_per_head_batch=1 "
                     f"(one core per (user, KV head), no partials).")
         chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=False)
         if chunk is not None:

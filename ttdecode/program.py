@@ -237,13 +237,19 @@ class Kernel:
 
 @dataclass(frozen=True)
 class CircularBuffer:
-    """A circular buffer: `num_pages` pages of `page_size` bytes in `data_format`, on `cores`."""
+    """A circular buffer: `num_pages` pages of `page_size` bytes in `data_format`, on `cores`.
+
+    `tile_rows`: the rows of its tiles, 32 (32x32 tiles, four 16x16 faces) or 16 (16x32 half tiles:
+    faces 0 and 1 only, ttnn's tile (16, 32)); the compute kernel's unpackers and packer take a CB's
+    tile shape from here, as the device build takes it from the CB's tile descriptor.
+    """
 
     index: int
     cores: CoreRangeSet
     data_format: DataType
     page_size: int
     num_pages: int
+    tile_rows: int = 32
 
     @property
     def total_size(self) -> int:
@@ -254,6 +260,8 @@ class CircularBuffer:
             raise ValueError(f"CB index {self.index} outside 0..{NUM_CIRCULAR_BUFFERS - 1}")
         if self.page_size <= 0 or self.num_pages <= 0:
             raise ValueError(f"CB {self.index}: page_size and num_pages must be positive")
+        if self.tile_rows not in (16, 32):
+            raise ValueError(f"CB {self.index}: tile_rows must be 16 (16x32 tiles) or 32 (32x32 tiles), got {self.tile_rows}")
 
 
 @dataclass(frozen=True)

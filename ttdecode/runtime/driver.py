@@ -64,6 +64,7 @@ def _unpack_to_dest_mask(kernel: Kernel) -> int:
 def _config_header(kernel: Kernel, cb_formats: dict[int, layout.CbPlacement]) -> str:
     sizes = [cb_formats[i].tile_size if i in cb_formats else 0 for i in range(_NUM_CBS)]
     fmts = [cb_formats[i].tt_format if i in cb_formats else 255 for i in range(_NUM_CBS)]
+    rows = [cb_formats[i].tile_rows if i in cb_formats else 0 for i in range(_NUM_CBS)]
     banks = range(NUM_DRAM_BANKS)
     cs = kernel.compute
     u2d = _unpack_to_dest_mask(kernel)
@@ -73,6 +74,7 @@ def _config_header(kernel: Kernel, cb_formats: dict[int, layout.CbPlacement]) ->
         "#include <cstdint>",
         f"constexpr uint32_t ttrt_cb_tile_size[32] = {{{', '.join(map(str, sizes))}}};",
         f"constexpr uint8_t ttrt_cb_data_format[32] = {{{', '.join(map(str, fmts))}}};",
+        f"constexpr uint8_t ttrt_cb_tile_rows[32] = {{{', '.join(map(str, rows))}}};",
         f"constexpr uint32_t ttrt_dram_bank_offset[12] = {{{', '.join(str(layout.dram_bank_offset(b)) for b in banks)}}};",
         f"constexpr uint8_t ttrt_dram_bank_noc_x[12] = {{{', '.join(str(layout.dram_bank_noc(b)[0]) for b in banks)}}};",
         f"constexpr uint8_t ttrt_dram_bank_noc_y[12] = {{{', '.join(str(layout.dram_bank_noc(b)[1]) for b in banks)}}};",
@@ -187,7 +189,7 @@ def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) 
         out.append(f"core {c.x} {c.y} {nx} {ny} {layout.SEMAPHORE_BASE} {nsem}")
     for ci, c in enumerate(lay.cores):
         for p in lay.cbs[c].values():
-            out.append(f"cb {ci} {p.index} {p.addr} {p.page_size} {p.num_pages} {p.tt_format}")
+            out.append(f"cb {ci} {p.index} {p.addr} {p.page_size} {p.num_pages} {p.tt_format} {p.faces}")
         for sid, v in sorted(lay.sems[c].items()):
             out.append(f"sem {ci} {sid} {v}")
     for (c, slot), k in sorted(lay.kernels.items(), key=lambda kv: (lay.index[kv[0][0]], kv[0][1])):

@@ -135,23 +135,70 @@ Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const cha
     const uint32_t limit = c.addr + c.page_size * c.num_pages;
     if (addr >= limit) addr -= c.page_size * c.num_pages;
     const fmt::DataFormat f = codec_format(c.format, api);
-    const uint32_t size = fmt::tile_size_bytes(f);
+    // a 16x32 tile (2 faces) of a plain format is the first half of a 32x32 tile's image: faces 0-1
+    const uint32_t full = fmt::tile_size_bytes(f);
+    const uint32_t size = full * c.faces / 4;
     if (size > c.page_size) {
         fail(std::string(api) + ": CB " + std::to_string(cb) + " pages are " + std::to_string(c.page_size) +
-             " B, smaller than a " + df_name(c.format) + " tile (" + std::to_string(size) + " B)");
+             " B, smaller than a " + df_name(c.format) + (c.faces == 2 ? " 16x32" : "") + " tile (" +
+             std::to_string(size) + " B)");
     }
     const uint8_t* raw = k.core->l1 + addr;
     TileCacheEntry& e = s.cache[((addr >> 4) * 2654435761u >> 29) & 7];
-    if (!(e.valid && e.addr == addr && e.format == c.format && std::memcmp(e.raw, raw, size) == 0)) {
+    if (!(e.valid && e.addr == addr && e.format == c.format && e.faces == c.faces &&
+          std::memcmp(e.raw, raw, size) == 0)) {
         std::memcpy(e.raw, raw, size);
-        fast_unpack_tile(f, raw, e.values);
+        // faces 2-3 of a 16x32 tile do not exist: all-ones bits, NaN in every plain format
+        if (size < full) std::memset(e.raw + size, 0xFF, full - size);
+        fast_unpack_tile(f, e.raw, e.values);
         e.addr = addr;
         e.format = c.format;
+        e.faces = c.faces;
         e.valid = true;
         static uint64_t fills = 0;
         e.gen = ++fills;
     }
-    return Unpacked{e.values, c.format, e.gen};
+    return Unpacked{e.values, c.format, c.faces, e.gen};
+}
+
+int cb_faces(Kernel& k, uint32_t cb, const char* api) {
+    if (cb >= uint32_t(kNumCbs) || !k.core->cbcfg[cb].present) {
+        fail(std::string(api) + ": CB " + std::to_string(cb) + " is not configured on " + core_name(k.core));
+    }
+    return k.core->cbcfg[cb].faces;
+}
+
+static const char* shape_name(int faces) {
+    return faces == 4 ? "32x32 tiles (4 faces)" : faces == 2 ? "16x32 tiles (2 faces)" : "no tile shape";
+}
+
+void set_geometry(ComputeState& s, int unit, int faces, const char* api) {
+    int* f[] = {&s.srca_faces, &s.srcb_faces, &s.pack_faces};
+    const char** by[] = {&s.srca_geometry, &s.srcb_geometry, &s.pack_geometry};
+    *f[unit] = faces;
+    *by[unit] = api;
+}
+
+void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int faces, const char* api) {
+    const int have = srca ? s.srca_faces : s.srcb_faces;
+    if (have == faces) return;
+    fail(std::string(api) + ": unpacker " + (srca ? "srcA" : "srcB") + " is programmed for " + shape_name(have) +
+         " (by " + (srca ? s.srca_geometry : s.srcb_geometry) + ") but CB " + std::to_string(cb) + " holds " +
+         shape_name(faces) + "; on the chip it would unpack " + (have > faces ? "past the tile" : "part of the tile") +
+         ". Only an op's init (or compute_kernel_hw_startup) programs the tile shape; a data-format reconfig "
+         "does not (tt-metal issue #49266)");
+}
+
+void check_faces(ComputeState& s, uint32_t d, uint8_t mask, const char* api) {
+    if ((s.defined[d] & mask) == mask) return;
+    const uint8_t missing = uint8_t(mask & ~s.defined[d]);
+    std::string faces;
+    for (int f = 0; f < 4; ++f)
+        if (missing & (1 << f)) faces += (faces.empty() ? "" : ", ") + std::to_string(f);
+    fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data" +
+         (s.defined[d] ? " in face(s) " + faces : std::string()) + " since tile_regs_acquire" +
+         (s.defined[d] ? " (a 16x32 tile fills faces 0-1 only)" : "") +
+         " (SFPU reads of cleared DST rows are undefined on the device)");
 }
 
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api) {
@@ -174,6 +221,9 @@ extern "C" void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb) {
     s.srca = unpack_key(s, icb0, f(icb0));
     s.srcb = unpack_key(s, icb1, f(icb1));
     s.pack = f(ocb);
+    set_geometry(s, 0, k.core->cbcfg[icb0].faces, "compute_kernel_hw_startup");
+    set_geometry(s, 1, k.core->cbcfg[icb1].faces, "compute_kernel_hw_startup");
+    set_geometry(s, 2, k.core->cbcfg[ocb].faces, "compute_kernel_hw_startup");
     s.fpu = FPU_NONE;
     s.fpu_init = "compute_kernel_hw_startup (no op init yet)";
     s.reduce_mask = false;
@@ -243,7 +293,7 @@ extern "C" void ttrt_tile_regs(int step) {
     }
     s.regs = Regs((step + 1) % 4);
     if (step == 0 || step == 3) {
-        std::fill(std::begin(s.defined), std::end(s.defined), false);  // ZEROACC of the section
+        std::fill(std::begin(s.defined), std::end(s.defined), uint8_t(0));  // ZEROACC of the section
     }
 }
 
@@ -260,6 +310,20 @@ extern "C" void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t ic
     // source register); the op must then copy a CB that takes the same path.
     if (kind == FPU_COPY || kind == FPU_UNARY_BCAST) s.fpu_b = unpacks_to_dest(s, icb0, uint8_t(df0)) ? 1 : 0;
     s.fpu_init = api;
+    // The op inits program the unpackers' tile shape from their CBs (GEOMETRY_INITS below).
+    const int f0 = cb_faces(k, icb0, api), f1 = cb_faces(k, icb1, api);
+    if (kind == FPU_MATMUL) {  // in0 -> srcB, in1 -> srcA
+        set_geometry(s, 0, f1, api);
+        set_geometry(s, 1, f0, api);
+    } else if (kind == FPU_COPY) {
+        set_geometry(s, 0, f0, api);
+    } else if (kind == FPU_UNARY_BCAST) {
+        set_geometry(s, 0, f0, api);
+        set_geometry(s, 1, f0, api);
+    } else if (kind != FPU_NONE) {
+        set_geometry(s, 0, f0, api);
+        set_geometry(s, 1, f1, api);
+    }
     if (kind == FPU_REDUCE && b == int(0) /* REDUCE_ROW */) s.reduce_mask = true;
     count_init(k);
 }
@@ -288,6 +352,14 @@ extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, i
         fail("pack_tile: DST tile " + std::to_string(idst) + " was not written since tile_regs_acquire");
     }
     const int df = cb_format(k, cb, api);
+    const int faces = cb_faces(k, cb, api);
+    if (s.pack_faces != faces) {
+        fail(std::string("pack_tile: the packer is programmed for ") + shape_name(s.pack_faces) + " (by " +
+             s.pack_geometry + ") but CB " + std::to_string(cb) + " holds " + shape_name(faces) +
+             "; on the chip it would write " + (s.pack_faces > faces ? "past the page" : "part of the tile") +
+             " (the packer's tile shape is programmed by compute_kernel_hw_startup and pack_reconfig_data_format)");
+    }
+    check_faces(s, idst, face_mask(faces), api);
     if (s.pack != df) {
         fail(std::string("pack_tile: the packer is configured for ") + df_name(s.pack) + " but CB " +
              std::to_string(cb) + " holds " + df_name(df) + " (call pack_reconfig_data_format)");
@@ -309,9 +381,17 @@ extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, i
         for (uint32_t i = 0; i < kTileValues; ++i) tmp[i] = (i % 16 == 0) ? src[i] : 0.f;
         src = tmp;
     }
-    chip_packer::pack_tile(f, k.fp32_acc, src, k.core->l1 + addr);  // the chip's packer, not ttnn's tilizer
+    if (faces == 4) {
+        chip_packer::pack_tile(f, k.fp32_acc, src, k.core->l1 + addr);  // the chip's packer, not ttnn's tilizer
+    } else {
+        // faces 0-1 only: the first half of the 32x32 image (plain formats: faces are contiguous)
+        uint8_t image[4096];
+        const uint32_t size = fmt::tile_size_bytes(f) / 2;
+        chip_packer::pack_tile(f, k.fp32_acc, src, image);
+        std::memcpy(k.core->l1 + addr, image, size);
+    }
     k.counters.op_tiles[OP_PACK] += 1;
-    record(k, EV_COMPUTE, OP_PACK, 1);
+    record(k, EV_COMPUTE, OP_PACK, 1, faces == 2 ? 16 : 0);  // flag: vector-step equivalent of a 16x32 tile
 }
 
 void check_compute_end(Kernel& k) {

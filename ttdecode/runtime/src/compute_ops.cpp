@@ -26,7 +26,15 @@ static Unpacked unpack_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t
     }
     const Unpacked u = unpack(k, s, cb, idx, api);
     check_src_format(s, srca, cb, u.format, api);
+    check_unpack_geometry(s, srca, cb, u.faces, api);
     return u;
+}
+
+// The FPU ops other than matmul, copy and unary_bcast are modelled on 32x32 tiles only.
+static void require_full_tiles(const Unpacked& u, uint32_t cb, const char* api) {
+    if (u.faces == 4) return;
+    fail(std::string(api) + ": CB " + std::to_string(cb) + " holds 16x32 tiles; the host runtime models this op "
+         "on 32x32 tiles only (matmul with a 16x32 in0, copy_tile, unary_bcast and pack_tile take 16x32 tiles)");
 }
 
 // The operand in the source register: unpack_operand, then cut to the source register precision of
@@ -154,8 +162,9 @@ static inline void mvmul_row_group(const float* __restrict ar, const uint16_t* a
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static void mvmul_tile(const MatmulOperand& a, const MatmulOperand& b, float* __restrict c, int phases, bool fp32) {
-    for (int i = 0; i < 32; ++i) {
+static void mvmul_tile(const MatmulOperand& a, const MatmulOperand& b, float* __restrict c, int phases, bool fp32,
+                       uint32_t rows) {
+    for (int i = 0; i < int(rows); ++i) {
         float acc[32];
         float* cr = c + i * 32;
         for (int j = 0; j < 32; ++j) acc[j] = cr[j];
@@ -179,6 +188,15 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
     if (s.fpu != FPU_MATMUL) check_fpu(s, FPU_MATMUL, 0, -1, api, "matmul_init");
     const bool transpose_b = s.fpu_a != 0;
     const int phases = fidelity_phases(k.fidelity);
+    // A 16x32 in0 (two faces: rows 0-15) gives a 16x32 result: the MVMULs of output rows 0-15 only,
+    // written to faces 0-1 of the DST tile. in1 is a 32x32 tile (its 32 rows are the inner dimension).
+    const int in0_faces = cb_faces(k, in0, api);
+    if (cb_faces(k, in1, api) != 4) {
+        fail(std::string(api) + ": in1 (CB " + std::to_string(in1) + ") holds 16x32 tiles; the host runtime models "
+             "matmul with a 32x32 in1 only (in0 may be 16x32)");
+    }
+    const uint32_t rows = in0_faces == 2 ? 16 : 32;
+    const uint8_t mask = face_mask(in0_faces);
     // Mixed TF32/BF16 sources: each register is read as it holds (see ttrt_binary).
     for (uint32_t r = 0; r < rt; ++r) {
         const MatmulOperand& a = matmul_operand(k, s, in0, i0 + r * kt, false, false, api);  // in0 goes to srcB
@@ -186,13 +204,18 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
             const MatmulOperand& b = matmul_operand(k, s, in1, i1 + c, true, transpose_b, api);  // in1 goes to srcA
             const uint32_t d = idst + r * ct + c;
             float* out = dst_tile(k, s, d, api);
-            if (!s.defined[d]) std::fill(out, out + kTileValues, 0.f);
-            mvmul_tile(a, b, out, phases, k.fp32_acc);
-            s.defined[d] = true;
+            for (int f = 0; f < 4; ++f) {  // FPU reads a cleared face as 0
+                if ((mask >> f) & 1 && !((s.defined[d] >> f) & 1)) {
+                    for (uint32_t y = 0; y < 16; ++y)
+                        std::fill_n(out + (16 * (f / 2) + y) * 32 + 16 * (f % 2), 16, 0.f);
+                }
+            }
+            mvmul_tile(a, b, out, phases, k.fp32_acc, rows);
+            s.defined[d] |= mask;
         }
     }
     k.counters.op_tiles[OP_MATMUL] += uint64_t(rt) * ct;
-    record(k, EV_COMPUTE, OP_MATMUL, rt * ct);
+    record(k, EV_COMPUTE, OP_MATMUL, rt * ct, rows == 32 ? 0 : uint8_t(rows));  // flag: in0 rows of a 16x32 tile
 }
 
 extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uint32_t i0, uint32_t i1, uint32_t idst,
@@ -204,11 +227,14 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
     check_fpu(s, FPU_ELTWISE, op | (bcast << 8), -1, api,
               bcast ? "the matching *_bcast_*_init" : "the matching add_init / sub_init / mul_init");
     float a[kTileValues], b[kTileValues];
+    require_full_tiles(unpack(k, s, icb0, i0, api), icb0, api);
+    require_full_tiles(unpack(k, s, icb1, i1, api), icb1, api);
     const bool tf32 = load_operand(k, s, icb0, i0, true, api, a);
     load_operand(k, s, icb1, i1, false, api, b);
     (void)tf32;  // mixed TF32/BF16 sources: each register is read as it holds (ReadBF16 is undefined in the docs)
     float* out = dst_tile(k, s, idst, api);
-    const bool was = s.defined[idst];
+    if (s.defined[idst] != 0 && s.defined[idst] != 0xF) check_faces(s, idst, 0xF, api);
+    const bool was = s.defined[idst] != 0;
     const bool acc = s.fpu_b != 0;
     // ELWMUL runs the fidelity phases (llk_math_eltwise_binary.h); ELWADD/ELWSUB are LoFi only.
     const int phases = op == 0 ? fidelity_phases(k.fidelity) : 1;
@@ -232,7 +258,7 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
             out[i] = dst_round(v, k.fp32_acc);
         }
     }
-    s.defined[idst] = true;
+    s.defined[idst] = 0xF;
     const int opc = op == 0 ? OP_MUL : op == 2 ? OP_ADD : OP_SUB;
     const int counted = bcast ? opc + (OP_ADD_BCAST - OP_ADD) : opc;
     k.counters.op_tiles[counted] += 1;
@@ -251,11 +277,14 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
     if (pool == 3) fail("reduce_tile: PoolType::MIN has no hardware reduce (GMPOOL/GAPOOL only)");
     const bool is_max = pool == 2;
     float a[kTileValues], sc[kTileValues];
+    require_full_tiles(unpack(k, s, icb, itile, api), icb, api);
+    require_full_tiles(unpack(k, s, icb_scaler, itile_scaler, api), icb_scaler, api);
     // MAX: data in srcA, scaler in srcB; SUM/AVG swap the two (the scaler feeds srcA of a matmul).
     load_operand(k, s, icb, itile, is_max, api, a);
     load_operand(k, s, icb_scaler, itile_scaler, !is_max, api, sc);
     float* out = dst_tile(k, s, idst, api);
-    const bool was = s.defined[idst];
+    if (s.defined[idst] != 0 && s.defined[idst] != 0xF) check_faces(s, idst, 0xF, api);
+    const bool was = s.defined[idst] != 0;
     if (!was) std::fill(out, out + kTileValues, 0.f);
     for (uint32_t r = 0; r < 32; ++r) {
         float v;
@@ -280,7 +309,7 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
         }
         out[r * 32] = is_max ? dst_round(v, k.fp32_acc) : v;
     }
-    s.defined[idst] = true;
+    s.defined[idst] = 0xF;
     const int opc = is_max ? OP_REDUCE_MAX : OP_REDUCE_SUM;
     k.counters.op_tiles[opc] += 1;
     record(k, EV_COMPUTE, uint16_t(opc), 1);
@@ -304,9 +333,11 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     check_fpu(s, FPU_COPY, s.fpu == FPU_COPY ? s.fpu_a : 0, -1, api, "copy_init");
     const Unpacked u = unpack(k, s, cb, itile, api);
     check_src_format(s, true, cb, u.format, api);
+    check_unpack_geometry(s, true, cb, u.faces, api);
     const bool to_dest = unpacks_to_dest(s, cb, u.format);
     check_copy_path(s, cb, to_dest, api, "copy_init");
     if (to_dest && s.fpu_a) fail("copy_tile: a transposing copy_init of an UnpackToDestFp32 CB is not modelled");
+    if (u.faces != 4 && s.fpu_a) fail("copy_tile: a transposing copy of a 16x32 tile is not modelled");
     float tmp[kTileValues];
     // UnpackToDestFp32: the unpacker writes the Float32 tile into the fp32 DST as is. Otherwise the
     // tile passes through srcA in the unpacker's format (TF32 / bf16 for Float32 data, denormals
@@ -314,12 +345,14 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     if (to_dest) std::memcpy(tmp, u.values, sizeof tmp);
     else to_src(u.values, tmp, u.format, k.fp32_acc);
     float* out = dst_tile(k, s, idst, api);
+    // a 16x32 tile writes faces 0-1 (rows 0-15); faces 2-3 keep what they held
+    const uint32_t n = u.faces == 4 ? kTileValues : kTileValues / 2;
     if (s.fpu_a) transpose(tmp, out);
-    else std::memcpy(out, tmp, sizeof tmp);
-    for (uint32_t i = 0; i < kTileValues; ++i) out[i] = dst_round(out[i], k.fp32_acc);
-    s.defined[idst] = true;
+    else std::memcpy(out, tmp, n * sizeof(float));
+    for (uint32_t i = 0; i < n; ++i) out[i] = dst_round(out[i], k.fp32_acc);
+    s.defined[idst] |= face_mask(u.faces);
     k.counters.op_tiles[OP_COPY] += 1;
-    record(k, EV_COMPUTE, OP_COPY, 1);
+    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16);
 }
 
 // unary_bcast<COL|ROW|SCALAR> (bcast 1|2|3): a 32-bit CB in UnpackToDestFp32 mode is unpacked to DST
@@ -335,19 +368,22 @@ extern "C" void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_
     const Unpacked u = unpack(k, s, cb, itile, api);
     const bool to_dest = unpacks_to_dest(s, cb, u.format);
     check_src_format(s, !to_dest, cb, u.format, api);
+    check_unpack_geometry(s, !to_dest, cb, u.faces, api);
     check_copy_path(s, cb, to_dest, api, "unary_bcast_init");
     float v[kTileValues];
     if (to_dest) std::memcpy(v, u.values, sizeof v);
     else to_src(u.values, v, u.format, k.fp32_acc);
     float* out = dst_tile(k, s, idst, api);
-    for (uint32_t r = 0; r < 32; ++r)
+    // a 16x32 tile broadcasts into faces 0-1 (rows 0-15)
+    const uint32_t rows = u.faces == 4 ? 32 : 16;
+    for (uint32_t r = 0; r < rows; ++r)
         for (uint32_t c = 0; c < 32; ++c) {
             const float x = bcast == 1 ? v[r * 32] : bcast == 2 ? v[c] : v[0];
             out[r * 32 + c] = dst_round(x, k.fp32_acc);
         }
-    s.defined[idst] = true;
+    s.defined[idst] |= face_mask(u.faces);
     k.counters.op_tiles[OP_COPY] += 1;
-    record(k, EV_COMPUTE, OP_COPY, 1);
+    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16);
 }
 
 }  // namespace ttrt

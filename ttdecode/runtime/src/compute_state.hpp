@@ -18,6 +18,7 @@ enum Regs { REGS_IDLE, REGS_ACQUIRED, REGS_COMMITTED, REGS_WAITED };
 struct TileCacheEntry {
     uint32_t addr = 0;
     uint8_t format = 0xff;
+    uint8_t faces = 0;
     uint8_t raw[4096];
     float values[kTileValues];
     bool valid = false;
@@ -41,7 +42,10 @@ struct MatmulOperand {
 struct ComputeState {
     int cap = 0;
     float dst[kMaxDst][kTileValues];
-    bool defined[kMaxDst] = {};
+    // Which faces of each DST tile hold data written since tile_regs_acquire (bit f = face f; face f
+    // of a 32x32 tile is rows 16 (f / 2) .. +15, columns 16 (f % 2) .. +15). A 16x32 tile fills
+    // faces 0-1; faces 2-3 then stay as cleared (undefined here: no op may read them).
+    uint8_t defined[kMaxDst] = {};
     Regs regs = REGS_IDLE;
     int fpu = FPU_NONE, fpu_a = 0, fpu_b = 0;
     const char* fpu_init = "(no init)";
@@ -53,6 +57,13 @@ struct ComputeState {
     // configured unpacker / packer formats: tt DataFormat values, + kUnpackToDest for a Float32 CB
     // unpacked straight to DST (its unpack format is Float32, not TF32)
     int srca = -1, srcb = -1, pack = -1;
+    // The tile shape (faces per tile: 4 = 32x32, 2 = 16x32) each unpacker and the packer were last
+    // programmed for, and by which call. Only the calls that program a unit's tile geometry change
+    // these (see compute.cpp); a data-format reconfig does not (tt-metal issue #49266).
+    int srca_faces = 0, srcb_faces = 0, pack_faces = 0;
+    const char* srca_geometry = "(not configured)";
+    const char* srcb_geometry = "(not configured)";
+    const char* pack_geometry = "(not configured)";
     uint32_t unpack_to_dest = 0;  // bit i: CB i is in UnpackToDestFp32 mode (the kernel's settings)
     bool reduce_mask = false;
     bool started = false;
@@ -84,11 +95,23 @@ void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const
 // expression is still to set (argument evaluation order is unspecified in C++). `values` points into
 // a small cache and stays valid only until the next unpack.
 struct Unpacked {
-    const float* values;
+    const float* values;  // rows 16-31 of a 16x32 tile are NaN (no data)
     uint8_t format;
+    uint8_t faces;        // 4 (32x32) or 2 (16x32: rows 0-15)
     uint64_t gen;  // TileCacheEntry::gen: equal gens mean equal values
 };
 Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api);
+// Faces per tile of CB `cb` (4: 32x32, 2: 16x32).
+int cb_faces(Kernel& k, uint32_t cb, const char* api);
+// The DST faces a tile of `faces` faces occupies (faces 0-1 for a 16x32 tile).
+constexpr uint8_t face_mask(int faces) { return faces == 2 ? 0x3 : 0xF; }
+// The unpacker (srcA or srcB) must be programmed for the tile shape of the CB it unpacks: on the
+// chip a mismatch unpacks the wrong number of faces (half of a 32x32 tile, or past a 16x32 one).
+void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int faces, const char* api);
+// Program unit `unit` (0 srcA, 1 srcB, 2 packer) for tiles of `faces` faces, by call `api`.
+void set_geometry(ComputeState& s, int unit, int faces, const char* api);
+// DST tile `d` must hold data in every face of `mask` (SFPU reads, packs).
+void check_faces(ComputeState& s, uint32_t d, uint8_t mask, const char* api);
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api);
 
 // ------------------------------------------------------------------ precision

@@ -36,6 +36,7 @@ struct CbConfig {
     bool present = false;
     uint32_t addr = 0, page_size = 0, num_pages = 0;
     uint8_t format = 0xff;  // tt DataFormat value
+    uint8_t faces = 4;      // 4: 32x32 tiles; 2: 16x32 tiles (faces 0-1, face_r_dim 16)
 };
 
 // Page counters shared by the producer and the consumer of a CB (as the device's tiles_received /

@@ -242,8 +242,10 @@ static void parse_program(const std::string& path) {
             int ci, cb, fmt;
             in >> ci >> cb;
             CbConfig& cfg = g.cores[ci]->cbcfg[cb];
-            in >> cfg.addr >> cfg.page_size >> cfg.num_pages >> fmt;
+            int faces;
+            in >> cfg.addr >> cfg.page_size >> cfg.num_pages >> fmt >> faces;
             cfg.format = uint8_t(fmt);
+            cfg.faces = uint8_t(faces);
             cfg.present = true;
         } else if (tag == "sem") {
             int ci, id;

@@ -241,6 +241,8 @@ struct Lanes {
     }
     // Vector steps the call runs: faces x ITERATIONS (the compute event's flag; the cost model charges them).
     uint8_t steps() const { return uint8_t((r1 / 16) * (c1 / 16) * iterations); }
+    // The DST faces the call reads and writes (bit f = face f).
+    uint8_t faces() const { return uint8_t(c1 == 32 ? (r1 == 32 ? 0xF : 0x3) : (r1 == 32 ? 0x5 : 0x1)); }
 };
 
 static Lanes lanes_of(int vector_mode, int flags, const char* api) {
@@ -256,11 +258,9 @@ static Lanes lanes_of(int vector_mode, int flags, const char* api) {
     return l;
 }
 
-static void check_defined(ComputeState& s, uint32_t d, const char* api) {
-    if (!s.defined[d]) {
-        fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data since tile_regs_acquire "
-             "(SFPU reads of cleared DST rows are undefined on the device)");
-    }
+// The faces the op covers must hold data (SFPU reads of cleared DST rows are undefined on the device).
+static void check_defined(ComputeState& s, uint32_t d, const Lanes& lanes, const char* api) {
+    check_faces(s, d, lanes.faces(), api);
 }
 
 // Applies `f` (value loaded from DST -> value to store) to the lanes of `t` that `vector_mode` covers.
@@ -334,8 +334,8 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     check_regs(k, s, REGS_ACQUIRED, api);
     check_sfpu(s, op, flags, api);
     float* t = dst_tile(k, s, idst, api);
-    check_defined(s, idst, api);
     const Lanes lanes = lanes_of(vector_mode, flags, api);
+    check_defined(s, idst, lanes, api);
     unary_tile(op, t, lanes, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
     k.counters.op_tiles[opc] += 1;
@@ -371,18 +371,20 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
     float* a = dst_tile(k, s, i0, api);
     float* b = dst_tile(k, s, i1, api);
     float* out = dst_tile(k, s, o, api);
-    check_defined(s, i0, api);
-    check_defined(s, i1, api);
-    if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
-    const bool fp32_dst = k.fp32_acc;
     const Lanes lanes = lanes_of(vector_mode, flags, api);
+    check_defined(s, i0, lanes, api);
+    check_defined(s, i1, lanes, api);
+    // an SFPU result into a tile with no data: the rest of the tile is the cleared DST (zeros), as before
+    const bool fresh = !s.defined[o];
+    if (fresh) std::fill(out, out + kTileValues, 0.f);
+    const bool fp32_dst = k.fp32_acc;
     for (uint32_t r = 0; r < lanes.r1; ++r)
         for (uint32_t c = 0; c < lanes.c1; ++c) {
             if (!lanes.covers(r, c)) continue;
             const uint32_t i = r * 32 + c;
             out[i] = store(binary_lane(op, load(a[i], fp32_dst), load(b[i], fp32_dst), flags), fp32_dst);
         }
-    s.defined[o] = true;
+    s.defined[o] = fresh ? uint8_t(0xF) : uint8_t(s.defined[o] | lanes.faces());
     k.counters.op_tiles[OP_MAX] += 1;
     record(k, EV_COMPUTE, OP_MAX, 1, lanes.steps());
 }
@@ -402,13 +404,15 @@ extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2,
     float* b = dst_tile(k, s, i1, api);
     float* c = dst_tile(k, s, i2, api);
     float* out = dst_tile(k, s, o, api);
-    check_defined(s, i0, api);
-    check_defined(s, i1, api);
-    check_defined(s, i2, api);
-    if (!s.defined[o]) std::fill(out, out + kTileValues, 0.f);
+    const Lanes lanes = lanes_of(vector_mode, flags, api);
+    check_defined(s, i0, lanes, api);
+    check_defined(s, i1, lanes, api);
+    check_defined(s, i2, lanes, api);
+    // an SFPU result into a tile with no data: the rest of the tile is the cleared DST (zeros), as before
+    const bool fresh = !s.defined[o];
+    if (fresh) std::fill(out, out + kTileValues, 0.f);
     const bool fp32_dst = k.fp32_acc, fp32 = flags & F_FP32;
     const float value = from_bits(param);
-    const Lanes lanes = lanes_of(vector_mode, flags, api);
     for (uint32_t r = 0; r < lanes.r1; ++r)
         for (uint32_t col = 0; col < lanes.c1; ++col) {
             if (!lanes.covers(r, col)) continue;
@@ -417,7 +421,7 @@ extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2,
             const float res = mad(prod, load(c[i], fp32_dst), load(a[i], fp32_dst));
             out[i] = store(fp32 ? res : to_bf16(res), fp32_dst);
         }
-    s.defined[o] = true;
+    s.defined[o] = fresh ? uint8_t(0xF) : uint8_t(s.defined[o] | lanes.faces());
     k.counters.op_tiles[OP_TERNARY] += 1;
     record(k, EV_COMPUTE, OP_TERNARY, 1, lanes.steps());
 }

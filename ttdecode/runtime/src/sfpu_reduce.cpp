@@ -35,9 +35,12 @@ extern "C" void ttrt_sfpu_reduce(int pool, int format, int dim, uint32_t idst, u
         for (uint32_t j = 0; j < ct_dim; ++j) {
             const uint32_t t = idst + i * ct_dim + j;
             float* tile = dst_tile(k, s, t, api);
-            if (!s.defined[t]) {
-                fail(std::string(api) + ": DST tile " + std::to_string(t) + " holds no data since tile_regs_acquire "
-                     "(SFPU reads of cleared DST rows are undefined on the device)");
+            // Row by row: faces 0-1 (rows 0-15) must hold data; rows 16-31 of a tile whose faces 2-3
+            // hold none (a 16x32 tile's) give undefined results there, as on the chip, and stay undefined.
+            check_faces(s, t, 0x3, api);
+            if (s.defined[t] != 0xF) {
+                s.defined[t] = 0x3;
+                s.defined[idst + i * ct_dim] &= 0x3;  // the row maxes of rows 16-31 are undefined too
             }
             for (uint32_t r = 0; r < 32; ++r) {
                 // SFPSWAP's max: a total sign-magnitude order (-NaN < -inf < -0 < +0 < +inf < +NaN), so

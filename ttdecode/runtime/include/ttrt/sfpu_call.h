@@ -105,6 +105,22 @@ constexpr TtrtSfpuFn calculate_addcmul = {
     (static_assert_addcmul<data_format, ITERATIONS>(), 15 /*SF_ADDCMUL*/),
     (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) | ttrt_sfpu_iterations_flag(ITERATIONS), "calculate_addcmul"};
 
+// ckernel_sfpu_log.h: idst = ln(idst) (the natural log: HAS_BASE_SCALING and IS_BASE_TWO false; the
+// runtime's SF_LOG, as log_tile runs it).
+template <bool HAS_BASE_SCALING, bool IS_BASE_TWO, int iterations>
+constexpr int ttrt_log_code() {
+    static_assert(!HAS_BASE_SCALING && !IS_BASE_TWO, "calculate_log: only the natural log is modelled by the host runtime");
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
+    return 3 /*SF_LOG*/;
+}
+template <bool APPROXIMATION_MODE, bool FAST_APPROX, bool HAS_BASE_SCALING, bool is_fp32_dest_acc_en,
+          int ITERATIONS = 8, bool IS_BASE_TWO = false>
+constexpr TtrtSfpuFn calculate_log = {
+    ttrt_log_code<HAS_BASE_SCALING, IS_BASE_TWO, ITERATIONS>(),
+    (FAST_APPROX ? TTRT_SFPU_FAST_APPROX : 0) | (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) |
+        ttrt_sfpu_iterations_flag(ITERATIONS),
+    "calculate_log"};
+
 }  // namespace sfpu
 
 // The macros' DST bound checks: the runtime checks every DST index in the op itself.
