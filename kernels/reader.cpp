@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+// compile-check-named: q_tile_rows=32
 #include "api/dataflow/dataflow_api.h"
 #include "api/debug/assert.h"
 #include "common.hpp"

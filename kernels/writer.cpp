@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+// compile-check-named: q_tile_rows=32
 #include "api/dataflow/dataflow_api.h"
 #include "common.hpp"
 

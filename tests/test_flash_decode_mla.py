@@ -294,7 +294,9 @@ def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.Capture
 
     assert main(["plan", "--preset", "deepseek-v3-mla-16q", "--seq", "32768"]) == 0
     out = capsys.readouterr().out
-    assert "D=576 Dv=512" in out and "MLA: V = K[..., :Dv]" in out and "L1 per core: 1066.0 KiB" in out
+    # 16 q heads: 16x32 q-row tiles (the K slots 306 KiB, the q-row CBs half of what 32x32 tiles take)
+    assert "D=576 Dv=512" in out and "MLA: V = K[..., :Dv]" in out and "L1 per core: 739.0 KiB" in out
+    assert re.search(r"cb0 +q +bfloat16 +16x32 +18 x +1024 B", out) and re.search(r"cb1 +k +bfloat8_b +32x32 ", out)
     assert not re.search(r"cb2 +v ", out)
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 2
     assert "set max_cores_per_head_batch=1" in capsys.readouterr().err

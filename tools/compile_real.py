@@ -318,12 +318,16 @@ _CT_ARG_USE = re.compile(r"get_compile_time_arg_val\(\s*(\d+)\s*\)")
 _NAMED_CT_ARG_USE = re.compile(r'get_named_compile_time_arg_val\(\s*"(\w+)"\s*\)')
 _CHECK_ARGS = re.compile(r"^\s*//\s*compile-check-args:\s*([0-9xa-fA-F,\s]*)$", re.M)
 _CHECK_DEFINE = re.compile(r"^\s*//\s*compile-check-define:\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.M)
+_CHECK_NAMED = re.compile(r"^\s*//\s*compile-check-named:\s*([A-Za-z_][A-Za-z0-9_]*)=([0-9xa-fA-F]+)\s*$", re.M)
 
 
 def check_named_args(source: Path) -> dict[str, int]:
     """Named compile-time args to check a kernel with when no Program supplies them: every
-    `get_named_compile_time_arg_val("name")` the kernel uses gets the value 1."""
-    return {name: 1 for name in dict.fromkeys(_NAMED_CT_ARG_USE.findall(Path(source).read_text()))}
+    `get_named_compile_time_arg_val("name")` the kernel uses gets the value 1, unless a comment
+    states another (`// compile-check-named: name=value`, for args with few valid values)."""
+    text = Path(source).read_text()
+    stated = {m.group(1): int(m.group(2), 0) for m in _CHECK_NAMED.finditer(text)}
+    return {name: stated.get(name, 1) for name in dict.fromkeys(_NAMED_CT_ARG_USE.findall(text))}
 
 
 def check_settings(source: Path) -> tuple[list[int], dict[str, str]]:

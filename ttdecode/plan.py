@@ -1038,5 +1038,7 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
     lines.append(f"L1 per core: {plan.l1_bytes_per_core / 1024:.1f} KiB of {L1_BYTES_PER_CORE // 1024} KiB "
                  f"(firmware and kernel config below {L1_UNRESERVED_BASE:#x})")
     for cb in plan.circular_buffers:
-        lines.append(f"  cb{cb.index:<3} {cb.name:<12} {cb.data_format.value:<10} {cb.num_pages:>4} x {cb.page_size:>5} B = {cb.total_size / 1024:8.1f} KiB")
+        shape = f"{cb.tile_rows}x32"
+        lines.append(f"  cb{cb.index:<3} {cb.name:<12} {cb.data_format.value:<10} {shape:<5} {cb.num_pages:>4} x "
+                     f"{cb.page_size:>5} B = {cb.total_size / 1024:8.1f} KiB")
     return "\n".join(lines)
