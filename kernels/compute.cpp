@@ -121,13 +121,18 @@ constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
 // so Q . K^T runs one matmul_block per d over a DST block of key tiles; row-major with MLA (tile
 // (j, d) at j * d_tiles + d), where P . V reads V tiles (j, v..) out of the same slot.
 constexpr bool k_by_column = !mla;
-constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
+// Without MLA a V slot's key tile row j holds its dv_tiles V tiles, then a tile of ones (reader.cpp):
+// P . V's matmul_block over the last Dv tiles and the ones gives the row sum P x ones in the same call.
+constexpr uint32_t v_slot_tiles = max_chunk_tiles * (dv_tiles + 1);
 // Where P . V finds V tile (j, v) of a chunk: tile j * v_row_stride + v of cb_v, or with MLA of the
 // K slot, whose key tile row j holds K tiles (j, 0..d_tiles) and V tile (j, v) is K tile (j, v).
 // The matmul reads it untransposed (Q . K^T reads the same tile transposed); the K slot stays until
 // P . V of every q tile row is done (process_chunk pops it last).
 constexpr uint32_t cb_v_source = mla ? cb_k : cb_v;
-constexpr uint32_t v_row_stride = mla ? d_tiles : dv_tiles;
+constexpr uint32_t v_row_stride = mla ? d_tiles : dv_tiles + 1;
+// The row sum's in1 (a tile of ones): the ones tile of key tile row j of the V slot, or with MLA cb_ones.
+constexpr uint32_t cb_ones_source = mla ? cb_ones : cb_v;
+constexpr uint32_t ones_at(uint32_t j) { return mla ? 0 : j * v_row_stride + dv_tiles; }
 static_assert(!mla || dv_tiles <= d_tiles, "MLA reads V out of the first dv_tiles tiles of each K row");
 constexpr uint32_t acc_tiles = q_tiles * dv_tiles;
 constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
@@ -442,10 +447,10 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     if (old != nullptr) {
         rescaled_to_dst(old->sum, qi, 1);
     }
-    use_matmul_operands(cb_probs, cb_ones);
-    matmul_tiles_for(cb_probs, cb_ones, 0);
+    use_matmul_operands(cb_probs, cb_ones_source);
+    matmul_tiles_for(cb_probs, cb_ones_source, 0);
     for (uint32_t j = 0; j < tiles; ++j) {
-        matmul_tiles(cb_probs, cb_ones, j, 0, 0);
+        matmul_tiles(cb_probs, cb_ones_source, j, ones_at(j), 0);
     }
     pack_block(next.sum, 0, 1);
     cb_push_back(next.sum, 1);
@@ -487,7 +492,7 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
                 mul_rows(i, rescaled, i, row_mode);
             }
         }
-        if (sum_here) {
+        if (sum_here && mla) {
             // The row sum before P . V, so that the chunk ends on V's unpacker format (the next
             // chunk's K has the same).
             use_matmul_operands(cb_probs, cb_ones);
@@ -497,11 +502,14 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
             }
         }
         // One matmul_block per key tile j: P tile j times the n V tiles (j, v0..v0+n) of its row
-        // (consecutive in the slot) onto DST tiles 0..n.
+        // (consecutive in the slot) onto DST tiles 0..n; without MLA, in the block that holds l, also
+        // the row's ones tile (right after its last V tile) onto DST tile n: l += P x ones, accumulated
+        // key tile by key tile onto the rescaled l as a separate row sum would.
+        const uint32_t ct = n + (sum_here && !mla ? 1 : 0);
         use_matmul_operands(cb_probs, cb_v_source);
-        matmul_block_for(cb_probs, cb_v_source, 0 /* no transpose */, n /* ct */, tiles /* kt */);
+        matmul_block_for(cb_probs, cb_v_source, 0 /* no transpose */, ct, tiles /* kt */);
         for (uint32_t j = 0; j < tiles; ++j) {
-            matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, n, 1, tiles);
+            matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, ct, 1, tiles);
         }
         if (finish) {
             broadcast_column(cb_alpha, 1, n);
@@ -607,6 +615,11 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
         chunk_probs(qi, tiles, next, bcast_tile);
         // The row sum rides in chunk_output's last DST block when it leaves a tile free.
         const bool sum_in_output = !finish && sum_fits_output(old != nullptr);
+        if constexpr (!mla) {
+            if (qi == 0 && !sum_in_output) {
+                cb_wait_front(cb_v, v_slot_tiles);  // the row sum reads the ones tiles of the V slot
+            }
+        }
         if (!sum_in_output) {
             chunk_row_sum(qi, tiles, old, next);
         }
@@ -615,7 +628,7 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
             root_recip(next.sum, qi, old != nullptr);
         }
         if constexpr (!mla) {
-            if (qi == 0) {
+            if (qi == 0 && sum_in_output) {
                 cb_wait_front(cb_v, v_slot_tiles);  // V has its own push: the scores above overlap its read
             }
         }

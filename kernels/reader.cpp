@@ -93,6 +93,22 @@ void zero_rows(uint32_t tile_l1, uint32_t first_row, uint32_t end_row) {
     }
 }
 
+// A tile of ones in the K/V format at l1: bfloat16 (0x3F80 each), bfloat8_b (the 64 shared exponents
+// 127, then codes 0x40 = +1.0) or bfloat4_b (exponents 127, then two 4-bit codes 0x4 = +1.0 a byte).
+// Exact in every format: the row sum's in1, at the end of each key tile row of a V slot.
+template <uint32_t tile_bytes>
+void fill_ones_tile(uint32_t l1) {
+    volatile tt_l1_ptr uint32_t* words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(l1);
+    constexpr uint32_t exponent_words = tile_bytes == 2048 ? 0 : TILE * TILE / FACE / 4;
+    constexpr uint32_t code_word = tile_bytes == 2048 ? 0x3F803F80u : tile_bytes == 1088 ? 0x40404040u : 0x44444444u;
+    for (uint32_t i = 0; i < exponent_words; ++i) {
+        words[i] = 0x7F7F7F7Fu;
+    }
+    for (uint32_t i = exponent_words; i < tile_bytes / 4; ++i) {
+        words[i] = code_word;
+    }
+}
+
 // Zero rows [first_row, end_row) of key tile `t` of a chunk's K or V slot: its row_tiles tiles, at
 // slot tiles t * t_stride + d * d_stride (the slot's layout, see the chunk loop).
 template <uint32_t kv_tile_bytes>
@@ -160,7 +176,10 @@ void kernel_main() {
                   "16-row q tiles hold one q tile row of at most 16 q rows");
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;
-    constexpr uint32_t v_slot_tiles = max_chunk_tiles * dv_tiles;
+    // A V slot's key tile row: its dv_tiles V tiles, then a tile of ones (P . V's matmul_block gives the
+    // row sum P x ones in the same call, compute.cpp).
+    constexpr uint32_t v_row_tiles = dv_tiles + 1;
+    constexpr uint32_t v_slot_tiles = max_chunk_tiles * v_row_tiles;
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
     constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;
 
@@ -209,6 +228,13 @@ void kernel_main() {
         volatile tt_l1_ptr uint32_t* q_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_q));
         for (uint32_t i = 0; i < q_slots * q_tiles * d_tiles * q_cb_tile_bytes / sizeof(uint32_t); ++i) {
             q_words[i] = 0;
+        }
+    }
+    // The ones tiles of both V slots, written once: the V reads never touch them.
+    if constexpr (!mla) {
+        const uint32_t v_base = get_write_ptr(cb_v);
+        for (uint32_t t = 0; t < 2 * max_chunk_tiles; ++t) {
+            fill_ones_tile<kv_tile_bytes>(v_base + (t * v_row_tiles + dv_tiles) * kv_tile_bytes);
         }
     }
     // Likewise cb_sink (one root's sink tiles): rows past the group stay zero.
@@ -344,13 +370,14 @@ void kernel_main() {
             }
             cb_push_back(cb_k, k_slot_tiles);
 
-            // V (row-major: tile (t, v) at t * dv_tiles + v), read while the compute kernel works on K.
+            // V (row-major: tile (t, v) at t * v_row_tiles + v, the row's ones tile after it), read while
+            // the compute kernel works on K.
             if constexpr (!mla) {
                 cb_reserve_back(cb_v, v_slot_tiles);
                 const uint32_t v_slot = get_write_ptr(cb_v);
-                read_rows(v_gen, v_slot, dv_tiles, dv_tiles, 1);
+                read_rows(v_gen, v_slot, dv_tiles, v_row_tiles, 1);
                 noc_async_read_barrier();
-                zero_stale(v_slot, dv_tiles, dv_tiles, 1);
+                zero_stale(v_slot, dv_tiles, v_row_tiles, 1);
                 cb_push_back(cb_v, v_slot_tiles);
             }
         }

@@ -176,6 +176,22 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_running_chunk(q_ro
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 4, rel=0.05)
 
 
+def test_the_row_sum_rides_in_p_v_s_matmul_block_with_no_call_of_its_own() -> None:
+    """D 64 (2 Dv tiles, a DST block of 3 with alpha): P x ones is the third tile of P.V's matmul_block (the
+    V slot's ones tile after each key tile row), so one more key tile of a running chunk adds Q.K^T's share
+    of a call (2 d tiles per block of 4 key tiles: 1/2) and one P.V call: 1.5 matmul calls, 5 matmul tiles.
+    A piece of 3 chunks of 8 minus one of 2: the middle chunk, a running one that does not finish the root
+    (the root's last chunk computes l on its own before P.V: 1/l scales the output in P.V's pass)."""
+    plan, short = _one_piece_compute(511, 1024)
+    _, long = _one_piece_compute(767, 1024)
+    calls = lambda ops: sum(t.calls for t in ops["matmul"])  # noqa: E731
+    tiles = lambda ops: sum(t.tiles for t in ops["matmul"])  # noqa: E731
+    assert (calls(long) - calls(short)) / 8 == 1.5
+    assert (tiles(long) - tiles(short)) / 8 == 5
+    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, running=True)
+    assert calls(ops) == 1.5 and tiles(ops) == 5
+
+
 def test_a_key_tile_with_q_prescaled_costs_the_same_but_the_scale_op() -> None:
     """The scale is 0.125 = 2^-3: with prescale_q the compute kernel scales Q once per piece, and one more
     key tile of a running chunk adds exactly chunk_tile_ops(prescale_q=True): no scale op, the rest alike."""

@@ -76,16 +76,20 @@ def test_llama_8b_n150_single_user_can_use_every_core_with_eight_pieces_per_head
 
 def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_saves() -> None:
     """Llama-3.1-8B on an N150, B 1: at 1K keys 8 KV heads x 4 pieces of 8 key tiles sit on the interleaved
-    DRAM floor of one user, so 8 pieces would only add a tree round; at 32K, in chunks of 8 key tiles, 4
-    pieces would leave the busiest core's compute within the model's 10% margin of the floor
-    (split_compute_margin), so the split keeps 8 (the model's chunk cap there, see below); in chunks of 16
-    a key tile costs less and 4 pieces clear the margin. One KV head (T3K 4q/1kv, 32K) spreads over 32 of
-    the 64 cores allowed. None of it depends on the batch."""
+    DRAM floor of one user, so 8 pieces would only add a tree round. At 64K with 32x32 q tiles, in chunks
+    of 8 key tiles, 4 pieces would leave the busiest core's compute within the model's 10% margin of the
+    floor (split_compute_margin), so the split keeps 8 (the model's chunk cap there); in chunks of 16 a key
+    tile costs less and 4 pieces clear the margin, as they do with the default 16x32 q tiles (4 q heads a
+    group) at any cap. One KV head (T3K 4q/1kv, 32K) spreads over 32 of the 64 cores allowed. None of it
+    depends on the batch."""
     short = [make_plan(batch=b, seq_len=1024, cur_pos=[1023] * b, **LLAMA8B) for b in (1, 4)]
     assert {p.pieces_per_work for p in short} == {4} and short[0].rounds == 2
-    long = make_plan(batch=1, seq_len=32768, cur_pos=[32767], **LLAMA8B)
-    assert (long.chunk_cap, long.pieces_per_work) == (8, 8)
-    assert make_plan(batch=1, seq_len=32768, cur_pos=[32767], chunk_cap=16, **LLAMA8B).pieces_per_work == 4
+    full = make_plan(batch=1, seq_len=65536, cur_pos=[65535], q_tile_rows=32, **LLAMA8B)
+    assert (full.chunk_cap, full.pieces_per_work) == (8, 8)
+    assert make_plan(batch=1, seq_len=65536, cur_pos=[65535], q_tile_rows=32, chunk_cap=16,
+                     **LLAMA8B).pieces_per_work == 4
+    half = make_plan(batch=1, seq_len=65536, cur_pos=[65535], **LLAMA8B)
+    assert (half.q_tile_rows, half.chunk_cap, half.pieces_per_work) == (16, 8, 4)
     t3k = [make_plan(batch=b, num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767] * b,
                      max_cores_per_head_batch=64) for b in (1, 2)]
     assert {p.pieces_per_work for p in t3k} == {32}
@@ -311,20 +315,25 @@ def test_the_split_floor_still_sets_the_smallest_dynamic_chunk() -> None:
     assert dynamic_chunk_tiles(3, 4, 32) == 4 and dynamic_chunk_tiles(1, 8, 16) == 8
 
 
-@pytest.mark.parametrize("d, kv, attn_mask, cap", [
-    # chunk-sized CBs: K and V slots 2 x c x D/32 tiles each, scores and probabilities c x 4096 B each,
-    # attn_mask rows 2 x c x 2048 B; budget 576 KiB
-    (64, DataType.bfloat8_b, False, 32),   # c 32: 2*32*2*1088*2 + 2*32*4096 = 528 KiB
-    (64, DataType.bfloat8_b, True, 16),    # c 32 + mask 128 KiB = 656 KiB; c 16: 328 KiB
-    (128, DataType.bfloat8_b, False, 16),  # c 32: 800 KiB; c 16: 2*16*4*1088*2 + 2*16*4096 = 400 KiB
-    (128, DataType.bfloat16, False, 8),    # c 16: 2*16*4*2048*2 + 128 KiB = 640 KiB
-    (256, DataType.bfloat8_b, False, 8),   # c 16: 2*16*8*1088*2 + 128 KiB = 672 KiB
-    (256, DataType.bfloat4_b, False, 16),  # c 16: 2*16*8*576*2 + 128 KiB = 416 KiB
+@pytest.mark.parametrize("d, kv, attn_mask, rows, cap", [
+    # chunk-sized CBs: K slots 2 x c x D/32 tiles, V slots 2 x c x (D/32 + 1) tiles (each key tile row ends
+    # with a ones tile), scores and probabilities c x 4096 B each (2048 B with 16-row q tiles), attn_mask
+    # rows 2 x c x 2048 B (1024 B); budget 576 KiB
+    (64, DataType.bfloat8_b, False, 32, 16),   # c 32: 2*32*(2+3)*1088 + 2*32*4096 = 596 KiB; c 16: 298 KiB
+    (64, DataType.bfloat8_b, False, 16, 32),   # c 32: 340 KiB + 2*32*2048 = 468 KiB
+    (64, DataType.bfloat8_b, True, 32, 16),    # c 16: 298 KiB + 64 KiB = 362 KiB
+    (64, DataType.bfloat8_b, True, 16, 32),    # c 32: 468 KiB + 64 KiB = 532 KiB
+    (128, DataType.bfloat8_b, False, 16, 16),  # c 32: 612 KiB + 128 KiB; c 16: 2*16*(4+5)*1088 + 64 KiB = 370 KiB
+    (128, DataType.bfloat16, False, 16, 8),    # c 16: 2*16*(4+5)*2048 + 64 KiB = 640 KiB; c 8: 320 KiB
+    (256, DataType.bfloat8_b, False, 16, 8),   # c 16: 2*16*(8+9)*1088 + 64 KiB = 642 KiB; c 8: 321 KiB
+    (256, DataType.bfloat4_b, False, 16, 16),  # c 16: 2*16*(8+9)*576 + 64 KiB = 370 KiB
 ])
-def test_the_largest_cap_the_plan_may_take_is_the_largest_whose_chunk_buffers_fit_the_budget(d, kv, attn_mask, cap) -> None:
-    assert fitting_chunk_cap(q_tiles=1, d_tiles=d // 32, dv_tiles=d // 32, kv_dtype=kv, attn_mask=attn_mask) == cap
+def test_the_largest_cap_the_plan_may_take_is_the_largest_whose_chunk_buffers_fit_the_budget(d, kv, attn_mask, rows,
+                                                                                             cap) -> None:
+    assert fitting_chunk_cap(q_tiles=1, d_tiles=d // 32, dv_tiles=d // 32, kv_dtype=kv, attn_mask=attn_mask,
+                             q_tile_rows=rows) == cap
     plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=8192, head_dim=d, kv_dtype=kv,
-                     cur_pos=None if attn_mask else [8191], is_causal=not attn_mask,
+                     cur_pos=None if attn_mask else [8191], is_causal=not attn_mask, q_tile_rows=rows,
                      attn_mask_batch=1 if attn_mask else 0, max_cores_per_head_batch=4, chunk_cap=cap)
     assert plan.max_chunk_tiles == cap
     chunk_sized = sum(cb.total_size for cb in plan.circular_buffers if cb.name in ("k", "v", "scores", "probs", "attn_mask"))
@@ -368,14 +377,15 @@ def test_a_chunk_cap_with_fixed_chunks_is_refused() -> None:
 def test_a_plan_that_fits_l1_only_with_a_smaller_chunk_cap_names_it() -> None:
     """Tech report D 128, B 16, key_row pages, 48 pieces per head, 32x32 q tiles: the model's 16-tile chunks
     leave too little L1 for the partials of 13 pieces per core; chunks of 8 fit, and the refusal says so.
-    With 16x32 q tiles (the default for 8 q heads) every partial takes half the bytes and the plan fits."""
+    With 16x32 q tiles (the default for 8 q heads) every partial takes half the bytes and the plan fits
+    (with the cap the model takes for it)."""
     args = dict(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=128, cur_pos=[131071] * 16,
                 max_cores_per_head_batch=48, kv_pages="key_row")
     with pytest.raises(PlanError, match=r"L1 overflow.*Set chunk_cap=8"):
         make_plan(**args, q_tile_rows=32)
     assert make_plan(**args, q_tile_rows=32, chunk_cap=8).pieces_per_work == 48
     half = make_plan(**args)
-    assert half.q_tile_rows == 16 and half.chunk_cap == 16 and half.pieces_per_work == 48
+    assert half.q_tile_rows == 16 and half.pieces_per_work == 48
 
 
 @pytest.mark.parametrize(("heads", "tokens", "rows"), [(8, 1, 16), (16, 1, 16), (4, 4, 16), (32, 1, 32), (8, 3, 32)])

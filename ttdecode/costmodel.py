@@ -466,7 +466,7 @@ def q_row_tiles(ops: dict[str, list[OpTally]], q_tile_rows: int) -> dict[str, li
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", head_rows: int = 32, running: bool = False,
-                   prescale_q: bool = False, q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
+                   prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
     row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
     and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
@@ -484,15 +484,22 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
       once per chunk).
     `head_rows` (the q rows holding heads, tokens x group): the scale, the exp, the fold and the
     subtraction run `row_steps(head_rows)` vector steps. `prescale_q` (a power-of-two scale, Q scaled once
-    per piece): no scale op. `q_tile_rows` 16: 16x32 q tiles (q_row_tiles). Pinned against real runs in
+    per piece): no scale op. `q_tile_rows` 16: 16x32 q tiles (q_row_tiles). The row sum P x ones rides in
+    P.V's last matmul_block (the V slot's ones tile after each key tile row) when that block leaves a DST
+    tile free (Dv tiles not a multiple of the block), else one matmul_tiles call per key tile; with `mla`
+    (V in the K slot, no ones tile there) always the latter. Pinned against real runs in
     tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
+    # the row sum in P.V's last block (chunk_output's with_sum) or on its own (chunk_row_sum)
+    sum_block = max(1, dst_tiles - 1) if running else max(1, dst_tiles)
+    sum_calls = 1 if mla or dv_tiles % sum_block == 0 else 0
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles / max(1, dst_tiles)
     inits = q_tiles * (0 if running else 2) * block
-    return q_row_tiles({"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1), q_tiles * (qk_calls + pv_calls + 1))],
+    return q_row_tiles({"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1),
+                                           q_tiles * (qk_calls + pv_calls + sum_calls))],
             "init": [OpTally(inits, inits)] if inits else [],
             "scalar": [] if prescale_q else [OpTally(q_tiles, q_tiles, steps=rows)],
             exp: [OpTally(q_tiles, q_tiles, steps=rows)],
@@ -503,7 +510,7 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
 
 
 def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
-              q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
+              q_tile_rows: int = 32, mla: bool = False) -> dict[str, list[OpTally]]:
     """The fixed compute ops of a chunk that rescales a running set (kernels/compute.cpp), beyond its
     key tiles' chunk_tile_ops, per q tile row: the row max's SFPU row reduction (a full tile), m_new
     against the running max, alpha's subtraction and exp, the rescale of l and of O (a multiply per Dv
@@ -514,7 +521,9 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     tests/test_costmodel.py. For the plan's choice of key_row pieces (key_row_pieces)."""
     row = row_steps(head_rows)
     copies = q_tiles * (5 + dv_tiles + dv_tiles // 3)
-    inits = 18 + dv_tiles
+    # without MLA the row sum's in1 is the V slot's ones tile: no matmul init and no srcA reconfig
+    # (to cb_ones and back) of its own
+    inits = (18 if mla else 16) + dv_tiles
     return q_row_tiles({"init": [OpTally(inits, inits)],
                         "copy": [OpTally(copies, copies)],
                         "max": [OpTally(q_tiles * (2 + dv_tiles), q_tiles * (2 + dv_tiles), steps=row),
@@ -560,10 +569,10 @@ def _exp_op(fp32_dest_acc_en: bool) -> str:
 
 def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
                      fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False,
-                     q_tile_rows: int = 32) -> float:
+                     q_tile_rows: int = 32, mla: bool = False) -> float:
     """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
     ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running,
-                         prescale_q=prescale_q, q_tile_rows=q_tile_rows)
+                         prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla)
     return sum(_sum_ops(ops, fidelity, c).values())
 
 
@@ -624,12 +633,12 @@ def _core_reader(busiest: int, tiles: int, chunks: int, key_bytes: int, c: CostC
 
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
                  hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False,
-                 q_tile_rows: int = 32) -> _SplitCosts:
-    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, q_tile_rows), fidelity,
-                         c).values())
+                 q_tile_rows: int = 32, mla: bool = False) -> _SplitCosts:
+    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, q_tile_rows, mla),
+                         fidelity, c).values())
     return _SplitCosts(
         tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True,
-                              prescale_q, q_tile_rows),
+                              prescale_q, q_tile_rows, mla),
         chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                                          q_tile_rows),
         margin=1 + c.split_compute_margin)
@@ -637,7 +646,7 @@ def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bo
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
-                      head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32) -> int:
+                      head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
@@ -646,7 +655,7 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     Llama's default, when none is given); `hops` a typical parent-child distance on the grid."""
     # a piece of f <= 8 tiles is one chunk with no running set
     tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False,
-                            prescale_q, q_tile_rows)
+                            prescale_q, q_tile_rows, mla)
     round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                                  q_tile_rows)
     f = 1
@@ -659,7 +668,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
                    dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                    fixed_chunk: bool = False, fp32_dest_acc_en: bool = True,
                    dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32,
-                   prescale_q: bool = False, q_tile_rows: int = 32,
+                   prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
                    c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of kv_pages "key_row" (DecodePlan.pieces_per_work): the multiple of
     12 up to `max_pieces` that the model gives the shortest step for ONE user at the cache's length
@@ -679,7 +688,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q, q_tile_rows)
+                         prescale_q, q_tile_rows, mla)
     bank_rate = c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency
     floor = num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes / banks / bank_rate
     best: tuple[tuple[float, float], int] | None = None
@@ -697,7 +706,8 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
 def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, floor_tiles: int, q_tiles: int,
                 d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                 fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8,
-                head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, c: CostConstants = COST) -> int:
+                head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
+                c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of interleaved (tile-paged) caches with dynamic chunks
     (DecodePlan.pieces_per_work): the count up to `max_pieces` that the model gives the shortest step
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
@@ -714,7 +724,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     from ttdecode.plan import tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q, q_tile_rows)
+                         prescale_q, q_tile_rows, mla)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
     best: tuple[tuple[float, float, int], int] | None = None
@@ -734,7 +744,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
               q_tiles: int, d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int,
               cyclic: bool = False, stages_per_chunk: int = 2, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
               fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32, prescale_q: bool = False,
-              q_tile_rows: int = 32, c: CostConstants = COST) -> tuple[int, int]:
+              q_tile_rows: int = 32, mla: bool = False, c: CostConstants = COST) -> tuple[int, int]:
     """The cap of dynamic chunks and its pieces per (user, KV head) (DecodePlan.chunk_cap, pieces_per_work)
     out of `options` ((cap, pieces) pairs: the caps whose buffers fit L1, each with the split the model
     takes for it): the pair that gives ONE user at the cache's length (`seq_tiles` key tiles, split floor
@@ -748,7 +758,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q, q_tile_rows)
+                         prescale_q, q_tile_rows, mla)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     user_bytes = num_kv_heads * seq_tiles * key_bytes
     banks = c.dram_banks

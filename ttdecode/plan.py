@@ -501,7 +501,8 @@ def flash_decode_cbs(
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
     ]
     if not mla:
-        specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * dv_tiles))
+        # two slots of key tile rows: dv_tiles V tiles, then a tile of ones (the row sum's in1, V's format)
+        specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * (dv_tiles + 1)))
     if tree:
         specs.append((17, "partial_out", f32, 4096, partial))  # this piece's partial, to the parent
     if max_blocks:
@@ -623,6 +624,7 @@ def make_plan(
     probabilities, statistics, O and partials, and the partial messages are halved), else 32. The
     outputs are the same bits either way (every step is row by row; rows 16-31 hold no head).
     """
+    call_args = dict(locals())  # the call as made, for re-planning with other knobs (L1 advice)
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
                     ("seq_len", seq_len), ("head_dim", head_dim), ("head_dim_v", head_dim_v)):
@@ -737,7 +739,7 @@ def make_plan(
     # what the cost model's split choices need of the shape (split floor, tile and key_row pieces)
     shape = dict(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows,
-                 prescale_q=prescale_q, q_tile_rows=q_tile_rows)
+                 prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla)
     kv = dict(kv_tile_bytes=_TILE_BYTES[kv_dtype],
               kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
     if fixed:
@@ -869,7 +871,7 @@ def make_plan(
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
         num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=q_tile_rows,
     )
-    _check_resources(plan, l1_bytes_per_core, cb_args)
+    _check_resources(plan, l1_bytes_per_core, cb_args, lambda **over: make_plan(**{**call_args, **over}))
     return plan
 
 
@@ -922,21 +924,37 @@ def cbs_bytes_per_core(cbs: Sequence[CBSpec]) -> int:
     return L1_UNRESERVED_BASE + sum(-(-cb.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for cb in cbs)
 
 
-def _fitting_chunk(plan: DecodePlan, l1_bytes: int, cb_args: dict, *, tree: bool) -> int | None:
-    """The largest k_chunk_size (keys) below the plan's largest chunk whose CBs fit in `l1_bytes`
-    (with the plan's partial buffers if `tree`, without them if not), or None."""
+# Set while make_plan re-plans the call with other knobs to find the advice of an L1 overflow: those
+# plans raise a bare PlanError instead of looking for advice of their own.
+_REPLANNING = False
+
+
+def _fitting_chunk(plan: DecodePlan, replan, *, tree: bool) -> int | None:
+    """The largest k_chunk_size (keys) below the plan's largest chunk with which the same call plans
+    (`replan`: make_plan with the caller's arguments but the ones given; without partials, i.e. one
+    piece per head, unless `tree`), or None. A smaller chunk changes the split (more chunks, more pieces,
+    a deeper tree, more partial areas), so only the plan itself can tell."""
+    global _REPLANNING
     c = plan.max_chunk_tiles
     while c > 1:
         c //= 2
         if plan.seq_len % (c * TILE):
             continue
-        args = dict(cb_args, max_chunk_tiles=c, tree=tree, recv_areas=cb_args["recv_areas"] if tree else 0)
-        if cbs_bytes_per_core(flash_decode_cbs(**args)) <= l1_bytes:
+        over = dict(k_chunk_size=c * TILE, min_chunk_tiles=None, chunk_cap=None)
+        if not tree:
+            over["max_cores_per_head_batch"] = 1
+        was, _REPLANNING = _REPLANNING, True
+        try:
+            replan(**over)
             return c * TILE
+        except PlanError:
+            continue
+        finally:
+            _REPLANNING = was
     return None
 
 
-def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
+def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict, replan) -> str:
     """Which knob makes an overflowing plan fit: a smaller k_chunk_size (the largest chunk that fits
     is named), else one piece per work (max_cores_per_head_batch=1: no partial buffers), else fewer
     q heads per KV head on the chip."""
@@ -955,7 +973,7 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
         return f"{fewer}, or a smaller batch per program."
     now = f"now {plan.fixed_chunk_tiles * TILE if plan.fixed_chunk_tiles else 'dynamic, up to'} " \
           f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()
-    chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=plan.pieces_per_work > 1)
+    chunk = _fitting_chunk(plan, replan, tree=plan.pieces_per_work > 1)
     if chunk is not None:
         fewer = (f", or lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head, fewer "
                  f"partials to receive)") if plan.pieces_per_work > 1 else ""
@@ -966,7 +984,7 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
             return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head (partial_out and one "
                     f"partial_in area alone take {2 * plan.partial_pages * 4 * plan.q_tile_rows // 32} KiB); set max_cores_per_head_batch=1 "
                     f"(one core per (user, KV head), no partials).")
-        chunk = _fitting_chunk(plan, l1_bytes, cb_args, tree=False)
+        chunk = _fitting_chunk(plan, replan, tree=False)
         if chunk is not None:
             return (f"No k_chunk_size fits with {plan.pieces_per_work} pieces per head; set "
                     f"max_cores_per_head_batch=1 (no partials) and k_chunk_size={chunk} or lower.")
@@ -975,14 +993,16 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> str:
             f"many for one core; split the q heads over more devices.")
 
 
-def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict) -> None:
+def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict, replan) -> None:
     used = plan.l1_bytes_per_core
     if used > l1_bytes:
         biggest = sorted(plan.circular_buffers, key=lambda cb: -cb.total_size)[:3]
         detail = ", ".join(f"{cb.name} {cb.total_size // 1024} KiB" for cb in biggest)
+        if _REPLANNING:
+            raise PlanError(f"L1 overflow: the plan needs {used // 1024} KiB per core")
         raise PlanError(
             f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
-            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). {_l1_advice(plan, l1_bytes, cb_args)}"
+            f"{l1_bytes // 1024} KiB (largest buffers: {detail}). {_l1_advice(plan, l1_bytes, cb_args, replan)}"
             + (f" Or fewer new tokens per user (num_tokens now {plan.num_tokens}: {plan.q_tiles} q tile rows "
                f"per KV group)." if plan.num_tokens > 1 else "")
         )
