@@ -11,6 +11,7 @@
 //   EXP_ALL_FACES      (OP_EXP_ROWS) exp on VectorMode::RC: faces 2-3 of the DST tile hold nothing
 //   FULL_PACKER        the packer's tile shape comes from compute_kernel_hw_startup with CB 17 (32x32),
 //                      then only pack_reconfig_data_format(17 -> 16)
+// and a right one: FULL_PACKER_TILE_RECONFIG, the same with pack_reconfig_data_format<true> (tile shape too)
 // CBs: in0 = 0, in1 = 1, in2 = 2 (16x32, float32), in3 = 3 (32x32, float32), out = 16 (16x32),
 // full_out = 17 (32x32). Compile-time args: output tiles, kt.
 #include <cstdint>
@@ -32,9 +33,12 @@ void kernel_main() {
 #else
     constexpr uint32_t srca = in0;
 #endif
-#ifdef FULL_PACKER
+#if defined(FULL_PACKER)
     compute_kernel_hw_startup(srca, in0, full_out);
     pack_reconfig_data_format(full_out, out);
+#elif defined(FULL_PACKER_TILE_RECONFIG)
+    compute_kernel_hw_startup(srca, in0, full_out);
+    pack_reconfig_data_format<true>(full_out, out);  // the LLK then runs llk_pack_init(out): its tile shape
 #else
     compute_kernel_hw_startup(srca, in0, out);
 #endif

@@ -144,6 +144,13 @@ def test_pack_to_a_16x32_cb_with_the_packer_shaped_for_32x32_tiles_is_caught():
         run_program(prog)
 
 
+def test_pack_reconfig_with_tile_dims_reprograms_the_packer_for_16x32_tiles():
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(9))
+    prog = program("COPY", {0: (x, DataType.float32, 16)}, 1, unpack_to_dest=(0,),
+                   defines={"FULL_PACKER_TILE_RECONFIG": "1"})
+    assert torch.equal(run_out(prog, 1)[0], x)
+
+
 def test_half_tiles_of_block_float_formats_are_refused_at_layout():
     x = small_ints(16, 32, seed=10)
     prog = program("COPY", {0: (x, DataType.bfloat8_b, 16)}, 1)

@@ -250,6 +250,10 @@ extern "C" void ttrt_reconfig_srcb(uint32_t cb) {
     s.srcb = unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srcb"));
     count_init(cur());
 }
+extern "C" void ttrt_pack_geometry(uint32_t cb, const char* api) {
+    Kernel& k = cur();
+    set_geometry(cs(k), 2, cb_faces(k, cb, api), api);
+}
 extern "C" void ttrt_reconfig_pack(uint32_t cb) {
     note("pack_reconfig_data_format", "%llu", cb);
     cs(cur()).pack = cb_format(cur(), cb, "pack_reconfig_data_format");

@@ -36,6 +36,7 @@ void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb);
 void ttrt_reconfig_srca(uint32_t cb);
 void ttrt_reconfig_srcb(uint32_t cb);
 void ttrt_reconfig_pack(uint32_t cb);
+void ttrt_pack_geometry(uint32_t cb, const char* api);
 // The (old, new) forms: reprogram only when the two CBs' formats differ (as the LLK does).
 void ttrt_reconfig_srca_from(uint32_t old_cb, uint32_t cb);
 void ttrt_reconfig_srcb_from(uint32_t old_cb, uint32_t cb);

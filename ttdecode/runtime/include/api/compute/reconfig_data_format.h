@@ -30,12 +30,16 @@ ALWI void reconfig_data_format_srcb(const uint32_t srcb_new_operand) { ttrt_reco
 ALWI void reconfig_data_format_srcb(const uint32_t srcb_old_operand, const uint32_t srcb_new_operand) {
     ttrt_reconfig_srcb_from(srcb_old_operand, srcb_new_operand);
 }
+// is_tile_dim_reconfig_en: the LLK then also runs llk_pack_init(new_cb_id), which programs the packer
+// for the new CB's tile shape; without it the packer keeps the tile shape it had.
 template <bool is_tile_dim_reconfig_en = false>
 ALWI void pack_reconfig_data_format(const uint32_t new_cb_id) {
     ttrt_reconfig_pack(new_cb_id);
+    if constexpr (is_tile_dim_reconfig_en) ttrt_pack_geometry(new_cb_id, "pack_reconfig_data_format<true>");
 }
 template <bool is_tile_dim_reconfig_en = false>
 ALWI void pack_reconfig_data_format(const uint32_t old_cb_id, const uint32_t new_cb_id) {
     ttrt_reconfig_pack_from(old_cb_id, new_cb_id);
+    if constexpr (is_tile_dim_reconfig_en) ttrt_pack_geometry(new_cb_id, "pack_reconfig_data_format<true>");
 }
 }  // namespace ckernel
