@@ -3,24 +3,41 @@
 MODEL ESTIMATES, not measurements: nothing here has run on a Tenstorrent device.
 
 Per chip (the FlashDecode op on its heads and its part of the sequence), from the planner's real
-work split (``ttdecode.plan.make_plan``: which core reads which chunks of which key tiles) put through
-the calibrated cost model ``ttdecode.costmodel`` (``evaluate``; constants ``COST``, sources in
-``COST_SOURCES``). Without a run there are no counters, so each core's ``CoreWork`` is written here
-in closed form:
+work split (``ttdecode.plan.make_plan``, planned as the API plans it for the default scale
+1/sqrt(D): its pieces, split floor, cap of dynamic chunks (``chunk_cap``) and ``prescale_q``; which
+core reads which chunks of which key tiles) put through the calibrated cost model
+``ttdecode.costmodel`` (``evaluate``; constants ``COST``, sources in ``COST_SOURCES``). Without a run
+there are no counters, so each core's ``CoreWork`` is written here from the closed forms the planner's
+own choices price a piece with (``costmodel._split_costs``: ``tile_pieces``, ``key_row_pieces``,
+``chunk_cap``), without their split margin:
 
-* reads: one read-barrier group per chunk (its K and V tiles, one request per tile), spread over the
-  12 banks (interleaved: the bank floor at the interleaved efficiency);
-* compute, per 32-key tile of a (user, KV head) piece, one LLK call per tile: the matmuls Q.K^T and
-  P.V (``(D + Dv) / 32`` tiles, a full 32-row tile each whatever the q heads in the group), the exp
-  of the score tile, its row max and row sum (reduce) and the scale and subtract (eltwise);
-* the in-chip tree: ``ceil(log2 pieces)`` rounds of (partial message + merge: one exp tile and a
-  broadcast multiply and an add per output tile); the launch as in ``costmodel``;
+* reads: per chunk two read-barrier groups, its K tiles then its V tiles (kernels/reader.cpp), one
+  request per tile, and two pipeline stages; the bank floor over the 12 banks at the interleaved
+  efficiency;
+* compute: every key tile the core holds x ``chunk_tile_ops`` (one more key tile of a running chunk:
+  Q.K^T, P.V and the row sum as matmul blocks, the scale unless Q is pre-scaled, the exp, the row max
+  fold and the subtraction, the copies, the packs, configuration calls; per q tile row: 64 q heads per
+  KV head are two), plus every chunk it holds (the plan's actual chunks, ``plan.range_at``: dynamic
+  chunks up to the plan's cap) x ``chunk_ops`` (a running chunk's fixed work: the row max reduction,
+  alpha, the rescales of l and O, the copies and packs of the running set, configuration calls). A
+  piece's first chunk is priced as a running one, as the planner does (it has no rescale, but a
+  piece's own fixed work - Q, the first chunk's packs, the finish - is not in any closed form);
+* the in-chip tree: ``tree_rounds`` over the pieces that hold keys, each a partial's message (fp32 O
+  and two statistics tiles per q tile row) and one merge (``merge_ops``); the launch as in
+  ``costmodel``;
 * ``max_cores_per_head_batch`` chosen per layout among 16/32/64 (the fastest), so that TP-only is
   not handicapped by idle cores at small batch.
 
-This closed form leaves out some of what our kernels' counters show (the copies, packs, the scalar
-scale and the SFPU binary ops of the rescale), so it is lower than ``costmodel`` on the counters of
-the same run; every layout's per-chip term shares that bias.
+Checked against the same ``evaluate`` on the counters of host-runtime runs of the same plans (21
+shapes: 1-8 KV heads, 8-64 q heads per KV head, D 128, 4K-256K keys, B 1-32, caps 8 and 16; before
+the kernels' 16x32 q tiles, steps 25-26 of perf/README): within -2.8% to +3.2% on 19 of them, and a
+forced cap of 8 key tiles vs the plan's 16 (8q/1kv, 32K) moved both by the same 11.2 / 11.3 us;
+tests/distributed/test_cp_cost.py pins two shapes (within 5%) and that difference (within 10%) on
+the present kernels. It is high where every piece is one chunk of 4-8 key tiles with two q tile rows (64 q
+heads per KV head, B 32, 4K keys: +7% and +16%, a first chunk priced as a running one); its tree
+rounds are up to 20% high below 32 q rows per tile row (the kernels send only the rows that hold
+heads; the message is priced as whole tiles, as the planner prices it); its reader leaves out the
+per-piece Q read.
 
 Across chips (``EthernetLink``, sources in ``LINK_SOURCES``): a T3K's 8 chips form a 2x4 mesh of
 100 Gb/s Ethernet links; a CP group of ``c`` chips is modelled as a ring of ``c`` with one link per
@@ -38,20 +55,22 @@ group (its LSE tile and O tiles), the copies into DST, the SFPU binary ops, exps
 finish (max, recip, log); a launch of its own.
 
 Not modelled: CCL op set-up and synchronisation (a fixed cost per collective that favours TP-only),
-NoC congestion, the copies and packs of the op (listed above; the combine's are counted).
+NoC congestion.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from ttdecode.costmodel import COST, CostConstants, CoreWork, OpTally, Reduction, evaluate
+from ttdecode.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, chunk_ops, chunk_tile_ops,
+                                evaluate, merge_ops)
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan
+from ttdecode.plan import PlanError, make_plan, power_of_two_scale, tree_rounds
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ttdecode.runtime.results import RunCounters
@@ -98,33 +117,47 @@ class ChipAttention:
     reduction_s: float
     cores: int
     chip_bytes: int
+    chunk_cap: int = 0  # the plan's largest dynamic chunk, key tiles
+    pieces: int = 0  # the plan's pieces per (user, KV head)
 
 
-def _piece_ops(tiles: int, d_tiles: int, dv_tiles: int) -> dict[str, list[OpTally]]:
-    """The compute of `tiles` 32-key tiles of one piece, one LLK call per tile (see the module doc)."""
-    mm = tiles * (d_tiles + dv_tiles)
-    return {"matmul": [OpTally(mm, mm)], "exp": [OpTally(tiles, tiles)], "reduce_max": [OpTally(tiles, tiles)],
-            "reduce_sum": [OpTally(tiles, tiles)], "sub_bcast": [OpTally(tiles, tiles)],
-            "mul_bcast": [OpTally(tiles, tiles)]}
+def _scaled(ops: Mapping[str, Sequence[OpTally]], n: float) -> dict[str, list[OpTally]]:
+    """`n` times the tallies `ops` (their tiles and calls; the cost model is linear in both)."""
+    return {op: [dataclasses.replace(t, tiles=t.tiles * n, calls=t.calls * n) for t in ts] for op, ts in ops.items()}
 
 
-def _merge_ops(dv_tiles: int) -> dict[str, list[OpTally]]:
-    """One more partial merged into a 32-row tile group: one exp tile (its weight, or the rescale of
-    the running sum), a broadcast multiply and an add per output tile."""
-    return {"exp": [OpTally(1, 1)], "mul_bcast": [OpTally(dv_tiles, dv_tiles)], "add": [OpTally(dv_tiles, dv_tiles)]}
+def _core_compute(key_tile: Mapping[str, Sequence[OpTally]], chunk_fixed: Mapping[str, Sequence[OpTally]],
+                  tiles: int, chunks: int) -> dict[str, list[OpTally]]:
+    """A core's compute: `tiles` key tiles of `key_tile` ops and `chunks` chunks of `chunk_fixed` ops
+    (as ``costmodel._SplitCosts.piece`` prices a piece, without the split's margin)."""
+    out = _scaled(key_tile, tiles)
+    for op, ts in _scaled(chunk_fixed, chunks).items():
+        out.setdefault(op, []).extend(ts)
+    return out
 
 
 def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, head_dim: int = 128,
                    kv_dtype: DataType = DataType.bfloat8_b, fidelity: str = "HiFi2", grid: tuple[int, int] = (8, 8),
-                   max_cores_per_head_batch: int = 16, c: CostConstants = COST) -> ChipAttention:
+                   max_cores_per_head_batch: int = 16, chunk_cap: int | None = None,
+                   c: CostConstants = COST) -> ChipAttention:
     """Estimated time of the op on one chip: ``batch`` users at cur_pos = seq_len - 1 over ``kv_heads``
-    KV heads (``q_heads`` q heads) and ``seq_len`` positions (see the module doc)."""
+    KV heads (``q_heads`` q heads) and ``seq_len`` positions, planned as the API plans it for the
+    default scale 1/sqrt(head_dim) at ``fidelity``; ``chunk_cap``: the cap of dynamic chunks (None =
+    the model's choice, as in ``make_plan``). See the module doc."""
     plan = make_plan(batch=batch, num_q_heads=q_heads, num_kv_heads=kv_heads, seq_len=seq_len, head_dim=head_dim,
                      kv_dtype=kv_dtype, cur_pos=[seq_len - 1] * batch, grid=grid, return_lse=True,
-                     max_cores_per_head_batch=max_cores_per_head_batch)
-    d = dv = head_dim // 32
+                     max_cores_per_head_batch=max_cores_per_head_batch, math_fidelity=fidelity, chunk_cap=chunk_cap,
+                     prescale_q=power_of_two_scale(1 / math.sqrt(head_dim)))
+    d, dv = plan.d_tiles, plan.dv_tiles
+    exp = _exp_op(plan.fp32_dest_acc_en)
+    head_rows = min(plan.num_tokens * plan.group_size, 32)  # the q rows holding heads, as make_plan counts them
+    # the closed forms the plan's split choices price a piece with (costmodel._split_costs)
+    key_tile = chunk_tile_ops(plan.q_tiles, d, dv, plan.dst_tiles, exp, head_rows, running=True,
+                              prescale_q=plan.prescale_q, q_tile_rows=plan.q_tile_rows, mla=plan.mla)
+    chunk_fixed = chunk_ops(plan.q_tiles, dv, exp, head_rows, plan.q_tile_rows, plan.mla)
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}
+    counts: dict[object, list[int]] = {}  # per core: [key tiles, chunks]
     for piece in plan.pieces:
         r = plan.range_at(seq_len - 1, piece.index)
         if r.empty:
@@ -134,24 +167,31 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
         for _ in range(r.num_chunks):  # the last chunk of the root may be short
             k = min(r.chunk_tiles, left)
             left -= k
-            w.read_groups.append((k * (d + dv) * kv_tile, k * (d + dv)))
+            # K, then V, each under a read barrier of its own (kernels/reader.cpp)
+            w.read_groups += [(k * d * kv_tile, k * d), (k * dv * kv_tile, k * dv)]
         nbytes = r.num_tiles * (d + dv) * kv_tile
         w.bank_bytes = w.bank_bytes + nbytes / c.dram_banks
         w.kv_bytes += nbytes
-        for op, ts in _piece_ops(r.num_tiles, d, dv).items():
-            w.compute.setdefault(op, []).extend(ts)
-        w.chunks += r.num_chunks
+        w.chunks += 2 * r.num_chunks  # pipeline stages: a chunk's K read and its V read
         w.cb_handshakes += 2 * r.num_chunks  # K and V pushed per chunk
-    message = (head_dim // 32 + 2) * 4096  # fp32 O tiles + l and m
-    # the tree's rounds over the pieces that hold keys (the split floor may leave some empty)
+        n = counts.setdefault(piece.core, [0, 0])
+        n[0] += r.num_tiles
+        n[1] += r.num_chunks
+    for core, w in works.items():
+        w.compute = _core_compute(key_tile, chunk_fixed, *counts[core])
+    # the tree's rounds over the pieces that hold keys (the split floor may leave some empty), each a
+    # partial's message (fp32 O and two statistics tiles per q tile row, as costmodel's split choices
+    # count it) and one merge (merge_ops)
     working = sum(1 for i in range(plan.pieces_per_work) if not plan.range_at(seq_len - 1, i).empty)
-    rounds = math.ceil(math.log2(working)) if working > 1 else 0
     hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
-    reduction = Reduction(((message, hops),) * rounds, _merge_ops(dv))
+    partial_bytes = plan.partial_pages * 4096 * plan.q_tile_rows // 32  # fp32 tiles of q_tile_rows rows
+    reduction = Reduction(((partial_bytes, hops),) * tree_rounds(working),
+                          merge_ops(plan.q_tiles, dv, exp, head_rows, plan.dst_tiles, plan.q_tile_rows))
     b = evaluate(list(works.values()), reduction, fidelity, c)
     return ChipAttention(seconds=b.total_us * 1e-6, dram_s=b.reader_us * 1e-6,
                          compute_s=sum(b.compute_us.values()) * 1e-6, reduction_s=b.reduction_us * 1e-6,
-                         cores=b.cores, chip_bytes=b.kv_bytes)
+                         cores=b.cores, chip_bytes=b.kv_bytes, chunk_cap=plan.chunk_cap,
+                         pieces=plan.pieces_per_work)
 
 
 def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, cores: int = 64,
