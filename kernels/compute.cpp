@@ -26,6 +26,13 @@
 //   with 8 heads), the statistics ops on face 0's head rows (VectorMode::None) and 1/l on face 0;
 //   the other rows (zero q rows) are then left partly computed, which no row that is output ever
 //   reads (every op is row by row).
+// * With q_tile_rows 16 (plan.q_tile_rows: at most 16 q rows, one q tile row) every CB of q rows holds
+//   16x32 tiles (faces 0-1): the matmuls take a 16-row in0 and write DST faces 0-1, copies and packs
+//   move half the bytes, and no op may touch faces 2-3 of those DST tiles (they hold nothing), so every
+//   op on them runs row_mode / stat_mode. The unpackers and the packer take each CB's tile shape from
+//   its op init (a format reconfig keeps the old shape: tt-metal #49266).
+// * Without MLA each key tile row of a V slot ends with a tile of ones (reader.cpp): the row sum P x ones
+//   is one more output tile of P . V's matmul_block, in the DST block that holds l.
 // * The root with no child holding keys and no sink writes the output and LSE in its last chunk
 //   (O x 1/l before the pack), without a separate pass over O (finish_root).
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
