@@ -111,12 +111,15 @@ def test_real_run_merge_charges_only_the_vector_steps_of_the_rows_that_hold_head
 
 
 def _totals(ops) -> dict[tuple, float]:
-    """Tiles per (op, vector steps), a matmul's keyed by its in0 rows too: (op, steps, rows)."""
+    """Tiles per (op, vector steps), a matmul's keyed by its in0 rows too: (op, steps, rows); and the L1
+    bytes of the ops that unpack or pack: ("l1_bytes", op)."""
     out: dict[tuple, float] = {}
     for op, ts in ops.items():
         for t in ts:
             key = (op, t.steps, t.rows) if op == "matmul" else (op, t.steps)
             out[key] = out.get(key, 0.0) + t.tiles
+            if t.l1_bytes:
+                out[("l1_bytes", op)] = out.get(("l1_bytes", op), 0.0) + t.l1_bytes
     return out
 
 
@@ -157,20 +160,23 @@ _cycles = lambda ops: sum(op_cycles(op, t, "HiFi2") for op, ts in ops.items() fo
 
 @pytest.mark.parametrize("q_rows", [16, 32])
 def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_running_chunk(q_rows: int) -> None:
-    """A piece of 8 + 8 key tiles minus one of 8 + 4 (the second chunk rescales a running set; the
-    same fixed work) / 4 = one key tile of a chunk with a running set: exact for matmuls, exps, scales,
-    binary ops and packs; copies (one more per DST block of probabilities) and the modelled cycles
-    within 5%."""
+    """A piece of 8 + 8 key tiles minus one of 8 + 4 (the second chunk rescales a running set and is the
+    root's last: its row sum is a matmul_tiles call per key tile; the same fixed work) / 4 = one key tile
+    of a finishing chunk with a running set: exact for matmuls (tiles and L1 bytes), exps, scales, binary
+    ops and packs (tiles and bytes); copies (one more per DST block of probabilities) and the modelled
+    cycles within 5%."""
     plan, short = _one_piece_compute(383, 512, q_tile_rows=q_rows)
     _, long = _one_piece_compute(511, 512, q_tile_rows=q_rows)
     r = plan.range_at(383, 0)
     assert (r.num_chunks, r.chunk_tiles, r.num_tiles) == (2, 8, 12)
     per_tile = _per_tile(short, long, 4)
     rows = plan.num_tokens * plan.group_size  # 8 q heads: rows 0-7 of faces 0-1, 4 steps each
-    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows, head_rows=rows, running=True)
+    ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows,
+                         head_rows=rows, running=True, finish=True)
     want = _totals(ops)
     assert rows == 8
-    for key in (("matmul", 32, q_rows), ("exp", 8), ("scalar", 8), ("max", 8), ("pack", q_rows)):
+    for key in (("matmul", 32, q_rows), ("exp", 8), ("scalar", 8), ("max", 8), ("pack", q_rows),
+                ("l1_bytes", "matmul"), ("l1_bytes", "pack")):
         assert per_tile[key] == want[key], key
     assert per_tile[("copy", q_rows)] == pytest.approx(want[("copy", q_rows)], rel=0.05)
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 4, rel=0.05)
@@ -199,7 +205,7 @@ def test_a_key_tile_with_q_prescaled_costs_the_same_but_the_scale_op() -> None:
     _, long = _one_piece_compute(511, 512, prescale_q=True)
     per_tile = _per_tile(short, long, 4)
     ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows, head_rows=8, running=True,
-                         prescale_q=True)
+                         prescale_q=True, finish=True)
     want = _totals(ops)
     assert ("scalar", 8) not in want and per_tile.get(("scalar", 8), 0) == 0
     for key in (("matmul", 32, 16), ("exp", 8), ("max", 8), ("pack", 16)):
@@ -216,9 +222,14 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_pieces_first_chunk
     _, long = _one_piece_compute(127)
     per_tile = _per_tile(short, long, 3)
     ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows,
-                         head_rows=plan.num_tokens * plan.group_size)
+                         head_rows=plan.num_tokens * plan.group_size, finish=True)
     want = _totals(ops)
     assert 3 * per_tile.pop(("init", 32)) == pytest.approx(3 * want.pop(("init", 32)) + 1)
+    # 4 key tiles are one Q.K^T block as 1 is: the in0 (Q, bf16) unpacks the closed form spreads over
+    # the key tiles (d / dst_tiles per tile) do not show in the difference
+    q_tile = 2 * 32 * plan.q_tile_rows
+    assert per_tile.pop(("l1_bytes", "matmul")) == pytest.approx(
+        want.pop(("l1_bytes", "matmul")) - plan.d_tiles / plan.dst_tiles * q_tile)
     for key in set(want) | set(per_tile):
         assert per_tile.get(key, 0) == pytest.approx(want.get(key, 0)), key
     assert _cycles(ops) == pytest.approx((_cycles(long) - _cycles(short)) / 3, rel=0.05)
@@ -241,6 +252,8 @@ def test_chunk_ops_are_what_one_more_running_chunk_costs_beyond_its_key_tiles(d:
     assert abs(fixed.pop(("init", 32)) - want.pop(("init", 32))) <= 2
     block_rounding = 3 - 8 / 3  # 8 key tiles are 3 DST blocks of probabilities, 8 / 3 in chunk_tile_ops
     assert fixed.pop(("copy", q_rows)) == pytest.approx(want.pop(("copy", q_rows)) + block_rounding)
+    f32_tile = 4 * 32 * q_rows  # the copies unpack fp32 q-row tiles
+    assert fixed.pop(("l1_bytes", "copy")) == pytest.approx(want.pop(("l1_bytes", "copy")) + block_rounding * f32_tile)
     assert {k: v for k, v in fixed.items() if abs(v) > 1e-9} == pytest.approx(want)
     assert _cycles(chunk_ops(plan.q_tiles, plan.dv_tiles, head_rows=rows, q_tile_rows=plan.q_tile_rows)) == pytest.approx(
         _cycles(long) - _cycles(short) - 8 * _cycles(tile), rel=0.05)

@@ -122,12 +122,13 @@ def test_pieces_per_head_do_not_depend_on_the_batch() -> None:
 
 
 def test_the_model_takes_fewer_pieces_when_one_user_already_covers_the_cores() -> None:
-    """Eight KV heads x 12 pieces cover the 60 cores kept for the banks: more pieces only add tree rounds
-    (4 rounds at 12, 6 at 60) while the bank floor binds; one KV head needs 60 pieces to reach every core."""
+    """Eight KV heads x 12 pieces already cover the 60 cores kept for the banks, but with 8 heads' key tiles
+    on a core its compute passes the bank floor: the model takes 36 pieces (6 rounds), not the 60 that one
+    KV head (or 2 or 4) needs to reach every core."""
     common = dict(cores=64, max_pieces=60, q_tiles=1, d_tiles=4, dv_tiles=4, kv_tile_bytes=1088,
                   kv_tiles_per_key_tile=8, head_rows=4)
-    assert key_row_pieces(num_kv_heads=8, seq_tiles=1024, **common) == 12
-    assert key_row_pieces(num_kv_heads=1, seq_tiles=1024, **common) == 60
+    assert key_row_pieces(num_kv_heads=8, seq_tiles=1024, **common) == 36
+    assert all(key_row_pieces(num_kv_heads=h, seq_tiles=1024, **common) == 60 for h in (1, 2, 4))
     # rounds dearer than any compute: the fewest pieces (the fewest rounds) even for one KV head
     dear_rounds = dataclasses.replace(COST, semaphore_handshake_cycles=1e9)
     assert key_row_pieces(num_kv_heads=1, seq_tiles=1024, c=dear_rounds, **common) == 12

@@ -32,8 +32,8 @@ merges, round after round).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -262,12 +262,17 @@ def op_class(op: str) -> str:
 @dataclass(frozen=True)
 class OpTally:
     """`tiles` (may be fractional: half tiles) through an op in `calls` LLK calls; `rows` of in0 fed
-    (matmul) or `steps` SFPU vector steps per tile."""
+    (matmul) or `steps` SFPU vector steps per tile. `l1_bytes`: the L1 bytes all the calls' unpackers
+    fetch (a pack: the bytes the packer writes), `unpacks` the tiles they unpack (each UNPACR's address
+    calculation); None: a bf16 tile of the op's shape per tile (matmul: a whole in1 tile), one unpack
+    per tile."""
 
     tiles: float
     calls: int
     rows: int = 32
     steps: int = 32
+    l1_bytes: Optional[float] = None
+    unpacks: Optional[float] = None
 
 
 @dataclass
@@ -352,20 +357,30 @@ def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> fl
     the op "pack" (tiles x bytes / pack rate + the overhead per call); configuration calls are the op
     "init" (`calls` of them)."""
     phases = c.fidelity_phases[fidelity]
-    frac = t.steps / c.sfpu_steps_per_tile
-    # a matmul's in1 (a K or V tile) is a whole 32 x 32 tile however few rows in0 has: its unpack
-    # does not shrink with a half-tile in0 (that one is on the other unpacker)
-    unpack_frac = 1.0 if op == "matmul" else frac
-    unpack = c.unpack_address_cycles + c.intermediate_tile_bytes * unpack_frac / c.unpack_bytes_per_cycle
-    pack = c.intermediate_tile_bytes * frac / c.pack_bytes_per_cycle
-    if op in SFPU_OPS:
-        unpack = 0.0  # works on Dst; the copy into Dst is its own op
     if op == "init":
         return t.calls * c.init_cycles
+    frac = t.steps / c.sfpu_steps_per_tile
+    if t.l1_bytes is not None:
+        nbytes = t.l1_bytes
+    else:  # a bf16 tile of the op's shape; a matmul's in1 is a whole 32 x 32 tile however few rows in0 has
+        nbytes = t.tiles * c.intermediate_tile_bytes * (1.0 if op == "matmul" else frac)
     if op == "pack":
-        return t.tiles * pack + t.calls * c.tile_call_cycles
-    math = _math_tile_cycles(op, t, phases, c)  # the pack of the results is its own op ("pack")
-    return t.tiles * max(unpack, math) + t.calls * c.tile_call_cycles
+        return nbytes / c.pack_bytes_per_cycle + t.calls * c.tile_call_cycles
+    math = t.tiles * _math_tile_cycles(op, t, phases, c)  # the pack of the results is its own op ("pack")
+    if op in SFPU_OPS:
+        unpack = 0.0  # works on Dst; the copy into Dst is its own op
+    else:
+        # both operands' bytes at one unpacker's x4 rate: two unpackers fetching at once get x2 each
+        unpack = (t.tiles if t.unpacks is None else t.unpacks) * c.unpack_address_cycles \
+            + nbytes / c.unpack_bytes_per_cycle
+    return max(unpack, math) + t.calls * c.tile_call_cycles
+
+
+def _l1_bytes(t: OpTally, op: str, c: CostConstants = COST) -> float:
+    """A tally's L1 bytes as op_cycles charges them."""
+    if t.l1_bytes is not None:
+        return t.l1_bytes
+    return t.tiles * c.intermediate_tile_bytes * (1.0 if op == "matmul" else t.steps / c.sfpu_steps_per_tile)
 
 
 def _sum_ops(ops: Mapping[str, Sequence[OpTally]], fidelity: str, c: CostConstants) -> dict[str, float]:
@@ -456,9 +471,9 @@ def q_row_tiles(ops: dict[str, list[OpTally]], q_tile_rows: int) -> dict[str, li
     out: dict[str, list[OpTally]] = {}
     for op, tallies in ops.items():
         if op == "matmul":
-            out[op] = [OpTally(t.tiles, t.calls, rows=min(t.rows, q_tile_rows), steps=t.steps) for t in tallies]
+            out[op] = [replace(t, rows=min(t.rows, q_tile_rows)) for t in tallies]
         elif op in ("copy", "pack"):
-            out[op] = [OpTally(t.tiles, t.calls, rows=t.rows, steps=min(t.steps, q_tile_rows)) for t in tallies]
+            out[op] = [replace(t, steps=min(t.steps, q_tile_rows)) for t in tallies]
         else:
             out[op] = list(tallies)
     return out
@@ -466,7 +481,8 @@ def q_row_tiles(ops: dict[str, list[OpTally]], q_tile_rows: int) -> dict[str, li
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", head_rows: int = 32, running: bool = False,
-                   prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False) -> dict[str, list[OpTally]]:
+                   prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
+                   kv_tile_bytes: int = 1088, finish: bool = False) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
     row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
     and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
@@ -487,26 +503,42 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     per piece): no scale op. `q_tile_rows` 16: 16x32 q tiles (q_row_tiles). The row sum P x ones rides in
     P.V's last matmul_block (the V slot's ones tile after each key tile row) when that block leaves a DST
     tile free (Dv tiles not a multiple of the block), else one matmul_tiles call per key tile; with `mla`
-    (V in the K slot, no ones tile there) always the latter. Pinned against real runs in
-    tests/test_costmodel.py."""
+    (V in the K slot, no ones tile there) or `finish` (the root's last chunk: 1/l is needed before P.V's
+    blocks) always the latter. L1 bytes (`kv_tile_bytes` a K/V tile):
+    Q.K^T's in1 K tiles and per call its in0 Q (bf16), P.V's in1 V and ones tiles (V's format; with MLA
+    the ones tile is bf16) and per call its in0 probabilities (fp32); copies and packs of fp32 q-row
+    tiles. Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
     # the row sum in P.V's last block (chunk_output's with_sum) or on its own (chunk_row_sum)
     sum_block = max(1, dst_tiles - 1) if running else max(1, dst_tiles)
-    sum_calls = 1 if mla or dv_tiles % sum_block == 0 else 0
+    sum_calls = 1 if mla or finish or dv_tiles % sum_block == 0 else 0
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles / max(1, dst_tiles)
     inits = q_tiles * (0 if running else 2) * block
-    return q_row_tiles({"matmul": [OpTally(q_tiles * (d_tiles + dv_tiles + 1),
-                                           q_tiles * (qk_calls + pv_calls + sum_calls))],
+    f32, bf16 = _q_row_bytes(4, q_tile_rows), _q_row_bytes(2, q_tile_rows)
+    qk_n, pv_n = q_tiles * qk_calls, q_tiles * (pv_calls + sum_calls)
+    ones = 2048 if mla else kv_tile_bytes
+    copies = q_tiles * (2 + block)
+    return q_row_tiles({"matmul": [
+                OpTally(q_tiles * d_tiles, qk_n, l1_bytes=q_tiles * d_tiles * kv_tile_bytes + qk_n * bf16,
+                        unpacks=q_tiles * d_tiles + qk_n),
+                OpTally(q_tiles * (dv_tiles + 1), pv_n,
+                        l1_bytes=q_tiles * (dv_tiles * kv_tile_bytes + ones) + pv_n * f32,
+                        unpacks=q_tiles * (dv_tiles + 1) + pv_n)],
             "init": [OpTally(inits, inits)] if inits else [],
             "scalar": [] if prescale_q else [OpTally(q_tiles, q_tiles, steps=rows)],
             exp: [OpTally(q_tiles, q_tiles, steps=rows)],
-            "copy": [OpTally(q_tiles * (2 + block), round(q_tiles * (2 + block)))],
+            "copy": [OpTally(copies, round(copies), l1_bytes=copies * f32, unpacks=copies)],
             # the row max's element-wise fold and the subtraction of the max
             "max": [OpTally(2 * q_tiles, 2 * q_tiles, steps=rows)],
-            "pack": [OpTally(2 * q_tiles, 2 * q_tiles)]}, q_tile_rows)
+            "pack": [OpTally(2 * q_tiles, 2 * q_tiles, l1_bytes=2 * q_tiles * f32)]}, q_tile_rows)
+
+
+def _q_row_bytes(datum_bytes: int, q_tile_rows: int) -> int:
+    """L1 bytes of one q-row tile (q_tile_rows x 32) of `datum_bytes`-byte data (fp32 4, bf16 2)."""
+    return datum_bytes * 32 * q_tile_rows
 
 
 def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
@@ -521,15 +553,17 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     tests/test_costmodel.py. For the plan's choice of key_row pieces (key_row_pieces)."""
     row = row_steps(head_rows)
     copies = q_tiles * (5 + dv_tiles + dv_tiles // 3)
+    packs = q_tiles * (4 + dv_tiles)
+    f32 = _q_row_bytes(4, q_tile_rows)  # the running set, the scores and the factors are fp32 tiles
     # without MLA the row sum's in1 is the V slot's ones tile: no matmul init and no srcA reconfig
     # (to cb_ones and back) of its own
     inits = (18 if mla else 16) + dv_tiles
     return q_row_tiles({"init": [OpTally(inits, inits)],
-                        "copy": [OpTally(copies, copies)],
+                        "copy": [OpTally(copies, copies, l1_bytes=copies * f32, unpacks=copies)],
                         "max": [OpTally(q_tiles * (2 + dv_tiles), q_tiles * (2 + dv_tiles), steps=row),
                                 OpTally(q_tiles, q_tiles)],
                         exp: [OpTally(q_tiles, q_tiles, steps=row)],
-                        "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}, q_tile_rows)
+                        "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)
 
 
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
@@ -552,14 +586,16 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     # next ones neither.
     inits = q_tiles * (2 + 2 * blocks) + 1
     copies = q_tiles * (6 + 2 * dv_tiles + 2 * blocks)
+    packs = q_tiles * (4 + dv_tiles)
+    f32 = _q_row_bytes(4, q_tile_rows)  # partials, statistics and factors are fp32 tiles
     return q_row_tiles({"init": [OpTally(inits, inits)],
-                        "copy": [OpTally(copies, copies)],
+                        "copy": [OpTally(copies, copies, l1_bytes=copies * f32, unpacks=copies)],
                         "max": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
                                 OpTally(4 * q_tiles, 4 * q_tiles, steps=stat)],
                         exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=stat)],
                         "ternary": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
                                     OpTally(q_tiles, q_tiles, steps=stat)],
-                        "pack": [OpTally(q_tiles * (4 + dv_tiles), q_tiles * (4 + dv_tiles))]}, q_tile_rows)
+                        "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)
 
 
 def _exp_op(fp32_dest_acc_en: bool) -> str:
@@ -569,10 +605,10 @@ def _exp_op(fp32_dest_acc_en: bool) -> str:
 
 def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
                      fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False,
-                     q_tile_rows: int = 32, mla: bool = False) -> float:
+                     q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088) -> float:
     """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
     ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running,
-                         prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla)
+                         prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla, kv_tile_bytes=kv_tile_bytes)
     return sum(_sum_ops(ops, fidelity, c).values())
 
 
@@ -633,12 +669,12 @@ def _core_reader(busiest: int, tiles: int, chunks: int, key_bytes: int, c: CostC
 
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
                  hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False,
-                 q_tile_rows: int = 32, mla: bool = False) -> _SplitCosts:
+                 q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088) -> _SplitCosts:
     chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, q_tile_rows, mla),
                          fidelity, c).values())
     return _SplitCosts(
         tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True,
-                              prescale_q, q_tile_rows, mla),
+                              prescale_q, q_tile_rows, mla, kv_tile_bytes),
         chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                                          q_tile_rows),
         margin=1 + c.split_compute_margin)
@@ -646,16 +682,18 @@ def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bo
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
-                      head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False) -> int:
+                      head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
+                      kv_tile_bytes: int = 1088) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
     costs one round, so pieces below f tiles are not worth their round. Depends on the config only
     (batch invariant). `fidelity`: the call's (make_plan's math_fidelity; HiFi2, tt-metal's and
-    Llama's default, when none is given); `hops` a typical parent-child distance on the grid."""
+    Llama's default, when none is given); `hops` a typical parent-child distance on the grid;
+    `kv_tile_bytes` a K/V tile's bytes (bfloat8_b's by default)."""
     # a piece of f <= 8 tiles is one chunk with no running set
     tile = _key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False,
-                            prescale_q, q_tile_rows, mla)
+                            prescale_q, q_tile_rows, mla, kv_tile_bytes)
     round_cycles = _round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                                  q_tile_rows)
     f = 1
@@ -688,7 +726,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q, q_tile_rows, mla)
+                         prescale_q, q_tile_rows, mla, kv_tile_bytes)
     bank_rate = c.dram_peak_bytes_per_cycle / banks * c.dram_bank_local_efficiency
     floor = num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes / banks / bank_rate
     best: tuple[tuple[float, float], int] | None = None
@@ -724,7 +762,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     from ttdecode.plan import tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q, q_tile_rows, mla)
+                         prescale_q, q_tile_rows, mla, kv_tile_bytes)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     floor = num_kv_heads * seq_tiles * key_bytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
     best: tuple[tuple[float, float, int], int] | None = None
@@ -758,7 +796,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
-                         prescale_q, q_tile_rows, mla)
+                         prescale_q, q_tile_rows, mla, kv_tile_bytes)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     user_bytes = num_kv_heads * seq_tiles * key_bytes
     banks = c.dram_banks
@@ -854,7 +892,9 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                     flag = int(e["flag"])
                     rows = flag if name == "matmul" and flag else 32
                     steps = flag if flag and name != "matmul" else COST.sfpu_steps_per_tile
-                    t = OpTally(float(e["amount"]) * int(e["count"]), int(e["count"]), rows=rows, steps=steps)
+                    n = int(e["count"])
+                    t = OpTally(float(e["amount"]) * n, n, rows=rows, steps=steps,
+                                l1_bytes=float(e["l1_bytes"]) * n, unpacks=float(e["unpacks"]) * n)
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
     msgs = match_tree(plan, writer_messages(counters))
@@ -890,6 +930,8 @@ def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping
     for op, ts in merges.items():
         for steps in sorted({t.steps for t in ts}, reverse=True):  # full tiles and VectorMode calls apart
             same = [t for t in ts if t.steps == steps]
-            per_round.setdefault(op, []).append(OpTally(sum(t.tiles for t in same) / n,
-                                                        max(1, round(sum(t.calls for t in same) / n)), steps=steps))
+            per_round.setdefault(op, []).append(OpTally(
+                sum(t.tiles for t in same) / n, max(1, round(sum(t.calls for t in same) / n)), steps=steps,
+                l1_bytes=sum(_l1_bytes(t, op) for t in same) / n,
+                unpacks=sum(t.tiles if t.unpacks is None else t.unpacks for t in same) / n))
     return Reduction(tuple((m.bytes, noc_hops(m.src, m.dst)) for m in path), per_round)

@@ -756,7 +756,7 @@ def make_plan(
     else:
         from ttdecode.costmodel import split_floor_tiles  # the model imports this module
 
-        floor = split_floor_tiles(**shape)
+        floor = split_floor_tiles(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
     if key_row_pieces is not None and kv_pages != "key_row":
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")

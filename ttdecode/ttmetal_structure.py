@@ -8,12 +8,18 @@ Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e
   QK matmul         k*d tiles (in0 rows 16 or 32), one call per output subblock (k)
   causal mask add   k tiles, last chunk only (fused into the matmul's Dst)
   row max           k tiles reduce_max (+1 eltwise max with the previous max after the first chunk)
-  sub + exp         k tiles sub_bcast + k tiles exp (bf16 accurate exp, scale folded in)
+  sub + exp         k tiles sub_bcast + k tiles exp (sub_exp_block_bcast_cols_inplace: with half tiles,
+                    VectorMode::R, the approximate exp with the scale in its init; with whole tiles the
+                    scale by mul_unary_tile, then the accurate bf16 exp)
   row sum           k tiles reduce_sum
   PV matmul         k*dv tiles, one call per output subblock (dv)
   after chunk 1:    sub + exp on 1 tile (max correction), mul 1 (sum), mul_bcast dv, add 1, add dv
   moves             2 copies (max, sum to the ping-pong buffers)
   packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per tile
+Each tally counts tiles (a half tile is one tile of 16 vector steps) and the L1 bytes its unpackers fetch
+(a matmul: each in1 tile once, its in0 tile once per call; a binary FPU op and a reduce: both operands,
+the reduce's scaler a bf16 32x32 tile) or its packer writes; its q-row CBs are bf16 (REFERENCE.md
+section 3: statistics and intermediates in bf16), half tiles with <= 16 q heads per KV head.
 Tile calls: one per tile (pack_tile, exp_tile, copy_tile, reduce_tile, ...), one per matmul_block
 (per subblock and inner step); inits: one per op block (its reconfig included).
 The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or, before it, linear
@@ -82,8 +88,17 @@ def chunk_tiles(s: TTMetalShape) -> int:
     return min(t, 4 if s.fp32_dest_acc else 8)
 
 
-def _add(ops: dict[str, list[OpTally]], op: str, tiles: float, calls: int, rows: int, steps: int) -> None:
-    ops[op].append(OpTally(tiles, calls, rows, steps))
+def _add(ops: dict[str, list[OpTally]], op: str, tiles: float, calls: int, rows: int, steps: int,
+         l1_bytes: float | None = None, unpacks: float | None = None) -> None:
+    """`tiles` tiles (a count: a half tile is one tile of 16 `steps`) of `op` in `calls` calls; `l1_bytes`
+    the L1 bytes its unpackers fetch (a pack: writes), `unpacks` the tiles they unpack."""
+    ops[op].append(OpTally(tiles, calls, rows, steps, l1_bytes, unpacks))
+
+
+def _eltwise(ops: dict[str, list[OpTally]], op: str, tiles: int, rows: int, steps: int, operand_bytes: int,
+             operands: int) -> None:
+    """`tiles` calls of an FPU op (one tile each) that unpacks `operands` tiles of `operand_bytes` per call."""
+    _add(ops, op, tiles, tiles, rows, steps, tiles * operands * operand_bytes, tiles * operands)
 
 
 def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, int]]:
@@ -94,7 +109,7 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
     dv = d
     g = s.num_q_heads // s.num_kv_heads
     rows, steps = (16, 16) if g <= 16 else (32, 32)
-    frac = steps / 32  # half tiles
+    b = BF16_TILE * rows // 32  # one of its bf16 q-row tiles (Q, scores, statistics, O): half tiles at 16 rows
     kt = chunk_tiles(s)
     n_keys = s.cur_pos + 1
     chunks = math.ceil(n_keys / (kt * 32))
@@ -109,38 +124,45 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                 ops: dict[str, list[OpTally]] = defaultdict(list)
                 groups: list[tuple[int, int]] = [(d * BF16_TILE, d)]  # this head's Q tiles
                 for c in range(my_chunks):
-                    # (op, tiles, tile calls, inits): one init per op block (its reconfig included)
-                    _add(ops, "matmul", kt * d, d, rows, steps)  # a 1 x kt subblock per inner step
+                    # (op, tiles, tile calls, inits): one init per op block (its reconfig included). L1
+                    # bytes: K/V tiles of kv_tile, its q-row tiles bf16 of `rows` rows, the reduce
+                    # scaler a bf16 32x32 tile; a matmul unpacks its in0 tile once per call (reused
+                    # across the subblock), each in1 tile once
+                    _add(ops, "matmul", kt * d, d, rows, steps, kt * d * kv_tile + d * b, kt * d + d)
                     inits = 1
                     if rank == 0 and c == my_chunks - 1:
-                        _add(ops, "add", kt * frac, kt, rows, steps)
+                        _eltwise(ops, "add", kt, rows, steps, b, 1)  # the mask onto the scores in Dst
                         inits += 1
-                    _add(ops, "reduce_max", kt * frac, kt, rows, steps)
+                    _eltwise(ops, "reduce_max", kt, rows, steps, (b + BF16_TILE) // 2, 2)
                     if c:
-                        _add(ops, "max", 1 * frac, 1, rows, steps)
-                    _add(ops, "sub_bcast", kt, kt, rows, steps)
-                    _add(ops, "exp_bf16", kt, kt, rows, steps)
-                    _add(ops, "reduce_sum", kt * frac, kt, rows, steps)
-                    _add(ops, "matmul", kt * dv, kt, rows, steps)  # a 1 x dv subblock per inner step
+                        _add(ops, "max", 1, 1, rows, steps)
+                    _eltwise(ops, "sub_bcast", kt, rows, steps, b, 2)
+                    if rows == 16:  # partial faces (VectorMode::R): the approximate exp, the scale in its init
+                        _add(ops, "exp_approx", kt, kt, rows, steps)
+                    else:  # whole tiles (RC): the scale (mul_unary_tile), then the accurate bf16 exp
+                        _add(ops, "scalar", kt, kt, rows, steps)
+                        _add(ops, "exp_bf16", kt, kt, rows, steps)
+                    _eltwise(ops, "reduce_sum", kt, rows, steps, (b + BF16_TILE) // 2, 2)
+                    _add(ops, "matmul", kt * dv, kt, rows, steps, kt * dv * kv_tile + kt * b, kt * dv + kt)
                     inits += 6 + (1 if c else 0)
                     if c:
-                        _add(ops, "sub", 1, 1, rows, steps)
+                        _eltwise(ops, "sub", 1, rows, steps, b, 2)
                         _add(ops, "exp_bf16", 1, 1, rows, steps)
-                        _add(ops, "mul", 1, 1, rows, steps)
-                        _add(ops, "mul_bcast", dv, dv, rows, steps)
-                        _add(ops, "add", 1, 1, rows, steps)
-                        _add(ops, "add", dv, dv, rows, steps)
+                        _eltwise(ops, "mul", 1, rows, steps, b, 2)
+                        _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
+                        _eltwise(ops, "add", 1, rows, steps, b, 2)
+                        _eltwise(ops, "add", dv, rows, steps, b, 2)
                         inits += 6
-                    _add(ops, "copy", 2, 2, rows, steps)
+                    _eltwise(ops, "copy", 2, rows, steps, b, 1)
                     inits += 2
                     packed = 2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)
-                    _add(ops, "pack", packed * frac, packed, rows, steps)
+                    _add(ops, "pack", packed, packed, rows, steps, packed * b)
                     _add(ops, "init", 0, inits, rows, steps)
                     groups += [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
                 if rank == 0:
                     _add(ops, "recip", 1, 1, rows, steps)
-                    _add(ops, "mul_bcast", dv, dv, rows, steps)
-                    _add(ops, "copy", dv, dv, rows, steps)
+                    _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
+                    _eltwise(ops, "copy", dv, rows, steps, b, 1)
                     _add(ops, "init", 0, 3, rows, steps)
                 kv = my_chunks * kt * (d + dv) * kv_tile
                 per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
@@ -175,7 +197,10 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
     for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), ("exp_bf16", 2, 2, 2),
                                     ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
                                     ("mul_bcast", 2 * dv, 2 * dv, 2), ("add", dv, dv, 1), ("copy", 2, 2, 2)):
-        _add(merge, op, tiles, calls, rows, steps)
+        if op in ("max", "exp_bf16"):  # SFPU on Dst: no unpack
+            _add(merge, op, tiles, calls, rows, steps)
+        else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
+            _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
     counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
               "cores_per_head": per_head}

@@ -122,8 +122,11 @@ class ChipAttention:
 
 
 def _scaled(ops: Mapping[str, Sequence[OpTally]], n: float) -> dict[str, list[OpTally]]:
-    """`n` times the tallies `ops` (their tiles and calls; the cost model is linear in both)."""
-    return {op: [dataclasses.replace(t, tiles=t.tiles * n, calls=t.calls * n) for t in ts] for op, ts in ops.items()}
+    """`n` times the tallies `ops` (their tiles, calls, L1 bytes and unpacks; the cost model is linear in each)."""
+    def times(x):
+        return None if x is None else x * n
+    return {op: [dataclasses.replace(t, tiles=t.tiles * n, calls=t.calls * n, l1_bytes=times(t.l1_bytes),
+                                     unpacks=times(t.unpacks)) for t in ts] for op, ts in ops.items()}
 
 
 def _core_compute(key_tile: Mapping[str, Sequence[OpTally]], chunk_fixed: Mapping[str, Sequence[OpTally]],
@@ -153,7 +156,8 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     head_rows = min(plan.num_tokens * plan.group_size, 32)  # the q rows holding heads, as make_plan counts them
     # the closed forms the plan's split choices price a piece with (costmodel._split_costs)
     key_tile = chunk_tile_ops(plan.q_tiles, d, dv, plan.dst_tiles, exp, head_rows, running=True,
-                              prescale_q=plan.prescale_q, q_tile_rows=plan.q_tile_rows, mla=plan.mla)
+                              prescale_q=plan.prescale_q, q_tile_rows=plan.q_tile_rows, mla=plan.mla,
+                              kv_tile_bytes=tile_size(kv_dtype))
     chunk_fixed = chunk_ops(plan.q_tiles, dv, exp, head_rows, plan.q_tile_rows, plan.mla)
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}

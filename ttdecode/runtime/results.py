@@ -9,9 +9,11 @@ import numpy as np
 
 from ttdecode.program import CoreCoord, KernelKind
 
-#: One merged program-order event of a kernel (the runner's `Event`, 12 bytes). `count` consecutive
-#: identical events are folded into one record.
-EVENT_DTYPE = np.dtype([("op", "u1"), ("flag", "u1"), ("peer", "<u2"), ("amount", "<u4"), ("count", "<u4")])
+#: One merged program-order event of a kernel (the runner's `Event`, 20 bytes). `count` consecutive
+#: identical events are folded into one record. Compute events also carry `l1_bytes`, the L1 bytes one
+#: call's unpackers fetch (a pack: the bytes the packer writes), and `unpacks`, the tiles it unpacks.
+EVENT_DTYPE = np.dtype([("op", "u1"), ("flag", "u1"), ("peer", "<u2"), ("amount", "<u4"), ("count", "<u4"),
+                        ("l1_bytes", "<u4"), ("unpacks", "<u2"), ("reserved", "<u2")])
 
 #: Event ops. peer / amount per op:
 #: read_dram/write_dram: DRAM bank / bytes; read_l1/write_l1: core index (RunCounters.cores) / bytes;

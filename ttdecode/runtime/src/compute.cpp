@@ -168,6 +168,13 @@ int cb_faces(Kernel& k, uint32_t cb, const char* api) {
     return k.core->cbcfg[cb].faces;
 }
 
+// L1 bytes of one tile of a CB (its format's tile size, half for a 16x32 tile): what an unpacker
+// fetches for it or the packer writes (the cost model charges L1 traffic by these bytes).
+uint32_t tile_l1_bytes(Kernel& k, uint32_t cb, const char* api) {
+    const int faces = cb_faces(k, cb, api);
+    return fmt::tile_size_bytes(codec_format(k.core->cbcfg[cb].format, api)) * uint32_t(faces) / 4;
+}
+
 static const char* shape_name(int faces) {
     return faces == 4 ? "32x32 tiles (4 faces)" : faces == 2 ? "16x32 tiles (2 faces)" : "no tile shape";
 }
@@ -395,7 +402,8 @@ extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, i
         std::memcpy(k.core->l1 + addr, image, size);
     }
     k.counters.op_tiles[OP_PACK] += 1;
-    record(k, EV_COMPUTE, OP_PACK, 1, faces == 2 ? 16 : 0);  // flag: vector-step equivalent of a 16x32 tile
+    // flag: vector-step equivalent of a 16x32 tile; the packer's L1 bytes
+    record(k, EV_COMPUTE, OP_PACK, 1, faces == 2 ? 16 : 0, tile_l1_bytes(k, cb, "pack_tile"));
 }
 
 void check_compute_end(Kernel& k) {

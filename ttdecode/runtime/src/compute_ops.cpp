@@ -215,7 +215,12 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
         }
     }
     k.counters.op_tiles[OP_MATMUL] += uint64_t(rt) * ct;
-    record(k, EV_COMPUTE, OP_MATMUL, rt * ct, rows == 32 ? 0 : uint8_t(rows));  // flag: in0 rows of a 16x32 tile
+    // The LLK's unpack (llk_unpack_AB_matmul.h): with ct >= rt each in0 tile is unpacked once and
+    // reused for its row's ct in1 tiles; otherwise each in1 tile once, reused for its column's rt in0 tiles.
+    const uint32_t n0 = ct >= rt ? rt : rt * ct, n1 = ct >= rt ? rt * ct : ct;
+    const uint32_t l1 = n0 * tile_l1_bytes(k, in0, api) + n1 * tile_l1_bytes(k, in1, api);
+    record(k, EV_COMPUTE, OP_MATMUL, rt * ct, rows == 32 ? 0 : uint8_t(rows), l1,
+           uint16_t(n0 + n1));  // flag: in0 rows of a 16x32 tile
 }
 
 extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uint32_t i0, uint32_t i1, uint32_t idst,
@@ -262,7 +267,7 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
     const int opc = op == 0 ? OP_MUL : op == 2 ? OP_ADD : OP_SUB;
     const int counted = bcast ? opc + (OP_ADD_BCAST - OP_ADD) : opc;
     k.counters.op_tiles[counted] += 1;
-    record(k, EV_COMPUTE, uint16_t(counted), 1);
+    record(k, EV_COMPUTE, uint16_t(counted), 1, 0, tile_l1_bytes(k, icb0, api) + tile_l1_bytes(k, icb1, api), 2);
 }
 
 extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler, uint32_t itile, uint32_t itile_scaler,
@@ -312,7 +317,7 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
     s.defined[idst] = 0xF;
     const int opc = is_max ? OP_REDUCE_MAX : OP_REDUCE_SUM;
     k.counters.op_tiles[opc] += 1;
-    record(k, EV_COMPUTE, uint16_t(opc), 1);
+    record(k, EV_COMPUTE, uint16_t(opc), 1, 0, tile_l1_bytes(k, icb, api) + tile_l1_bytes(k, icb_scaler, api), 2);
 }
 
 // The copy path of one CB: straight to DST (exact) or through srcA (to_src) on the way to DST.
@@ -352,7 +357,7 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     for (uint32_t i = 0; i < n; ++i) out[i] = dst_round(out[i], k.fp32_acc);
     s.defined[idst] |= face_mask(u.faces);
     k.counters.op_tiles[OP_COPY] += 1;
-    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16);
+    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16, tile_l1_bytes(k, cb, api), 1);
 }
 
 // unary_bcast<COL|ROW|SCALAR> (bcast 1|2|3): a 32-bit CB in UnpackToDestFp32 mode is unpacked to DST
@@ -383,7 +388,7 @@ extern "C" void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_
         }
     s.defined[idst] |= face_mask(u.faces);
     k.counters.op_tiles[OP_COPY] += 1;
-    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16);
+    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16, tile_l1_bytes(k, cb, api), 1);
 }
 
 }  // namespace ttrt

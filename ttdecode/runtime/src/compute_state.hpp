@@ -103,6 +103,7 @@ struct Unpacked {
 Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api);
 // Faces per tile of CB `cb` (4: 32x32, 2: 16x32).
 int cb_faces(Kernel& k, uint32_t cb, const char* api);
+uint32_t tile_l1_bytes(Kernel& k, uint32_t cb, const char* api);
 // The DST faces a tile of `faces` faces occupies (faces 0-1 for a 16x32 tile).
 constexpr uint8_t face_mask(int faces) { return faces == 2 ? 0x3 : 0xF; }
 // The unpacker (srcA or srcB) must be programmed for the tile shape of the CB it unpacks: on the

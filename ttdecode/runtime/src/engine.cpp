@@ -74,15 +74,16 @@ std::string call_text(const Kernel& k) {
     return s;
 }
 
-void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag) {
+void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag, uint32_t l1_bytes, uint16_t unpacks) {
     if (!k.events.empty()) {
         Event& e = k.events.back();
-        if (e.op == op && e.peer == peer && e.amount == amount && e.flag == flag && e.count < 0xFFFFFFFFu) {
+        if (e.op == op && e.peer == peer && e.amount == amount && e.flag == flag && e.l1_bytes == l1_bytes &&
+            e.unpacks == unpacks && e.count < 0xFFFFFFFFu) {
             ++e.count;
             return;
         }
     }
-    k.events.push_back(Event{op, flag, peer, amount, 1});
+    k.events.push_back(Event{op, flag, peer, amount, 1, l1_bytes, unpacks, 0});
 }
 
 // ------------------------------------------------------------------ waits

@@ -98,7 +98,13 @@ struct Event {
     uint16_t peer;
     uint32_t amount;
     uint32_t count;
+    // compute events: the L1 bytes one call's unpackers fetch (or, for a pack, the packer writes) and
+    // the tiles its unpackers unpack (each UNPACR's address calculation); 0 for other events
+    uint32_t l1_bytes;
+    uint16_t unpacks;
+    uint16_t reserved;
 };
+static_assert(sizeof(Event) == 20, "Event is read by results.EVENT_DTYPE (20 bytes)");
 
 enum EventOp : uint8_t {
     EV_READ_DRAM = 1, EV_READ_L1, EV_WRITE_DRAM, EV_WRITE_L1, EV_READ_BARRIER, EV_WRITE_BARRIER,
@@ -224,7 +230,8 @@ std::string call_text(const Kernel& k);  // "api(args)"
 void block_until(const Wait& w);
 bool wait_satisfied(const Kernel& k);
 std::string describe_wait(const Kernel& k);
-void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag = 0);
+void record(Kernel& k, uint8_t op, uint16_t peer, uint32_t amount, uint8_t flag = 0, uint32_t l1_bytes = 0,
+            uint16_t unpacks = 0);
 
 // L1 of the running core at a device address, checked to lie in the mapped window.
 uint8_t* l1_ptr(Core& c, uint32_t addr, uint32_t size, const char* what);

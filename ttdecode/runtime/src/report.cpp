@@ -132,7 +132,7 @@ void write_outputs() {
         s += line;
     }
     write_file(g.out_dir + "/counters.txt", s.data(), s.size());
-    // Events: for each kernel in order, its merged events (12 bytes each, see Event).
+    // Events: for each kernel in order, its merged events (20 bytes each, see Event).
     std::string ev;
     for (const Kernel* k : g.kernels) {
         ev.append(reinterpret_cast<const char*>(k->events.data()), k->events.size() * sizeof(Event));
