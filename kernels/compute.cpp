@@ -34,7 +34,9 @@
 // * Without MLA each key tile row of a V slot ends with a tile of ones (reader.cpp): the row sum P x ones
 //   is one more output tile of P . V's matmul_block, in the DST block that holds l.
 // * The root with no child holding keys and no sink writes the output and LSE in its last chunk
-//   (O x 1/l before the pack), without a separate pass over O (finish_root).
+//   (O x 1/l before the pack), without a separate pass over O (finish_root). When that chunk is the
+//   root's only one and no LSE is asked for, l rides in P.V's last DST block, done first, and is
+//   inverted there (finish_single_chunk): no row-sum pass and no 1/l pass, the same values.
 // * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
 //   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
 //   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
@@ -479,10 +481,10 @@ constexpr bool sum_fits_output(bool rescaled) {
 // chunk_row_sum would compute it (l_old * alpha, then P x ones accumulated onto it, key tile by key
 // tile), and packs it to next.sum: the same values in one DST pass fewer.
 void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
-                  bool with_sum) {
+                  bool with_sum, uint32_t dv_end = dv_tiles) {
     const uint32_t block = output_block(old != nullptr || finish);
-    for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
-        const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+    for (uint32_t v0 = 0; v0 < dv_end; v0 += block) {
+        const uint32_t n = dv_end - v0 < block ? dv_end - v0 : block;
         const bool sum_here = with_sum && v0 + n == dv_tiles;  // DST tile n holds l
         tile_regs_acquire();
         if (old != nullptr) {
@@ -539,6 +541,46 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
     }
     if (with_sum) {
         cb_push_back(next.sum, 1);
+    }
+}
+
+// The root's only chunk (no old set, nothing to merge, no LSE, V in its own slot): l rides in P.V's
+// last DST block (the V slot's ones tile after the row's last V tile), done first: l is inverted in
+// place (every column holds it, so the multiply needs no broadcast) and multiplies the block's O tiles;
+// 1/l goes to tile 1 of cb_alpha for the other blocks (chunk_output's finish path, up to dv_end).
+// The same values as chunk_row_sum + root_recip + chunk_output, without the row-sum and 1/l passes.
+constexpr uint32_t fused_scratch = guard_empty_rows ? 1 : 0;  // floor_tile's scratch DST tile
+constexpr uint32_t fused_block = dv_tiles < dst_tiles - 1 - fused_scratch ? dv_tiles : dst_tiles - 1 - fused_scratch;
+constexpr uint32_t fused_rest = dv_tiles - fused_block;  // the O tiles left to chunk_output
+void finish_single_chunk(uint32_t qi, uint32_t tiles) {
+    constexpr uint32_t n = fused_block;
+    if constexpr (fused_rest > 0) {
+        cb_reserve_back(cb_alpha, 2);
+    }
+    tile_regs_acquire();
+    use_matmul_operands(cb_probs, cb_v);
+    matmul_block_for(cb_probs, cb_v, 0 /* no transpose */, n + 1, tiles /* kt */);
+    for (uint32_t j = 0; j < tiles; ++j) {
+        matmul_block(cb_probs, cb_v, j, j * v_row_stride + fused_rest, 0, 0, n + 1, 1, tiles);
+    }
+    if constexpr (guard_empty_rows) {
+        floor_tile(n, n + 1, MIN_NORMAL_FLOAT_BITS, row_mode);  // l = 0 (no key) gives out = 0
+    }
+    sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
+    recip_tile(n, row_mode);
+    init_mul();
+    for (uint32_t v = 0; v < n; ++v) {
+        mul_rows(v, n, v, row_mode);
+    }
+    hand_to_packer();
+    pack_tiles_to(cb_out, qi * dv_tiles + fused_rest, n);
+    if constexpr (fused_rest > 0) {
+        pack_tiles_to(cb_alpha, 1, 1, n);
+    }
+    tile_regs_release();
+    if constexpr (fused_rest > 0) {
+        cb_push_back(cb_alpha, 2);
+        cb_wait_front(cb_alpha, 2);
     }
 }
 
@@ -602,9 +644,13 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
     if constexpr (has_attn_mask) {
         cb_wait_front(cb_attn_mask, mask_slot_tiles);
     }
+    // The root's only chunk with no LSE: finish_single_chunk (no running l)
+    const bool fused = !mla && !return_lse && finish && old == nullptr;
     if (finish) {
         cb_reserve_back(next.max, q_tiles);
-        cb_reserve_back(next.sum, q_tiles);
+        if (!fused) {
+            cb_reserve_back(next.sum, q_tiles);
+        }
         cb_reserve_back(cb_out, acc_tiles);
         if (return_lse) {
             cb_reserve_back(cb_lse, q_tiles);
@@ -620,6 +666,18 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
             chunk_alpha(qi, old, next, finish, bcast_tile);
         }
         chunk_probs(qi, tiles, next, bcast_tile);
+        if (fused) {
+            if (qi == 0) {
+                cb_wait_front(cb_v, v_slot_tiles);
+            }
+            finish_single_chunk(qi, tiles);
+            if constexpr (fused_rest > 0) {
+                chunk_output(qi, tiles, nullptr, next, true, false, fused_rest);
+                cb_pop_front(cb_alpha, 2);
+            }
+            cb_pop_front(cb_probs, max_chunk_tiles);
+            continue;
+        }
         // The row sum rides in chunk_output's last DST block when it leaves a tile free.
         const bool sum_in_output = !finish && sum_fits_output(old != nullptr);
         if constexpr (!mla) {
@@ -657,7 +715,9 @@ void process_chunk(uint32_t tiles, const Running* old, const Running& next, cons
             cb_push_back(cb_lse, q_tiles);
         }
         cb_pop_front(next.max, q_tiles);
-        cb_pop_front(next.sum, q_tiles);
+        if (!fused) {
+            cb_pop_front(next.sum, q_tiles);
+        }
     }
     cb_pop_front(cb_k, k_slot_tiles);
     if constexpr (!mla) {

@@ -14,7 +14,8 @@
 // With MLA there is no V tensor: V is the first dv_tiles tiles of each K tile row, which the compute
 // kernel takes out of the K slot, so the reader reads K only (once) and fills no V slot.
 // K and V of a chunk have their own barriers and pushes: the compute kernel starts on the chunk's
-// scores while its V is still in flight.
+// scores while its V is still in flight. A piece's Q shares its first chunk's K barrier (the compute
+// kernel needs both to start: one DRAM latency, not two).
 
 #include <stdint.h>
 
@@ -271,11 +272,14 @@ void kernel_main() {
             read_group_rows<q_tile_rows>(q_gen, get_write_ptr(cb_q), j * batch + user, kv_head, group_size, nh_tiles,
                             TileColumns{d_tiles, 0, d_tiles, d_tiles}, j * group_size);
         }
+        // Q waits for the first chunk's K: one barrier (one DRAM latency) for both, since the compute
+        // kernel needs both to start. A new page-table row must land before any K address uses it.
+        bool q_pending = true;
         if constexpr (paged) {
-            // The row lands under the same barrier as the q rows, before any K/V address uses it.
             if (user != page_table_user) {
                 noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
                 page_table_user = user;
+                q_pending = false;
             }
         }
         if constexpr (has_sink) {
@@ -288,12 +292,17 @@ void kernel_main() {
                 }
             }
         }
-        noc_async_read_barrier();
-        cb_push_back(cb_q, q_tiles * d_tiles);
-        if constexpr (has_sink) {
-            if (index == 0) {
-                cb_push_back(cb_sink, q_tiles);
+        const auto push_q = [&]() {
+            cb_push_back(cb_q, q_tiles * d_tiles);
+            if constexpr (has_sink) {
+                if (index == 0) {
+                    cb_push_back(cb_sink, q_tiles);
+                }
             }
+        };
+        if (!q_pending) {
+            noc_async_read_barrier();
+            push_q();
         }
 
         // K/V tile (row, d) is page row * Dt + d (kv_tile_row); with share_cache every user reads
@@ -362,8 +371,13 @@ void kernel_main() {
                     }
                 }
             }
-            // One barrier per slot keeps all of its requests in flight together.
+            // One barrier per slot keeps all of its requests in flight together (the first slot's
+            // with Q's).
             noc_async_read_barrier();
+            if (q_pending) {
+                push_q();
+                q_pending = false;
+            }
             zero_stale(k_slot, d_tiles, k_t_stride, k_d_stride);
             if constexpr (has_attn_mask) {
                 cb_push_back(cb_attn_mask, mask_slot_tiles);
@@ -380,6 +394,10 @@ void kernel_main() {
                 zero_stale(v_slot, dv_tiles, v_row_tiles, 1);
                 cb_push_back(cb_v, v_slot_tiles);
             }
+        }
+        if (q_pending) {  // a range with no chunk (none today): Q still reaches the compute kernel
+            noc_async_read_barrier();
+            push_q();
         }
     }
 }

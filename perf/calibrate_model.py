@@ -25,7 +25,7 @@ TG_MEASURED_US = {"PR #37004 (tree reduction)": 7.4, "perf unit test 6U": 8.18,
 TECH_REPORT_GBPS = 180.0
 #: Constants whose halving / doubling the sensitivity table shows.
 SENSITIVE = ("launch_cycles", "init_cycles", "tile_call_cycles", "core_read_plateau_bytes_per_cycle",
-             "dram_latency_cycles", "unpack_bytes_per_cycle", "pack_bytes_per_cycle", "cb_handshake_cycles")
+             "dram_latency_cycles", "unpack_bytes_per_cycle", "packer_bytes_per_cycle", "cb_handshake_cycles")
 
 TG = TTMetalShape(8, 8, 1, 128, 127, 128, grid=(8, 4), max_cores_per_head_batch=4)
 

@@ -222,7 +222,7 @@ def test_chunk_tile_ops_are_what_one_more_key_tile_costs_in_a_pieces_first_chunk
     _, long = _one_piece_compute(127)
     per_tile = _per_tile(short, long, 3)
     ops = chunk_tile_ops(plan.q_tiles, plan.d_tiles, plan.dv_tiles, plan.dst_tiles, q_tile_rows=plan.q_tile_rows,
-                         head_rows=plan.num_tokens * plan.group_size, finish=True)
+                         head_rows=plan.num_tokens * plan.group_size)
     want = _totals(ops)
     assert 3 * per_tile.pop(("init", 32)) == pytest.approx(3 * want.pop(("init", 32)) + 1)
     # 4 key tiles are one Q.K^T block as 1 is: the in0 (Q, bf16) unpacks the closed form spreads over

@@ -76,18 +76,17 @@ def test_llama_8b_n150_single_user_can_use_every_core_with_eight_pieces_per_head
 
 def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_saves() -> None:
     """Llama-3.1-8B on an N150, B 1: at 1K keys 8 KV heads x 4 pieces of 8 key tiles sit on the interleaved
-    DRAM floor of one user, so 8 pieces would only add a tree round. At 64K with 32x32 q tiles (fp32 copies
-    and packs of whole tiles) 4 pieces would leave the busiest core's compute within the model's 10%
-    margin of the floor (split_compute_margin), so the split keeps 8, in chunks of 8 or 16 key tiles; with
-    the default 16x32 q tiles (4 q heads a group) a key tile costs less and 4 pieces clear the margin at
-    either cap. One KV head (T3K 4q/1kv, 32K) spreads over 32 of the 64 cores allowed. None of it
-    depends on the batch."""
+    DRAM floor of one user, so 8 pieces would only add a tree round. At 64K 4 pieces keep the busiest
+    core's compute (with the model's 10% margin, split_compute_margin) under the floor with 32x32 q tiles
+    (the model's chunk cap 16) and with the default 16x32 q tiles (4 q heads a group; cap 8), and at a
+    fixed cap of 16 either way, so the split stays at 4 of the 16 allowed. One KV head (T3K 4q/1kv, 32K)
+    spreads over 32 of the 64 cores allowed. None of it depends on the batch."""
     short = [make_plan(batch=b, seq_len=1024, cur_pos=[1023] * b, **LLAMA8B) for b in (1, 4)]
     assert {p.pieces_per_work for p in short} == {4} and short[0].rounds == 2
     full = make_plan(batch=1, seq_len=65536, cur_pos=[65535], q_tile_rows=32, **LLAMA8B)
-    assert (full.chunk_cap, full.pieces_per_work) == (8, 8)
+    assert (full.chunk_cap, full.pieces_per_work) == (16, 4)
     assert make_plan(batch=1, seq_len=65536, cur_pos=[65535], q_tile_rows=32, chunk_cap=16,
-                     **LLAMA8B).pieces_per_work == 8
+                     **LLAMA8B).pieces_per_work == 4
     assert make_plan(batch=1, seq_len=65536, cur_pos=[65535], chunk_cap=16, **LLAMA8B).pieces_per_work == 4
     half = make_plan(batch=1, seq_len=65536, cur_pos=[65535], **LLAMA8B)
     assert (half.q_tile_rows, half.chunk_cap, half.pieces_per_work) == (16, 8, 4)
@@ -259,14 +258,14 @@ def test_split_floor_depends_on_the_config_only() -> None:
 
 
 def test_the_split_is_priced_at_the_calls_fidelity() -> None:
-    """HiFi4 doubles the matmul's phases: at D 256 with 16 head rows in 32x32 q tiles one key tile of a
+    """HiFi4 doubles the matmul's phases: at D 256 with 8 head rows in 32x32 q tiles one key tile of a
     chunk then outweighs a tree round at 4 tiles instead of 8 (the floor follows
     costmodel.split_floor_tiles at that fidelity)."""
     from ttdecode.costmodel import split_floor_tiles
 
-    base = dict(batch=1, num_q_heads=16, num_kv_heads=1, head_dim=256, seq_len=4096, cur_pos=[4095], q_tile_rows=32)
+    base = dict(batch=1, num_q_heads=8, num_kv_heads=1, head_dim=256, seq_len=4096, cur_pos=[4095], q_tile_rows=32)
     hifi2, hifi4 = (make_plan(**base, math_fidelity=f) for f in ("HiFi2", "HiFi4"))
-    floor = {f: split_floor_tiles(1, 8, 8, fidelity=f, head_rows=16, q_tile_rows=32) for f in ("HiFi2", "HiFi4")}
+    floor = {f: split_floor_tiles(1, 8, 8, fidelity=f, head_rows=8, q_tile_rows=32) for f in ("HiFi2", "HiFi4")}
     assert hifi2.min_chunk_tiles == floor["HiFi2"] == 8
     assert hifi4.min_chunk_tiles == floor["HiFi4"] == 4
     with pytest.raises(PlanError, match=r"math_fidelity: expected one of \['LoFi', 'HiFi2', 'HiFi3', 'HiFi4'\], got 'HiFi5'"):

@@ -78,7 +78,7 @@ class CostConstants:
     init_cycles: float = 60.0  # ASSUMED: one configuration call (an op's init, a data-format reconfig)
     unpack_address_cycles: float = 2.0
     unpack_bytes_per_cycle: float = 64.0
-    pack_bytes_per_cycle: float = 32.0  # ASSUMED
+    packer_bytes_per_cycle: float = 16.0  # per packer; a tile's faces are packed in parallel
     intermediate_tile_bytes: int = 2048  # bf16 tile, the unit unpack/pack costs are charged on
     matmul_tile_cycles_lofi: float = 16.0
     matmul_min_rows: int = 8
@@ -133,9 +133,14 @@ COST_SOURCES: dict[str, str] = {
                    "config writes behind a stall), ~60 cycles; ours counted by the runtime (op 'init'), tt-metal's "
                    "one per op block of its compute kernel",
     "unpack_address_cycles": "2 cycles of address calculation per unpack (tt-isa-documentation UNPACR_Regular.md)",
-    "unpack_bytes_per_cycle": "L1 fetch at up to 64 B/cycle per unpacker (UNPACR_Regular.md: 16/32/64 B per cycle "
-                              "by format; 64 taken for 16-bit data)",
-    "pack_bytes_per_cycle": "ASSUMED 32 B/cycle packer write to L1 (tt-isa-documentation Packers/: no single figure)",
+    "unpack_bytes_per_cycle": "L1 fetch at up to 64 B/cycle per unpacker (UNPACR_Regular.md: x1/x2/x4 = 16/32/64 B "
+                              "per cycle; the LLK sets Throttle_mode 2, x4, cunpack_common.h); two unpackers "
+                              "fetching at once get x2 each (UNPACR_Regular.md), so the bytes of both operands of an "
+                              "op are charged at 64 B/cycle in all; plus the 2 address cycles per unpacked tile",
+    "packer_bytes_per_cycle": "one 128-bit L1 write per cycle per packer, four packers (tt-isa-documentation L1.md); "
+                              "the LLK packs a tile's faces on as many packers at once (llk_pack.h: "
+                              "PACK_SEL(num_faces)), so a pack takes a face's bytes / 16 cycles: a 16x32 tile's two "
+                              "faces on two packers, a 32x32 tile's four on four",
     "intermediate_tile_bytes": "bf16 tile = 2048 B (REFERENCE.md section 2)",
     "matmul_tile_cycles_lofi": "32x32x32 tile 16/32/48/64 cycles at LoFi..HiFi4 (tech_reports/matrix_engine)",
     "matmul_min_rows": "the engine multiplies 8x16 by 16x16 per cycle: in0 under 8 rows costs 8 rows (GEMM_FLOPS)",
@@ -364,8 +369,9 @@ def op_cycles(op: str, t: OpTally, fidelity: str, c: CostConstants = COST) -> fl
         nbytes = t.l1_bytes
     else:  # a bf16 tile of the op's shape; a matmul's in1 is a whole 32 x 32 tile however few rows in0 has
         nbytes = t.tiles * c.intermediate_tile_bytes * (1.0 if op == "matmul" else frac)
-    if op == "pack":
-        return nbytes / c.pack_bytes_per_cycle + t.calls * c.tile_call_cycles
+    if op == "pack":  # each face on a packer of its own: 2 for a 16x32 tile (16 steps), 4 for a 32x32 tile
+        faces = 2 if t.steps <= 16 else 4
+        return nbytes / (faces * c.packer_bytes_per_cycle) + t.calls * c.tile_call_cycles
     math = t.tiles * _math_tile_cycles(op, t, phases, c)  # the pack of the results is its own op ("pack")
     if op in SFPU_OPS:
         unpack = 0.0  # works on Dst; the copy into Dst is its own op
@@ -503,8 +509,9 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     per piece): no scale op. `q_tile_rows` 16: 16x32 q tiles (q_row_tiles). The row sum P x ones rides in
     P.V's last matmul_block (the V slot's ones tile after each key tile row) when that block leaves a DST
     tile free (Dv tiles not a multiple of the block), else one matmul_tiles call per key tile; with `mla`
-    (V in the K slot, no ones tile there) or `finish` (the root's last chunk: 1/l is needed before P.V's
-    blocks) always the latter. L1 bytes (`kv_tile_bytes` a K/V tile):
+    (V in the K slot, no ones tile there) or `finish` (the root's last chunk when it rescales a running set
+    or writes the LSE: 1/l is needed before P.V's blocks) always the latter; the root's only chunk with
+    no LSE (kernels/compute.cpp finish_single_chunk) is priced as a first chunk (the sum rides in P.V). L1 bytes (`kv_tile_bytes` a K/V tile):
     Q.K^T's in1 K tiles and per call its in0 Q (bf16), P.V's in1 V and ones tiles (V's format; with MLA
     the ones tile is bf16) and per call its in0 probabilities (fp32); copies and packs of fp32 q-row
     tiles. Pinned against real runs in tests/test_costmodel.py."""
