@@ -404,3 +404,35 @@ def test_the_calibration_command_prints_every_measured_point_and_tt_metals_struc
         assert f"{measured} us" in out
         assert abs(model - measured) / measured <= 0.25
     assert "| reproduced |" in out and "Sensitivity" in out
+
+
+def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_packer_writes() -> None:
+    """One user, 8 q heads on 1 KV head, D 128, 4 key tiles (one chunk): Q.K^T is a matmul_block of 4 key
+    tiles per D tile, whose unpackers fetch the 16x32 bf16 Q tile once (1024 B) and 4 bfloat8_b K tiles
+    (1088 B each: 1024 mantissa bytes + 64 exponent bytes); P.V's blocks fetch the 16x32 fp32 probabilities
+    (2048 B) once per key tile; every copy into DST of a 16x32 fp32 tile fetches 2048 B; the output's packs
+    write 16x32 bf16 tiles (1024 B); the cost model charges exactly those bytes."""
+    from ttdecode.program import KernelKind
+    from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
+
+    g = torch.Generator().manual_seed(3)
+    q = from_torch(torch.randn(1, 1, 8, 128, generator=g))
+    k = from_torch(torch.randn(1, 1, 128, 128, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(1, 1, 128, 128, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=128, head_dim=128, cur_pos=[127], grid=(1, 1))
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(128),
+                                    compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+    comp = [kk for kk in result.counters.kernels if kk.kind is KernelKind.COMPUTE][0]
+    seen: dict[tuple[str, int], set[tuple[int, int]]] = {}
+    for e in comp.events:
+        if EVENT_OPS[int(e["op"])] == "compute":
+            key = (COMPUTE_OPS[int(e["peer"])], int(e["amount"]))
+            seen.setdefault(key, set()).add((int(e["l1_bytes"]), int(e["unpacks"])))
+    # Q.K^T: Q once and 4 K tiles; P.V's block of 3 O tiles and l: a probability tile, 3 V tiles and the ones tile
+    assert seen[("matmul", 4)] == {(1024 + 4 * 1088, 5), (2048 + 4 * 1088, 5)}
+    assert seen[("matmul", 1)] == {(2048 + 1088, 2)}  # P.V's last O tile: one probability tile, one V tile
+    assert seen[("copy", 1)] == {(2048, 1)}
+    assert (1024, 0) in seen[("pack", 1)] and (2048, 0) in seen[("pack", 1)]
+    works, _, fid = work_from_counters(plan, result.counters)
+    mm = works[0].compute["matmul"]
+    assert sum(t.l1_bytes for t in mm) == 4 * (1024 + 4 * 1088) + 4 * (2048 + 4 * 1088) + 4 * (2048 + 1088)
