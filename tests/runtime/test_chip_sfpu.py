@@ -440,6 +440,15 @@ def test_an_accurate_exp_runs_under_the_binary_state_while_lreg_12_to_14_keep_it
     assert_bits_equal(got, own, np.asarray(B_IN, np.float32).reshape(32, 32))
 
 
+def test_a_bf16_dst_exp_reads_lreg_12_and_13_only_so_an_earlier_lreg_14_does_not_matter():
+    """exp_21f (a 16-bit DST) programs and reads LReg[12..13] (ckernel_sfpu_exp.h); a recip init before
+    its own leaves LReg[14] as recip left it, which the exp never reads: the same bits as without it."""
+    _, own = run_sfpu("exp", [B_IN], False)
+    _, got = run_sfpu("exp", [B_IN], False, {"PRE_INIT": "recip_tile_init(); exp_tile_init<false>()",
+                                              "OTHER_INIT": "sub_binary_tile_init()"})
+    assert_bits_equal(got, own, np.asarray(B_IN, np.float32).reshape(32, 32))
+
+
 @pytest.mark.parametrize("defines,message", [
     # no exp init since the kernel started: LReg[12..14] hold no exp constants
     ({"OTHER_INIT": "sub_binary_tile_init()"}, r"exp_tile: LReg\[12..14\] hold the constants programmed by \(no init\)"),
