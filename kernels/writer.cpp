@@ -24,8 +24,6 @@ constexpr uint16_t BF16_ONE = 0x3F80;
 constexpr uint16_t BF16_NEG_INF = 0xFF80;
 constexpr uint32_t FP32_NEG_INF = 0xFF800000u;
 constexpr uint32_t BF16_TILE_BYTES = TILE * TILE * 2;
-constexpr uint32_t FP32_TILE_BYTES = TILE * TILE * 4;
-constexpr uint32_t FP32_FACE_ROW_BYTES = FACE * 4;
 constexpr uint32_t BF16_FACE_ROW_BYTES = FACE * 2;
 
 // Fill a bf16 tile of `rows` rows (32, or 16: a 16x32 tile, faces 0-1) in L1: value(row, col) for
@@ -51,19 +49,20 @@ void push_constant_tile(uint32_t cb, Fn value) {
     cb_push_back(cb, 1);
 }
 
-// Send the first `rows` rows of one fp32 tile (only column half 0 when `column0_only`) to the same
-// place in a tile at dst. Rows of one face are contiguous, so each face is one NoC write. A 16x32
-// tile's rows (at most 16) are faces 0-1, laid out as in a 32x32 tile.
+// Send the first `rows` rows of one partial tile of `datum_bytes`-byte data (only column half 0 when
+// `column0_only`) to the same place in a tile at dst. Rows of one face are contiguous, so each face is
+// one NoC write. A 16x32 tile's rows (at most 16) are faces 0-1, laid out as in a 32x32 tile.
+template <uint32_t datum_bytes>
 void send_tile_rows(uint32_t src_l1, uint64_t dst, uint32_t rows, bool column0_only) {
     if (rows >= TILE && !column0_only) {
-        noc_async_write(src_l1, dst, FP32_TILE_BYTES);
+        noc_async_write(src_l1, dst, TILE * TILE * datum_bytes);
         return;
     }
     for (uint32_t face_row0 = 0; face_row0 < rows; face_row0 += FACE) {
         const uint32_t n = rows - face_row0 < FACE ? rows - face_row0 : FACE;
         for (uint32_t half = 0; half < (column0_only ? 1u : 2u); ++half) {
-            const uint32_t offset = face_row_offset(face_row0, half) * 4;
-            noc_async_write(src_l1 + offset, dst + offset, n * FP32_FACE_ROW_BYTES);
+            const uint32_t offset = face_row_offset(face_row0, half) * datum_bytes;
+            noc_async_write(src_l1 + offset, dst + offset, n * FACE * datum_bytes);
         }
     }
 }
@@ -94,8 +93,10 @@ void kernel_main() {
     static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && q_tiles == 1 && q_rows <= 16),
                   "16-row q tiles hold one q tile row of at most 16 q rows");
     constexpr uint32_t q_bf16_tile_bytes = q_tile_rows * TILE * 2;
-    constexpr uint32_t q_fp32_tile_bytes = q_tile_rows * TILE * 4;
-    constexpr uint32_t partial_bytes = partial_tiles * q_fp32_tile_bytes;
+    // the partials' tiles: fp32 with an fp32 DST, bf16 with a bf16 DST (plan: the softmax's intermediates)
+    constexpr uint32_t partial_datum_bytes = get_named_compile_time_arg_val("partial_datum_bytes");
+    constexpr uint32_t partial_tile_bytes = q_tile_rows * TILE * partial_datum_bytes;
+    constexpr uint32_t partial_bytes = partial_tiles * partial_tile_bytes;
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
     constexpr uint32_t zero_block_bytes = FACE * BF16_FACE_ROW_BYTES;  // one face's worth of zero rows
 
@@ -209,7 +210,8 @@ void kernel_main() {
                 const bool is_stat = t >= q_tiles * dv_tiles;
                 const uint32_t q_tile = is_stat ? (t - q_tiles * dv_tiles) % q_tiles : t / dv_tiles;
                 const uint32_t rows = q_rows - q_tile * TILE < TILE ? q_rows - q_tile * TILE : TILE;
-                send_tile_rows(src + t * q_fp32_tile_bytes, dst + t * q_fp32_tile_bytes, rows, is_stat);
+                send_tile_rows<partial_datum_bytes>(src + t * partial_tile_bytes, dst + t * partial_tile_bytes, rows,
+                                                    is_stat);
             }
             noc_async_write_barrier();
             const uint32_t parent_level = tree_height(tree_parent(index), pieces_per_work) - 1;

@@ -436,3 +436,21 @@ def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_pa
     works, _, fid = work_from_counters(plan, result.counters)
     mm = works[0].compute["matmul"]
     assert sum(t.l1_bytes for t in mm) == 4 * (1024 + 4 * 1088) + 4 * (2048 + 4 * 1088) + 4 * (2048 + 1088)
+
+
+@pytest.mark.parametrize("fp32,approx,want", [(True, False, "exp"), (False, False, "exp_bf16"),
+                                              (True, True, "exp_approx"), (False, True, "exp_approx")])
+def test_the_softmax_exps_are_priced_as_the_algorithm_the_kernel_ran(fp32: bool, approx: bool, want: str) -> None:
+    """The accurate exp is _sfpu_exp_fp32_accurate_ on an fp32 DST (~40 instructions per step) and exp_21f on a
+    16-bit one (22); exp_approx_mode builds the kernel with the approximate exp (~70.7 cycles per tile)."""
+    g = torch.Generator().manual_seed(4)
+    q = from_torch(torch.randn(1, 1, 8, 64, generator=g))
+    k = from_torch(torch.randn(1, 1, 256, 64, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(1, 1, 256, 64, generator=g), DataType.bfloat8_b)
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=256, head_dim=64, cur_pos=[255], grid=(1, 1),
+                     fp32_dest_acc_en=fp32)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=0.125, exp_approx=approx,
+                                    compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2, fp32_dest_acc_en=fp32))
+    works, _, _ = work_from_counters(plan, result.counters)
+    exps = {op for op in works[0].compute if op.startswith("exp")}
+    assert exps == {want}

@@ -488,7 +488,7 @@ def q_row_tiles(ops: dict[str, list[OpTally]], q_tile_rows: int) -> dict[str, li
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
                    exp: str = "exp", head_rows: int = 32, running: bool = False,
                    prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
-                   kv_tile_bytes: int = 1088, finish: bool = False) -> dict[str, list[OpTally]]:
+                   kv_tile_bytes: int = 1088, finish: bool = False, im_bytes: int = 4) -> dict[str, list[OpTally]]:
     """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
     row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
     and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
@@ -513,8 +513,8 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     or writes the LSE: 1/l is needed before P.V's blocks) always the latter; the root's only chunk with
     no LSE (kernels/compute.cpp finish_single_chunk) is priced as a first chunk (the sum rides in P.V). L1 bytes (`kv_tile_bytes` a K/V tile):
     Q.K^T's in1 K tiles and per call its in0 Q (bf16), P.V's in1 V and ones tiles (V's format; with MLA
-    the ones tile is bf16) and per call its in0 probabilities (fp32); copies and packs of fp32 q-row
-    tiles. Pinned against real runs in tests/test_costmodel.py."""
+    the ones tile is bf16) and per call its in0 probabilities; copies and packs of q-row tiles of the
+    intermediates' `im_bytes`-byte data (fp32 4 with an fp32 DST, bf16 2 with a bf16 DST). Pinned against real runs in tests/test_costmodel.py."""
     block = 1 / max(1, dst_tiles - 1)
     rows = row_steps(head_rows)
     pv_calls = -(-dv_tiles // max(1, dst_tiles - 1))  # P.V: one matmul_block per key tile and Dv block
@@ -524,7 +524,7 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     # Q.K^T: one matmul_block per d and DST block of key tiles; the row sum one call per key tile
     qk_calls = d_tiles / max(1, dst_tiles)
     inits = q_tiles * (0 if running else 2) * block
-    f32, bf16 = _q_row_bytes(4, q_tile_rows), _q_row_bytes(2, q_tile_rows)
+    f32, bf16 = _q_row_bytes(im_bytes, q_tile_rows), _q_row_bytes(2, q_tile_rows)
     qk_n, pv_n = q_tiles * qk_calls, q_tiles * (pv_calls + sum_calls)
     ones = 2048 if mla else kv_tile_bytes
     copies = q_tiles * (2 + block)
@@ -549,7 +549,7 @@ def _q_row_bytes(datum_bytes: int, q_tile_rows: int) -> int:
 
 
 def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
-              q_tile_rows: int = 32, mla: bool = False) -> dict[str, list[OpTally]]:
+              q_tile_rows: int = 32, mla: bool = False, im_bytes: int = 4) -> dict[str, list[OpTally]]:
     """The fixed compute ops of a chunk that rescales a running set (kernels/compute.cpp), beyond its
     key tiles' chunk_tile_ops, per q tile row: the row max's SFPU row reduction (a full tile), m_new
     against the running max, alpha's subtraction and exp, the rescale of l and of O (a multiply per Dv
@@ -561,7 +561,7 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     row = row_steps(head_rows)
     copies = q_tiles * (5 + dv_tiles + dv_tiles // 3)
     packs = q_tiles * (4 + dv_tiles)
-    f32 = _q_row_bytes(4, q_tile_rows)  # the running set, the scores and the factors are fp32 tiles
+    f32 = _q_row_bytes(im_bytes, q_tile_rows)  # the running set, the scores and the factors (fp32 or bf16)
     # without MLA the row sum's in1 is the V slot's ones tile: no matmul init and no srcA reconfig
     # (to cb_ones and back) of its own
     inits = (18 if mla else 16) + dv_tiles
@@ -574,7 +574,7 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
 
 
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
-              dst_tiles: int = 4, q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
+              dst_tiles: int = 4, q_tile_rows: int = 32, im_bytes: int = 4) -> dict[str, list[OpTally]]:
     """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
     tile row: the factors (two copies, a max, two subtractions and two exps on the statistics'
     column: faces 0 and 2, or with <= 16 head rows face 0's head rows; three packs), l on the same
@@ -594,7 +594,7 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     inits = q_tiles * (2 + 2 * blocks) + 1
     copies = q_tiles * (6 + 2 * dv_tiles + 2 * blocks)
     packs = q_tiles * (4 + dv_tiles)
-    f32 = _q_row_bytes(4, q_tile_rows)  # partials, statistics and factors are fp32 tiles
+    f32 = _q_row_bytes(im_bytes, q_tile_rows)  # partials, statistics and factors (fp32 or bf16 tiles)
     return q_row_tiles({"init": [OpTally(inits, inits)],
                         "copy": [OpTally(copies, copies, l1_bytes=copies * f32, unpacks=copies)],
                         "max": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
@@ -603,6 +603,12 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
                         "ternary": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
                                     OpTally(q_tiles, q_tiles, steps=stat)],
                         "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)
+
+
+def _im_bytes(fp32_dest_acc_en: bool) -> int:
+    """Datum bytes of our kernels' softmax intermediates (plan.flash_decode_cbs): fp32 with an fp32 DST,
+    bf16 with a bf16 DST."""
+    return 4 if fp32_dest_acc_en else 2
 
 
 def _exp_op(fp32_dest_acc_en: bool) -> str:
@@ -615,7 +621,8 @@ def _key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en
                      q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088) -> float:
     """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
     ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, _exp_op(fp32_dest_acc_en), head_rows, running=running,
-                         prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla, kv_tile_bytes=kv_tile_bytes)
+                         prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla, kv_tile_bytes=kv_tile_bytes,
+                         im_bytes=_im_bytes(fp32_dest_acc_en))
     return sum(_sum_ops(ops, fidelity, c).values())
 
 
@@ -623,9 +630,10 @@ def _round_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles
                   c: CostConstants, head_rows: int, q_tile_rows: int = 32) -> float:
     """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row, of
     q_tile_rows rows), the semaphore handshake and one merge (merge_ops)."""
-    ops = merge_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, dst_tiles, q_tile_rows)
+    ops = merge_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, dst_tiles, q_tile_rows,
+                    _im_bytes(fp32_dest_acc_en))
     merge = sum(_sum_ops(ops, fidelity, c).values())
-    partial_bytes = q_tiles * (dv_tiles + 2) * 4096 * q_tile_rows // 32
+    partial_bytes = q_tiles * (dv_tiles + 2) * 1024 * _im_bytes(fp32_dest_acc_en) * q_tile_rows // 32
     return (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
             + c.semaphore_handshake_cycles + merge)
 
@@ -677,7 +685,8 @@ def _core_reader(busiest: int, tiles: int, chunks: int, key_bytes: int, c: CostC
 def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str,
                  hops: int, c: CostConstants, head_rows: int, prescale_q: bool = False,
                  q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088) -> _SplitCosts:
-    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, q_tile_rows, mla),
+    chunk = sum(_sum_ops(chunk_ops(q_tiles, dv_tiles, _exp_op(fp32_dest_acc_en), head_rows, q_tile_rows, mla,
+                                   _im_bytes(fp32_dest_acc_en)),
                          fidelity, c).values())
     return _SplitCosts(
         tile=_key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True,
@@ -839,13 +848,18 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
     cb_pop of partial_in are merge work. A matmul feeds the rows of its in0 (32, or 16 with 16x32 q tiles:
     the event's flag); a copy or pack of a 16x32 tile moves half a tile (flag 16); an SFPU call runs the
-    vector steps recorded in the event's flag (faces its VectorMode covers x ITERATIONS). exp is the fp32-Dst accurate exp unless the kernel was built with exp_approx.
+    vector steps recorded in the event's flag (faces its VectorMode covers x ITERATIONS). exp is priced as the one the kernel ran: approximate when it was built with exp_approx,
+    else the accurate one of its DST (fp32, or exp_21f on a bf16 DST).
     """
     cb = {spec.name: spec.index for spec in plan.circular_buffers}
     kv_tile = tile_size(plan.kv_dtype)
     compute_k = [k for k in counters.kernels if k.kind is KernelKind.COMPUTE]
     fidelity = str(compute_k[0].settings.get("math_fidelity", "HiFi4")) if compute_k else "HiFi4"
-    exp_name = "exp_approx" if bool(compute_k and compute_k[0].settings.get("exp_approx", False)) else "exp"
+    # the exp the kernel ran: the approximate one (its named exp_approx arg), else the accurate one for its
+    # DST: fp32 (_sfpu_exp_fp32_accurate_) or 16-bit (exp_21f)
+    settings = compute_k[0].settings if compute_k else {}
+    exp_name = ("exp_approx" if settings.get("exp_approx", False)
+                else "exp" if settings.get("fp32_dest_acc_en", True) else "exp_bf16")
     by_core: dict[CoreCoord, CoreWork] = {}
     for k in counters.kernels:
         w = by_core.setdefault(k.core, CoreWork([], np.zeros(COST.dram_banks), defaultdict(list),

@@ -272,6 +272,10 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         group_size=plan.group_size,
         nh_tiles=nh_tiles,
         return_lse=int(plan.return_lse),
+        # bytes of one datum of the partials it sends up the tree (partial_in's format: float32 with an
+        # fp32 DST, bfloat16 with a bf16 DST)
+        partial_datum_bytes=formats.tile_size(next(cb.data_format for cb in plan.circular_buffers
+                                                   if cb.name == "partial_in")) // (TILE * TILE),
     )
     compute_args = dict(
         shape,

@@ -442,7 +442,7 @@ def flash_decode_cbs(
     *, q_tiles: int, d_tiles: int, dv_tiles: int, max_chunk_tiles: int, kv_dtype: DataType,
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
     tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
-    prescale_q: bool = False, q_tile_rows: int = 32,
+    prescale_q: bool = False, q_tile_rows: int = 32, im_dtype: DataType = DataType.float32,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -462,13 +462,18 @@ def flash_decode_cbs(
     16x32 tiles (faces 0-1, half the bytes); K, V, the ones tile (the row sum's in1) and the
     reader/writer scratch keep 32x32 tiles.
 
-    Precision: everything after the matmuls is float32 (scores, probabilities, running statistics,
-    the accumulator and the partials that travel between cores). The compute kernel reads the
+    Precision: everything after the matmuls is `im_dtype` (scores, probabilities, running statistics,
+    the accumulator, the factors and the partials that travel between cores): float32 with an fp32 DST;
+    bfloat16 with a bf16 DST (every value there is bf16 already, so the bf16 CBs hold the same values in
+    half the bytes). The compute kernel reads the
     float32 CBs other than probs only by copy_tile / unary_bcast, and the factory puts them in
     UnpackToDestFp32 mode (factory.UNPACK_TO_DEST_CBS), so they reach the fp32 DST exactly; probs
     feeds the matmuls as TF32.
     """
     f32, bf16 = DataType.float32, DataType.bfloat16
+    if im_dtype not in (f32, bf16):
+        raise PlanError(f"im_dtype: expected float32 or bfloat16, got {im_dtype!r}")
+    im, im_page = im_dtype, _TILE_BYTES[im_dtype]  # the softmax's intermediates (see Precision)
     kv_tile = _TILE_BYTES[kv_dtype]
     pos_page = max(32, -(-4 * batch // 32) * 32)
     partial = q_tiles * (dv_tiles + 2)
@@ -483,19 +488,19 @@ def flash_decode_cbs(
         # a piece's masks, one per (masked key tile, q tile row): -inf where the row's token does
         # not attend the key (past its position, before its window); common.hpp masked_tiles_bound
         (5, "mask", bf16, 2048, masked_tiles_bound(window, tokens) * q_tiles),
-        (6, "max_bcast", f32, 4096, 1),  # a q tile row's new max in every column, for the probabilities
+        (6, "max_bcast", im, im_page, 1),  # a q tile row's new max in every column, for the probabilities
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
-        (8, "scores", f32, 4096, max_chunk_tiles),  # also the merge's scratch
-        (9, "probs", f32, 4096, max_chunk_tiles),
+        (8, "scores", im, im_page, max_chunk_tiles),  # also the merge's scratch
+        (9, "probs", im, im_page, max_chunk_tiles),
         # running max / sum / output in two sets used in turn (each read whole, then written whole)
-        (10, "max_a", f32, 4096, q_tiles),
-        (11, "max_b", f32, 4096, q_tiles),
-        (12, "sum_a", f32, 4096, q_tiles),
-        (13, "sum_b", f32, 4096, q_tiles),
-        (14, "acc_a", f32, 4096, q_tiles * dv_tiles),
-        (15, "acc_b", f32, 4096, q_tiles * dv_tiles),
-        (16, "alpha", f32, 4096, 2),  # rescale factors (two in a merge), 1/l
-        (18, "partial_in", f32, 4096, max(1, recv_areas) * partial if tree else 1),  # children's partials land here
+        (10, "max_a", im, im_page, q_tiles),
+        (11, "max_b", im, im_page, q_tiles),
+        (12, "sum_a", im, im_page, q_tiles),
+        (13, "sum_b", im, im_page, q_tiles),
+        (14, "acc_a", im, im_page, q_tiles * dv_tiles),
+        (15, "acc_b", im, im_page, q_tiles * dv_tiles),
+        (16, "alpha", im, im_page, 2),  # rescale factors (two in a merge), 1/l
+        (18, "partial_in", im, im_page, max(1, recv_areas) * partial if tree else 1),  # children's partials land here
         (19, "out", bf16, 2048, q_tiles * dv_tiles),
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
@@ -504,7 +509,7 @@ def flash_decode_cbs(
         # two slots of key tile rows: dv_tiles V tiles, then a tile of ones (the row sum's in1, V's format)
         specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * (dv_tiles + 1)))
     if tree:
-        specs.append((17, "partial_out", f32, 4096, partial))  # this piece's partial, to the parent
+        specs.append((17, "partial_out", im, im_page, partial))  # this piece's partial, to the parent
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
         specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
@@ -855,6 +860,7 @@ def make_plan(
         tree=pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
         q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
         prescale_q=prescale_q, q_tile_rows=q_tile_rows,
+        im_dtype=DataType.float32 if fp32_dest_acc_en else DataType.bfloat16,
     )
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit

@@ -67,8 +67,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from ttdecode.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, chunk_ops, chunk_tile_ops,
-                                evaluate, merge_ops)
+from ttdecode.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, _im_bytes, chunk_ops,
+                                chunk_tile_ops, evaluate, merge_ops)
 from ttdecode.formats import DataType, tile_size
 from ttdecode.plan import PlanError, make_plan, power_of_two_scale, tree_rounds
 
@@ -157,8 +157,9 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     # the closed forms the plan's split choices price a piece with (costmodel._split_costs)
     key_tile = chunk_tile_ops(plan.q_tiles, d, dv, plan.dst_tiles, exp, head_rows, running=True,
                               prescale_q=plan.prescale_q, q_tile_rows=plan.q_tile_rows, mla=plan.mla,
-                              kv_tile_bytes=tile_size(kv_dtype))
-    chunk_fixed = chunk_ops(plan.q_tiles, dv, exp, head_rows, plan.q_tile_rows, plan.mla)
+                              kv_tile_bytes=tile_size(kv_dtype), im_bytes=_im_bytes(plan.fp32_dest_acc_en))
+    chunk_fixed = chunk_ops(plan.q_tiles, dv, exp, head_rows, plan.q_tile_rows, plan.mla,
+                            _im_bytes(plan.fp32_dest_acc_en))
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}
     counts: dict[object, list[int]] = {}  # per core: [key tiles, chunks]
@@ -188,9 +189,11 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     # count it) and one merge (merge_ops)
     working = sum(1 for i in range(plan.pieces_per_work) if not plan.range_at(seq_len - 1, i).empty)
     hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
-    partial_bytes = plan.partial_pages * 4096 * plan.q_tile_rows // 32  # fp32 tiles of q_tile_rows rows
+    # the partials' tiles of q_tile_rows rows (fp32, or bf16 with a bf16 DST)
+    partial_bytes = plan.partial_pages * 1024 * _im_bytes(plan.fp32_dest_acc_en) * plan.q_tile_rows // 32
     reduction = Reduction(((partial_bytes, hops),) * tree_rounds(working),
-                          merge_ops(plan.q_tiles, dv, exp, head_rows, plan.dst_tiles, plan.q_tile_rows))
+                          merge_ops(plan.q_tiles, dv, exp, head_rows, plan.dst_tiles, plan.q_tile_rows,
+                                    _im_bytes(plan.fp32_dest_acc_en)))
     b = evaluate(list(works.values()), reduction, fidelity, c)
     return ChipAttention(seconds=b.total_us * 1e-6, dram_s=b.reader_us * 1e-6,
                          compute_s=sum(b.compute_us.values()) * 1e-6, reduction_s=b.reduction_us * 1e-6,

@@ -446,7 +446,9 @@ def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple
         if k.compute is not None:
             settings = dict(math_fidelity=k.compute.math_fidelity.value, math_approx_mode=k.compute.math_approx_mode,
                             fp32_dest_acc_en=k.compute.fp32_dest_acc_en, dst_full_sync_en=k.compute.dst_full_sync_en,
-                            unpack_to_dest_cbs=k.compute.unpack_to_dest_cbs)
+                            unpack_to_dest_cbs=k.compute.unpack_to_dest_cbs,
+                            # a kernel's named `exp_approx` arg (exp_tile<approx>), for the cost model's exp price
+                            exp_approx=bool(k.named_compile_time_args.get("exp_approx", 0)))
         cb_calls, cb_blocked, sem_waits, sem_blocked = d["waits"]
         out.append(KernelCounters(core, k.kind, k.name, d["reads"], d["writes"], d["nw"], d["nr"], d["si"], d["tiles"],
                                   cb_calls, cb_blocked, sem_waits, sem_blocked, ev, settings))
