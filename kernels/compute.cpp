@@ -29,8 +29,11 @@
 // * With q_tile_rows 16 (plan.q_tile_rows: at most 16 q rows, one q tile row) every CB of q rows holds
 //   16x32 tiles (faces 0-1): the matmuls take a 16-row in0 and write DST faces 0-1, copies and packs
 //   move half the bytes, and no op may touch faces 2-3 of those DST tiles (they hold nothing), so every
-//   op on them runs row_mode / stat_mode. The unpackers and the packer take each CB's tile shape from
-//   its op init (a format reconfig keeps the old shape: tt-metal #49266).
+//   op on them runs row_mode / stat_mode. With q_tile_rows 8 (at most 8 q rows) the tiles are 8x32
+//   (two faces of 8 rows, face_r_dim 8): the matmuls run the MVMULs of rows 0-7 only, copies and packs
+//   move a quarter of a 32x32 tile's bytes, and the SFPU ops' row_iterations (at most 4) keep to rows
+//   0-7. The unpackers and the packer take each CB's tile shape from its op init (a format reconfig
+//   keeps the old shape: tt-metal #49266).
 // * Without MLA each key tile row of a V slot ends with a tile of ones (reader.cpp): the row sum P x ones
 //   is one more output tile of P . V's matmul_block, in the DST block that holds l.
 // * The root with no child holding keys and no sink writes the output and LSE in its last chunk
@@ -110,13 +113,13 @@ constexpr uint32_t to_dest_cbs = get_named_compile_time_arg_val("to_dest_cbs"); 
 constexpr bool q_prescaled = get_named_compile_time_arg_val("q_prescaled") == 1;
 constexpr uint32_t cb_q_in0 = q_prescaled ? cb_q_scaled : cb_q;  // Q . K^T's in0
 constexpr bool half_tile = head_rows <= 16;
-// Rows of the q-row CBs' tiles (plan.q_tile_rows): 16 = 16x32 tiles (faces 0-1). The unpackers, the
-// FPU and the packer take each CB's tile shape from the CB (its inits program it); an op on those
-// tiles may touch faces 0-1 only (VectorMode::R / None), as faces 2-3 of their DST tiles hold nothing.
+// Rows of the q-row CBs' tiles (plan.q_tile_rows): 16 = 16x32 tiles (faces 0-1), 8 = 8x32 tiles (rows
+// 0-7 of faces 0-1). The unpackers, the FPU and the packer take each CB's tile shape from the CB (its
+// inits program it); an op on those tiles may touch only the DST rows they fill (VectorMode::R / None,
+// and with 8x32 tiles at most row_iterations 4: rows 0-7).
 constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
-static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && half_tile && q_tiles == 1),
-              "16x32 q tiles hold one q tile row of at most 16 q rows");
-constexpr bool half_tiles = q_tile_rows == 16;
+static_assert(q_tile_rows == 32 || (q_tile_rows < 32 && head_rows <= q_tile_rows && q_tiles == 1),
+              "16x32 or 8x32 q tiles hold one q tile row of at most 16 or 8 q rows");
 constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
 // The vector steps per face those ops run (their ITERATIONS): a step covers four rows of a face, even
 // or odd columns, so 2 x ceil(rows / 4) steps cover rows 0 .. head_rows - 1 (8 = the whole face).
@@ -187,6 +190,11 @@ inline void addcmul_rows(uint32_t a, uint32_t b, uint32_t c, uint32_t out, Vecto
 inline void log_rows(uint32_t idst, VectorMode mode) {
     MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_log,
                           (APPROX, false, false, DST_ACCUM_MODE, row_iterations), idst, mode, 0)));
+}
+// 1/x (recip_tile's LLK function, its init recip_tile_init).
+inline void recip_rows(uint32_t idst, VectorMode mode) {
+    MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_reciprocal, (APPROX, DST_ACCUM_MODE, row_iterations),
+                          idst, mode)));
 }
 inline void scale_rows(uint32_t idst, uint32_t bits, VectorMode mode) {
     MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
@@ -567,7 +575,7 @@ void finish_single_chunk(uint32_t qi, uint32_t tiles) {
         floor_tile(n, n + 1, MIN_NORMAL_FLOAT_BITS, row_mode);  // l = 0 (no key) gives out = 0
     }
     sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
-    recip_tile(n, row_mode);
+    recip_rows(n, row_mode);
     init_mul();
     for (uint32_t v = 0; v < n; ++v) {
         mul_rows(v, n, v, row_mode);
@@ -595,7 +603,7 @@ void root_recip(uint32_t cb_sum, uint32_t qi, bool after_alpha) {
         floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS, stat_mode);
     }
     sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
-    recip_tile(0, stat_mode);
+    recip_rows(0, stat_mode);
     hand_to_packer();
     pack_tiles_to(cb_alpha, after_alpha ? 0 : 1, 1);  // pack indices count from the last push
     tile_regs_release();
@@ -921,7 +929,7 @@ void finish_root(const Running& set) {
             floor_tile(0, 1, MIN_NORMAL_FLOAT_BITS, stat_mode);  // l = 0 (no key, no sink) gives out = 0
         }
         sfpu_init(SfpuInit::other, [] { recip_tile_init(); });
-        recip_tile(0, stat_mode);  // l lives in column 0
+        recip_rows(0, stat_mode);  // l lives in column 0
         pack_block(cb_alpha, 0, 1);
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);

@@ -40,8 +40,9 @@ struct TileColumns {
 // Copy the g rows of one KV group out of matrix `matrix` (a user's Q, or a mask batch) of a bf16 tile
 // tensor [.., NH, src_cols * 32] into tiles at q_l1. Group row r is row h*g + r of the matrix; it lands
 // in row dst_first_row + r of the destination, i.e. row (dst_first_row + r) % 32 of tile row
-// (dst_first_row + r) / 32. The destination tiles have dst_tile_rows rows: 32, or 16 (16x32 tiles:
-// faces 0-1, the first half of a 32x32 tile's layout, so a row's offsets inside them are the same).
+// (dst_first_row + r) / 32. The destination tiles have dst_tile_rows rows: 32, 16 (16x32 tiles:
+// faces 0-1, the first half of a 32x32 tile's layout, so a row's offsets inside them are the same) or
+// 8 (8x32 tiles: two faces of 8 rows; tile_row_offset).
 template <uint32_t dst_tile_rows, typename AddrGen>
 void read_group_rows(
     const AddrGen& q_gen, uint32_t q_l1, uint32_t matrix, uint32_t kv_head, uint32_t group_size, uint32_t nh_tiles,
@@ -60,7 +61,8 @@ void read_group_rows(
             // The rows of a run are contiguous inside each of the two faces they cross.
             for (uint32_t half = 0; half < 2; ++half) {
                 const uint64_t src = q_gen.get_noc_addr(page) + face_row_offset(src_row, half) * bytes_per_value;
-                noc_async_read(src, dst_tile + face_row_offset(dst_row, half) * bytes_per_value, rows * FACE * bytes_per_value);
+                noc_async_read(src, dst_tile + tile_row_offset<dst_tile_rows>(dst_row, half) * bytes_per_value,
+                               rows * FACE * bytes_per_value);
             }
         }
         r += rows;
@@ -173,7 +175,7 @@ void kernel_main() {
     // The q-row CBs' tiles (cb_q, cb_sink, cb_attn_mask): 32x32, or 16x32 (faces 0-1) with <= 16 q rows.
     constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
     constexpr uint32_t q_cb_tile_bytes = q_tile_rows * TILE * 2;  // bf16
-    static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && q_tiles == 1 && tokens * group_size <= 16),
+    static_assert(q_tile_rows == 32 || (q_tile_rows < 32 && q_tiles == 1 && tokens * group_size <= q_tile_rows),
                   "16-row q tiles hold one q tile row of at most 16 q rows");
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t k_slot_tiles = max_chunk_tiles * d_tiles;

@@ -26,14 +26,14 @@ constexpr uint32_t FP32_NEG_INF = 0xFF800000u;
 constexpr uint32_t BF16_TILE_BYTES = TILE * TILE * 2;
 constexpr uint32_t BF16_FACE_ROW_BYTES = FACE * 2;
 
-// Fill a bf16 tile of `rows` rows (32, or 16: a 16x32 tile, faces 0-1) in L1: value(row, col) for
-// every element, in face order.
+// Fill a bf16 tile of `rows` rows (32; 16: a 16x32 tile, faces 0-1; 8: an 8x32 tile) in L1:
+// value(row, col) for every element, in face order.
 template <uint32_t rows = TILE, typename Fn>
 void fill_bf16_tile(uint32_t l1_addr, Fn value) {
     volatile tt_l1_ptr uint16_t* tile = reinterpret_cast<volatile tt_l1_ptr uint16_t*>(l1_addr);
     for (uint32_t row = 0; row < rows; ++row) {
         for (uint32_t half = 0; half < 2; ++half) {
-            const uint32_t base = face_row_offset(row, half);
+            const uint32_t base = tile_row_offset<rows>(row, half);
             for (uint32_t c = 0; c < FACE; ++c) {
                 tile[base + c] = value(row, half * FACE + c);
             }
@@ -51,17 +51,19 @@ void push_constant_tile(uint32_t cb, Fn value) {
 
 // Send the first `rows` rows of one partial tile of `datum_bytes`-byte data (only column half 0 when
 // `column0_only`) to the same place in a tile at dst. Rows of one face are contiguous, so each face is
-// one NoC write. A 16x32 tile's rows (at most 16) are faces 0-1, laid out as in a 32x32 tile.
-template <uint32_t datum_bytes>
+// one NoC write. The tiles have tile_rows rows: a 16x32 tile's rows (at most 16) are faces 0-1, laid
+// out as in a 32x32 tile; an 8x32 tile's are two faces of 8 rows.
+template <uint32_t datum_bytes, uint32_t tile_rows>
 void send_tile_rows(uint32_t src_l1, uint64_t dst, uint32_t rows, bool column0_only) {
-    if (rows >= TILE && !column0_only) {
-        noc_async_write(src_l1, dst, TILE * TILE * datum_bytes);
+    constexpr uint32_t face_rows = tile_rows < FACE ? tile_rows : FACE;
+    if (rows >= tile_rows && !column0_only) {
+        noc_async_write(src_l1, dst, tile_rows * TILE * datum_bytes);
         return;
     }
-    for (uint32_t face_row0 = 0; face_row0 < rows; face_row0 += FACE) {
-        const uint32_t n = rows - face_row0 < FACE ? rows - face_row0 : FACE;
+    for (uint32_t face_row0 = 0; face_row0 < rows; face_row0 += face_rows) {
+        const uint32_t n = rows - face_row0 < face_rows ? rows - face_row0 : face_rows;
         for (uint32_t half = 0; half < (column0_only ? 1u : 2u); ++half) {
-            const uint32_t offset = face_row_offset(face_row0, half) * datum_bytes;
+            const uint32_t offset = tile_row_offset<tile_rows>(face_row0, half) * datum_bytes;
             noc_async_write(src_l1 + offset, dst + offset, n * FACE * datum_bytes);
         }
     }
@@ -88,10 +90,11 @@ void kernel_main() {
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t q_rows = tokens * group_size;  // q rows in use: token-major, g heads per token
     constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);  // O, then m, then l
-    // The q-row CBs' tiles (masks, partials, output, LSE): 32x32, or 16x32 (faces 0-1) with <= 16 q rows.
+    // The q-row CBs' tiles (masks, partials, output, LSE): 32x32, or 16x32 (faces 0-1) with <= 16 q
+    // rows, or 8x32 (two faces of 8 rows) with <= 8.
     constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
-    static_assert(q_tile_rows == 32 || (q_tile_rows == 16 && q_tiles == 1 && q_rows <= 16),
-                  "16-row q tiles hold one q tile row of at most 16 q rows");
+    static_assert(q_tile_rows == 32 || (q_tile_rows < 32 && q_tiles == 1 && q_rows <= q_tile_rows),
+                  "16-row or 8-row q tiles hold one q tile row of at most that many q rows");
     constexpr uint32_t q_bf16_tile_bytes = q_tile_rows * TILE * 2;
     // the partials' tiles: fp32 with an fp32 DST, bf16 with a bf16 DST (plan: the softmax's intermediates)
     constexpr uint32_t partial_datum_bytes = get_named_compile_time_arg_val("partial_datum_bytes");
@@ -210,7 +213,7 @@ void kernel_main() {
                 const bool is_stat = t >= q_tiles * dv_tiles;
                 const uint32_t q_tile = is_stat ? (t - q_tiles * dv_tiles) % q_tiles : t / dv_tiles;
                 const uint32_t rows = q_rows - q_tile * TILE < TILE ? q_rows - q_tile * TILE : TILE;
-                send_tile_rows<partial_datum_bytes>(src + t * partial_tile_bytes, dst + t * partial_tile_bytes, rows,
+                send_tile_rows<partial_datum_bytes, q_tile_rows>(src + t * partial_tile_bytes, dst + t * partial_tile_bytes, rows,
                                                     is_stat);
             }
             noc_async_write_barrier();
@@ -241,7 +244,7 @@ void kernel_main() {
                     const uint32_t src_tile = out_l1 + ((q_row / TILE) * dv_tiles + v) * q_bf16_tile_bytes;
                     for (uint32_t half = 0; half < 2; ++half) {
                         // A skipped user (cur_pos -1) gets zero rows.
-                        const uint32_t src = has_work ? src_tile + face_row_offset(src_row, half) * 2 : zeros_l1;
+                        const uint32_t src = has_work ? src_tile + tile_row_offset<q_tile_rows>(src_row, half) * 2 : zeros_l1;
                         const uint64_t dst = out_gen.get_noc_addr(page) + face_row_offset(dst_row, half) * 2;
                         noc_async_write(src, dst, rows * BF16_FACE_ROW_BYTES);
                     }
@@ -256,9 +259,10 @@ void kernel_main() {
             if (has_work) {
                 cb_wait_front(cb_lse, q_tiles);
                 volatile tt_l1_ptr uint32_t* lse_tiles = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_lse));
-                // rows past a 16x32 tile hold no q head: -inf, as for a user with no keys
+                // rows past a 16x32 or 8x32 tile hold no q head: -inf, as for a user with no keys
                 for (uint32_t y = 0; y < q_tiles * TILE; ++y) {
-                    row[y] = y < q_tiles * q_tile_rows ? lse_tiles[(y / TILE) * TILE * TILE + face_row_offset(y % TILE, 0)]
+                    row[y] = y < q_tiles * q_tile_rows
+                                 ? lse_tiles[(y / TILE) * TILE * TILE + tile_row_offset<q_tile_rows>(y % TILE, 0)]
                                                        : FP32_NEG_INF;
                 }
             } else {

@@ -38,7 +38,9 @@ CASES = {
     "T 2, 4 KV heads": dict(batch=2, heads=16, kv=4, s=1024, d=128, plan=dict(num_tokens=2, max_cores_per_head_batch=4)),
     "sink": dict(batch=3, heads=16, kv=2, s=1024, d=64, plan=dict(attention_sink=True, max_cores_per_head_batch=8,
                                                                    min_chunk_tiles=1)),
-    "one chunk, no LSE": dict(batch=4, heads=8, kv=1, s=128, d=128, lse=False, plan=dict(max_cores_per_head_batch=1)),
+    # 16x32 q tiles: with 8x32 ones (the default for 8 heads) K and V dominate this short run's L1 traffic
+    "one chunk, no LSE": dict(batch=4, heads=8, kv=1, s=128, d=128, lse=False,
+                              plan=dict(max_cores_per_head_batch=1, q_tile_rows=16)),
     "32-row q tiles": dict(batch=2, heads=32, kv=1, s=1024, d=128, plan=dict(max_cores_per_head_batch=4)),
 }
 

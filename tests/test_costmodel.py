@@ -130,8 +130,11 @@ def test_merge_ops_are_the_kernels_merge_as_counted_by_the_runtime(runs) -> None
     got = _totals(red.merge_per_round)
     want = _totals(merge_ops(plan.q_tiles, plan.dv_tiles, head_rows=plan.num_tokens * plan.group_size,
                               q_tile_rows=plan.q_tile_rows))
-    # configuration calls: within one per merge (only the first merge after the chunks reconfigures srcB)
+    # configuration calls: within one per merge (only the first merge after the chunks reconfigures srcB);
+    # with 8x32 fp32 tiles the copies' L1 bytes within one tile (the first copy after that init reads 8 rows)
     assert abs(got.pop(("init", 32)) - want.pop(("init", 32))) <= 1
+    tile_bytes = 4 * 32 * plan.q_tile_rows
+    assert abs(got.pop(("l1_bytes", "copy")) - want.pop(("l1_bytes", "copy"))) <= (tile_bytes if plan.q_tile_rows == 8 else 0)
     assert got == want
 
 
@@ -406,12 +409,14 @@ def test_the_calibration_command_prints_every_measured_point_and_tt_metals_struc
     assert "| reproduced |" in out and "Sensitivity" in out
 
 
-def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_packer_writes() -> None:
-    """One user, 8 q heads on 1 KV head, D 128, 4 key tiles (one chunk): Q.K^T is a matmul_block of 4 key
-    tiles per D tile, whose unpackers fetch the 16x32 bf16 Q tile once (1024 B) and 4 bfloat8_b K tiles
-    (1088 B each: 1024 mantissa bytes + 64 exponent bytes); P.V's blocks fetch the 16x32 fp32 probabilities
-    (2048 B) once per key tile; every copy into DST of a 16x32 fp32 tile fetches 2048 B; the output's packs
-    write 16x32 bf16 tiles (1024 B); the cost model charges exactly those bytes."""
+@pytest.mark.parametrize("rows", [16, 8])
+def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_packer_writes(rows: int) -> None:
+    """One user, 8 q heads on 1 KV head, D 128, 4 key tiles (one chunk), q tiles of `rows` rows: Q.K^T is a
+    matmul_block of 4 key tiles per D tile, whose unpackers fetch the rows x 32 bf16 Q tile once (1024 B for
+    16 rows, 512 B for 8) and 4 bfloat8_b K tiles (1088 B each: 1024 mantissa bytes + 64 exponent bytes);
+    P.V's blocks fetch the fp32 probabilities (2048 / 1024 B) once per key tile; every copy into DST of an
+    fp32 q-row tile fetches 2048 / 1024 B; the output's packs write bf16 tiles (1024 / 512 B); the cost
+    model charges exactly those bytes."""
     from ttdecode.program import KernelKind
     from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
 
@@ -419,7 +424,8 @@ def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_pa
     q = from_torch(torch.randn(1, 1, 8, 128, generator=g))
     k = from_torch(torch.randn(1, 1, 128, 128, generator=g), DataType.bfloat8_b)
     v = from_torch(torch.randn(1, 1, 128, 128, generator=g), DataType.bfloat8_b)
-    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=128, head_dim=128, cur_pos=[127], grid=(1, 1))
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=128, head_dim=128, cur_pos=[127], grid=(1, 1),
+                     q_tile_rows=rows)
     _, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(128),
                                     compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
     comp = [kk for kk in result.counters.kernels if kk.kind is KernelKind.COMPUTE][0]
@@ -428,14 +434,16 @@ def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_pa
         if EVENT_OPS[int(e["op"])] == "compute":
             key = (COMPUTE_OPS[int(e["peer"])], int(e["amount"]))
             seen.setdefault(key, set()).add((int(e["l1_bytes"]), int(e["unpacks"])))
+    bf16, fp32 = rows * 32 * 2, rows * 32 * 4
     # Q.K^T: Q once and 4 K tiles; P.V's block of 3 O tiles and l: a probability tile, 3 V tiles and the ones tile
-    assert seen[("matmul", 4)] == {(1024 + 4 * 1088, 5), (2048 + 4 * 1088, 5)}
-    assert seen[("matmul", 1)] == {(2048 + 1088, 2)}  # P.V's last O tile: one probability tile, one V tile
-    assert seen[("copy", 1)] == {(2048, 1)}
-    assert (1024, 0) in seen[("pack", 1)] and (2048, 0) in seen[("pack", 1)]
+    assert seen[("matmul", 4)] == {(bf16 + 4 * 1088, 5), (fp32 + 4 * 1088, 5)}
+    assert seen[("matmul", 1)] == {(fp32 + 1088, 2)}  # P.V's last O tile: one probability tile, one V tile
+    # a copy of an 8x32 fp32 tile to DST reads 16 rows per face unless an init came since the last one
+    assert seen[("copy", 1)] == ({(fp32, 1)} if rows == 16 else {(fp32, 1), (2 * fp32, 1)})
+    assert (bf16, 0) in seen[("pack", 1)] and (fp32, 0) in seen[("pack", 1)]
     works, _, fid = work_from_counters(plan, result.counters)
     mm = works[0].compute["matmul"]
-    assert sum(t.l1_bytes for t in mm) == 4 * (1024 + 4 * 1088) + 4 * (2048 + 4 * 1088) + 4 * (2048 + 1088)
+    assert sum(t.l1_bytes for t in mm) == 4 * (bf16 + 4 * 1088) + 4 * (fp32 + 4 * 1088) + 4 * (fp32 + 1088)
 
 
 @pytest.mark.parametrize("fp32,approx,want", [(True, False, "exp"), (False, False, "exp_bf16"),

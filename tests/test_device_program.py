@@ -187,16 +187,18 @@ def test_circular_buffers_of_every_data_type_keep_index_format_and_sizes(ttnn: A
         assert fmt.data_format_as_uint8 == EXPECTED_FORMAT_CODES[dt.value]
 
 
-def test_a_cb_of_16x32_tiles_carries_its_tile_shape_and_a_32x32_cb_none(ttnn: Any, sources: dict[str, Path]) -> None:
+@pytest.mark.parametrize("rows", [16, 8])
+def test_a_cb_of_small_tiles_carries_its_tile_shape_and_a_32x32_cb_none(ttnn: Any, sources: dict[str, Path],
+                                                                        rows: int) -> None:
     p = make_program(sources)
     f32 = DataType.float32
-    p.circular_buffers[0] = CircularBuffer(0, p.circular_buffers[0].cores, f32, 2048, 2, tile_rows=16)
+    p.circular_buffers[0] = CircularBuffer(0, p.circular_buffers[0].cores, f32, 128 * rows, 2, tile_rows=rows)
     p.circular_buffers[1] = CircularBuffer(1, p.circular_buffers[1].cores, f32, 4096, 2)
     desc = dev.build_program_descriptor(p, FakeView(ADDRESSES))
     (half,) = list(desc.cbs[0].format_descriptors)
     (full,) = list(desc.cbs[1].format_descriptors)
-    assert (half.tile.height, half.tile.width) == (16, 32)
-    assert half.page_size == 2048
+    assert (half.tile.height, half.tile.width) == (rows, 32)
+    assert half.page_size == 128 * rows
     assert full.tile is None
 
 

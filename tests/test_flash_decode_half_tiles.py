@@ -1,10 +1,12 @@
-"""16x32 q tiles (DecodePlan.q_tile_rows 16): the same bits as 32x32 q tiles, with half the tile work.
+"""16x32 and 8x32 q tiles (DecodePlan.q_tile_rows 16 / 8): the same bits as 32x32 q tiles, with half
+(a quarter of) the tile work.
 
-With at most 16 q rows holding heads, every CB of q rows holds 16x32 tiles (faces 0-1). Every step
-of the kernels is row by row and rows 16-31 hold no head, so the outputs and the LSE must be the same
-bits as with 32x32 tiles, which the float64 reference checks elsewhere; what changes is the work: the
-matmuls feed 16 rows of in0, and the copies and packs of q-row tiles move half the bytes (the
-runtime's counters record them as 16-row tiles, which the cost model charges at half).
+With at most 16 q rows holding heads, every CB of q rows may hold 16x32 tiles (faces 0-1); with at
+most 8, 8x32 tiles (two faces of 8 rows, face_r_dim 8). Every step of the kernels is row by row and
+the rows past the heads hold none, so the outputs and the LSE must be the same bits as with 32x32
+tiles, which the float64 reference checks elsewhere; what changes is the work: the matmuls feed 16
+(8) rows of in0, and the copies and packs of q-row tiles move half (a quarter of) the bytes (the
+runtime's counters record them as 16-row (8-row) tiles, which the cost model charges so).
 """
 
 from __future__ import annotations
@@ -63,22 +65,32 @@ def run(case: dict, q_tile_rows: int):
     return out, lse, res
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_16x32_q_tiles_give_the_bits_of_32x32_q_tiles(name: str) -> None:
-    out16, lse16, _ = run(CASES[name], 16)
+def head_rows(case: dict) -> int:
+    return case["plan"].get("num_tokens", 1) * case["heads"] // case["kv"]
+
+
+@pytest.mark.parametrize("rows,name", [(rows, name) for rows in (16, 8) for name in CASES
+                                       if head_rows(CASES[name]) <= rows])
+def test_small_q_tiles_give_the_bits_of_32x32_q_tiles(rows: int, name: str) -> None:
+    out_small, lse_small, _ = run(CASES[name], rows)
     out32, lse32, _ = run(CASES[name], 32)
-    assert torch.equal(out16.view(torch.int16), out32.view(torch.int16)), name
-    assert torch.equal(lse16.view(torch.int32), lse32.view(torch.int32)), name
+    assert torch.equal(out_small.view(torch.int16), out32.view(torch.int16)), name
+    assert torch.equal(lse_small.view(torch.int32), lse32.view(torch.int32)), name
 
 
-def test_16x32_q_tiles_halve_the_matmul_rows_and_the_copied_and_packed_bytes() -> None:
-    """The runtime records a matmul with a 16x32 in0 as 16 rows, and a copy or pack of a 16x32 tile as
-    16 vector steps (half a tile), for the cost model; the calls themselves are the same."""
+@pytest.mark.parametrize("rows", [16, 8])
+def test_small_q_tiles_cut_the_matmul_rows_and_the_copied_and_packed_bytes(rows: int) -> None:
+    """The runtime records a matmul with a 16x32 (8x32) in0 as 16 (8) rows and a pack of such a tile as 16
+    (8) rows (half, a quarter of a tile), for the cost model; a copy of a 2-face tile as 16 rows either way
+    (the datacopy moves 16 rows per face whatever the face height, llk_math_eltwise_unary_datacopy.h), with
+    the L1 bytes its unpacker reads: half a tile's for 16 rows; for 8 rows a quarter, or half when an
+    earlier unpack to DST left unpacker A's X-end at a whole face (TEN-3868). The calls are the same."""
     compute = next(code for code, name in EVENT_OPS.items() if name == "compute")
-    counts = {}
-    for rows in (16, 32):
-        _, _, res = run(CASES["tree D64"], rows)
+    counts, nbytes = {}, {}
+    for rows_now in (rows, 32):
+        _, _, res = run(CASES["tree D64"], rows_now)
         tally: dict[tuple[str, int], int] = {}
+        l1: dict[str, int] = {}
         for k in res.counters.kernels:
             if k.kind is KernelKind.COMPUTE:
                 for e in k.events:
@@ -86,8 +98,16 @@ def test_16x32_q_tiles_halve_the_matmul_rows_and_the_copied_and_packed_bytes() -
                     if name in ("matmul", "copy", "pack"):
                         key = (name, int(e["flag"]))
                         tally[key] = tally.get(key, 0) + int(e["amount"]) * int(e["count"])
-        counts[rows] = tally
+                        l1[name] = l1.get(name, 0) + int(e["l1_bytes"]) * int(e["count"])
+        counts[rows_now], nbytes[rows_now] = tally, l1
     for op in ("matmul", "copy", "pack"):
-        assert counts[32].get((op, 16), 0) == 0, op
-        assert counts[16].get((op, 0), 0) == 0, f"{op}: a 32x32 tile left with 16x32 q tiles"
-        assert counts[16][(op, 16)] == counts[32][(op, 0)], op
+        flag = 16 if op == "copy" else rows
+        assert counts[32].get((op, flag), 0) == 0, op
+        assert counts[rows].get((op, 0), 0) == 0, f"{op}: a 32x32 tile left with {rows}x32 q tiles"
+        assert counts[rows][(op, flag)] == counts[32][(op, 0)], op
+    # every copy and pack here moves a q-row tile (fp32 intermediates: 4096 B for 32 rows)
+    assert nbytes[rows]["pack"] == nbytes[32]["pack"] * rows // 32
+    if rows == 16:
+        assert nbytes[16]["copy"] == nbytes[32]["copy"] // 2
+    else:
+        assert nbytes[32]["copy"] // 4 < nbytes[8]["copy"] <= nbytes[32]["copy"] // 2

@@ -78,7 +78,7 @@ def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_sav
     """Llama-3.1-8B on an N150, B 1: at 1K keys 8 KV heads x 4 pieces of 8 key tiles sit on the interleaved
     DRAM floor of one user, so 8 pieces would only add a tree round. At 64K 4 pieces keep the busiest
     core's compute (with the model's 10% margin, split_compute_margin) under the floor with 32x32 q tiles
-    (the model's chunk cap 16) and with the default 16x32 q tiles (4 q heads a group; cap 8), and at a
+    (the model's chunk cap 16) and with the default 8x32 q tiles (4 q heads a group; cap 8), and at a
     fixed cap of 16 either way, so the split stays at 4 of the 16 allowed. One KV head (T3K 4q/1kv, 32K)
     spreads over 32 of the 64 cores allowed. None of it depends on the batch."""
     short = [make_plan(batch=b, seq_len=1024, cur_pos=[1023] * b, **LLAMA8B) for b in (1, 4)]
@@ -89,7 +89,7 @@ def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_sav
                      **LLAMA8B).pieces_per_work == 4
     assert make_plan(batch=1, seq_len=65536, cur_pos=[65535], chunk_cap=16, **LLAMA8B).pieces_per_work == 4
     half = make_plan(batch=1, seq_len=65536, cur_pos=[65535], **LLAMA8B)
-    assert (half.q_tile_rows, half.chunk_cap, half.pieces_per_work) == (16, 8, 4)
+    assert (half.q_tile_rows, half.chunk_cap, half.pieces_per_work) == (8, 8, 4)
     t3k = [make_plan(batch=b, num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767] * b,
                      max_cores_per_head_batch=64) for b in (1, 2)]
     assert {p.pieces_per_work for p in t3k} == {32}
@@ -379,29 +379,33 @@ def test_a_chunk_cap_with_fixed_chunks_is_refused() -> None:
 def test_a_plan_that_fits_l1_only_with_a_smaller_chunk_cap_names_it() -> None:
     """Tech report D 128, B 16, key_row pages, 48 pieces per head, 32x32 q tiles: the model's 16-tile chunks
     leave too little L1 for the partials of 13 pieces per core; chunks of 8 fit, and the refusal says so.
-    With 16x32 q tiles (the default for 8 q heads) every partial takes half the bytes and the plan fits
-    (with the cap the model takes for it)."""
+    With 16x32 q tiles every partial takes half the bytes and the plan fits (with the cap the model takes
+    for it), with 8x32 q tiles (the default for 8 q heads) a quarter."""
     args = dict(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=128, cur_pos=[131071] * 16,
                 max_cores_per_head_batch=48, kv_pages="key_row")
     with pytest.raises(PlanError, match=r"L1 overflow.*Set chunk_cap=8"):
         make_plan(**args, q_tile_rows=32)
     assert make_plan(**args, q_tile_rows=32, chunk_cap=8).pieces_per_work == 48
-    half = make_plan(**args)
+    half = make_plan(**args, q_tile_rows=16)
     assert half.q_tile_rows == 16 and half.pieces_per_work == 48
+    quarter = make_plan(**args)
+    assert quarter.q_tile_rows == 8 and quarter.pieces_per_work == 48
 
 
-@pytest.mark.parametrize(("heads", "tokens", "rows"), [(8, 1, 16), (16, 1, 16), (4, 4, 16), (32, 1, 32), (8, 3, 32)])
-def test_q_rows_of_at_most_16_get_16x32_tiles_by_default(heads: int, tokens: int, rows: int) -> None:
+@pytest.mark.parametrize(("heads", "tokens", "rows"), [(8, 1, 8), (4, 2, 8), (2, 1, 8), (16, 1, 16), (4, 4, 16),
+                                                       (32, 1, 32), (8, 3, 32)])
+def test_q_rows_get_the_fewest_tile_rows_that_hold_them_by_default(heads: int, tokens: int, rows: int) -> None:
     plan = make_plan(batch=2, num_q_heads=heads, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047, 100],
                      num_tokens=tokens)
     assert plan.q_tile_rows == rows
 
 
-def test_16x32_q_tiles_halve_every_q_row_buffer_and_leave_k_v_and_ones_whole() -> None:
+@pytest.mark.parametrize("rows", [16, 8])
+def test_small_q_tiles_shrink_every_q_row_buffer_and_leave_k_v_and_ones_whole(rows: int) -> None:
     args = dict(batch=2, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=128, cur_pos=[4095, 3000],
                 max_cores_per_head_batch=8, attention_sink=True, return_lse=True, prescale_q=True, chunk_cap=8)
     full = {cb.name: cb for cb in make_plan(**args, q_tile_rows=32).circular_buffers}
-    half = {cb.name: cb for cb in make_plan(**args, q_tile_rows=16).circular_buffers}
+    half = {cb.name: cb for cb in make_plan(**args, q_tile_rows=rows).circular_buffers}
     assert full.keys() == half.keys()
     q_rows = {"q", "mask", "max_bcast", "scores", "probs", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b",
               "alpha", "partial_in", "partial_out", "out", "lse", "q_scaled", "sink"}
@@ -410,15 +414,17 @@ def test_16x32_q_tiles_halve_every_q_row_buffer_and_leave_k_v_and_ones_whole() -
         f = full[name]
         assert (cb.index, cb.data_format, cb.num_pages) == (f.index, f.data_format, f.num_pages)
         if name in q_rows:
-            assert (cb.tile_rows, cb.page_size) == (16, f.page_size // 2), name
+            assert (cb.tile_rows, cb.page_size) == (rows, f.page_size * rows // 32), name
         else:
             assert (cb.tile_rows, cb.page_size) == (32, f.page_size), name
     assert {n for n, cb in half.items() if cb.tile_rows == 32} >= {"k", "v", "ones"}
 
 
-def test_16x32_q_tiles_with_more_than_16_q_rows_are_refused() -> None:
+def test_small_q_tiles_with_more_q_rows_than_they_hold_are_refused() -> None:
     with pytest.raises(PlanError, match=r"q_tile_rows: 16 holds at most 16 q rows, but num_tokens x group size = 3 x 8"):
         make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], num_tokens=3,
                   q_tile_rows=16)
-    with pytest.raises(PlanError, match=r"q_tile_rows: expected None, 16 or 32, got 8"):
-        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], q_tile_rows=8)
+    with pytest.raises(PlanError, match=r"q_tile_rows: 8 holds at most 8 q rows, but num_tokens x group size = 1 x 16"):
+        make_plan(batch=1, num_q_heads=16, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], q_tile_rows=8)
+    with pytest.raises(PlanError, match=r"q_tile_rows: expected None, 8, 16 or 32, got 4"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], q_tile_rows=4)

@@ -470,19 +470,39 @@ def row_steps(head_rows: int) -> int:
 def q_row_tiles(ops: dict[str, list[OpTally]], q_tile_rows: int) -> dict[str, list[OpTally]]:
     """`ops` of our kernel with its q-row CBs in tiles of `q_tile_rows` rows (DecodePlan.q_tile_rows): at
     16 (16x32 tiles) every matmul feeds 16 rows of in0 and every copy and pack moves half a tile (16
-    vector steps' worth, as the runtime records them). The closed forms below count calls and tiles,
-    the same for both shapes."""
+    vector steps' worth, as the runtime records them); at 8 (8x32 tiles) a matmul feeds 8 rows and a pack
+    moves a quarter of a tile, but a copy's datacopy still moves 16 rows per face (its bytes are the
+    caller's: copy_l1_rows). The closed forms below count calls and tiles, the same for every shape."""
     if q_tile_rows == 32:
         return ops
     out: dict[str, list[OpTally]] = {}
     for op, tallies in ops.items():
         if op == "matmul":
             out[op] = [replace(t, rows=min(t.rows, q_tile_rows)) for t in tallies]
-        elif op in ("copy", "pack"):
+        elif op == "copy":
+            out[op] = [replace(t, steps=min(t.steps, 16)) for t in tallies]
+        elif op == "pack":
             out[op] = [replace(t, steps=min(t.steps, q_tile_rows)) for t in tallies]
         else:
             out[op] = list(tallies)
     return out
+
+
+def copy_l1_rows(q_tile_rows: int, im_bytes: int) -> int:
+    """Rows of a q-row tile a copy into DST reads from L1: the tile's, except 8x32 fp32 tiles unpacked to
+    an fp32 DST, which the unpacker reads 16 rows per face once one unpack to DST has left its X-end at a
+    whole face (the LLK's TEN-3868 workaround, cunpack_common.h; only an init resets it, and the kernel
+    inits a copy once per run of copies)."""
+    return 16 if q_tile_rows == 8 and im_bytes == 4 else q_tile_rows
+
+
+def exp_steps(exp: str, steps: int) -> int:
+    """Vector steps an exp over `steps` asked steps runs: the approximate exp (ClampToNegative, the
+    SFPLOADMACRO path) is unrolled for 8 steps per face and ignores ITERATIONS (ckernel_sfpu_exp.h,
+    tt-llk#1486), so it runs whole faces: 8 per face of the ones asked."""
+    if exp != "exp_approx":
+        return steps
+    return 8 * -(-steps // 8)
 
 
 def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4,
@@ -506,7 +526,7 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
       once per chunk).
     `head_rows` (the q rows holding heads, tokens x group): the scale, the exp, the fold and the
     subtraction run `row_steps(head_rows)` vector steps. `prescale_q` (a power-of-two scale, Q scaled once
-    per piece): no scale op. `q_tile_rows` 16: 16x32 q tiles (q_row_tiles). The row sum P x ones rides in
+    per piece): no scale op. `q_tile_rows` 16 / 8: 16x32 / 8x32 q tiles (q_row_tiles, copy_l1_rows). The row sum P x ones rides in
     P.V's last matmul_block (the V slot's ones tile after each key tile row) when that block leaves a DST
     tile free (Dv tiles not a multiple of the block), else one matmul_tiles call per key tile; with `mla`
     (V in the K slot, no ones tile there) or `finish` (the root's last chunk when it rescales a running set
@@ -525,6 +545,7 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     qk_calls = d_tiles / max(1, dst_tiles)
     inits = q_tiles * (0 if running else 2) * block
     f32, bf16 = _q_row_bytes(im_bytes, q_tile_rows), _q_row_bytes(2, q_tile_rows)
+    copied = _q_row_bytes(im_bytes, copy_l1_rows(q_tile_rows, im_bytes))
     qk_n, pv_n = q_tiles * qk_calls, q_tiles * (pv_calls + sum_calls)
     ones = 2048 if mla else kv_tile_bytes
     copies = q_tiles * (2 + block)
@@ -536,8 +557,8 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
                         unpacks=q_tiles * (dv_tiles + 1) + pv_n)],
             "init": [OpTally(inits, inits)] if inits else [],
             "scalar": [] if prescale_q else [OpTally(q_tiles, q_tiles, steps=rows)],
-            exp: [OpTally(q_tiles, q_tiles, steps=rows)],
-            "copy": [OpTally(copies, round(copies), l1_bytes=copies * f32, unpacks=copies)],
+            exp: [OpTally(q_tiles, q_tiles, steps=exp_steps(exp, rows))],
+            "copy": [OpTally(copies, round(copies), l1_bytes=copies * copied, unpacks=copies)],
             # the row max's element-wise fold and the subtraction of the max
             "max": [OpTally(2 * q_tiles, 2 * q_tiles, steps=rows)],
             "pack": [OpTally(2 * q_tiles, 2 * q_tiles, l1_bytes=2 * q_tiles * f32)]}, q_tile_rows)
@@ -562,14 +583,15 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     copies = q_tiles * (5 + dv_tiles + dv_tiles // 3)
     packs = q_tiles * (4 + dv_tiles)
     f32 = _q_row_bytes(im_bytes, q_tile_rows)  # the running set, the scores and the factors (fp32 or bf16)
+    copied = _q_row_bytes(im_bytes, copy_l1_rows(q_tile_rows, im_bytes))
     # without MLA the row sum's in1 is the V slot's ones tile: no matmul init and no srcA reconfig
     # (to cb_ones and back) of its own
     inits = (18 if mla else 16) + dv_tiles
     return q_row_tiles({"init": [OpTally(inits, inits)],
-                        "copy": [OpTally(copies, copies, l1_bytes=copies * f32, unpacks=copies)],
+                        "copy": [OpTally(copies, copies, l1_bytes=copies * copied, unpacks=copies)],
                         "max": [OpTally(q_tiles * (2 + dv_tiles), q_tiles * (2 + dv_tiles), steps=row),
                                 OpTally(q_tiles, q_tiles)],
-                        exp: [OpTally(q_tiles, q_tiles, steps=row)],
+                        exp: [OpTally(q_tiles, q_tiles, steps=exp_steps(exp, row))],
                         "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)
 
 
@@ -595,11 +617,15 @@ def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
     copies = q_tiles * (6 + 2 * dv_tiles + 2 * blocks)
     packs = q_tiles * (4 + dv_tiles)
     f32 = _q_row_bytes(im_bytes, q_tile_rows)  # partials, statistics and factors (fp32 or bf16 tiles)
+    # with 8x32 fp32 tiles the first copy or broadcast after each of their inits (two per O block, and
+    # about one per merge) reads the tile's 8 rows, the later ones 16 (copy_l1_rows)
+    first = q_tiles * 2 * blocks + 1 if copy_l1_rows(q_tile_rows, im_bytes) != q_tile_rows else 0
+    copy_bytes = copies * _q_row_bytes(im_bytes, copy_l1_rows(q_tile_rows, im_bytes)) - first * f32
     return q_row_tiles({"init": [OpTally(inits, inits)],
-                        "copy": [OpTally(copies, copies, l1_bytes=copies * f32, unpacks=copies)],
+                        "copy": [OpTally(copies, copies, l1_bytes=copy_bytes, unpacks=copies)],
                         "max": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
                                 OpTally(4 * q_tiles, 4 * q_tiles, steps=stat)],
-                        exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=stat)],
+                        exp: [OpTally(2 * q_tiles, 2 * q_tiles, steps=exp_steps(exp, stat))],
                         "ternary": [OpTally(q_tiles * dv_tiles, q_tiles * dv_tiles, steps=row),
                                     OpTally(q_tiles, q_tiles, steps=stat)],
                         "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)

@@ -244,9 +244,9 @@ def kernel_descriptor(
 
 
 def cb_descriptor(ttnn: ModuleType, cb: CircularBuffer, grid: tuple[int, int]) -> "ttnn.CBDescriptor":
-    """One `CircularBuffer` as a ttnn `CBDescriptor` with a single format descriptor; a CB of 16x32
-    tiles (tile_rows 16) carries its tile shape (ttnn.TileDescriptor(16, 32)), from which the device
-    build gives the compute kernel the CB's face count and face height."""
+    """One `CircularBuffer` as a ttnn `CBDescriptor` with a single format descriptor; a CB of 16x32 or
+    8x32 tiles (tile_rows 16 / 8) carries its tile shape (ttnn.TileDescriptor(rows, 32)), from which the
+    device build gives the compute kernel the CB's face count and face height."""
     _check_cores_in_grid(cb.cores, grid, f"CB {cb.index}")
     fmt = ttnn.CBFormatDescriptor(
         buffer_index=cb.index,

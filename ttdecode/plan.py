@@ -459,7 +459,8 @@ def flash_decode_cbs(
     `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
     Q . K^T reads instead of scaling every score.
     `q_tile_rows` 16 (at most 16 q rows hold heads, q_tiles 1): every CB of q rows (QROW_CBS) holds
-    16x32 tiles (faces 0-1, half the bytes); K, V, the ones tile (the row sum's in1) and the
+    16x32 tiles (faces 0-1, half the bytes); 8 (at most 8 q rows): 8x32 tiles (two 8x16 faces, a
+    quarter of the bytes); K, V, the ones tile (the row sum's in1) and the
     reader/writer scratch keep 32x32 tiles.
 
     Precision: everything after the matmuls is `im_dtype` (scores, probabilities, running statistics,
@@ -520,11 +521,10 @@ def flash_decode_cbs(
     if attn_mask:
         # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
         specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))
-    if q_tile_rows not in (16, 32) or (q_tile_rows == 16 and q_tiles != 1):
-        raise PlanError(f"q_tile_rows: expected 32, or 16 with one q tile row (q_tiles 1), got {q_tile_rows} "
+    if q_tile_rows not in (8, 16, 32) or (q_tile_rows != 32 and q_tiles != 1):
+        raise PlanError(f"q_tile_rows: expected 32, or 16 or 8 with one q tile row (q_tiles 1), got {q_tile_rows} "
                         f"with q_tiles {q_tiles}")
-    half = q_tile_rows == 16
-    return tuple(CBSpec(i, n, f, p // 2 if half and n in QROW_CBS else p, k,
+    return tuple(CBSpec(i, n, f, p * q_tile_rows // 32 if n in QROW_CBS else p, k,
                         q_tile_rows if n in QROW_CBS else 32) for i, n, f, p, k in sorted(specs))
 
 
@@ -624,10 +624,11 @@ def make_plan(
     compute kernel multiplies each piece's Q by it once, exactly (a bf16 element only changes its
     exponent), instead of every score: the same fp32 scores bit for bit (scaling by 2^k commutes with
     the matmul's products and fp32 sums, subnormal results aside), one SFPU op per key tile fewer.
-    `q_tile_rows`: rows of the tiles that hold q rows (DecodePlan.q_tile_rows); None = 16 when
-    num_tokens x group size <= 16 (16x32 tiles: the matmuls' in0, every copy and pack of scores,
-    probabilities, statistics, O and partials, and the partial messages are halved), else 32. The
-    outputs are the same bits either way (every step is row by row; rows 16-31 hold no head).
+    `q_tile_rows`: rows of the tiles that hold q rows (DecodePlan.q_tile_rows); None = the fewest of
+    8, 16, 32 that hold num_tokens x group size rows (16x32 tiles: the matmuls' in0, every copy and
+    pack of scores, probabilities, statistics, O and partials, and the partial messages are halved;
+    8x32 tiles: quartered). The outputs are the same bits either way (every step is row by row; the
+    rows past the heads hold none).
     """
     call_args = dict(locals())  # the call as made, for re-planning with other knobs (L1 advice)
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
@@ -667,11 +668,11 @@ def make_plan(
                             f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
     if not isinstance(prescale_q, bool):
         raise PlanError(f"prescale_q: expected a bool, got {prescale_q!r}")
-    if q_tile_rows is not None and (isinstance(q_tile_rows, bool) or q_tile_rows not in (16, 32)):
-        raise PlanError(f"q_tile_rows: expected None, 16 or 32, got {q_tile_rows!r}")
-    if q_tile_rows == 16 and num_tokens * (num_q_heads // num_kv_heads) > 16:
-        raise PlanError(f"q_tile_rows: 16 holds at most 16 q rows, but num_tokens x group size = {num_tokens} x "
-                        f"{num_q_heads // num_kv_heads} = {num_tokens * (num_q_heads // num_kv_heads)}")
+    if q_tile_rows is not None and (isinstance(q_tile_rows, bool) or q_tile_rows not in (8, 16, 32)):
+        raise PlanError(f"q_tile_rows: expected None, 8, 16 or 32, got {q_tile_rows!r}")
+    if q_tile_rows in (8, 16) and num_tokens * (num_q_heads // num_kv_heads) > q_tile_rows:
+        raise PlanError(f"q_tile_rows: {q_tile_rows} holds at most {q_tile_rows} q rows, but num_tokens x group size = "
+                        f"{num_tokens} x {num_q_heads // num_kv_heads} = {num_tokens * (num_q_heads // num_kv_heads)}")
     if chunk_cap is not None:
         if not isinstance(chunk_cap, int) or isinstance(chunk_cap, bool) or chunk_cap not in CHUNK_CAPS:
             raise PlanError(f"chunk_cap: expected None or one of {sorted(CHUNK_CAPS)} tiles, got {chunk_cap!r}")
@@ -740,7 +741,7 @@ def make_plan(
     dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
     head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
     if q_tile_rows is None:
-        q_tile_rows = 16 if head_rows <= 16 else 32
+        q_tile_rows = 8 if head_rows <= 8 else 16 if head_rows <= 16 else 32
     # what the cost model's split choices need of the shape (split floor, tile and key_row pieces)
     shape = dict(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows,

@@ -239,8 +239,9 @@ class Kernel:
 class CircularBuffer:
     """A circular buffer: `num_pages` pages of `page_size` bytes in `data_format`, on `cores`.
 
-    `tile_rows`: the rows of its tiles, 32 (32x32 tiles, four 16x16 faces) or 16 (16x32 half tiles:
-    faces 0 and 1 only, ttnn's tile (16, 32)); the compute kernel's unpackers and packer take a CB's
+    `tile_rows`: the rows of its tiles, 32 (32x32 tiles, four 16x16 faces), 16 (16x32 half tiles:
+    faces 0 and 1 only, ttnn's tile (16, 32)) or 8 (8x32 tiles: two 8x16 faces, face_r_dim 8, ttnn's
+    tile (8, 32)); the compute kernel's unpackers and packer take a CB's
     tile shape from here, as the device build takes it from the CB's tile descriptor.
     """
 
@@ -260,8 +261,9 @@ class CircularBuffer:
             raise ValueError(f"CB index {self.index} outside 0..{NUM_CIRCULAR_BUFFERS - 1}")
         if self.page_size <= 0 or self.num_pages <= 0:
             raise ValueError(f"CB {self.index}: page_size and num_pages must be positive")
-        if self.tile_rows not in (16, 32):
-            raise ValueError(f"CB {self.index}: tile_rows must be 16 (16x32 tiles) or 32 (32x32 tiles), got {self.tile_rows}")
+        if self.tile_rows not in (8, 16, 32):
+            raise ValueError(f"CB {self.index}: tile_rows must be 8 (8x32 tiles), 16 (16x32 tiles) or 32 (32x32 tiles), "
+                             f"got {self.tile_rows}")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-// Test kernel for 16x32 tiles (two faces, rows 0-15): one output tile of CB 16 per step, by a define:
+// Test kernel for 16x32 tiles (two faces, rows 0-15) and 8x32 tiles (two faces of 8 rows): one output
+// tile of CB 16 per step, by a define:
 //   OP_MATMUL     out = sum_k in0[k] x in1[k]^T       (in0: 16x32 tiles, in1: 32x32, transposed)
 //   OP_COPY       out = copy_tile(in0)                 (DST faces 0-1)
 //   OP_BCAST_COL  out = unary_bcast<COL>(in0)          (column 0 of rows 0-15 in every column)
@@ -9,6 +10,11 @@
 //   WRONG_SHAPE_COPY   (OP_MM_COPY) srcA's format reconfigured for in2 but no copy_init: the copy runs
 //                      under copy_init(in3), a 32x32 CB of in2's format (tt-metal #49266's hazard)
 //   EXP_ALL_FACES      (OP_EXP_ROWS) exp on VectorMode::RC: faces 2-3 of the DST tile hold nothing
+//   PLAIN_RECONFIG     (OP_MM_COPY) srcA reconfigured for in2 by the plain reconfig_data_format_srca(in2),
+//                      which keeps the face stride of in1's tiles (an 8x32 in2 needs the (old, new) form)
+// EXP_ITERATIONS=n: (OP_EXP_ROWS) the exp's vector steps per face (8 = rows 0-15, 4 = rows 0-7)
+// COPY_INIT_ONCE: (OP_COPY) copy_init before the first tile only (later copies run under the X-end the
+//                 previous unpack to DST left)
 //   FULL_PACKER        the packer's tile shape comes from compute_kernel_hw_startup with CB 17 (32x32),
 //                      then only pack_reconfig_data_format(17 -> 16)
 // and a right one: FULL_PACKER_TILE_RECONFIG, the same with pack_reconfig_data_format<true> (tile shape too)
@@ -57,8 +63,11 @@ void kernel_main() {
         reconfig_data_format_srca(in3);
         copy_init(in3);
         reconfig_data_format_srca(in2);
-#else
+#elif defined(PLAIN_RECONFIG)
         reconfig_data_format_srca(in2);
+        copy_init(in2);
+#else
+        reconfig_data_format_srca(in1, in2);
         copy_init(in2);
 #endif
         copy_tile(in2, 0, 1);
@@ -66,12 +75,18 @@ void kernel_main() {
 #elif defined(OP_COPY) || defined(OP_EXP_ROWS)
         cb_wait_front(in0, 1);
         reconfig_data_format_srca(in0);
+#ifdef COPY_INIT_ONCE
+        if (i == 0) copy_init(in0);
+#else
         copy_init(in0);
+#endif
         copy_tile(in0, 0, 0);
 #if defined(OP_EXP_ROWS)
         exp_tile_init();
 #ifdef EXP_ALL_FACES
         exp_tile(0, VectorMode::RC);
+#elif defined(EXP_ITERATIONS)
+        exp_tile<false, false, InputClamping::ClampToNegative, EXP_ITERATIONS>(0, VectorMode::R);
 #else
         exp_tile(0, VectorMode::R);
 #endif

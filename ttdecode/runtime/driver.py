@@ -189,7 +189,7 @@ def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) 
         out.append(f"core {c.x} {c.y} {nx} {ny} {layout.SEMAPHORE_BASE} {nsem}")
     for ci, c in enumerate(lay.cores):
         for p in lay.cbs[c].values():
-            out.append(f"cb {ci} {p.index} {p.addr} {p.page_size} {p.num_pages} {p.tt_format} {p.faces}")
+            out.append(f"cb {ci} {p.index} {p.addr} {p.page_size} {p.num_pages} {p.tt_format} {p.tile_rows}")
         for sid, v in sorted(lay.sems[c].items()):
             out.append(f"sem {ci} {sid} {v}")
     for (c, slot), k in sorted(lay.kernels.items(), key=lambda kv: (lay.index[kv[0][0]], kv[0][1])):

@@ -90,20 +90,17 @@ class CbPlacement:
     page_size: int
     num_pages: int
     data_format: DataType
-    tile_rows: int = 32  # 16: 16x32 tiles (faces 0-1)
+    tile_rows: int = 32  # 16: 16x32 tiles (faces 0-1); 8: 8x32 tiles (faces 0-1 of 8 rows)
 
     @property
     def tt_format(self) -> int:
         return TT_DATA_FORMAT[self.data_format]
 
     @property
-    def faces(self) -> int:
-        return 4 if self.tile_rows == 32 else 2
-
-    @property
     def tile_size(self) -> int:
-        """Bytes of one tile: a 16x32 tile of a plain format is the first half of a 32x32 one (faces 0-1)."""
-        return tile_size(self.data_format) * self.faces // 4
+        """Bytes of one tile of a plain format: rows x 32 datums (a 16x32 tile is faces 0-1 of a 32x32
+        one; an 8x32 tile is two 8x16 faces)."""
+        return tile_size(self.data_format) * self.tile_rows // 32
 
 
 @dataclass(frozen=True)
@@ -126,7 +123,7 @@ def place_cbs(core: CoreCoord, cbs) -> list[CbPlacement]:
     for cb in sorted(cbs, key=lambda c: c.index):
         addr = round_up(addr, CB_ALIGNMENT)
         if cb.tile_rows != 32 and cb.data_format not in (DataType.float32, DataType.bfloat16):
-            raise ValueError(f"core {core}: CB {cb.index}: 16x32 tiles of {cb.data_format.value} are not modelled by "
+            raise ValueError(f"core {core}: CB {cb.index}: {cb.tile_rows}x32 tiles of {cb.data_format.value} are not modelled by "
                              "the host runtime (float32 and bfloat16 only)")
         out.append(CbPlacement(cb.index, addr, cb.page_size, cb.num_pages, cb.data_format, cb.tile_rows))
         addr += cb.total_size

@@ -29,6 +29,7 @@
 #include "compute_state.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 
 #include "chip_packer.hpp"
@@ -135,63 +136,95 @@ Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const cha
     const uint32_t limit = c.addr + c.page_size * c.num_pages;
     if (addr >= limit) addr -= c.page_size * c.num_pages;
     const fmt::DataFormat f = codec_format(c.format, api);
-    // a 16x32 tile (2 faces) of a plain format is the first half of a 32x32 tile's image: faces 0-1
+    // a 16x32 tile (2 faces) of a plain format is the first half of a 32x32 tile's image: faces 0-1;
+    // an 8x32 tile is two 8x16 faces (face 0's 8 rows, then face 1's)
     const uint32_t full = fmt::tile_size_bytes(f);
-    const uint32_t size = full * c.faces / 4;
+    const uint32_t size = full * c.rows / 32;
     if (size > c.page_size) {
         fail(std::string(api) + ": CB " + std::to_string(cb) + " pages are " + std::to_string(c.page_size) +
-             " B, smaller than a " + df_name(c.format) + (c.faces == 2 ? " 16x32" : "") + " tile (" +
+             " B, smaller than a " + df_name(c.format) + " " + std::to_string(c.rows) + "x32 tile (" +
              std::to_string(size) + " B)");
     }
     const uint8_t* raw = k.core->l1 + addr;
     TileCacheEntry& e = s.cache[((addr >> 4) * 2654435761u >> 29) & 7];
-    if (!(e.valid && e.addr == addr && e.format == c.format && e.faces == c.faces &&
+    if (!(e.valid && e.addr == addr && e.format == c.format && e.rows == c.rows &&
           std::memcmp(e.raw, raw, size) == 0)) {
         std::memcpy(e.raw, raw, size);
-        // faces 2-3 of a 16x32 tile do not exist: all-ones bits, NaN in every plain format
-        if (size < full) std::memset(e.raw + size, 0xFF, full - size);
-        fast_unpack_tile(f, e.raw, e.values);
+        uint8_t image[4096];
+        const uint8_t* from = e.raw;
+        if (size < full) {
+            // the rows a 16x32 or 8x32 tile lacks do not exist: all-ones bits, NaN in every plain format
+            std::memset(image, 0xFF, full);
+            const uint32_t face_row = full / 64;  // bytes of 16 datums
+            const uint32_t face_rows = c.rows < 16 ? c.rows : 16;
+            for (uint32_t fc = 0; fc < 2; ++fc)    // face fc's rows, at its place in a 32x32 image
+                std::memcpy(image + fc * 16 * face_row, e.raw + fc * face_rows * face_row, face_rows * face_row);
+            from = image;
+        }
+        fast_unpack_tile(f, from, e.values);
         e.addr = addr;
         e.format = c.format;
-        e.faces = c.faces;
+        e.rows = c.rows;
         e.valid = true;
         static uint64_t fills = 0;
         e.gen = ++fills;
     }
-    return Unpacked{e.values, c.format, c.faces, e.gen};
+    return Unpacked{e.values, c.format, c.rows, e.gen};
 }
 
-int cb_faces(Kernel& k, uint32_t cb, const char* api) {
+int cb_rows(Kernel& k, uint32_t cb, const char* api) {
     if (cb >= uint32_t(kNumCbs) || !k.core->cbcfg[cb].present) {
         fail(std::string(api) + ": CB " + std::to_string(cb) + " is not configured on " + core_name(k.core));
     }
-    return k.core->cbcfg[cb].faces;
+    return k.core->cbcfg[cb].rows;
 }
 
-// L1 bytes of one tile of a CB (its format's tile size, half for a 16x32 tile): what an unpacker
-// fetches for it or the packer writes (the cost model charges L1 traffic by these bytes).
+// L1 bytes of one tile of a CB (its format's tile size x rows / 32): what an unpacker fetches for it
+// or the packer writes (the cost model charges L1 traffic by these bytes).
 uint32_t tile_l1_bytes(Kernel& k, uint32_t cb, const char* api) {
-    const int faces = cb_faces(k, cb, api);
-    return fmt::tile_size_bytes(codec_format(k.core->cbcfg[cb].format, api)) * uint32_t(faces) / 4;
+    const int rows = cb_rows(k, cb, api);
+    return fmt::tile_size_bytes(codec_format(k.core->cbcfg[cb].format, api)) * uint32_t(rows) / 32;
 }
 
-static const char* shape_name(int faces) {
-    return faces == 4 ? "32x32 tiles (4 faces)" : faces == 2 ? "16x32 tiles (2 faces)" : "no tile shape";
+static const char* shape_name(int rows) {
+    return rows == 32 ? "32x32 tiles (4 faces)" : rows == 16 ? "16x32 tiles (2 faces)"
+           : rows == 8 ? "8x32 tiles (2 faces of 8 rows)" : "no tile shape";
 }
 
-void set_geometry(ComputeState& s, int unit, int faces, const char* api) {
-    int* f[] = {&s.srca_faces, &s.srcb_faces, &s.pack_faces};
+void set_geometry(ComputeState& s, int unit, int rows, const char* api) {
+    int* f[] = {&s.srca_rows, &s.srcb_rows, &s.pack_rows};
     const char** by[] = {&s.srca_geometry, &s.srcb_geometry, &s.pack_geometry};
-    *f[unit] = faces;
+    *f[unit] = rows;
     *by[unit] = api;
 }
 
-void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int faces, const char* api) {
-    const int have = srca ? s.srca_faces : s.srcb_faces;
-    if (have == faces) return;
+void set_face_stride(ComputeState& s, int unit, int rows, const char* api) {
+    (unit == 0 ? s.srca_face_rows : s.srcb_face_rows) = face_rows_of(rows);
+    (unit == 0 ? s.srca_stride_by : s.srcb_stride_by) = api;
+}
+
+void garbage_rows(ComputeState& s, float* t, uint32_t d, uint32_t from, bool faces_2_3) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (uint32_t r = from; r < 16; ++r) std::fill_n(t + r * 32, 32, nan);
+    if (faces_2_3) std::fill_n(t + 16 * 32, 16 * 32, nan);
+    s.defined[d] |= uint8_t(faces_2_3 ? 0xFF : 0x0F);
+}
+
+void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int rows, const char* api) {
+    const int stride = srca ? s.srca_face_rows : s.srcb_face_rows;
+    if (stride != face_rows_of(rows)) {
+        fail(std::string(api) + ": unpacker " + (srca ? "srcA" : "srcB") + "'s face stride is set for " +
+             std::to_string(stride) + "-row faces (by " + (srca ? s.srca_stride_by : s.srcb_stride_by) + ") but CB " +
+             std::to_string(cb) + " holds " + shape_name(rows) + "; on the chip face 1 would be read from " +
+             (stride > face_rows_of(rows) ? "past the tile" : "inside face 0") + ". Only compute_kernel_hw_startup "
+             "and an (old, new) reconfig_data_format_src" + (srca ? "a" : "b") + " whose two CBs differ in tile "
+             "shape program it (llk_unpack_common_api.h); a plain reconfig and the op inits do not");
+    }
+    const int have = srca ? s.srca_rows : s.srcb_rows;
+    if (have == rows) return;
     fail(std::string(api) + ": unpacker " + (srca ? "srcA" : "srcB") + " is programmed for " + shape_name(have) +
          " (by " + (srca ? s.srca_geometry : s.srcb_geometry) + ") but CB " + std::to_string(cb) + " holds " +
-         shape_name(faces) + "; on the chip it would unpack " + (have > faces ? "past the tile" : "part of the tile") +
+         shape_name(rows) + "; on the chip it would unpack " + (have > rows ? "past the tile" : "part of the tile") +
          ". Only an op's init (or compute_kernel_hw_startup) programs the tile shape; a data-format reconfig "
          "does not (tt-metal issue #49266)");
 }
@@ -200,11 +233,13 @@ void check_faces(ComputeState& s, uint32_t d, uint8_t mask, const char* api) {
     if ((s.defined[d] & mask) == mask) return;
     const uint8_t missing = uint8_t(mask & ~s.defined[d]);
     std::string faces;
-    for (int f = 0; f < 4; ++f)
-        if (missing & (1 << f)) faces += (faces.empty() ? "" : ", ") + std::to_string(f);
+    for (int f = 0; f < 4; ++f) {  // a whole face, or the half of it (8 rows) that lacks data
+        const int m = (missing >> (2 * f)) & 3;
+        if (m) faces += (faces.empty() ? "" : ", ") + std::to_string(f) + (m == 1 ? " (rows 0-7)" : m == 2 ? " (rows 8-15)" : "");
+    }
     fail(std::string(api) + ": DST tile " + std::to_string(d) + " holds no data" +
          (s.defined[d] ? " in face(s) " + faces : std::string()) + " since tile_regs_acquire" +
-         (s.defined[d] ? " (a 16x32 tile fills faces 0-1 only)" : "") +
+         (s.defined[d] ? " (a 16x32 tile fills faces 0-1 only, an 8x32 tile rows 0-7 of faces 0-1)" : "") +
          " (SFPU reads of cleared DST rows are undefined on the device)");
 }
 
@@ -228,9 +263,12 @@ extern "C" void ttrt_hw_startup(uint32_t icb0, uint32_t icb1, uint32_t ocb) {
     s.srca = unpack_key(s, icb0, f(icb0));
     s.srcb = unpack_key(s, icb1, f(icb1));
     s.pack = f(ocb);
-    set_geometry(s, 0, k.core->cbcfg[icb0].faces, "compute_kernel_hw_startup");
-    set_geometry(s, 1, k.core->cbcfg[icb1].faces, "compute_kernel_hw_startup");
-    set_geometry(s, 2, k.core->cbcfg[ocb].faces, "compute_kernel_hw_startup");
+    set_geometry(s, 0, k.core->cbcfg[icb0].rows, "compute_kernel_hw_startup");
+    set_geometry(s, 1, k.core->cbcfg[icb1].rows, "compute_kernel_hw_startup");
+    set_geometry(s, 2, k.core->cbcfg[ocb].rows, "compute_kernel_hw_startup");
+    set_face_stride(s, 0, k.core->cbcfg[icb0].rows, "compute_kernel_hw_startup");
+    set_face_stride(s, 1, k.core->cbcfg[icb1].rows, "compute_kernel_hw_startup");
+    s.srca_xend_whole_face = false;
     s.fpu = FPU_NONE;
     s.fpu_init = "compute_kernel_hw_startup (no op init yet)";
     s.reduce_mask = false;
@@ -259,7 +297,7 @@ extern "C" void ttrt_reconfig_srcb(uint32_t cb) {
 }
 extern "C" void ttrt_pack_geometry(uint32_t cb, const char* api) {
     Kernel& k = cur();
-    set_geometry(cs(k), 2, cb_faces(k, cb, api), api);
+    set_geometry(cs(k), 2, cb_rows(k, cb, api), api);
 }
 extern "C" void ttrt_reconfig_pack(uint32_t cb) {
     note("pack_reconfig_data_format", "%llu", cb);
@@ -268,21 +306,32 @@ extern "C" void ttrt_reconfig_pack(uint32_t cb) {
 }
 
 // The (old, new) reconfigs of the LLK (llk_unpack_reconfig_data_format_srca/srcb(old, new),
-// llk_pack_reconfig_data_format(old, new)) compare the two CBs' formats and reprogram nothing when
-// they match: the unpacker or packer then keeps whatever it was configured for, even when that is
-// not `old` (a kernel that names the wrong old CB keeps a stale configuration, as on the chip).
-extern "C" void ttrt_reconfig_srca_from(uint32_t old_cb, uint32_t cb) {
-    ComputeState& s = cs(cur());
-    const int from = unpack_key(s, old_cb, cb_format(cur(), old_cb, "reconfig_data_format_srca"));
-    if (from != unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srca"))) ttrt_reconfig_srca(cb);
-    else note("reconfig_data_format_srca", "%llu -> %llu: same format, nothing reprogrammed", old_cb, cb);
+// llk_pack_reconfig_data_format(old, new)) compare the two CBs and reprogram nothing when they match:
+// the unpacker or packer then keeps whatever it was configured for, even when that is not `old` (a
+// kernel that names the wrong old CB keeps a stale configuration, as on the chip). An unpack reconfig
+// whose two CBs differ in face geometry (face_r_dim or num_faces) reprograms the formats and the face
+// stride (FACE_ROW_MAJOR, llk_unpack_common_api.h); the pack one compares formats only.
+static void reconfig_unpacker_from(int unit, uint32_t old_cb, uint32_t cb) {
+    const char* api = unit == 0 ? "reconfig_data_format_srca" : "reconfig_data_format_srcb";
+    Kernel& k = cur();
+    ComputeState& s = cs(k);
+    const int old_rows = cb_rows(k, old_cb, api), new_rows = cb_rows(k, cb, api);
+    const bool geometry = face_rows_of(old_rows) != face_rows_of(new_rows) || (old_rows == 32) != (new_rows == 32);
+    const int from = unpack_key(s, old_cb, cb_format(k, old_cb, api));
+    if (geometry) {
+        if (unit == 0) ttrt_reconfig_srca(cb);
+        else ttrt_reconfig_srcb(cb);
+        set_face_stride(s, unit, new_rows, unit == 0 ? "reconfig_data_format_srca(old, new) (tile shapes differ)"
+                                                     : "reconfig_data_format_srcb(old, new) (tile shapes differ)");
+    } else if (from != unpack_key(s, cb, cb_format(k, cb, api))) {
+        if (unit == 0) ttrt_reconfig_srca(cb);
+        else ttrt_reconfig_srcb(cb);
+    } else {
+        note(api, "%llu -> %llu: same format and tile shape, nothing reprogrammed", old_cb, cb);
+    }
 }
-extern "C" void ttrt_reconfig_srcb_from(uint32_t old_cb, uint32_t cb) {
-    ComputeState& s = cs(cur());
-    const int from = unpack_key(s, old_cb, cb_format(cur(), old_cb, "reconfig_data_format_srcb"));
-    if (from != unpack_key(s, cb, cb_format(cur(), cb, "reconfig_data_format_srcb"))) ttrt_reconfig_srcb(cb);
-    else note("reconfig_data_format_srcb", "%llu -> %llu: same format, nothing reprogrammed", old_cb, cb);
-}
+extern "C" void ttrt_reconfig_srca_from(uint32_t old_cb, uint32_t cb) { reconfig_unpacker_from(0, old_cb, cb); }
+extern "C" void ttrt_reconfig_srcb_from(uint32_t old_cb, uint32_t cb) { reconfig_unpacker_from(1, old_cb, cb); }
 extern "C" void ttrt_reconfig_pack_from(uint32_t old_cb, uint32_t cb) {
     if (cb_format(cur(), old_cb, "pack_reconfig_data_format") != cb_format(cur(), cb, "pack_reconfig_data_format")) {
         ttrt_reconfig_pack(cb);
@@ -322,7 +371,7 @@ extern "C" void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t ic
     if (kind == FPU_COPY || kind == FPU_UNARY_BCAST) s.fpu_b = unpacks_to_dest(s, icb0, uint8_t(df0)) ? 1 : 0;
     s.fpu_init = api;
     // The op inits program the unpackers' tile shape from their CBs (GEOMETRY_INITS below).
-    const int f0 = cb_faces(k, icb0, api), f1 = cb_faces(k, icb1, api);
+    const int f0 = cb_rows(k, icb0, api), f1 = cb_rows(k, icb1, api);
     if (kind == FPU_MATMUL) {  // in0 -> srcB, in1 -> srcA
         set_geometry(s, 0, f1, api);
         set_geometry(s, 1, f0, api);
@@ -335,6 +384,7 @@ extern "C" void ttrt_fpu_init(int kind, int a, int b, uint32_t icb0, uint32_t ic
         set_geometry(s, 0, f0, api);
         set_geometry(s, 1, f1, api);
     }
+    if (kind != FPU_NONE) s.srca_xend_whole_face = false;  // the init programs unpacker A's X-end anew
     if (kind == FPU_REDUCE && b == int(0) /* REDUCE_ROW */) s.reduce_mask = true;
     count_init(k);
 }
@@ -363,14 +413,14 @@ extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, i
         fail("pack_tile: DST tile " + std::to_string(idst) + " was not written since tile_regs_acquire");
     }
     const int df = cb_format(k, cb, api);
-    const int faces = cb_faces(k, cb, api);
-    if (s.pack_faces != faces) {
-        fail(std::string("pack_tile: the packer is programmed for ") + shape_name(s.pack_faces) + " (by " +
-             s.pack_geometry + ") but CB " + std::to_string(cb) + " holds " + shape_name(faces) +
-             "; on the chip it would write " + (s.pack_faces > faces ? "past the page" : "part of the tile") +
+    const int rows = cb_rows(k, cb, api);
+    if (s.pack_rows != rows) {
+        fail(std::string("pack_tile: the packer is programmed for ") + shape_name(s.pack_rows) + " (by " +
+             s.pack_geometry + ") but CB " + std::to_string(cb) + " holds " + shape_name(rows) +
+             "; on the chip it would write " + (s.pack_rows > rows ? "past the page" : "part of the tile") +
              " (the packer's tile shape is programmed by compute_kernel_hw_startup and pack_reconfig_data_format)");
     }
-    check_faces(s, idst, face_mask(faces), api);
+    check_faces(s, idst, rows_mask(rows), api);
     if (s.pack != df) {
         fail(std::string("pack_tile: the packer is configured for ") + df_name(s.pack) + " but CB " +
              std::to_string(cb) + " holds " + df_name(df) + " (call pack_reconfig_data_format)");
@@ -392,18 +442,21 @@ extern "C" void ttrt_pack_tile(uint32_t idst, uint32_t cb, uint32_t out_index, i
         for (uint32_t i = 0; i < kTileValues; ++i) tmp[i] = (i % 16 == 0) ? src[i] : 0.f;
         src = tmp;
     }
-    if (faces == 4) {
+    if (rows == 32) {
         chip_packer::pack_tile(f, k.fp32_acc, src, k.core->l1 + addr);  // the chip's packer, not ttnn's tilizer
     } else {
-        // faces 0-1 only: the first half of the 32x32 image (plain formats: faces are contiguous)
+        // faces 0-1 only, face_r_dim rows of each (plain formats: a face's rows are contiguous): the
+        // first half of the 32x32 image for a 16x32 tile; rows 0-7 of face 0 then of face 1 for 8x32
         uint8_t image[4096];
-        const uint32_t size = fmt::tile_size_bytes(f) / 2;
         chip_packer::pack_tile(f, k.fp32_acc, src, image);
-        std::memcpy(k.core->l1 + addr, image, size);
+        const uint32_t face_row = fmt::tile_size_bytes(f) / 64;  // bytes of 16 datums
+        const uint32_t face_rows = rows < 16 ? uint32_t(rows) : 16u;
+        for (uint32_t fc = 0; fc < 2; ++fc)
+            std::memcpy(k.core->l1 + addr + fc * face_rows * face_row, image + fc * 16 * face_row, face_rows * face_row);
     }
     k.counters.op_tiles[OP_PACK] += 1;
-    // flag: vector-step equivalent of a 16x32 tile; the packer's L1 bytes
-    record(k, EV_COMPUTE, OP_PACK, 1, faces == 2 ? 16 : 0, tile_l1_bytes(k, cb, "pack_tile"));
+    // flag: the tile's rows when it is not 32x32 (the cost model's half / quarter tiles); the packer's L1 bytes
+    record(k, EV_COMPUTE, OP_PACK, 1, rows == 32 ? 0 : uint8_t(rows), tile_l1_bytes(k, cb, "pack_tile"));
 }
 
 void check_compute_end(Kernel& k) {

@@ -26,15 +26,16 @@ static Unpacked unpack_operand(Kernel& k, ComputeState& s, uint32_t cb, uint32_t
     }
     const Unpacked u = unpack(k, s, cb, idx, api);
     check_src_format(s, srca, cb, u.format, api);
-    check_unpack_geometry(s, srca, cb, u.faces, api);
+    check_unpack_geometry(s, srca, cb, u.rows, api);
     return u;
 }
 
 // The FPU ops other than matmul, copy and unary_bcast are modelled on 32x32 tiles only.
 static void require_full_tiles(const Unpacked& u, uint32_t cb, const char* api) {
-    if (u.faces == 4) return;
-    fail(std::string(api) + ": CB " + std::to_string(cb) + " holds 16x32 tiles; the host runtime models this op "
-         "on 32x32 tiles only (matmul with a 16x32 in0, copy_tile, unary_bcast and pack_tile take 16x32 tiles)");
+    if (u.rows == 32) return;
+    fail(std::string(api) + ": CB " + std::to_string(cb) + " holds " + std::to_string(u.rows) + "x32 tiles; the host "
+         "runtime models this op on 32x32 tiles only (matmul with a 16x32 or 8x32 in0, copy_tile, unary_bcast and "
+         "pack_tile take them)");
 }
 
 // The operand in the source register: unpack_operand, then cut to the source register precision of
@@ -189,14 +190,15 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
     const bool transpose_b = s.fpu_a != 0;
     const int phases = fidelity_phases(k.fidelity);
     // A 16x32 in0 (two faces: rows 0-15) gives a 16x32 result: the MVMULs of output rows 0-15 only,
-    // written to faces 0-1 of the DST tile. in1 is a 32x32 tile (its 32 rows are the inner dimension).
-    const int in0_faces = cb_faces(k, in0, api);
-    if (cb_faces(k, in1, api) != 4) {
-        fail(std::string(api) + ": in1 (CB " + std::to_string(in1) + ") holds 16x32 tiles; the host runtime models "
-             "matmul with a 32x32 in1 only (in0 may be 16x32)");
+    // written to faces 0-1 of the DST tile; an 8x32 in0 (face_r_dim 8) the MVMULs of rows 0-7 (one per
+    // face pair and inner face instead of two), written to rows 0-7 of faces 0-1. in1 is a 32x32 tile
+    // (its 32 rows are the inner dimension).
+    const uint32_t rows = uint32_t(cb_rows(k, in0, api));
+    if (cb_rows(k, in1, api) != 32) {
+        fail(std::string(api) + ": in1 (CB " + std::to_string(in1) + ") holds " + std::to_string(cb_rows(k, in1, api)) +
+             "x32 tiles; the host runtime models matmul with a 32x32 in1 only (in0 may be 16x32 or 8x32)");
     }
-    const uint32_t rows = in0_faces == 2 ? 16 : 32;
-    const uint8_t mask = face_mask(in0_faces);
+    const uint8_t mask = rows_mask(int(rows));
     // Mixed TF32/BF16 sources: each register is read as it holds (see ttrt_binary).
     for (uint32_t r = 0; r < rt; ++r) {
         const MatmulOperand& a = matmul_operand(k, s, in0, i0 + r * kt, false, false, api);  // in0 goes to srcB
@@ -204,9 +206,10 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
             const MatmulOperand& b = matmul_operand(k, s, in1, i1 + c, true, transpose_b, api);  // in1 goes to srcA
             const uint32_t d = idst + r * ct + c;
             float* out = dst_tile(k, s, d, api);
-            for (int f = 0; f < 4; ++f) {  // FPU reads a cleared face as 0
-                if ((mask >> f) & 1 && !((s.defined[d] >> f) & 1)) {
-                    for (uint32_t y = 0; y < 16; ++y)
+            for (int b = 0; b < 8; ++b) {  // FPU reads a cleared half face as 0
+                if ((mask >> b) & 1 && !((s.defined[d] >> b) & 1)) {
+                    const int f = b / 2;
+                    for (uint32_t y = 8 * (b % 2); y < 8 * (b % 2) + 8; ++y)
                         std::fill_n(out + (16 * (f / 2) + y) * 32 + 16 * (f % 2), 16, 0.f);
                 }
             }
@@ -220,7 +223,7 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
     const uint32_t n0 = ct >= rt ? rt : rt * ct, n1 = ct >= rt ? rt * ct : ct;
     const uint32_t l1 = n0 * tile_l1_bytes(k, in0, api) + n1 * tile_l1_bytes(k, in1, api);
     record(k, EV_COMPUTE, OP_MATMUL, rt * ct, rows == 32 ? 0 : uint8_t(rows), l1,
-           uint16_t(n0 + n1));  // flag: in0 rows of a 16x32 tile
+           uint16_t(n0 + n1));  // flag: in0 rows of a 16x32 or 8x32 tile
 }
 
 extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uint32_t i0, uint32_t i1, uint32_t idst,
@@ -238,7 +241,7 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
     load_operand(k, s, icb1, i1, false, api, b);
     (void)tf32;  // mixed TF32/BF16 sources: each register is read as it holds (ReadBF16 is undefined in the docs)
     float* out = dst_tile(k, s, idst, api);
-    if (s.defined[idst] != 0 && s.defined[idst] != 0xF) check_faces(s, idst, 0xF, api);
+    if (s.defined[idst] != 0 && s.defined[idst] != kAllRows) check_faces(s, idst, kAllRows, api);
     const bool was = s.defined[idst] != 0;
     const bool acc = s.fpu_b != 0;
     // ELWMUL runs the fidelity phases (llk_math_eltwise_binary.h); ELWADD/ELWSUB are LoFi only.
@@ -263,7 +266,7 @@ extern "C" void ttrt_binary(int op, int bcast, uint32_t icb0, uint32_t icb1, uin
             out[i] = dst_round(v, k.fp32_acc);
         }
     }
-    s.defined[idst] = 0xF;
+    s.defined[idst] = kAllRows;
     const int opc = op == 0 ? OP_MUL : op == 2 ? OP_ADD : OP_SUB;
     const int counted = bcast ? opc + (OP_ADD_BCAST - OP_ADD) : opc;
     k.counters.op_tiles[counted] += 1;
@@ -288,7 +291,7 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
     load_operand(k, s, icb, itile, is_max, api, a);
     load_operand(k, s, icb_scaler, itile_scaler, !is_max, api, sc);
     float* out = dst_tile(k, s, idst, api);
-    if (s.defined[idst] != 0 && s.defined[idst] != 0xF) check_faces(s, idst, 0xF, api);
+    if (s.defined[idst] != 0 && s.defined[idst] != kAllRows) check_faces(s, idst, kAllRows, api);
     const bool was = s.defined[idst] != 0;
     if (!was) std::fill(out, out + kTileValues, 0.f);
     for (uint32_t r = 0; r < 32; ++r) {
@@ -314,7 +317,7 @@ extern "C" void ttrt_reduce(int pool, int dim, uint32_t icb, uint32_t icb_scaler
         }
         out[r * 32] = is_max ? dst_round(v, k.fp32_acc) : v;
     }
-    s.defined[idst] = 0xF;
+    s.defined[idst] = kAllRows;
     const int opc = is_max ? OP_REDUCE_MAX : OP_REDUCE_SUM;
     k.counters.op_tiles[opc] += 1;
     record(k, EV_COMPUTE, uint16_t(opc), 1, 0, tile_l1_bytes(k, icb, api) + tile_l1_bytes(k, icb_scaler, api), 2);
@@ -338,11 +341,11 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     check_fpu(s, FPU_COPY, s.fpu == FPU_COPY ? s.fpu_a : 0, -1, api, "copy_init");
     const Unpacked u = unpack(k, s, cb, itile, api);
     check_src_format(s, true, cb, u.format, api);
-    check_unpack_geometry(s, true, cb, u.faces, api);
+    check_unpack_geometry(s, true, cb, u.rows, api);
     const bool to_dest = unpacks_to_dest(s, cb, u.format);
     check_copy_path(s, cb, to_dest, api, "copy_init");
     if (to_dest && s.fpu_a) fail("copy_tile: a transposing copy_init of an UnpackToDestFp32 CB is not modelled");
-    if (u.faces != 4 && s.fpu_a) fail("copy_tile: a transposing copy of a 16x32 tile is not modelled");
+    if (u.rows != 32 && s.fpu_a) fail("copy_tile: a transposing copy of a 16x32 or 8x32 tile is not modelled");
     float tmp[kTileValues];
     // UnpackToDestFp32: the unpacker writes the Float32 tile into the fp32 DST as is. Otherwise the
     // tile passes through srcA in the unpacker's format (TF32 / bf16 for Float32 data, denormals
@@ -350,14 +353,30 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
     if (to_dest) std::memcpy(tmp, u.values, sizeof tmp);
     else to_src(u.values, tmp, u.format, k.fp32_acc);
     float* out = dst_tile(k, s, idst, api);
-    // a 16x32 tile writes faces 0-1 (rows 0-15); faces 2-3 keep what they held
-    const uint32_t n = u.faces == 4 ? kTileValues : kTileValues / 2;
+    // a 16x32 tile writes faces 0-1 (rows 0-15), an 8x32 tile rows 0-7 of faces 0-1; faces 2-3 keep
+    // what they held
+    const uint32_t n = 32 * u.rows;
     if (s.fpu_a) transpose(tmp, out);
     else std::memcpy(out, tmp, n * sizeof(float));
     for (uint32_t i = 0; i < n; ++i) out[i] = dst_round(out[i], k.fp32_acc);
-    s.defined[idst] |= face_mask(u.faces);
+    s.defined[idst] |= rows_mask(u.rows);
+    uint32_t l1 = tile_l1_bytes(k, cb, api);
+    if (u.rows == 8) {
+        if (!to_dest) {
+            // MOVA2D moves 16 rows per face whatever the face_r_dim (llk_math_eltwise_unary_datacopy.h):
+            // rows 8-15 of faces 0-1 get srcA's stale rows 8-15
+            garbage_rows(s, out, idst, 8, false);
+        } else if (s.srca_xend_whole_face) {
+            // unpacker A's X-end is a whole face since the last unpack to DST (TEN-3868): each face reads
+            // 256 datums, so rows 8-15 of face 0 get the tile's face 1 and those of face 1 512 B past it
+            garbage_rows(s, out, idst, 8, false);
+            l1 *= 2;
+        }
+    }
+    if (to_dest) s.srca_xend_whole_face = true;
     k.counters.op_tiles[OP_COPY] += 1;
-    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16, tile_l1_bytes(k, cb, api), 1);
+    // flag: a 2-face tile's math moves 16 rows per face (16x32 and 8x32 alike); its L1 bytes as read
+    record(k, EV_COMPUTE, OP_COPY, 1, u.rows == 32 ? 0 : 16, l1, 1);
 }
 
 // unary_bcast<COL|ROW|SCALAR> (bcast 1|2|3): a 32-bit CB in UnpackToDestFp32 mode is unpacked to DST
@@ -373,22 +392,32 @@ extern "C" void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_
     const Unpacked u = unpack(k, s, cb, itile, api);
     const bool to_dest = unpacks_to_dest(s, cb, u.format);
     check_src_format(s, !to_dest, cb, u.format, api);
-    check_unpack_geometry(s, !to_dest, cb, u.faces, api);
+    check_unpack_geometry(s, !to_dest, cb, u.rows, api);
     check_copy_path(s, cb, to_dest, api, "unary_bcast_init");
     float v[kTileValues];
     if (to_dest) std::memcpy(v, u.values, sizeof v);
     else to_src(u.values, v, u.format, k.fp32_acc);
     float* out = dst_tile(k, s, idst, api);
-    // a 16x32 tile broadcasts into faces 0-1 (rows 0-15)
-    const uint32_t rows = u.faces == 4 ? 32 : 16;
+    // a 16x32 tile broadcasts into faces 0-1 (rows 0-15), an 8x32 tile into rows 0-7 of faces 0-1
+    const uint32_t rows = u.rows;
     for (uint32_t r = 0; r < rows; ++r)
         for (uint32_t c = 0; c < 32; ++c) {
             const float x = bcast == 1 ? v[r * 32] : bcast == 2 ? v[c] : v[0];
             out[r * 32 + c] = dst_round(x, k.fp32_acc);
         }
-    s.defined[idst] |= face_mask(u.faces);
+    s.defined[idst] |= rows_mask(u.rows);
+    uint32_t l1 = tile_l1_bytes(k, cb, api);
+    if (u.rows != 32) {
+        // The LLK's broadcast is for 32x32 tiles (llk_unpack_A.h asserts num_faces == 4 when
+        // ENABLE_LLK_ASSERT is on): of a 2-face tile it also unpacks "face 2", read past the tile, into
+        // DST faces 2-3, and moves 16 rows per face from the source register (stale rows 8-15 of an
+        // 8x32 tile's faces). The rows a 2-face tile holds come out right.
+        garbage_rows(s, out, idst, rows == 8 ? 8 : 16, true);
+        if (rows == 8 && to_dest && s.srca_xend_whole_face) l1 *= 2;
+    }
+    if (to_dest) s.srca_xend_whole_face = true;
     k.counters.op_tiles[OP_COPY] += 1;
-    record(k, EV_COMPUTE, OP_COPY, 1, u.faces == 4 ? 0 : 16, tile_l1_bytes(k, cb, api), 1);
+    record(k, EV_COMPUTE, OP_COPY, 1, u.rows == 32 ? 0 : 16, l1, 1);
 }
 
 }  // namespace ttrt

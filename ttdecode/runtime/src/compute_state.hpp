@@ -18,7 +18,7 @@ enum Regs { REGS_IDLE, REGS_ACQUIRED, REGS_COMMITTED, REGS_WAITED };
 struct TileCacheEntry {
     uint32_t addr = 0;
     uint8_t format = 0xff;
-    uint8_t faces = 0;
+    uint8_t rows = 0;  // tile rows (32, 16, 8)
     uint8_t raw[4096];
     float values[kTileValues];
     bool valid = false;
@@ -42,9 +42,10 @@ struct MatmulOperand {
 struct ComputeState {
     int cap = 0;
     float dst[kMaxDst][kTileValues];
-    // Which faces of each DST tile hold data written since tile_regs_acquire (bit f = face f; face f
-    // of a 32x32 tile is rows 16 (f / 2) .. +15, columns 16 (f % 2) .. +15). A 16x32 tile fills
-    // faces 0-1; faces 2-3 then stay as cleared (undefined here: no op may read them).
+    // Which half faces of each DST tile hold data written since tile_regs_acquire: bit 2f + h = rows
+    // 8h .. 8h + 7 of face f (face f of a 32x32 tile is rows 16 (f / 2) .. +15, columns 16 (f % 2) ..
+    // +15; see rows_mask). A 16x32 tile fills faces 0-1, an 8x32 tile rows 0-7 of faces 0-1; the rest
+    // stays as cleared (undefined here: no op may read it).
     uint8_t defined[kMaxDst] = {};
     Regs regs = REGS_IDLE;
     int fpu = FPU_NONE, fpu_a = 0, fpu_b = 0;
@@ -57,13 +58,27 @@ struct ComputeState {
     // configured unpacker / packer formats: tt DataFormat values, + kUnpackToDest for a Float32 CB
     // unpacked straight to DST (its unpack format is Float32, not TF32)
     int srca = -1, srcb = -1, pack = -1;
-    // The tile shape (faces per tile: 4 = 32x32, 2 = 16x32) each unpacker and the packer were last
-    // programmed for, and by which call. Only the calls that program a unit's tile geometry change
+    // The tile shape (tile rows: 32 = 32x32, 16 = 16x32, 8 = 8x32) each unpacker and the packer were
+    // last programmed for, and by which call. Only the calls that program a unit's tile geometry change
     // these (see compute.cpp); a data-format reconfig does not (tt-metal issue #49266).
-    int srca_faces = 0, srcb_faces = 0, pack_faces = 0;
+    int srca_rows = 0, srcb_rows = 0, pack_rows = 0;
     const char* srca_geometry = "(not configured)";
     const char* srcb_geometry = "(not configured)";
     const char* pack_geometry = "(not configured)";
+    // The unpackers' face stride in L1 (Tile_x_dim / XDim = face rows x 16): 16-row faces (32x32 and
+    // 16x32 tiles) or 8-row faces (8x32). Programmed by compute_kernel_hw_startup and by an (old, new)
+    // reconfig whose two CBs differ in face geometry (llk_unpack_common_api.h: FACE_ROW_MAJOR); not by
+    // the op inits, nor by a plain reconfig (cunpack_common.h). With the wrong stride the unpacker reads
+    // face 1 of an 8x32 tile from past the tile (or face 1 of a 16-row tile from its face 0's rows 8-15).
+    int srca_face_rows = 0, srcb_face_rows = 0;
+    const char* srca_stride_by = "(not configured)";
+    const char* srcb_stride_by = "(not configured)";
+    // After an unpack-to-DST of a 32-bit tile the LLK's TEN-3868 workaround leaves unpacker A's X-end
+    // at a whole 16-row face (cunpack_common.h unpack_to_dest_tile_done); only an unpack-A init
+    // (copy_init, unary_bcast_init, the other op inits) sets it back to the CB's face rows. An 8x32
+    // tile copied to DST meanwhile is read 256 datums per face: rows 0-7 of its faces land right,
+    // rows 8-15 of each DST face get the tile's face 1 and 512 B read past the tile.
+    bool srca_xend_whole_face = false;
     uint32_t unpack_to_dest = 0;  // bit i: CB i is in UnpackToDestFp32 mode (the kernel's settings)
     bool reduce_mask = false;
     bool started = false;
@@ -95,23 +110,37 @@ void check_src_format(ComputeState& s, bool srca, uint32_t cb, uint8_t df, const
 // expression is still to set (argument evaluation order is unspecified in C++). `values` points into
 // a small cache and stays valid only until the next unpack.
 struct Unpacked {
-    const float* values;  // rows 16-31 of a 16x32 tile are NaN (no data)
+    const float* values;  // the rows past a 16x32 or 8x32 tile's are NaN (no data)
     uint8_t format;
-    uint8_t faces;        // 4 (32x32) or 2 (16x32: rows 0-15)
+    uint8_t rows;         // tile rows: 32 (32x32), 16 (16x32: rows 0-15) or 8 (8x32: rows 0-7)
     uint64_t gen;  // TileCacheEntry::gen: equal gens mean equal values
 };
 Unpacked unpack(Kernel& k, ComputeState& s, uint32_t cb, uint32_t idx, const char* api);
-// Faces per tile of CB `cb` (4: 32x32, 2: 16x32).
-int cb_faces(Kernel& k, uint32_t cb, const char* api);
+// Tile rows of CB `cb` (32: 32x32, 16: 16x32, 8: 8x32).
+int cb_rows(Kernel& k, uint32_t cb, const char* api);
 uint32_t tile_l1_bytes(Kernel& k, uint32_t cb, const char* api);
-// The DST faces a tile of `faces` faces occupies (faces 0-1 for a 16x32 tile).
-constexpr uint8_t face_mask(int faces) { return faces == 2 ? 0x3 : 0xF; }
+// Every half face of a DST tile (ComputeState::defined).
+constexpr uint8_t kAllRows = 0xFF;
+// The half faces of DST a tile of `rows` rows occupies: all of a 32x32 tile, faces 0-1 of a 16x32
+// tile, rows 0-7 of faces 0-1 of an 8x32 tile (the chip keeps DST's 16-row face pitch: an 8x32
+// tile's faces start where a 32x32 tile's do).
+constexpr uint8_t rows_mask(int rows) { return rows == 32 ? 0xFF : rows == 16 ? 0x0F : 0x05; }
+// DST row r (0-31) of a tile belongs to half face bit rows_bit(r, column half).
+constexpr int half_face_bit(uint32_t r, uint32_t c) { return int(((r / 16) * 2 + c / 16) * 2 + (r % 16) / 8); }
 // The unpacker (srcA or srcB) must be programmed for the tile shape of the CB it unpacks: on the
-// chip a mismatch unpacks the wrong number of faces (half of a 32x32 tile, or past a 16x32 one).
-void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int faces, const char* api);
-// Program unit `unit` (0 srcA, 1 srcB, 2 packer) for tiles of `faces` faces, by call `api`.
-void set_geometry(ComputeState& s, int unit, int faces, const char* api);
-// DST tile `d` must hold data in every face of `mask` (SFPU reads, packs).
+// chip a mismatch unpacks the wrong number of faces or face rows (part of the tile, or past it).
+void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int rows, const char* api);
+// Program unit `unit` (0 srcA, 1 srcB, 2 packer) for tiles of `rows` rows, by call `api`.
+void set_geometry(ComputeState& s, int unit, int rows, const char* api);
+// Program unpacker `unit` (0 srcA, 1 srcB)'s face stride for tiles of `rows` rows, by call `api`.
+void set_face_stride(ComputeState& s, int unit, int rows, const char* api);
+// Face rows of a tile of `rows` rows (face_r_dim): 8 for 8x32 tiles, else 16.
+constexpr int face_rows_of(int rows) { return rows == 8 ? 8 : 16; }
+// The DST rows a 2-face tile's op leaves holding garbage (NaN here, written: the chip writes them with
+// stale source-register rows or data read past the tile): rows `from`..15 of faces 0-1 and, when
+// `faces_2_3`, all of faces 2-3. Marks them written.
+void garbage_rows(ComputeState& s, float* t, uint32_t d, uint32_t from, bool faces_2_3);
+// DST tile `d` must hold data in every half face of `mask` (SFPU reads, packs).
 void check_faces(ComputeState& s, uint32_t d, uint8_t mask, const char* api);
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api);
 

@@ -36,7 +36,9 @@ struct CbConfig {
     bool present = false;
     uint32_t addr = 0, page_size = 0, num_pages = 0;
     uint8_t format = 0xff;  // tt DataFormat value
-    uint8_t faces = 4;      // 4: 32x32 tiles; 2: 16x32 tiles (faces 0-1, face_r_dim 16)
+    // Rows of its tiles: 32 (32x32, faces 0-3), 16 (16x32: faces 0-1) or 8 (8x32: faces 0-1 of 8 rows,
+    // face_r_dim 8).
+    uint8_t rows = 32;
 };
 
 // Page counters shared by the producer and the consumer of a CB (as the device's tiles_received /

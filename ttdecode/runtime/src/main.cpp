@@ -242,10 +242,11 @@ static void parse_program(const std::string& path) {
             int ci, cb, fmt;
             in >> ci >> cb;
             CbConfig& cfg = g.cores[ci]->cbcfg[cb];
-            int faces;
-            in >> cfg.addr >> cfg.page_size >> cfg.num_pages >> fmt >> faces;
+            int rows;
+            in >> cfg.addr >> cfg.page_size >> cfg.num_pages >> fmt >> rows;
+            if (rows != 32 && rows != 16 && rows != 8) fail_kind("internal", "cb tile rows must be 32, 16 or 8");
             cfg.format = uint8_t(fmt);
-            cfg.faces = uint8_t(faces);
+            cfg.rows = uint8_t(rows);
             cfg.present = true;
         } else if (tag == "sem") {
             int ci, id;

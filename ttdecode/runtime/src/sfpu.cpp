@@ -243,8 +243,15 @@ struct Lanes {
     }
     // Vector steps the call runs: faces x ITERATIONS (the compute event's flag; the cost model charges them).
     uint8_t steps() const { return uint8_t((r1 / 16) * (c1 / 16) * iterations); }
-    // The DST faces the call reads and writes (bit f = face f).
-    uint8_t faces() const { return uint8_t(c1 == 32 ? (r1 == 32 ? 0xF : 0x3) : (r1 == 32 ? 0x5 : 0x1)); }
+    // The DST half faces the call reads and writes (ComputeState::defined: bit 2f + h = rows 8h .. 8h + 7
+    // of face f): steps 0-3 cover face rows 0-7, steps 4-7 rows 8-15.
+    uint8_t faces() const {
+        const uint8_t f = uint8_t(c1 == 32 ? (r1 == 32 ? 0xF : 0x3) : (r1 == 32 ? 0x5 : 0x1));
+        uint8_t m = 0;
+        for (int i = 0; i < 4; ++i)
+            if ((f >> i) & 1) m |= uint8_t((iterations > 4 ? 3 : 1) << (2 * i));
+        return m;
+    }
 };
 
 static Lanes lanes_of(int vector_mode, int flags, const char* api) {
@@ -336,8 +343,24 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
     check_regs(k, s, REGS_ACQUIRED, api);
     check_sfpu(s, op, flags, api);
     float* t = dst_tile(k, s, idst, api);
-    const Lanes lanes = lanes_of(vector_mode, flags, api);
+    Lanes lanes = lanes_of(vector_mode, flags, api);
     check_defined(s, idst, lanes, api);
+    if (op == SF_EXP && (flags & F_APPROX) && (flags & F_CLAMP_NEG) && lanes.iterations < 8) {
+        // The approximate exp with ClampToNegative (the SFPLOADMACRO path) is unrolled for 8 steps and
+        // ignores ITERATIONS (ckernel_sfpu_exp.h, tt-llk#1486): it runs whole faces. The rows past the
+        // asked steps are computed too; where they hold no data the chip reads whatever DST holds, so
+        // they come out as garbage (NaN here), written.
+        const uint8_t asked = lanes.faces();
+        lanes.iterations = 8;
+        const uint8_t extra = uint8_t(lanes.faces() & ~asked & ~s.defined[idst]);
+        for (int b = 0; b < 8; ++b) {
+            if (!((extra >> b) & 1)) continue;
+            const int f = b / 2;
+            for (uint32_t r = 8 * (b % 2); r < 8 * (b % 2) + 8; ++r)
+                std::fill_n(t + (16 * (f / 2) + r) * 32 + 16 * (f % 2), 16, std::numeric_limits<float>::quiet_NaN());
+        }
+        s.defined[idst] |= extra;
+    }
     unary_tile(op, t, lanes, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
     k.counters.op_tiles[opc] += 1;
@@ -386,7 +409,7 @@ extern "C" void ttrt_sfpu_binary(int op, uint32_t i0, uint32_t i1, uint32_t o, i
             const uint32_t i = r * 32 + c;
             out[i] = store(binary_lane(op, load(a[i], fp32_dst), load(b[i], fp32_dst), flags), fp32_dst);
         }
-    s.defined[o] = fresh ? uint8_t(0xF) : uint8_t(s.defined[o] | lanes.faces());
+    s.defined[o] = fresh ? kAllRows : uint8_t(s.defined[o] | lanes.faces());
     k.counters.op_tiles[OP_MAX] += 1;
     record(k, EV_COMPUTE, OP_MAX, 1, lanes.steps());
 }
@@ -423,7 +446,7 @@ extern "C" void ttrt_sfpu_ternary(int op, uint32_t i0, uint32_t i1, uint32_t i2,
             const float res = mad(prod, load(c[i], fp32_dst), load(a[i], fp32_dst));
             out[i] = store(fp32 ? res : to_bf16(res), fp32_dst);
         }
-    s.defined[o] = fresh ? uint8_t(0xF) : uint8_t(s.defined[o] | lanes.faces());
+    s.defined[o] = fresh ? kAllRows : uint8_t(s.defined[o] | lanes.faces());
     k.counters.op_tiles[OP_TERNARY] += 1;
     record(k, EV_COMPUTE, OP_TERNARY, 1, lanes.steps());
 }

@@ -35,12 +35,17 @@ extern "C" void ttrt_sfpu_reduce(int pool, int format, int dim, uint32_t idst, u
         for (uint32_t j = 0; j < ct_dim; ++j) {
             const uint32_t t = idst + i * ct_dim + j;
             float* tile = dst_tile(k, s, t, api);
-            // Row by row: faces 0-1 (rows 0-15) must hold data; rows 16-31 of a tile whose faces 2-3
-            // hold none (a 16x32 tile's) give undefined results there, as on the chip, and stay undefined.
-            check_faces(s, t, 0x3, api);
-            if (s.defined[t] != 0xF) {
-                s.defined[t] = 0x3;
-                s.defined[idst + i * ct_dim] &= 0x3;  // the row maxes of rows 16-31 are undefined too
+            // Row by row: rows 0-7 of faces 0-1 must hold data; the rows a 16x32 or 8x32 tile's data
+            // does not reach give undefined results there, as on the chip, and stay undefined.
+            check_faces(s, t, rows_mask(8), api);
+            if (s.defined[t] != kAllRows) {
+                uint8_t rows_held = 0;  // the 8-row bands held in both column halves
+                for (int band = 0; band < 4; ++band) {
+                    const uint8_t m = uint8_t((0x5 << ((band / 2) * 4)) << (band % 2));
+                    if ((s.defined[t] & m) == m) rows_held |= m;
+                }
+                s.defined[t] = rows_held;
+                s.defined[idst + i * ct_dim] &= rows_held;  // the row maxes of the other rows are undefined too
             }
             for (uint32_t r = 0; r < 32; ++r) {
                 // SFPSWAP's max: a total sign-magnitude order (-NaN < -inf < -0 < +0 < +inf < +NaN), so

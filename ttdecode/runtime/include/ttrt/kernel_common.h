@@ -70,9 +70,12 @@ inline uint8_t get_relative_logical_y() { return my_logical_y_; }
 constexpr inline std::int32_t get_tile_size(const std::int32_t operand) {
     return (std::int32_t)ttrt_cb_tile_size[operand];
 }
-// 32x32 tiles (four faces) or 16x32 tiles (faces 0-1): the CB's tile shape (CircularBuffer.tile_rows)
+// 32x32 tiles (four faces), 16x32 tiles (faces 0-1) or 8x32 tiles (two faces of 8 rows): the CB's
+// tile shape (CircularBuffer.tile_rows)
 constexpr inline uint32_t get_tile_hw(const std::int32_t operand) { return ttrt_cb_tile_rows[operand] * 32u; }
-constexpr inline uint32_t get_tile_num_faces(const std::int32_t operand) { return ttrt_cb_tile_rows[operand] / 8u; }
+constexpr inline uint32_t get_tile_num_faces(const std::int32_t operand) {
+    return ttrt_cb_tile_rows[operand] == 32u ? 4u : 2u;
+}
 constexpr inline DataFormat get_dataformat(const std::int32_t operand) {
     return static_cast<DataFormat>(ttrt_cb_data_format[operand]);
 }

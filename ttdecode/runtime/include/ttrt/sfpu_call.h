@@ -121,6 +121,21 @@ constexpr TtrtSfpuFn calculate_log = {
         ttrt_sfpu_iterations_flag(ITERATIONS),
     "calculate_log"};
 
+template <int iterations>
+constexpr int ttrt_recip_code() {
+    static_assert(iterations >= 1 && iterations <= 8, "SFPU call: ITERATIONS 1..8 (vector steps per face)");
+    return 2 /*SF_RECIP*/;
+}
+
+// ckernel_sfpu_recip.h: idst = 1 / idst (the runtime's SF_RECIP, as recip_tile runs it: its
+// is_fp32_dest_acc_en is recip_tile's dest_acc == FP32, its approximation APPROX by default).
+template <bool APPROXIMATION_MODE, bool is_fp32_dest_acc_en, int ITERATIONS = 8>
+constexpr TtrtSfpuFn calculate_reciprocal = {
+    ttrt_recip_code<ITERATIONS>(),
+    (APPROXIMATION_MODE ? TTRT_SFPU_APPROX : 0) | (is_fp32_dest_acc_en ? TTRT_SFPU_FP32_TEMPLATE : 0) |
+        ttrt_sfpu_iterations_flag(ITERATIONS),
+    "calculate_reciprocal"};
+
 }  // namespace sfpu
 
 // The macros' DST bound checks: the runtime checks every DST index in the op itself.
