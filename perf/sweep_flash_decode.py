@@ -10,13 +10,14 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
   batch  Llama-3.1-8B on N150, S 8K, B 1, 8, 32
 
   tg-llama70b  Galaxy Llama-70B per chip: B 8, 8q/1kv, D 128, cur_pos 127, 8x4 grid (tt-metal measured 7.4 us)
+  tg-numerics  the same point, our kernels with tt-metal's numerics (bf16 DST, approximate exp; no tt-metal row)
   techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv
   key_row     ours with kv_pages "key_row" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
 
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
 ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
 model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
-tg-llama70b only (seconds). All times are MODEL ESTIMATES.
+tg-llama70b and tg-numerics only (seconds). All times are MODEL ESTIMATES.
 
 Outputs in --out (default tech_report/figures/): sweep_flash_decode.csv, fd_time_vs_seq.png,
 fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png; a table on stdout.
@@ -76,6 +77,10 @@ class Point:
     k_chunk_size: int = 0  # tt-metal's chunk (0 = dynamic); our kernels always run dynamic chunks
     run_ours: bool = True  # False: the host run would be too large here (tt-metal's structure only)
     kv_pages: str = "tile"  # what our kernels' K/V pages hold: "tile" (interleaved) or "key_row" (bank-local pieces)
+    # our kernels' numerics: "fp32" (the default: fp32 DST, accurate exp) or "tt-metal" (tt-metal's config: a bf16
+    # DST, fp32_dest_acc_en=False, and the approximate exp its kernel runs, exp_approx_mode=True); a tt-metal
+    # numerics point has no tt-metal row of its own (its structure's row is the point's fp32 twin's)
+    numerics: str = "fp32"
 
     @property
     def pos(self) -> int:
@@ -89,7 +94,9 @@ TG_LLAMA70B_MEASURED_US = {"PR #37004 (tree reduction)": 7.4, "perf unit test 6U
 
 def tg_llama70b_points() -> list[Point]:
     """Galaxy Llama-70B per chip: B=8, 8q/1kv, D=128, cur_pos=127, 8x4 grid (tt-metal's measured point)."""
-    return [Point("tg-llama70b", "Galaxy Llama-70B chip 8q/1kv", 8, 8, 1, 128, 4, 128, (8, 4), 127)]
+    return [Point("tg-llama70b", "Galaxy Llama-70B chip 8q/1kv", 8, 8, 1, 128, 4, 128, (8, 4), 127),
+            Point("tg-numerics", "Galaxy Llama-70B, tt-metal numerics", 8, 8, 1, 128, 4, 128, (8, 4), 127,
+                  numerics="tt-metal")]
 
 
 def tech_report_points() -> list[Point]:
@@ -163,12 +170,15 @@ def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
     """Run the kernels for `p`; returns (plan, the run's counters, wall seconds incl. making inputs)."""
     t0 = time.perf_counter()
     q, k, v = inputs_for(p)
+    fp32 = p.numerics == "fp32"
     plan = make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq_len,
                      head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.pos] * p.batch,
                      max_cores_per_head_batch=p.max_cores, grid=p.grid, kv_pages=p.kv_pages,
-                     prescale_q=power_of_two_scale(1 / math.sqrt(p.head_dim)))  # as the API plans
+                     prescale_q=power_of_two_scale(1 / math.sqrt(p.head_dim)),  # as the API plans
+                     fp32_dest_acc_en=fp32)
     out, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(p.head_dim),
-                                      compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+                                      compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2, fp32_dest_acc_en=fp32),
+                                      exp_approx=not fp32)
     if not torch.isfinite(out.float()).all():
         raise RuntimeError(f"{p}: the kernels produced non-finite outputs")
     return plan, result.counters, time.perf_counter() - t0
@@ -228,8 +238,8 @@ def run_sweeps(points: list[Point], long_limit: float) -> Iterator[tuple[Point, 
                 seq_too_slow = True
             works, red, fid = work_from_counters(plan, counters)
             yield p, row_of(p, plan, evaluate(works, red, fid), wall)
-        if p.kv_pages != "tile":
-            continue  # tt-metal reads interleaved caches only: its rows come with the interleaved point
+        if p.kv_pages != "tile" or p.numerics != "fp32":
+            continue  # tt-metal reads interleaved caches only; a numerics variant's twin has tt-metal's row
         for reduction in ttmetal_reductions(p):
             yield p, ttmetal_row(p, reduction)
 

@@ -354,6 +354,8 @@ def test_quick_sweep_writes_both_kernels_at_the_tg_llama70b_point(tmp_path) -> N
     assert set(tg) == {"ttdecode", "tt-metal"}
     for r in tg.values():
         assert float(r["est_us"]) > 0 and float(r["achieved_gbps"]) > 0
+    # our kernels at the same point with tt-metal's numerics (bf16 DST, approximate exp): ours only
+    assert [r["kernel"] for r in rows if r["sweep"] == "tg-numerics"] == ["ttdecode"]
 
 
 def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fills_the_grid() -> None:

@@ -799,7 +799,9 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     - its reader: those pieces' K/V at the per-core plateau, one DRAM latency per chunk;
     - the DRAM floor: the user's K/V over the 12 banks at the (fitted) interleaved efficiency;
     - the tree: tree_rounds(used) rounds (message, handshake, merge).
-    The step is the slowest of the first three plus the fourth. Depends on the config and the cache's
+    The busiest core takes evaluate's overlap of its reader (no faster than the DRAM floor) and its
+    compute: max(reader, compute) + min(reader, compute) / stages (two read barriers a chunk, K and V;
+    one with MLA), as chunk_cap weighs it; the step adds the tree. Depends on the config and the cache's
     length, never on the batch (batch invariance)."""
     from ttdecode.plan import tree_rounds
 
@@ -811,8 +813,10 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     for p in range(1, max_pieces + 1):
         used, busiest, chunk, n = _tile_paged_busiest(num_kv_heads, cores, seq_tiles, p, floor_tiles, chunk_tiles)
         compute = busiest * costs.piece(n, chunk, fixed_chunk=True)
-        reader = _core_reader(busiest, n, busiest * -(-n // chunk), key_bytes, c)
-        key = (max(compute, reader, floor) + tree_rounds(used) * costs.round, compute, p)
+        chunks = busiest * -(-n // chunk)
+        reader = max(_core_reader(busiest, n, chunks, key_bytes, c), floor)
+        core = max(compute, reader) + min(compute, reader) / (chunks * (1 if mla else 2))
+        key = (core + tree_rounds(used) * costs.round, compute, p)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:
