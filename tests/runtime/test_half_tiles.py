@@ -109,6 +109,15 @@ def small_ints(*shape: int, seed: int) -> torch.Tensor:
     return torch.randint(-4, 5, shape, generator=torch.Generator().manual_seed(seed)).float()
 
 
+def mm_copy_inputs(rows: int, seeds: tuple[int, int, int]) -> dict[int, tuple[torch.Tensor, DataType, int]]:
+    """MM_COPY's inputs: in0 Q (bf16, `rows`-row tiles), in1 K (bf16 32x32), in2 the tile copied after the
+    matmul (float32, `rows`-row tiles)."""
+    q = small_ints(rows, 32, seed=seeds[0])
+    k = small_ints(32, 32, seed=seeds[1])
+    s = torch.randn(rows, 32, generator=torch.Generator().manual_seed(seeds[2]))
+    return {0: (q, DataType.bfloat16, rows), 1: (k, DataType.bfloat16, 32), 2: (s, DataType.float32, rows)}
+
+
 def test_matmul_with_a_16x32_in0_gives_the_16_rows_of_the_product():
     kt = 2
     q = small_ints(16, 32 * kt, seed=1)  # in0: kt 16x32 tiles
@@ -149,22 +158,15 @@ def test_sfpu_op_on_faces_a_16x32_tile_does_not_fill_is_caught():
 
 
 def test_copy_after_a_matmul_reprogrammed_by_its_copy_init_is_right():
-    q = small_ints(16, 32, seed=6)
-    k = small_ints(32, 32, seed=7)
-    s = torch.randn(16, 32, generator=torch.Generator().manual_seed(8))
-    inputs = {0: (q, DataType.bfloat16, 16), 1: (k, DataType.bfloat16, 32), 2: (s, DataType.float32, 16)}
+    inputs = mm_copy_inputs(16, (6, 7, 8))
     got = run_out(program("MM_COPY", inputs, 1, unpack_to_dest=(2,)), 1)[0]
-    assert torch.equal(got, s)
+    assert torch.equal(got, inputs[2][0])
 
 
 def test_copy_under_a_copy_init_for_a_32x32_cb_of_the_same_format_is_caught():
     """tt-metal #49266: a format reconfig does not reprogram the tile shape, so a 16x32 CB copied
     after copy_init of a 32x32 CB would be unpacked as four faces on the chip."""
-    q = small_ints(16, 32, seed=6)
-    k = small_ints(32, 32, seed=7)
-    s = torch.randn(16, 32, generator=torch.Generator().manual_seed(8))
-    inputs = {0: (q, DataType.bfloat16, 16), 1: (k, DataType.bfloat16, 32), 2: (s, DataType.float32, 16),
-              3: (torch.zeros(32, 32), DataType.float32, 32)}
+    inputs = {**mm_copy_inputs(16, (6, 7, 8)), 3: (torch.zeros(32, 32), DataType.float32, 32)}
     prog = program("MM_COPY", inputs, 1, unpack_to_dest=(2, 3), defines={"WRONG_SHAPE_COPY": "1"})
     with pytest.raises(KernelError, match=r"unpacker srcA is programmed for 32x32 tiles \(4 faces\) \(by copy_init\) "
                                           r"but CB 2 holds 16x32 tiles"):
@@ -254,21 +256,15 @@ def test_sfpu_op_on_rows_an_8x32_tile_does_not_fill_is_caught():
 
 
 def test_copy_of_an_8x32_tile_after_a_geometry_aware_reconfig_is_right():
-    q = small_ints(8, 32, seed=17)
-    k = small_ints(32, 32, seed=18)
-    s = torch.randn(8, 32, generator=torch.Generator().manual_seed(19))
-    inputs = {0: (q, DataType.bfloat16, 8), 1: (k, DataType.bfloat16, 32), 2: (s, DataType.float32, 8)}
+    inputs = mm_copy_inputs(8, (17, 18, 19))
     got = run_out8(program("MM_COPY", inputs, 1, unpack_to_dest=(2,), out_rows=8), 1)[0]
-    assert torch.equal(got, s)
+    assert torch.equal(got, inputs[2][0])
 
 
 def test_copy_of_an_8x32_tile_under_a_16_row_face_stride_is_caught():
     """A plain reconfig keeps srcA's face stride of in1's 32x32 tiles: on the chip copy_init(in2) would
     read face 1 of the 8x32 tile 256 datums in, past the tile."""
-    q = small_ints(8, 32, seed=17)
-    k = small_ints(32, 32, seed=18)
-    s = torch.randn(8, 32, generator=torch.Generator().manual_seed(19))
-    inputs = {0: (q, DataType.bfloat16, 8), 1: (k, DataType.bfloat16, 32), 2: (s, DataType.float32, 8)}
+    inputs = mm_copy_inputs(8, (17, 18, 19))
     prog = program("MM_COPY", inputs, 1, unpack_to_dest=(2,), out_rows=8, defines={"PLAIN_RECONFIG": "1"})
     with pytest.raises(KernelError, match=r"unpacker srcA's face stride is set for 16-row faces \(by "
                                           r"compute_kernel_hw_startup\) but CB 2 holds 8x32 tiles"):

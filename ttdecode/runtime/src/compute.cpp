@@ -203,11 +203,17 @@ void set_face_stride(ComputeState& s, int unit, int rows, const char* api) {
     (unit == 0 ? s.srca_stride_by : s.srcb_stride_by) = api;
 }
 
-void garbage_rows(ComputeState& s, float* t, uint32_t d, uint32_t from, bool faces_2_3) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    for (uint32_t r = from; r < 16; ++r) std::fill_n(t + r * 32, 32, nan);
-    if (faces_2_3) std::fill_n(t + 16 * 32, 16 * 32, nan);
-    s.defined[d] |= uint8_t(faces_2_3 ? 0xFF : 0x0F);
+void fill_half_faces(float* t, uint8_t mask, float v) {
+    for (int b = 0; b < 8; ++b) {
+        if (!((mask >> b) & 1)) continue;
+        const int f = b / 2;  // rows 8 (b % 2) .. +7 of face f
+        for (uint32_t r = 8 * (b % 2); r < 8 * (b % 2) + 8; ++r) std::fill_n(t + (16 * (f / 2) + r) * 32 + 16 * (f % 2), 16, v);
+    }
+}
+
+void garbage_rows(ComputeState& s, float* t, uint32_t d, uint8_t mask) {
+    fill_half_faces(t, mask, std::numeric_limits<float>::quiet_NaN());
+    s.defined[d] |= mask;
 }
 
 void check_unpack_geometry(ComputeState& s, bool srca, uint32_t cb, int rows, const char* api) {

@@ -206,13 +206,7 @@ extern "C" void ttrt_matmul(uint32_t in0, uint32_t in1, uint32_t i0, uint32_t i1
             const MatmulOperand& b = matmul_operand(k, s, in1, i1 + c, true, transpose_b, api);  // in1 goes to srcA
             const uint32_t d = idst + r * ct + c;
             float* out = dst_tile(k, s, d, api);
-            for (int b = 0; b < 8; ++b) {  // FPU reads a cleared half face as 0
-                if ((mask >> b) & 1 && !((s.defined[d] >> b) & 1)) {
-                    const int f = b / 2;
-                    for (uint32_t y = 8 * (b % 2); y < 8 * (b % 2) + 8; ++y)
-                        std::fill_n(out + (16 * (f / 2) + y) * 32 + 16 * (f % 2), 16, 0.f);
-                }
-            }
+            fill_half_faces(out, uint8_t(mask & ~s.defined[d]), 0.f);  // FPU reads a cleared half face as 0
             mvmul_tile(a, b, out, phases, k.fp32_acc, rows);
             s.defined[d] |= mask;
         }
@@ -365,11 +359,11 @@ extern "C" void ttrt_copy_tile(uint32_t cb, uint32_t itile, uint32_t idst) {
         if (!to_dest) {
             // MOVA2D moves 16 rows per face whatever the face_r_dim (llk_math_eltwise_unary_datacopy.h):
             // rows 8-15 of faces 0-1 get srcA's stale rows 8-15
-            garbage_rows(s, out, idst, 8, false);
+            garbage_rows(s, out, idst, kRows8to15);
         } else if (s.srca_xend_whole_face) {
             // unpacker A's X-end is a whole face since the last unpack to DST (TEN-3868): each face reads
             // 256 datums, so rows 8-15 of face 0 get the tile's face 1 and those of face 1 512 B past it
-            garbage_rows(s, out, idst, 8, false);
+            garbage_rows(s, out, idst, kRows8to15);
             l1 *= 2;
         }
     }
@@ -412,7 +406,7 @@ extern "C" void ttrt_unary_bcast(int bcast, uint32_t cb, uint32_t itile, uint32_
         // ENABLE_LLK_ASSERT is on): of a 2-face tile it also unpacks "face 2", read past the tile, into
         // DST faces 2-3, and moves 16 rows per face from the source register (stale rows 8-15 of an
         // 8x32 tile's faces). The rows a 2-face tile holds come out right.
-        garbage_rows(s, out, idst, rows == 8 ? 8 : 16, true);
+        garbage_rows(s, out, idst, uint8_t(kFaces2and3 | (rows == 8 ? kRows8to15 : 0)));
         if (rows == 8 && to_dest && s.srca_xend_whole_face) l1 *= 2;
     }
     if (to_dest) s.srca_xend_whole_face = true;

@@ -136,10 +136,13 @@ void set_geometry(ComputeState& s, int unit, int rows, const char* api);
 void set_face_stride(ComputeState& s, int unit, int rows, const char* api);
 // Face rows of a tile of `rows` rows (face_r_dim): 8 for 8x32 tiles, else 16.
 constexpr int face_rows_of(int rows) { return rows == 8 ? 8 : 16; }
-// The DST rows a 2-face tile's op leaves holding garbage (NaN here, written: the chip writes them with
-// stale source-register rows or data read past the tile): rows `from`..15 of faces 0-1 and, when
-// `faces_2_3`, all of faces 2-3. Marks them written.
-void garbage_rows(ComputeState& s, float* t, uint32_t d, uint32_t from, bool faces_2_3);
+// Sets the half faces of DST tile `t` in `mask` (ComputeState::defined's bits) to `v`.
+void fill_half_faces(float* t, uint8_t mask, float v);
+// Rows 8-15 of faces 0-1 / all of faces 2-3 (half-face masks).
+constexpr uint8_t kRows8to15 = 0x0A, kFaces2and3 = 0xF0;
+// The half faces in `mask` of DST tile `d` an op leaves holding garbage (NaN here, and written: the chip
+// writes them with stale source-register rows or data read past the tile).
+void garbage_rows(ComputeState& s, float* t, uint32_t d, uint8_t mask);
 // DST tile `d` must hold data in every half face of `mask` (SFPU reads, packs).
 void check_faces(ComputeState& s, uint32_t d, uint8_t mask, const char* api);
 float* dst_tile(Kernel& k, ComputeState& s, uint32_t idst, const char* api);

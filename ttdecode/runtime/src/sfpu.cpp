@@ -352,14 +352,7 @@ extern "C" void ttrt_sfpu_unary(int op, uint32_t idst, int vector_mode, uint32_t
         // they come out as garbage (NaN here), written.
         const uint8_t asked = lanes.faces();
         lanes.iterations = 8;
-        const uint8_t extra = uint8_t(lanes.faces() & ~asked & ~s.defined[idst]);
-        for (int b = 0; b < 8; ++b) {
-            if (!((extra >> b) & 1)) continue;
-            const int f = b / 2;
-            for (uint32_t r = 8 * (b % 2); r < 8 * (b % 2) + 8; ++r)
-                std::fill_n(t + (16 * (f / 2) + r) * 32 + 16 * (f % 2), 16, std::numeric_limits<float>::quiet_NaN());
-        }
-        s.defined[idst] |= extra;
+        garbage_rows(s, t, idst, uint8_t(lanes.faces() & ~asked & ~s.defined[idst]));
     }
     unary_tile(op, t, lanes, k.fp32_acc, param, flags, s.sfpu_consts);
     const int opc = op == SF_EXP ? OP_EXP : op == SF_RECIP ? OP_RECIP : op == SF_LOG ? OP_LOG : OP_SCALAR;
