@@ -7,12 +7,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from ttdecode.costmodel import (
     COST,
     COST_SOURCES,
+    CoreWork,
+    Message,
     OpTally,
     evaluate,
     match_tree,
@@ -464,3 +467,23 @@ def test_the_softmax_exps_are_priced_as_the_algorithm_the_kernel_ran(fp32: bool,
     works, _, _ = work_from_counters(plan, result.counters)
     exps = {op for op in works[0].compute if op.startswith("exp")}
     assert exps == {want}
+
+
+def test_the_critical_chain_is_the_deepest_and_among_those_the_one_with_the_most_noc_hops() -> None:
+    """The model's reduction follows the slowest chain of messages into a root: the most rounds, and of
+    equally deep chains the one whose messages travel the most NoC 0 hops (+x / +y around the torus:
+    logical x 3 -> x 2 is 9 hops the long way round, x 0 -> x 1 one hop)."""
+    from ttdecode.costmodel import _critical_chain
+
+    c = [CoreCoord(x, 0) for x in range(4)]
+    by_core = {core: CoreWork([], np.zeros(12), {}, {}, 1, 0, 0) for core in c}
+    w = (0, 0)
+    # one work of 4 pieces on cores 0..3: round 0 sends 1 -> 0 and 3 -> 2, round 1 sends 2 -> 0
+    msgs = [Message(c[1], c[0], 100, 0, w, 1, 0, 0), Message(c[3], c[2], 100, 0, w, 3, 2, 0),
+            Message(c[2], c[0], 100, 1, w, 2, 0, 1)]
+    red = _critical_chain(msgs, list(by_core.values()), by_core)
+    assert red.rounds == ((100, 9), (100, 8))  # 3 -> 2 -> 0: columns 4 -> 3 (9 hops), 3 -> 1 (8 hops)
+    # two works of one round each: the chain of more hops
+    msgs = [Message(c[0], c[1], 100, 0, (0, 0), 1, 0, 0), Message(c[3], c[2], 100, 0, (0, 1), 1, 0, 0)]
+    red = _critical_chain(msgs, list(by_core.values()), by_core)
+    assert red.rounds == ((100, 9),)

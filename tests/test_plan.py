@@ -15,6 +15,7 @@ from ttdecode.plan import (
     dynamic_chunk_tiles,
     fitting_chunk_cap,
     format_plan,
+    key_row_placement,
     make_plan,
     piece_range,
     tree_children,
@@ -439,3 +440,49 @@ def test_small_q_tiles_with_more_q_rows_than_they_hold_are_refused() -> None:
         make_plan(batch=1, num_q_heads=16, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], q_tile_rows=8)
     with pytest.raises(PlanError, match=r"q_tile_rows: expected None, 8, 16 or 32, got 4"):
         make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, cur_pos=[2047], q_tile_rows=4)
+
+
+@pytest.mark.parametrize("pages, max_cores, nh", [("tile", 16, 4), ("tile", 32, 8), ("key_row", 60, 8)])
+def test_the_tree_runs_on_short_noc_paths_with_the_same_cores_banks_and_areas(pages: str, max_cores: int,
+                                                                                nh: int) -> None:
+    """Where pieces run changes no number, only the NoC 0 paths of the partials (+x / +y around the
+    torus). The plan relabels each work's pieces over the cores the work was given so that no swap of
+    two pieces (of one DRAM bank with key_row pages) shortens the critical chain's hops or, at equal
+    chain, all hops; and each core keeps its count of pieces and areas, each key_row piece its bank."""
+    from ttdecode.costmodel import noc_hops
+    from ttdecode.plan import tree_hops
+
+    plan = make_plan(batch=1, num_q_heads=nh, num_kv_heads=1, seq_len=32768, head_dim=128,
+                     kv_dtype=DataType.bfloat8_b, cur_pos=[32767], max_cores_per_head_batch=max_cores,
+                     grid=(8, 8), kv_pages=pages)
+    p = plan.pieces_per_work
+    cores_of = [next(q.core for q in plan.pieces if q.index == i) for i in range(p)]
+    best = tree_hops(cores_of, p)
+    modulus = 12 if pages == "key_row" else 1
+    for a, b in itertools.combinations(range(p), 2):
+        if (b - a) % modulus == 0:
+            swapped = list(cores_of)
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            assert tree_hops(swapped, p) >= best, (a, b)
+    # the chain's hops, recomputed from the pieces' parent cores: the deepest chain from each leaf
+    parent = {q.index: q.parent_core for q in plan.pieces}
+    chains = []
+    for leaf in range(p):
+        i, hops, rounds = leaf, 0, 0
+        while i != 0:
+            r, up = tree_parent(i)
+            hops += noc_hops(cores_of[i], parent[i])
+            assert parent[i] == cores_of[up]
+            i, rounds = up, rounds + 1
+        chains.append((rounds, hops))
+    assert max(chains)[1] == best[0]
+    # one piece per core here (a single work), on distinct cores, and the chain shorter than where the
+    # placement alone put the pieces (piece i on the i-th core of the work, of its bank with key_row)
+    assert len(set(cores_of)) == p
+    if pages == "key_row":
+        banks = key_row_placement(plan.cores, len(plan.cores) // 12)
+        assert all(cores_of[i] in banks[i % 12] for i in range(p))
+        before = [banks[i % 12][i // 12] for i in range(p)]
+    else:
+        before = [plan.cores[i] for i in range(p)]
+    assert best < tree_hops(before, p)

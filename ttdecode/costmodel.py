@@ -953,24 +953,33 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
     return works, reduction, fidelity
 
 
+def _noc_cycles(m: Message, c: CostConstants = COST) -> float:
+    """The part of a round that depends on its message: its bytes over the link and its hops."""
+    return m.bytes / c.noc_bytes_per_cycle + noc_hops(m.src, m.dst, c) * c.noc_hop_cycles
+
+
 def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping[CoreCoord, CoreWork]) -> Reduction:
-    """The longest chain of messages into one root (the most rounds), with the merge work per round
-    taken as the heaviest core's merge work divided by the merges it ran."""
+    """The slowest chain of messages into one root: the most rounds, then the most NoC cycles (bytes
+    and hops) among those; the merge work per round taken as the heaviest core's merge work divided by
+    the merges it ran."""
     if not msgs:
         return Reduction((), {})
     children: dict[tuple[tuple[int, int], int], list[Message]] = defaultdict(list)
     for m in msgs:
         children[(m.work, m.parent)].append(m)
 
+    def key(path: list[Message]) -> tuple[int, float]:
+        return len(path), sum(_noc_cycles(m) for m in path)
+
     def chain(work: tuple[int, int], index: int) -> list[Message]:
         best: list[Message] = []
         for m in children.get((work, index), []):
             sub = chain(work, m.child) + [m]
-            if len(sub) > len(best) or (len(sub) == len(best) and m.bytes > best[-1].bytes):
+            if key(sub) > key(best):
                 best = sub
         return best
 
-    path = max((chain(w, 0) for w, _ in children), key=len)
+    path = max((chain(w, 0) for w, _ in children), key=key)
     dst_merges: dict[CoreCoord, int] = defaultdict(int)
     for m in msgs:
         dst_merges[m.dst] += 1

@@ -29,6 +29,7 @@ cur_pos at run time, so a cur_pos_tensor read on the device needs no new program
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -826,6 +827,7 @@ def make_plan(
         for g, item in enumerate(flat):
             placed[cores[(g + g // n_cores) % n_cores]].append(item)
     heights = {i: len(tree_children(i, pieces)) for i in range(pieces)}
+    placed = _short_hop_placement(placed, works, pieces, heights, DRAM_BANKS if kv_pages == "key_row" else 1)
     where: dict[tuple[int, int, int], tuple[CoreCoord, int, int]] = {}  # -> core, slot, recv_area
     recv_areas: dict[CoreCoord, int] = {}
     for core, items in placed.items():
@@ -880,6 +882,88 @@ def make_plan(
     )
     _check_resources(plan, l1_bytes_per_core, cb_args, lambda **over: make_plan(**{**call_args, **over}))
     return plan
+
+
+def tree_hops(cores_of: Sequence[CoreCoord], pieces: int) -> tuple[int, int]:
+    """(NoC 0 hops along the tree's critical chain, all the tree's hops) of one work whose piece i runs
+    on cores_of[i]. The critical chain is the leaf-to-root chain of the most rounds and, among those,
+    the most hops (costmodel: each round pays its message's hops on the way to the parent)."""
+    from ttdecode.costmodel import noc_hops  # the model imports this module
+
+    hops = [[noc_hops(a, b) for b in cores_of] for a in cores_of]
+    return _tree_hops(list(range(pieces)), hops, _children(pieces))
+
+
+def _children(pieces: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(c for _, c in tree_children(i, pieces)) for i in range(pieces))
+
+
+def _tree_hops(order: Sequence[int], hops: Sequence[Sequence[int]],
+               children: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """tree_hops with piece i on slot order[i] and hops[k][l] the NoC 0 hops from slot k to slot l."""
+    depth = [0] * len(order)
+    chain = [0] * len(order)
+    total = 0
+    for i in reversed(range(len(order))):  # children have higher indices than their parent
+        d = h = 0
+        row = order[i]
+        for c in children[i]:
+            step = hops[order[c]][row]
+            total += step
+            if (depth[c] + 1, chain[c] + step) > (d, h):
+                d, h = depth[c] + 1, chain[c] + step
+        depth[i], chain[i] = d, h
+    return chain[0], total
+
+
+@functools.lru_cache(maxsize=512)
+def short_hop_order(slots: tuple[CoreCoord, ...], modulus: int) -> tuple[int, ...]:
+    """A relabeling of one work's pieces: piece i takes the slot (core) that piece order[i] would have,
+    with order[i] = i mod `modulus` (key_row: the same DRAM bank), chosen to shorten the tree's NoC 0
+    paths: the fewest hops on the critical chain, then in all (tree_hops). Pairwise swaps from the
+    identity until none helps: deterministic, a local optimum."""
+    from ttdecode.costmodel import noc_hops  # the model imports this module
+
+    n = len(slots)
+    hops = [[noc_hops(a, b) for b in slots] for a in slots]
+    children = _children(n)
+    order = list(range(n))
+    cost = _tree_hops(order, hops, children)
+    improved = True
+    while improved:
+        improved = False
+        for a in range(n):
+            for b in range(a + modulus, n, modulus):
+                order[a], order[b] = order[b], order[a]
+                c = _tree_hops(order, hops, children)
+                if c < cost:
+                    cost, improved = c, True
+                else:
+                    order[a], order[b] = order[b], order[a]
+    return tuple(order)
+
+
+def _short_hop_placement(placed: dict[CoreCoord, list[tuple[int, int, int]]], works: Sequence[tuple[int, int]],
+                         pieces: int, heights: dict[int, int], modulus: int) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+    """The placement with every work's pieces relabeled by short_hop_order (tuned on the first work's
+    cores): piece i of a work runs where piece order[i] of that work was placed, so each core keeps
+    its number of pieces and (order[i] = i mod 12 with key_row pages) each piece its bank. Kept only
+    if no core then needs more partial areas than before (the CB is sized by the busiest core). Where
+    pieces run changes no number (every piece and merge computes the same), only the NoC paths."""
+    if pieces < 2 or not works:
+        return placed
+    at = {it: core for core, items in placed.items() for it in items}
+    b0, h0 = works[0]
+    order = short_hop_order(tuple(at[(b0, h0, k)] for k in range(pieces)), modulus)
+    moved: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in placed}
+    for b, h in works:
+        for i in range(pieces):
+            moved[at[(b, h, order[i])]].append((b, h, i))
+
+    def areas(p: dict[CoreCoord, list[tuple[int, int, int]]]) -> int:
+        return max((sum(heights[i] for _, _, i in items) for items in p.values()), default=0)
+
+    return moved if areas(moved) <= areas(placed) else placed
 
 
 def key_row_placement(cores: Sequence[CoreCoord], per_bank: int) -> list[list[CoreCoord]]:
