@@ -487,3 +487,24 @@ def test_the_critical_chain_is_the_deepest_and_among_those_the_one_with_the_most
     msgs = [Message(c[0], c[1], 100, 0, (0, 0), 1, 0, 0), Message(c[3], c[2], 100, 0, (0, 1), 1, 0, 0)]
     red = _critical_chain(msgs, list(by_core.values()), by_core)
     assert red.rounds == ((100, 9),)
+
+
+def test_goal_sensitivity_finds_where_a_goal_flips_nearest_the_nominal_constant() -> None:
+    """perf/goal_sensitivity.py's flip search: a metric linear in one constant flips exactly where the
+    threshold says (within the 1% bisection), on either side of nominal; a goal that holds everywhere in
+    the span has no flip."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "perf" / "goal_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("goal_sensitivity", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["goal_sensitivity"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    f = mod.flip_factor(lambda c: c.init_cycles, lambda v: v <= 90.0, "init_cycles")  # 60 nominal: flips above 90
+    assert f is not None and 1.5 <= f <= 1.5 * 1.011
+    f = mod.flip_factor(lambda c: c.launch_cycles, lambda v: v >= 700.0, "launch_cycles")  # 2000: flips below 700
+    assert f is not None and 0.35 / 1.011 <= f <= 0.35
+    assert mod.flip_factor(lambda c: c.init_cycles, lambda v: v > 0, "init_cycles") is None
+    assert mod.flip_factor(lambda c: c.init_cycles, lambda v: v <= 300.0, "init_cycles") is None  # 5x: past the span
