@@ -11,13 +11,15 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
 
   tg-llama70b  Galaxy Llama-70B per chip: B 8, 8q/1kv, D 128, cur_pos 127, 8x4 grid (tt-metal measured 7.4 us)
   tg-numerics  the same point, our kernels with tt-metal's numerics (bf16 DST, approximate exp; no tt-metal row)
+  tg-hifi4     the same point at HiFi4, both kernels (ours: the package default, the one configuration that
+               meets the accuracy bar, tech_report/accuracy_table.md)
   techreport   the FlashDecode tech report: B 8/16/32, S 128K, D 64/128/256, 8q/1kv
   key_row     ours with kv_pages "key_row" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
 
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
 ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
 model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
-tg-llama70b and tg-numerics only (seconds). All times are MODEL ESTIMATES.
+tg-llama70b, tg-numerics and tg-hifi4 only (seconds). All times are MODEL ESTIMATES.
 
 Outputs in --out (default tech_report/figures/): sweep_flash_decode.csv, fd_time_vs_seq.png,
 fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png; a table on stdout.
@@ -81,6 +83,7 @@ class Point:
     # DST, fp32_dest_acc_en=False, and the approximate exp its kernel runs, exp_approx_mode=True); a tt-metal
     # numerics point has no tt-metal row of its own (its structure's row is the point's fp32 twin's)
     numerics: str = "fp32"
+    fidelity: str = "HiFi2"  # both kernels' math fidelity (tt-metal's Llama configs: HiFi2)
 
     @property
     def pos(self) -> int:
@@ -96,7 +99,9 @@ def tg_llama70b_points() -> list[Point]:
     """Galaxy Llama-70B per chip: B=8, 8q/1kv, D=128, cur_pos=127, 8x4 grid (tt-metal's measured point)."""
     return [Point("tg-llama70b", "Galaxy Llama-70B chip 8q/1kv", 8, 8, 1, 128, 4, 128, (8, 4), 127),
             Point("tg-numerics", "Galaxy Llama-70B, tt-metal numerics", 8, 8, 1, 128, 4, 128, (8, 4), 127,
-                  numerics="tt-metal")]
+                  numerics="tt-metal"),
+            Point("tg-hifi4", "Galaxy Llama-70B chip 8q/1kv, HiFi4", 8, 8, 1, 128, 4, 128, (8, 4), 127,
+                  fidelity="HiFi4")]
 
 
 def tech_report_points() -> list[Point]:
@@ -175,9 +180,9 @@ def run_point(p: Point) -> tuple[DecodePlan, RunCounters, float]:
                      head_dim=p.head_dim, kv_dtype=KV, cur_pos=[p.pos] * p.batch,
                      max_cores_per_head_batch=p.max_cores, grid=p.grid, kv_pages=p.kv_pages,
                      prescale_q=power_of_two_scale(1 / math.sqrt(p.head_dim)),  # as the API plans
-                     fp32_dest_acc_en=fp32)
+                     fp32_dest_acc_en=fp32, math_fidelity=p.fidelity)
     out, _, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(p.head_dim),
-                                      compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2, fp32_dest_acc_en=fp32),
+                                      compute=ComputeSettings(math_fidelity=MathFidelity(p.fidelity), fp32_dest_acc_en=fp32),
                                       exp_approx=not fp32)
     if not torch.isfinite(out.float()).all():
         raise RuntimeError(f"{p}: the kernels produced non-finite outputs")
@@ -207,7 +212,7 @@ def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
     shape = TTMetalShape(p.batch, p.num_q_heads, p.num_kv_heads, p.head_dim, p.pos, p.seq_len, p.grid, p.max_cores,
                          p.k_chunk_size, reduction=reduction)
     works, red, counts = ttmetal_work(shape)
-    b = evaluate(works, red, "HiFi2")
+    b = evaluate(works, red, p.fidelity)
     return {"sweep": p.sweep, "kernel": "tt-metal", "kv_pages": "tile", "reduction": reduction, "model": p.model,
             "batch": p.batch, "num_q_heads": p.num_q_heads,
             "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim, "seq_len": p.seq_len, "cur_pos": p.pos,
