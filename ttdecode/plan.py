@@ -20,7 +20,8 @@ Vocabulary (see tech_report/architecture.md):
   (O, m, l) to piece ``i - 2^r``; the merge order depends on p alone;
 - the batch decides only *where* pieces run. When there are more pieces than cores a core runs
   several, ordered by tree height (leaves first), which cannot deadlock: a piece waits only for
-  children of lower height, and every core finishes its lower pieces first.
+  children of lower height, and every core finishes its lower pieces first. Each work's pieces are
+  relabeled over its cores so that the partials travel short NoC 0 paths (short_hop_order).
 
 The chunk formulas here are mirrored in ``kernels/common.hpp`` (the kernels compute the ranges from
 cur_pos at run time, so a cur_pos_tensor read on the device needs no new program);
