@@ -338,6 +338,7 @@ class CombineOps:
 
     copies: int        # copy_tile + unary_bcast into DST
     sfpu_binary: int   # add / sub / mul / max on tiles
+    ternary: int       # addcmul on tiles (O * e + O_i * e_i)
     exps: int
     recips: int
     logs: int
@@ -371,14 +372,17 @@ def combine_op_counts(partials: int, dv_tiles: int, in_dtype: DataType = DataTyp
     # first partial: factors 4 copies / 3 binary / 2 exp / 3 packs; sum 1 copy 1 pack; O: per block 1
     # copy of e_i + the O tiles, 1 mul per tile, 1 pack per tile.
     first = (4 + 1 + blocks + dv, 3 + dv, 2, 3 + 1 + dv)
-    # each later partial: factors as above; sum 3 copies / 2 binary; O 4 copies / 3 binary per tile.
-    later = (4 + 3 + 4 * dv, 3 + 2 + 3 * dv, 2, 3 + 1 + dv)
+    # each later partial: factors as above; sum 3 copies / 2 binary; O per block of dst_tiles - 2 tiles the
+    # tiles and the two factors, then each O_i: 2 x tiles + 2 copies, 1 mul and 1 addcmul per tile.
+    pair = COMBINE_COMPUTE.dst_tiles - 2
+    later = (4 + 3 + 2 * dv + 2 * -(-dv // pair), 3 + 2 + dv, 2, 3 + 1 + dv)
     # finish: 1/max(l,1) 2 copies / 1 max / 1 recip / 1 pack; out: per block 1 + tiles copies, 1 mul and
     # 1 pack per tile; LSE: 2 copies, 1 add, 1 log, 1 pack.
     fin_copies, fin_binary, fin_packs = 2 + blocks + dv + 2, 1 + dv + 1, 1 + dv + 1
     return CombineOps(
         copies=first[0] + (n - 1) * later[0] + fin_copies,
         sfpu_binary=first[1] + (n - 1) * later[1] + fin_binary,
+        ternary=(n - 1) * dv,
         exps=2 * n * 1,
         recips=1,
         logs=1,

@@ -30,6 +30,7 @@
 #include "api/compute/binary_max_min.h"
 #include "api/compute/eltwise_binary_sfpu.h"
 #include "api/compute/eltwise_unary/recip.h"
+#include "api/compute/eltwise_unary/addcmul.h"
 #include "../compute_tiles.hpp"
 #include "cbs.hpp"
 
@@ -42,9 +43,10 @@ constexpr uint32_t num_partials = get_named_compile_time_arg_val("num_partials")
 constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
 constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");  // usable DST tiles (4: fp32, half-sync)
 constexpr bool accurate_exp = false;  // exp_tile<approx = false>: the fp32 algorithm
+constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0: addcmul's value
 
 static_assert(num_partials >= 1, "the combine merges at least one partial");
-static_assert(dst_tiles >= 4, "a merge step holds four DST tiles (m, m_i twice; O, e, O_i, e_i)");
+static_assert(dst_tiles >= 4, "a merge step holds four DST tiles (m, m_i twice; two O tiles, e, O_i)");
 
 struct Running {
     uint32_t max;
@@ -102,23 +104,31 @@ void merge_sum(const Running* own, const Running& next) {
     cb_push_back(next.sum, 1);
 }
 
-// O' = O * e + O_i * e_i, one output tile per DST acquire; before the first partial O' = O_i * e_i,
-// a block of dst_tiles - 1 tiles per acquire beside e_i.
+// O' = O * e + O_i * e_i, dst_tiles - 2 output tiles per DST acquire: the O tiles (DST 0..n-1) times e
+// (DST n, copied once), then e_i replaces e and each O_i, in turn in DST n + 1, is added as O_i * e_i by
+// one addcmul (one rounding); the multiply's init serves the addcmul (the same LLK init on Wormhole).
+// Before the first partial O' = O_i * e_i, a block of dst_tiles - 1 tiles per acquire beside e_i.
 void merge_output(const Running* own, const Running& next) {
     cb_reserve_back(next.acc, dv_tiles);
     if (own != nullptr) {
-        for (uint32_t v = 0; v < dv_tiles; ++v) {
+        constexpr uint32_t block = dst_tiles - 2;
+        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
             tile_regs_acquire();
-            copy_to_dst(own->acc, v, 0);
-            copy_to_dst(cb_alpha, 0, 1);
-            copy_to_dst(cb_o_in, v, 2);
-            copy_to_dst(cb_alpha, 1, 3);
+            for (uint32_t v = 0; v < n; ++v) {
+                copy_to_dst(own->acc, v0 + v, v);
+            }
+            copy_to_dst(cb_alpha, 0, n);
             mul_binary_tile_init();
-            mul_binary_tile(0, 1, 0);
-            mul_binary_tile(2, 3, 2);
-            add_binary_tile_init();
-            add_binary_tile(0, 2, 0);
-            pack_block(next.acc, v, 1);
+            for (uint32_t v = 0; v < n; ++v) {
+                mul_binary_tile(v, n, v);
+            }
+            copy_to_dst(cb_alpha, 1, n);
+            for (uint32_t v = 0; v < n; ++v) {
+                copy_to_dst(cb_o_in, v0 + v, n + 1);
+                addcmul_tile<DataFormat::Float32>(v, n + 1, n, v, one_bits);  // O * e + O_i * e_i
+            }
+            pack_block(next.acc, v0, n);
         }
     } else {
         constexpr uint32_t block = dst_tiles - 1;

@@ -214,8 +214,8 @@ def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, core
     used = min(tile_rows, cores)
     per_core = math.ceil(tile_rows / used)  # the busiest core's tile rows
     ops = combine_op_counts(partials, dv, in_dtype, out_dtype)
-    counts = {"copy": ops.copies, "max": ops.sfpu_binary, "exp": ops.exps, "recip": ops.recips, "log": ops.logs,
-              "pack": ops.packs, "init": ops.inits}
+    counts = {"copy": ops.copies, "max": ops.sfpu_binary, "ternary": ops.ternary, "exp": ops.exps,
+              "recip": ops.recips, "log": ops.logs, "pack": ops.packs, "init": ops.inits}
     read_group = (ops.dram_read_bytes // partials, 1 + dv)  # one partial's LSE tile and O tiles, one barrier
     core_bytes = per_core * (ops.dram_read_bytes + ops.dram_write_bytes)
     work = CoreWork(read_groups=[read_group] * (partials * per_core),
