@@ -155,7 +155,6 @@ constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;  // cb_attn_mask
 // smallest normal float for the row sum before its reciprocal.
 constexpr uint32_t LOWEST_FLOAT_BITS = 0xFF7FFFFFu;
 constexpr uint32_t MIN_NORMAL_FLOAT_BITS = 0x00800000u;
-constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0
 // What DST holds, the format the SFPU row max loads it with.
 constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
 

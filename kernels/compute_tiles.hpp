@@ -23,6 +23,8 @@
 
 namespace flash_decode {
 
+constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0 (addcmul's value)
+
 // What the unpackers, the FPU and the packer were last configured for, so that the helpers below
 // reprogram them only on a change (every init or reconfig is config writes behind a stall on the
 // chip). A kernel starts it with start_engine and configures these units only through the helpers

@@ -889,10 +889,14 @@ def tree_hops(cores_of: Sequence[CoreCoord], pieces: int) -> tuple[int, int]:
     """(NoC 0 hops along the tree's critical chain, all the tree's hops) of one work whose piece i runs
     on cores_of[i]. The critical chain is the leaf-to-root chain of the most rounds and, among those,
     the most hops (costmodel: each round pays its message's hops on the way to the parent)."""
+    return _tree_hops(list(range(pieces)), _hop_matrix(cores_of), _children(pieces))
+
+
+def _hop_matrix(cores: Sequence[CoreCoord]) -> list[list[int]]:
+    """hops[k][l]: NoC 0 hops from cores[k] to cores[l] (costmodel.noc_hops)."""
     from ttdecode.costmodel import noc_hops  # the model imports this module
 
-    hops = [[noc_hops(a, b) for b in cores_of] for a in cores_of]
-    return _tree_hops(list(range(pieces)), hops, _children(pieces))
+    return [[noc_hops(a, b) for b in cores] for a in cores]
 
 
 def _children(pieces: int) -> tuple[tuple[int, ...], ...]:
@@ -923,10 +927,8 @@ def short_hop_order(slots: tuple[CoreCoord, ...], modulus: int) -> tuple[int, ..
     with order[i] = i mod `modulus` (key_row: the same DRAM bank), chosen to shorten the tree's NoC 0
     paths: the fewest hops on the critical chain, then in all (tree_hops). Pairwise swaps from the
     identity until none helps: deterministic, a local optimum."""
-    from ttdecode.costmodel import noc_hops  # the model imports this module
-
     n = len(slots)
-    hops = [[noc_hops(a, b) for b in slots] for a in slots]
+    hops = _hop_matrix(slots)
     children = _children(n)
     order = list(range(n))
     cost = _tree_hops(order, hops, children)

@@ -43,7 +43,6 @@ constexpr uint32_t num_partials = get_named_compile_time_arg_val("num_partials")
 constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
 constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");  // usable DST tiles (4: fp32, half-sync)
 constexpr bool accurate_exp = false;  // exp_tile<approx = false>: the fp32 algorithm
-constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0: addcmul's value
 
 static_assert(num_partials >= 1, "the combine merges at least one partial");
 static_assert(dst_tiles >= 4, "a merge step holds four DST tiles (m, m_i twice; two O tiles, e, O_i)");
