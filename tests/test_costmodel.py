@@ -22,6 +22,7 @@ from ttdecode.costmodel import (
     noc_hops,
     op_cycles,
     reader_cycles,
+    reduction_cycles,
     chunk_ops,
     chunk_tile_ops,
     merge_ops,
@@ -492,6 +493,52 @@ def test_the_critical_chain_is_the_deepest_and_among_those_the_one_with_the_most
     msgs = [Message(c[0], c[1], 100, 0, (0, 0), 1, 0, 0), Message(c[3], c[2], 100, 0, (0, 1), 1, 0, 0)]
     red = _critical_chain(msgs, list(by_core.values()), by_core)
     assert red.rounds == ((100, 9),)
+
+
+def test_a_root_merges_its_children_one_at_a_time_whatever_the_longest_chain_of_messages() -> None:
+    """Three pieces: the root receives piece 1 in round 0 and piece 2 in round 1 (plan.tree_children), so
+    it runs two merges one after the other although no chain holds more than one message. The reduction
+    is the first message, then two merges (the second child's message arrived during the first merge);
+    a chain priced message by message would give one merge."""
+    from ttdecode.costmodel import COST, OpTally, Reduction, _critical_chain, reduction_cycles
+
+    c = [CoreCoord(x, 0) for x in range(3)]
+    merge = {"copy": [OpTally(10, 10)]}
+    by_core = {core: CoreWork([], np.zeros(12), {}, dict(merge) if core == c[0] else {}, 1, 0, 0) for core in c}
+    w = (0, 0)
+    msgs = [Message(c[1], c[0], 2048, 0, w, 1, 0, 0), Message(c[2], c[0], 2048, 0, w, 2, 0, 1)]
+    red = _critical_chain(msgs, list(by_core.values()), by_core, "HiFi2")
+    per_merge = sum(op_cycles(op, t, "HiFi2") for op, ts in red.merge_per_round.items() for t in ts)
+    assert per_merge == pytest.approx(op_cycles("copy", OpTally(5, 5), "HiFi2"))  # 10 copies over 2 merges
+    hops = [noc_hops(c[1], c[0]), noc_hops(c[2], c[0])]
+    arrive = [COST.noc_write_setup_cycles + 2048 / COST.noc_bytes_per_cycle + h * COST.noc_hop_cycles
+              + COST.semaphore_handshake_cycles for h in hops]
+    first = arrive[0] + per_merge
+    assert arrive[1] < first  # the second message waits for the root, not the other way round
+    cycles, _ = reduction_cycles(red, "HiFi2")
+    assert cycles == pytest.approx(first + per_merge)
+    # the same path priced round by round (no trees: tt-metal's structure) counts one merge per message
+    path_only, _ = reduction_cycles(Reduction(red.rounds, red.merge_per_round), "HiFi2")
+    assert path_only == pytest.approx(arrive[0] + per_merge)
+
+
+def test_a_60_piece_reduction_takes_at_least_six_merges() -> None:
+    """A root gathers at most 2^k partials with k merges one after another, so 60 pieces take 6 merges
+    on the path that ends the step (the longest chain of messages in the binomial tree of 60 has 5)."""
+    plan = make_plan(batch=1, num_q_heads=4, num_kv_heads=1, seq_len=32768, head_dim=128,
+                     kv_dtype=DataType.bfloat8_b, cur_pos=[32767], max_cores_per_head_batch=60, kv_pages="key_row")
+    assert plan.pieces_per_work == 60
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 4, 128, generator=g))
+    k = from_torch(torch.randn(1, 1, 32768, 128, generator=g), DataType.bfloat8_b)
+    v = from_torch(torch.randn(1, 1, 32768, 128, generator=g), DataType.bfloat8_b)
+    _, _, res = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=None, scale=1 / math.sqrt(128),
+                                 compute=ComputeSettings(math_fidelity=MathFidelity.HiFi2))
+    works, red, fid = work_from_counters(plan, res.counters)
+    per_merge = sum(op_cycles(op, t, fid) for op, ts in red.merge_per_round.items() for t in ts)
+    assert len(red.rounds) == 5
+    cycles, _ = reduction_cycles(red, fid)
+    assert cycles >= 6 * per_merge
 
 
 def test_goal_sensitivity_finds_where_a_goal_flips_nearest_the_nominal_constant() -> None:

@@ -25,8 +25,10 @@ Per core (cycles of the 1 GHz clock):
   instruction counts x the vector steps the call runs (32 for a full tile, 16 for VectorMode::R).
 - the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
   chunk of the shorter stage is not hidden) + CB handshakes.
-Step: launch + max over cores + the reduction's critical path (messages, semaphore handshakes and
-merges, round after round).
+Step: launch + max over cores + the reduction: each work's tree timed from the moment every piece
+has its local work done, a parent merging its children one at a time in round order, each merge
+starting when the parent is free and the child's message (setup, bytes, hops, semaphore) has arrived
+(`Reduction.trees`); the slowest work's root ends the step.
 """
 
 from __future__ import annotations
@@ -299,12 +301,22 @@ class CoreWork:
     bank_local: bool = False
 
 
+#: A merge tree as data: a node is the tuple of its children in merge order, each child
+#: ``(message bytes, NoC hops, the child's own node)``; a leaf is ``()``.
+Tree = tuple
+
+
 @dataclass(frozen=True)
 class Reduction:
-    """The tree's critical path as data: per round on the path, (message bytes, hops)."""
+    """The reduction as data. `trees`: each work's merge tree (distinct shapes once), timed by
+    `reduction_cycles`; `rounds`: the messages, (bytes, hops), of the path that ends the slowest tree
+    under the nominal constants (reported, and priced alone when there are no trees: tt-metal's
+    structure and the distributed model write their trees down as that path). `merge_per_round`: the
+    ops of one merge."""
 
     rounds: tuple[tuple[int, int], ...]
     merge_per_round: Mapping[str, Sequence[OpTally]]
+    trees: tuple[Tree, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -420,16 +432,30 @@ def bank_floor_cycles(works: Sequence[CoreWork], c: CostConstants = COST) -> flo
     return float(busy.max())
 
 
+def message_cycles(nbytes: float, hops: int, c: CostConstants = COST) -> float:
+    """A partial's message: the write's setup, its bytes over the link, its hops, the semaphore."""
+    return (c.noc_write_setup_cycles + nbytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
+            + c.semaphore_handshake_cycles)
+
+
+def tree_cycles(tree: Tree, per_merge: float, c: CostConstants = COST) -> float:
+    """When a node of `tree` holds its subtree's partial, counted from the end of the (equal) local
+    work: it merges its children in order, each merge (`per_merge`) starting once the node is free
+    and that child's message has arrived."""
+    t = 0.0
+    for nbytes, hops, child in tree:
+        t = max(t, tree_cycles(child, per_merge, c) + message_cycles(nbytes, hops, c)) + per_merge
+    return t
+
+
 def reduction_cycles(r: Reduction, fidelity: str, c: CostConstants = COST) -> tuple[float, dict[str, float]]:
-    """(cycles, merge cycles per class) of the tree's critical path: each round a message, its
-    handshake and one merge."""
+    """(cycles, merge cycles per class) of the reduction: the slowest of the works' trees
+    (`tree_cycles`); without trees, the path `rounds`, each round a message and one merge."""
     merge = _sum_ops(r.merge_per_round, fidelity, c)
     per_merge = sum(merge.values())
-    t = 0.0
-    for nbytes, hops in r.rounds:
-        t += (c.noc_write_setup_cycles + nbytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
-              + c.semaphore_handshake_cycles + per_merge)
-    return t, merge
+    if r.trees:
+        return max(tree_cycles(t, per_merge, c) for t in r.trees), merge
+    return sum(message_cycles(nbytes, hops, c) + per_merge for nbytes, hops in r.rounds), merge
 
 
 def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
@@ -949,7 +975,7 @@ def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[Co
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
     msgs = match_tree(plan, writer_messages(counters))
-    reduction = _critical_chain(msgs, works, by_core)
+    reduction = _critical_chain(msgs, works, by_core, fidelity)
     return works, reduction, fidelity
 
 
@@ -958,10 +984,24 @@ def _noc_cycles(m: Message, c: CostConstants = COST) -> float:
     return m.bytes / c.noc_bytes_per_cycle + noc_hops(m.src, m.dst, c) * c.noc_hop_cycles
 
 
-def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping[CoreCoord, CoreWork]) -> Reduction:
-    """The slowest chain of messages into one root: the most rounds, then the most NoC cycles (bytes
-    and hops) among those; the merge work per round taken as the heaviest core's merge work divided by
-    the merges it ran."""
+def _critical_path(tree: Tree, per_merge: float, c: CostConstants = COST) -> tuple[float, list[tuple[int, int]]]:
+    """tree_cycles of `tree` and the messages of the path that sets it (the child whose arrival
+    started a merge late, else the node's earlier merges)."""
+    t, path = 0.0, []
+    for nbytes, hops, child in tree:
+        tc, pc = _critical_path(child, per_merge, c)
+        arrive = tc + message_cycles(nbytes, hops, c)
+        if arrive >= t:
+            path = pc + [(nbytes, hops)]
+        t = max(t, arrive) + per_merge
+    return t, path
+
+
+def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping[CoreCoord, CoreWork],
+                    fidelity: str = "HiFi4") -> Reduction:
+    """Every work's merge tree (`Reduction.trees`) from the messages, and the merge work per round:
+    the root core's merge work (the root of the deepest chain, the most rounds then the most NoC
+    cycles) divided by the merges it ran; `rounds` is the path that ends the slowest tree."""
     if not msgs:
         return Reduction((), {})
     children: dict[tuple[tuple[int, int], int], list[Message]] = defaultdict(list)
@@ -979,6 +1019,10 @@ def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping
                 best = sub
         return best
 
+    def node(work: tuple[int, int], index: int) -> Tree:
+        return tuple((m.bytes, noc_hops(m.src, m.dst), node(work, m.child))
+                     for m in sorted(children.get((work, index), []), key=lambda m: m.round))
+
     path = max((chain(w, 0) for w, _ in children), key=key)
     dst_merges: dict[CoreCoord, int] = defaultdict(int)
     for m in msgs:
@@ -994,4 +1038,7 @@ def _critical_chain(msgs: list[Message], works: list[CoreWork], by_core: Mapping
                 sum(t.tiles for t in same) / n, max(1, round(sum(t.calls for t in same) / n)), steps=steps,
                 l1_bytes=sum(_l1_bytes(t, op) for t in same) / n,
                 unpacks=sum(t.tiles if t.unpacks is None else t.unpacks for t in same) / n))
-    return Reduction(tuple((m.bytes, noc_hops(m.src, m.dst)) for m in path), per_round)
+    trees = tuple(sorted({node(w, 0) for w, parent in children if parent == 0}, key=repr))
+    per_merge = sum(_sum_ops(per_round, fidelity, COST).values())
+    slowest = max((_critical_path(t, per_merge) for t in trees), key=lambda tp: tp[0])
+    return Reduction(tuple(slowest[1]), per_round, trees)
