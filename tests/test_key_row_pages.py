@@ -112,6 +112,42 @@ def test_every_core_reads_its_kv_from_one_bank_the_documented_one() -> None:
     assert all(w.bank_local for w in works if w.kv_bytes)
 
 
+def test_banks_get_cores_by_their_work_and_never_more_than_their_pieces() -> None:
+    """bank_core_counts: even shares when every bank has the same work; the rest of the grid to the banks
+    whose work per core is the largest; a bank never gets more cores than pieces, nor fewer than its
+    pieces need under the runtime args' limit."""
+    from ttdecode.plan import bank_core_counts
+
+    assert bank_core_counts([1.0] * 12, [5] * 12, 64) == [5] * 12  # one user, 60 pieces: 4 cores stay free
+    # banks 0, 4 and 8 hold three times the others' work (the parents' merges): they take the spare cores
+    w = [3.0 if r % 4 == 0 else 1.0 for r in range(12)]
+    counts = bank_core_counts(w, [80] * 12, 64)
+    assert sum(counts) == 64 and min(counts) >= 1
+    assert all(counts[r] > counts[r + 1] for r in (0, 4, 8))
+    assert max(w[r] / counts[r] for r in range(12)) <= min(w[r] / (counts[r] - 1) for r in range(12) if counts[r] > 1)
+    # 200 light pieces in bank 1 need 4 cores at 55 pieces per core (the runtime args' limit) whatever the work says
+    assert bank_core_counts([100.0] + [1.0] + [100.0] * 10, [20, 200] + [20] * 10, 64, per_core=55)[1] >= 4
+
+
+def test_a_batch_spreads_its_merges_over_the_cores_of_the_banks_that_hold_the_parents() -> None:
+    """B 16 at 8K with 60 pieces per head: every user's tree puts its merges on the pieces whose tiles
+    sit in banks 0, 4 and 8 (S/32 = 256 is 4 mod 12), which an even share of cores per bank would leave
+    on 15 cores (the busiest ran 4x the mean merge work, and the step was those cores' merges). The
+    cost model on the run's counters: the busiest core's merges at most 2.5x the mean, and the merges
+    hidden under the reads (the step's reduction is the tree's)."""
+    from ttdecode.costmodel import _sum_ops, evaluate, reduction_cycles
+
+    plan, out, lse, ref, ref_lse, res = _run(b=16, nh=8, nkv=1, s=8192, d=128, pos=(8191,) * 16, max_cores=60)
+    check_close(out, ref, "key_row, B 16")
+    assert plan.pieces_per_work == 60
+    works, red, fid = work_from_counters(plan, res.counters)
+    merges = [sum(_sum_ops(w.merge, fid, COST).values()) for w in works]
+    assert max(merges) <= 2.5 * sum(merges) / len(merges)
+    b = evaluate(works, red, fid)
+    tree, _ = reduction_cycles(red, fid)
+    assert b.reduction_us == pytest.approx(tree * 1e6 / COST.clock_hz)
+
+
 def test_pieces_per_head_do_not_depend_on_the_batch() -> None:
     plans = [make_plan(batch=bb, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=64, cur_pos=[4000] * bb,
                        max_cores_per_head_batch=64, kv_pages="key_row") for bb in (1, 3, 5, 8)]
@@ -174,7 +210,7 @@ def test_key_row_refuses_what_it_cannot_run() -> None:
     with pytest.raises(PlanError, match="one core per DRAM bank"):
         make_plan(**base, max_cores_per_head_batch=16, kv_pages="key_row", grid=(2, 4))
     with pytest.raises(PlanError, match="L1 overflow.*Lower max_cores_per_head_batch \\(now 60 pieces per head"):
-        make_plan(batch=32, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 32,
+        make_plan(batch=48, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 48,
                   max_cores_per_head_batch=64, kv_pages="key_row", key_row_pieces=60)
     with pytest.raises(PlanError, match="kv_pages: expected 'tile' or 'key_row'"):
         make_plan(**base, kv_pages="sharded")

@@ -389,11 +389,11 @@ def test_a_chunk_cap_with_fixed_chunks_is_refused() -> None:
 
 
 def test_a_plan_that_fits_l1_only_with_a_smaller_chunk_cap_names_it() -> None:
-    """Tech report D 128, B 16, key_row pages, 48 pieces per head, 32x32 q tiles: the model's 16-tile chunks
-    leave too little L1 for the partials of 13 pieces per core; chunks of 8 fit, and the refusal says so.
+    """Tech report D 128, B 20, key_row pages, 48 pieces per head, 32x32 q tiles: the model's 16-tile chunks
+    leave too little L1 for the partials of 15 pieces per core; chunks of 8 fit, and the refusal says so.
     With 16x32 q tiles every partial takes half the bytes and the plan fits (with the cap the model takes
     for it), with 8x32 q tiles (the default for 8 q heads) a quarter."""
-    args = dict(batch=16, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=128, cur_pos=[131071] * 16,
+    args = dict(batch=20, num_q_heads=8, num_kv_heads=1, seq_len=131072, head_dim=128, cur_pos=[131071] * 20,
                 max_cores_per_head_batch=48, kv_pages="key_row")
     with pytest.raises(PlanError, match=r"L1 overflow.*Set chunk_cap=8"):
         make_plan(**args, q_tile_rows=32)

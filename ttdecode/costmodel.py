@@ -24,7 +24,8 @@ Per core (cycles of the 1 GHz clock):
   configuration call (init, reconfig) ``init_cycles``; SFPU math per tile from the
   instruction counts x the vector steps the call runs (32 for a full tile, 16 for VectorMode::R).
 - the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
-  chunk of the shorter stage is not hidden) + CB handshakes.
+  chunk of the shorter stage is not hidden) + CB handshakes; the same with the merges the core runs
+  added to its compute bounds the step too (a core holding many parents in a batched plan).
 Step: launch + max over cores + the reduction: each work's tree timed from the moment every piece
 has its local work done, a parent merging its children one at a time in round order, each merge
 starting when the parent is free and the child's message (setup, bytes, hops, semaphore) has arrived
@@ -463,15 +464,23 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
     """The step estimate for cores `works` and the tree `reduction` (see the module docstring)."""
     floor = bank_floor_cycles(works, c)
     best: tuple[float, float, dict[str, float]] = (0.0, 0.0, {})
+    busiest = 0.0  # the longest core with the merges it runs counted as its compute
     for w in works:
         rd = max(reader_cycles(w.read_groups, c), floor)
         comp = _sum_ops(w.compute, fidelity, c)
         cc = sum(comp.values())
+        mg = sum(_sum_ops(w.merge, fidelity, c).values())
         n = max(1, w.chunks)
-        core = max(rd, cc) + min(rd, cc) / n + w.cb_handshakes * c.cb_handshake_cycles
+        handshakes = w.cb_handshakes * c.cb_handshake_cycles
+        core = max(rd, cc) + min(rd, cc) / n + handshakes
+        busiest = max(busiest, max(rd, cc + mg) + min(rd, cc + mg) / n + handshakes)
         if core > best[0]:
             best = (core, rd, comp)
-    red, _ = reduction_cycles(reduction, fidelity, c)
+    tree, _ = reduction_cycles(reduction, fidelity, c)
+    # The merges run on the TRISCs of the cores that hold the parents: after the slowest core's local
+    # work the tree still takes `tree`, and a core that runs many merges (several pieces with children,
+    # in batched plans) must also fit them beside its own chunks. Both bound the step from below.
+    red = max(tree, busiest - best[0])
     total = c.launch_cycles + best[0] + red
     kv = sum(w.kv_bytes for w in works)
     us = 1e6 / c.clock_hz
@@ -746,6 +755,15 @@ def _split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bo
         chunk=chunk, round=_round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                                          q_tile_rows),
         margin=1 + c.split_compute_margin)
+
+
+def split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
+                fidelity: str = "HiFi2", head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32,
+                mla: bool = False, kv_tile_bytes: int = 1088, hops: int = 8, c: CostConstants = COST) -> _SplitCosts:
+    """The closed-form prices of one key tile, one chunk's fixed work and one tree round at a shape (cycles),
+    as the split's choices weigh them; plan.key_row_deal weighs pieces with them."""
+    return _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
+                        prescale_q, q_tile_rows, mla, kv_tile_bytes)
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ttdecode.formats import DataType
 from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord, MathFidelity
@@ -769,7 +769,7 @@ def make_plan(
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")
     if kv_pages == "key_row":
-        most, bank_cores = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
+        most = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
         if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS
                                            or key_row_pieces % DRAM_BANKS or key_row_pieces > most):
             raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
@@ -813,13 +813,19 @@ def make_plan(
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
     if kv_pages == "key_row":
         # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
-        # go round robin over the cores kept for bank r
-        dealt = [0] * 12
-        for b, h, i in flat:
-            r = (((0 if share_cache else b) * num_kv_heads + h) * st + i) % 12
-            group = bank_cores[r]
-            placed[group[dealt[r] % len(group)]].append((b, h, i))
-            dealt[r] += 1
+        # run on cores kept for bank r, as many as the bank's work (chunks and merges) asks
+        from ttdecode.costmodel import split_costs  # the model imports this module
+
+        costs = split_costs(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
+        span = span_window(window, num_tokens)
+
+        def weight(i: int) -> float:
+            r = cyclic_piece_range(seq_len - 1, fixed, pieces, i, span, floor, cap)
+            return r.num_tiles * costs.tile + r.num_chunks * costs.chunk + len(tree_children(i, pieces)) * costs.round
+
+        weights = [weight(i) for i in range(pieces)]
+        bank = {it: (((0 if share_cache else it[0]) * num_kv_heads + it[1]) * st + it[2]) % DRAM_BANKS for it in flat}
+        placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}))
     else:
         # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
         # core so that roots (which receive the most partials) spread evenly; each core then runs its
@@ -969,31 +975,92 @@ def _short_hop_placement(placed: dict[CoreCoord, list[tuple[int, int, int]]], wo
     return moved if areas(moved) <= areas(placed) else placed
 
 
-def key_row_placement(cores: Sequence[CoreCoord], per_bank: int) -> list[list[CoreCoord]]:
-    """The cores kept for each DRAM bank: `per_bank` each, every bank in turn taking the free core
-    with the fewest NoC 0 hops from the bank's DRAM tiles (the data's way back; WormholeB0 NoC map,
-    costmodel.dram_return_hops). Only where the pieces run; the numbers do not depend on it."""
+def key_row_placement(cores: Sequence[CoreCoord], per_bank: int | Sequence[int]) -> list[list[CoreCoord]]:
+    """The cores kept for each DRAM bank: `per_bank` each (or per_bank[r] for bank r), the banks in
+    turn taking the free core with the fewest NoC 0 hops from the bank's DRAM tiles (the data's way
+    back; WormholeB0 NoC map, costmodel.dram_return_hops) until each has its count. Only where the
+    pieces run; the numbers do not depend on it."""
     from ttdecode.costmodel import dram_return_hops  # the model imports this module
 
+    counts = [per_bank] * DRAM_BANKS if isinstance(per_bank, int) else list(per_bank)
+    if sum(counts) > len(cores):
+        raise PlanError(f"key_row placement: {sum(counts)} cores asked of a grid of {len(cores)}")
     free = list(cores)
     out: list[list[CoreCoord]] = [[] for _ in range(DRAM_BANKS)]
-    for _ in range(per_bank):
+    for k in range(max(counts, default=0)):
         for bank in range(DRAM_BANKS):
-            best = min(free, key=lambda c: (dram_return_hops(bank, c), c.y, c.x))
-            out[bank].append(best)
-            free.remove(best)
+            if counts[bank] > k:
+                best = min(free, key=lambda c: (dram_return_hops(bank, c), c.y, c.x))
+                out[bank].append(best)
+                free.remove(best)
     return out
 
 
-def _key_row_pieces(cores: Sequence[CoreCoord], max_pieces: int,
-                    block_size: int | None) -> tuple[int, list[list[CoreCoord]]]:
-    """Pieces per work and the cores of each bank for kv_pages "key_row".
+def _pieces_per_core_limit() -> int:
+    """The most pieces one core can run: its kernels' runtime args (RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE
+    per piece) within MAX_RUNTIME_ARGS."""
+    return (MAX_RUNTIME_ARGS - RUNTIME_ARGS_HEADER) // RUNTIME_ARGS_PER_PIECE
+
+
+def bank_core_counts(bank_weights: Sequence[float], bank_pieces: Sequence[int], cores: int,
+                     per_core: int | None = None) -> list[int]:
+    """Cores per DRAM bank for kv_pages "key_row": each bank with pieces first gets the cores its pieces
+    need at `per_core` pieces per core at most (the runtime args' limit by default), then the rest go
+    one at a time to the bank whose work per core (`bank_weights[r]` / its cores) is the largest, never
+    more cores than the bank has pieces (ties to the lower bank). With one user every bank has as many
+    pieces, all but the merges' work the same, and the cores go evenly; in a batch the banks that hold
+    the parents' tiles (every user's tree puts its merges in the same banks) get more. Too few cores
+    for the pieces is left to the plan's resource checks (a core over the runtime args' limit)."""
+    most = per_core if per_core is not None else _pieces_per_core_limit()
+    if cores < DRAM_BANKS:
+        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
+                        f"gives {cores} cores")
+    counts = [min(-(-n // most), cores // DRAM_BANKS) if n else 0 for n in bank_pieces]
+    counts = [max(c, 1) if n else 0 for c, n in zip(counts, bank_pieces)]
+    for _ in range(cores - sum(counts)):
+        open_ = [r for r in range(len(counts)) if counts[r] < bank_pieces[r]]
+        if not open_:
+            break
+        r = max(open_, key=lambda r: (bank_weights[r] / counts[r], -r))
+        counts[r] += 1
+    return counts
+
+
+def key_row_deal(cores: Sequence[CoreCoord], items: Sequence[tuple[int, int, int]], bank: Mapping[tuple[int, int, int], int],
+                 weight: Mapping[tuple[int, int, int], float]) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+    """Where the pieces `items` ((user, KV head, index)) of kv_pages "key_row" run: each runs on a core
+    kept for the bank its tiles sit in (`bank`), the banks' cores counted by bank_core_counts from the
+    pieces' work (`weight`, cycles: key tiles, chunks and merges priced by the model), and each bank's
+    pieces, heaviest first, going to its least loaded core (ties to the earlier core) among those under
+    the runtime args' limit while the bank's cores can hold its pieces that way. Depends on the batch
+    (where pieces run), never a number."""
+    bank_items: list[list[tuple[int, int, int]]] = [[] for _ in range(DRAM_BANKS)]
+    for it in items:
+        bank_items[bank[it]].append(it)
+    counts = bank_core_counts([sum(weight[it] for it in its) for its in bank_items],
+                              [len(its) for its in bank_items], len(cores))
+    groups = key_row_placement(cores, counts)
+    placed: dict[CoreCoord, list[tuple[int, int, int]]] = {}
+    for r, its in enumerate(bank_items):
+        # no core past the runtime args' limit while the bank's cores can take its pieces evenly
+        most = max(_pieces_per_core_limit(), -(-len(its) // max(1, len(groups[r]))))
+        load = [0.0] * len(groups[r])
+        held = [0] * len(groups[r])
+        for it in sorted(its, key=lambda it: (-weight[it], it)):
+            k = min((k for k in range(len(load)) if held[k] < most), key=lambda k: (load[k], k))
+            load[k] += weight[it]
+            held[k] += 1
+            placed.setdefault(groups[r][k], []).append(it)
+    return placed
+
+
+def _key_row_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_size: int | None) -> int:
+    """The most pieces per work for kv_pages "key_row".
 
     The most pieces per (user, KV head): the largest multiple of 12 up to max_pieces (and 60: the
     tree is at most 64 wide), so every piece reads one bank (make_plan then lets the model choose
     fewer, costmodel.key_row_pieces); like the interleaved split they depend on the config alone,
-    never on the batch (batch invariance). Each bank keeps len(cores) // 12 cores and deals its
-    pieces over them in turn."""
+    never on the batch (batch invariance). Where they run: key_row_deal."""
     if block_size is not None:
         raise PlanError("kv_pages: 'key_row' needs a contiguous cache (a paged cache's blocks keep tile pages), "
                         "got a paged cache (block_size / num_blocks)")
@@ -1003,8 +1070,7 @@ def _key_row_pieces(cores: Sequence[CoreCoord], max_pieces: int,
     if max_pieces < DRAM_BANKS:
         raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_pages='key_row' "
                         f"(each (user, KV head) takes a multiple of {DRAM_BANKS} pieces, one bank each), got {max_pieces}")
-    pieces = min(max_pieces, 1 << MAX_ROUNDS) // DRAM_BANKS * DRAM_BANKS
-    return pieces, key_row_placement(cores, len(cores) // DRAM_BANKS)
+    return min(max_pieces, 1 << MAX_ROUNDS) // DRAM_BANKS * DRAM_BANKS
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
