@@ -70,7 +70,7 @@ import numpy as np
 from ttdecode.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, _im_bytes, chunk_ops,
                                 chunk_tile_ops, evaluate, merge_ops)
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan, power_of_two_scale, tree_rounds
+from ttdecode.plan import PlanError, make_plan, power_of_two_scale, tree_children, tree_rounds
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ttdecode.runtime.results import RunCounters
@@ -163,10 +163,14 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}
     counts: dict[object, list[int]] = {}  # per core: [key tiles, chunks]
+    merges: dict[object, int] = {}  # per core: the merges it runs (children with keys)
     for piece in plan.pieces:
         r = plan.range_at(seq_len - 1, piece.index)
         if r.empty:
             continue
+        merges[piece.core] = merges.get(piece.core, 0) + sum(
+            1 for _, child in tree_children(piece.index, plan.pieces_per_work)
+            if not plan.range_at(seq_len - 1, child).empty)
         w = works.setdefault(piece.core, CoreWork([], np.zeros(c.dram_banks), {}, {}, 0, 0, 0))
         left = r.num_tiles
         for _ in range(r.num_chunks):  # the last chunk of the root may be short
@@ -191,9 +195,11 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
     # the partials' tiles of q_tile_rows rows (fp32, or bf16 with a bf16 DST)
     partial_bytes = plan.partial_pages * 1024 * _im_bytes(plan.fp32_dest_acc_en) * plan.q_tile_rows // 32
-    reduction = Reduction(((partial_bytes, hops),) * tree_rounds(working),
-                          merge_ops(plan.q_tiles, dv, exp, head_rows, plan.dst_tiles, plan.q_tile_rows,
-                                    _im_bytes(plan.fp32_dest_acc_en)))
+    one_merge = merge_ops(plan.q_tiles, dv, exp, head_rows, plan.dst_tiles, plan.q_tile_rows,
+                          _im_bytes(plan.fp32_dest_acc_en))
+    reduction = Reduction(((partial_bytes, hops),) * tree_rounds(working), one_merge)
+    for core, w in works.items():  # each core's merges count as its compute too (costmodel.evaluate)
+        w.merge = _scaled(one_merge, merges.get(core, 0))
     b = evaluate(list(works.values()), reduction, fidelity, c)
     return ChipAttention(seconds=b.total_us * 1e-6, dram_s=b.reader_us * 1e-6,
                          compute_s=sum(b.compute_us.values()) * 1e-6, reduction_s=b.reduction_us * 1e-6,
