@@ -29,8 +29,8 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.costmodel import (COST, Breakdown, chunk_ops, evaluate, message_cycles, op_cycles,  # noqa: E402
-                                reduction_cycles, work_from_counters)
+from ttdecode.costmodel import (COST, Breakdown, bank_floor_cycles, chunk_ops, evaluate,  # noqa: E402
+                                message_cycles, op_cycles, reader_cycles, reduction_cycles, work_from_counters)
 
 _spec = importlib.util.spec_from_file_location("sweep_flash_decode", REPO / "perf" / "sweep_flash_decode.py")
 sweep = importlib.util.module_from_spec(_spec)
@@ -120,7 +120,7 @@ def lever_row(p) -> dict[str, object]:
     works, red, fid = work_from_counters(plan, counters)
     b: Breakdown = evaluate(works, red, fid)
     us = 1e6 / COST.clock_hz
-    red_cycles, merge_by_class = reduction_cycles(red, fid)
+    _, merge_by_class = reduction_cycles(red, fid)
     merge = sum(merge_by_class.values())
     # the mean message of the path that ends the slowest tree
     message = sum(message_cycles(nbytes, hops) for nbytes, hops in red.rounds) / max(1, len(red.rounds))
@@ -130,16 +130,24 @@ def lever_row(p) -> dict[str, object]:
     eq = best_equal_tree(pieces, merge, message) * us
     loaded = best_loaded_tree(pieces, merge, message) * us if compute_bound else None
     rest = b.total_us - b.reduction_us
-    # the softmax block: every chunk's fixed cost but one per piece, on the slowest core
+    # the softmax block: every chunk's fixed cost but one per piece, on the slowest core (evaluate's core time
+    # with that much less compute; its overlap stages kept)
     head_rows = min(plan.num_tokens * plan.group_size, 32)
     fixed = chunk_ops(plan.q_tiles, plan.dv_tiles, _exp_op(plan.fp32_dest_acc_en), head_rows, plan.q_tile_rows,
                       plan.mla, 4 if plan.fp32_dest_acc_en else 2)
     per_chunk = sum(op_cycles(op, t, fid) for op, ts in fixed.items() for t in ts)
     chunks = max(plan.range_at(p.pos, i).num_chunks for i in range(pieces))
-    saved = (chunks - 1) * per_chunk * us
-    comp_block = comp - saved
-    local_block = max(b.reader_us, comp_block) + min(b.reader_us, comp_block) / max(1, chunks)
-    total_block = b.launch_us + local_block + b.reduction_us
+    floor = bank_floor_cycles(works)
+
+    def core(w, saved: float) -> float:
+        rd = max(reader_cycles(w.read_groups), floor)
+        cc = sum(op_cycles(op, t, fid) for op, ts in w.compute.items() for t in ts) - saved
+        return max(rd, cc) + min(rd, cc) / max(1, w.chunks) + w.cb_handshakes * COST.cb_handshake_cycles
+
+    saved = (chunks - 1) * per_chunk
+    local_block = max(core(w, saved) for w in works) * us
+    comp_block = comp - saved * us
+    total_block = b.total_us - b.local_us + local_block
     return {
         "point": p.model, "pieces": pieces, "step_us": b.total_us, "reduction_us": b.reduction_us,
         "share_pct": 100 * b.reduction_share, "merge_cycles": merge, "message_cycles": message,
