@@ -322,7 +322,9 @@ class Reduction:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Model estimate of one step, µs. `compute_us` per op class on the slowest core."""
+    """Model estimate of one step, µs. `compute_us` per op class on the slowest core (its local work,
+    merges apart); `reduction_us` the step beyond the slowest core's local work: the merge trees after
+    it, or the busiest core's merges beside its own chunks, whichever is longer."""
 
     total_us: float
     launch_us: float
@@ -916,7 +918,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
 
 
 def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[CoreWork], Reduction, str]:
-    """(per-core work, the tree's critical path, fidelity) of a run of our kernels.
+    """(per-core work, the reduction (every work's merge tree), fidelity) of a run of our kernels.
 
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a

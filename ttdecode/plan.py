@@ -21,7 +21,9 @@ Vocabulary (see tech_report/architecture.md):
 - the batch decides only *where* pieces run. When there are more pieces than cores a core runs
   several, ordered by tree height (leaves first), which cannot deadlock: a piece waits only for
   children of lower height, and every core finishes its lower pieces first. Each work's pieces are
-  relabeled over its cores so that the partials travel short NoC 0 paths (short_hop_order).
+  relabeled over its cores so that the partials travel short NoC 0 paths (short_hop_order). With
+  key_row pages a piece runs on a core kept for its bank, the banks' cores counted by their work,
+  merges included, and each bank's pieces dealt heaviest first to its least loaded core (key_row_deal).
 
 The chunk formulas here are mirrored in ``kernels/common.hpp`` (the kernels compute the ranges from
 cur_pos at run time, so a cur_pos_tensor read on the device needs no new program);
@@ -620,7 +622,8 @@ def make_plan(
     then has a multiple of 12 pieces up to max_cores_per_head_batch (>= 12; the model's choice for the
     shape, costmodel.key_row_pieces: enough for one user to cover the cores, no more rounds than that)
     taking the key tiles cyclically, so every piece reads one bank, and the pieces of a bank run on
-    the cores kept for that bank (key_row_placement). `key_row_pieces` (kv_pages "key_row" only): that
+    the cores kept for that bank, as many as the bank's share of the work (key tiles, chunks and
+    merges: every user's tree puts its merges in the same banks) asks (key_row_deal). `key_row_pieces` (kv_pages "key_row" only): that
     many pieces per (user, KV head) instead of the model's choice (a multiple of 12 up to the most).
     `prescale_q`: the softmax scale will be a power of two (+-2^k; the factory checks it), so the
     compute kernel multiplies each piece's Q by it once, exactly (a bf16 element only changes its
