@@ -522,6 +522,27 @@ def test_a_root_merges_its_children_one_at_a_time_whatever_the_longest_chain_of_
     assert path_only == pytest.approx(arrive[0] + per_merge)
 
 
+def test_a_core_that_runs_many_merges_bounds_the_step_beside_its_own_chunks() -> None:
+    """Merges run on the TRISCs of the core that holds the parent: core A (100 copies of local work and
+    200 of merges) outlasts core B (250 copies, no merges) although B's local work is the longest, so the
+    step is the launch, B's local work and A's excess (no tree messages here)."""
+    from ttdecode.costmodel import COST, OpTally, Reduction
+
+    def work(local: int, merges: int) -> CoreWork:
+        return CoreWork([], np.zeros(12), {"copy": [OpTally(local, local)]},
+                        {"copy": [OpTally(merges, merges)]} if merges else {}, 1, 0, 0)
+
+    cyc = lambda n: op_cycles("copy", OpTally(n, n), "HiFi2")  # noqa: E731
+    b = evaluate([work(100, 200), work(250, 0)], Reduction((), {}), "HiFi2")
+    us = 1e6 / COST.clock_hz
+    assert b.local_us == pytest.approx(cyc(250) * us)
+    assert b.reduction_us == pytest.approx((cyc(100) + cyc(200) - cyc(250)) * us)
+    assert b.total_us == pytest.approx((COST.launch_cycles + cyc(100) + cyc(200)) * us)
+    # with A's merges under B's local work the step is B's
+    b = evaluate([work(100, 100), work(250, 0)], Reduction((), {}), "HiFi2")
+    assert b.reduction_us == 0 and b.total_us == pytest.approx((COST.launch_cycles + cyc(250)) * us)
+
+
 def test_a_60_piece_reduction_takes_at_least_six_merges() -> None:
     """A root gathers at most 2^k partials with k merges one after another, so 60 pieces take 6 merges
     on the path that ends the step (the longest chain of messages in the binomial tree of 60 has 5)."""
