@@ -74,13 +74,13 @@ def test_plan_uses_the_given_positions_and_grid(capsys: pytest.CaptureFixture[st
 
 
 def test_plan_with_key_row_pages_takes_the_models_pieces_one_bank_each(capsys: pytest.CaptureFixture[str]) -> None:
-    """8 KV heads x 12 pieces already cover the 60 cores kept for the banks: the model takes 12 of the
-    60 allowed (4 tree rounds instead of 6)."""
+    """8 KV heads x 12 pieces already cover the grid (96 pieces, each bank's 8 on up to 8 of the 64 cores,
+    plan.key_row_deal): the model takes 12 of the 60 allowed (4 tree rounds instead of 6)."""
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--max-cores-per-head-batch", "60",
                  "--kv-pages", "key_row"]) == 0
     out = capsys.readouterr().out
     assert "pieces per (user, KV head): 12 (key-row pages" in out and "reduction rounds: 4" in out
-    assert "cores used: 60 of 64" in out and "/12" in out
+    assert "cores used: 64 of 64" in out and "/12" in out
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--kv-pages", "key_row",
                  "--max-cores-per-head-batch", "8"]) == 2
     assert "at least 12" in capsys.readouterr().err
