@@ -129,6 +129,31 @@ def test_banks_get_cores_by_their_work_and_never_more_than_their_pieces() -> Non
     assert bank_core_counts([100.0] + [1.0] + [100.0] * 10, [20, 200] + [20] * 10, 64, per_core=55)[1] >= 4
 
 
+@pytest.mark.parametrize(("b", "nkv", "g", "s", "d", "mc"), [(1, 1, 8, 32768, 128, 60), (3, 2, 4, 4096, 64, 24),
+                                                          (8, 1, 8, 16384, 128, 60), (16, 1, 8, 8192, 128, 60),
+                                                          (5, 8, 4, 8192, 128, 36), (32, 1, 8, 131072, 64, 60),
+                                                          (24, 2, 1, 2048, 64, 48), (2, 4, 8, 65536, 128, 12)])
+def test_every_piece_of_a_batch_runs_on_a_core_of_its_bank_within_the_runtime_args(b, nkv, g, s, d, mc) -> None:
+    """plan.key_row_deal, whatever the batch: each core runs pieces of one bank only (the key tiles of piece i
+    of work (b, h) sit in bank ((b * NKV + h) * S/32 + i) % 12, documented mapping), no core more pieces than its
+    runtime args hold, every piece placed once."""
+    from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE
+    from ttdecode.program import MAX_RUNTIME_ARGS
+
+    plan = make_plan(batch=b, num_q_heads=nkv * g, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[s - 1] * b,
+                     max_cores_per_head_batch=mc, kv_pages="key_row")
+    st = s // 32
+    banks: dict = defaultdict(set)
+    count: dict = defaultdict(int)
+    for p in plan.pieces:
+        banks[p.core].add(((p.user * nkv + p.kv_head) * st + p.index) % 12)
+        count[p.core] += 1
+    assert all(len(v) == 1 for v in banks.values())
+    assert RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * max(count.values()) <= MAX_RUNTIME_ARGS
+    assert sorted((p.user, p.kv_head, p.index) for p in plan.pieces) == sorted(
+        (u, h, i) for u in range(b) for h in range(nkv) for i in range(plan.pieces_per_work))
+
+
 def test_a_batch_spreads_its_merges_over_the_cores_of_the_banks_that_hold_the_parents() -> None:
     """B 16 at 8K with 60 pieces per head: every user's tree puts its merges on the pieces whose tiles
     sit in banks 0, 4 and 8 (S/32 = 256 is 4 mod 12), which an even share of cores per bank would leave
