@@ -29,8 +29,9 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.costmodel import (COST, Breakdown, bank_floor_cycles, chunk_ops, evaluate,  # noqa: E402
-                                message_cycles, op_cycles, reader_cycles, reduction_cycles, work_from_counters)
+from ttdecode.costmodel import (COST, Breakdown, _exp_op, _im_bytes, bank_floor_cycles, chunk_ops,  # noqa: E402
+                                core_cycles, evaluate, message_cycles, op_cycles, reader_cycles, reduction_cycles,
+                                work_from_counters)
 
 _spec = importlib.util.spec_from_file_location("sweep_flash_decode", REPO / "perf" / "sweep_flash_decode.py")
 sweep = importlib.util.module_from_spec(_spec)
@@ -110,10 +111,6 @@ def _points() -> list:
     return out
 
 
-def _exp_op(fp32: bool) -> str:
-    return "exp" if fp32 else "exp_bf16"
-
-
 def lever_row(p) -> dict[str, object]:
     """One point: the model's step, the tree bounds and the softmax-block bound (cycles and µs)."""
     plan, counters, _ = sweep.run_point(p)
@@ -134,15 +131,14 @@ def lever_row(p) -> dict[str, object]:
     # with that much less compute; its overlap stages kept)
     head_rows = min(plan.num_tokens * plan.group_size, 32)
     fixed = chunk_ops(plan.q_tiles, plan.dv_tiles, _exp_op(plan.fp32_dest_acc_en), head_rows, plan.q_tile_rows,
-                      plan.mla, 4 if plan.fp32_dest_acc_en else 2)
+                      plan.mla, _im_bytes(plan.fp32_dest_acc_en))
     per_chunk = sum(op_cycles(op, t, fid) for op, ts in fixed.items() for t in ts)
     chunks = max(plan.range_at(p.pos, i).num_chunks for i in range(pieces))
     floor = bank_floor_cycles(works)
 
-    def core(w, saved: float) -> float:
-        rd = max(reader_cycles(w.read_groups), floor)
+    def core(w, saved: float) -> float:  # evaluate's core time with `saved` cycles less compute
         cc = sum(op_cycles(op, t, fid) for op, ts in w.compute.items() for t in ts) - saved
-        return max(rd, cc) + min(rd, cc) / max(1, w.chunks) + w.cb_handshakes * COST.cb_handshake_cycles
+        return core_cycles(w, max(reader_cycles(w.read_groups), floor), cc)
 
     saved = (chunks - 1) * per_chunk
     local_block = max(core(w, saved) for w in works) * us

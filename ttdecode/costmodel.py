@@ -444,11 +444,8 @@ def message_cycles(nbytes: float, hops: int, c: CostConstants = COST) -> float:
 def tree_cycles(tree: Tree, per_merge: float, c: CostConstants = COST) -> float:
     """When a node of `tree` holds its subtree's partial, counted from the end of the (equal) local
     work: it merges its children in order, each merge (`per_merge`) starting once the node is free
-    and that child's message has arrived."""
-    t = 0.0
-    for nbytes, hops, child in tree:
-        t = max(t, tree_cycles(child, per_merge, c) + message_cycles(nbytes, hops, c)) + per_merge
-    return t
+    and that child's message has arrived (_critical_path)."""
+    return _critical_path(tree, per_merge, c)[0]
 
 
 def reduction_cycles(r: Reduction, fidelity: str, c: CostConstants = COST) -> tuple[float, dict[str, float]]:
@@ -459,6 +456,13 @@ def reduction_cycles(r: Reduction, fidelity: str, c: CostConstants = COST) -> tu
     if r.trees:
         return max(tree_cycles(t, per_merge, c) for t in r.trees), merge
     return sum(message_cycles(nbytes, hops, c) + per_merge for nbytes, hops in r.rounds), merge
+
+
+def core_cycles(w: CoreWork, reader: float, compute: float, c: CostConstants = COST) -> float:
+    """One core's local time for its `reader` cycles (the DRAM floor included) and `compute` cycles:
+    ``max(reader, compute) + min(reader, compute) / stages + CB handshakes``."""
+    return (max(reader, compute) + min(reader, compute) / max(1, w.chunks)
+            + w.cb_handshakes * c.cb_handshake_cycles)
 
 
 def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
@@ -472,10 +476,8 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
         comp = _sum_ops(w.compute, fidelity, c)
         cc = sum(comp.values())
         mg = sum(_sum_ops(w.merge, fidelity, c).values())
-        n = max(1, w.chunks)
-        handshakes = w.cb_handshakes * c.cb_handshake_cycles
-        core = max(rd, cc) + min(rd, cc) / n + handshakes
-        busiest = max(busiest, max(rd, cc + mg) + min(rd, cc + mg) / n + handshakes)
+        core = core_cycles(w, rd, cc, c)
+        busiest = max(busiest, core_cycles(w, rd, cc + mg, c))
         if core > best[0]:
             best = (core, rd, comp)
     tree, _ = reduction_cycles(reduction, fidelity, c)

@@ -1018,8 +1018,7 @@ def bank_core_counts(bank_weights: Sequence[float], bank_pieces: Sequence[int], 
     if cores < DRAM_BANKS:
         raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
                         f"gives {cores} cores")
-    counts = [min(-(-n // most), cores // DRAM_BANKS) if n else 0 for n in bank_pieces]
-    counts = [max(c, 1) if n else 0 for c, n in zip(counts, bank_pieces)]
+    counts = [max(1, min(-(-n // most), cores // DRAM_BANKS)) if n else 0 for n in bank_pieces]
     for _ in range(cores - sum(counts)):
         open_ = [r for r in range(len(counts)) if counts[r] < bank_pieces[r]]
         if not open_:
