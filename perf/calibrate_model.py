@@ -1,6 +1,6 @@
 """The cost model's calibration against tt-metal's measurements, and its sensitivity (perf/README.md,
-"Calibration"). tt-metal's decode structure as data (ttdecode.ttmetal_structure) goes through the
-cost model (ttdecode.costmodel) at the points tt-metal published; each row prints the measured figure,
+"Calibration"). tt-metal's decode structure as data (ttdecode.perf_model.ttmetal_structure) goes through the
+cost model (ttdecode.perf_model.costmodel) at the points tt-metal published; each row prints the measured figure,
 the model's and the error. Then the Galaxy point again with each assumed or measured constant halved
 and doubled. All model figures are MODEL ESTIMATES. Seconds, no kernel runs.
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ttdecode.costmodel import COST, CostConstants, evaluate  # noqa: E402
-from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
+from ttdecode.perf_model.costmodel import COST, CostConstants, evaluate  # noqa: E402
+from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 
 #: tt-metal's measured device times of the Galaxy Llama-70B decode op (REFERENCE.md section 4), us.
 TG_MEASURED_US = {"PR #37004 (tree reduction)": 7.4, "perf unit test 6U": 8.18,

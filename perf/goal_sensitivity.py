@@ -3,7 +3,7 @@ assumed constants").
 
 Runs our kernels once per goal point on the host runtime (the plans and runs of
 `perf/sweep_flash_decode.py`), then prices the same counters (and tt-metal's structure, for the
-Galaxy goal) under each ASSUMED or FITTED constant of `ttdecode.costmodel.CostConstants` halved and
+Galaxy goal) under each ASSUMED or FITTED constant of `ttdecode.perf_model.costmodel.CostConstants` halved and
 doubled, and for each constant the value, between a quarter and four times the nominal one, at
 which the goal's verdict flips (the other constants nominal). The plans stay the ones made under the
 nominal constants: a plan made under other constants could split differently. All figures are MODEL
@@ -26,8 +26,8 @@ from typing import Callable, Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.costmodel import COST, Breakdown, CostConstants, evaluate, work_from_counters  # noqa: E402
-from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
+from ttdecode.perf_model.costmodel import COST, Breakdown, CostConstants, evaluate, work_from_counters  # noqa: E402
+from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("sweep_flash_decode", REPO / "perf" / "sweep_flash_decode.py")
 sweep = importlib.util.module_from_spec(_spec)

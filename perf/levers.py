@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.costmodel import (COST, Breakdown, _exp_op, _im_bytes, bank_floor_cycles, chunk_ops,  # noqa: E402
+from ttdecode.perf_model.costmodel import (COST, Breakdown, _exp_op, _im_bytes, bank_floor_cycles, chunk_ops,  # noqa: E402
                                 core_cycles, evaluate, message_cycles, op_cycles, reader_cycles, reduction_cycles,
                                 work_from_counters)
 

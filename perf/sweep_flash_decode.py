@@ -1,4 +1,4 @@
-"""FlashDecode sweeps on the host runtime, timed by the Wormhole cost model (ttdecode.costmodel).
+"""FlashDecode sweeps on the host runtime, timed by the Wormhole cost model (ttdecode.perf_model.costmodel).
 
 Every point is a real run of kernels/{reader,writer,compute}.cpp on the host runtime; the model turns
 the run's counters into an estimated Wormhole step time. Sweeps (bfloat8_b K/V, bf16 Q, HiFi2,
@@ -17,7 +17,7 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
   key_row     ours with kv_pages "key_row" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
 
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
-ttdecode.costmodel) and `tt-metal` (its structure as data, ttdecode.ttmetal_structure, through the same
+ttdecode.perf_model.costmodel) and `tt-metal` (its structure as data, ttdecode.perf_model.ttmetal_structure, through the same
 model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
 tg-llama70b, tg-numerics and tg-hifi4 only (seconds). All times are MODEL ESTIMATES.
 
@@ -44,11 +44,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.costmodel import COST, Breakdown, evaluate, work_from_counters  # noqa: E402
-from ttdecode.factory import run_flash_decode  # noqa: E402
-from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
+from ttdecode.perf_model.costmodel import COST, Breakdown, evaluate, work_from_counters  # noqa: E402
+from ttdecode.ops.flash_decode.program import run_flash_decode  # noqa: E402
+from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 from ttdecode.formats import DataType  # noqa: E402
-from ttdecode.plan import DecodePlan, PlanError, make_plan, power_of_two_scale  # noqa: E402
+from ttdecode.ops.flash_decode.plan import DecodePlan, PlanError, make_plan, power_of_two_scale  # noqa: E402
 from ttdecode.program import ComputeSettings, MathFidelity  # noqa: E402
 from ttdecode.runtime.results import RunCounters  # noqa: E402
 from ttdecode.tensor import TileTensor, from_torch  # noqa: E402
@@ -208,7 +208,7 @@ def ttmetal_reductions(p: Point) -> tuple[str, ...]:
 
 
 def ttmetal_row(p: Point, reduction: str = "tree") -> dict[str, object]:
-    """tt-metal's structure (ttdecode.ttmetal_structure) through the cost model at `p`."""
+    """tt-metal's structure (ttdecode.perf_model.ttmetal_structure) through the cost model at `p`."""
     shape = TTMetalShape(p.batch, p.num_q_heads, p.num_kv_heads, p.head_dim, p.pos, p.seq_len, p.grid, p.max_cores,
                          p.k_chunk_size, reduction=reduction)
     works, red, counts = ttmetal_work(shape)

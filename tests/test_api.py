@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ttdecode import api
+from ttdecode.ops.flash_decode import op as fd_op
 from ttdecode.api import (
     last_backend,
     paged_scaled_dot_product_attention_decode,
@@ -188,7 +189,7 @@ def test_kernel_backends_get_the_validated_inputs_and_the_plan(monkeypatch: pyte
         seen.update(backend=backend, inputs=inputs, plan=plan)
         return "ran"
 
-    monkeypatch.setattr(api, "_run_kernels", fake)
+    monkeypatch.setattr(api, "run_kernels", fake)
     q, k, v = qkv()
     cfg = SDPAProgramConfig(k_chunk_size=64, max_cores_per_head_batch=4)
     assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 9], program_config=cfg, backend="host") == "ran"
@@ -206,21 +207,21 @@ def test_paged_calls_reach_the_kernel_backends_with_a_paged_plan(monkeypatch: py
         seen.update(backend=backend, inputs=inputs, plan=plan)
         return "ran"
 
-    monkeypatch.setattr(api, "_run_kernels", fake)
+    monkeypatch.setattr(api, "run_kernels", fake)
     q, _, _ = qkv()
     table = torch.tensor([[3, 0, 1, 2], [4, 5, 7, 6]], dtype=torch.int32)
     kp, vp = rand(9, NKV, 32, D, seed=4), rand(9, NKV, 32, D, seed=5)
     assert paged_scaled_dot_product_attention_decode(q, kp, vp, table, cur_pos=[S - 1, 40], backend="host") == "ran"
     plan = seen["plan"]
-    assert api._kernel_gaps(seen["inputs"]) == []
+    assert fd_op.kernel_gaps(seen["inputs"]) == []
     assert (plan.block_size, plan.num_blocks, plan.max_blocks, plan.seq_len) == (32, 9, 4, S)
     assert torch.equal(seen["inputs"].page_table_values, table.to(torch.int64))
 
 
 def test_planner_refusal_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ttdecode.plan import PlanError
+    from ttdecode.ops.flash_decode.plan import PlanError
 
-    monkeypatch.setattr(api, "_run_kernels", lambda *a: pytest.fail("must not run"))
+    monkeypatch.setattr(api, "run_kernels", lambda *a: pytest.fail("must not run"))
     q, k, v = qkv(s=4096)
     with pytest.raises(PlanError, match="L1 overflow"):
         scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="host",
@@ -237,7 +238,7 @@ def _fake_device(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
 def test_auto_picks_device_only_when_one_is_available(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
                                                       available: bool, chosen: str) -> None:
     _fake_device(monkeypatch, available)
-    monkeypatch.setattr(api, "_run_kernels", lambda backend, inputs, plan: backend)
+    monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     with caplog.at_level(logging.INFO, logger="ttdecode"):
         assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2]) == chosen
@@ -247,7 +248,7 @@ def test_auto_picks_device_only_when_one_is_available(monkeypatch: pytest.Monkey
 
 def test_auto_without_a_device_module_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ttdecode.device", None)  # import raises ModuleNotFoundError
-    monkeypatch.setattr(api, "_run_kernels", lambda backend, inputs, plan: backend)
+    monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="auto") == "host"
     assert last_backend() == "host"
@@ -269,18 +270,18 @@ def test_bad_arguments_fail_before_any_backend_runs() -> None:
 
 def test_reference_reads_the_same_values_the_kernels_get(ttnn) -> None:
     from ttdecode.tensor import dequantize
-    from ttdecode.validate import describe
+    from ttdecode.ops.flash_decode.validate import describe
 
     x = torch.cat([rand(4, 64, seed=6) * 1e3, torch.tensor([[1.00390625, -2.0078125, 3e-39, 65504.0] * 16])])
-    assert torch.equal(api._dequantize(describe("k", x)), dequantize(x))
+    assert torch.equal(fd_op.dequantize_input(describe("k", x)), dequantize(x))
     t = ttnn.from_torch(x, dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT)
-    assert torch.equal(api._dequantize(describe("k", t)), dequantize(t))
+    assert torch.equal(fd_op.dequantize_input(describe("k", t)), dequantize(t))
 
 
 def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.MonkeyPatch) -> None:
     from ttdecode import device
 
-    monkeypatch.setattr(api, "_run_kernels", lambda backend, inputs, plan: backend)
+    monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
     assert last_backend() == ("device" if device.available() else "host")

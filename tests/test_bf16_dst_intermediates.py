@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import flash_decode_cbs, make_plan
+from ttdecode.ops.flash_decode.plan import flash_decode_cbs, make_plan
 from ttdecode.program import ComputeSettings
 from ttdecode.tensor import from_torch
 

@@ -60,7 +60,7 @@ def test_plan_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "1", "--seq", "8192"]) == 0
     out = capsys.readouterr().out
     assert "B=1 NH=32 NKV=8 S=8192 D=128" in out and "KV=bfloat8_b" in out
-    from ttdecode.plan import make_plan  # the CLI prints the plan the planner makes (the model's split)
+    from ttdecode.ops.flash_decode.plan import make_plan  # the CLI prints the plan the planner makes (the model's split)
 
     plan = make_plan(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=8192, head_dim=128, cur_pos=[8191])
     assert f"pieces per (user, KV head): {plan.pieces_per_work};" in out and "root" in out

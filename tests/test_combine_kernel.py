@@ -13,7 +13,7 @@ import torch
 
 from ttdecode import device as dev
 from ttdecode.accuracy import check_close, check_lse
-from ttdecode.combine import (
+from ttdecode.ops.combine import (
     CombineError,
     build_combine_program,
     build_combine_program_for_device,

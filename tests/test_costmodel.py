@@ -1,6 +1,6 @@
-"""The calibrated Wormhole cost model (ttdecode.costmodel): its terms on hand-computed cases, the NoC
+"""The calibrated Wormhole cost model (ttdecode.perf_model.costmodel): its terms on hand-computed cases, the NoC
 geometry, its reading of one tiny real run of the FlashDecode kernels on the host runtime, and
-tt-metal's structure (ttdecode.ttmetal_structure) against a hand count."""
+tt-metal's structure (ttdecode.perf_model.ttmetal_structure) against a hand count."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode.costmodel import (
+from ttdecode.perf_model.costmodel import (
     COST,
     COST_SOURCES,
     CoreWork,
@@ -31,12 +31,12 @@ from ttdecode.costmodel import (
     work_from_counters,
     writer_messages,
 )
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import DecodePlan, make_plan, valid_tiles
+from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, valid_tiles
 from ttdecode.program import ComputeSettings, CoreCoord, MathFidelity
 from ttdecode.tensor import from_torch
-from ttdecode.ttmetal_structure import TTMetalShape, ttmetal_work
+from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
 
 
 # ---- the NoC --------------------------------------------------------------------------------------
@@ -479,7 +479,7 @@ def test_the_critical_chain_is_the_deepest_and_among_those_the_one_with_the_most
     """The model's reduction follows the slowest chain of messages into a root: the most rounds, and of
     equally deep chains the one whose messages travel the most NoC 0 hops (+x / +y around the torus:
     logical x 3 -> x 2 is 9 hops the long way round, x 0 -> x 1 one hop)."""
-    from ttdecode.costmodel import _critical_chain
+    from ttdecode.perf_model.costmodel import _critical_chain
 
     c = [CoreCoord(x, 0) for x in range(4)]
     by_core = {core: CoreWork([], np.zeros(12), {}, {}, 1, 0, 0) for core in c}
@@ -500,7 +500,7 @@ def test_a_root_merges_its_children_one_at_a_time_whatever_the_longest_chain_of_
     it runs two merges one after the other although no chain holds more than one message. The reduction
     is the first message, then two merges (the second child's message arrived during the first merge);
     a chain priced message by message would give one merge."""
-    from ttdecode.costmodel import COST, OpTally, Reduction, _critical_chain, reduction_cycles
+    from ttdecode.perf_model.costmodel import COST, OpTally, Reduction, _critical_chain, reduction_cycles
 
     c = [CoreCoord(x, 0) for x in range(3)]
     merge = {"copy": [OpTally(10, 10)]}
@@ -526,7 +526,7 @@ def test_a_core_that_runs_many_merges_bounds_the_step_beside_its_own_chunks() ->
     """Merges run on the TRISCs of the core that holds the parent: core A (100 copies of local work and
     200 of merges) outlasts core B (250 copies, no merges) although B's local work is the longest, so the
     step is the launch, B's local work and A's excess (no tree messages here)."""
-    from ttdecode.costmodel import COST, OpTally, Reduction
+    from ttdecode.perf_model.costmodel import COST, OpTally, Reduction
 
     def work(local: int, merges: int) -> CoreWork:
         return CoreWork([], np.zeros(12), {"copy": [OpTally(local, local)]},

@@ -8,9 +8,9 @@ import torch
 
 import ttdecode
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-from ttdecode.factory import build_program
+from ttdecode.ops.flash_decode.program import build_program
 from ttdecode.formats import DataType
-from ttdecode.plan import make_plan
+from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.tensor import from_torch
 

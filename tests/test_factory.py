@@ -1,4 +1,4 @@
-"""The program factory and the kernels' shared arithmetic (kernels/common.hpp) against the planner."""
+"""The program factory and the kernels' shared arithmetic (kernels/flash_decode/common.hpp) against the planner."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode import plan as plan_mod
-from ttdecode.factory import (
+from ttdecode.ops.flash_decode import plan as plan_mod
+from ttdecode.ops.flash_decode.program import (
     FactoryError,
     build_program,
     decode_outputs,
@@ -22,11 +22,11 @@ from ttdecode.factory import (
     positions_bytes,
 )
 from ttdecode.formats import DataType
-from ttdecode.plan import make_plan, piece_range, tree_children, tree_parent
+from ttdecode.ops.flash_decode.plan import make_plan, piece_range, tree_children, tree_parent
 from ttdecode.program import BufferAddress, ComputeSettings, KernelKind, NocX, NocY, unpack_to_dest_modes
 from ttdecode.tensor import from_torch
 
-KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+KERNELS = Path(__file__).resolve().parent.parent / "kernels" / "flash_decode"
 
 
 def _inputs(b: int, nh: int, nkv: int, s: int, d: int, kv: DataType = DataType.bfloat8_b, share: bool = False):
@@ -85,7 +85,7 @@ def common_hpp_table(tmp_path_factory: pytest.TempPathFactory) -> list[list[int]
     build = subprocess.run([cxx, "-std=c++17", "-O1", f"-I{KERNELS}", str(d / "driver.cpp"), "-o", str(d / "driver")],
                            capture_output=True, text=True)
     if build.returncode != 0:
-        pytest.fail(f"kernels/common.hpp does not compile on the host:\n{build.stderr}")
+        pytest.fail(f"kernels/flash_decode/common.hpp does not compile on the host:\n{build.stderr}")
     out = subprocess.run([str(d / "driver")], check=True, capture_output=True, text=True).stdout
     return [[int(x) for x in line.split()] for line in out.splitlines()]
 

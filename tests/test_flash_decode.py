@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from ttdecode.accuracy import THRESHOLDS, check_close, check_lse
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import DecodePlan, make_plan
+from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import TileTensor, from_torch, to_torch
@@ -354,8 +354,8 @@ def test_the_api_passes_the_program_configs_chunk_cap_to_the_plan(monkeypatch: p
     from ttdecode.config import SDPAProgramConfig
 
     plans: list[DecodePlan] = []
-    real = api._make_plan
-    monkeypatch.setattr(api, "_make_plan", lambda inputs: plans.append(real(inputs)) or plans[-1])
+    real = api.make_decode_plan
+    monkeypatch.setattr(api, "make_decode_plan", lambda inputs: plans.append(real(inputs)) or plans[-1])
     g = torch.Generator().manual_seed(9)
     q, k, v = (torch.randn(*shape, generator=g) for shape in ((1, 1, 8, 64), (1, 1, 2048, 64), (1, 1, 2048, 64)))
     cfg = SDPAProgramConfig(chunk_cap=16, max_cores_per_head_batch=1)

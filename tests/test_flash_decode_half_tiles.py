@@ -16,9 +16,9 @@ import math
 import pytest
 import torch
 
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import make_plan
+from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
 from ttdecode.tensor import from_torch

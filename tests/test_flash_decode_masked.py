@@ -13,9 +13,9 @@ import torch
 
 import ttdecode
 from ttdecode.accuracy import check_close, check_lse
-from ttdecode.factory import FactoryError, run_flash_decode
+from ttdecode.ops.flash_decode.program import FactoryError, run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch

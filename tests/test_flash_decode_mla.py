@@ -23,9 +23,9 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
-from ttdecode.factory import FactoryError, build_program, build_program_for_device, run_flash_decode
+from ttdecode.ops.flash_decode.program import FactoryError, build_program, build_program_for_device, run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import L1_BYTES_PER_CORE, PlanError, make_plan, piece_range
+from ttdecode.ops.flash_decode.plan import L1_BYTES_PER_CORE, PlanError, make_plan, piece_range
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import TileTensor, from_torch, to_torch

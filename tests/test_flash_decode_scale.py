@@ -16,9 +16,9 @@ import numpy as np
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import scaled_dot_product_attention_decode
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import PlanError, make_plan, power_of_two_scale
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale
 from ttdecode.program import ComputeSettings
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch
@@ -147,8 +147,8 @@ def test_the_api_prescales_q_for_a_power_of_two_scale(monkeypatch: pytest.Monkey
     import ttdecode.api as api
 
     plans = []
-    real = api._make_plan
-    monkeypatch.setattr(api, "_make_plan", lambda inputs: plans.append(real(inputs)) or plans[-1])
+    real = api.make_decode_plan
+    monkeypatch.setattr(api, "make_decode_plan", lambda inputs: plans.append(real(inputs)) or plans[-1])
     gen = torch.Generator().manual_seed(1)
     q, k, v = torch.randn(1, 1, 8, 64, generator=gen), torch.randn(1, 1, 256, 64, generator=gen), \
         torch.randn(1, 1, 256, 64, generator=gen)

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ttdecode.accuracy import check_close, check_lse
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import make_plan
+from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.tensor import from_torch, to_torch

@@ -19,10 +19,10 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.config import SDPAProgramConfig
-from ttdecode.costmodel import COST, key_row_pieces, work_from_counters
-from ttdecode.factory import run_flash_decode
+from ttdecode.perf_model.costmodel import COST, key_row_pieces, work_from_counters
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import PlanError, make_plan, piece_range
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan, piece_range
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.runtime.results import EVENT_OPS
@@ -116,7 +116,7 @@ def test_banks_get_cores_by_their_work_and_never_more_than_their_pieces() -> Non
     """bank_core_counts: even shares when every bank has the same work; the rest of the grid to the banks
     whose work per core is the largest; a bank never gets more cores than pieces, nor fewer than its
     pieces need under the runtime args' limit."""
-    from ttdecode.plan import bank_core_counts
+    from ttdecode.ops.flash_decode.plan import bank_core_counts
 
     assert bank_core_counts([1.0] * 12, [5] * 12, 64) == [5] * 12  # one user, 60 pieces: 4 cores stay free
     # banks 0, 4 and 8 hold three times the others' work (the parents' merges): they take the spare cores
@@ -137,7 +137,7 @@ def test_every_piece_of_a_batch_runs_on_a_core_of_its_bank_within_the_runtime_ar
     """plan.key_row_deal, whatever the batch: each core runs pieces of one bank only (the key tiles of piece i
     of work (b, h) sit in bank ((b * NKV + h) * S/32 + i) % 12, documented mapping), no core more pieces than its
     runtime args hold, every piece placed once."""
-    from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE
+    from ttdecode.ops.flash_decode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE
     from ttdecode.program import MAX_RUNTIME_ARGS
 
     plan = make_plan(batch=b, num_q_heads=nkv * g, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[s - 1] * b,
@@ -160,7 +160,7 @@ def test_a_batch_spreads_its_merges_over_the_cores_of_the_banks_that_hold_the_pa
     on 15 cores (the busiest ran 4x the mean merge work, and the step was those cores' merges). The
     cost model on the run's counters: the busiest core's merges at most 2.5x the mean, and the merges
     hidden under the reads (the step's reduction is the tree's)."""
-    from ttdecode.costmodel import _sum_ops, evaluate, reduction_cycles
+    from ttdecode.perf_model.costmodel import _sum_ops, evaluate, reduction_cycles
 
     plan, out, lse, ref, ref_lse, res = _run(b=16, nh=8, nkv=1, s=8192, d=128, pos=(8191,) * 16, max_cores=60)
     check_close(out, ref, "key_row, B 16")
@@ -280,7 +280,7 @@ def test_the_api_runs_key_row_through_the_program_config() -> None:
 
 def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> None:
     from ttdecode import device as dev
-    from ttdecode.factory import build_program_for_device
+    from ttdecode.ops.flash_decode.program import build_program_for_device
 
     plan = make_plan(batch=2, num_q_heads=8, num_kv_heads=2, seq_len=2048, head_dim=128, cur_pos=None,
                      max_cores_per_head_batch=12, kv_pages="key_row")
@@ -295,7 +295,7 @@ def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> N
 
 
 def test_the_bank_floor_of_a_key_row_run_is_priced_at_the_bank_local_efficiency() -> None:
-    from ttdecode.costmodel import COST, bank_floor_cycles
+    from ttdecode.perf_model.costmodel import COST, bank_floor_cycles
 
     plan, out, lse, ref, ref_lse, res = _run(b=1, nh=8, nkv=1, s=2048, d=64, pos=(2047,), max_cores=12)
     works, _, _ = work_from_counters(plan, res.counters)
@@ -317,7 +317,7 @@ def test_a_batch_with_bank_local_and_other_cores_prices_each_cores_bytes_at_its_
     """A long user (64 key tiles, 12 pieces at a split floor of 4: one bank each) next to a short one (10 key
     tiles: 2 pieces of 5, each reading several banks): each bank's bytes from bank-local cores at 267/288,
     the rest at the fitted interleaved efficiency, summed per bank."""
-    from ttdecode.costmodel import COST, bank_floor_cycles
+    from ttdecode.perf_model.costmodel import COST, bank_floor_cycles
 
     plan, out, lse, ref, ref_lse, res = _run(b=2, nh=8, nkv=1, s=2048, d=64, pos=(2047, 319), max_cores=24, floor=4)
     check_close(out, ref, "key_row, a long and a short user")

@@ -1,6 +1,6 @@
 """ttdecode.rotary_kv_append: the fused RoPE + KV-cache append program on the host runtime.
 
-Expected values are built here, independently of ttdecode.rotary and of the runtime:
+Expected values are built here, independently of ttdecode.ops.rotary_append and of the runtime:
 
 * the rotation in float32 as the chip computes it (x from bf16 exactly, the +-1 matmul exact, then
   x*cos, rot*sin and their sum each rounded to nearest-even in fp32: SFPMAD, one rounding), with
@@ -239,7 +239,7 @@ def test_paged_interleaved_partial_rotary_dim_and_two_q_tile_rows() -> None:
     check_call(out, q=q, k=k, v=v, kc=kc, vc=vc, positions=positions, cos=cos, sin=sin, rotary_dim=48,
                interleaved=True, table=table)
 
-    from ttdecode import rotary
+    from ttdecode.ops.rotary_append import op as rotary
     from ttdecode.runtime import run_program
 
     inp = rotary.validate(k, v, kc, vc, qkv=None, num_q_heads=None, **{**kwargs, "rotary_interleaved": True})
@@ -363,7 +363,7 @@ BAD = {
 
 def test_a_head_dim_beyond_l1_is_refused_at_plan_time() -> None:
     """D = 4096: cos, sin, x and the output CBs need more than one core's L1; refused naming it."""
-    from ttdecode import rotary
+    from ttdecode.ops.rotary_append import program as rotary
 
     with pytest.raises(ValueError, match=r"argument 'k_cache': expected a head_dim whose circular buffers fit .*D=4096"):
         rotary.device_program(batch=1, num_q_heads=0, num_kv_heads=1, head_dim=4096, cache_dtype=BF16,
@@ -374,7 +374,7 @@ def test_a_head_dim_beyond_l1_is_refused_at_plan_time() -> None:
 def test_bad_input_is_refused_naming_argument_expected_and_got(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     make, arg, got = BAD[case]
     kw = make(_good())
-    from ttdecode import rotary
+    from ttdecode.ops.rotary_append import op as rotary
 
     def no_program(*a, **k):  # every refusal comes before a program exists (so before any cache write)
         raise AssertionError("a program was built for bad input")
@@ -391,7 +391,8 @@ def test_bad_input_is_refused_naming_argument_expected_and_got(case: str, monkey
 
 def test_device_descriptor_carries_named_args_and_in_place_caches(ttnn) -> None:
     """The same Program as real ttnn descriptors (fake device view, as tests/test_device_program.py)."""
-    from ttdecode import device, rotary
+    from ttdecode import device
+    from ttdecode.ops.rotary_append import op as rotary
     from ttdecode.program import CoreCoord
 
     class View:
@@ -424,7 +425,7 @@ def test_device_descriptor_carries_named_args_and_in_place_caches(ttnn) -> None:
 
 def test_an_unknown_named_compile_time_arg_fails_the_kernel_build() -> None:
     """As on the device, a name the program did not give does not compile."""
-    from ttdecode import rotary
+    from ttdecode.ops.rotary_append import op as rotary
     from ttdecode.runtime import KernelError, run_program
 
     kw = _good()
@@ -443,7 +444,7 @@ def test_dataflow_kernels_compile_against_the_real_headers_with_their_named_args
     """The reader and writer of a real program, with its named compile-time args, compiled for riscv32
     with clang-19 against the ttnn 0.81.1 wheel (tools/compile_real.py; a missing toolchain fails)."""
     from tools import compile_real as cr
-    from ttdecode import rotary
+    from ttdecode.ops.rotary_append import op as rotary
 
     try:
         cr.find_clang(), cr.find_riscv_cxx_includes(), cr.find_wheel()
@@ -462,7 +463,8 @@ def test_dataflow_kernels_compile_against_the_real_headers_with_their_named_args
 def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(ttnn, monkeypatch) -> None:
     """Without q the program has no output: launch allocates nothing and hands the in-place caches
     to generic_op last (generic_op returns its last tensor). ttnn's device calls are stubbed."""
-    from ttdecode import device, rotary
+    from ttdecode import device
+    from ttdecode.ops.rotary_append import op as rotary
 
     class Mem:
         buffer_type = ttnn.BufferType.DRAM

@@ -1,5 +1,5 @@
 """The root's only chunk (one piece, no old running set, nothing to merge, no LSE): the row sum rides in
-P.V's last DST block and 1/l is made there (kernels/compute.cpp finish_single_chunk), with no row-sum
+P.V's last DST block and 1/l is made there (kernels/flash_decode/compute.cpp finish_single_chunk), with no row-sum
 pass and no 1/l pass. The values must be those of the path the kernel takes when it also writes the LSE
 (row sum, then 1/l, then P.V): the same bits, which the float64 reference checks against the bar here
 and elsewhere. And the reader lands Q and the first chunk's K under one read barrier.
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from ttdecode.accuracy import check_close
-from ttdecode.factory import run_flash_decode
+from ttdecode.ops.flash_decode.program import run_flash_decode
 from ttdecode.formats import DataType
-from ttdecode.plan import make_plan
+from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.program import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.runtime.results import EVENT_OPS

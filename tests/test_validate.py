@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ttdecode.config import SDPAProgramConfig
-from ttdecode.validate import DecodeInputs, describe, validate_decode
+from ttdecode.ops.flash_decode.validate import DecodeInputs, describe, validate_decode
 
 B, NH, NKV, S, D = 2, 8, 2, 64, 64
 

@@ -19,7 +19,7 @@ from ttdecode.api import (
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
 from ttdecode.distributed.context import combine_partials, context_parallel_decode
 from ttdecode.formats import DataType
-from ttdecode.rotary import rotary_kv_append
+from ttdecode.ops.rotary_append.op import rotary_kv_append
 from ttdecode.tensor import TileTensor, from_torch, to_torch
 
 float32 = DataType.float32

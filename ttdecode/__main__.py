@@ -2,7 +2,7 @@
 ``python -m ttdecode demo`` and ``python -m ttdecode llama [--preset tiny] [--devices N]`` (see
 ``ttdecode.models.cli``).
 
-* ``plan`` prints the FlashDecode plan table (``ttdecode.plan.make_plan`` + ``format_plan``) and
+* ``plan`` prints the FlashDecode plan table (``ttdecode.ops.flash_decode.plan.make_plan`` + ``format_plan``) and
   exits 2 with the planner's message when the plan is refused.
 * ``reference`` runs the float64 reference backend on random inputs (normal, seeded) of the
   preset's shape and prints the timing.
@@ -117,7 +117,7 @@ def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan one step and print the table; a refused plan prints the reason and returns 2."""
     from ttdecode.formats import DataType
-    from ttdecode.plan import format_plan, make_plan
+    from ttdecode.ops.flash_decode.plan import format_plan, make_plan
 
     preset = get_preset(args.preset)
     config = _program_config(args)

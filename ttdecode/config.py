@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ttdecode.plan import CHUNK_CAPS
+from ttdecode.split import CHUNK_CAPS
 
 __all__ = [
     "WORMHOLE_GRID",
@@ -108,7 +108,7 @@ class SDPAProgramConfig:
             max_cores_per_head_batch, which must then be >= 12), piece i reading the key tiles
             t % p' == i, all from one bank.
         chunk_cap: the largest dynamic chunk in key tiles (a ttdecode option, not in ttnn's config):
-            None = the cost model's choice for the shape (8, 16 or 32; ``ttdecode.plan.make_plan``), or
+            None = the cost model's choice for the shape (8, 16 or 32; ``ttdecode.ops.flash_decode.plan.make_plan``), or
             8, 16 or 32; with k_chunk_size 0 only. A plan that would not fit L1 with the model's cap
             names the cap that fits.
     """

@@ -65,7 +65,7 @@ class DeviceView(Protocol):
         ...
 
 
-def _require_ttnn() -> ModuleType:
+def require_ttnn() -> ModuleType:
     """Import ttnn (after the mock-cluster setup) or raise naming why it cannot be imported."""
     from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
 
@@ -87,7 +87,7 @@ class TtnnDeviceView:
         return int(grid.x), int(grid.y)
 
     def worker_core(self, core: CoreCoord) -> tuple[int, int]:
-        ttnn = _require_ttnn()
+        ttnn = require_ttnn()
         noc = self._device.worker_core_from_logical_core(ttnn.CoreCoord(core.x, core.y))
         return int(noc.x), int(noc.y)
 
@@ -298,7 +298,7 @@ def _check_l1_and_indices(program: Program) -> None:
 
 def build_program_descriptor(program: Program, view: DeviceView) -> "ttnn.ProgramDescriptor":
     """`program` as a ttnn `ProgramDescriptor`, with placeholders resolved through `view`."""
-    ttnn = _require_ttnn()
+    ttnn = require_ttnn()
     if not isinstance(program, Program):
         raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
     grid = view.grid_size()
@@ -411,7 +411,7 @@ def check_key_row_memory_config(ttnn: ModuleType, mem: Any, last_dim: int, what:
 def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     """The program's (inputs in generic_op order, outputs), with every given input checked against
     its spec (device tensor, dtype, layout, shape, interleaved DRAM) and the outputs' pages."""
-    ttnn = _require_ttnn()
+    ttnn = require_ttnn()
     if not isinstance(program, Program):
         raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
     inputs = [t for t in program.tensors if not t.is_output]
@@ -442,7 +442,7 @@ def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any
 
 def _allocate_outputs(outputs: Sequence[Any], device: Any) -> dict[str, Any]:
     """The output tensors, interleaved in DRAM on `device` (on a MeshDevice: at one address on every device)."""
-    ttnn = _require_ttnn()
+    ttnn = require_ttnn()
     return {
         spec.name: ttnn.allocate_tensor_on_device(
             ttnn.Shape(list(spec.shape)),
@@ -462,7 +462,7 @@ def launch(program: Program, io_tensors: Mapping[str, "ttnn.Tensor"], device: An
     program's dtype, layout and shape). The outputs are allocated here and must not be passed in.
     On a MeshDevice the one descriptor runs on every device (SPMD).
     """
-    ttnn = _require_ttnn()
+    ttnn = require_ttnn()
     inputs, outputs = _check_io(program, io_tensors)
     allocated = _allocate_outputs(outputs, device)
     descriptor = to_program_descriptor(program, {**io_tensors, **allocated}, device)
@@ -480,7 +480,7 @@ def mesh_program_descriptor(programs: Mapping[tuple[int, ...], Program], view: D
     `ttnn.MeshProgramDescriptor`: generic_op's per-device form, where every device gets its own
     runtime args. A mesh tensor lives at one DRAM address on every device, so one `view` serves all.
     Every program must name the same tensors with the same specs (they share the io tensors)."""
-    ttnn = _require_ttnn()
+    ttnn = require_ttnn()
     if not programs:
         raise DeviceError("programs: expected at least one (mesh coordinate, Program), got none")
     first_coord, first = next(iter(programs.items()))
@@ -502,7 +502,7 @@ def launch_mesh(programs: Mapping[tuple[int, ...], Program], io_tensors: Mapping
     """Run one program per device of `mesh_device` in a single `ttnn.generic_op` call
     (`ttnn.MeshProgramDescriptor`); `programs` maps each mesh coordinate (row, col) to its Program,
     all over the same io tensors (mesh tensors: one shard per device). Returns the output mesh tensors."""
-    ttnn = _require_ttnn()
+    ttnn = require_ttnn()
     first = next(iter(programs.values()), None)
     if first is None:
         raise DeviceError("programs: expected at least one (mesh coordinate, Program), got none")
@@ -512,92 +512,3 @@ def launch_mesh(programs: Mapping[tuple[int, ...], Program], io_tensors: Mapping
     ordered = [io_tensors[s.name] for s in inputs] + [allocated[s.name] for s in outputs]
     ttnn.generic_op(ordered, descriptor)
     return [allocated[s.name] for s in outputs]
-
-
-# ---- the decode op on a device ------------------------------------------------------------------
-
-
-def to_torch_sink(inputs: Any) -> Any:
-    """The attention sink as a float32 torch [NH, 32] (column 0 holds each head's logit)."""
-    from ttdecode.api import _sink_values
-
-    # the host kernels' own reading of the sink (a torch [NH] through bf16; dequantize() refuses rank 1)
-    sink = _sink_values(inputs.attention_sink)
-    if sink.dim() == 1:
-        sink = sink[:, None].expand(-1, 32).contiguous()
-    return sink
-
-
-def decode_program(inputs: Any, plan: Any, compute: Any) -> Program:
-    """The FlashDecode `Program` (no input bytes) the device runs for validated `inputs` and their `plan`
-    (``ttdecode.api._make_plan``), with the call's scale and exp mode; `compute` from
-    ``ttdecode.api.compute_settings``. Used by `run_decode` and by the mesh path of context parallelism."""
-    from ttdecode.factory import build_program_for_device
-
-    return build_program_for_device(
-        plan, scale=inputs.scale, compute=compute,
-        exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
-
-
-def run_decode(inputs: Any, plan: Any, compute: Any) -> Any:
-    """Run the FlashDecode program of `plan` on the Wormhole holding the input tensors.
-
-    `inputs` is the API's validated `DecodeInputs`: Q, K, V (none with MLA; and cur_pos_tensor, if given) must be
-    ttnn tensors already on one device in interleaved DRAM; positions given as a list are uploaded as
-    an int32 row-major tensor. A paged cache's page table goes to the kernels as the caller's ttnn
-    tensor (int32 row-major [B, max_blocks] in DRAM; `launch` checks it), or uploaded from torch. Returns the output (and the LSE `[1, B, NH]` as float32 torch when
-    `inputs.return_lse`), as ttnn tensors on the device for the output.
-    """
-    if not available():
-        raise RuntimeError(
-            "backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); "
-            "use backend='host' to run the same kernels on the host runtime"
-        )
-    ttnn = _require_ttnn()
-    from ttdecode.factory import decode_lse_rows
-
-    tensors = {"q": inputs.q, "k": inputs.k}
-    if inputs.v is not None:  # MLA (v=None): the kernels read V out of K
-        tensors["v"] = inputs.v
-    for name, meta in tensors.items():
-        if meta.kind != "ttnn" or not ttnn.is_tensor_storage_on_device(meta.obj):
-            raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a {meta.kind} tensor")
-    dev = inputs.q.obj.device()
-    if inputs.cur_pos_tensor is not None and inputs.cur_pos_tensor.kind == "ttnn":
-        cur_pos = inputs.cur_pos_tensor.obj
-    else:
-        import torch
-
-        # non-causal decode has no positions: every user attends all S keys (the plan's S - 1)
-        positions = list(inputs.positions) if inputs.positions is not None else list(plan.cur_pos)
-        cur_pos = ttnn.from_torch(torch.tensor(positions, dtype=torch.int32),
-                                  dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
-    io_tensors = {name: meta.obj for name, meta in tensors.items()}
-    io_tensors["cur_pos"] = cur_pos
-    if inputs.paged:
-        if inputs.page_table.kind == "ttnn":
-            io_tensors["page_table"] = inputs.page_table.obj
-        else:
-            import torch
-
-            io_tensors["page_table"] = ttnn.from_torch(inputs.page_table_values.to(torch.int32), dtype=ttnn.int32,
-                                                       layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
-    if plan.attention_sink:
-        io_tensors["sink"] = ttnn.from_torch(to_torch_sink(inputs), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
-                                             device=dev)
-    if plan.has_attn_mask:
-        mask = inputs.attn_mask
-        if mask.kind == "ttnn" and ttnn.is_tensor_storage_on_device(mask.obj):
-            io_tensors["attn_mask"] = mask.obj  # launch checks bf16, tile layout, DRAM, shape
-        else:
-            from ttdecode.factory import mask_tiles
-            from ttdecode.tensor import as_tile_tensor, to_torch
-
-            values = to_torch(mask_tiles(plan, as_tile_tensor(mask.obj, DataType.bfloat16)))
-            io_tensors["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
-                                                      device=dev)
-    outputs = launch(decode_program(inputs, plan, compute), io_tensors, dev)
-    out = outputs[0]
-    if not inputs.return_lse:
-        return out
-    return out, decode_lse_rows(plan, ttnn.to_torch(outputs[1]))

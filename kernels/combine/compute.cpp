@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Combine compute (TRISC0-2): the exact merge of n partial attention results by their LSE, one tile
-// row (32 rows) at a time, with the online-softmax merge of the FlashDecode tree (kernels/compute.cpp
+// row (32 rows) at a time, with the online-softmax merge of the FlashDecode tree (kernels/flash_decode/compute.cpp
 // merge_child) applied to normalized partials: partial i is a state with running max m_i = LSE_i,
 // sum l_i = 1 and output O_i. Folding the partials in order into (m, l, O):
 //   m' = max(m, m_i); e = exp(m - m'), e_i = exp(m_i - m'); l' = l * e + e_i; O' = O * e + O_i * e_i
@@ -31,10 +31,10 @@
 #include "api/compute/eltwise_binary_sfpu.h"
 #include "api/compute/eltwise_unary/recip.h"
 #include "api/compute/eltwise_unary/addcmul.h"
-#include "../compute_tiles.hpp"
+#include "../shared/compute_tiles.hpp"
 #include "cbs.hpp"
 
-using namespace flash_decode;
+using namespace compute_tiles;
 using namespace lse_combine;
 
 namespace {

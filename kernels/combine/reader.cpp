@@ -10,12 +10,12 @@
 #include <stdint.h>
 
 #include "api/dataflow/dataflow_api.h"
-#include "../common.hpp"
+#include "../shared/tile_layout.hpp"
 #include "cbs.hpp"
 
-using flash_decode::FACE;
-using flash_decode::TILE;
-using flash_decode::face_row_offset;
+using tile_layout::FACE;
+using tile_layout::TILE;
+using tile_layout::face_row_offset;
 using namespace lse_combine;
 
 namespace {

@@ -7,10 +7,10 @@
 #include <stdint.h>
 
 #include "api/dataflow/dataflow_api.h"
-#include "../common.hpp"  // TILE
+#include "../shared/tile_layout.hpp"
 #include "cbs.hpp"
 
-using flash_decode::TILE;
+using tile_layout::TILE;
 using namespace lse_combine;
 
 namespace {

@@ -44,8 +44,8 @@ def test_the_combine_term_prices_the_combine_kernels_own_counters(partials: int,
     a core's later tile rows make as many configuration calls as its first)."""
     import torch
 
-    from ttdecode.combine import run_combine
-    from ttdecode.costmodel import Reduction, evaluate
+    from ttdecode.ops.combine import run_combine
+    from ttdecode.perf_model.costmodel import Reduction, evaluate
     from ttdecode.distributed.cost import combine_kernel_seconds, combine_work_from_counters
     from ttdecode.formats import DataType
 
@@ -64,10 +64,10 @@ def _counted_us(batch: int, q_heads: int, seq_len: int, max_cores: int, chunk_ca
     prices (one KV head, D 128, bfloat8_b, every user at S - 1, HiFi2, the 8x8 grid)."""
     import torch
 
-    from ttdecode.costmodel import evaluate, work_from_counters
-    from ttdecode.factory import run_flash_decode
+    from ttdecode.perf_model.costmodel import evaluate, work_from_counters
+    from ttdecode.ops.flash_decode.program import run_flash_decode
     from ttdecode.formats import DataType
-    from ttdecode.plan import make_plan
+    from ttdecode.ops.flash_decode.plan import make_plan
     from ttdecode.program import ComputeSettings, MathFidelity
     from ttdecode.tensor import from_torch
 

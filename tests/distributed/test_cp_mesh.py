@@ -17,7 +17,8 @@ import torch
 
 import ttdecode
 from ttdecode import device as dev
-from ttdecode.api import _make_plan, compute_settings
+from ttdecode.ops.flash_decode.device import decode_program
+from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan as _make_plan
 from ttdecode.distributed.device_context import (
     lse_rows_to_tiles,
     mesh_host_tensor,
@@ -25,7 +26,7 @@ from ttdecode.distributed.device_context import (
     padded_shards,
     plan_mesh_decode,
 )
-from ttdecode.validate import validate_decode
+from ttdecode.ops.flash_decode.validate import validate_decode
 
 S, B, NH, NKV, D = 256, 4, 8, 2, 64  # 8 key tiles
 POSITIONS = [S - 1, 0, -1, 100]
@@ -94,7 +95,7 @@ def op_on_shard_descriptor(q, k, v, layout: str, n: int, d: int, **kw) -> tuple[
         torch.nn.functional.pad(ttdecode.to_torch(x)[:, :, held], (0, 0, 0, width - len(held))), dtype=x.dtype)
     local = [local_position(p, held) for p in POSITIONS]
     info = validate_decode(q, shard(k), shard(v), cur_pos=local, return_lse=True, **kw)
-    prog = dev.decode_program(info, _make_plan(info), compute_settings(info))
+    prog = decode_program(info, _make_plan(info), compute_settings(info))
     return dev.build_program_descriptor(prog, GridView()), local
 
 
@@ -116,7 +117,7 @@ def test_each_devices_descriptor_is_the_op_on_its_shard(ttnn: Any, layout: str, 
         assert flat(got) == flat(want), f"device {d}"
     # Without window or sink the devices' programs coincide (the positions reach the kernels through each
     # device's cur_pos shard, checked below); the shard length does reach them: the op on the whole cache differs.
-    whole = dev.decode_program(info, _make_plan(info), compute_settings(info))
+    whole = decode_program(info, _make_plan(info), compute_settings(info))
     assert flat(entries[0][1]) != flat(dev.build_program_descriptor(whole, GridView()))
     # the kernels are the op's own sources on every device
     assert {k.kernel_source.rsplit("/", 1)[-1] for _, p in entries for k in p.kernels} == {
@@ -191,7 +192,7 @@ def test_window_and_sink_split_launches_and_the_sink_joins_once(ttnn: Any) -> No
 def test_lse_rows_become_the_combines_tiles(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The op's LSE rows -> [1, B, NH, 1] tiles: ttnn's reshape and to_layout for real (on host), the
     device-only ttnn.slice by its definition; the result must equal the op's own row decoding."""
-    from ttdecode.factory import decode_lse_rows
+    from ttdecode.ops.flash_decode.program import decode_lse_rows
 
     q, k, v = cache(3)
     info = validate_decode(q, k, v, cur_pos=POSITIONS, return_lse=True)

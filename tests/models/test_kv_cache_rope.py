@@ -101,7 +101,7 @@ def test_the_decoder_rotates_and_appends_through_the_fused_op_on_its_backend(mon
     """One rotary_kv_append per layer and step, on the decoder's backend, with q: the decoder's RoPE
     and cache update are the op's (no torch RoPE path left)."""
     from _llama_cases import hf_llama
-    from ttdecode import rotary
+    from ttdecode.ops.rotary_append import op as rotary
     from ttdecode.models import LlamaDecoder
 
     calls = []

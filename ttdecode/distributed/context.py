@@ -31,7 +31,7 @@ Combine (per device: output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]``):
   of every partial (``all_to_all_single``), merges it, then the merged shares are all-gathered.
 
 The merge, identical on every device (the result returned is device 0's): with ``backend="host"``
-the combine program (``ttdecode.combine``, kernels/combine/*.cpp: the op's online-softmax tree merge
+the combine program (``ttdecode.ops.combine``, kernels/combine/*.cpp: the op's online-softmax tree merge
 in fp32 on the SFPU) on each rank's host runtime, the op's bf16 partials in and the merged output
 packed to bf16 as a chip would; with ``backend="reference"`` :func:`combine_partials`
 (``ttdecode.reference.merge_partials``, exact in the inputs' dtype, float32 here), which stays the
@@ -51,12 +51,13 @@ import numpy as np
 import torch
 
 from ttdecode.distributed import RankContext, WorkerPool
+from ttdecode.distributed.sharding import (
+    COMBINES, KV_LAYOUTS, ShardPlan, _local_positions, _shard_kv, _tile_rows_select, _unit_positions, shard_groups, shard_plan,
+)
 
 __all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",
            "ShardPlan", "get_pool", "close_pools"]
 
-KV_LAYOUTS = ("contiguous", "interleaved")
-COMBINES = ("all_gather", "all_to_all")
 _NAME = "context_parallel_decode"
 
 
@@ -100,123 +101,6 @@ def combine_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tens
 # ---- sharding -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ShardPlan:
-    """Which units of the sequence each device holds. ``unit``: positions per unit (32 or block_size);
-    ``units[d]``: device d's global unit ids in increasing order."""
-
-    unit: int
-    num_units: int
-    layout: str
-    units: tuple[tuple[int, ...], ...]
-
-    @property
-    def devices(self) -> int:
-        return len(self.units)
-
-    def owner(self, pos: int) -> int:
-        """The device holding global position ``pos``."""
-        u = pos // self.unit
-        if self.layout == "interleaved":
-            return u % self.devices
-        return next(d for d, us in enumerate(self.units) if us[0] <= u <= us[-1])
-
-    def count_upto(self, d: int, pos: int) -> int:
-        """How many positions ``<= pos`` device d holds (0 for pos < 0)."""
-        if pos < 0:
-            return 0
-        u, within = divmod(pos, self.unit)
-        us = np.asarray(self.units[d])
-        full = int(np.count_nonzero(us < u))
-        return full * self.unit + (within + 1 if u in self.units[d] else 0)
-
-
-def shard_plan(num_units: int, unit: int, devices: int, layout: str) -> ShardPlan:
-    """The units of each device (see the module doc)."""
-    if layout == "interleaved":
-        units = tuple(tuple(range(d, num_units, devices)) for d in range(devices))
-    else:
-        base, extra = divmod(num_units, devices)
-        units, start = [], 0
-        for d in range(devices):
-            size = base + (1 if d < extra else 0)
-            units.append(tuple(range(start, start + size)))
-            start += size
-        units = tuple(units)
-    return ShardPlan(unit=unit, num_units=num_units, layout=layout, units=units)
-
-
-def _local_positions(plan: ShardPlan, d: int, positions: Sequence[int], window: Optional[int],
-                     sink: bool) -> list[tuple[int, Optional[int], bool]]:
-    """Per user on device d: (local position or -1, local window or None, whether the sink joins here).
-
-    The local window is None when the user's window covers every local key up to its position."""
-    rows = []
-    for p in positions:
-        if p < 0:
-            rows.append((-1, None, False))
-            continue
-        c = plan.count_upto(d, p)
-        first = plan.count_upto(d, p - window) if window is not None else 0  # local keys before the window
-        live = c - first
-        if live <= 0:
-            rows.append((-1, None, False))
-            continue
-        rows.append((c - 1, None if first == 0 else live, sink and plan.owner(p) == d))
-    return rows
-
-
-def shard_groups(rows: Sequence[tuple[int, Optional[int], bool]]) -> list[tuple[Optional[int], bool, list[int]]]:
-    """The op calls one device makes over its shard: one per distinct (local window, sink) among its
-    live users (``rows`` from :func:`_local_positions`), in order of first appearance, each as
-    ``(window, with_sink, local positions with the other users at -1)``. Shared by the host workers
-    and the mesh path (``ttdecode.distributed.device_context``)."""
-    groups: dict[tuple[Optional[int], bool], list[int]] = {}
-    for b, (c, w, s) in enumerate(rows):
-        if c >= 0:
-            groups.setdefault((w, s), []).append(b)
-    return [(w, s, [rows[b][0] if b in users else -1 for b in range(len(rows))])
-            for (w, s), users in groups.items()]
-
-
-def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pages: Optional[np.ndarray] = None) -> Any:
-    """A TileTensor ``[A, NKV, S, D]`` cut to the given units along dim 2 (``rows_of_unit`` tile rows
-    each), or with ``outer_pages`` to the given indices of dim 0 (paged pools). Bytes are copied as they
-    are (no re-quantization)."""
-    from ttdecode.tensor import TileTensor
-
-    a, h, s, dd = t.shape
-    tr, tc = t.padded_shape[2] // 32, t.padded_shape[3] // 32
-    raw = np.frombuffer(t.data, dtype=np.uint8).reshape(a, h, tr, tc * t.page_size)
-    if outer_pages is not None:
-        sel = raw[outer_pages]
-        return TileTensor((len(outer_pages), h, s, dd), t.dtype, sel.tobytes())
-    idx = (np.asarray(units)[:, None] * rows_of_unit + np.arange(rows_of_unit)[None, :]).reshape(-1)
-    sel = raw[:, :, idx]
-    return TileTensor((a, h, len(idx) * 32, dd), t.dtype, sel.tobytes())
-
-
-def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray]) -> Any:
-    """Device d's part of K or V: the positions of its units (contiguous cache) or the blocks its page
-    table rows reference (paged pool, ``paged_blocks`` sorted physical ids)."""
-    from ttdecode.tensor import TileTensor
-
-    if x is None:
-        return None
-    if isinstance(x, TileTensor):
-        if paged_blocks is not None:
-            return _tile_rows_select(x, 0, (), outer_pages=paged_blocks)
-        return _tile_rows_select(x, plan.unit // 32, plan.units[d])
-    if paged_blocks is not None:
-        return x.index_select(0, torch.as_tensor(paged_blocks, dtype=torch.long)).contiguous()
-    return x.index_select(2, _unit_positions(plan, d)).contiguous()
-
-
-def _unit_positions(plan: ShardPlan, d: int) -> torch.Tensor:
-    """The logical key positions device d holds, in its local order (int64)."""
-    return (torch.as_tensor(plan.units[d])[:, None] * plan.unit + torch.arange(plan.unit)[None, :]).reshape(-1)
-
-
 def _mask_values(mask: Any, backend: str) -> Optional[torch.Tensor]:
     """An ``attn_mask`` as the torch bfloat16 values the kernels stream (a torch float mask is stored in
     bfloat16 as the op stores it; a TileTensor / ttnn mask gives its stored values). The kernel
@@ -224,7 +108,7 @@ def _mask_values(mask: Any, backend: str) -> Optional[torch.Tensor]:
     if mask is None:
         return None
     from ttdecode.tensor import dequantize
-    from ttdecode.validate import describe
+    from ttdecode.checks import describe
 
     meta = describe("attn_mask", mask)
     if backend != "reference" and meta.storage_dtype != "bfloat16":
@@ -274,14 +158,14 @@ def merge_on_rank(outs: torch.Tensor, lses: torch.Tensor, merge: str) -> tuple[t
     """One rank's merge of the partials it holds: ``outs [n, G, H, Dv]``, ``lses [n, G, H]``.
 
     ``"reference"``: :func:`combine_partials` in the inputs' dtype (float32 here). ``"kernel"``: the
-    combine program (``ttdecode.combine``, kernels/combine/*.cpp) on this rank's host runtime, as the
+    combine program (``ttdecode.ops.combine``, kernels/combine/*.cpp) on this rank's host runtime, as the
     chip runs it: partials held in bfloat16 tiles when they arrive as torch.bfloat16 (the op's output
     format; float32 tiles otherwise), the merged output packed by the kernel to that same format.
     Returns ``(out [1, G, H, Dv], lse [1, G, H])`` in float32.
     """
     if merge == "reference":
         return combine_partials(outs[:, None].to(torch.float32), lses[:, None].to(torch.float32))
-    from ttdecode.combine import run_combine
+    from ttdecode.ops.combine import run_combine
     from ttdecode.formats import DataType
 
     fmt = DataType.bfloat16 if outs.dtype == torch.bfloat16 else DataType.float32
@@ -422,7 +306,7 @@ def context_parallel_decode(
         the merged ttnn mesh tensor) or ``(output, lse)``.
     """
     from ttdecode.tensor import TileTensor, _is_ttnn_tensor, as_tile_tensor
-    from ttdecode.validate import validate_decode
+    from ttdecode.ops.flash_decode.validate import validate_decode
 
     if isinstance(kv_layout, str) is False or kv_layout not in KV_LAYOUTS:
         raise _fail("kv_layout", f"one of {list(KV_LAYOUTS)}", repr(kv_layout))
@@ -431,9 +315,9 @@ def context_parallel_decode(
     if not isinstance(backend, str) or backend not in ("auto", "host", "reference", "device"):
         raise _fail("backend", "one of ['auto', 'host', 'reference', 'device']", repr(backend))
     if backend == "auto":
-        from ttdecode.api import _select_backend
+        from ttdecode.backend import select_backend
 
-        backend = _select_backend()
+        backend = select_backend()
         if backend == "device" and isinstance(devices, (int, WorkerPool)):
             backend = "host"  # a count or a pool names worker processes; a mesh is given as the MeshDevice
     mesh_shape = None

@@ -3,15 +3,15 @@
 MODEL ESTIMATES, not measurements: nothing here has run on a Tenstorrent device.
 
 Per chip (the FlashDecode op on its heads and its part of the sequence), from the planner's real
-work split (``ttdecode.plan.make_plan``, planned as the API plans it for the default scale
+work split (``ttdecode.ops.flash_decode.plan.make_plan``, planned as the API plans it for the default scale
 1/sqrt(D): its pieces, split floor, cap of dynamic chunks (``chunk_cap``) and ``prescale_q``; which
 core reads which chunks of which key tiles) put through the calibrated cost model
-``ttdecode.costmodel`` (``evaluate``; constants ``COST``, sources in ``COST_SOURCES``). Without a run
+``ttdecode.perf_model.costmodel`` (``evaluate``; constants ``COST``, sources in ``COST_SOURCES``). Without a run
 there are no counters, so each core's ``CoreWork`` is written here from the closed forms the planner's
 own choices price a piece with (``costmodel._split_costs``: ``tile_pieces``, ``key_row_pieces``,
 ``chunk_cap``), without their split margin:
 
-* reads: per chunk two read-barrier groups, its K tiles then its V tiles (kernels/reader.cpp), one
+* reads: per chunk two read-barrier groups, its K tiles then its V tiles (kernels/flash_decode/reader.cpp), one
   request per tile, and two pipeline stages; the bank floor over the 12 banks at the interleaved
   efficiency;
 * compute: every key tile the core holds x ``chunk_tile_ops`` (one more key tile of a running chunk:
@@ -48,7 +48,7 @@ hop (a 2x4 mesh splits into rings of 2, 4 or 8 chips on disjoint links):
 * ``all_to_all``: ``(c - 1) x (hop latency + P / (c link_bw))`` twice (shares out, merged shares
   back), each chip merging 1/c of the rows.
 
-The merge is the combine program (``ttdecode.combine``, kernels/combine/*.cpp), priced from its own op
+The merge is the combine program (``ttdecode.ops.combine``, kernels/combine/*.cpp), priced from its own op
 counts (``combine_op_counts``, equal to the host runtime's counters of the kernels, pinned by
 ``tests/test_combine_kernel.py``) through the same ``evaluate``: per tile row and partial one read
 group (its LSE tile and O tiles), the copies into DST, the SFPU binary ops, exps and packs, then the
@@ -67,10 +67,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from ttdecode.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, _im_bytes, chunk_ops,
+from ttdecode.perf_model.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, _im_bytes, chunk_ops,
                                 chunk_tile_ops, evaluate, merge_ops)
 from ttdecode.formats import DataType, tile_size
-from ttdecode.plan import PlanError, make_plan, power_of_two_scale, tree_children, tree_rounds
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale, tree_children, tree_rounds
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ttdecode.runtime.results import RunCounters
@@ -176,7 +176,7 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
         for _ in range(r.num_chunks):  # the last chunk of the root may be short
             k = min(r.chunk_tiles, left)
             left -= k
-            # K, then V, each under a read barrier of its own (kernels/reader.cpp)
+            # K, then V, each under a read barrier of its own (kernels/flash_decode/reader.cpp)
             w.read_groups += [(k * d * kv_tile, k * d), (k * dv * kv_tile, k * dv)]
         nbytes = r.num_tiles * (d + dv) * kv_tile
         w.bank_bytes = w.bank_bytes + nbytes / c.dram_banks
@@ -211,9 +211,9 @@ def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, core
                            in_dtype: DataType = DataType.bfloat16, out_dtype: DataType = DataType.bfloat16,
                            fidelity: str = "HiFi2", c: CostConstants = COST) -> float:
     """Estimated time of the combine program merging ``partials`` partials of ``rows`` rows on one chip:
-    its tile rows dealt over at most ``cores`` cores (``ttdecode.combine.make_combine_plan``), each core
+    its tile rows dealt over at most ``cores`` cores (``ttdecode.ops.combine.make_combine_plan``), each core
     priced from the kernels' op counts (``combine_op_counts``) through ``evaluate`` (launch included)."""
-    from ttdecode.combine import TILE, combine_op_counts
+    from ttdecode.ops.combine import TILE, combine_op_counts
 
     dv = head_dim_v // TILE
     tile_rows = math.ceil(rows / TILE)
@@ -234,10 +234,10 @@ def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, core
 
 def combine_work_from_counters(counters: "RunCounters") -> list[CoreWork]:
     """Per-core work of a run of the combine program, read from the host runtime's events as
-    ``ttdecode.costmodel.work_from_counters`` reads the op's: the reader's DRAM reads grouped by read
+    ``ttdecode.perf_model.costmodel.work_from_counters`` reads the op's: the reader's DRAM reads grouped by read
     barrier, its CB pushes (handshakes; the O pushes are the double-buffered chunks), every compute
     call with its tiles, the DRAM bytes per bank."""
-    from ttdecode.combine import COMBINE_CBS
+    from ttdecode.ops.combine import COMBINE_CBS
     from ttdecode.program import KernelKind
     from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
 

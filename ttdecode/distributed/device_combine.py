@@ -1,5 +1,5 @@
 """The combine step of context parallelism on a mesh of Wormhole chips: ttnn's collective moves the
-partials, the combine program (``ttdecode.combine``, kernels/combine/*.cpp) merges them.
+partials, the combine program (``ttdecode.ops.combine``, kernels/combine/*.cpp) merges them.
 
 No Tenstorrent device is reachable where this project is developed, so this path has never run; what
 is checked without one (``tests/test_combine_kernel.py``): the combine program's ttnn descriptors
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttdecode.combine import CombinePlan, build_combine_program_for_device, make_combine_plan
+from ttdecode.ops.combine import CombinePlan, build_combine_program_for_device, make_combine_plan
 from ttdecode.formats import DataType
 from ttdecode.program import Program
 
@@ -71,7 +71,7 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
         ``(out [1, B, NH, Dv] bfloat16, lse [1, B, NH, 1] float32)`` mesh tensors, the same on every device.
     """
     from ttdecode import device as dev
-    from ttdecode.distributed.context import COMBINES
+    from ttdecode.distributed.sharding import COMBINES
 
     if not isinstance(combine, str) or combine not in COMBINES:
         raise ValueError(f"device_combine: argument 'combine': expected one of {list(COMBINES)}, got {combine!r}")
@@ -79,8 +79,8 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
         raise NotImplementedError(f"device_combine: argument 'combine': {ALL_TO_ALL_ON_DEVICE}")
     if not dev.available():
         raise RuntimeError("device_combine: no Tenstorrent device found (no /dev/tenstorrent*); the same combine "
-                           "program runs on the host runtime (ttdecode.combine.run_combine)")
-    ttnn = dev._require_ttnn()
+                           "program runs on the host runtime (ttdecode.ops.combine.run_combine)")
+    ttnn = dev.require_ttnn()
     in_dtype = DataType.float32 if out.dtype == ttnn.float32 else DataType.bfloat16
     _, program = gathered_combine_program(mesh_device.get_num_devices(), tuple(out.shape), in_dtype)
     outs = ttnn.all_gather(out, dim=0)

@@ -10,7 +10,7 @@ coordinate ``(d // cols, d % cols)``:
    every device (``ttnn.from_host_shards`` refuses shards that differ), so every shard is padded at its
    end with zero tiles to the largest share (``local_seq_len``); no local position reaches the padding.
 2. One ``ttnn.generic_op`` per launch with a ``ttnn.MeshProgramDescriptor``: per device the FlashDecode
-   program of the op on that device's shard (``ttdecode.api._make_plan`` + ``ttdecode.device.decode_program``
+   program of the op on that device's shard (``ttdecode.ops.flash_decode.op.make_decode_plan`` + ``ttdecode.ops.flash_decode.device.decode_program``
    on the shard's inputs, ``return_lse=True``), its own local positions in a per-device ``cur_pos``
    shard. Launch i runs device d's i-th call; a device with fewer calls runs one with every user at
    -1 (zeros, LSE -inf: weight 0 in the merge). Calls with the sink and without it go to separate
@@ -39,7 +39,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ttdecode.distributed.context import ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan
+from ttdecode.distributed.sharding import ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan
 from ttdecode.program import Program
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
@@ -129,15 +129,15 @@ def device_inputs(info: Any, mesh: MeshDecodePlan, launch: DeviceLaunch) -> Any:
 
 def mesh_programs(info: Any, mesh: MeshDecodePlan) -> list[dict[tuple[int, int], Program]]:
     """Per launch, per mesh coordinate: the FlashDecode program of the op on that device's shard."""
-    from ttdecode import device as dev
-    from ttdecode.api import _make_plan, compute_settings
+    from ttdecode.ops.flash_decode.device import decode_program
+    from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
 
     out = []
     for launch in mesh.launches:
         progs = {}
         for d, share in enumerate(launch):
             inputs = device_inputs(info, mesh, share)
-            progs[mesh.coord(d)] = dev.decode_program(inputs, _make_plan(inputs), compute_settings(inputs))
+            progs[mesh.coord(d)] = decode_program(inputs, make_decode_plan(inputs), compute_settings(inputs))
         out.append(progs)
     return out
 
@@ -186,10 +186,10 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     whole call (``v`` None with MLA). Returns the merged output (a ttnn mesh tensor ``[1, B, NH, Dv]``
     bfloat16, the same on every device) and the merged LSE ``[1, B, NH]`` (float32 torch, device 0's)."""
     from ttdecode import device as dev
-    from ttdecode.device import to_torch_sink
+    from ttdecode.ops.flash_decode.device import to_torch_sink
     from ttdecode.distributed.device_combine import device_combine
 
-    ttnn = dev._require_ttnn()
+    ttnn = dev.require_ttnn()
     programs = mesh_programs(info, mesh)
     n, shape = mesh.devices, mesh.mesh_shape
     host = {"q": mesh_host_tensor(ttnn, [_ttnn_host(ttnn, q)] * n, shape),

@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
 def cmd_llama(args: argparse.Namespace) -> int:
     import torch
 
-    import ttdecode
+    from ttdecode.formats import DataType
     from ttdecode.models import LlamaDecoder
 
     for name in ("devices", "batch", "prompt_len"):
@@ -104,7 +104,7 @@ def cmd_llama(args: argparse.Namespace) -> int:
     max_seq = -(-total // 32) * 32
     print(f"llama: {what}; devices={args.devices} backend={args.backend} kv={args.kv_dtype} "
           f"batch={args.batch} prompt={args.prompt_len} new={args.new_tokens}")
-    with LlamaDecoder.from_hf(hf, batch=args.batch, max_seq_len=max_seq, kv_dtype=getattr(ttdecode, args.kv_dtype),
+    with LlamaDecoder.from_hf(hf, batch=args.batch, max_seq_len=max_seq, kv_dtype=DataType(args.kv_dtype),
                               devices=args.devices, backend=args.backend, block_size=32) as dec:
         t0 = time.perf_counter()
         ids, logits = dec.generate(prompt, args.new_tokens, return_logits=True)

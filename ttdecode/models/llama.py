@@ -226,17 +226,17 @@ class LlamaShard:
     def _attention(self, q: torch.Tensor, kc: PagedKVCache, vc: PagedKVCache, s: StepInputs) -> torch.Tensor:
         """The op over this device's cache (``q [T, B, nq, D]``, every user's T tokens); with context
         parallelism over its blocks, then the LSE merge over the CP group. Returns ``[T, B, nq, D]``."""
-        import ttdecode
+        from ttdecode import api
 
         table, local = s.page_tables[self.cp_rank], list(s.local_positions[self.cp_rank])
         if self.cp == 1:
-            return ttdecode.paged_scaled_dot_product_attention_decode(
+            return api.paged_scaled_dot_product_attention_decode(
                 q, kc.tile_tensor(), vc.tile_tensor(), table,
                 cur_pos=local, program_config=self.program_config, backend=self.backend,
             )
         from ttdecode.distributed.context import combine_over_group
 
-        out, lse = ttdecode.paged_scaled_dot_product_attention_decode(
+        out, lse = api.paged_scaled_dot_product_attention_decode(
             q, kc.tile_tensor(), vc.tile_tensor(), table,
             cur_pos=local, program_config=self.program_config, backend=self.backend, return_lse=True,
         )

@@ -202,8 +202,8 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
     ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads), with the
     positions coming from the cur_pos tensor at run time."""
     from ttdecode.device import build_program_descriptor
-    from ttdecode.factory import build_program_for_device
-    from ttdecode.plan import make_plan
+    from ttdecode.ops.flash_decode.program import build_program_for_device
+    from ttdecode.ops.flash_decode.plan import make_plan
     from ttdecode.program import ComputeSettings, MathFidelity
 
     max_blocks = math.ceil(max_seq_len / block_size)
@@ -223,7 +223,7 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
     chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
     projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches."""
     from ttdecode.device import build_program_descriptor
-    from ttdecode.rotary import device_program
+    from ttdecode.ops.rotary_append import device_program
 
     nkv = spec.num_kv_heads // devices
     max_blocks = math.ceil(max_seq_len / block_size)

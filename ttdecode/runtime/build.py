@@ -196,7 +196,7 @@ class KernelBuild:
 
 def source_tree(source: Path) -> Path:
     """The directory whose files a kernel may include: the nearest enclosing `kernels` directory (a
-    kernel in kernels/combine/ includes ../common.hpp), else the source's own directory."""
+    kernel in kernels/combine/ includes ../shared/tile_layout.hpp), else the source's own directory."""
     for p in source.parents:
         if p.name == "kernels":
             return p

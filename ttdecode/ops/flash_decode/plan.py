@@ -25,7 +25,7 @@ Vocabulary (see tech_report/architecture.md):
   key_row pages a piece runs on a core kept for its bank, the banks' cores counted by their work,
   merges included, and each bank's pieces dealt heaviest first to its least loaded core (key_row_deal).
 
-The chunk formulas here are mirrored in ``kernels/common.hpp`` (the kernels compute the ranges from
+The chunk formulas here are mirrored in ``kernels/flash_decode/common.hpp`` (the kernels compute the ranges from
 cur_pos at run time, so a cur_pos_tensor read on the device needs no new program);
 ``tests/test_plan.py`` pins them together.
 """
@@ -41,16 +41,12 @@ from ttdecode.formats import DataType
 from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord, MathFidelity
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
+from ttdecode.split import (  # the split arithmetic, re-exported for the planner's users
+    CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, PieceRange, _pow2ceil, chunk_tiles_for, cyclic_piece_range, cyclic_pieces,
+    dynamic_chunk_tiles, piece_range, span_window, tree_children, tree_parent, tree_rounds, valid_tiles,
+    window_first_key, window_first_tile,
+)
 
-TILE = 32
-#: Dynamic chunks (k_chunk_size = 0) of up to this many tiles may hold a whole piece; larger ones (up
-#: to the plan's chunk_cap) only where a piece takes at least three of them, so that the reads and
-#: the compute overlap over most of the piece (dynamic_chunk_tiles). Also the largest split floor.
-SMALL_CHUNK_TILES = 8
-#: The caps of dynamic chunks the plan picks from (DecodePlan.chunk_cap): those whose chunk-sized
-#: buffers fit CHUNK_BUFFER_BUDGET (fitting_chunk_cap), of which the model takes the one that pays
-#: (costmodel.chunk_cap).
-CHUNK_CAPS = (32, 16, 8)
 #: L1 bytes per core the chunk-sized buffers (K and V slots, scores, probabilities, attn_mask rows)
 #: may take when the plan picks a cap above SMALL_CHUNK_TILES: about 40% of a core's L1, leaving the
 #: rest to Q, the running sets and the partials a core receives.
@@ -87,171 +83,6 @@ _TILE_BYTES = {
 
 class PlanError(ValueError):
     """A decode plan that cannot run; the message names the knob to change."""
-
-
-# ---- chunk arithmetic (mirrored in kernels/common.hpp) --------------------------------------
-
-
-def _pow2ceil(x: int) -> int:
-    return 1 if x <= 1 else 1 << (x - 1).bit_length()
-
-
-def window_first_tile(cur_pos: int, window: int = 0) -> int:
-    """First key tile a user attends: 0, or with a sliding window of `window` keys (0 = none) the
-    tile holding the oldest attended key max(0, cur_pos - window + 1)."""
-    if window <= 0 or cur_pos < 0:
-        return 0
-    return max(0, cur_pos - window + 1) // TILE
-
-
-def window_first_key(cur_pos: int, window: int = 0) -> int:
-    """Oldest attended key: 0, or max(0, cur_pos - window + 1) with a sliding window."""
-    return 0 if window <= 0 else max(0, cur_pos - window + 1)
-
-
-def span_window(window: int, tokens: int) -> int:
-    """The window of the key span T tokens attend together: W + T - 1 (0 = no window). Token j of a
-    user whose last token is at cur_pos sits at cur_pos - (T - 1 - j)."""
-    return 0 if window <= 0 else window + tokens - 1
-
-
-def valid_tiles(cur_pos: int, window: int = 0) -> int:
-    """Key tiles a user attends: tiles window_first_tile..cur_pos // 32 (ceil((cur_pos + 1) / 32)
-    without a window); 0 for a skipped user (cur_pos -1)."""
-    return 0 if cur_pos < 0 else (cur_pos + TILE) // TILE - window_first_tile(cur_pos, window)
-
-
-def dynamic_chunk_tiles(per_piece: int, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> int:
-    """A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
-    min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece), above it
-    c / 4, at least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles): a chunk
-    above 8 tiles only where the piece takes at least three. A chunk costs a fixed ~3k cycles (the
-    row max reduction, alpha, the rescales; costmodel.chunk_ops), and the first chunk's read (or the
-    last one's compute) overlaps nothing: per the model, 16-tile chunks pay from ~3 per piece on."""
-    c = _pow2ceil(max(per_piece, min_chunk_tiles))
-    if c <= SMALL_CHUNK_TILES:
-        return c
-    return min(chunk_cap, max(SMALL_CHUNK_TILES, c // 4))
-
-
-def chunk_tiles_for(cur_pos: int, fixed_chunk_tiles: int, pieces: int, window: int = 0,
-                    min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> int:
-    """Chunk size in tiles for a user at cur_pos.
-
-    Fixed chunks (k_chunk_size > 0) are the config's. Dynamic chunks (fixed_chunk_tiles == 0)
-    spread the user's tiles over the pieces (dynamic_chunk_tiles of ceil(T / p)), so short contexts
-    use few small chunks and long ones chunks of `chunk_cap` tiles (DecodePlan.chunk_cap).
-    min_chunk_tiles is the plan's split floor (DecodePlan.min_chunk_tiles): below it one more merge
-    round would cost more than the halved local work saves, so fewer pieces get keys.
-    """
-    if fixed_chunk_tiles > 0:
-        return fixed_chunk_tiles
-    t = valid_tiles(cur_pos, window)
-    per_piece = -(-t // pieces) if t else 1
-    return dynamic_chunk_tiles(per_piece, min_chunk_tiles, chunk_cap)
-
-
-@dataclass(frozen=True)
-class PieceRange:
-    """The key tiles one piece reads: tiles first_tile + k * stride for k in [0, num_tiles) (stride 1:
-    a contiguous run; the cyclic split: every stride-th tile)."""
-
-    first_chunk: int
-    num_chunks: int
-    chunk_tiles: int
-    first_tile: int
-    num_tiles: int  # the last chunk may be short (the root's ends at cur_pos)
-    stride: int = 1
-
-    @property
-    def empty(self) -> bool:
-        return self.num_chunks == 0
-
-    def tile_at(self, k: int) -> int:
-        """The key tile that is the piece's k-th."""
-        return self.first_tile + k * self.stride
-
-    @property
-    def tiles(self) -> range:
-        """Every key tile of the piece, in reading order."""
-        return range(self.first_tile, self.first_tile + self.num_tiles * self.stride, self.stride)
-
-
-def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: int) -> int:
-    """Pieces that get keys in the cyclic split: min(pieces, max(1, T // floor)), floor = the fixed
-    chunk or the split floor, rounded down to a multiple of 12 from 12 on (every piece then reads one
-    bank; below 12 pieces a short context reads several)."""
-    floor = fixed_chunk_tiles if fixed_chunk_tiles > 0 else min_chunk_tiles
-    used = min(pieces, max(1, t // floor))
-    return used - used % DRAM_BANKS if used >= DRAM_BANKS else used
-
-
-def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                       min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> PieceRange:
-    """The cyclic split (kv_pages "key_row"): of the T attended tiles, piece i of the p' pieces
-    that get keys (cyclic_pieces) takes the tiles t with t % p' == i (t counted from the start of
-    the sequence, so with p' a multiple of 12 all its tiles sit in one DRAM bank); chunks are runs
-    of consecutive tiles of the piece, dynamic_chunk_tiles(T / p', floor, chunk_cap) tiles or fixed."""
-    t = valid_tiles(cur_pos, window)
-    used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles)
-    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap)
-    if t == 0 or index >= used:
-        return PieceRange(0, 0, c, 0, 0, used)
-    start = window_first_tile(cur_pos, window)
-    first = start + (index - start) % used
-    n = -(-(start + t - first) // used)
-    return PieceRange(0, -(-n // c), c, first, n, used)
-
-
-def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                min_chunk_tiles: int = 1, cyclic: bool = False, chunk_cap: int = SMALL_CHUNK_TILES) -> PieceRange:
-    """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos
-    (`cyclic`: cyclic_piece_range).
-
-    Chunks are counted from the first attended tile (window_first_tile), so with a sliding window
-    the pieces cover exactly the window's tiles."""
-    if cyclic:
-        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap)
-    t = valid_tiles(cur_pos, window)
-    c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap)
-    n = -(-t // c)
-    base, extra = divmod(n, pieces)
-    # pieces 0..index-1 hold the chunks above this one
-    above = index * base + min(index, extra)
-    count = base + (1 if index < extra else 0)
-    end_chunk = n - above
-    first_chunk = end_chunk - count
-    if count == 0:
-        return PieceRange(first_chunk=0, num_chunks=0, chunk_tiles=c, first_tile=0, num_tiles=0)
-    start = window_first_tile(cur_pos, window)
-    first_tile = first_chunk * c
-    last_tile = min(end_chunk * c, t)
-    return PieceRange(first_chunk, count, c, start + first_tile, last_tile - first_tile)
-
-
-# ---- the reduction tree -------------------------------------------------------------------
-
-
-def tree_rounds(pieces: int) -> int:
-    return (pieces - 1).bit_length()
-
-
-def tree_children(index: int, pieces: int) -> list[tuple[int, int]]:
-    """(round, child piece) pairs piece `index` receives, in merge order."""
-    out = []
-    for r in range(tree_rounds(pieces)):
-        step = 1 << r
-        if index % (2 * step) == 0 and index + step < pieces:
-            out.append((r, index + step))
-    return out
-
-
-def tree_parent(index: int) -> tuple[int, int] | None:
-    """(round, parent piece) that piece `index` sends to; None for the root."""
-    if index == 0:
-        return None
-    r = (index & -index).bit_length() - 1
-    return r, index - (1 << r)
 
 
 # ---- the plan -------------------------------------------------------------------------------
@@ -765,7 +596,7 @@ def make_plan(
     elif min_chunk_tiles is not None:
         floor = min_chunk_tiles
     else:
-        from ttdecode.costmodel import split_floor_tiles  # the model imports this module
+        from ttdecode.perf_model.costmodel import split_floor_tiles  # the model imports this module
 
         floor = split_floor_tiles(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
     if key_row_pieces is not None and kv_pages != "key_row":
@@ -787,14 +618,14 @@ def make_plan(
         if kv_pages == "key_row":
             if key_row_pieces is not None:
                 return key_row_pieces
-            from ttdecode.costmodel import key_row_pieces as model_pieces  # the model imports this module
+            from ttdecode.perf_model.costmodel import key_row_pieces as model_pieces  # the model imports this module
 
             return model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=most, seq_tiles=st,
                                 chunk_tiles=fixed if fixed else chunk_cap_tiles, fixed_chunk=bool(fixed), **shape, **kv)
         if fixed or min_chunk_tiles is not None:
             return most
         # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
-        from ttdecode.costmodel import tile_pieces  # the model imports this module
+        from ttdecode.perf_model.costmodel import tile_pieces  # the model imports this module
 
         return tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=most, seq_tiles=st,
                            floor_tiles=floor, chunk_tiles=chunk_cap_tiles, **shape, **kv)
@@ -803,7 +634,7 @@ def make_plan(
         pieces = split(cap)
     else:
         # the cap and its pieces that the model gives the shortest step for one user at the cache's length
-        from ttdecode.costmodel import chunk_cap as model_cap  # the model imports this module
+        from ttdecode.perf_model.costmodel import chunk_cap as model_cap  # the model imports this module
 
         options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
         cap, pieces = model_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
@@ -817,7 +648,7 @@ def make_plan(
     if kv_pages == "key_row":
         # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
         # run on cores kept for bank r, as many as the bank's work (chunks and merges) asks
-        from ttdecode.costmodel import split_costs  # the model imports this module
+        from ttdecode.perf_model.costmodel import split_costs  # the model imports this module
 
         costs = split_costs(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
         span = span_window(window, num_tokens)
@@ -903,7 +734,7 @@ def tree_hops(cores_of: Sequence[CoreCoord], pieces: int) -> tuple[int, int]:
 
 def _hop_matrix(cores: Sequence[CoreCoord]) -> list[list[int]]:
     """hops[k][l]: NoC 0 hops from cores[k] to cores[l] (costmodel.noc_hops)."""
-    from ttdecode.costmodel import noc_hops  # the model imports this module
+    from ttdecode.perf_model.costmodel import noc_hops  # the model imports this module
 
     return [[noc_hops(a, b) for b in cores] for a in cores]
 
@@ -983,7 +814,7 @@ def key_row_placement(cores: Sequence[CoreCoord], per_bank: int | Sequence[int])
     turn taking the free core with the fewest NoC 0 hops from the bank's DRAM tiles (the data's way
     back; WormholeB0 NoC map, costmodel.dram_return_hops) until each has its count. Only where the
     pieces run; the numbers do not depend on it."""
-    from ttdecode.costmodel import dram_return_hops  # the model imports this module
+    from ttdecode.perf_model.costmodel import dram_return_hops  # the model imports this module
 
     counts = [per_bank] * DRAM_BANKS if isinstance(per_bank, int) else list(per_bank)
     if sum(counts) > len(cores):

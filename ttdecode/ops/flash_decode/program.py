@@ -51,7 +51,7 @@ import torch
 
 from ttdecode import formats
 from ttdecode.formats import DataType
-from ttdecode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece, power_of_two_scale
+from ttdecode.ops.flash_decode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece, power_of_two_scale
 from ttdecode.program import (
     kv_cache_tensor,
     Arg,
@@ -90,13 +90,10 @@ class FactoryError(ValueError):
 
 
 def kernel_sources() -> dict[str, Path]:
-    """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/``)."""
-    try:
-        from ttdecode.paths import kernels_dir
+    """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/flash_decode/``)."""
+    from ttdecode.paths import kernels_dir
 
-        root = kernels_dir()
-    except ModuleNotFoundError:  # running from a source tree without the package mapping
-        root = Path(__file__).resolve().parent.parent / "kernels"
+    root = kernels_dir() / "flash_decode"
     out = {name: root / f"{name}.cpp" for name in ("reader", "writer", "compute")}
     for name, path in out.items():
         if not path.is_file():

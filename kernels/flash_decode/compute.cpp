@@ -73,9 +73,10 @@
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
 #include "api/compute/eltwise_unary/addcmul.h"
 #include "common.hpp"
-#include "compute_tiles.hpp"
+#include "../shared/compute_tiles.hpp"
 
 using namespace flash_decode;
+using namespace compute_tiles;
 
 namespace {
 

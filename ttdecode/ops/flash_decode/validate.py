@@ -39,6 +39,8 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
+from ttdecode.formats import DataType
+from ttdecode.checks import TensorMeta, check_bool, check_int, describe, fail, int_values
 
 __all__ = [
     "TILE",
@@ -49,95 +51,7 @@ __all__ = [
 ]
 
 TILE = 32
-_OWNER = "ttdecode"
-_TORCH_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
-
-
-def fail(arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
-    """The uniform error: ``ttdecode: argument '<arg>': expected <expected>, got <got>``."""
-    return exc(f"{_OWNER}: argument '{arg}': expected {expected}, got {got}")
-
-
-# ---- tensors of any kind --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """What validation knows of one tensor argument.
-
-    ``kind``: "torch" | "tile" | "ttnn"; ``shape``: logical shape; ``dtype``: the format it
-    arrived in ("float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", or another name
-    such as "torch.float16"); ``obj``: the tensor itself.
-    """
-
-    arg: str
-    kind: str
-    shape: tuple[int, ...]
-    dtype: str
-    obj: Any
-
-    @property
-    def storage_dtype(self) -> str:
-        """The format the kernels receive: torch floats are stored as bfloat16."""
-        if self.kind == "torch" and self.dtype in ("float32", "bfloat16"):
-            return "bfloat16"
-        return self.dtype
-
-
-def _is_ttnn_tensor(x: object) -> bool:
-    t = type(x)
-    return t.__name__ == "Tensor" and t.__module__.startswith("ttnn")
-
-
-def _is_tile_tensor(x: object) -> bool:
-    try:
-        from ttdecode.tensor import TileTensor
-    except ImportError:
-        return False
-    return isinstance(x, TileTensor)
-
-
-def describe(arg: str, x: object) -> TensorMeta:
-    """Shape and format of a torch tensor, TileTensor or ttnn tensor; anything else: TypeError."""
-    if isinstance(x, torch.Tensor):
-        dtype = _TORCH_FLOATS.get(x.dtype, "int32" if x.dtype == torch.int32 else str(x.dtype))
-        return TensorMeta(arg, "torch", tuple(int(d) for d in x.shape), dtype, x)
-    if _is_tile_tensor(x):
-        return TensorMeta(arg, "tile", tuple(int(d) for d in x.shape), x.dtype.value, x)  # type: ignore[attr-defined]
-    if _is_ttnn_tensor(x):
-        name = getattr(x.dtype, "name", str(x.dtype)).lower()  # type: ignore[attr-defined]
-        return TensorMeta(arg, "ttnn", tuple(int(d) for d in x.shape), name, x)  # type: ignore[attr-defined]
-    raise fail(arg, "a torch.Tensor, ttdecode TileTensor or ttnn.Tensor", type(x).__name__, TypeError)
-
-
-def int_values(meta: TensorMeta) -> torch.Tensor:
-    """The values of an integer tensor (torch or ttnn) as a CPU int64 torch tensor."""
-    if meta.kind == "torch":
-        return meta.obj.detach().to("cpu", torch.int64)
-    import ttnn  # a ttnn tensor came in, so ttnn is imported already
-
-    return ttnn.to_torch(meta.obj).to(torch.int64)
-
-
-# ---- scalar rules -----------------------------------------------------------------------------
-
-
-def check_bool(arg: str, value: object) -> bool:
-    """``value`` is a bool (not an int or None)."""
-    if not isinstance(value, bool):
-        raise fail(arg, "a bool", repr(value), TypeError)
-    return value
-
-
-def check_int(arg: str, value: object) -> int:
-    """``value`` is an integer (bools refused)."""
-    if isinstance(value, bool):
-        raise fail(arg, "an integer", repr(value), TypeError)
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise fail(arg, "an integer", repr(value), TypeError) from None
 
 
 def check_scale(scale: object, head_dim: int) -> float:
@@ -534,3 +448,21 @@ def validate_decode(
         scale=scale_f, sliding_window_size=window, share_cache=share, return_lse=lse,
         program_config=pconf, compute_kernel_config=cconf, memory_config=memory_config,
     )
+
+
+# ---- the values the kernels read ----------------------------------------------------------------
+
+
+def dequantize_input(meta: TensorMeta) -> torch.Tensor:
+    """The exact values the kernels would read, as float64 (torch floats pass through bfloat16)."""
+    from ttdecode.tensor import dequantize
+
+    return dequantize(meta.obj, default_dtype=DataType.bfloat16)
+
+
+def sink_values(meta: TensorMeta) -> torch.Tensor:
+    """The sink logits the kernels read, float32 [NH] or [NH, 32] (a torch [NH] goes through bf16)."""
+    obj = meta.obj
+    if isinstance(obj, torch.Tensor) and obj.dim() == 1:
+        return obj.detach().cpu().to(torch.bfloat16).to(torch.float32)
+    return dequantize_input(meta).to(torch.float32)

@@ -21,7 +21,7 @@
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_binary_sfpu.h"
 
-namespace flash_decode {
+namespace compute_tiles {
 
 constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0 (addcmul's value)
 
@@ -209,4 +209,4 @@ inline void rescaled_plus_factor(uint32_t cb_l, uint32_t l_tile, uint32_t cb_fac
     sfpu_forget();
 }
 
-}  // namespace flash_decode
+}  // namespace compute_tiles

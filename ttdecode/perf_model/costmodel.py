@@ -10,7 +10,7 @@ results are MODEL ESTIMATES, not device measurements. Its users: `perf/sweep_fla
 Both kernels go through the same arithmetic:
 - ours: `work_from_counters(plan, counters)` reads the host runtime's events (reads grouped by
   read barrier, compute calls with their tiles, merges between the wait and pop of partial_in);
-- tt-metal's: `ttdecode.ttmetal_structure.ttmetal_work(...)` writes its structure down as data.
+- tt-metal's: `ttdecode.perf_model.ttmetal_structure.ttmetal_work(...)` writes its structure down as data.
 
 A core is described by `CoreWork`; `evaluate(works, reduction, c)` gives a `Breakdown` (µs).
 The NoC geometry (`noc_hops`) and the reading of the partials' messages from the writers' events
@@ -36,12 +36,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ttdecode.formats import tile_size
-from ttdecode.plan import DecodePlan, tree_parent
+# Plans are read by their fields (a ttdecode.ops.flash_decode.plan.DecodePlan, written "DecodePlan" in the
+# annotations): the model never imports the planner; the planner calls the model (chunk_cap, key_row_pieces, ...).
+from ttdecode.split import cyclic_pieces, dynamic_chunk_tiles, tree_parent, tree_rounds
 from ttdecode.program import CoreCoord, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 
@@ -231,7 +233,7 @@ def writer_messages(counters: RunCounters) -> list[Message]:
     return out
 
 
-def match_tree(plan: DecodePlan, messages: list[Message]) -> list[Message]:
+def match_tree(plan: Any, messages: list[Message]) -> list[Message]:
     """Attach (work, child, parent, round) to each message: a core's k-th message is its k-th
     non-root piece with work, in slot order (the writer's order)."""
     if plan.cur_pos is None:
@@ -499,7 +501,7 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
 
 def row_steps(head_rows: int) -> int:
     """Vector steps of a row-wise SFPU call of our chunk for `head_rows` q rows holding heads
-    (kernels/compute.cpp): VectorMode::R on faces 0-1 with 2 x ceil(rows / 4) steps per face when
+    (kernels/flash_decode/compute.cpp): VectorMode::R on faces 0-1 with 2 x ceil(rows / 4) steps per face when
     they fit 16 rows (a step covers four rows, even or odd columns), else the whole tile (32)."""
     if head_rows > 16:
         return 32
@@ -548,7 +550,7 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
                    exp: str = "exp", head_rows: int = 32, running: bool = False,
                    prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
                    kv_tile_bytes: int = 1088, finish: bool = False, im_bytes: int = 4) -> dict[str, list[OpTally]]:
-    """The compute ops one more key tile adds to a chunk of our kernel (kernels/compute.cpp), per q tile
+    """The compute ops one more key tile adds to a chunk of our kernel (kernels/flash_decode/compute.cpp), per q tile
     row: Q.K^T and P.V and the row sum (d + dv + 1 matmul tiles; Q.K^T in one matmul_block call per d
     and DST block of dst_tiles key tiles (no mask added in the block), P.V one per DST block of
     dst_tiles - 1 Dv tiles, the row sum one call per key tile), the scale, the exp, the two copies of
@@ -570,7 +572,7 @@ def chunk_tile_ops(q_tiles: int, d_tiles: int, dv_tiles: int, dst_tiles: int = 4
     tile free (Dv tiles not a multiple of the block), else one matmul_tiles call per key tile; with `mla`
     (V in the K slot, no ones tile there) or `finish` (the root's last chunk when it rescales a running set
     or writes the LSE: 1/l is needed before P.V's blocks) always the latter; the root's only chunk with
-    no LSE (kernels/compute.cpp finish_single_chunk) is priced as a first chunk (the sum rides in P.V). L1 bytes (`kv_tile_bytes` a K/V tile):
+    no LSE (kernels/flash_decode/compute.cpp finish_single_chunk) is priced as a first chunk (the sum rides in P.V). L1 bytes (`kv_tile_bytes` a K/V tile):
     Q.K^T's in1 K tiles and per call its in0 Q (bf16), P.V's in1 V and ones tiles (V's format; with MLA
     the ones tile is bf16) and per call its in0 probabilities; copies and packs of q-row tiles of the
     intermediates' `im_bytes`-byte data (fp32 4 with an fp32 DST, bf16 2 with a bf16 DST). Pinned against real runs in tests/test_costmodel.py."""
@@ -610,7 +612,7 @@ def _q_row_bytes(datum_bytes: int, q_tile_rows: int) -> int:
 
 def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
               q_tile_rows: int = 32, mla: bool = False, im_bytes: int = 4) -> dict[str, list[OpTally]]:
-    """The fixed compute ops of a chunk that rescales a running set (kernels/compute.cpp), beyond its
+    """The fixed compute ops of a chunk that rescales a running set (kernels/flash_decode/compute.cpp), beyond its
     key tiles' chunk_tile_ops, per q tile row: the row max's SFPU row reduction (a full tile), m_new
     against the running max, alpha's subtraction and exp, the rescale of l and of O (a multiply per Dv
     tile), the copies in and packs out of the running set, and the configuration calls that the
@@ -636,7 +638,7 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
 
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
               dst_tiles: int = 4, q_tile_rows: int = 32, im_bytes: int = 4) -> dict[str, list[OpTally]]:
-    """The compute ops of one merge of a child's partial (kernels/compute.cpp merge_child), per q
+    """The compute ops of one merge of a child's partial (kernels/flash_decode/compute.cpp merge_child), per q
     tile row: the factors (two copies, a max, two subtractions and two exps on the statistics'
     column: faces 0 and 2, or with <= 16 head rows face 0's head rows; three packs), l on the same
     lanes (four copies: l, the child's l and the two factors as they lie; a multiply, an addcmul, a
@@ -721,7 +723,6 @@ class _SplitCosts:
 def piece_chunks(tiles: int, chunk_tiles: int, fixed_chunk: bool = False) -> int:
     """Chunks of a piece of `tiles` key tiles: fixed chunks of `chunk_tiles`, or dynamic chunks capped
     at `chunk_tiles` (plan.dynamic_chunk_tiles of the piece's length)."""
-    from ttdecode.plan import dynamic_chunk_tiles
 
     chunk = chunk_tiles if fixed_chunk else dynamic_chunk_tiles(max(1, tiles), 1, chunk_tiles)
     return -(-tiles // chunk)
@@ -732,7 +733,6 @@ def _tile_paged_busiest(num_kv_heads: int, cores: int, seq_tiles: int, pieces: i
     """The busiest core of ONE user's interleaved split (plan.piece_range): (the pieces that get keys, the
     pieces on the busiest core, their dynamic chunk, the most key tiles one of them holds: pieces deal
     whole chunks, so the first pieces take one chunk more)."""
-    from ttdecode.plan import dynamic_chunk_tiles
 
     used = min(pieces, max(1, seq_tiles // max(1, floor_tiles)))
     busiest = -(-(num_kv_heads * used) // max(1, cores))
@@ -811,7 +811,6 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     rounds) the smaller compute, i.e. the slack under the floor. More pieces shorten the compute only
     until one user's pieces cover the cores; past that they add rounds. Depends on the config and the
     cache's length, never on the batch (batch invariance)."""
-    from ttdecode.plan import tree_rounds
 
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
@@ -851,7 +850,6 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     compute: max(reader, compute) + min(reader, compute) / stages (two read barriers a chunk, K and V;
     one with MLA), as chunk_cap weighs it; the step adds the tree. Depends on the config and the cache's
     length, never on the batch (batch invariance)."""
-    from ttdecode.plan import tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                          prescale_q, q_tile_rows, mla, kv_tile_bytes)
@@ -887,7 +885,6 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     V each have theirs, 1 with MLA), its reader no faster than the DRAM floor (bank-local for the cyclic
     split of key_row pages, else the fitted interleaved rate); the tree adds its rounds. Depends on the
     config and the cache's length, never on the batch (batch invariance)."""
-    from ttdecode.plan import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 
     costs = _split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows,
                          prescale_q, q_tile_rows, mla, kv_tile_bytes)
@@ -919,7 +916,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
 # ---- our kernels: the work read from the runtime's counters ---------------------------------------
 
 
-def work_from_counters(plan: DecodePlan, counters: RunCounters) -> tuple[list[CoreWork], Reduction, str]:
+def work_from_counters(plan: Any, counters: RunCounters) -> tuple[list[CoreWork], Reduction, str]:
     """(per-core work, the reduction (every work's merge tree), fidelity) of a run of our kernels.
 
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).

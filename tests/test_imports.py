@@ -1,0 +1,135 @@
+"""The package's imports run one way: no circle, and no arrow from a lower room up to a higher one.
+
+Every import statement counts, those inside functions too (a lazy import is still an arrow). The rooms,
+lowest first (tech_report/architecture.md draws them); a module may import its own room and the rooms
+below it, never a room beside or above it (``ops.combine`` may not import ``ops.flash_decode``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ttdecode"
+
+#: Rooms in layers, lowest first. A room is a module or a package prefix.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("ttdecode.formats", "ttdecode.paths", "ttdecode.reference", "ttdecode.accuracy", "ttdecode.ttnn_env"),
+    ("ttdecode.program", "ttdecode.tensor"),
+    ("ttdecode.split", "ttdecode.checks"),
+    ("ttdecode.config",),
+    ("ttdecode.runtime", "ttdecode.device"),
+    ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing"),
+    ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append"),
+    ("ttdecode.api",),
+    ("ttdecode.distributed",),
+    ("ttdecode.models",),
+    ("ttdecode.demo",),
+    ("ttdecode.__main__",),
+    ("ttdecode",),  # the package's public face (ttdecode/__init__.py) is the top: nothing inside imports it
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def room_of(module: str) -> tuple[int, str]:
+    """(layer, room) of a module: the longest room name that is the module or a package prefix of it."""
+    best = None
+    for layer, rooms in enumerate(LAYERS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (layer, room)
+    if best is None:
+        raise AssertionError(f"{module} is in no room of tests/test_imports.py LAYERS: add it where it belongs")
+    return best
+
+
+def imports_of(module: str) -> set[str]:
+    """The package modules `module` imports (`from ttdecode import x` counts ttdecode.x when x is a module,
+    else the package ttdecode itself)."""
+    path = MODULES[module]
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            targets = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in MODULES else origin for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t.startswith("ttdecode.kernels"):
+                continue
+            # `import ttdecode.x.y` reaches ttdecode.x.y; keep the deepest package module named
+            while t and t not in MODULES and "." in t:
+                t = t.rsplit(".", 1)[0]
+            if t.startswith("ttdecode.kernels"):  # the kernel sources' folder, package data
+                continue
+            if t in MODULES and t != module:
+                out.add(t)
+    return out
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def test_every_module_sits_in_a_room() -> None:
+    for m in MODULES:
+        room_of(m)
+
+
+def test_no_arrow_runs_up_or_sideways() -> None:
+    bad = []
+    for m, targets in GRAPH.items():
+        layer, room = room_of(m)
+        for t in sorted(targets):
+            t_layer, t_room = room_of(t)
+            if t_room != room and t_layer >= layer:
+                bad.append(f"{m} ({room}) imports {t} ({t_room})")
+    assert not bad, "imports against the rooms' order:\n" + "\n".join(bad)
+
+
+def test_no_import_circle() -> None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(GRAPH[m]):
+            if state.get(t) == 1:
+                cycle = stack[stack.index(t):] + [t]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m)
+
+
+def test_the_checker_sees_a_circle_and_an_upward_arrow(tmp_path: Path) -> None:
+    """The rules above are not vacuous: the graph has arrows, and a lower room importing a higher one is
+    caught (ttdecode.program -> ttdecode.ops.flash_decode.plan would be)."""
+    assert sum(len(v) for v in GRAPH.values()) > 50
+    assert room_of("ttdecode.program")[0] < room_of("ttdecode.ops.flash_decode.plan")[0]
+    assert "ttdecode.split" in GRAPH["ttdecode.perf_model.costmodel"]
+    assert "ttdecode.ops.flash_decode.plan" not in GRAPH["ttdecode.perf_model.costmodel"]

@@ -1,0 +1,133 @@
+"""How context parallelism cuts a KV cache along the sequence: which key tiles (or blocks) each device
+owns, the positions each device sees, and each device's shard of K/V. Pure data, no processes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+#: How the key units are dealt over the devices.
+KV_LAYOUTS = ("contiguous", "interleaved")
+#: How the partials meet.
+COMBINES = ("all_gather", "all_to_all")
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Which units of the sequence each device holds. ``unit``: positions per unit (32 or block_size);
+    ``units[d]``: device d's global unit ids in increasing order."""
+
+    unit: int
+    num_units: int
+    layout: str
+    units: tuple[tuple[int, ...], ...]
+
+    @property
+    def devices(self) -> int:
+        return len(self.units)
+
+    def owner(self, pos: int) -> int:
+        """The device holding global position ``pos``."""
+        u = pos // self.unit
+        if self.layout == "interleaved":
+            return u % self.devices
+        return next(d for d, us in enumerate(self.units) if us[0] <= u <= us[-1])
+
+    def count_upto(self, d: int, pos: int) -> int:
+        """How many positions ``<= pos`` device d holds (0 for pos < 0)."""
+        if pos < 0:
+            return 0
+        u, within = divmod(pos, self.unit)
+        us = np.asarray(self.units[d])
+        full = int(np.count_nonzero(us < u))
+        return full * self.unit + (within + 1 if u in self.units[d] else 0)
+
+
+def shard_plan(num_units: int, unit: int, devices: int, layout: str) -> ShardPlan:
+    """The units of each device (see the module doc)."""
+    if layout == "interleaved":
+        units = tuple(tuple(range(d, num_units, devices)) for d in range(devices))
+    else:
+        base, extra = divmod(num_units, devices)
+        units, start = [], 0
+        for d in range(devices):
+            size = base + (1 if d < extra else 0)
+            units.append(tuple(range(start, start + size)))
+            start += size
+        units = tuple(units)
+    return ShardPlan(unit=unit, num_units=num_units, layout=layout, units=units)
+
+
+def _local_positions(plan: ShardPlan, d: int, positions: Sequence[int], window: Optional[int],
+                     sink: bool) -> list[tuple[int, Optional[int], bool]]:
+    """Per user on device d: (local position or -1, local window or None, whether the sink joins here).
+
+    The local window is None when the user's window covers every local key up to its position."""
+    rows = []
+    for p in positions:
+        if p < 0:
+            rows.append((-1, None, False))
+            continue
+        c = plan.count_upto(d, p)
+        first = plan.count_upto(d, p - window) if window is not None else 0  # local keys before the window
+        live = c - first
+        if live <= 0:
+            rows.append((-1, None, False))
+            continue
+        rows.append((c - 1, None if first == 0 else live, sink and plan.owner(p) == d))
+    return rows
+
+
+def shard_groups(rows: Sequence[tuple[int, Optional[int], bool]]) -> list[tuple[Optional[int], bool, list[int]]]:
+    """The op calls one device makes over its shard: one per distinct (local window, sink) among its
+    live users (``rows`` from :func:`_local_positions`), in order of first appearance, each as
+    ``(window, with_sink, local positions with the other users at -1)``. Shared by the host workers
+    and the mesh path (``ttdecode.distributed.device_context``)."""
+    groups: dict[tuple[Optional[int], bool], list[int]] = {}
+    for b, (c, w, s) in enumerate(rows):
+        if c >= 0:
+            groups.setdefault((w, s), []).append(b)
+    return [(w, s, [rows[b][0] if b in users else -1 for b in range(len(rows))])
+            for (w, s), users in groups.items()]
+
+
+def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pages: Optional[np.ndarray] = None) -> Any:
+    """A TileTensor ``[A, NKV, S, D]`` cut to the given units along dim 2 (``rows_of_unit`` tile rows
+    each), or with ``outer_pages`` to the given indices of dim 0 (paged pools). Bytes are copied as they
+    are (no re-quantization)."""
+    from ttdecode.tensor import TileTensor
+
+    a, h, s, dd = t.shape
+    tr, tc = t.padded_shape[2] // 32, t.padded_shape[3] // 32
+    raw = np.frombuffer(t.data, dtype=np.uint8).reshape(a, h, tr, tc * t.page_size)
+    if outer_pages is not None:
+        sel = raw[outer_pages]
+        return TileTensor((len(outer_pages), h, s, dd), t.dtype, sel.tobytes())
+    idx = (np.asarray(units)[:, None] * rows_of_unit + np.arange(rows_of_unit)[None, :]).reshape(-1)
+    sel = raw[:, :, idx]
+    return TileTensor((a, h, len(idx) * 32, dd), t.dtype, sel.tobytes())
+
+
+def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray]) -> Any:
+    """Device d's part of K or V: the positions of its units (contiguous cache) or the blocks its page
+    table rows reference (paged pool, ``paged_blocks`` sorted physical ids)."""
+    from ttdecode.tensor import TileTensor
+
+    if x is None:
+        return None
+    if isinstance(x, TileTensor):
+        if paged_blocks is not None:
+            return _tile_rows_select(x, 0, (), outer_pages=paged_blocks)
+        return _tile_rows_select(x, plan.unit // 32, plan.units[d])
+    if paged_blocks is not None:
+        return x.index_select(0, torch.as_tensor(paged_blocks, dtype=torch.long)).contiguous()
+    return x.index_select(2, _unit_positions(plan, d)).contiguous()
+
+
+def _unit_positions(plan: ShardPlan, d: int) -> torch.Tensor:
+    """The logical key positions device d holds, in its local order (int64)."""
+    return (torch.as_tensor(plan.units[d])[:, None] * plan.unit + torch.arange(plan.unit)[None, :]).reshape(-1)

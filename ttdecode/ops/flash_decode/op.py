@@ -1,0 +1,130 @@
+"""FlashDecode's run per backend: the plan of validated inputs, the kernels on the host runtime or a
+device, and the float64 reference. `ttdecode.api` calls these after validation and the backend choice."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import torch
+
+from ttdecode.checks import TensorMeta, fail
+from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.validate import DecodeInputs, dequantize_input, sink_values
+
+Result = Union[Any, tuple[Any, Any]]
+
+
+def make_decode_plan(inputs: DecodeInputs) -> Any:
+    """The FlashDecode plan for these inputs (`plan.make_plan`; raises PlanError)."""
+    from ttdecode.formats import DataType
+    from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
+
+    pc, cc = inputs.program_config, inputs.compute_kernel_config
+    return make_plan(
+        batch=inputs.batch, num_q_heads=inputs.num_heads, num_kv_heads=inputs.num_kv_heads,
+        seq_len=inputs.seq_len, head_dim=inputs.head_dim, head_dim_v=inputs.head_dim_v,
+        kv_dtype=DataType(inputs.kv_dtype), q_dtype=DataType(inputs.q.storage_dtype),
+        cur_pos=inputs.cur_pos, grid=pc.compute_with_storage_grid_size,
+        sub_core_grids=pc.sub_core_grids, k_chunk_size=pc.k_chunk_size,
+        max_cores_per_head_batch=pc.max_cores_per_head_batch, fp32_dest_acc_en=cc.fp32_dest_acc_en,
+        math_fidelity=cc.math_fidelity, share_cache=inputs.share_cache, return_lse=inputs.return_lse,
+        block_size=inputs.block_size, num_blocks=inputs.k.shape[0] if inputs.paged else None,
+        sliding_window_size=inputs.sliding_window_size, attention_sink=inputs.attention_sink is not None,
+        mla=inputs.v is None, is_causal=inputs.is_causal,
+        attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
+        num_tokens=inputs.num_tokens, kv_pages=pc.kv_pages, chunk_cap=pc.chunk_cap,
+        prescale_q=power_of_two_scale(inputs.scale),
+    )
+
+
+def kernel_gaps(inputs: DecodeInputs) -> list[str]:
+    """Options the FlashDecode kernels do not implement yet (the reference backend does)."""
+    gaps = []
+    if inputs.compute_kernel_config.packer_l1_acc:
+        gaps.append("compute_kernel_config.packer_l1_acc=True (the kernels accumulate in DST and never pack "
+                    "onto L1; set it False)")
+    return gaps
+
+
+def check_kernel_mask(inputs: DecodeInputs) -> None:
+    """The kernels stream the mask as bfloat16 tiles (ttnn's layout [B or 1, 1, NH, S]): a torch float
+    mask (stored as bfloat16) or a bfloat16 TileTensor / ttnn tensor; block-float masks are refused
+    (a -inf would share its exponent with 15 neighbours)."""
+    mask = inputs.attn_mask
+    if mask is not None and mask.storage_dtype != "bfloat16":
+        raise fail("attn_mask", "a bfloat16 mask (or a torch float tensor) for the kernel backends",
+                   f"{mask.kind} tensor of dtype {mask.dtype}", TypeError)
+
+
+def compute_settings(inputs: DecodeInputs) -> Any:
+    """The compute-kernel settings of a call (ttdecode.program.ComputeSettings): the compute config's
+    math_approx_mode becomes the kernels' APPROX (it selects recip_tile's mode); the softmax exp's mode
+    (SDPAProgramConfig.exp_approx_mode) travels as a compile-time arg (exp_approx)."""
+    from ttdecode.program import ComputeSettings, MathFidelity
+
+    cc = inputs.compute_kernel_config
+    return ComputeSettings(
+        math_fidelity=MathFidelity(cc.math_fidelity),
+        fp32_dest_acc_en=cc.fp32_dest_acc_en,
+        math_approx_mode=cc.math_approx_mode,
+    )
+
+
+def run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
+    """Run the FlashDecode kernels on ``backend`` ("host" or "device")."""
+    gaps = kernel_gaps(inputs)
+    if gaps:
+        raise NotImplementedError(
+            f"backend '{backend}': the FlashDecode kernels do not implement {', '.join(gaps)} yet; "
+            f"backend='reference' computes every option"
+        )
+    check_kernel_mask(inputs)
+    if backend == "device":
+        from ttdecode.ops.flash_decode.device import run_decode
+
+        return run_decode(inputs, plan, compute_settings(inputs))
+    from ttdecode.ops.flash_decode.program import run_flash_decode
+    from ttdecode.tensor import as_tile_tensor
+
+    out, lse, _ = run_flash_decode(
+        plan,
+        q=as_tile_tensor(inputs.q.obj, DataType.bfloat16),
+        k=as_tile_tensor(inputs.k.obj, DataType.bfloat16),
+        v=None if inputs.v is None else as_tile_tensor(inputs.v.obj, DataType.bfloat16),  # None: MLA
+        cur_pos_source=inputs.positions,
+        scale=inputs.scale,
+        compute=compute_settings(inputs),
+        exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config),
+        page_table=inputs.page_table_values,  # None for a contiguous cache
+        attention_sink=None if inputs.attention_sink is None else sink_values(inputs.attention_sink),
+        attn_mask=None if inputs.attn_mask is None else as_tile_tensor(inputs.attn_mask.obj, DataType.bfloat16),
+    )
+    return (out, lse) if inputs.return_lse else out
+
+
+# ---- the reference backend ----------------------------------------------------------------------
+
+
+def run_reference(inputs: DecodeInputs) -> Result:
+    """Float64 reference on the dequantized inputs; bfloat16 output, float32 LSE."""
+    from ttdecode.reference import sdpa_decode_reference
+
+    deq = lambda m: None if m is None else dequantize_input(m)  # noqa: E731
+    out, lse = sdpa_decode_reference(
+        deq(inputs.q), deq(inputs.k), deq(inputs.v),
+        is_causal=inputs.is_causal,
+        attn_mask=deq(inputs.attn_mask),
+        cur_pos=list(inputs.positions) if inputs.positions is not None else None,
+        attention_sink=None if inputs.attention_sink is None else sink_values(inputs.attention_sink).double(),
+        scale=inputs.scale,
+        sliding_window_size=inputs.sliding_window_size,
+        share_cache=inputs.share_cache,
+        page_table=inputs.page_table_values,
+        head_dim_v=inputs.head_dim_v if inputs.v is None else None,
+        return_lse=True,
+        dtype=torch.float64,
+    )
+    out = out.to(torch.bfloat16)
+    if inputs.return_lse:
+        return out, lse.to(torch.float32)
+    return out

@@ -1,0 +1,261 @@
+"""rotary_kv_append's argument checks: shapes, formats, positions, conventions -> `RotaryInputs`."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ttdecode import formats
+from ttdecode.formats import DataType
+from ttdecode.program import (
+    kv_cache_tensor,
+    BufferAddress,
+    CircularBuffer,
+    ComputeSettings,
+    CoreCoord,
+    CoreRangeSet,
+    DramTensor,
+    Kernel,
+    KernelKind,
+    MathFidelity,
+    Program,
+    unpack_to_dest_modes,
+)
+from ttdecode.tensor import TileTensor
+from ttdecode.checks import fail
+
+TILE = 32
+#: Cache formats the append writes.
+CACHE_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
+
+
+# ---- validation ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RotaryInputs:
+    """The validated arguments of one call (shapes in the docstring of the module)."""
+
+    batch: int
+    num_q_heads: int            # 0 without q
+    num_kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    interleaved: bool
+    packed: bool
+    cache_dtype: DataType
+    cache_shape: tuple[int, ...]
+    paged: bool
+    positions: tuple[int, ...]
+    page_table: Optional[torch.Tensor]  # int64 [B, max_blocks]
+    cos: torch.Tensor           # float32 [B, rotary_dim], HF layout
+    sin: torch.Tensor
+    x: dict[str, Any]           # "q"/"k_new"/"v_new" or "qkv" -> the caller's tensor
+    k_cache: Any
+    v_cache: Any
+    device_tensors: bool        # the caller's tensors are ttnn tensors on a device
+    kv_pages: str = "tile"  # the caches' DRAM pages: tiles, or key-tile rows ("key_row")
+
+    @property
+    def d_tiles(self) -> int:
+        return self.head_dim // TILE
+
+    @property
+    def rot_tiles(self) -> int:
+        return math.ceil(self.rotary_dim / TILE)
+
+    @property
+    def max_blocks(self) -> int:
+        return 0 if self.page_table is None else int(self.page_table.shape[1])
+
+    @property
+    def block_size(self) -> int:
+        return self.cache_shape[2] if self.paged else 0
+
+
+def _is_ttnn(x: object) -> bool:
+    cls = type(x)
+    return cls.__name__ == "Tensor" and cls.__module__.startswith("ttnn")
+
+
+def _shape_dtype(name: str, x: Any) -> tuple[tuple[int, ...], Optional[DataType]]:
+    """(shape, storage format or None for a torch tensor) of a tensor argument."""
+    if isinstance(x, TileTensor):
+        return x.shape, x.dtype
+    if isinstance(x, torch.Tensor):
+        if not x.is_floating_point():
+            raise fail(name, "a float tensor", f"a {x.dtype} tensor", TypeError)
+        return tuple(int(d) for d in x.shape), None
+    if _is_ttnn(x):
+        from ttdecode.tensor import ttnn_data_type
+
+        return tuple(int(d) for d in x.shape), ttnn_data_type(x)
+    raise fail(name, "a torch.Tensor, ttdecode TileTensor or ttnn.Tensor", type(x).__name__, TypeError)
+
+
+def _check_input(name: str, x: Any, shape: tuple[int, ...]) -> None:
+    got_shape, dt = _shape_dtype(name, x)
+    if got_shape != shape:
+        raise fail(name, f"shape {list(shape)}", list(got_shape))
+    if dt is not None and dt is not DataType.bfloat16:
+        raise fail(name, "bfloat16 (the rotation reads bf16 rows; torch floats are taken as bfloat16)", dt.value,
+                   TypeError)
+
+
+def _int_list(name: str, x: Any, n: int) -> list[int]:
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() or x.is_complex() or x.dtype is torch.bool or x.dim() != 1:
+            raise fail(name, f"an int tensor [B={n}] or a list of {n} ints", f"{x.dtype} shape {list(x.shape)}",
+                       TypeError)
+        values = [int(v) for v in x.detach().cpu().tolist()]
+    elif isinstance(x, (list, tuple)):
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in x):
+            raise fail(name, f"{n} ints", repr(list(x)), TypeError)
+        values = [int(v) for v in x]
+    else:
+        raise fail(name, f"an int tensor [B={n}] or a list of {n} ints", type(x).__name__, TypeError)
+    if len(values) != n:
+        raise fail(name, f"{n} positions (one per user, B={n})", len(values))
+    return values
+
+
+def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any, cos: Any, sin: Any,
+             page_table: Any, q: Any, qkv: Any, num_q_heads: Optional[int], rotary_interleaved: Any,
+             rotary_dim: Any) -> RotaryInputs:
+    """Every rule of `rotary_kv_append`; raises naming the argument, expected and got."""
+    # the caches first: they fix NKV and D
+    kc_shape, kc_dt = _shape_dtype("k_cache", k_cache)
+    vc_shape, vc_dt = _shape_dtype("v_cache", v_cache)
+    for name, dt in (("k_cache", kc_dt), ("v_cache", vc_dt)):
+        if dt is None:
+            raise fail(name, "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the cache's storage "
+                       "format)", "a torch tensor", TypeError)
+        if dt not in CACHE_DTYPES:
+            raise fail(name, f"one of {[d.value for d in CACHE_DTYPES]}", dt.value, TypeError)
+    if len(kc_shape) != 4:
+        raise fail("k_cache", "4 dims [B, NKV, S, D] or [num_blocks, NKV, block_size, D]", list(kc_shape))
+    if vc_shape != kc_shape or vc_dt is not kc_dt:
+        raise fail("v_cache", f"k_cache's shape {list(kc_shape)} and format {kc_dt.value}",
+                   f"{list(vc_shape)} {vc_dt.value}")
+    _, nkv, rows, d = kc_shape
+    if d % TILE or rows % TILE:
+        raise fail("k_cache", "S (block_size) and D multiples of 32", list(kc_shape))
+    if not isinstance(rotary_interleaved, bool):
+        raise fail("rotary_interleaved", "a bool", repr(rotary_interleaved), TypeError)
+    rd = d if rotary_dim is None else rotary_dim
+    if isinstance(rd, bool) or not isinstance(rd, int) or not (2 <= rd <= d and rd % 2 == 0):
+        raise fail("rotary_dim", f"an even int in 2..D={d} (None: D)", repr(rotary_dim))
+
+    # the new rows
+    packed = qkv is not None
+    if packed:
+        if q is not None or k_new is not None or v_new is not None:
+            raise fail("qkv", "either qkv or q / k_new / v_new", "both")
+        shp, _ = _shape_dtype("qkv", qkv)
+        if len(shp) != 3 or shp[0] != 1 or shp[2] % d:
+            raise fail("qkv", f"shape [1, B, (NH + 2 * {nkv}) * {d}]", list(shp))
+        b = shp[1]
+        nh = shp[2] // d - 2 * nkv
+        if nh < 1 or (num_q_heads is not None and nh != num_q_heads):
+            raise fail("qkv", f"(NH + 2 * NKV={nkv}) * D={d} columns with NH >= 1"
+                       + ("" if num_q_heads is None else f" = {num_q_heads}"), f"{shp[2]} columns")
+        _check_input("qkv", qkv, shp)
+        x = {"qkv": qkv}
+    else:
+        if k_new is None or v_new is None:
+            raise fail("k_new", "k_new and v_new tensors [1, B, NKV, D] (or qkv=)", "None", TypeError)
+        shp, _ = _shape_dtype("k_new", k_new)
+        if len(shp) != 4 or shp[0] != 1:
+            raise fail("k_new", f"shape [1, B, NKV={nkv}, D={d}]", list(shp))
+        b = shp[1]
+        _check_input("k_new", k_new, (1, b, nkv, d))
+        _check_input("v_new", v_new, (1, b, nkv, d))
+        nh = 0
+        x = {"k_new": k_new, "v_new": v_new}
+        if q is not None:
+            qs, _ = _shape_dtype("q", q)
+            if len(qs) != 4 or qs[:2] != (1, b) or qs[3] != d or qs[2] < 1:
+                raise fail("q", f"shape [1, B={b}, NH, D={d}]", list(qs))
+            nh = qs[2]
+            _check_input("q", q, qs)
+            x = {"q": q, **x}
+    if b < 1:
+        raise fail("k_new" if not packed else "qkv", "B >= 1 users", b)
+
+    # angles
+    def angles(name: str, t: Any) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise fail(name, f"a float torch tensor [B={b}, rotary_dim={rd}]", type(t).__name__, TypeError)
+        if list(t.shape) != [b, rd]:
+            raise fail(name, f"shape [B={b}, rotary_dim={rd}] (Hugging Face's rotate-half layout)", list(t.shape))
+        v = t.detach().cpu().to(torch.float32)
+        if not bool(torch.isfinite(v).all()):
+            raise fail(name, "finite values", "inf or NaN")
+        if not torch.equal(v[:, : rd // 2], v[:, rd // 2:]):
+            raise fail(name, "Hugging Face's layout cat(c, c) (the two halves equal; one angle per pair)",
+                       "halves that differ")
+        return v
+
+    cos_v, sin_v = angles("cos", cos), angles("sin", sin)
+
+    # positions and pages
+    positions = _int_list("cur_pos", cur_pos, b)
+    paged = page_table is not None
+    table = None
+    if paged:
+        if not isinstance(page_table, torch.Tensor) or page_table.is_floating_point() or page_table.dim() != 2 \
+                or page_table.dtype is torch.bool:
+            got = (f"{page_table.dtype} shape {list(page_table.shape)}" if isinstance(page_table, torch.Tensor)
+                   else type(page_table).__name__)
+            raise fail("page_table", f"an int tensor [B={b}, max_blocks]", got, TypeError)
+        if page_table.shape[0] != b or page_table.shape[1] < 1:
+            raise fail("page_table", f"shape [B={b}, max_blocks >= 1]", list(page_table.shape))
+        table = page_table.detach().cpu().to(torch.int64)
+    if not paged and kc_shape[0] != b:
+        raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
+    capacity = table.shape[1] * rows if paged else rows
+    targets: dict[tuple[int, int], int] = {}
+    for i, p in enumerate(positions):
+        if p < -1:
+            raise fail(f"cur_pos[{i}]", "-1 (skip the user) or a position >= 0", p)
+        if p < 0:
+            continue
+        if p >= capacity:
+            what = (f"a position < {capacity} (page_table holds {table.shape[1]} blocks of {rows})" if paged
+                    else f"a position < S={rows} (the cache's length)")
+            raise fail(f"cur_pos[{i}]", what, p)
+        if paged:
+            blk = int(table[i, p // rows])
+            if not 0 <= blk < kc_shape[0]:
+                raise fail(f"page_table[{i}, {p // rows}]", f"a block id in 0..{kc_shape[0] - 1} (user {i} writes "
+                           f"position {p} there)", blk)
+            key = (blk, (p % rows) // TILE)
+        else:
+            key = (i, p // TILE)
+        if key in targets:
+            raise fail(f"cur_pos[{i}]", f"a cache tile no other user writes in this call (user {targets[key]} "
+                       "writes the same tile)", p)
+        targets[key] = i
+
+    things = [*x.values(), k_cache, v_cache]
+    kinds = {_is_ttnn(t) and _on_device(t) for t in things}
+    if len(kinds) > 1:
+        raise fail("k_cache", "all tensors on the device or all on the host", "a mix")
+    device_tensors = kinds == {True}
+    return RotaryInputs(
+        batch=b, num_q_heads=nh, num_kv_heads=nkv, head_dim=d, rotary_dim=rd, interleaved=rotary_interleaved,
+        packed=packed, cache_dtype=kc_dt, cache_shape=kc_shape, paged=paged, positions=tuple(positions),
+        page_table=table, cos=cos_v, sin=sin_v, x=x, k_cache=k_cache, v_cache=v_cache,
+        device_tensors=device_tensors,
+    )
+
+
+def _on_device(t: Any) -> bool:
+    import ttnn
+
+    return bool(ttnn.is_tensor_storage_on_device(t))
