@@ -8,7 +8,7 @@ the argument, what was expected and what came: ``"ttdecode: argument 'k': expect
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import operator
 

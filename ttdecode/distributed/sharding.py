@@ -3,7 +3,6 @@ owns, the positions each device sees, and each device's shard of K/V. Pure data,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 

@@ -5,28 +5,10 @@ from __future__ import annotations
 
 import functools
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional
-
-import torch
+from dataclasses import dataclass
 
 from ttdecode import formats
 from ttdecode.formats import DataType
-from ttdecode.program import (
-    L1_BYTES_PER_CORE,
-    BufferAddress,
-    CircularBuffer,
-    ComputeSettings,
-    CoreCoord,
-    CoreRangeSet,
-    DramTensor,
-    Kernel,
-    KernelKind,
-    Program,
-    unpack_to_dest_modes,
-)
-from ttdecode.tensor import from_torch
 from ttdecode.ops.combine.program import COMBINE_COMPUTE
 from ttdecode.ops.combine.plan import TILE
 from ttdecode.ops.combine.op import run_combine

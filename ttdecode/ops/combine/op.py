@@ -2,30 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-from ttdecode import formats
 from ttdecode.formats import DataType
-from ttdecode.program import (
-    L1_BYTES_PER_CORE,
-    BufferAddress,
-    CircularBuffer,
-    ComputeSettings,
-    CoreCoord,
-    CoreRangeSet,
-    DramTensor,
-    Kernel,
-    KernelKind,
-    Program,
-    unpack_to_dest_modes,
-)
-from ttdecode.tensor import from_torch
 from ttdecode.ops.combine.validate import _check_partials
 from ttdecode.ops.combine.program import _decode, build_combine_program
 from ttdecode.ops.combine.plan import make_combine_plan

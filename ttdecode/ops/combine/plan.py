@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional
-
-import torch
 
 from ttdecode import formats
 from ttdecode.formats import DataType
 from ttdecode.program import (
     L1_BYTES_PER_CORE,
-    BufferAddress,
-    CircularBuffer,
-    ComputeSettings,
     CoreCoord,
-    CoreRangeSet,
-    DramTensor,
-    Kernel,
-    KernelKind,
-    Program,
-    unpack_to_dest_modes,
 )
-from ttdecode.tensor import from_torch
 from ttdecode.ops.combine.validate import CombineError, O_FORMATS, _positive_int
 
 TILE = 32

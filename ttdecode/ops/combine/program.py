@@ -29,9 +29,6 @@ addresses, first tile row, tile rows), compute (tile rows).
 
 from __future__ import annotations
 
-import functools
-
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -40,11 +37,9 @@ import torch
 from ttdecode import formats
 from ttdecode.formats import DataType
 from ttdecode.program import (
-    L1_BYTES_PER_CORE,
     BufferAddress,
     CircularBuffer,
     ComputeSettings,
-    CoreCoord,
     CoreRangeSet,
     DramTensor,
     Kernel,

@@ -68,30 +68,12 @@ writing one cache tile) runs before any cache byte is written.
 
 from __future__ import annotations
 
-import functools
-import math
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from ttdecode import formats
 from ttdecode.formats import DataType
-from ttdecode.program import (
-    kv_cache_tensor,
-    BufferAddress,
-    CircularBuffer,
-    ComputeSettings,
-    CoreCoord,
-    CoreRangeSet,
-    DramTensor,
-    Kernel,
-    KernelKind,
-    MathFidelity,
-    Program,
-    unpack_to_dest_modes,
-)
 from ttdecode.tensor import TileTensor
 from ttdecode import backend as backends
 from ttdecode.checks import fail

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -27,7 +26,6 @@ from ttdecode.program import (
     Program,
     unpack_to_dest_modes,
 )
-from ttdecode.tensor import TileTensor
 from ttdecode.checks import fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 
