@@ -18,12 +18,19 @@ test: $(STAMP) system-deps
 
 setup: $(STAMP) system-deps
 
+# PYTHONWARNINGS silences setuptools' fixed note on editable installs ("be careful with folders
+# named like your package"), printed because kernels/ is mapped to ttdecode.kernels.
 $(STAMP): pyproject.toml Makefile
 	@test -n "$(PYTHON_BASE)" || { echo "no python3.12/3.10 found (see tools/find_python.sh)"; exit 1; }
-	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH)" -e '.[ttnn,plots,test]'
-	touch $(STAMP)
+	@test -x $(PY) || { echo "==> creating the virtual environment $(VENV) with $(PYTHON_BASE)"; \
+	    $(PYTHON_BASE) -m venv $(VENV); }
+	@echo "==> upgrading pip in $(VENV)"
+	@$(PY) -m pip install --quiet --upgrade pip
+	@echo "==> installing $(TORCH) (with its CUDA libraries, unused), ttnn, matplotlib, the test tools and ttdecode (editable) into $(VENV)"
+	@echo "    about 4 GB to download and 7 GB on disk the first time (minutes); pip is quiet until it is done"
+	@PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet "$(TORCH)" -e '.[ttnn,plots,test]'
+	@touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 # clang-19 and the riscv64 libstdc++ headers compile our dataflow kernels against the real
 # tt-metal headers of the ttnn wheel (tests/test_real_headers.py).
