@@ -305,6 +305,9 @@ def flash_decode_cbs(
     float32 CBs other than probs only by copy_tile / unary_bcast, and the factory puts them in
     UnpackToDestFp32 mode (factory.UNPACK_TO_DEST_CBS), so they reach the fp32 DST exactly; probs
     feeds the matmuls as TF32.
+
+    Left whole (~90 lines, most of them this documentation): the body is one table of the kernels'
+    buffers, read against their `cb_*` constants; split, the table would be in pieces.
     """
     f32, bf16 = DataType.float32, DataType.bfloat16
     if im_dtype not in (f32, bf16):
@@ -387,6 +390,387 @@ def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: Da
     return SMALL_CHUNK_TILES
 
 
+# ---- make_plan's steps ----------------------------------------------------------------------
+# make_plan checks the call (_check_*), then decides in turn: the q rows' tiles (_q_rows), the split
+# (_choose_split), the placement (_place_pieces), the merge tree (_build_tree), the buffers
+# (_size_buffers), and last the resources (_check_resources). The checks run in one fixed order: a call
+# with several faults is refused for the first.
+
+
+def _check_sizes(*, batch, num_q_heads: int, num_kv_heads: int, seq_len: int, head_dim: int, head_dim_v: int,
+                 mla, math_fidelity, kv_dtype) -> None:
+    """Refuse shapes and types the kernels cannot take: B, NH, NKV, S, D, Dv positive ints (NH a multiple
+    of NKV; S, D, Dv multiples of 32 elements), `mla` a bool with Dv <= D, a known math fidelity and a
+    K/V tile format (bfloat16, bfloat8_b or bfloat4_b). Decides nothing; raises PlanError."""
+    for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+                    ("seq_len", seq_len), ("head_dim", head_dim), ("head_dim_v", head_dim_v)):
+        if not isinstance(v, int) or v <= 0:
+            raise PlanError(f"{name}: expected a positive int, got {v!r}")
+    if num_q_heads % num_kv_heads:
+        raise PlanError(f"num_q_heads: expected a multiple of num_kv_heads={num_kv_heads}, got {num_q_heads}")
+    for name, v in (("head_dim", head_dim), ("head_dim_v", head_dim_v), ("seq_len", seq_len)):
+        if v % TILE:
+            raise PlanError(f"{name}: expected a multiple of {TILE}, got {v}")
+    if not isinstance(mla, bool):
+        raise PlanError(f"mla: expected a bool, got {mla!r}")
+    if mla and head_dim_v > head_dim:
+        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim} with mla (V = K[..., :head_dim_v]), "
+                        f"got {head_dim_v}")
+    fidelities = [f.value for f in MathFidelity]
+    if not isinstance(math_fidelity, str) or math_fidelity not in fidelities:
+        raise PlanError(f"math_fidelity: expected one of {fidelities}, got {math_fidelity!r}")
+    if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
+        raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
+
+
+def _check_chunking(*, seq_len: int, num_q_heads: int, num_kv_heads: int, num_tokens, k_chunk_size: int,
+                    min_chunk_tiles, chunk_cap, prescale_q, q_tile_rows) -> None:
+    """Refuse chunk and q-tile knobs out of range: `k_chunk_size` (keys) 0 or a power-of-two multiple of 32
+    dividing S; `min_chunk_tiles` and `chunk_cap` (key tiles) for dynamic chunks only, from their allowed
+    sets; `prescale_q` a bool; `q_tile_rows` None, 8, 16 or 32, and 8 or 16 only when num_tokens x group
+    size q rows fit. Decides nothing; raises PlanError."""
+    if k_chunk_size:
+        if k_chunk_size < TILE or k_chunk_size % TILE or k_chunk_size & (k_chunk_size - 1):
+            raise PlanError(
+                f"k_chunk_size: expected 0 (dynamic) or a power of two multiple of 32, got {k_chunk_size}"
+            )
+        if seq_len % k_chunk_size:
+            raise PlanError(f"k_chunk_size: seq_len={seq_len} is not a multiple of k_chunk_size={k_chunk_size}")
+    if min_chunk_tiles is not None:
+        if (not isinstance(min_chunk_tiles, int) or not 1 <= min_chunk_tiles <= SMALL_CHUNK_TILES
+                or min_chunk_tiles & (min_chunk_tiles - 1)):
+            raise PlanError(f"min_chunk_tiles: expected None or a power of two 1..{SMALL_CHUNK_TILES}, "
+                            f"got {min_chunk_tiles!r}")
+        if k_chunk_size and min_chunk_tiles > 1:
+            raise PlanError(f"min_chunk_tiles: applies to dynamic chunks only (k_chunk_size 0), got "
+                            f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
+    if not isinstance(prescale_q, bool):
+        raise PlanError(f"prescale_q: expected a bool, got {prescale_q!r}")
+    if q_tile_rows is not None and (isinstance(q_tile_rows, bool) or q_tile_rows not in (8, 16, 32)):
+        raise PlanError(f"q_tile_rows: expected None, 8, 16 or 32, got {q_tile_rows!r}")
+    if q_tile_rows in (8, 16) and num_tokens * (num_q_heads // num_kv_heads) > q_tile_rows:
+        raise PlanError(f"q_tile_rows: {q_tile_rows} holds at most {q_tile_rows} q rows, but num_tokens x group size = "
+                        f"{num_tokens} x {num_q_heads // num_kv_heads} = {num_tokens * (num_q_heads // num_kv_heads)}")
+    if chunk_cap is not None:
+        if not isinstance(chunk_cap, int) or isinstance(chunk_cap, bool) or chunk_cap not in CHUNK_CAPS:
+            raise PlanError(f"chunk_cap: expected None or one of {sorted(CHUNK_CAPS)} tiles, got {chunk_cap!r}")
+        if k_chunk_size:
+            raise PlanError(f"chunk_cap: applies to dynamic chunks only (k_chunk_size 0), got {chunk_cap} with "
+                            f"k_chunk_size={k_chunk_size}")
+
+
+def _check_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool, sliding_window_size) -> int:
+    """Refuse a malformed paged cache (`block_size` keys, a multiple of 32 dividing S, and `num_blocks`:
+    both or neither, positive ints, not shared) or sliding window. Returns the window in keys (0 = none)."""
+    if (block_size is None) != (num_blocks is None):
+        raise PlanError(
+            f"block_size, num_blocks: expected both (a paged cache) or neither, got block_size={block_size!r}, "
+            f"num_blocks={num_blocks!r}"
+        )
+    if block_size is not None:
+        for name, v in (("block_size", block_size), ("num_blocks", num_blocks)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise PlanError(f"{name}: expected a positive int, got {v!r}")
+        if block_size % TILE:
+            raise PlanError(f"block_size: expected a multiple of {TILE}, got {block_size}")
+        if seq_len % block_size:
+            raise PlanError(
+                f"seq_len: expected a multiple of block_size={block_size} (max_blocks x block_size), got {seq_len}"
+            )
+        if share_cache:
+            raise PlanError("share_cache: expected False with a paged cache, got True")
+    window = 0 if sliding_window_size is None else sliding_window_size
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        raise PlanError(f"sliding_window_size: expected None or a positive int, got {sliding_window_size!r}")
+    return window
+
+
+def _check_positions(*, batch: int, seq_len: int, cur_pos, window: int, max_cores_per_head_batch: int, num_tokens,
+                     is_causal, attn_mask_batch) -> tuple[int, ...] | None:
+    """Refuse a bad piece limit (`max_cores_per_head_batch` 1..64), token count (1..32), causal mode or
+    attn_mask batch (0, 1 or B; non-causal only), and positions: B of them, each -1 (skip) or
+    num_tokens - 1..S - 1. Returns the positions as a tuple of ints (keys), S - 1 for every user when
+    non-causal, or None (read on the device)."""
+    if not 1 <= max_cores_per_head_batch <= 1 << MAX_ROUNDS:
+        raise PlanError(
+            f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
+        )
+    if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 1 <= num_tokens <= MAX_TOKENS:
+        raise PlanError(f"num_tokens: expected 1..{MAX_TOKENS} new tokens per user, got {num_tokens!r}")
+    if not isinstance(is_causal, bool):
+        raise PlanError(f"is_causal: expected a bool, got {is_causal!r}")
+    if not isinstance(attn_mask_batch, int) or isinstance(attn_mask_batch, bool) or attn_mask_batch not in (0, 1, batch):
+        raise PlanError(f"attn_mask_batch: expected 0 (no mask), 1 or B={batch}, got {attn_mask_batch!r}")
+    if attn_mask_batch and is_causal:
+        raise PlanError("attn_mask_batch: expected 0 in causal mode (a mask needs is_causal=False), "
+                        f"got {attn_mask_batch}")
+    if not is_causal:
+        if cur_pos is not None and any(int(p) != seq_len - 1 for p in cur_pos):
+            raise PlanError(f"cur_pos: expected None in non-causal mode (every user attends all S={seq_len} keys), "
+                            f"got {list(cur_pos)}")
+        if window:
+            raise PlanError(f"sliding_window_size: expected None in non-causal mode, got {window}")
+        if num_tokens != 1:
+            raise PlanError(f"num_tokens: expected 1 in non-causal mode (multi-token decode is causal), got {num_tokens}")
+        cur_pos = [seq_len - 1] * batch
+    if cur_pos is not None:
+        cur_pos = tuple(int(p) for p in cur_pos)
+        if len(cur_pos) != batch:
+            raise PlanError(f"cur_pos: expected {batch} positions (one per user), got {len(cur_pos)}")
+        for b, pos in enumerate(cur_pos):
+            if not -1 <= pos < seq_len:
+                raise PlanError(f"cur_pos[{b}]: expected -1..{seq_len - 1} (seq_len={seq_len}), got {pos}")
+            if 0 <= pos < num_tokens - 1:
+                raise PlanError(f"cur_pos[{b}]: expected -1 or at least num_tokens - 1 = {num_tokens - 1} (the "
+                                f"position of the last of {num_tokens} new tokens), got {pos}")
+    return cur_pos
+
+
+@dataclass(frozen=True)
+class _QRows:
+    """The q rows of one KV group and the tiles that hold them (make_plan's _q_rows)."""
+
+    q_tiles: int  # tile rows of one group's T x g q rows (32 rows each)
+    dst_tiles: int  # DST registers the compute kernel may hold at once
+    head_rows: int  # q rows that hold heads in one tile row: min(T x g, 32)
+    q_tile_rows: int  # rows of the q-row tiles: 8, 16 or 32
+
+
+def _q_rows(*, num_q_heads: int, num_kv_heads: int, num_tokens: int, fp32_dest_acc_en: bool,
+            dst_full_sync_en: bool, q_tile_rows: int | None) -> _QRows:
+    """Decides the q tiles of one KV group: T x g q rows (token-major) in ceil(T x g / 32) tile rows, the
+    DST tiles (16 halved with an fp32 DST, halved again without full sync), and the rows of the q-row
+    tiles (the caller's, or None = the fewest of 8, 16, 32 that hold the group's rows)."""
+    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
+    dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
+    head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
+    if q_tile_rows is None:
+        q_tile_rows = 8 if head_rows <= 8 else 16 if head_rows <= 16 else 32
+    return _QRows(q_tiles, dst_tiles, head_rows, q_tile_rows)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """How every work's keys are split (make_plan's _choose_split). Sizes in key tiles (32 keys)."""
+
+    fixed: int  # the fixed chunk (k_chunk_size / 32), 0 = dynamic
+    seq_tiles: int  # key tiles of the cache, S / 32
+    floor: int  # split floor of dynamic chunks (1 with fixed chunks)
+    cap: int  # largest dynamic chunk (SMALL_CHUNK_TILES with fixed chunks)
+    pieces: int  # pieces per (user, KV head)
+    rounds: int  # merge rounds of the binomial tree over the pieces
+    max_chunk_tiles: int  # the largest chunk any piece reads: the K/V slots' size
+
+
+def _chunk_bounds(*, fixed: int, chunk_cap: int | None, min_chunk_tiles: int | None, rows: _QRows, head_dim: int,
+                  head_dim_v: int, kv_dtype: DataType, mla: bool, attn_mask_batch: int, shape: dict) -> tuple[int, int]:
+    """Decides (cap, floor) in key tiles: the cap of dynamic chunks (the caller's chunk_cap, else the
+    largest of CHUNK_CAPS whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET, which _choose_split may
+    lower to the one the model prefers; SMALL_CHUNK_TILES with fixed chunks) and the split floor (the
+    caller's min_chunk_tiles, else the cost model's costmodel.split_floor_tiles for the shape; 1 with
+    fixed chunks). Shape and dtypes only, never the batch."""
+    if fixed:
+        cap = SMALL_CHUNK_TILES
+    elif chunk_cap is not None:
+        cap = chunk_cap
+    else:  # the most L1 allows; the model then takes the cap that pays (after the pieces)
+        cap = fitting_chunk_cap(q_tiles=rows.q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                                kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0, q_tile_rows=rows.q_tile_rows)
+    if fixed:
+        floor = 1
+    elif min_chunk_tiles is not None:
+        floor = min_chunk_tiles
+    else:
+        from ttdecode.perf_model.costmodel import split_floor_tiles  # the model imports this module
+
+        floor = split_floor_tiles(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
+    return cap, floor
+
+
+def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[CoreCoord],
+                 max_cores_per_head_batch: int, block_size: int | None, num_kv_heads: int, max_chunks: int) -> int:
+    """Decides the most pieces per (user, KV head) the split may use: with tile pages
+    min(max_cores_per_head_batch, cores / NKV, chunks of the cache), at least 1; with key_row pages the
+    largest multiple of 12 allowed (_key_row_pieces). Refuses an unknown `kv_pages` and a
+    `key_row_pieces` that is not a multiple of 12 from 12 to that most (or given with tile pages)."""
+    if key_row_pieces is not None and kv_pages != "key_row":
+        raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
+                        f"kv_pages={kv_pages!r}")
+    if kv_pages == "key_row":
+        most = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
+        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS
+                                           or key_row_pieces % DRAM_BANKS or key_row_pieces > most):
+            raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
+                            f"{most} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
+    elif kv_pages == "tile":
+        most = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
+    else:
+        raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
+    return most
+
+
+def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int | None, fixed: int,
+                    min_chunk_tiles: int | None, most: int, floor: int, num_kv_heads: int, num_cores: int,
+                    seq_tiles: int, shape: dict, kv: dict) -> int:
+    """Pieces per (user, KV head) with dynamic chunks capped at chunk_cap_tiles (or the fixed chunk):
+    key_row pages: the caller's key_row_pieces, else the model's (costmodel.key_row_pieces); tile pages:
+    `most` with fixed chunks or a caller's split floor, else the model's (costmodel.tile_pieces: the split
+    floor and, below the most allowed, the pieces that pay their rounds). Never depends on the batch."""
+    if kv_pages == "key_row":
+        if key_row_pieces is not None:
+            return key_row_pieces
+        from ttdecode.perf_model.costmodel import key_row_pieces as model_pieces  # the model imports this module
+
+        return model_pieces(num_kv_heads=num_kv_heads, cores=num_cores, max_pieces=most, seq_tiles=seq_tiles,
+                            chunk_tiles=fixed if fixed else chunk_cap_tiles, fixed_chunk=bool(fixed), **shape, **kv)
+    if fixed or min_chunk_tiles is not None:
+        return most
+    # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
+    from ttdecode.perf_model.costmodel import tile_pieces  # the model imports this module
+
+    return tile_pieces(num_kv_heads=num_kv_heads, cores=num_cores, max_pieces=most, seq_tiles=seq_tiles,
+                       floor_tiles=floor, chunk_tiles=chunk_cap_tiles, **shape, **kv)
+
+
+def _choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_chunk_tiles: int | None,
+                  max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
+                  num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
+                  attn_mask_batch: int, cores: Sequence[CoreCoord], rows: _QRows, shape: dict, kv: dict) -> _Split:
+    """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
+    cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
+    no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
+    user at the cache's length (costmodel.chunk_cap), among the caps up to the one L1 allows."""
+    fixed = k_chunk_size // TILE
+    st = seq_len // TILE
+    max_chunks = st // fixed if fixed else st
+    cap, floor = _chunk_bounds(fixed=fixed, chunk_cap=chunk_cap, min_chunk_tiles=min_chunk_tiles, rows=rows,
+                               head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype, mla=mla,
+                               attn_mask_batch=attn_mask_batch, shape=shape)
+    most = _most_pieces(kv_pages=kv_pages, key_row_pieces=key_row_pieces, cores=cores,
+                        max_cores_per_head_batch=max_cores_per_head_batch, block_size=block_size,
+                        num_kv_heads=num_kv_heads, max_chunks=max_chunks)
+    split = functools.partial(_pieces_for_cap, kv_pages=kv_pages, key_row_pieces=key_row_pieces, fixed=fixed,
+                              min_chunk_tiles=min_chunk_tiles, most=most, floor=floor, num_kv_heads=num_kv_heads,
+                              num_cores=len(cores), seq_tiles=st, shape=shape, kv=kv)
+    if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
+        pieces = split(cap)
+    else:
+        # the cap and its pieces that the model gives the shortest step for one user at the cache's length
+        from ttdecode.perf_model.costmodel import chunk_cap as model_cap  # the model imports this module
+
+        options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
+        cap, pieces = model_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
+                                options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
+                                **shape, **kv)
+    return _Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
+                  max_chunk_tiles=fixed if fixed else min(cap, st))
+
+
+def _heights(pieces: int) -> dict[int, int]:
+    """Tree height of each piece index: the merge rounds in which it receives a partial."""
+    return {i: len(tree_children(i, pieces)) for i in range(pieces)}
+
+
+def _place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]], split: _Split, kv_pages: str,
+                  share_cache: bool, num_kv_heads: int, seq_len: int, window: int, num_tokens: int, shape: dict,
+                  kv_dtype: DataType) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+    """Decides where every piece (user, KV head, index) runs: core -> its pieces (every core a key, in
+    `cores` order). Tile pages: work-major over the cores, each further wave shifted by one core so the
+    roots spread; key_row pages: on cores kept for the piece's DRAM bank (key_row_deal, weighing each
+    piece's work in cycles: tiles, chunks and merges priced by the model). Then each work's pieces are
+    relabeled to shorten the tree's NoC paths (_short_hop_placement). Only where, never a number."""
+    pieces = split.pieces
+    flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
+    placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
+    if kv_pages == "key_row":
+        # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
+        # run on cores kept for bank r, as many as the bank's work (chunks and merges) asks
+        from ttdecode.perf_model.costmodel import split_costs  # the model imports this module
+
+        costs = split_costs(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
+        span = span_window(window, num_tokens)
+
+        def weight(i: int) -> float:
+            r = cyclic_piece_range(seq_len - 1, split.fixed, pieces, i, span, split.floor, split.cap)
+            return r.num_tiles * costs.tile + r.num_chunks * costs.chunk + len(tree_children(i, pieces)) * costs.round
+
+        weights = [weight(i) for i in range(pieces)]
+        st = split.seq_tiles
+        bank = {it: (((0 if share_cache else it[0]) * num_kv_heads + it[1]) * st + it[2]) % DRAM_BANKS for it in flat}
+        placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}))
+    else:
+        # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
+        # core so that roots (which receive the most partials) spread evenly; each core then runs its
+        # pieces leaves first
+        n_cores = len(cores)
+        for g, item in enumerate(flat):
+            placed[cores[(g + g // n_cores) % n_cores]].append(item)
+    return _short_hop_placement(placed, works, pieces, _heights(pieces), DRAM_BANKS if kv_pages == "key_row" else 1)
+
+
+def _build_tree(placed: dict[CoreCoord, list[tuple[int, int, int]]], *, pieces: int, cores: Sequence[CoreCoord]
+                ) -> tuple[tuple[Piece, ...], dict[CoreCoord, tuple[Piece, ...]], dict[CoreCoord, int]]:
+    """Decides each core's run order and the merge tree's addresses: a core runs its pieces leaves first
+    (by tree height, then (user, KV head, index)); each receiving piece gets consecutive scratch areas
+    (one per child round) on its core; each non-root piece learns its parent's core, area and height.
+    Returns (the pieces sorted by core row, column and slot; core -> its pieces in run order, for every
+    core of `cores`; core -> its count of scratch areas, for every core of `placed`). Sorts the lists of
+    `placed` in place."""
+    heights = _heights(pieces)
+    where: dict[tuple[int, int, int], tuple[CoreCoord, int, int]] = {}  # -> core, slot, recv_area
+    recv_areas: dict[CoreCoord, int] = {}
+    for core, items in placed.items():
+        items.sort(key=lambda it: (heights[it[2]], it))
+        area = 0
+        for slot, it in enumerate(items):
+            h_ = heights[it[2]]
+            where[it] = (core, slot, area if h_ else -1)
+            area += h_
+        recv_areas[core] = area
+
+    piece_list: list[Piece] = []
+    for it, (core, slot, recv) in where.items():
+        b, h, i = it
+        parent = tree_parent(i)
+        if parent is None:
+            pcore, parea, pheight = None, -1, 0
+        else:
+            r, pi = parent
+            pc, _, precv = where[(b, h, pi)]
+            # the parent's areas are its child rounds in order; this piece's round is its r-th
+            rounds_of_parent = [rr for rr, _ in tree_children(pi, pieces)]
+            pcore, parea, pheight = pc, precv + rounds_of_parent.index(r), heights[pi]
+        piece_list.append(Piece(b, h, i, core, slot, heights[i], recv, pcore, parea, pheight))
+    piece_list.sort(key=lambda p: (p.core.y, p.core.x, p.slot))
+    core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
+    return tuple(piece_list), core_pieces, recv_areas
+
+
+def _size_buffers(*, rows: _QRows, split: _Split, head_dim: int, head_dim_v: int, kv_dtype: DataType, batch: int,
+                  seq_len: int, block_size: int | None, attention_sink, mla: bool, attn_mask_batch: int, window: int,
+                  num_tokens: int, prescale_q: bool, fp32_dest_acc_en: bool, recv_areas: dict[CoreCoord, int],
+                  core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int
+                  ) -> tuple[dict, tuple[CBSpec, ...]]:
+    """Decides the circular buffers (flash_decode_cbs; the same on every core, sized for the busiest):
+    scratch areas for the most partials any core receives, the chunk slots for the largest chunk, and a
+    second Q slot (prefetch) when a core runs several pieces, dropped if it alone would overflow
+    `l1_bytes_per_core` (bytes). Returns (flash_decode_cbs' arguments, for the resource check's advice;
+    the buffers)."""
+    cb_args = dict(
+        q_tiles=rows.q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+        max_chunk_tiles=split.max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
+        recv_areas=max(recv_areas.values(), default=0),
+        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
+        tree=split.pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
+        q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
+        prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
+        im_dtype=DataType.float32 if fp32_dest_acc_en else DataType.bfloat16,
+    )
+    if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
+        cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
+    return cb_args, flash_decode_cbs(**cb_args)
+
+
 def make_plan(
     *,
     batch: int,
@@ -465,261 +849,65 @@ def make_plan(
     pack of scores, probabilities, statistics, O and partials, and the partial messages are halved;
     8x32 tiles: quartered). The outputs are the same bits either way (every step is row by row; the
     rows past the heads hold none).
+
+    The steps, in order (each a function saying what it decides): check the call (_check_sizes,
+    _check_chunking, _check_cache, _check_positions); the q rows' tiles (_q_rows); the split
+    (_choose_split: chunk, floor, pieces, rounds); the placement (_place_pieces); the tree's run order
+    and addresses (_build_tree); the buffers (_size_buffers); the resource check (_check_resources: L1
+    and runtime args, with the knob that makes an overflowing plan fit). The function is long only by its
+    signature and this documentation of the public knobs; its body is that sequence.
     """
     call_args = dict(locals())  # the call as made, for re-planning with other knobs (L1 advice)
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
-    for name, v in (("batch", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
-                    ("seq_len", seq_len), ("head_dim", head_dim), ("head_dim_v", head_dim_v)):
-        if not isinstance(v, int) or v <= 0:
-            raise PlanError(f"{name}: expected a positive int, got {v!r}")
-    if num_q_heads % num_kv_heads:
-        raise PlanError(f"num_q_heads: expected a multiple of num_kv_heads={num_kv_heads}, got {num_q_heads}")
-    for name, v in (("head_dim", head_dim), ("head_dim_v", head_dim_v), ("seq_len", seq_len)):
-        if v % TILE:
-            raise PlanError(f"{name}: expected a multiple of {TILE}, got {v}")
-    if not isinstance(mla, bool):
-        raise PlanError(f"mla: expected a bool, got {mla!r}")
-    if mla and head_dim_v > head_dim:
-        raise PlanError(f"head_dim_v: expected <= head_dim={head_dim} with mla (V = K[..., :head_dim_v]), "
-                        f"got {head_dim_v}")
-    fidelities = [f.value for f in MathFidelity]
-    if not isinstance(math_fidelity, str) or math_fidelity not in fidelities:
-        raise PlanError(f"math_fidelity: expected one of {fidelities}, got {math_fidelity!r}")
-    if kv_dtype not in _TILE_BYTES or kv_dtype is DataType.float32:
-        raise PlanError(f"kv_dtype: expected bfloat16, bfloat8_b or bfloat4_b, got {kv_dtype}")
-    if k_chunk_size:
-        if k_chunk_size < TILE or k_chunk_size % TILE or k_chunk_size & (k_chunk_size - 1):
-            raise PlanError(
-                f"k_chunk_size: expected 0 (dynamic) or a power of two multiple of 32, got {k_chunk_size}"
-            )
-        if seq_len % k_chunk_size:
-            raise PlanError(f"k_chunk_size: seq_len={seq_len} is not a multiple of k_chunk_size={k_chunk_size}")
-    if min_chunk_tiles is not None:
-        if (not isinstance(min_chunk_tiles, int) or not 1 <= min_chunk_tiles <= SMALL_CHUNK_TILES
-                or min_chunk_tiles & (min_chunk_tiles - 1)):
-            raise PlanError(f"min_chunk_tiles: expected None or a power of two 1..{SMALL_CHUNK_TILES}, "
-                            f"got {min_chunk_tiles!r}")
-        if k_chunk_size and min_chunk_tiles > 1:
-            raise PlanError(f"min_chunk_tiles: applies to dynamic chunks only (k_chunk_size 0), got "
-                            f"{min_chunk_tiles} with k_chunk_size={k_chunk_size}")
-    if not isinstance(prescale_q, bool):
-        raise PlanError(f"prescale_q: expected a bool, got {prescale_q!r}")
-    if q_tile_rows is not None and (isinstance(q_tile_rows, bool) or q_tile_rows not in (8, 16, 32)):
-        raise PlanError(f"q_tile_rows: expected None, 8, 16 or 32, got {q_tile_rows!r}")
-    if q_tile_rows in (8, 16) and num_tokens * (num_q_heads // num_kv_heads) > q_tile_rows:
-        raise PlanError(f"q_tile_rows: {q_tile_rows} holds at most {q_tile_rows} q rows, but num_tokens x group size = "
-                        f"{num_tokens} x {num_q_heads // num_kv_heads} = {num_tokens * (num_q_heads // num_kv_heads)}")
-    if chunk_cap is not None:
-        if not isinstance(chunk_cap, int) or isinstance(chunk_cap, bool) or chunk_cap not in CHUNK_CAPS:
-            raise PlanError(f"chunk_cap: expected None or one of {sorted(CHUNK_CAPS)} tiles, got {chunk_cap!r}")
-        if k_chunk_size:
-            raise PlanError(f"chunk_cap: applies to dynamic chunks only (k_chunk_size 0), got {chunk_cap} with "
-                            f"k_chunk_size={k_chunk_size}")
-    if (block_size is None) != (num_blocks is None):
-        raise PlanError(
-            f"block_size, num_blocks: expected both (a paged cache) or neither, got block_size={block_size!r}, "
-            f"num_blocks={num_blocks!r}"
-        )
-    if block_size is not None:
-        for name, v in (("block_size", block_size), ("num_blocks", num_blocks)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise PlanError(f"{name}: expected a positive int, got {v!r}")
-        if block_size % TILE:
-            raise PlanError(f"block_size: expected a multiple of {TILE}, got {block_size}")
-        if seq_len % block_size:
-            raise PlanError(
-                f"seq_len: expected a multiple of block_size={block_size} (max_blocks x block_size), got {seq_len}"
-            )
-        if share_cache:
-            raise PlanError("share_cache: expected False with a paged cache, got True")
-    window = 0 if sliding_window_size is None else sliding_window_size
-    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
-        raise PlanError(f"sliding_window_size: expected None or a positive int, got {sliding_window_size!r}")
-    if not 1 <= max_cores_per_head_batch <= 1 << MAX_ROUNDS:
-        raise PlanError(
-            f"max_cores_per_head_batch: expected 1..{1 << MAX_ROUNDS}, got {max_cores_per_head_batch}"
-        )
-    if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 1 <= num_tokens <= MAX_TOKENS:
-        raise PlanError(f"num_tokens: expected 1..{MAX_TOKENS} new tokens per user, got {num_tokens!r}")
-    if not isinstance(is_causal, bool):
-        raise PlanError(f"is_causal: expected a bool, got {is_causal!r}")
-    if not isinstance(attn_mask_batch, int) or isinstance(attn_mask_batch, bool) or attn_mask_batch not in (0, 1, batch):
-        raise PlanError(f"attn_mask_batch: expected 0 (no mask), 1 or B={batch}, got {attn_mask_batch!r}")
-    if attn_mask_batch and is_causal:
-        raise PlanError("attn_mask_batch: expected 0 in causal mode (a mask needs is_causal=False), "
-                        f"got {attn_mask_batch}")
-    if not is_causal:
-        if cur_pos is not None and any(int(p) != seq_len - 1 for p in cur_pos):
-            raise PlanError(f"cur_pos: expected None in non-causal mode (every user attends all S={seq_len} keys), "
-                            f"got {list(cur_pos)}")
-        if window:
-            raise PlanError(f"sliding_window_size: expected None in non-causal mode, got {window}")
-        if num_tokens != 1:
-            raise PlanError(f"num_tokens: expected 1 in non-causal mode (multi-token decode is causal), got {num_tokens}")
-        cur_pos = [seq_len - 1] * batch
-    if cur_pos is not None:
-        cur_pos = tuple(int(p) for p in cur_pos)
-        if len(cur_pos) != batch:
-            raise PlanError(f"cur_pos: expected {batch} positions (one per user), got {len(cur_pos)}")
-        for b, pos in enumerate(cur_pos):
-            if not -1 <= pos < seq_len:
-                raise PlanError(f"cur_pos[{b}]: expected -1..{seq_len - 1} (seq_len={seq_len}), got {pos}")
-            if 0 <= pos < num_tokens - 1:
-                raise PlanError(f"cur_pos[{b}]: expected -1 or at least num_tokens - 1 = {num_tokens - 1} (the "
-                                f"position of the last of {num_tokens} new tokens), got {pos}")
+    # -- check the call (the first fault is the one named)
+    _check_sizes(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len, head_dim=head_dim,
+                 head_dim_v=head_dim_v, mla=mla, math_fidelity=math_fidelity, kv_dtype=kv_dtype)
+    _check_chunking(seq_len=seq_len, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, num_tokens=num_tokens,
+                    k_chunk_size=k_chunk_size, min_chunk_tiles=min_chunk_tiles, chunk_cap=chunk_cap,
+                    prescale_q=prescale_q, q_tile_rows=q_tile_rows)
+    window = _check_cache(seq_len=seq_len, block_size=block_size, num_blocks=num_blocks, share_cache=share_cache,
+                          sliding_window_size=sliding_window_size)
+    cur_pos = _check_positions(batch=batch, seq_len=seq_len, cur_pos=cur_pos, window=window,
+                               max_cores_per_head_batch=max_cores_per_head_batch, num_tokens=num_tokens,
+                               is_causal=is_causal, attn_mask_batch=attn_mask_batch)
 
+    # -- the cores, the q rows' tiles, and what the cost model's choices need of the shape
     cores = grid_cores(grid, sub_core_grids)
-    fixed = k_chunk_size // TILE
-    st = seq_len // TILE
-    max_chunks = st // fixed if fixed else st
     works = [(b, h) for b in range(batch) for h in range(num_kv_heads)]
-    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
-    dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
-    head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
-    if q_tile_rows is None:
-        q_tile_rows = 8 if head_rows <= 8 else 16 if head_rows <= 16 else 32
-    # what the cost model's split choices need of the shape (split floor, tile and key_row pieces)
-    shape = dict(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                 fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles, fidelity=math_fidelity, head_rows=head_rows,
-                 prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla)
+    rows = _q_rows(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, num_tokens=num_tokens,
+                   fp32_dest_acc_en=fp32_dest_acc_en, dst_full_sync_en=dst_full_sync_en, q_tile_rows=q_tile_rows)
+    shape = dict(q_tiles=rows.q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                 fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=rows.dst_tiles, fidelity=math_fidelity,
+                 head_rows=rows.head_rows, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows, mla=mla)
     kv = dict(kv_tile_bytes=_TILE_BYTES[kv_dtype],
               kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
-    if fixed:
-        cap = SMALL_CHUNK_TILES
-    elif chunk_cap is not None:
-        cap = chunk_cap
-    else:  # the most L1 allows; the model then takes the cap that pays (after the pieces)
-        cap = fitting_chunk_cap(q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-                                kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0, q_tile_rows=q_tile_rows)
-    if fixed:
-        floor = 1
-    elif min_chunk_tiles is not None:
-        floor = min_chunk_tiles
-    else:
-        from ttdecode.perf_model.costmodel import split_floor_tiles  # the model imports this module
 
-        floor = split_floor_tiles(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
-    if key_row_pieces is not None and kv_pages != "key_row":
-        raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
-                        f"kv_pages={kv_pages!r}")
-    if kv_pages == "key_row":
-        most = _key_row_pieces(cores, max_cores_per_head_batch, block_size)
-        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS
-                                           or key_row_pieces % DRAM_BANKS or key_row_pieces > most):
-            raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
-                            f"{most} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
-    elif kv_pages == "tile":
-        most = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
-    else:
-        raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
-
-    def split(chunk_cap_tiles: int) -> int:
-        """Pieces per (user, KV head) with dynamic chunks capped at chunk_cap_tiles (or the fixed chunk)."""
-        if kv_pages == "key_row":
-            if key_row_pieces is not None:
-                return key_row_pieces
-            from ttdecode.perf_model.costmodel import key_row_pieces as model_pieces  # the model imports this module
-
-            return model_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=most, seq_tiles=st,
-                                chunk_tiles=fixed if fixed else chunk_cap_tiles, fixed_chunk=bool(fixed), **shape, **kv)
-        if fixed or min_chunk_tiles is not None:
-            return most
-        # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
-        from ttdecode.perf_model.costmodel import tile_pieces  # the model imports this module
-
-        return tile_pieces(num_kv_heads=num_kv_heads, cores=len(cores), max_pieces=most, seq_tiles=st,
-                           floor_tiles=floor, chunk_tiles=chunk_cap_tiles, **shape, **kv)
-
-    if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
-        pieces = split(cap)
-    else:
-        # the cap and its pieces that the model gives the shortest step for one user at the cache's length
-        from ttdecode.perf_model.costmodel import chunk_cap as model_cap  # the model imports this module
-
-        options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
-        cap, pieces = model_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
-                                options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
-                                **shape, **kv)
-    rounds = tree_rounds(pieces)
-    max_chunk_tiles = fixed if fixed else min(cap, st)
-
-    flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
-    placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
-    if kv_pages == "key_row":
-        # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
-        # run on cores kept for bank r, as many as the bank's work (chunks and merges) asks
-        from ttdecode.perf_model.costmodel import split_costs  # the model imports this module
-
-        costs = split_costs(**shape, kv_tile_bytes=_TILE_BYTES[kv_dtype])
-        span = span_window(window, num_tokens)
-
-        def weight(i: int) -> float:
-            r = cyclic_piece_range(seq_len - 1, fixed, pieces, i, span, floor, cap)
-            return r.num_tiles * costs.tile + r.num_chunks * costs.chunk + len(tree_children(i, pieces)) * costs.round
-
-        weights = [weight(i) for i in range(pieces)]
-        bank = {it: (((0 if share_cache else it[0]) * num_kv_heads + it[1]) * st + it[2]) % DRAM_BANKS for it in flat}
-        placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}))
-    else:
-        # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
-        # core so that roots (which receive the most partials) spread evenly; each core then runs its
-        # pieces leaves first
-        n_cores = len(cores)
-        for g, item in enumerate(flat):
-            placed[cores[(g + g // n_cores) % n_cores]].append(item)
-    heights = {i: len(tree_children(i, pieces)) for i in range(pieces)}
-    placed = _short_hop_placement(placed, works, pieces, heights, DRAM_BANKS if kv_pages == "key_row" else 1)
-    where: dict[tuple[int, int, int], tuple[CoreCoord, int, int]] = {}  # -> core, slot, recv_area
-    recv_areas: dict[CoreCoord, int] = {}
-    for core, items in placed.items():
-        items.sort(key=lambda it: (heights[it[2]], it))
-        area = 0
-        for slot, it in enumerate(items):
-            h_ = heights[it[2]]
-            where[it] = (core, slot, area if h_ else -1)
-            area += h_
-        recv_areas[core] = area
-
-    piece_list: list[Piece] = []
-    for it, (core, slot, recv) in where.items():
-        b, h, i = it
-        parent = tree_parent(i)
-        if parent is None:
-            pcore, parea, pheight = None, -1, 0
-        else:
-            r, pi = parent
-            pc, _, precv = where[(b, h, pi)]
-            # the parent's areas are its child rounds in order; this piece's round is its r-th
-            rounds_of_parent = [rr for rr, _ in tree_children(pi, pieces)]
-            pcore, parea, pheight = pc, precv + rounds_of_parent.index(r), heights[pi]
-        piece_list.append(Piece(b, h, i, core, slot, heights[i], recv, pcore, parea, pheight))
-    piece_list.sort(key=lambda p: (p.core.y, p.core.x, p.slot))
-    core_pieces = {c: tuple(p for p in piece_list if p.core == c) for c in cores}
-
-    cb_args = dict(
-        q_tiles=q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
-        max_chunk_tiles=max_chunk_tiles, kv_dtype=kv_dtype, batch=batch,
-        recv_areas=max(recv_areas.values(), default=0),
-        max_blocks=seq_len // block_size if block_size else 0, attention_sink=bool(attention_sink), mla=mla,
-        tree=pieces > 1, attn_mask=attn_mask_batch > 0, window=window, tokens=num_tokens,
-        q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
-        prescale_q=prescale_q, q_tile_rows=q_tile_rows,
-        im_dtype=DataType.float32 if fp32_dest_acc_en else DataType.bfloat16,
-    )
-    if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
-        cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit
-    cbs = flash_decode_cbs(**cb_args)
+    # -- split, placement, tree, buffers, resource check
+    split = _choose_split(seq_len=seq_len, k_chunk_size=k_chunk_size, chunk_cap=chunk_cap,
+                          min_chunk_tiles=min_chunk_tiles, max_cores_per_head_batch=max_cores_per_head_batch,
+                          kv_pages=kv_pages, key_row_pieces=key_row_pieces, block_size=block_size,
+                          num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
+                          mla=mla, attn_mask_batch=attn_mask_batch, cores=cores, rows=rows, shape=shape, kv=kv)
+    placed = _place_pieces(cores=cores, works=works, split=split, kv_pages=kv_pages, share_cache=share_cache,
+                           num_kv_heads=num_kv_heads, seq_len=seq_len, window=window, num_tokens=num_tokens,
+                           shape=shape, kv_dtype=kv_dtype)
+    pieces, core_pieces, recv_areas = _build_tree(placed, pieces=split.pieces, cores=cores)
+    cb_args, cbs = _size_buffers(rows=rows, split=split, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
+                                 batch=batch, seq_len=seq_len, block_size=block_size, attention_sink=attention_sink,
+                                 mla=mla, attn_mask_batch=attn_mask_batch, window=window, num_tokens=num_tokens,
+                                 prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, recv_areas=recv_areas,
+                                 core_pieces=core_pieces, l1_bytes_per_core=l1_bytes_per_core)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
         share_cache=share_cache, return_lse=return_lse, grid=grid, cores=cores,
-        pieces_per_work=pieces, rounds=rounds, fixed_chunk_tiles=fixed, max_chunk_tiles=max_chunk_tiles,
-        min_chunk_tiles=floor, chunk_cap=cap,
-        cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=dst_tiles,
-        pieces=tuple(piece_list), core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
+        pieces_per_work=split.pieces, rounds=split.rounds, fixed_chunk_tiles=split.fixed,
+        max_chunk_tiles=split.max_chunk_tiles, min_chunk_tiles=split.floor, chunk_cap=split.cap,
+        cur_pos=cur_pos, fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=rows.dst_tiles,
+        pieces=pieces, core_pieces=core_pieces, circular_buffers=cbs, recv_areas=recv_areas,
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
-        num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=q_tile_rows,
+        num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
     )
     _check_resources(plan, l1_bytes_per_core, cb_args, lambda **over: make_plan(**{**call_args, **over}))
     return plan
@@ -987,6 +1175,10 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict, replan) -> str:
 
 
 def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict, replan) -> None:
+    """make_plan's last step: refuse a plan whose buffers overflow `l1_bytes` (bytes per core, firmware
+    area included) or whose busiest core needs more runtime args than MAX_RUNTIME_ARGS, naming the knob
+    that makes it fit (_l1_advice, which re-plans the call through `replan` with other knobs and the
+    flash_decode_cbs arguments `cb_args`). Decides nothing else; raises PlanError."""
     used = plan.l1_bytes_per_core
     if used > l1_bytes:
         biggest = sorted(plan.circular_buffers, key=lambda cb: -cb.total_size)[:3]
