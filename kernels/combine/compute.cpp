@@ -7,20 +7,11 @@
 //   m' = max(m, m_i); e = exp(m - m'), e_i = exp(m_i - m'); l' = l * e + e_i; O' = O * e + O_i * e_i
 // then out = O / l and LSE = m + log(l) — exp(LSE_i - LSE) weights, max-subtracted at every step.
 //
-// Numbers: every statistic is fp32 on the SFPU. The LSE tiles, the running (m, l, O) and the factors
-// are Float32 CBs in UnpackToDestFp32 mode (ttdecode/combine.py), copied into the fp32 DST bit for
-// bit; bf16 O partials and the bf16 constants go through SrcA exactly. The output is rounded once, by
-// the packer, to the output format.
-//
-// -inf (a partial with no key of the row; the reader zeroed its O row): the state starts from the
-// finite floor m = -BIG, so m' is always finite and a dead partial gets e_i = exp(-inf) = 0 (never
-// exp(-inf - (-inf)) = NaN). For a live row the partial with the largest LSE enters with weight
-// exp(0) = 1 and no later factor shrinks it below 1, so l >= 1; a row with no live partial ends with
-// l = 0 and O = 0. The final 1 / max(l, 1) is therefore 1 / l on live rows and gives zeros on dead
-// ones, and LSE = -BIG + log(0) = -inf there. (A finite LSE below -BIG would weigh 0: the host side
-// refuses such inputs, ttdecode/combine.py.)
-// Rows are independent in every step (every op is per element or broadcasts a row's own value), so
-// a row's result does not depend on the other rows of its tile or on which core merges it.
+// Contract: per tile row the reader pushes each partial's LSE tile then its dv_tiles O tiles, in partial
+// order, a partial with no key (LSE -inf) having its O rows zeroed; the writer pushes the constant tiles
+// (ones, -BIG) first. CBs: cbs.hpp, in the modes of ttdecode/ops/combine/program.py. A row with no live
+// partial gives zeros and LSE -inf; rows never mix. Numerics (fp32 on the SFPU, the -inf handling):
+// tech_report/flashdecode.md, section 9.2 "The combine compute kernel".
 
 #include <stdint.h>
 

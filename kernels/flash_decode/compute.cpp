@@ -1,57 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// FlashDecode compute (TRISC0-2). For each piece on this core: online softmax over its chunks, one
-// q tile row at a time, then the merge of its children's partials in tree order, then either the
-// normalized bf16 output and LSE (root) or the float32 partial (O, m, l) for the parent. With an
-// attention sink the root first folds the sink into (m, l, O) like one more merge (merge_sink);
-// with a sliding window the piece that reads the window's first tile masks the keys before it; with
-// an attn_mask its tiles are added to the scores and rows that may see no key are guarded (floor_tile).
+// FlashDecode compute (TRISC0-2). For each piece placed on this core, in the order of its runtime args:
+// an online softmax over the piece's K/V chunks, one q tile row at a time (Q . K^T, scale, masks, the
+// running max m, row sum l and output O); then the merge of its children's partials in tree order; then,
+// at the root, the attention sink (if any) and the normalized bf16 output and float32 LSE, else the float32
+// partial (O, m, l) for the parent. Sliding windows, an attn_mask, several tokens per user, MLA (V read out
+// of the K slot) and a pre-scaled Q are named compile-time args.
 //
-// Numbers (what is fp32 on the chip, and why). The scale is applied to the fp32 scores on the SFPU
-// before anything else, so every statistic is in logit units (any finite non-zero scale, either sign):
-// * Q . K^T accumulates in the fp32 DST (bf16 Q and bf16/bfp K are exact in SrcA/SrcB), is scaled by
-//   `scale` on the SFPU and masked (-inf added on the SFPU) into cb_scores.
-// * The CBs read only by copy_tile / unary_bcast are in UnpackToDestFp32 mode (factory.py): scores,
-//   the running max / sum / output, alpha and the children's partials are unpacked straight into the
-//   fp32 DST, bit for bit. The row max is exact: an element-wise max of the copied scores, then one
-//   SFPU row reduction (sfpu_reduce); every combination (max, rescale, merge, sink, 1/l, O x 1/l,
-//   LSE) runs on the SFPU in fp32, and a row's value is broadcast along its row by unary_bcast<COL>
-//   from an UnpackToDestFp32 CB (exact). Ops on statistics alone (a merge's max, subtractions, factor
-//   exps and l, the root's 1/l) run on faces 0 and 2 only (VectorMode::C: every row, columns 0-15);
-//   a merge adds the child's share with one addcmul (a * e_own + c * e_child: one SFPMUL, one SFPMAD).
-// * With at most 16 q rows holding heads (half_tile: head_rows = tokens x group_size <= 16) the
-//   chunk's and the merges' row-wise SFPU ops (scale, mask adds, max fold, subtractions, exps,
-//   rescales, O x 1/l) run on faces 0-1 (VectorMode::R) and only the vector steps of the head rows
-//   (ITERATIONS = row_iterations: a step is four rows, even or odd columns; rows 0-7 of each face
-//   with 8 heads), the statistics ops on face 0's head rows (VectorMode::None) and 1/l on face 0;
-//   the other rows (zero q rows) are then left partly computed, which no row that is output ever
-//   reads (every op is row by row).
-// * With q_tile_rows 16 (plan.q_tile_rows: at most 16 q rows, one q tile row) every CB of q rows holds
-//   16x32 tiles (faces 0-1): the matmuls take a 16-row in0 and write DST faces 0-1, copies and packs
-//   move half the bytes, and no op may touch faces 2-3 of those DST tiles (they hold nothing), so every
-//   op on them runs row_mode / stat_mode. With q_tile_rows 8 (at most 8 q rows) the tiles are 8x32
-//   (two faces of 8 rows, face_r_dim 8): the matmuls run the MVMULs of rows 0-7 only, copies and packs
-//   move a quarter of a 32x32 tile's bytes, and the SFPU ops' row_iterations (at most 4) keep to rows
-//   0-7. The unpackers and the packer take each CB's tile shape from its op init (a format reconfig
-//   keeps the old shape: tt-metal #49266).
-// * Without MLA each key tile row of a V slot ends with a tile of ones (reader.cpp): the row sum P x ones
-//   is one more output tile of P . V's matmul_block, in the DST block that holds l.
-// * The root with no child holding keys and no sink writes the output and LSE in its last chunk
-//   (O x 1/l before the pack), without a separate pass over O (finish_root). When that chunk is the
-//   root's only one and no LSE is asked for, l rides in P.V's last DST block, done first, and is
-//   inverted there (finish_single_chunk): no row-sum pass and no 1/l pass, the same values.
-// * The only FPU consumer of an fp32 value is P = exp(S - m) (cb_probs, Default mode): P . V and the
-//   row sum P x ones read it through SrcB as TF32 (10 mantissa bits), the same P in both, so the
-//   truncation cancels to first order in O / l. The output is rounded once, to bf16, at the end.
-// * Without fp32 accumulation (bf16 DST) nothing can be unpacked to DST; every value is bf16 in DST.
-// Only API patterns with plain device semantics are used: SFPU ops on tiles in DST, and an SFPU or
-// FPU op in DST that a matmul then accumulates onto.
-//
-// The running (m, l, O) live in two CB sets used in turn: each chunk or merge reads the current
-// set and writes the other one, so every CB is filled from its first page and emptied whole.
-// Rows are independent in every step, and only column 0 of m and l is ever used (unary_bcast<COL>,
-// the LSE), so a partial's rows past the group and columns 16-31 of its m and l, which no child
-// sends (their L1 holds whatever was there), never reach the output.
+// Contract: the reader pushes each piece's Q and, chunk by chunk, K then V (ones tiles at the end of each
+// V key-tile row, except with MLA); the writer pushes the constant and mask tiles and the children's
+// partials, all in the plan's order. The CBs, their tile shapes and the compile-time args are those of
+// ttdecode/ops/flash_decode/program.py; the fp32 CBs read only by copy / broadcast must be UnpackToDestFp32
+// (UNPACK_TO_DEST_CBS). Chunk ranges are recomputed from cur_pos with kernels/flash_decode/common.hpp.
+// Every statistic, rescale and merge is fp32 on the SFPU; the output is rounded once, to bf16. Why, and
+// what each mode changes: tech_report/flashdecode.md, section 9.1 "The FlashDecode compute kernel".
 
 #include <stdint.h>
 
