@@ -136,3 +136,37 @@ def test_module_entry_point_runs() -> None:
     r = subprocess.run([sys.executable, "-m", "ttdecode", "plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096",
                         "--k-chunk-size", "4096"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert r.returncode == 2 and "L1 overflow" in r.stderr
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return {"": parser, **parser.subcommands.choices}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", sorted(_subparsers()))
+def test_help_of_each_subcommand_states_every_option_and_its_default(command: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Every option has help text naming its default (or saying it is required), and --help prints it."""
+    sub = _subparsers()[command]
+    options = [a for a in sub._actions if a.option_strings and a.dest != "help"]
+    for a in options:
+        assert a.help, f"{command or 'ttdecode'} {a.option_strings[0]}: no help text"
+        assert a.required or "default" in a.help, f"{command} {a.option_strings[0]}: help does not give the default"
+    with pytest.raises(SystemExit) as e:
+        main(([command] if command else []) + ["--help"])
+    assert e.value.code == 0
+    printed = "".join(capsys.readouterr().out.split())  # argparse wraps lines (and breaks words at hyphens)
+    for a in options:
+        assert a.option_strings[-1] in printed and "".join(a.help.split()) in printed, a.option_strings
+
+
+def test_help_imports_no_torch() -> None:
+    """`python -m ttdecode ... --help` answers at once: nothing imports torch until a command runs."""
+    code = ("import sys\nfrom ttdecode.__main__ import main\n"
+            "for argv in ([], ['plan'], ['reference'], ['demo'], ['llama']):\n"
+            "    try:\n        main(argv + ['--help'])\n    except SystemExit as e:\n        assert e.code == 0\n"
+            "heavy = sorted(m for m in ('torch', 'numpy', 'transformers', 'ttnn') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr

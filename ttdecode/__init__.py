@@ -11,21 +11,56 @@ Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``
   ``float32``, ``bfloat16``, ``bfloat8_b``, ``bfloat4_b``
 """
 
-from ttdecode.api import (
-    last_backend,
-    paged_scaled_dot_product_attention_decode,
-    scaled_dot_product_attention_decode,
-)
-from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-from ttdecode.distributed.context import combine_partials, context_parallel_decode
-from ttdecode.formats import DataType
-from ttdecode.ops.rotary_append.op import rotary_kv_append
-from ttdecode.tensor import TileTensor, from_torch, to_torch
+from __future__ import annotations
 
-float32 = DataType.float32
-bfloat16 = DataType.bfloat16
-bfloat8_b = DataType.bfloat8_b
-bfloat4_b = DataType.bfloat4_b
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecode --help`` needs no torch)
+    from ttdecode.api import (
+        last_backend,
+        paged_scaled_dot_product_attention_decode,
+        scaled_dot_product_attention_decode,
+    )
+    from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
+    from ttdecode.distributed.context import combine_partials, context_parallel_decode
+    from ttdecode.formats import DataType
+    from ttdecode.ops.rotary_append.op import rotary_kv_append
+    from ttdecode.tensor import TileTensor, from_torch, to_torch
+
+#: public name -> the module defining it (float32 ... bfloat4_b are DataType members)
+_HOMES = {
+    "scaled_dot_product_attention_decode": "ttdecode.api",
+    "paged_scaled_dot_product_attention_decode": "ttdecode.api",
+    "last_backend": "ttdecode.api",
+    "ComputeKernelConfig": "ttdecode.config",
+    "SDPAProgramConfig": "ttdecode.config",
+    "combine_partials": "ttdecode.distributed.context",
+    "context_parallel_decode": "ttdecode.distributed.context",
+    "DataType": "ttdecode.formats",
+    "rotary_kv_append": "ttdecode.ops.rotary_append.op",
+    "TileTensor": "ttdecode.tensor",
+    "from_torch": "ttdecode.tensor",
+    "to_torch": "ttdecode.tensor",
+}
+_DTYPES = ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562) and keep the name here."""
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif name in _DTYPES:
+        value = getattr(importlib.import_module("ttdecode.formats").DataType, name)
+    else:
+        raise AttributeError(f"module 'ttdecode' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "scaled_dot_product_attention_decode",

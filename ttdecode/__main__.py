@@ -65,17 +65,22 @@ def _positive(text: str) -> int:
 
 
 def _shape_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", required=True, choices=sorted(PRESETS), help="model shape per chip")
-    p.add_argument("--batch", type=_positive, default=1, help="users B (default 1)")
-    p.add_argument("--seq", type=_positive, required=True, help="KV cache length S")
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS),
+                   help="model shape per chip (required): heads, head dims, KV format and grid")
+    p.add_argument("--batch", type=_positive, default=1, help="users B (default: 1)")
+    p.add_argument("--seq", type=_positive, required=True, help="KV cache length S in positions (required)")
     p.add_argument("--cur-pos", type=parse_cur_pos, default=None,
-                   help="position for every user, or B comma-separated positions (default S-1)")
-    p.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV format (default: the preset's)")
-    p.add_argument("--k-chunk-size", type=int, default=0, help="0 = dynamic (default)")
-    p.add_argument("--max-cores-per-head-batch", type=int, default=16)
+                   help="position for every user, or B comma-separated positions, -1 skips a user "
+                        "(default: S-1 for every user)")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache format (default: the preset's)")
+    p.add_argument("--k-chunk-size", type=int, default=0,
+                   help="keys per chunk, a power of two multiple of 32, or 0 for dynamic chunks (default: 0)")
+    p.add_argument("--max-cores-per-head-batch", type=int, default=16,
+                   help="most cores that split one (user, KV head)'s sequence, 1..64 (default: 16)")
     p.add_argument("--kv-pages", choices=("tile", "key_row"), default="tile",
-                   help="what a K/V DRAM page holds: a tile (default) or a key-tile row (bank-local pieces)")
-    p.add_argument("--grid", type=parse_grid, default=None, help="COLUMNSxROWS (default: the preset's)")
+                   help="what a K/V DRAM page holds: a tile, or a key-tile row (bank-local pieces) "
+                        "(default: tile)")
+    p.add_argument("--grid", type=parse_grid, default=None, help="core grid COLUMNSxROWS such as 8x8 (default: the preset's)")
     p.add_argument("--chunk-cap", type=int, default=None,
                    help="largest dynamic chunk in key tiles, 8/16/32 (default: the cost model's choice)")
 
@@ -91,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(func=cmd_plan)
     ref = sub.add_parser("reference", help="time the float64 reference on random inputs")
     _shape_args(ref)
-    ref.add_argument("--seed", type=int, default=0)
-    ref.add_argument("--repeat", type=_positive, default=1, help="timed runs (default 1)")
+    ref.add_argument("--seed", type=int, default=0, help="seed of the random Q, K, V (default: 0)")
+    ref.add_argument("--repeat", type=_positive, default=1, help="timed runs (default: 1)")
     ref.set_defaults(func=cmd_reference)
     demo = sub.add_parser("demo", help="a Llama-3.1-8B decode step on the host runtime, checked against the reference")
     demo.set_defaults(func=cmd_demo)

@@ -23,8 +23,6 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ttdecode.split import CHUNK_CAPS
-
 __all__ = [
     "WORMHOLE_GRID",
     "MATH_FIDELITIES",
@@ -147,6 +145,8 @@ class SDPAProgramConfig:
             raise _fail(own, "max_cores_per_head_batch",
                         f"an integer in 1..{MAX_CORES_PER_HEAD_BATCH_LIMIT}", m)
         if self.chunk_cap is not None:
+            from ttdecode.split import CHUNK_CAPS  # here, not at the top: the CLI's --help imports no torch
+
             cap = _int(own, "chunk_cap", self.chunk_cap)
             if cap not in CHUNK_CAPS:
                 raise _fail(own, "chunk_cap", f"None or one of {', '.join(map(str, sorted(CHUNK_CAPS)))} key tiles", cap)

@@ -59,15 +59,18 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("llama", help="greedy decoding of a small random Llama through the FlashDecode op, vs Hugging Face",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
-                   help="; ".join(f"{k}: {v.description}" for k, v in PRESETS.items()))
-    p.add_argument("--checkpoint", default=None, help="a local Hugging Face Llama directory instead of a preset")
-    p.add_argument("--devices", type=int, default=1, help="tensor-parallel devices (1 N150, 2 N300, 8 T3K)")
-    p.add_argument("--backend", choices=("host", "reference"), default="host")
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--prompt-len", type=int, default=4)
-    p.add_argument("--new-tokens", type=int, default=8)
-    p.add_argument("--kv-dtype", choices=("bfloat16", "bfloat8_b"), default="bfloat8_b")
-    p.add_argument("--seed", type=int, default=0)
+                   help="; ".join(f"{k}: {v.description}" for k, v in PRESETS.items()) + " (default: tiny)")
+    p.add_argument("--checkpoint", default=None, help="a local Hugging Face Llama directory instead of a preset (default: none, the preset)")
+    p.add_argument("--devices", type=int, default=1, help="tensor-parallel devices: 1 N150, 2 N300, 8 T3K (default: 1)")
+    p.add_argument("--backend", choices=("host", "reference"), default="host",
+                   help="host: the FlashDecode kernels on the host runtime; reference: the float64 "
+                        "reference (default: host)")
+    p.add_argument("--batch", type=int, default=2, help="users decoded together (default: 2)")
+    p.add_argument("--prompt-len", type=int, default=4, help="random prompt tokens per user (default: 4)")
+    p.add_argument("--new-tokens", type=int, default=8, help="tokens generated per user (default: 8)")
+    p.add_argument("--kv-dtype", choices=("bfloat16", "bfloat8_b"), default="bfloat8_b",
+                   help="KV cache format (default: bfloat8_b)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompt (default: 0)")
     p.set_defaults(func=cmd_llama)
 
 
