@@ -304,10 +304,37 @@ def context_parallel_decode(
     Returns:
         The output ``[1, B, NH, Dv]`` (torch bfloat16, the op's output format; with ``backend="device"``
         the merged ttnn mesh tensor) or ``(output, lse)``.
+
+    Steps: the choices and the backend (_check_choices), the device count (_device_count), the options
+    it decides itself (_check_op_options), the op's validation, the sequence's units (_sequence_units);
+    then the mesh (_decode_on_mesh) or one shard per worker (_rank_shards), run and merged by _cp_worker.
     """
-    from ttdecode.tensor import TileTensor, _is_ttnn_tensor, as_tile_tensor
     from ttdecode.ops.flash_decode.validate import validate_decode
 
+    backend = _check_choices(kv_layout, combine, backend, devices)
+    n, mesh_shape = _device_count(devices, backend, combine, page_table, op_options)
+    _check_op_options(op_options)
+
+    paged = page_table is not None
+    info = validate_decode(q, k, v, page_table=page_table, paged=paged, cur_pos=cur_pos,
+                           cur_pos_tensor=cur_pos_tensor, return_lse=True, **op_options)
+    unit, num_units = _sequence_units(info, paged, n)
+    if backend == "device":
+        out, lse = _decode_on_mesh(info, q, k, v, devices, mesh_shape, num_units, unit, kv_layout, combine, op_options)
+        return (out, lse) if return_lse else out
+    pool = devices if isinstance(devices, WorkerPool) else get_pool(n)
+    per_rank = _rank_shards(info, q, k, v, n, num_units, unit, kv_layout, combine, backend, paged,
+                            cur_pos_tensor is not None, op_options)
+    results = pool.run(_cp_worker, per_rank)
+    out, lse = results[0]
+    out = out.to(torch.bfloat16)
+    return (out, lse) if return_lse else out
+
+
+def _check_choices(kv_layout: Any, combine: Any, backend: Any, devices: Any) -> str:
+    """context_parallel_decode's first step: refuse an unknown kv_layout, combine or backend, and decide
+    the backend: "auto" becomes select_backend()'s choice, except that a device count or a WorkerPool
+    (worker processes, not a mesh) runs "host" where a device is present. Returns the backend."""
     if isinstance(kv_layout, str) is False or kv_layout not in KV_LAYOUTS:
         raise _fail("kv_layout", f"one of {list(KV_LAYOUTS)}", repr(kv_layout))
     if isinstance(combine, str) is False or combine not in COMBINES:
@@ -320,6 +347,15 @@ def context_parallel_decode(
         backend = select_backend()
         if backend == "device" and isinstance(devices, (int, WorkerPool)):
             backend = "host"  # a count or a pool names worker processes; a mesh is given as the MeshDevice
+    return backend
+
+
+def _device_count(devices: Any, backend: str, combine: str, page_table: Any,
+                  op_options: dict) -> tuple[int, Optional[tuple[int, int]]]:
+    """Decides n, the number of devices the sequence is split over, and the mesh's shape (rows, columns)
+    with backend "device" (None otherwise): the MeshDevice's, a WorkerPool's world size, or the count
+    given. Refuses what the mesh path does not build (all_to_all, a page table, non-causal decode) and a
+    `devices` that is neither a count >= 1 nor a pool."""
     mesh_shape = None
     if backend == "device":
         # The mesh path (ttdecode.distributed.device_context): devices is the ttnn.MeshDevice.
@@ -345,6 +381,12 @@ def context_parallel_decode(
         raise _fail("devices", "at least 1 device", devices)
     else:
         n = devices
+    return n, mesh_shape
+
+
+def _check_op_options(op_options: dict) -> None:
+    """Refuse the op's options that context parallelism decides itself: memory_config and
+    return_lse_partials (it returns host tensors and merges the LSEs), paged (given by page_table)."""
     for bad in ("memory_config", "return_lse_partials"):
         if bad in op_options:
             raise _fail(bad, "not given (context parallelism returns host tensors and merges the LSEs itself)",
@@ -352,32 +394,50 @@ def context_parallel_decode(
     if "paged" in op_options:
         raise _fail("paged", "not given (pass page_table for a paged cache)", repr(op_options["paged"]))
 
-    paged = page_table is not None
-    info = validate_decode(q, k, v, page_table=page_table, paged=paged, cur_pos=cur_pos,
-                           cur_pos_tensor=cur_pos_tensor, return_lse=True, **op_options)
+
+def _sequence_units(info: Any, paged: bool, n: int) -> tuple[int, int]:
+    """Decides the unit the sequence is sharded by: (positions per unit: 32, a key tile, or block_size
+    when paged; units per user: S / 32 or the page table's blocks per user). Refuses more devices than
+    units."""
     unit = info.block_size if paged else 32
     num_units = info.page_table_values.shape[1] if paged else info.seq_len // 32
     if n > num_units:
         what = f"{num_units} blocks per user" if paged else f"{num_units} key tiles (S={info.seq_len})"
         raise _fail("devices", f"at most one device per unit of the sequence ({what})", n)
-    if backend == "device":
-        from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
+    return unit, num_units
 
-        if info.num_tokens != 1:
-            raise NotImplementedError(f"{_NAME}: argument 'q': {info.num_tokens} tokens per user on a mesh "
-                                      f"(backend 'device') is not built; expected one token")
-        mesh = plan_mesh_decode(info.positions, num_units, unit, mesh_shape, kv_layout,
-                                op_options.get("sliding_window_size"), op_options.get("attention_sink") is not None)
-        tile = lambda x: None if x is None else as_tile_tensor(x)  # noqa: E731 - the shards' byte source
-        out, lse = run_on_mesh(info, tile(q), tile(k), tile(v), devices, mesh, combine)
-        return (out, lse) if return_lse else out
-    pool = devices if isinstance(devices, WorkerPool) else get_pool(n)
+
+def _decode_on_mesh(info: Any, q: Any, k: Any, v: Any, devices: Any, mesh_shape: tuple[int, int], num_units: int,
+                    unit: int, kv_layout: str, combine: str, op_options: dict) -> tuple[Any, Any]:
+    """backend "device": plans the shards over the mesh (plan_mesh_decode) and runs one FlashDecode
+    program per device and the combine (run_on_mesh). One token per user only (refused otherwise).
+    Returns the merged (output, LSE) as ttnn mesh tensors."""
+    from ttdecode.tensor import as_tile_tensor
+    from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
+
+    if info.num_tokens != 1:
+        raise NotImplementedError(f"{_NAME}: argument 'q': {info.num_tokens} tokens per user on a mesh "
+                                  f"(backend 'device') is not built; expected one token")
+    mesh = plan_mesh_decode(info.positions, num_units, unit, mesh_shape, kv_layout,
+                            op_options.get("sliding_window_size"), op_options.get("attention_sink") is not None)
+    tile = lambda x: None if x is None else as_tile_tensor(x)  # noqa: E731 - the shards' byte source
+    return run_on_mesh(info, tile(q), tile(k), tile(v), devices, mesh, combine)
+
+
+def _rank_shards(info: Any, q: Any, k: Any, v: Any, n: int, num_units: int, unit: int, kv_layout: str, combine: str,
+                 backend: str, paged: bool, use_tensor: bool, op_options: dict) -> list[tuple[dict, str, tuple[int, ...]]]:
+    """The worker path: decides what each of the n devices runs: its units of the sequence (shard_plan),
+    its K/V (and page table, renumbered over the blocks it holds; attn_mask columns), each user's local
+    position and window on it (_local_positions). Takes attention_sink, sliding_window_size, is_causal
+    and attn_mask out of `op_options` (the shards carry them their own way). Returns one
+    (shard, combine, shape of an empty partial [1, B, NH, Dv]) per rank, for _cp_worker."""
+    from ttdecode.tensor import _is_ttnn_tensor, as_tile_tensor
 
     host = lambda x: as_tile_tensor(x) if _is_ttnn_tensor(x) else x  # noqa: E731 - picklable host copies
     q_h, k_h, v_h = host(q), host(k), host(v)
     sink = host(op_options.pop("attention_sink", None))
     window = op_options.pop("sliding_window_size", None)
-    is_causal = op_options.pop("is_causal", True)
+    op_options.pop("is_causal", True)  # the shards carry info.is_causal
     mask = _mask_values(op_options.pop("attn_mask", None), backend)
     plan = shard_plan(num_units, unit, n, kv_layout)
     # non-causal: every user attends every key, as a causal user at the last logical position would
@@ -392,11 +452,8 @@ def context_parallel_decode(
             blocks = np.unique(pt.numpy())
             local_pt = torch.as_tensor(np.searchsorted(blocks, pt.numpy()), dtype=torch.int32)
         shard = dict(q=q_h, k=_shard_kv(k_h, plan, d, blocks), v=_shard_kv(v_h, plan, d, blocks),
-                     page_table=local_pt, rows=rows, use_tensor=cur_pos_tensor is not None, sink=sink,
+                     page_table=local_pt, rows=rows, use_tensor=use_tensor, sink=sink,
                      options=dict(op_options), backend=backend, is_causal=info.is_causal,
                      attn_mask=None if mask is None else mask.index_select(3, _unit_positions(plan, d)).contiguous())
         per_rank.append((shard, combine, (1, info.batch, info.num_heads, info.head_dim_v)))
-    results = pool.run(_cp_worker, per_rank)
-    out, lse = results[0]
-    out = out.to(torch.bfloat16)
-    return (out, lse) if return_lse else out
+    return per_rank
