@@ -32,13 +32,14 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 	@echo "==> $(VENV) is ready"
 
-# clang-19 and the riscv64 libstdc++ headers compile our dataflow kernels against the real
-# tt-metal headers of the ttnn wheel (tests/test_real_headers.py).
+# clang-19, lld-19 and the riscv64 libstdc++ headers compile and link our kernels against the real
+# tt-metal headers of the ttnn wheel: the stand-in SFPI compiler of the mock Wormhole
+# (ttdecode/testing/, tests/mock/) and tests/test_real_headers.py.
 system-deps:
-	@if ! command -v clang-19 >/dev/null 2>&1 || [ ! -d /usr/riscv64-linux-gnu/include/c++ ]; then \
-	    echo "installing clang-19 and g++-riscv64-linux-gnu (Debian)"; \
+	@if ! command -v clang-19 >/dev/null 2>&1 || ! command -v ld.lld-19 >/dev/null 2>&1 || [ ! -d /usr/riscv64-linux-gnu/include/c++ ]; then \
+	    echo "installing clang-19, lld-19 and g++-riscv64-linux-gnu (Debian)"; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang-19 g++-riscv64-linux-gnu >/dev/null; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang-19 lld-19 g++-riscv64-linux-gnu >/dev/null; \
 	fi
 
 clean:

@@ -1,0 +1,6 @@
+"""Testing support: a mock Wormhole through the real ttnn (`ttdecode.testing.mock`) and dry runs of
+programs through `ttnn.generic_op` on it (`ttdecode.testing.dry_run`).
+
+Imports only the package's shared modules (program, formats, ttnn_env, paths) and the generic
+device backend (`ttdecode.device`); nothing operator-specific.
+"""
