@@ -102,6 +102,22 @@ def test_kv_batch_must_match_q() -> None:
         run(k=t["k"], v=t["v"])
 
 
+def test_q_given_as_b_1_nh_d_names_q_s_shape_and_layout_not_only_k() -> None:
+    """q [4, 1, 8, 64] reads as T=4 tokens of B=1 user: the message says k's batch 4 is against q's B=1
+    (dim 1 of q [T, B, NH, D]), shows q's shape, and says how to pass 4 users of one token."""
+    with pytest.raises(ValueError) as e:
+        validate_decode(torch.randn(4, 1, NH, D), torch.randn(4, NKV, S, D), torch.randn(4, NKV, S, D),
+                        cur_pos=[S - 1])
+    msg = str(e.value)
+    assert "argument 'k': expected batch (dim 0) B=1 like q, got shape [4, 2, 64, 64]" in msg, msg
+    assert "k's batch 4 against q's B=1, dim 1 of q [T, B, NH, D] = [4, 1, 8, 64] (4 new tokens per user)" in msg, msg
+    assert "pass it as [1, 4, 8, 64] (q.transpose(0, 1))" in msg, msg
+    with pytest.raises(ValueError) as e:  # a plain batch mismatch: both sides named, no transpose hint
+        run(k=tensors(b=3)["k"], v=tensors(b=3)["v"])
+    assert "k's batch 3 against q's B=2, dim 1 of q [T, B, NH, D] = [1, 2, 8, 64] (1 new token per user)" in str(e.value)
+    assert "transpose" not in str(e.value)
+
+
 def test_share_cache_needs_kv_batch_1() -> None:
     t = tensors(b=1)
     assert run(k=t["k"], v=t["v"], share_cache=True).share_cache is True

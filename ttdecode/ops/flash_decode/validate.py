@@ -155,12 +155,22 @@ def check_seq_len(k: TensorMeta) -> int:
     return s
 
 
-def check_kv_batch(k: TensorMeta, batch: int, share_cache: bool) -> None:
-    """Non-paged K batch is B, or 1 with ``share_cache`` (every user reads KV batch 0)."""
+def check_kv_batch(k: TensorMeta, batch: int, share_cache: bool, q: Optional[TensorMeta] = None) -> None:
+    """Non-paged K batch is B, or 1 with ``share_cache`` (every user reads KV batch 0). The message
+    names both sides: k's batch and q's B with q's shape, since either may be the wrong one (a q given
+    as ``[B, 1, NH, D]`` reads as T=B tokens of one user)."""
     want = 1 if share_cache else batch
     if k.shape[0] != want:
         what = "1 (share_cache: all users read KV batch 0)" if share_cache else f"B={batch} like q"
-        raise fail("k", f"batch (dim 0) {what}", f"shape {list(k.shape)}")
+        got = f"shape {list(k.shape)}"
+        if q is not None and not share_cache:
+            t = q.shape[0]
+            got += (f": k's batch {k.shape[0]} against q's B={batch}, dim 1 of q [T, B, NH, D] = "
+                    f"{list(q.shape)} ({t} new token{'s' if t > 1 else ''} per user)")
+            if batch == 1 and t == k.shape[0]:
+                got += (f"; if q holds {t} users of one token each, pass it as [1, {t}, {q.shape[2]}, "
+                        f"{q.shape[3]}] (q.transpose(0, 1))")
+        raise fail("k", f"batch (dim 0) {what}", got)
 
 
 def check_v(v: Optional[TensorMeta], k: TensorMeta, head_dim: int, head_dim_v: object) -> int:
@@ -425,7 +435,7 @@ def validate_decode(
         seq_len = table.shape[1] * block_size
     else:
         seq_len = check_seq_len(km)
-        check_kv_batch(km, batch, share)
+        check_kv_batch(km, batch, share, qm)
 
     check_positions_mode(causal, cur_pos, cur_pos_tensor)
     pos_list, pos_meta, positions = None, None, None
