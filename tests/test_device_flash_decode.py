@@ -59,7 +59,7 @@ def test_flash_decode_program_converts_to_real_ttnn_descriptors(ttnn: Any) -> No
     some_core = next(c for c, args in writer.runtime_args.items() if args)
     resolved = list(desc.kernels[1].runtime_args[some_core.x][some_core.y])
     assert all(isinstance(a, int) for a in resolved)
-    assert resolved[0] == GridView().addresses["out"]
+    assert list(desc.kernels[1].common_runtime_args)[0] == GridView().addresses["out"]
 
 
 def test_positions_are_int32_on_the_device_and_kv_keeps_its_format(ttnn: Any) -> None:
@@ -78,15 +78,14 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     assert prog.tensor("k").shape == (2 * 128, 8, 64, 128)
     desc = dev.build_program_descriptor(prog, GridView())
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
-    some_core = next(iter(reader.runtime_args))
-    resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
+    resolved = list(desc.kernels[0].common_runtime_args)
     assert resolved[:5] == [GridView().addresses[n] for n in ("q", "k", "v", "cur_pos", "page_table")]
     assert len(desc.cbs) == len(plan.circular_buffers) == 23  # 0..24 without the unused 22, + page table
 
 
-def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> None:
+def test_masked_program_streams_a_bf16_tile_mask_at_reader_common_arg_6(ttnn: Any) -> None:
     # Non-causal with a [1, 1, NH, S] mask: the mask is a bf16 tile tensor laid out as ttnn lays it,
-    # its address is reader runtime arg 7, the positions are S - 1 and the mask slots are a CB.
+    # its address is reader common runtime arg 6, the positions are S - 1 and the mask slots are a CB.
     plan = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=1, **LLAMA)
     assert plan.cur_pos == (LLAMA["seq_len"] - 1,) * 2
     prog = build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
@@ -96,9 +95,8 @@ def test_masked_program_streams_a_bf16_tile_mask_at_reader_arg_7(ttnn: Any) -> N
     dev._check_page_geometry(spec)
     desc = dev.build_program_descriptor(prog, GridView())
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
-    some_core = next(iter(reader.runtime_args))
-    resolved = list(desc.kernels[0].runtime_args[some_core.x][some_core.y])
-    assert resolved[7] == GridView().addresses["attn_mask"]
+    resolved = list(desc.kernels[0].common_runtime_args)
+    assert resolved[6] == GridView().addresses["attn_mask"]
     assert any(cb.name == "attn_mask" for cb in plan.circular_buffers)
     assert len(desc.cbs) == len(plan.circular_buffers)
 

@@ -157,14 +157,12 @@ def test_writer_args_point_each_piece_at_its_parents_core_and_area() -> None:
         if not pieces:
             continue
         w, r, c = writer.runtime_args[core], reader.runtime_args[core], compute.runtime_args[core]
-        assert w[:3] == [BufferAddress("out"), 0, len(pieces)]
-        assert r[:8] == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"), BufferAddress("cur_pos"), 0,
-                         len(pieces), 0, 0]
+        assert w[:1] == [len(pieces)] and r[:1] == [len(pieces)]
         assert c[0] == len(pieces)
         for slot, piece in enumerate(pieces):
-            args = w[3 + 6 * slot: 9 + 6 * slot]
+            args = w[1 + 6 * slot: 7 + 6 * slot]
             assert args[:3] == [piece.user, piece.kv_head, piece.index]
-            assert r[8 + 3 * slot: 11 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
+            assert r[1 + 3 * slot: 4 + 3 * slot] == [piece.user, piece.kv_head, piece.index]
             assert c[1 + 2 * slot: 3 + 2 * slot] == [piece.user, piece.index]
             if piece.index == 0:
                 assert args[3:] == [0, 0, 0]
@@ -172,6 +170,10 @@ def test_writer_args_point_each_piece_at_its_parents_core_and_area() -> None:
                 assert args[3:] == [NocX(piece.parent_core), NocY(piece.parent_core), piece.parent_area]
             seen.add((piece.user, piece.kv_head, piece.index))
     assert len(seen) == 2 * 8 * p.pieces_per_work
+    # the addresses are common runtime args (the same on every core; patched once per call)
+    assert writer.common_runtime_args == [BufferAddress("out"), 0]
+    assert reader.common_runtime_args == [BufferAddress("q"), BufferAddress("k"), BufferAddress("v"),
+                                          BufferAddress("cur_pos"), 0, 0, 0]
 
 
 def test_tensors_have_interleaved_page_geometry_and_lse_only_when_asked() -> None:
@@ -280,8 +282,8 @@ def test_paged_program_carries_the_page_table_and_the_block_geometry() -> None:
     reader = next(kk for kk in prog.kernels if kk.kind is KernelKind.READER)
     ct = reader.named_compile_time_args
     assert (ct["paged"], ct["block_tiles"], ct["max_blocks"]) == (1, 2, 4)  # blocks of 64 keys, 4 per user
-    for args in reader.runtime_args.values():
-        assert args[4] == BufferAddress("page_table")
+    assert reader.common_runtime_args[4] == BufferAddress("page_table")
+    assert ct["num_blocks"] == 10 and ct["positions_in_args"] == 0
     # the page-table row CB: 4 int32 rounded up to 32 B, counted in the plan's L1
     cb = next(c for c in p.circular_buffers if c.name == "page_table")
     assert (cb.index, cb.page_size, cb.num_pages) == (23, 32, 1)

@@ -137,7 +137,7 @@ def test_mla_gives_the_bits_of_a_separate_v_holding_the_latent_columns_and_reads
                            if not piece_range(pos[pc.user], plan.fixed_chunk_tiles, plan.pieces_per_work, pc.index).empty)
     q_bytes = pieces_with_work * nh * D * 2
     readers = lambda r, p: [r.counters.kernel(c, KernelKind.READER) for c in p.active_cores]  # noqa: E731
-    pos_bytes = lambda p: 2 * 4 * b * len(p.active_cores)  # noqa: E731  (positions: twice per reader)
+    pos_bytes = lambda p: 4 * b * len(p.active_cores)  # noqa: E731  (positions: once per reader)
     assert sum(sum(kc.dram_read_bytes) for kc in readers(result, plan)) == k_bytes + q_bytes + pos_bytes(plan)
     assert sum(sum(kc.dram_read_bytes) for kc in readers(result_v, plan_v)) == \
         k_bytes + v_bytes + q_bytes + pos_bytes(plan_v)

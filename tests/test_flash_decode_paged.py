@@ -202,6 +202,20 @@ def page_table_loads(plan: DecodePlan, pos: Sequence[int]) -> int:
     return loads
 
 
+def guard_loads(plan: DecodePlan, pos: Sequence[int]) -> int:
+    """Page-table rows the readers' guard fetches before the positions go out: one whenever a core's
+    next piece of a user with a position (>= 0) changes user."""
+    loads = 0
+    for pieces in plan.core_pieces.values():
+        last = None
+        for pc in pieces:
+            if pos[pc.user] < 0 or pc.user == last:
+                continue
+            loads += 1
+            last = pc.user
+    return loads
+
+
 @pytest.mark.parametrize("grid, pieces", [((8, 8), 4), ((2, 2), 1)])
 def test_reader_reads_each_referenced_kv_byte_once_and_one_table_row_per_user_change(grid, pieces: int) -> None:
     b, nh, nkv, s, d, block = 5, 32, 8, 2048, 128, 128
@@ -224,11 +238,11 @@ def test_reader_reads_each_referenced_kv_byte_once_and_one_table_row_per_user_ch
     kv_bytes = valid_tiles * nkv * (plan.d_tiles + plan.dv_tiles) * tile_size(BFP8)
     with_work = [pc for pc in plan.pieces if not plan.range_at(pos[pc.user], pc.index).empty]
     q_bytes = len(with_work) * plan.group_size * d * 2
-    pos_bytes = 2 * 4 * b * len(readers)
+    pos_bytes = 4 * b * len(readers)  # read once; the writer's copy is made in L1
     loads = page_table_loads(plan, pos)
     if pieces == 1:  # a user's 8 KV heads on 4 cores, run user by user: one row serves two pieces
         assert loads < len(with_work)
-    table_bytes = loads * 4 * max_blocks
+    table_bytes = (loads + guard_loads(plan, pos)) * 4 * max_blocks
     assert sum(sum(kc.dram_read_bytes) for kc in readers) == kv_bytes + q_bytes + pos_bytes + table_bytes
 
 

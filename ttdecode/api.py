@@ -13,7 +13,8 @@ Backends (``backend=``):
   ``return_lse=True``, the log-sum-exp ``[T, B, NH]`` in float32 (``-inf`` for a skipped user).
 * ``"host"``: the Metalium kernels on the host runtime. ``"device"``: the same kernels on a
   Wormhole through ``ttnn.generic_op``. Both go through ``ttdecode.ops.flash_decode.op.run_kernels``.
-* ``"auto"``: ``"device"`` if ``ttdecode.device.available()``, else ``"host"``. The choice is logged
+* ``"auto"``: ``"device"`` if ``ttdecode.device.available()`` and Q, K, V are ttnn device tensors,
+  else ``"host"`` (torch / host inputs run on the host runtime). The choice is logged
   (logger ``"ttdecode"``, INFO) and ``last_backend()`` returns the backend the last call used.
 
 ``memory_config`` must be None or an interleaved DRAM ``ttnn.MemoryConfig`` (what the writer kernel
@@ -62,6 +63,7 @@ def scaled_dot_product_attention_decode(
     head_dim_v: Optional[int] = None,
     return_lse: bool = False,
     backend: str = "auto",
+    validate_values: bool = False,
 ) -> Result:
     """Decode attention: one query token per user over a KV cache, or T <= 32 new tokens per user
     (multi-token decode, e.g. verifying speculative draft tokens).
@@ -81,6 +83,11 @@ def scaled_dot_product_attention_decode(
         share_cache: every user reads KV batch 0. program_config / compute_kernel_config:
             ``ttdecode.config`` or ttnn configs. memory_config: device only.
         return_lse: also return the LSE ``[T, B, NH]``. backend: see the module doc.
+        validate_values: on the device backend, read a device ``cur_pos_tensor`` / page table back
+            and raise the clear error for a bad value (off by default: a step then moves no data
+            between host and device, and the kernels skip a user whose position lies outside the
+            cache or whose page ids lie outside the pool). The host and reference backends and host
+            inputs (lists, torch tensors) are always checked.
 
     Returns:
         The output ``[T, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
@@ -91,7 +98,7 @@ def scaled_dot_product_attention_decode(
         cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
         sliding_window_size=sliding_window_size, share_cache=share_cache, program_config=program_config,
         compute_kernel_config=compute_kernel_config, memory_config=memory_config, head_dim_v=head_dim_v,
-        return_lse=return_lse, backend=backend,
+        return_lse=return_lse, backend=backend, validate_values=validate_values,
     )
 
 
@@ -99,8 +106,9 @@ def paged_scaled_dot_product_attention_decode(
     q: Any,
     k: Any,
     v: Any,
-    page_table: Any,
+    page_table_tensor: Any = None,
     *,
+    page_table: Any = None,
     is_causal: bool = True,
     attn_mask: Any = None,
     cur_pos: Any = None,
@@ -114,31 +122,38 @@ def paged_scaled_dot_product_attention_decode(
     head_dim_v: Optional[int] = None,
     return_lse: bool = False,
     backend: str = "auto",
+    validate_values: bool = False,
 ) -> Result:
     """Decode attention over a paged cache.
 
     ``k``/``v``: ``[num_blocks, NKV, block_size, D/Dv]`` (block_size a multiple of 32);
-    ``page_table``: int32 ``[B, max_blocks]``, user b's position p lives in block
+    ``page_table_tensor`` (ttnn's name; ``page_table=`` is an alias, not both): int32 ``[B, max_blocks]``,
+    user b's position p lives in block
     ``page_table[b, p // block_size]``; ``S = max_blocks * block_size``. Other arguments as in
     `scaled_dot_product_attention_decode` (no ``share_cache``).
     """
+    if page_table_tensor is not None and page_table is not None:
+        raise fail("page_table", "None when page_table_tensor is given (page_table is its alias; give one)",
+                   "a tensor", TypeError)
     return _decode(
-        q, k, v, page_table=page_table, paged=True, is_causal=is_causal, attn_mask=attn_mask,
+        q, k, v, page_table=page_table_tensor if page_table is None else page_table, paged=True, is_causal=is_causal, attn_mask=attn_mask,
         cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
         sliding_window_size=sliding_window_size, share_cache=False, program_config=program_config,
         compute_kernel_config=compute_kernel_config, memory_config=memory_config, head_dim_v=head_dim_v,
-        return_lse=return_lse, backend=backend,
+        return_lse=return_lse, backend=backend, validate_values=validate_values,
     )
 
 
-def _decode(q: Any, k: Any, v: Any, *, backend: str, **options: Any) -> Result:
-    """Validate, pick the backend, run it."""
+def _decode(q: Any, k: Any, v: Any, *, backend: str, validate_values: bool = False, **options: Any) -> Result:
+    """Validate, pick the backend, run it. Values on the device are read back only for the host and
+    reference backends (which need them) or with validate_values."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise fail("backend", f"one of {list(BACKENDS)}", repr(backend),
                    ValueError if isinstance(backend, str) else TypeError)
-    inputs = validate_decode(q, k, v, **options)
-    chosen = select_backend() if backend == "auto" else backend
+    chosen = select_backend(q, k, v) if backend == "auto" else backend
+    inputs = validate_decode(q, k, v, validate_values=bool(validate_values) or chosen != "device", **options)
     record(chosen)
     if chosen == "reference":
         return run_reference(inputs)
-    return run_kernels(chosen, inputs, make_decode_plan(inputs))
+    # the device plans once per decode shape (a cached step); the host runtime plans each call
+    return run_kernels(chosen, inputs, make_decode_plan(inputs) if chosen == "host" else None)

@@ -28,8 +28,25 @@ def record(chosen: str) -> None:
     _last_backend = chosen
 
 
-def select_backend() -> str:
-    """"device" when a Wormhole is usable (``ttdecode.device.available()``), else "host"; logged."""
+def on_device(x: object) -> bool:
+    """True for a ttnn tensor in device storage (a torch tensor, TileTensor or host ttnn tensor: False)."""
+    t = type(x)
+    if t.__name__ != "Tensor" or not t.__module__.startswith("ttnn"):
+        return False
+    import ttnn  # a ttnn tensor came in, so ttnn is imported already
+
+    return bool(ttnn.is_tensor_storage_on_device(x))
+
+
+def select_backend(*tensors: object) -> str:
+    """The choice of ``backend="auto"``, logged: "device" only when a Wormhole is usable
+    (``ttdecode.device.available()``) and the given input tensors (None entries ignored) are all ttnn
+    tensors on the device; torch / host inputs go to the host runtime (the device backend would refuse
+    them). With no tensors given: "device" whenever a device is usable."""
+    given = [t for t in tensors if t is not None]
+    if given and not all(on_device(t) for t in given):
+        log.info("ttdecode: backend 'auto' -> 'host' (the inputs are not ttnn device tensors)")
+        return "host"
     try:
         device = importlib.import_module("ttdecode.device")
     except ModuleNotFoundError as e:

@@ -512,3 +512,130 @@ def launch_mesh(programs: Mapping[tuple[int, ...], Program], io_tensors: Mapping
     ordered = [io_tensors[s.name] for s in inputs] + [allocated[s.name] for s in outputs]
     ttnn.generic_op(ordered, descriptor)
     return [allocated[s.name] for s in outputs]
+
+
+# ---- plan once, run per step ---------------------------------------------------------------
+
+
+class _ZeroAddresses(TtnnDeviceView):
+    """A device view whose tensors all sit at address 0: the descriptor is built once with these and
+    every run patches the real addresses in."""
+
+    def buffer_address(self, name: str) -> int:
+        return 0
+
+
+def _structure_hash(program: Program) -> int:
+    """A 64-bit hash of everything a ttnn Program bakes in at construction (kernels, their sources,
+    compile-time args, defines, cores, configs, runtime-arg COUNTS, CBs, semaphores): set as the
+    descriptor's custom_program_hash so that generic_op skips its descriptor walk on every call."""
+    import hashlib
+
+    parts: list[Any] = []
+    for k in program.kernels:
+        parts.append((k.name, str(Path(k.source).resolve()), k.kind.value, repr(k.cores), tuple(k.compile_time_args),
+                      tuple(sorted(k.named_compile_time_args.items())), tuple(sorted(k.defines.items())),
+                      repr(k.compute), len(k.common_runtime_args),
+                      tuple((c.x, c.y, len(a)) for c, a in sorted(k.runtime_args.items(), key=lambda i: (i[0].y, i[0].x)))))
+    parts.append(tuple(repr(cb) for cb in program.circular_buffers))
+    parts.append(tuple(repr(s) for s in program.semaphores))
+    parts.append(_tensor_signature(program))
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
+
+
+class PreparedProgram:
+    """A `Program` made into a ttnn `ProgramDescriptor` once for one device, then run per step.
+
+    Each `run` checks the io tensors' metadata only (on the device, dtype, layout, shape, memory
+    config: no data moves), allocates the outputs (or takes the caller's), patches the buffer
+    addresses -- and any common runtime args the caller names -- in place in the kept descriptor, and
+    calls ``ttnn.generic_op``. The runtime-argument count of every kernel and core is fixed when the
+    descriptor is built (ttnn's generic_op cache key ignores it, and a changed count on a cache hit
+    corrupts memory), so every run of one PreparedProgram is the same cached ttnn program.
+    """
+
+    def __init__(self, program: Program, device: Any) -> None:
+        ttnn = require_ttnn()
+        if not isinstance(program, Program):
+            raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
+        self.program = program
+        self.device = device
+        inputs = [t for t in program.tensors if not t.is_output]
+        self.outputs = [t for t in program.tensors if t.is_output]
+        if not self.outputs and not any(t.in_place for t in inputs):
+            raise DeviceError("program: expected at least one output or in-place tensor, got none")
+        self.inputs = [t for t in inputs if not t.in_place] + [t for t in inputs if t.in_place]
+        for spec in self.inputs + self.outputs:
+            _check_page_geometry(spec)
+        self.descriptor = build_program_descriptor(program, _ZeroAddresses(device, {}))
+        self.descriptor.custom_program_hash = _structure_hash(program)
+        # the expected metadata of each input, and the patch slots: (vector, index, tensor name)
+        self._expect = []
+        for spec in self.inputs:
+            layout = _layout(ttnn, spec.layout, f"tensor {spec.name!r}")
+            mem = (key_row_memory_config(ttnn, spec.shape[-1]) if spec.layout == "key_row"
+                   else ttnn.DRAM_MEMORY_CONFIG)
+            self._expect.append((spec, tensor_dtype(ttnn, spec), layout, tuple(spec.shape), mem))
+        self._out_alloc = [(spec.name, ttnn.Shape(list(spec.shape)), tensor_dtype(ttnn, spec),
+                            _layout(ttnn, spec.layout, f"tensor {spec.name!r}")) for spec in self.outputs]
+        self._slots: list[tuple[Any, int, str]] = []
+        self._common: dict[str, Any] = {}
+        kernels = self.descriptor.kernels
+        for kd, kernel in zip(kernels, program.kernels):
+            common = kd.common_runtime_args
+            self._common[kernel.name] = common
+            for i, a in enumerate(kernel.common_runtime_args):
+                if isinstance(a, BufferAddress):
+                    self._slots.append((common, i, a.name))
+            for core, args in kernel.runtime_args.items():
+                if any(isinstance(a, BufferAddress) for a in args):
+                    vec = kd.runtime_args[core.x][core.y]
+                    for i, a in enumerate(args):
+                        if isinstance(a, BufferAddress):
+                            self._slots.append((vec, i, a.name))
+        self.arg_counts = self.runtime_arg_counts()
+
+    def runtime_arg_counts(self) -> dict[str, tuple[int, dict[tuple[int, int], int]]]:
+        """Per kernel: (common runtime-arg count, {core: runtime-arg count}) of the kept descriptor."""
+        out = {}
+        for kd, kernel in zip(self.descriptor.kernels, self.program.kernels):
+            per_core = {(c.x, c.y): len(kd.runtime_args[c.x][c.y]) for c in kernel.runtime_args}
+            out[kernel.name] = (len(kd.common_runtime_args), per_core)
+        return out
+
+    def check_inputs(self, io_tensors: Mapping[str, Any]) -> None:
+        """Metadata only: each input a device tensor with the program's dtype, layout, shape and memory config."""
+        ttnn = require_ttnn()
+        if len(io_tensors) != len(self._expect) or any(spec.name not in io_tensors for spec, *_ in self._expect):
+            raise DeviceError(f"io_tensors: expected exactly {[s.name for s, *_ in self._expect]}, got {sorted(io_tensors)}")
+        for spec, dtype, layout, shape, mem in self._expect:
+            t = io_tensors[spec.name]
+            if (t.dtype != dtype or t.layout != layout or tuple(t.shape) != shape
+                    or not ttnn.is_tensor_storage_on_device(t) or t.memory_config() != mem):
+                check_input_tensor(ttnn, spec, t)  # raises naming what differs
+                raise DeviceError(f"io_tensors[{spec.name!r}]: expected {mem}, got {t.memory_config()}")
+
+    def run(self, io_tensors: Mapping[str, Any], *, common_args: Mapping[str, Mapping[int, int]] | None = None,
+            outputs: Mapping[str, Any] | None = None, check: bool = True) -> list[Any]:
+        """Run once: `io_tensors` the inputs by name; `common_args` {kernel name: {index: uint32}} patched
+        into the kernels' common runtime args (their count never changes); `outputs` caller-given output
+        tensors by name (else allocated in DRAM). Returns the output tensors in program order."""
+        ttnn = require_ttnn()
+        if check:
+            self.check_inputs(io_tensors)
+        allocated = dict(outputs or {})
+        for name, shape, dtype, layout in self._out_alloc:
+            if name not in allocated:
+                allocated[name] = ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device,
+                                                                 ttnn.DRAM_MEMORY_CONFIG)
+        tensors = {**io_tensors, **allocated}
+        for vec, i, name in self._slots:
+            vec[i] = tensors[name].buffer_address()
+        if common_args:
+            for kernel, values in common_args.items():
+                vec = self._common[kernel]
+                for i, value in values.items():
+                    vec[i] = value
+        ordered = [io_tensors[s.name] for s in self.inputs] + [allocated[s.name] for s in self.outputs]
+        ttnn.generic_op(ordered, self.descriptor)
+        return [allocated[s.name] for s in self.outputs]

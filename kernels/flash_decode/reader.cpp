@@ -170,6 +170,9 @@ void kernel_main() {
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
     constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
+    constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");  // blocks in the K/V pool (paged only)
+    // the B positions come as common runtime args (cur_pos given as a list) instead of the cur_pos tensor
+    constexpr bool positions_in_args = get_named_compile_time_arg_val("positions_in_args") == 1;
     constexpr uint32_t q_slots = get_named_compile_time_arg_val("q_slots");  // pieces' Q held at once (1 or 2)
     constexpr uint32_t q_tile_bytes = 2048;  // a bf16 32x32 tile: the pages of Q, the sink and the mask in DRAM
     // The q-row CBs' tiles (cb_q, cb_sink, cb_attn_mask): 32x32, or 16x32 (faces 0-1) with <= 16 q rows.
@@ -186,15 +189,19 @@ void kernel_main() {
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
     constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;
 
-    const uint32_t q_addr = get_arg_val<uint32_t>(0);
-    const uint32_t k_addr = get_arg_val<uint32_t>(1);
-    const uint32_t v_addr = get_arg_val<uint32_t>(2);
-    const uint32_t pos_addr = get_arg_val<uint32_t>(3);
-    const uint32_t page_table_addr = get_arg_val<uint32_t>(4);  // 0 without a paged cache
-    const uint32_t num_pieces = get_arg_val<uint32_t>(5);
-    const uint32_t sink_addr = get_arg_val<uint32_t>(6);  // 0 without an attention sink
-    const uint32_t mask_addr = get_arg_val<uint32_t>(7);  // 0 without an attn_mask
-    constexpr uint32_t piece_args_base = 8;
+    // Common runtime args (the same on every core, so a cached program patches them once per call):
+    // the tensors' addresses, then with positions_in_args the B positions themselves.
+    const uint32_t q_addr = get_common_arg_val<uint32_t>(0);
+    const uint32_t k_addr = get_common_arg_val<uint32_t>(1);
+    const uint32_t v_addr = get_common_arg_val<uint32_t>(2);
+    const uint32_t pos_addr = get_common_arg_val<uint32_t>(3);  // 0 with positions_in_args
+    const uint32_t page_table_addr = get_common_arg_val<uint32_t>(4);  // 0 without a paged cache
+    const uint32_t sink_addr = get_common_arg_val<uint32_t>(5);  // 0 without an attention sink
+    const uint32_t mask_addr = get_common_arg_val<uint32_t>(6);  // 0 without an attn_mask
+    constexpr uint32_t positions_arg_base = 7;
+    // Per-core runtime args: the number of pieces, then (user, kv head, piece index) per piece.
+    const uint32_t num_pieces = get_arg_val<uint32_t>(0);
+    constexpr uint32_t piece_args_base = 1;
     constexpr uint32_t args_per_piece = 3;
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
@@ -216,12 +223,56 @@ void kernel_main() {
     cb_reserve_back(cb_pos_compute, 1);
     cb_reserve_back(cb_pos_writer, 1);
     const uint32_t pos_l1 = get_write_ptr(cb_pos_compute);
-    noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
-    noc_async_read(pos_gen.get_noc_addr(0), get_write_ptr(cb_pos_writer), pos_bytes);
-    noc_async_read_barrier();
+    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+    volatile tt_l1_ptr int32_t* writer_positions =
+        reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_pos_writer));
+    if constexpr (positions_in_args) {
+        // Positions given as a list travel as common runtime args (no tensor, nothing uploaded).
+        for (uint32_t b = 0; b < batch; ++b) {
+            positions[b] = (int32_t)get_common_arg_val<uint32_t>(positions_arg_base + b);
+        }
+    } else {
+        noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
+        noc_async_read_barrier();
+    }
+    // Guard (positions and page tables are not checked on the host when they live on the device): a
+    // position outside -1..S-1 (or before the first of T tokens), or a page id outside the pool in the
+    // blocks a user attends, skips the user (-1) for all three kernels, so no read or write ever leaves
+    // the tensors. Every core serving a user sees the same position and page-table row, so all its
+    // pieces agree. Valid inputs pass unchanged.
+    for (uint32_t b = 0; b < batch; ++b) {
+        const int32_t pos = positions[b];
+        if (pos < -1 || pos >= (int32_t)(seq_tiles * TILE) || (pos >= 0 && pos < (int32_t)tokens - 1)) {
+            positions[b] = -1;
+        }
+    }
+    if constexpr (paged) {
+        volatile tt_l1_ptr int32_t* row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table));
+        uint32_t checked = batch;  // the user whose row was checked last
+        for (uint32_t p = 0; p < num_pieces; ++p) {
+            const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
+            const int32_t pos = positions[user];
+            if (user == checked || pos < 0) {
+                continue;
+            }
+            checked = user;
+            noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table), page_table_row_bytes);
+            noc_async_read_barrier();
+            const uint32_t first_block = window_first_key(pos, window) / (block_tiles * TILE);
+            const uint32_t last_block = (uint32_t)pos / (block_tiles * TILE);
+            for (uint32_t j = first_block; j <= last_block; ++j) {
+                if (row[j] < 0 || row[j] >= (int32_t)num_blocks) {
+                    positions[user] = -1;
+                    break;
+                }
+            }
+        }
+    }
+    for (uint32_t b = 0; b < batch; ++b) {
+        writer_positions[b] = positions[b];
+    }
     cb_push_back(cb_pos_compute, 1);
     cb_push_back(cb_pos_writer, 1);
-    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
 
     // cb_q holds q_slots whole pieces' q tiles (2 when this program puts several pieces on a core: the
     // next piece's Q and first chunk are read while the compute kernel works on the current piece), so

@@ -103,10 +103,11 @@ void kernel_main() {
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
     constexpr uint32_t zero_block_bytes = FACE * BF16_FACE_ROW_BYTES;  // one face's worth of zero rows
 
-    const uint32_t out_addr = get_arg_val<uint32_t>(0);
-    const uint32_t lse_addr = get_arg_val<uint32_t>(1);
-    const uint32_t num_pieces = get_arg_val<uint32_t>(2);
-    constexpr uint32_t piece_args_base = 3;
+    // Common runtime args (the same on every core): the output addresses.
+    const uint32_t out_addr = get_common_arg_val<uint32_t>(0);
+    const uint32_t lse_addr = get_common_arg_val<uint32_t>(1);
+    const uint32_t num_pieces = get_arg_val<uint32_t>(0);
+    constexpr uint32_t piece_args_base = 1;
     constexpr uint32_t args_per_piece = 6;
 
     const InterleavedAddrGen<true> out_gen = {.bank_base_address = out_addr, .page_size = BF16_TILE_BYTES};

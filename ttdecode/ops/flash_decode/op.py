@@ -70,8 +70,9 @@ def compute_settings(inputs: DecodeInputs) -> Any:
     )
 
 
-def run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
-    """Run the FlashDecode kernels on ``backend`` ("host" or "device")."""
+def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
+    """Run the FlashDecode kernels on ``backend`` ("host" or "device"). `plan`: the host's plan (made
+    here when None); the device plans once per decode shape (its cached step) and ignores it."""
     gaps = kernel_gaps(inputs)
     if gaps:
         raise NotImplementedError(
@@ -82,7 +83,9 @@ def run_kernels(backend: str, inputs: DecodeInputs, plan: Any) -> Result:
     if backend == "device":
         from ttdecode.ops.flash_decode.device import run_decode
 
-        return run_decode(inputs, plan, compute_settings(inputs))
+        return run_decode(inputs, compute_settings(inputs), make_decode_plan)
+    if plan is None:
+        plan = make_decode_plan(inputs)
     from ttdecode.ops.flash_decode.program import run_flash_decode
     from ttdecode.tensor import as_tile_tensor
 

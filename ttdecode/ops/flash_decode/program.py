@@ -19,17 +19,24 @@ out         [T, B, NH, Dv]                              tile       bfloat16 (out
 lse         [B * NKV, q_tiles * 32] (return_lse only)   row-major  float32 (output; T x g rows, token-major)
 ==========  ==========================================  =========  =================================
 
-Positions always reach the kernels through the ``cur_pos`` tensor, whether the caller gave a list
-(``cur_pos``) or a tensor (``cur_pos_tensor``): the kernels derive every chunk range from it, so
-the same program serves every decode step.
+Positions reach the kernels through the ``cur_pos`` tensor (``cur_pos_tensor``, or the host
+runtime's image of a list), or, with ``positions_in_args`` (a device call given a list), as the
+reader's common runtime args: nothing is uploaded. The kernels derive every chunk range from them,
+so the same program serves every decode step. The reader guards them: a position outside -1..S-1
+(or a page id outside the pool in the blocks a user attends) skips the user.
+
+Common runtime arguments (the same on every core; a cached program patches them per call):
+
+- reader:  q, k, v (0 with MLA), cur_pos (0 with positions_in_args), page_table (0 without paging),
+  sink (0 without a sink), attn_mask (0 without a mask) addresses; with positions_in_args the B
+  positions;
+- writer:  out, lse (0 without LSE) addresses.
 
 Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
 
-- reader:  q, k, v (0 with MLA), cur_pos, page_table (0 without paging) addresses, n, sink address
-  (0 without a sink), attn_mask address (0 without a mask), then (user, kv head, piece index) per
-  piece;
-- writer:  out, lse addresses (0 without LSE), n, then (user, kv head, piece index, parent NoC x,
-  parent NoC y, parent's area) per piece (zeros for a root);
+- reader:  n, then (user, kv head, piece index) per piece;
+- writer:  n, then (user, kv head, piece index, parent NoC x, parent NoC y, parent's area) per piece
+  (zeros for a root);
 - compute: n, then (user, piece index) per piece.
 
 Compile-time arguments are named (``_compile_args``; the kernels read them with
@@ -78,10 +85,13 @@ __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_fla
 Positions = Union[Sequence[int], torch.Tensor]
 
 #: Runtime args of each kernel: (header, per piece). plan.RUNTIME_ARGS_* hold the largest.
-READER_ARGS = (8, 3)
-WRITER_ARGS = (3, 6)
+READER_ARGS = (1, 3)
+WRITER_ARGS = (1, 6)
 COMPUTE_ARGS = (1, 2)
-assert max(a for a, _ in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_HEADER
+assert max(a for a, _ in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) <= RUNTIME_ARGS_HEADER
+#: Common runtime args of the reader before the positions (positions_in_args) and of the writer.
+READER_COMMON_ARGS = 7
+WRITER_COMMON_ARGS = 2
 assert max(b for _, b in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_PER_PIECE
 
 
@@ -224,7 +234,8 @@ def _float_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_approx: bool) -> dict[str, dict[str, int]]:
+def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_approx: bool,
+                  positions_in_args: bool = False) -> dict[str, dict[str, int]]:
     """The kernels' named compile-time args (read with get_named_compile_time_arg_val)."""
     nh_tiles = -(-plan.num_q_heads // TILE)
     shape = dict(
@@ -257,6 +268,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         paged=int(plan.paged),
         block_tiles=(plan.block_size or 0) // TILE,  # 0 without paging
         max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)
+        num_blocks=plan.num_blocks or 0,             # blocks in the K/V pool (0 without paging): the page-id guard
+        positions_in_args=int(positions_in_args),    # positions as common runtime args, not the cur_pos tensor
         has_sink=int(plan.attention_sink),
         mla=int(plan.mla),                           # V tiles are the first dv_tiles K tiles of a row
         has_attn_mask=int(plan.has_attn_mask),       # attn_mask streamed with K
@@ -298,15 +311,35 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
 
+def _common_args(plan: DecodePlan, positions: Optional[Sequence[int]]) -> dict[str, list[Arg]]:
+    """The reader's and writer's common runtime args (module doc); `positions` (positions_in_args) as
+    uint32 words (-1 becomes 0xffffffff)."""
+    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), 0 if plan.mla else BufferAddress("v"),
+                         0 if positions is not None else BufferAddress("cur_pos"),
+                         BufferAddress("page_table") if plan.paged else 0,
+                         BufferAddress("sink") if plan.attention_sink else 0,
+                         BufferAddress("attn_mask") if plan.has_attn_mask else 0]
+    assert len(reader) == READER_COMMON_ARGS
+    if positions is not None:
+        reader += position_words(plan, positions)
+    writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0]
+    return {"reader": reader, "writer": writer, "compute": []}
+
+
+def position_words(plan: DecodePlan, positions: Sequence[int]) -> list[int]:
+    """B positions as the uint32 words of the reader's common args (two's complement; the kernels
+    guard any value, so only the count is checked here)."""
+    words = [int(p) & 0xFFFFFFFF for p in positions]
+    if len(words) != plan.batch:
+        raise FactoryError(f"positions: expected {plan.batch} positions (one per user), got {len(words)}")
+    return words
+
+
 def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
     pieces: tuple[Piece, ...] = plan.core_pieces[core]
     n = len(pieces)
-    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), 0 if plan.mla else BufferAddress("v"),
-                         BufferAddress("cur_pos"),
-                         BufferAddress("page_table") if plan.paged else 0, n,
-                         BufferAddress("sink") if plan.attention_sink else 0,
-                         BufferAddress("attn_mask") if plan.has_attn_mask else 0]
-    writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0, n]
+    reader: list[Arg] = [n]
+    writer: list[Arg] = [n]
     compute: list[Arg] = [n]
     area = 0
     for slot, p in enumerate(pieces):
@@ -339,8 +372,11 @@ def build_program(
     page_table: Optional[torch.Tensor] = None,
     attention_sink: Optional[torch.Tensor] = None,
     attn_mask: Any = None,
+    positions_in_args: bool = False,
 ) -> Program:
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
+    `positions_in_args`: the positions travel as the reader's common runtime args (the device form of a
+    list), not as the cur_pos tensor; the same outputs.
 
     q/k/v: tile tensors in the plan's shapes and formats (paged: [num_blocks, NKV, block_size, D]);
     v is None for an MLA plan (V = k[..., :Dv], read out of K by the kernels);
@@ -353,7 +389,8 @@ def build_program(
     k_shape, v_shape = _kv_shapes(plan)
     q = _expect_tile_tensor("q", q, (plan.num_tokens, b, nh, plan.head_dim), DataType.bfloat16)
     k = _expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
-    images = {"q": q.data, "k": k.data, "cur_pos": positions_bytes(plan, cur_pos_source)}
+    pos_image = positions_bytes(plan, cur_pos_source)
+    images = {"q": q.data, "k": k.data, "cur_pos": pos_image}
     if plan.mla:
         if v is not None:
             raise FactoryError("v: expected None for an MLA plan (V = k[..., :head_dim_v]), got a tensor")
@@ -370,13 +407,16 @@ def build_program(
         images["attn_mask"] = mask_tiles(plan, attn_mask).data
     elif attn_mask is not None:
         raise FactoryError("attn_mask: expected None (the plan has no mask), got a tensor")
-    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images)
+    positions = list(struct.unpack(f"<{plan.batch}i", pos_image)) if positions_in_args else None
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images, positions=positions)
 
 
 def build_program_for_device(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
-                             exp_approx: bool = False) -> Program:
-    """The same program without input bytes: on a device the inputs already live in DRAM."""
-    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None)
+                             exp_approx: bool = False, positions: Optional[Sequence[int]] = None) -> Program:
+    """The same program without input bytes: on a device the inputs already live in DRAM.
+    `positions` (B ints): positions_in_args, the positions travel as the reader's common runtime args
+    (no cur_pos tensor; a cached program patches them per call); None: the kernels read the cur_pos tensor."""
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None, positions=positions)
 
 
 #: The CBs the compute kernel reads only with copy_tile / unary_bcast: unpacked straight to the fp32
@@ -399,7 +439,7 @@ def compute_settings_for(plan: DecodePlan, compute: ComputeSettings) -> ComputeS
 
 
 def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_approx: bool,
-             images: Optional[dict[str, bytes]]) -> Program:
+             images: Optional[dict[str, bytes]], positions: Optional[Sequence[int]] = None) -> Program:
     if not isinstance(compute, ComputeSettings):
         raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
     compute = compute_settings_for(plan, compute)
@@ -419,13 +459,14 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     sources = kernel_sources()
     if not isinstance(exp_approx, bool):
         raise FactoryError(f"exp_approx: expected a bool, got {exp_approx!r}")
-    ct = _compile_args(plan, float(scale), compute, exp_approx)
+    ct = _compile_args(plan, float(scale), compute, exp_approx, positions_in_args=positions is not None)
     rt = {c: _runtime_args(plan, c) for c in cores}
+    common = _common_args(plan, positions)
     kernels = [
         Kernel("reader", sources["reader"], KernelKind.READER, core_set, named_compile_time_args=ct["reader"],
-               runtime_args={c: rt[c]["reader"] for c in cores}),
+               runtime_args={c: rt[c]["reader"] for c in cores}, common_runtime_args=common["reader"]),
         Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, named_compile_time_args=ct["writer"],
-               runtime_args={c: rt[c]["writer"] for c in cores}),
+               runtime_args={c: rt[c]["writer"] for c in cores}, common_runtime_args=common["writer"]),
         Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, named_compile_time_args=ct["compute"],
                runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute),
     ]
@@ -443,9 +484,11 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     tensors = [
         DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
         kv_cache_tensor("k", plan.kv_dtype, k_shape, plan.kv_pages, image("k")),
-        # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
-        DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
+    if positions is None:
+        # int32 positions (-1 skips a user): 4-byte words, typed int32 for the device
+        tensors.append(DramTensor("cur_pos", DataType.float32, 4 * b, 1, (b,), "row_major", image("cur_pos"),
+                                  element_type="int32"))
     if not plan.mla:  # MLA: V lives inside K
         tensors.insert(2, kv_cache_tensor("v", plan.kv_dtype, v_shape, plan.kv_pages, image("v")))
     if plan.attention_sink:
@@ -508,6 +551,7 @@ def run_flash_decode(
     attention_sink: Optional[torch.Tensor] = None,
     attn_mask: Any = None,
     schedule_seed: Optional[int] = None,
+    positions_in_args: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Any]:
     """Build and run the program; returns (out, lse or None, the backend's RunResult).
 
@@ -515,7 +559,7 @@ def run_flash_decode(
     """
     program = build_program(plan, q=q, k=k, v=v, cur_pos_source=cur_pos_source, scale=scale, compute=compute,
                             exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink,
-                            attn_mask=attn_mask)
+                            attn_mask=attn_mask, positions_in_args=positions_in_args)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
     from ttdecode.runtime import run_program

@@ -209,9 +209,20 @@ def check_block_size(k: TensorMeta) -> int:
     return bs
 
 
-def check_page_table(page_table: object, batch: int, num_blocks: int) -> tuple[TensorMeta, torch.Tensor]:
+def on_device(meta: TensorMeta) -> bool:
+    """A ttnn tensor in device storage (its values would need a read back)."""
+    if meta.kind != "ttnn":
+        return False
+    import ttnn  # a ttnn tensor came in, so ttnn is imported already
+
+    return bool(ttnn.is_tensor_storage_on_device(meta.obj))
+
+
+def check_page_table(page_table: object, batch: int, num_blocks: int,
+                     validate_values: bool = True) -> tuple[TensorMeta, Optional[torch.Tensor]]:
     """Page table ``[B, max_blocks]`` int32 (torch or ttnn), ids in ``0..num_blocks-1``.
-    Returns its meta and its values (int64 ``[B, max_blocks]``)."""
+    Returns its meta and its values (int64 ``[B, max_blocks]``); a device tensor's values are not read
+    (None) unless `validate_values` (the kernels guard: a user with a page id outside the pool is skipped)."""
     if page_table is None:
         raise fail("page_table", f"an int32 tensor [B={batch}, max_blocks]", None, TypeError)
     meta = describe("page_table", page_table)
@@ -220,6 +231,8 @@ def check_page_table(page_table: object, batch: int, num_blocks: int) -> tuple[T
                    TypeError)
     if len(meta.shape) != 2 or meta.shape[0] != batch or meta.shape[1] < 1:
         raise fail("page_table", f"shape [B={batch}, max_blocks>=1]", f"shape {list(meta.shape)}")
+    if on_device(meta) and not validate_values:
+        return meta, None
     table = int_values(meta)
     bad = (table < 0) | (table >= num_blocks)
     if bool(bad.any()):
@@ -262,14 +275,18 @@ def check_cur_pos(cur_pos: object, batch: int, seq_len: int, tokens: int = 1) ->
 
 
 def check_cur_pos_tensor(cur_pos_tensor: object, batch: int, seq_len: int,
-                         tokens: int = 1) -> tuple[TensorMeta, tuple[int, ...]]:
-    """``cur_pos_tensor``: an int32 torch or ttnn tensor ``[B]`` with values in ``-1..S-1``."""
+                         tokens: int = 1, validate_values: bool = True) -> tuple[TensorMeta, Optional[tuple[int, ...]]]:
+    """``cur_pos_tensor``: an int32 torch or ttnn tensor ``[B]`` with values in ``-1..S-1``. A device
+    tensor's values are not read (None) unless `validate_values` (the kernels skip a user whose
+    position is outside the cache)."""
     meta = describe("cur_pos_tensor", cur_pos_tensor)
     if meta.kind == "tile" or meta.dtype != "int32":
         raise fail("cur_pos_tensor", "an int32 torch or ttnn tensor",
                    f"{meta.kind} tensor of dtype {meta.dtype}", TypeError)
     if meta.shape != (batch,):
         raise fail("cur_pos_tensor", f"shape [B={batch}]", f"shape {list(meta.shape)}")
+    if on_device(meta) and not validate_values:
+        return meta, None
     return meta, _check_position_values("cur_pos_tensor", int_values(meta), seq_len, tokens)
 
 
@@ -360,12 +377,12 @@ class DecodeInputs:
     kv_dtype: str
     paged: bool
     page_table: Optional[TensorMeta]
-    page_table_values: Optional[torch.Tensor]  # int64 [B, max_blocks]
+    page_table_values: Optional[torch.Tensor]  # int64 [B, max_blocks]; None: on the device, not read
     block_size: Optional[int]
     is_causal: bool
     cur_pos: Optional[tuple[int, ...]]  # the positions as given in the list
     cur_pos_tensor: Optional[TensorMeta]
-    positions: Optional[tuple[int, ...]]  # from either source; None in non-causal mode
+    positions: Optional[tuple[int, ...]]  # from either source; None in non-causal mode or on the device (not read)
     attn_mask: Optional[TensorMeta]
     attention_sink: Optional[TensorMeta]
     scale: float
@@ -397,8 +414,14 @@ def validate_decode(
     compute_kernel_config: object = None,
     memory_config: object = None,
     return_lse: object = False,
+    validate_values: object = False,
 ) -> DecodeInputs:
     """Run every rule; return the checked inputs or raise TypeError/ValueError naming the argument.
+
+    Values that live on the device (a ttnn device ``cur_pos_tensor`` or page table) are not read back
+    unless ``validate_values=True``: their ``positions`` / ``page_table_values`` are then None and the
+    kernels guard (a position outside ``-1..S-1`` or a page id outside the pool skips the user).
+    Host inputs (torch tensors, lists) are always checked.
 
     ``share_cache=None`` (ttnn's default) means False; an empty ``cur_pos`` list (ttnn's default)
     means "not given".
@@ -406,6 +429,7 @@ def validate_decode(
     causal = check_bool("is_causal", is_causal)
     share = check_bool("share_cache", False if share_cache is None else share_cache)
     lse = check_bool("return_lse", return_lse)
+    read = check_bool("validate_values", validate_values)
     pconf = SDPAProgramConfig.coerce(program_config)
     cconf = ComputeKernelConfig.coerce(compute_kernel_config)
     check_memory_config(memory_config)
@@ -431,8 +455,8 @@ def validate_decode(
     block_size = None
     if paged:
         block_size = check_block_size(km)
-        table_meta, table = check_page_table(page_table, batch, km.shape[0])
-        seq_len = table.shape[1] * block_size
+        table_meta, table = check_page_table(page_table, batch, km.shape[0], read)
+        seq_len = table_meta.shape[1] * block_size
     else:
         seq_len = check_seq_len(km)
         check_kv_batch(km, batch, share, qm)
@@ -442,7 +466,7 @@ def validate_decode(
     if cur_pos is not None:
         pos_list = positions = check_cur_pos(cur_pos, batch, seq_len, num_tokens)
     if cur_pos_tensor is not None:
-        pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len, num_tokens)
+        pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len, num_tokens, read)
 
     mask = check_attn_mask(attn_mask, causal, batch, num_heads, seq_len)
     sink = check_attention_sink(attention_sink, num_heads)

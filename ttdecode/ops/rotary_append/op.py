@@ -263,7 +263,7 @@ def rotary_kv_append(
     if kv_pages == "key_row" and inp.paged:
         raise fail("kv_pages", "'tile' with a paged cache (its blocks keep tile pages)", repr(kv_pages))
     inp.kv_pages = kv_pages
-    chosen = backends.select_backend() if backend == "auto" else backend
+    chosen = backends.select_backend(k_new, v_new, k_cache, v_cache) if backend == "auto" else backend
     backends.record(chosen)
     if chosen == "reference":
         q_rot, kc, vc = _run_reference(inp)

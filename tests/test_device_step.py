@@ -1,0 +1,176 @@
+"""Plan once, run per step (FlashDecode on the device backend), with ttnn's device calls faked.
+
+Real ttnn 0.81.1 descriptor objects; the device, its tensors, `generic_op` and the output allocation
+are stand-ins (no device here). Pins: one plan / Program / descriptor per decode shape, the same
+descriptor object and runtime-argument COUNTS on every call (ttnn's generic_op cache key ignores the
+count), addresses and list positions patched per call, and no host<->device data in a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import ttdecode
+from ttdecode.ops.flash_decode import device as fd_device
+
+B, NH, NKV, S, D = 4, 32, 8, 1024, 128
+
+
+def _fake_tensor_class() -> type:
+    class Tensor:  # describe() takes a class called Tensor from a ttnn module for a ttnn tensor
+        next_address = 0x100000
+
+        def __init__(self, ttnn: Any, dtype: Any, layout: Any, shape: tuple[int, ...], device: Any) -> None:
+            self.dtype, self.layout, self.shape, self._device = dtype, layout, tuple(shape), device
+            self.address = Tensor.next_address
+            Tensor.next_address += 0x100000
+            self._mem = ttnn.DRAM_MEMORY_CONFIG
+
+        def memory_config(self) -> Any:
+            return self._mem
+
+        def buffer_address(self) -> int:
+            return self.address
+
+        def device(self) -> Any:
+            return self._device
+
+    Tensor.__module__ = "ttnn.fake"
+    return Tensor
+
+
+class Dev:
+    def __init__(self, ttnn: Any) -> None:
+        self.ttnn = ttnn
+
+    def compute_with_storage_grid_size(self) -> Any:
+        return self.ttnn.CoreCoord(8, 8)
+
+    def worker_core_from_logical_core(self, c: Any) -> Any:
+        return self.ttnn.CoreCoord(c.x + 18, c.y + 18)
+
+
+@pytest.fixture()
+def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    Tensor = _fake_tensor_class()
+    device = Dev(ttnn)
+    calls: dict[str, Any] = {"generic_op": [], "moves": 0}
+
+    def generic_op(tensors: list[Any], desc: Any) -> Any:
+        counts = [(len(k.common_runtime_args),
+                   sorted((x, y, len(k.runtime_args[x][y])) for x in range(8) for y in range(8)
+                          if _has_core(k, x, y))) for k in desc.kernels]
+        calls["generic_op"].append((desc, desc.custom_program_hash, counts, list(desc.kernels[0].common_runtime_args),
+                                    list(desc.kernels[1].common_runtime_args), [t.address for t in tensors]))
+        return tensors[-1]
+
+    def move(*a: Any, **k: Any) -> Any:
+        calls["moves"] += 1
+        raise AssertionError("a host<->device move inside a step")
+
+    monkeypatch.setattr(ttnn, "generic_op", generic_op)
+    monkeypatch.setattr(ttnn, "allocate_tensor_on_device",
+                        lambda shape, dtype, layout, dev_, mem: Tensor(ttnn, dtype, layout, tuple(shape), dev_))
+    monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, Tensor))
+    for name in ("to_torch", "from_torch", "to_device", "from_device"):
+        monkeypatch.setattr(ttnn, name, move)
+    monkeypatch.setattr(fd_device, "available", lambda: True)
+    fd_device.clear_steps()
+    tiles = ttnn.TILE_LAYOUT
+    t = dict(
+        q=Tensor(ttnn, ttnn.bfloat16, tiles, (1, B, NH, D), device),
+        k=Tensor(ttnn, ttnn.bfloat8_b, tiles, (B, NKV, S, D), device),
+        v=Tensor(ttnn, ttnn.bfloat8_b, tiles, (B, NKV, S, D), device),
+        cur_pos=Tensor(ttnn, ttnn.int32, ttnn.ROW_MAJOR_LAYOUT, (B,), device),
+        k_paged=Tensor(ttnn, ttnn.bfloat8_b, tiles, (B * S // 64, NKV, 64, D), device),
+        v_paged=Tensor(ttnn, ttnn.bfloat8_b, tiles, (B * S // 64, NKV, 64, D), device),
+        page_table=Tensor(ttnn, ttnn.int32, ttnn.ROW_MAJOR_LAYOUT, (B, S // 64), device),
+    )
+    yield {"calls": calls, "t": t, "Tensor": Tensor, "device": device}
+    fd_device.clear_steps()
+
+
+def _has_core(k: Any, x: int, y: int) -> bool:
+    return any(r.start.x <= x <= r.end.x and r.start.y <= y <= r.end.y for r in k.core_ranges.ranges())
+
+
+def test_twenty_steps_with_a_cur_pos_tensor_reuse_one_descriptor_and_move_nothing(fake: dict[str, Any]) -> None:
+    t, calls = fake["t"], fake["calls"]
+    for step in range(20):
+        ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
+                                                     backend="device")
+    assert calls["moves"] == 0
+    assert fd_device.cached_steps() == 1
+    descs = {id(c[0]) for c in calls["generic_op"]}
+    hashes = {c[1] for c in calls["generic_op"]}
+    counts = [c[2] for c in calls["generic_op"]]
+    assert len(calls["generic_op"]) == 20 and len(descs) == 1 and len(hashes) == 1
+    assert all(c == counts[0] for c in counts)  # the runtime-argument count never changes
+    # reader common args: the addresses of q, k, v, cur_pos (no page table, sink or mask)
+    reader_common = calls["generic_op"][-1][3]
+    assert reader_common == [t["q"].address, t["k"].address, t["v"].address, t["cur_pos"].address, 0, 0, 0]
+    # each step's fresh output address reaches the writer
+    outs = [c[4][0] for c in calls["generic_op"]]
+    assert len(set(outs)) == 20 and all(c[4][0] == c[5][-1] for c in calls["generic_op"])
+
+
+def test_list_positions_travel_as_common_runtime_args_with_a_fixed_count(fake: dict[str, Any]) -> None:
+    t, calls = fake["t"], fake["calls"]
+    seen = []
+    for step in range(5):
+        pos = [10 * step + b for b in range(B - 1)] + [-1]
+        ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos=pos, backend="device")
+        seen.append(calls["generic_op"][-1][3][7:])
+    assert seen[3] == [30, 31, 32, 0xFFFFFFFF]
+    counts = [c[2] for c in calls["generic_op"]]
+    assert all(c == counts[0] for c in counts) and counts[0][0][0] == 7 + B
+    assert fd_device.cached_steps() == 1 and len({id(c[0]) for c in calls["generic_op"]}) == 1
+    # a host check stays eager for a list
+    with pytest.raises(ValueError, match=r"cur_pos\[0\]"):
+        ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos=[S] * B, backend="device")
+
+
+def test_paged_steps_read_the_device_page_table_without_a_readback(fake: dict[str, Any]) -> None:
+    t, calls = fake["t"], fake["calls"]
+    for _ in range(3):
+        ttdecode.paged_scaled_dot_product_attention_decode(t["q"], t["k_paged"], t["v_paged"], t["page_table"],
+                                                           cur_pos_tensor=t["cur_pos"], backend="device")
+    assert calls["moves"] == 0 and fd_device.cached_steps() == 1
+    assert calls["generic_op"][-1][3][4] == t["page_table"].address
+
+
+def test_a_new_address_is_patched_and_a_new_shape_is_a_new_step(fake: dict[str, Any], ttnn: Any) -> None:
+    t, calls, Tensor = fake["t"], fake["calls"], fake["Tensor"]
+    ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"], backend="device")
+    q2 = Tensor(ttnn, ttnn.bfloat16, ttnn.TILE_LAYOUT, (1, B, NH, D), fake["device"])
+    ttdecode.scaled_dot_product_attention_decode(q2, t["k"], t["v"], cur_pos_tensor=t["cur_pos"], backend="device")
+    assert calls["generic_op"][-1][3][0] == q2.address and fd_device.cached_steps() == 1
+    ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos=[1] * B, backend="device")
+    assert fd_device.cached_steps() == 2
+
+
+def test_page_table_tensor_is_ttnns_name_and_page_table_its_alias(fake: dict[str, Any]) -> None:
+    t, calls = fake["t"], fake["calls"]
+    ttdecode.paged_scaled_dot_product_attention_decode(t["q"], t["k_paged"], t["v_paged"],
+                                                       page_table_tensor=t["page_table"],
+                                                       cur_pos_tensor=t["cur_pos"], backend="device")
+    ttdecode.paged_scaled_dot_product_attention_decode(t["q"], t["k_paged"], t["v_paged"], page_table=t["page_table"],
+                                                       cur_pos_tensor=t["cur_pos"], backend="device")
+    assert len(calls["generic_op"]) == 2
+    with pytest.raises(TypeError, match="page_table"):
+        ttdecode.paged_scaled_dot_product_attention_decode(t["q"], t["k_paged"], t["v_paged"], t["page_table"],
+                                                           page_table=t["page_table"], cur_pos_tensor=t["cur_pos"],
+                                                           backend="device")
+
+
+def test_auto_takes_the_device_only_for_device_tensors(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from ttdecode import backend, device
+
+    monkeypatch.setattr(device, "available", lambda: True)
+    t = fake["t"]
+    assert backend.select_backend(t["q"], t["k"], t["v"]) == "device"
+    assert backend.select_backend(torch.zeros(1, B, NH, D), t["k"], t["v"]) == "host"
+    assert backend.select_backend(t["q"], t["k"], None) == "device"  # MLA: no V
