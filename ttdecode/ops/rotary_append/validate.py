@@ -127,8 +127,36 @@ def _int_list(name: str, x: Any, n: int) -> list[int]:
 def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any, cos: Any, sin: Any,
              page_table: Any, q: Any, qkv: Any, num_q_heads: Optional[int], rotary_interleaved: Any,
              rotary_dim: Any) -> RotaryInputs:
-    """Every rule of `rotary_kv_append`; raises naming the argument, expected and got."""
-    # the caches first: they fix NKV and D
+    """Every rule of `rotary_kv_append`; raises naming the argument, expected and got.
+
+    Steps, in this order (a call with several faults is refused for the first): the caches, which fix
+    NKV, S and D (_check_caches); the new rows, which fix B and NH (_new_rows); the angles (_angles);
+    the positions and the page table, and the cache tile each user writes (_positions, _page_table,
+    _check_write_targets); where the tensors live (_device_tensors)."""
+    kc_shape, kc_dt, rd = _check_caches(k_cache, v_cache, rotary_interleaved, rotary_dim)
+    _, nkv, rows, d = kc_shape
+    packed, b, nh, x = _new_rows(k_new, v_new, q, qkv, num_q_heads, nkv, d)
+    cos_v, sin_v = _angles("cos", cos, b, rd), _angles("sin", sin, b, rd)
+    positions = _int_list("cur_pos", cur_pos, b)
+    paged = page_table is not None
+    table = _page_table(page_table, b) if paged else None
+    if not paged and kc_shape[0] != b:
+        raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
+    _check_write_targets(positions, kc_shape, table)
+    return RotaryInputs(
+        batch=b, num_q_heads=nh, num_kv_heads=nkv, head_dim=d, rotary_dim=rd, interleaved=rotary_interleaved,
+        packed=packed, cache_dtype=kc_dt, cache_shape=kc_shape, paged=paged, positions=tuple(positions),
+        page_table=table, cos=cos_v, sin=sin_v, x=x, k_cache=k_cache, v_cache=v_cache,
+        device_tensors=_device_tensors([*x.values(), k_cache, v_cache]),
+    )
+
+
+def _check_caches(k_cache: Any, v_cache: Any, rotary_interleaved: Any,
+                  rotary_dim: Any) -> tuple[tuple[int, ...], DataType, int]:
+    """validate's first step: the caches fix NKV, S (block_size when paged) and D. Both are TileTensors
+    or ttnn tensors of one shape [B or num_blocks, NKV, S, D] (S and D multiples of 32) and one of
+    CACHE_DTYPES; `rotary_interleaved` is a bool and the rotated columns an even count in 2..D. Returns
+    (the cache shape, its format, rotary_dim: the rotated columns per head, D when None)."""
     kc_shape, kc_dt = _shape_dtype("k_cache", k_cache)
     vc_shape, vc_dt = _shape_dtype("v_cache", v_cache)
     for name, dt in (("k_cache", kc_dt), ("v_cache", vc_dt)):
@@ -150,8 +178,15 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
     rd = d if rotary_dim is None else rotary_dim
     if isinstance(rd, bool) or not isinstance(rd, int) or not (2 <= rd <= d and rd % 2 == 0):
         raise fail("rotary_dim", f"an even int in 2..D={d} (None: D)", repr(rotary_dim))
+    return kc_shape, kc_dt, rd
 
-    # the new rows
+
+def _new_rows(k_new: Any, v_new: Any, q: Any, qkv: Any, num_q_heads: Optional[int], nkv: int,
+              d: int) -> tuple[bool, int, int, dict[str, Any]]:
+    """The new rows fix B and NH: either one packed `qkv` [1, B, (NH + 2 NKV) x D] (NH >= 1, and
+    = num_q_heads when given) or k_new and v_new [1, B, NKV, D] with an optional q [1, B, NH, D]; each
+    bfloat16 (or torch floats). Returns (packed, B users, NH q heads (0 without q), name -> the caller's
+    tensor)."""
     packed = qkv is not None
     if packed:
         if q is not None or k_new is not None or v_new is not None:
@@ -186,38 +221,44 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
             x = {"q": q, **x}
     if b < 1:
         raise fail("k_new" if not packed else "qkv", "B >= 1 users", b)
+    return packed, b, nh, x
 
-    # angles
-    def angles(name: str, t: Any) -> torch.Tensor:
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise fail(name, f"a float torch tensor [B={b}, rotary_dim={rd}]", type(t).__name__, TypeError)
-        if list(t.shape) != [b, rd]:
-            raise fail(name, f"shape [B={b}, rotary_dim={rd}] (Hugging Face's rotate-half layout)", list(t.shape))
-        v = t.detach().cpu().to(torch.float32)
-        if not bool(torch.isfinite(v).all()):
-            raise fail(name, "finite values", "inf or NaN")
-        if not torch.equal(v[:, : rd // 2], v[:, rd // 2:]):
-            raise fail(name, "Hugging Face's layout cat(c, c) (the two halves equal; one angle per pair)",
-                       "halves that differ")
-        return v
 
-    cos_v, sin_v = angles("cos", cos), angles("sin", sin)
+def _angles(name: str, t: Any, b: int, rd: int) -> torch.Tensor:
+    """`cos` or `sin`: a finite float torch tensor [B, rotary_dim] in Hugging Face's rotate-half layout
+    cat(c, c) (one angle per pair of columns). Returns it as float32 on the host."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise fail(name, f"a float torch tensor [B={b}, rotary_dim={rd}]", type(t).__name__, TypeError)
+    if list(t.shape) != [b, rd]:
+        raise fail(name, f"shape [B={b}, rotary_dim={rd}] (Hugging Face's rotate-half layout)", list(t.shape))
+    v = t.detach().cpu().to(torch.float32)
+    if not bool(torch.isfinite(v).all()):
+        raise fail(name, "finite values", "inf or NaN")
+    if not torch.equal(v[:, : rd // 2], v[:, rd // 2:]):
+        raise fail(name, "Hugging Face's layout cat(c, c) (the two halves equal; one angle per pair)",
+                   "halves that differ")
+    return v
 
-    # positions and pages
-    positions = _int_list("cur_pos", cur_pos, b)
-    paged = page_table is not None
-    table = None
-    if paged:
-        if not isinstance(page_table, torch.Tensor) or page_table.is_floating_point() or page_table.dim() != 2 \
-                or page_table.dtype is torch.bool:
-            got = (f"{page_table.dtype} shape {list(page_table.shape)}" if isinstance(page_table, torch.Tensor)
-                   else type(page_table).__name__)
-            raise fail("page_table", f"an int tensor [B={b}, max_blocks]", got, TypeError)
-        if page_table.shape[0] != b or page_table.shape[1] < 1:
-            raise fail("page_table", f"shape [B={b}, max_blocks >= 1]", list(page_table.shape))
-        table = page_table.detach().cpu().to(torch.int64)
-    if not paged and kc_shape[0] != b:
-        raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
+
+def _page_table(page_table: Any, b: int) -> torch.Tensor:
+    """A paged cache's table: an int torch tensor [B, max_blocks >= 1] of block ids. Returns it as int64 on
+    the host (the block ids are checked where a user writes, _check_write_targets)."""
+    if not isinstance(page_table, torch.Tensor) or page_table.is_floating_point() or page_table.dim() != 2 \
+            or page_table.dtype is torch.bool:
+        got = (f"{page_table.dtype} shape {list(page_table.shape)}" if isinstance(page_table, torch.Tensor)
+               else type(page_table).__name__)
+        raise fail("page_table", f"an int tensor [B={b}, max_blocks]", got, TypeError)
+    if page_table.shape[0] != b or page_table.shape[1] < 1:
+        raise fail("page_table", f"shape [B={b}, max_blocks >= 1]", list(page_table.shape))
+    return page_table.detach().cpu().to(torch.int64)
+
+
+def _check_write_targets(positions: Sequence[int], kc_shape: tuple[int, ...], table: Optional[torch.Tensor]) -> None:
+    """Each user's position (keys): -1 (skip) or within its cache (S, or the page table's blocks x
+    block_size), its block id (paged) a block of the pool, and no cache tile (32 rows) written by two
+    users in one call. Decides nothing; raises naming the first user at fault."""
+    paged = table is not None
+    rows = kc_shape[2]
     capacity = table.shape[1] * rows if paged else rows
     targets: dict[tuple[int, int], int] = {}
     for i, p in enumerate(positions):
@@ -242,17 +283,14 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
                        "writes the same tile)", p)
         targets[key] = i
 
-    things = [*x.values(), k_cache, v_cache]
+
+def _device_tensors(things: Sequence[Any]) -> bool:
+    """Where the call runs: True when every tensor is a ttnn tensor on a device, False when all are on
+    the host; a mix is refused (named on k_cache)."""
     kinds = {_is_ttnn(t) and _on_device(t) for t in things}
     if len(kinds) > 1:
         raise fail("k_cache", "all tensors on the device or all on the host", "a mix")
-    device_tensors = kinds == {True}
-    return RotaryInputs(
-        batch=b, num_q_heads=nh, num_kv_heads=nkv, head_dim=d, rotary_dim=rd, interleaved=rotary_interleaved,
-        packed=packed, cache_dtype=kc_dt, cache_shape=kc_shape, paged=paged, positions=tuple(positions),
-        page_table=table, cos=cos_v, sin=sin_v, x=x, k_cache=k_cache, v_cache=v_cache,
-        device_tensors=device_tensors,
-    )
+    return kinds == {True}
 
 
 def _on_device(t: Any) -> bool:
