@@ -280,8 +280,7 @@ def test_mla_program_has_no_v_tensor_and_its_dataflow_kernels_compile_against_th
         assert "v" not in {t.name for t in prog.tensors}
         desc = dev.build_program_descriptor(prog, GridView())
         reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
-        core = next(iter(reader.runtime_args))
-        resolved = list(desc.kernels[0].runtime_args[core.x][core.y])
+        resolved = list(desc.kernels[0].common_runtime_args)  # the addresses are common runtime args
         assert resolved[:4] == [GridView().addresses["q"], GridView().addresses["k"], 0, GridView().addresses["cur_pos"]]
         assert reader.named_compile_time_args["mla"] == 1
         assert next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).named_compile_time_args["mla"] == 1
