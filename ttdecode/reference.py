@@ -304,21 +304,35 @@ def sdpa_decode_reference(
                             share_cache=share_cache, page_table=page_table, head_dim_v=head_dim_v,
                             return_lse=return_lse, dtype=dtype)
     cache = _resolve_kv((batch, num_heads, head_dim), k, v, share_cache, page_table, head_dim_v)
-    nkv, seq_len = k.shape[1], cache.seq_len
-    group = num_heads // nkv
-
-    if scale is None:
-        scale_f = 1.0 / math.sqrt(head_dim)
-    else:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise _fail("scale", "a real number or None", repr(scale), TypeError)
-        scale_f = float(scale)
-        if not math.isfinite(scale_f):
-            raise _fail("scale", "a finite number", scale_f)
-
+    scale_f = _check_scale(scale, head_dim)
     sink = None if attention_sink is None else _check_sink(attention_sink, num_heads)
+    valid, mask, skipped = _attended(is_causal, attn_mask, cur_pos, sliding_window_size, batch, num_heads,
+                                     cache.seq_len, dtype)
+    out, lse = _attend(q, cache, k.shape[1], valid, mask, skipped, sink, scale_f, dtype)
+    if return_lse:
+        return out, lse
+    return out
 
-    # valid[b, s]: position s may contribute to user b (causal window); mask: additive [Bm, NH, S].
+
+def _check_scale(scale: Optional[float], head_dim: int) -> float:
+    """The logit scale: 1 / sqrt(D) for None, else the caller's finite real number."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise _fail("scale", "a real number or None", repr(scale), TypeError)
+    scale_f = float(scale)
+    if not math.isfinite(scale_f):
+        raise _fail("scale", "a finite number", scale_f)
+    return scale_f
+
+
+def _attended(is_causal: bool, attn_mask: Optional[torch.Tensor], cur_pos: Optional[Positions],
+              sliding_window_size: Optional[int], batch: int, num_heads: int, seq_len: int,
+              dtype: torch.dtype) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+    """Which cache positions each user attends. Causal: 0..cur_pos[b], with a window W only the last W
+    of them (positions required, no mask); non-causal: all S (no positions, no window; an optional
+    additive mask). Returns (valid [B, S] bool, the mask [Bm, NH, S] in `dtype` or None, skipped [B]
+    bool: the users at -1)."""
     mask = None
     if is_causal:
         if attn_mask is not None:
@@ -341,7 +355,17 @@ def sdpa_decode_reference(
             mask = _check_mask(attn_mask, batch, num_heads, seq_len).to(dtype)
         valid = torch.ones(batch, seq_len, dtype=torch.bool)
         skipped = torch.zeros(batch, dtype=torch.bool)
+    return valid, mask, skipped
 
+
+def _attend(q: torch.Tensor, cache: "_Cache", nkv: int, valid: torch.Tensor, mask: Optional[torch.Tensor],
+            skipped: torch.Tensor, sink: Optional[torch.Tensor], scale_f: float,
+            dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The softmax in `dtype` of one token per user over the attended positions (`valid`), plus the mask
+    and the sink in the denominator. Returns (output [1, B, NH, Dv], LSE [1, B, NH]); a row with nothing
+    to attend (or a skipped user) gives zeros and -inf."""
+    _, batch, num_heads, head_dim = q.shape
+    group = num_heads // nkv
     # Only positions up to the largest attended one are read (a causal decode of a short
     # prefix of a long cache stays cheap); at least one, so shapes stay non-empty.
     live_len = max(1, int(valid.any(dim=0).nonzero().max()) + 1) if bool(valid.any()) else 1
@@ -379,10 +403,7 @@ def sdpa_decode_reference(
     safe = torch.where(empty, torch.ones_like(denom), denom)
     out = torch.where(empty[..., None], torch.zeros_like(numer), numer / safe[..., None])
     lse = torch.where(empty, torch.full_like(denom, float("-inf")), shift + torch.log(safe))
-    out = out.unsqueeze(0)
-    if return_lse:
-        return out, lse.unsqueeze(0)
-    return out
+    return out.unsqueeze(0), lse.unsqueeze(0)
 
 
 def _multi_token(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], *, is_causal: bool,
