@@ -24,6 +24,10 @@ machine (2 shared cores).
 
     PYTHONPATH=. python perf/bench_llama.py            # all cases (a few minutes), plot in --out
     PYTHONPATH=. python perf/bench_llama.py --quick    # tiny-b4, op-call, attn-8b and the B=1 cases
+    PYTHONPATH=. python perf/bench_llama.py --update-committed   # all cases, plot into tech_report/figures/
+
+The plot goes to ``--out`` (default ``build/perf/``, untracked); only ``--update-committed`` (a full
+run) rewrites the committed ``tech_report/figures/llama_decode_bench.png``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+BUILD_OUT = REPO / "build" / "perf"  # default output directory (gitignored)
+COMMITTED = REPO / "tech_report" / "figures"  # the committed plot, rewritten by --update-committed only
 
 import ttdecode  # noqa: E402
 import ttdecode.ops.flash_decode.program as factory  # noqa: E402
@@ -193,8 +199,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--layers", type=int, default=1, choices=(1, 2))
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--repeat", type=int, default=2, help="timed steps per case (median)")
-    ap.add_argument("--out", type=Path, default=REPO / "tech_report" / "figures")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="directory for the plot (default: build/perf/, untracked)")
+    ap.add_argument("--update-committed", action="store_true",
+                    help="write the plot into tech_report/figures/, replacing the committed one (full run only)")
     args = ap.parse_args(argv)
+    if args.update_committed and (args.out is not None or args.quick):
+        ap.error("--update-committed writes tech_report/figures/ from a full run: without --out and --quick")
+    out = COMMITTED if args.update_committed else (args.out or BUILD_OUT)
     torch.set_num_threads(2)
     rows = [
         bench_op(1, 1, 1, 32, 32, 20, "op-call (smallest)"),
@@ -217,8 +229,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("host ms: measured wall time on this machine; model us: ttdecode.perf_model.costmodel ESTIMATES of the attention "
           "on one Wormhole chip (not device measurements); per step = per layer x the full model's layers (one "
           "full-depth decode step, one token per user); per token = per step / B")
-    args.out.mkdir(parents=True, exist_ok=True)
-    print(f"plot: {plot(rows, args.out)}")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"plot: {plot(rows, out)}")
     return 0
 
 

@@ -6,10 +6,11 @@ measurements. One layer's attention, bfloat8_b K/V, every user at cur_pos = S - 
 
 Models: Llama-3.1-70B (64 q heads, 8 KV heads, D 128) and, for contrast, the same shape with one
 KV head (MQA/MLA-like: TP over 8 chips replicates its cache on every chip). Layouts tp x cp with
-tp * cp = 8; both combines. Writes ``perf/figures/sweep_context_parallel.csv`` and
-``perf/figures/cp_time_vs_seq.png`` and prints the table and the crossovers.
+tp * cp = 8; both combines. Writes ``sweep_context_parallel.csv`` and ``cp_time_vs_seq.png`` into
+``--out`` (default ``build/perf/``, untracked; ``--update-committed``: ``perf/figures/``, replacing the
+committed ones) and prints the table and the crossovers.
 
-    PYTHONPATH=. python perf/sweep_context_parallel.py [--out perf/figures]
+    PYTHONPATH=. python perf/sweep_context_parallel.py [--out DIR | --update-committed]
 """
 
 from __future__ import annotations
@@ -29,8 +30,15 @@ BATCHES = [1, 32]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "figures"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=None, help="directory for the CSV and the plot (default: build/perf/, untracked)")
+    ap.add_argument("--update-committed", action="store_true",
+                    help="write into perf/figures/, replacing the committed CSV and plot")
     args = ap.parse_args()
+    if args.update_committed and args.out is not None:
+        ap.error("--update-committed writes perf/figures/: without --out")
+    args.out = (os.path.join(here, "figures") if args.update_committed
+                else args.out or os.path.join(os.path.dirname(here), "build", "perf"))
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for model, kv in MODELS.items():

@@ -21,11 +21,14 @@ ttdecode.perf_model.costmodel) and `tt-metal` (its structure as data, ttdecode.p
 model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
 tg-llama70b, tg-numerics and tg-hifi4 only (seconds). All times are MODEL ESTIMATES.
 
-Outputs in --out (default tech_report/figures/): sweep_flash_decode.csv, fd_time_vs_seq.png,
-fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png; a table on stdout.
+Outputs in --out (default build/perf/, untracked): sweep_flash_decode.csv, fd_time_vs_seq.png,
+fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png
+(sweep_flash_decode_quick.csv only with --quick); a table on stdout. ``--update-committed`` (a full
+run) writes them into tech_report/figures/, replacing the committed CSV and figures.
 
     PYTHONPATH=. python perf/sweep_flash_decode.py            # full (a few minutes)
     PYTHONPATH=. python perf/sweep_flash_decode.py --quick --out DIR   # tg-llama70b, both kernels (seconds)
+    PYTHONPATH=. python perf/sweep_flash_decode.py --update-committed  # full, into tech_report/figures/
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+BUILD_OUT = REPO / "build" / "perf"  # default output directory (gitignored)
+COMMITTED = REPO / "tech_report" / "figures"  # the committed CSV and figures, rewritten by --update-committed only
 
 from ttdecode.perf_model.costmodel import COST, Breakdown, evaluate, work_from_counters  # noqa: E402
 from ttdecode.ops.flash_decode.program import run_flash_decode  # noqa: E402
@@ -424,11 +429,17 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few points (< 2 minutes)")
-    ap.add_argument("--out", type=Path, default=REPO / "tech_report" / "figures")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="directory for the CSV and figures (default: build/perf/, untracked)")
+    ap.add_argument("--update-committed", action="store_true",
+                    help="write into tech_report/figures/, replacing the committed CSV and figures (full run only)")
     ap.add_argument("--max-seq", type=int, default=131072, help="longest S of the seq sweep")
     ap.add_argument("--long-limit", type=float, default=60.0,
                     help="seconds: after a run at S >= 64K taking longer, the longer S are skipped")
     args = ap.parse_args(argv)
+    if args.update_committed and (args.out is not None or args.quick):
+        ap.error("--update-committed writes tech_report/figures/ from a full run: without --out and --quick")
+    args.out = COMMITTED if args.update_committed else (args.out or BUILD_OUT)
     args.out.mkdir(parents=True, exist_ok=True)
     points = tg_llama70b_points()
     if not args.quick:
