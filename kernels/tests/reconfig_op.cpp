@@ -5,8 +5,10 @@
 // Defines: START, OLD (CB indices 0..2).
 #include <cstdint>
 
+#include "api/compute/cb_api.h"
 #include "api/compute/compute_kernel_hw_startup.h"
 #include "api/compute/pack.h"
+#include "api/compute/reg_api.h"
 #include "api/compute/reconfig_data_format.h"
 #include "api/compute/tile_move_copy.h"
 

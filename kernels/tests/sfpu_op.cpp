@@ -16,12 +16,16 @@
 #include <cstdint>
 
 #include "api/compute/binary_max_min.h"
+#include "api/compute/cb_api.h"
 #include "api/compute/compute_kernel_api.h"
+#include "api/compute/compute_kernel_hw_startup.h"
 #include "api/compute/eltwise_binary_sfpu.h"
 #include "api/compute/eltwise_unary/addcmul.h"
 #include "api/compute/eltwise_unary/binop_with_scalar.h"
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_unary/recip.h"
+#include "api/compute/pack.h"
+#include "api/compute/reg_api.h"
 #include "api/compute/tile_move_copy.h"
 
 constexpr uint32_t in0 = 0, in1 = 1, in2 = 2, out = 16;

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "api/compute/common.h"
+#include "api/compute/common_globals.h"  // as the real one: not common.h (cb_api, reg_api, pack, hw_startup)
 #include "ttrt/sfpu_flags.h"
 
 namespace ckernel {

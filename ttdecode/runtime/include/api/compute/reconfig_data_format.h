@@ -4,6 +4,7 @@
 #pragma once
 
 #include "api/compute/common_globals.h"
+#include "api/compute/src_order.h"
 
 namespace ckernel {
 template <SrcOrder src_order = SrcOrder::Regular>

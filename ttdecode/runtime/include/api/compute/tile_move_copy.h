@@ -3,7 +3,8 @@
 
 #include <cstdint>
 
-#include "api/compute/common.h"
+#include "api/compute/common_globals.h"
+#include "api/compute/reconfig_data_format.h"  // the real one includes these two, not common.h
 
 namespace ckernel {
 template <bool is_fp32_dest_acc_en = DST_ACCUM_MODE>
