@@ -31,27 +31,26 @@ def _pyproject() -> dict:
 
 
 def _packages_in_tree() -> set[str]:
-    """Every folder of ttdecode/ holding Python files (each must be a package), and kernels/ as
-    ttdecode.kernels."""
+    """Every folder of ttdecode/ with an ``__init__.py``, and kernels/ as ttdecode.kernels."""
     found = {"ttdecode.kernels"}
-    for d in [ROOT / "ttdecode", *sorted((ROOT / "ttdecode").rglob("*"))]:
-        if not d.is_dir() or "__pycache__" in d.parts:
-            continue
-        if (d / "__init__.py").is_file() or any(d.glob("*.py")):
-            found.add(".".join(d.relative_to(ROOT).parts))
+    for init in (ROOT / "ttdecode").rglob("__init__.py"):
+        found.add(".".join(init.parent.relative_to(ROOT).parts))
     return found
 
 
 def _data_files_in_tree() -> set[str]:
-    """The non-Python files the wheel must carry, as wheel paths (kernels/ -> ttdecode/kernels/);
+    """The files the wheel must carry besides the packages' modules, as wheel paths (kernels/ ->
+    ttdecode/kernels/): kernel and runtime sources, data, scripts in folders that are no package;
     documents (*.md) stay in the repository."""
     files = set()
     for top, prefix in ((ROOT / "ttdecode", ("ttdecode",)), (ROOT / "kernels", ("ttdecode", "kernels"))):
         for f in top.rglob("*"):
             rel = f.relative_to(top)
-            if (not f.is_file() or "__pycache__" in rel.parts or f.suffix in (".py", ".pyc", ".md")
+            if (not f.is_file() or "__pycache__" in rel.parts or f.suffix in (".pyc", ".md")
                     or any(p.startswith(".") for p in rel.parts)):
                 continue
+            if f.suffix == ".py" and (f.parent / "__init__.py").is_file():
+                continue  # a module
             files.add("/".join(prefix + rel.parts))
     return files
 
@@ -64,9 +63,6 @@ def test_pyproject_lists_every_package_of_the_tree() -> None:
     assert set(listed) == in_tree, (
         f"pyproject.toml [tool.setuptools] packages differs from the tree: missing {sorted(in_tree - set(listed))}, "
         f"not in the tree {sorted(set(listed) - in_tree)}")
-    no_init = sorted(p for p in in_tree if p != "ttdecode.kernels"
-                     and not (ROOT / Path(*p.split(".")) / "__init__.py").is_file())
-    assert not no_init, f"folders with Python files but no __init__.py: {no_init}"
 
 
 def _build_wheel(tmp: Path) -> Path:
