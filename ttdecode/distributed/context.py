@@ -43,16 +43,14 @@ of a TP x CP layout), with either merge. On a device mesh (``backend="device"``,
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 
 from ttdecode.distributed import RankContext, WorkerPool
 from ttdecode.distributed.sharding import (
-    COMBINES, KV_LAYOUTS, ShardPlan, _local_positions, _shard_kv, _tile_rows_select, _unit_positions, shard_groups, shard_plan,
+    COMBINES, KV_LAYOUTS, ShardPlan, _local_positions, _shard_kv, _unit_positions, shard_groups, shard_plan,
 )
 
 __all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",

@@ -7,7 +7,7 @@ from typing import Any, Union
 
 import torch
 
-from ttdecode.checks import TensorMeta, fail
+from ttdecode.checks import fail
 from ttdecode.formats import DataType
 from ttdecode.ops.flash_decode.validate import DecodeInputs, dequantize_input, sink_values
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import struct
-import operator
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 

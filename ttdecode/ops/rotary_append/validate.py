@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -10,22 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ttdecode import formats
 from ttdecode.formats import DataType
-from ttdecode.program import (
-    kv_cache_tensor,
-    BufferAddress,
-    CircularBuffer,
-    ComputeSettings,
-    CoreCoord,
-    CoreRangeSet,
-    DramTensor,
-    Kernel,
-    KernelKind,
-    MathFidelity,
-    Program,
-    unpack_to_dest_modes,
-)
 from ttdecode.tensor import TileTensor
 from ttdecode.checks import fail
 
