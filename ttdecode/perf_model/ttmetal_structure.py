@@ -104,7 +104,10 @@ def _eltwise(ops: dict[str, list[OpTally]], op: str, tiles: int, rows: int, step
 def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, int]]:
     """(per-core work of the cores with chunks, the critical path of the tree, counts) for `s`.
 
-    counts: chunks per head, active cores per head, tree rounds, chunk tiles (for checks)."""
+    counts: chunks per head, active cores per head, tree rounds, chunk tiles (for checks).
+    Steps: the shape's tiles and the split; per (user, KV head, core rank) the chunks' tallies
+    (_tally_chunk), the root's finish (_tally_finish), summed per core (_add_to_core); then the
+    reduction (_reduction)."""
     d = s.head_dim // 32
     dv = d
     g = s.num_q_heads // s.num_kv_heads
@@ -124,63 +127,95 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                 ops: dict[str, list[OpTally]] = defaultdict(list)
                 groups: list[tuple[int, int]] = [(d * BF16_TILE, d)]  # this head's Q tiles
                 for c in range(my_chunks):
-                    # (op, tiles, tile calls, inits): one init per op block (its reconfig included). L1
-                    # bytes: K/V tiles of kv_tile, its q-row tiles bf16 of `rows` rows, the reduce
-                    # scaler a bf16 32x32 tile; a matmul unpacks its in0 tile once per call (reused
-                    # across the subblock), each in1 tile once
-                    _add(ops, "matmul", kt * d, d, rows, steps, kt * d * kv_tile + d * b, kt * d + d)
-                    inits = 1
-                    if rank == 0 and c == my_chunks - 1:
-                        _eltwise(ops, "add", kt, rows, steps, b, 1)  # the mask onto the scores in Dst
-                        inits += 1
-                    _eltwise(ops, "reduce_max", kt, rows, steps, (b + BF16_TILE) // 2, 2)
-                    if c:
-                        _add(ops, "max", 1, 1, rows, steps)
-                    _eltwise(ops, "sub_bcast", kt, rows, steps, b, 2)
-                    if rows == 16:  # partial faces (VectorMode::R): the approximate exp, the scale in its init
-                        _add(ops, "exp_approx", kt, kt, rows, steps)
-                    else:  # whole tiles (RC): the scale (mul_unary_tile), then the accurate bf16 exp
-                        _add(ops, "scalar", kt, kt, rows, steps)
-                        _add(ops, "exp_bf16", kt, kt, rows, steps)
-                    _eltwise(ops, "reduce_sum", kt, rows, steps, (b + BF16_TILE) // 2, 2)
-                    _add(ops, "matmul", kt * dv, kt, rows, steps, kt * dv * kv_tile + kt * b, kt * dv + kt)
-                    inits += 6 + (1 if c else 0)
-                    if c:
-                        _eltwise(ops, "sub", 1, rows, steps, b, 2)
-                        _add(ops, "exp_bf16", 1, 1, rows, steps)
-                        _eltwise(ops, "mul", 1, rows, steps, b, 2)
-                        _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
-                        _eltwise(ops, "add", 1, rows, steps, b, 2)
-                        _eltwise(ops, "add", dv, rows, steps, b, 2)
-                        inits += 6
-                    _eltwise(ops, "copy", 2, rows, steps, b, 1)
-                    inits += 2
-                    packed = 2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)
-                    _add(ops, "pack", packed, packed, rows, steps, packed * b)
-                    _add(ops, "init", 0, inits, rows, steps)
-                    groups += [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
+                    groups += _tally_chunk(ops, c, rank == 0 and c == my_chunks - 1, kt, d, dv, rows, steps, b, kv_tile)
                 if rank == 0:
-                    _add(ops, "recip", 1, 1, rows, steps)
-                    _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
-                    _eltwise(ops, "copy", dv, rows, steps, b, 1)
-                    _add(ops, "init", 0, 3, rows, steps)
-                kv = my_chunks * kt * (d + dv) * kv_tile
-                per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
-                # K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the
-                # read of its V, so the pipeline has two stages per chunk
-                key = (user, head // heads_per_core, rank)  # a core runs heads_per_core heads one after another
-                if key in by_core:
-                    w = by_core[key]
-                    w.read_groups += groups
-                    w.bank_bytes = w.bank_bytes + per_bank
-                    for op, ts in ops.items():
-                        w.compute.setdefault(op, []).extend(ts)
-                    w.chunks += 2 * my_chunks
-                    w.cb_handshakes += 4 * my_chunks + 2
-                    w.kv_bytes += kv
-                else:
-                    by_core[key] = CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv)
+                    _tally_finish(ops, dv, rows, steps, b)
+                # a core runs heads_per_core heads one after another
+                _add_to_core(by_core, (user, head // heads_per_core, rank), groups, ops, my_chunks,
+                             my_chunks * kt * (d + dv) * kv_tile)
     works = list(by_core.values())
+    reduction, rounds = _reduction(s, active, dv, rows, steps, b)
+    counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
+              "cores_per_head": per_head}
+    return works, reduction, counts
+
+
+def _tally_chunk(ops: dict[str, list[OpTally]], c: int, masked: bool, kt: int, d: int, dv: int, rows: int, steps: int,
+                 b: int, kv_tile: int) -> list[tuple[int, int]]:
+    """Adds to `ops` the compute of chunk `c` (0 = a core's first) of `kt` key tiles (the module doc's
+    table; `masked`: the causal mask add, the root's last chunk). `d`, `dv`: K and V tiles per key tile;
+    `rows`/`steps`: the q-row tiles' rows and SFPU steps; `b`, `kv_tile`: bytes of a q-row tile and a K/V
+    tile. Returns the chunk's two read groups (bytes, requests): its K tiles, then its V tiles."""
+    # (op, tiles, tile calls, inits): one init per op block (its reconfig included). L1
+    # bytes: K/V tiles of kv_tile, its q-row tiles bf16 of `rows` rows, the reduce
+    # scaler a bf16 32x32 tile; a matmul unpacks its in0 tile once per call (reused
+    # across the subblock), each in1 tile once
+    _add(ops, "matmul", kt * d, d, rows, steps, kt * d * kv_tile + d * b, kt * d + d)
+    inits = 1
+    if masked:
+        _eltwise(ops, "add", kt, rows, steps, b, 1)  # the mask onto the scores in Dst
+        inits += 1
+    _eltwise(ops, "reduce_max", kt, rows, steps, (b + BF16_TILE) // 2, 2)
+    if c:
+        _add(ops, "max", 1, 1, rows, steps)
+    _eltwise(ops, "sub_bcast", kt, rows, steps, b, 2)
+    if rows == 16:  # partial faces (VectorMode::R): the approximate exp, the scale in its init
+        _add(ops, "exp_approx", kt, kt, rows, steps)
+    else:  # whole tiles (RC): the scale (mul_unary_tile), then the accurate bf16 exp
+        _add(ops, "scalar", kt, kt, rows, steps)
+        _add(ops, "exp_bf16", kt, kt, rows, steps)
+    _eltwise(ops, "reduce_sum", kt, rows, steps, (b + BF16_TILE) // 2, 2)
+    _add(ops, "matmul", kt * dv, kt, rows, steps, kt * dv * kv_tile + kt * b, kt * dv + kt)
+    inits += 6 + (1 if c else 0)
+    if c:
+        _eltwise(ops, "sub", 1, rows, steps, b, 2)
+        _add(ops, "exp_bf16", 1, 1, rows, steps)
+        _eltwise(ops, "mul", 1, rows, steps, b, 2)
+        _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
+        _eltwise(ops, "add", 1, rows, steps, b, 2)
+        _eltwise(ops, "add", dv, rows, steps, b, 2)
+        inits += 6
+    _eltwise(ops, "copy", 2, rows, steps, b, 1)
+    inits += 2
+    packed = 2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)
+    _add(ops, "pack", packed, packed, rows, steps, packed * b)
+    _add(ops, "init", 0, inits, rows, steps)
+    return [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
+
+
+def _tally_finish(ops: dict[str, list[OpTally]], dv: int, rows: int, steps: int, b: int) -> None:
+    """Adds to `ops` the root's finish: 1 / l, O x (1 / l) over dv tiles, and the copy out."""
+    _add(ops, "recip", 1, 1, rows, steps)
+    _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
+    _eltwise(ops, "copy", dv, rows, steps, b, 1)
+    _add(ops, "init", 0, 3, rows, steps)
+
+
+def _add_to_core(by_core: dict[tuple[int, int, int], CoreWork], key: tuple[int, int, int],
+                 groups: list[tuple[int, int]], ops: dict[str, list[OpTally]], my_chunks: int, kv: int) -> None:
+    """Adds one (user, KV head)'s work on a core (`key`: user, head group, rank) to `by_core`: its read
+    groups, its K/V bytes spread evenly over the DRAM banks, its op tallies, two pipeline stages per chunk
+    (K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the read of its V) and
+    the CB handshakes."""
+    per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
+    if key in by_core:
+        w = by_core[key]
+        w.read_groups += groups
+        w.bank_bytes = w.bank_bytes + per_bank
+        for op, ts in ops.items():
+            w.compute.setdefault(op, []).extend(ts)
+        w.chunks += 2 * my_chunks
+        w.cb_handshakes += 4 * my_chunks + 2
+        w.kv_bytes += kv
+    else:
+        by_core[key] = CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv)
+
+
+def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: int) -> tuple[Reduction, int]:
+    """The merge of `active` partials per head: the messages (l, m and dv O tiles, bytes, and NoC hops
+    to the root at core (0, 0)) of the senders on the critical path, a binary tree (ceil(log2 n)
+    rounds) or linear (the root merges the n - 1 workers one after another), and the ops of one merge.
+    Returns (the reduction, its rounds)."""
     if s.reduction not in ("tree", "linear"):
         raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
     gx = s.grid[0]
@@ -202,6 +237,4 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
             _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
-    counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
-              "cores_per_head": per_head}
-    return works, Reduction(path, dict(merge)), counts
+    return Reduction(path, dict(merge)), rounds
