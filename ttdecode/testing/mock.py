@@ -214,7 +214,7 @@ def runtime_root() -> Path:
         raise MockUnavailable(f"the mock's stand-in compiler needs {', '.join(missing)} "
                               f"(Debian: apt-get install {' '.join(APT_PACKAGES)}; `make system-deps`)")
     wheel = wheel_dir()
-    key = _stamp(wheel, HERE, sys.executable, TOOLCHAIN_SCRIPT.stat().st_mtime_ns, _WRAPPER, _MEMFUNCS)
+    key = _stamp(wheel, HERE, sys.executable, _WRAPPER, _MEMFUNCS, _LIB_INCLUDES)
     root = mock_home() / f"root-{key}"
     if (root / ".complete").is_file():
         return root
@@ -251,10 +251,17 @@ def cluster_descriptor(system: str) -> Path:
     return CLUSTERS_DIR / SYSTEMS[system].descriptor
 
 
+def standin_version() -> str:
+    """A hash of the stand-in compiler and headers: the JIT keys its cache on the compiler's banner
+    only (always SFPI 7.89.0's here), so a changed stand-in must not reuse binaries built by another."""
+    files = [TOOLCHAIN_SCRIPT, *sorted(SFPI_DIR.glob("*.h"))]
+    return _stamp(*(f.read_bytes() for f in files))
+
+
 def cache_dir(system: str, dispatch: str = "worker") -> Path:
     """One TT_METAL_CACHE per mock system and dispatch type (the JIT keys its output on harvest masks
-    and dispatch cores), shared by every process that uses that system."""
-    path = mock_home() / "cache" / f"{system}-{dispatch}"
+    and dispatch cores) and stand-in version, shared by every process that uses that system."""
+    path = mock_home() / "cache" / f"{system}-{dispatch}-{standin_version()}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
