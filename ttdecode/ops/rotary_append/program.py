@@ -142,28 +142,38 @@ def derived_images(inp: RotaryInputs) -> dict[str, bytes]:
 
 def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
                   grid: tuple[int, int] = (8, 8)) -> Program:
-    """The one program of a call; `images` None describes it without input bytes (the device path)."""
-    b, nh, nkv, d = inp.batch, inp.num_q_heads, inp.num_kv_heads, inp.head_dim
+    """The one program of a call; `images` None describes it without input bytes (the device path).
+
+    Steps: the users dealt over the cores (_core_users), the circular buffers and their L1 check
+    (_circular_buffers), the three kernels and their arguments (_kernels), the DRAM tensors (_tensors)."""
+    blocks = rotate_half_blocks(inp.head_dim, inp.rotary_dim, inp.interleaved)
+    users = _core_users(inp.batch, grid)
+    where = CoreRangeSet.of(list(users))
+    cbs = _circular_buffers(inp, where, len(blocks))
+    kernels = _kernels(inp, users, where, blocks)
+    return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=_tensors(inp, len(blocks), images))
+
+
+def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -> list[CircularBuffer]:
+    """The CBs on every core of `where` (pages: tiles; sizes in bytes): two slots of a user's rows of cos,
+    sin, x and the rotated outputs, the `num_blocks` rotate-half blocks, one cache tile, the positions
+    and (paged) one page-table row. Refuses a head_dim whose CBs exceed one core's L1."""
+    b, nh, d = inp.batch, inp.num_q_heads, inp.head_dim
     dt, rt = inp.d_tiles, inp.rot_tiles
-    blocks = rotate_half_blocks(d, inp.rotary_dim, inp.interleaved)
-    users = _core_users(b, grid)
-    cores = list(users)
-    where = CoreRangeSet.of(cores)
     cache_tile = formats.tile_size(inp.cache_dtype)
-    has_q = nh > 0
     f32, bf16 = DataType.float32, DataType.bfloat16
     cb = ROTARY_CBS
     cbs = [
         CircularBuffer(cb["cos"], where, f32, 4096, 2 * rt),
         CircularBuffer(cb["sin"], where, f32, 4096, 2 * rt),
         CircularBuffer(cb["x"], where, bf16, 2048, 2 * dt),
-        CircularBuffer(cb["trans"], where, bf16, 2048, len(blocks)),
+        CircularBuffer(cb["trans"], where, bf16, 2048, num_blocks),
         CircularBuffer(cb["k_out"], where, inp.cache_dtype, cache_tile, 2 * dt),
         CircularBuffer(cb["v_out"], where, inp.cache_dtype, cache_tile, 2 * dt),
         CircularBuffer(cb["cache"], where, inp.cache_dtype, cache_tile, 1),
         CircularBuffer(cb["pos"], where, f32, -(-4 * b // 32) * 32, 1),
     ]
-    if has_q:
+    if nh > 0:
         cbs.append(CircularBuffer(cb["q_out"], where, bf16, 2048, 2 * dt))
     if inp.paged:
         cbs.append(CircularBuffer(cb["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
@@ -176,9 +186,19 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     if l1 > L1_BYTES_PER_CORE:
         raise fail("k_cache", f"a head_dim whose circular buffers fit one core's L1 ({L1_BYTES_PER_CORE} B, CBs "
                    f"from {L1_UNRESERVED_BASE:#x})", f"D={d} needing {l1} B")
+    return cbs
 
+
+def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRangeSet,
+             blocks: tuple[tuple[int, int, torch.Tensor], ...]) -> list[Kernel]:
+    """The reader, writer and compute kernels on `where`: their compile-time args (tiles per head, heads,
+    the rotate-half block pairs, the cache's geometry) and per core the buffers it reads and writes and
+    its users (`users`: core -> user indices)."""
     from ttdecode.paths import kernels_dir
 
+    b, nh, nkv = inp.batch, inp.num_q_heads, inp.num_kv_heads
+    dt, rt = inp.d_tiles, inp.rot_tiles
+    has_q = nh > 0
     src = kernels_dir() / "rotary_append"
     seq_tiles = 0 if inp.paged else inp.cache_shape[2] // TILE
     reader_ct = {"d_tiles": dt, "rot_tiles": rt, "num_q_heads": nh, "num_kv_heads": nkv, "packed": int(inp.packed),
@@ -187,7 +207,7 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
                   "num_pairs": len(blocks)}
     writer_ct = {"d_tiles": dt, "q_row_tiles": _row_tiles(nh), "num_kv_heads": nkv, "batch": b,
                  "paged": int(inp.paged), "seq_tiles": seq_tiles, "block_size": inp.block_size,
-                 "max_blocks": inp.max_blocks, "cache_tile_bytes": cache_tile,
+                 "max_blocks": inp.max_blocks, "cache_tile_bytes": formats.tile_size(inp.cache_dtype),
                  "key_row_pages": int(inp.kv_pages == "key_row")}
     if inp.packed:
         x_args: list = [BufferAddress("qkv"), 0, 0]
@@ -200,7 +220,7 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     writer_rt = {c: [BufferAddress("q_rot") if has_q else 0, BufferAddress("k_cache"), BufferAddress("v_cache"),
                      BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0, len(u), *u]
                  for c, u in users.items()}
-    kernels = [
+    return [
         Kernel("rotary_reader", src / "reader.cpp", KernelKind.READER, where, runtime_args=reader_rt,
                named_compile_time_args=reader_ct),
         Kernel("rotary_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=writer_rt,
@@ -209,6 +229,14 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
                compute=COMPUTE, named_compile_time_args=compute_ct),
     ]
 
+
+def _tensors(inp: RotaryInputs, num_blocks: int, images: Optional[dict[str, bytes]]) -> list[DramTensor]:
+    """The DRAM tensors (shapes in elements): the new rows (qkv, or q, k_new, v_new), cos, sin, the
+    `num_blocks` rotate-half blocks, the positions, (paged) the page table, the two caches written in
+    place, and (with q) the rotated q out; their bytes from `images` (None: described without bytes)."""
+    b, nh, nkv, d = inp.batch, inp.num_q_heads, inp.num_kv_heads, inp.head_dim
+    rt = inp.rot_tiles
+    f32, bf16 = DataType.float32, DataType.bfloat16
     image = (lambda name: None) if images is None else images.__getitem__
 
     def tile(name: str, shape: tuple[int, ...], fmt: DataType, **kw: Any) -> DramTensor:
@@ -219,13 +247,13 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
     if inp.packed:
         tensors.append(tile("qkv", (1, b, (nh + 2 * nkv) * d), bf16))
     else:
-        if has_q:
+        if nh > 0:
             tensors.append(tile("q", (1, b, nh, d), bf16))
         tensors += [tile("k_new", (1, b, nkv, d), bf16), tile("v_new", (1, b, nkv, d), bf16)]
     tensors += [
         tile("cos", (b, rt * TILE), f32),
         tile("sin", (b, rt * TILE), f32),
-        tile("trans", (len(blocks) * TILE, TILE), bf16),
+        tile("trans", (num_blocks * TILE, TILE), bf16),
         DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
     if inp.paged:
@@ -233,9 +261,9 @@ def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
                                   image("page_table"), element_type="int32"))
     tensors += [kv_cache_tensor(name, inp.cache_dtype, inp.cache_shape, inp.kv_pages, image(name), in_place=True)
                 for name in ("k_cache", "v_cache")]
-    if has_q:
+    if nh > 0:
         tensors.append(tile("q_rot", (1, b, nh, d), bf16, is_output=True))
-    return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=tensors)
+    return tensors
 
 
 def device_program(*, batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, cache_dtype: DataType,
