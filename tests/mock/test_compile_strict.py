@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 MUTATIONS = {
     "wrong_template_argument": ("sfpu_reduce_init<PoolType::MAX, stat_format>()",
                                 "sfpu_reduce_init<ReduceDim::REDUCE_ROW, stat_format>()"),
-    "missing_include": ('#include "api/compute/matmul.h"\n', ""),
+    "missing_include": ('#include "api/compute/eltwise_unary/recip.h"\n', ""),
     "wrong_argument_count": ("matmul_tiles(cb_probs, cb_ones, j, 0, n);", "matmul_tiles(cb_probs, cb_ones, j, 0);"),
     "misspelled_llk_call": ("calculate_reciprocal, (APPROX, DST_ACCUM_MODE, row_iterations)",
                             "calculate_reciprocl, (APPROX, DST_ACCUM_MODE, row_iterations)"),
@@ -46,7 +46,9 @@ def test_unbroken_copy_of_our_kernels_compiles(run_mock, tmp_path: Path) -> None
     tree = tmp_path / "kernels"
     shutil.copytree(kernels_dir(), tree, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
     src = tree / "flash_decode" / "compute.cpp"
-    r = run_mock(CHILD.format(here=str(HERE), source=str(src)), timeout=300, jit_log=str(tmp_path / "jit.log"))
+    # its own JIT cache: a build logged only here must not turn into a cache hit of another test
+    r = run_mock(CHILD.format(here=str(HERE), source=str(src)), timeout=300, jit_log=str(tmp_path / "jit.log"),
+                 cache=tmp_path / "cache")
     assert r.returncode == 0 and r.result is not None, r.describe()
     assert r.result["accepted"], r.result["error"]
 
@@ -61,7 +63,8 @@ def test_broken_copy_of_our_compute_kernel_fails_to_compile(run_mock, mock_run, 
     assert text.count(old) == 1, f"mutation {name}: {old!r} no longer occurs exactly once in compute.cpp"
     src.write_text(text.replace(old, new))
     log = tmp_path / "jit.log"
-    r = run_mock(CHILD.format(here=str(HERE), source=str(src)), timeout=300, jit_log=str(log))
+    r = run_mock(CHILD.format(here=str(HERE), source=str(src)), timeout=300, jit_log=str(log),
+                 cache=tmp_path / "cache")
     assert r.returncode == 0 and r.result is not None, r.describe()
     assert not r.result["accepted"], f"mutation {name} was accepted by the JIT"
     failed = [rec for rec in jit_records(log) if rec.get("result") == "error"
