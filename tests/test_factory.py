@@ -90,6 +90,7 @@ def common_hpp_table(tmp_path_factory: pytest.TempPathFactory) -> list[list[int]
     return [[int(x) for x in line.split()] for line in out.splitlines()]
 
 
+@pytest.mark.slow
 def test_common_hpp_chunk_ranges_equal_plan_piece_range(common_hpp_table: list[list[int]]) -> None:
     assert len(common_hpp_table) > 10_000
     for pos, fixed, pieces, i, first_chunk, count, c, first_tile, ntiles, *_, window, floor, cap in common_hpp_table:

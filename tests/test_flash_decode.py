@@ -97,6 +97,7 @@ def kv_bytes_of_valid_tiles(plan: DecodePlan, pos: Sequence[int], tile_bytes: in
 # ---- position sweeps ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "max_cores, kv, k_chunk, pieces",
     [
@@ -192,6 +193,7 @@ def test_model_split_floor_runs_a_short_context_on_its_root_alone_and_stays_batc
         assert torch.equal(alone.out[:, 0], case.out[:, u])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 32])
 def test_llama31_8b_on_n150_reads_each_kv_byte_once(batch: int) -> None:
     pos = [8191] if batch == 1 else [8191 - 253 * u for u in range(batch)]
@@ -394,6 +396,7 @@ def test_a_sub_grid_gives_the_bits_of_the_full_grid() -> None:
 # ---- long context -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_128k_context_with_64_pieces_per_head() -> None:
     s = 131072
     pos = [s - 1, 70000]

@@ -79,6 +79,7 @@ def test_reference_token_j_is_a_one_token_decode_at_its_own_position() -> None:
         sdpa_decode_reference(q, k, v, cur_pos=[1, 5])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t, nh, nkv, max_cores, kv, k_chunk", [
     (2, 8, 2, 1, BF16, 0),     # g=4: 8 q rows
     (5, 12, 2, 3, BFP8, 32),   # g=6: 30 rows, groups not aligned to 16-row faces
@@ -96,6 +97,7 @@ def test_every_position_of_a_128_key_cache_matches_the_reference_for_every_token
     assert torch.all(out[:, 0] == 0) and torch.all(lse[:, 0] == float("-inf"))  # the skipped user
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t, window", [(7, 1), (7, 33), (32, 5)])
 def test_each_token_keeps_its_own_sliding_window(t, window) -> None:
     s = 256
@@ -106,6 +108,7 @@ def test_each_token_keeps_its_own_sliding_window(t, window) -> None:
     check_users(out, lse, ref, ref_lse, range(len(pos)), f"T={t}, window {window}")
 
 
+@pytest.mark.slow
 def test_the_tokens_read_the_kv_bytes_of_one_token() -> None:
     # K/V read by the T-token step = exactly the tiles of the last token's keys, as a one-token step
     # at cur_pos reads them; only the q rows grow (T x g rows per piece).

@@ -8,6 +8,7 @@ so CI sees the same examples every run.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def configs(draw: st.DrawFn) -> dict:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(configs())
 def test_random_configurations_match_the_reference_for_every_user(config: dict) -> None:

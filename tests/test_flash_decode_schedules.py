@@ -111,6 +111,7 @@ def _bits(out: torch.Tensor, lse: Optional[torch.Tensor]) -> tuple[bytes, Option
     return out.view(torch.int16).numpy().tobytes(), None if lse is None else lse.view(torch.int32).numpy().tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CLASSES))
 def test_every_schedule_seed_gives_the_bits_of_the_deterministic_schedule(name: str) -> None:
     case = CLASSES[name]

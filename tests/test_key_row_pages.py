@@ -154,6 +154,7 @@ def test_every_piece_of_a_batch_runs_on_a_core_of_its_bank_within_the_runtime_ar
         (u, h, i) for u in range(b) for h in range(nkv) for i in range(plan.pieces_per_work))
 
 
+@pytest.mark.slow
 def test_a_batch_spreads_its_merges_over_the_cores_of_the_banks_that_hold_the_parents() -> None:
     """B 16 at 8K with 60 pieces per head: every user's tree puts its merges on the pieces whose tiles
     sit in banks 0, 4 and 8 (S/32 = 256 is 4 mod 12), which an even share of cores per bank would leave

@@ -128,6 +128,7 @@ SMOKE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_three_operators(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -62,6 +62,7 @@ def test_each_bad_step_is_refused_before_any_cache_write_and_nothing_is_lost(hf)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_exhausted_block_pool_is_refused_before_any_cache_write():
     hf = hf_llama(8, 2, 64, layers=1)
     # 3 blocks of 32 positions for 2 users: user 0 takes 2 blocks, user 1 cannot take a second one

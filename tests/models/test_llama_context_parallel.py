@@ -19,6 +19,7 @@ from _llama_cases import (assert_hf_agreement, hf_llama, joining_schedule, rel_l
                           teacher_forced_against_one_device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices, cp, steps", [(2, 2, 72), (4, 2, 72), (8, 8, 150)])
 def test_context_parallel_matches_one_device_and_hf(devices: int, cp: int, steps: int) -> None:
     hf = hf_llama(8, 2 if devices // cp <= 2 else 4, 32, layers=1, vocab=516)
@@ -31,6 +32,7 @@ def test_context_parallel_matches_one_device_and_hf(devices: int, cp: int, steps
     assert_hf_agreement(results)
 
 
+@pytest.mark.slow
 def test_context_parallel_on_host_kernels_matches_one_device() -> None:
     hf = hf_llama(8, 2, 32, layers=1)
     g = torch.Generator().manual_seed(2)

@@ -18,6 +18,7 @@ from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teache
 CONFIGS = {"8q2kv_d64": (8, 2, 64), "16q2kv_d128": (16, 2, 128)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config, kv_dtype, backend",
     [
@@ -37,6 +38,7 @@ def test_teacher_forced_logits_match_hf_with_users_joining(config, kv_dtype, bac
     assert_hf_agreement(results)
 
 
+@pytest.mark.slow
 def test_greedy_generate_equals_hf_generate_on_host_kernels():
     hf = hf_llama(8, 2, 64, separated=True, seed=3)
     prompt = torch.randint(0, hf.config.vocab_size, (2, 4), generator=torch.Generator().manual_seed(5))

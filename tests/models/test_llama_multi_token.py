@@ -17,6 +17,7 @@ def _t(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64)
 
 
+@pytest.mark.slow
 def test_multi_token_steps_match_hf_and_a_rewind_drops_rejected_drafts():
     hf = hf_llama(8, 2, 64, layers=2)
     g = torch.Generator().manual_seed(4)

@@ -17,6 +17,7 @@ from _llama_cases import (assert_hf_agreement, hf_llama, joining_schedule, rel_l
                           teacher_forced_against_one_device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices, heads, kv_heads", [(2, 8, 2), (8, 16, 8)])
 def test_tensor_parallel_matches_one_device_and_hf(devices, heads, kv_heads):
     hf = hf_llama(heads, kv_heads, 32 if devices == 8 else 64, vocab=516)  # 516: the LM head's vocab slices pad
@@ -28,6 +29,7 @@ def test_tensor_parallel_matches_one_device_and_hf(devices, heads, kv_heads):
     assert_hf_agreement(results)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices, heads, kv_heads, head_dim", [(2, 8, 2, 64), (8, 16, 8, 32)])
 def test_tensor_parallel_greedy_generate_equals_hf(devices, heads, kv_heads, head_dim):
     hf = hf_llama(heads, kv_heads, head_dim, separated=True, seed=3)

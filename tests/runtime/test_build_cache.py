@@ -2,6 +2,7 @@
 
 import subprocess
 
+import pytest
 import torch
 
 from ttdecode.formats import DataType
@@ -10,6 +11,7 @@ from ttdecode.runtime import build, run_program
 from programs import copy_program, grid
 
 
+@pytest.mark.slow
 def test_second_run_reuses_compiled_kernels_and_a_new_define_rebuilds(tmp_path, monkeypatch):
     monkeypatch.setenv("TTDECODE_CACHE", str(tmp_path))
     runner, _ = build.build_runner()  # built into the fresh cache (not a kernel)
