@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 
 # clang-19, lld-19 and the riscv64 libstdc++ headers compile and link our kernels against the real
 # tt-metal headers of the ttnn wheel: the stand-in SFPI compiler of the mock Wormhole
-# (ttdecode/testing/, tests/mock/) and tests/test_real_headers.py.
+# (ttdecode/testing/, tests/mock/).
 system-deps:
 	@if ! command -v clang-19 >/dev/null 2>&1 || ! command -v ld.lld-19 >/dev/null 2>&1 || [ ! -d /usr/riscv64-linux-gnu/include/c++ ]; then \
 	    echo "installing clang-19, lld-19 and g++-riscv64-linux-gnu (Debian)"; \

@@ -222,23 +222,6 @@ def test_combine_program_converts_to_real_ttnn_descriptors(ttnn: Any) -> None:
     assert compute.compute.unpack_to_dest_mode[1] is UnpackToDestMode.UnpackToDestFp32
 
 
-def test_combine_dataflow_kernels_compile_against_the_real_headers() -> None:
-    from tools import compile_real as cr
-
-    try:
-        cr.find_clang()
-        cr.find_riscv_cxx_includes()
-        cr.find_wheel()
-    except cr.ToolchainMissing as exc:
-        pytest.fail(f"the real-header compile check cannot run: {exc}")
-    for in_dtype in (DataType.bfloat16, DataType.float32):
-        plan = make_combine_plan(partials=3, groups=2, heads=40, head_dim_v=128, in_dtype=in_dtype)
-        prog = build_combine_program_for_device(plan)
-        prog.kernels = [k for k in prog.kernels if k.kind is not KernelKind.COMPUTE]
-        results = cr.compile_program_kernels(prog)
-        assert [r.ok for r in results] == [True, True], "\n".join(r.summary() for r in results)
-
-
 def test_the_device_combine_program_takes_what_all_gather_returns(ttnn: Any) -> None:
     """ttnn.all_gather(dim=0) of n per-device [1, B, NH, Dv] / [1, B, NH, 1] tensors gives [n, ...]:
     the program's inputs have exactly those shapes, with ttnn's tile pages, and convert to descriptors."""

@@ -120,25 +120,6 @@ def test_device_backend_refuses_without_a_device() -> None:
     assert not dev.available()  # this machine has no /dev/tenstorrent
 
 
-def test_flash_decode_dataflow_kernels_compile_against_the_real_headers() -> None:
-    from tools import compile_real as cr
-
-    for kv, block in ((DataType.bfloat8_b, None), (DataType.bfloat16, None), (DataType.bfloat4_b, 128)):
-        _, prog = program(batch=2, kv=kv, block_size=block)
-        results = cr.compile_program_kernels(prog)
-        assert len(results) == 2
-        for r in results:
-            assert r.ok, r.summary()
-    masked = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2, **LLAMA)
-    tokens = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, num_tokens=8, sliding_window_size=100,
-                       attention_sink=True, **LLAMA)
-    key_row = make_plan(batch=2, cur_pos=None, kv_dtype=DataType.bfloat8_b, is_causal=False, attn_mask_batch=2,
-                         kv_pages="key_row", **dict(LLAMA, max_cores_per_head_batch=12))
-    for plan in (masked, tokens, key_row):
-        for r in cr.compile_program_kernels(build_program_for_device(plan, scale=0.1, compute=ComputeSettings())):
-            assert r.ok, r.summary()
-
-
 def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> None:
     # The compute kernel's fp32 statistics reach DST exactly only in UnpackToDestFp32 mode: the mode
     # list of the real ComputeConfigDescriptor, entry by entry. cb_probs (read by the matmuls) stays

@@ -266,9 +266,8 @@ def test_the_deepseek_plan_at_d576_fits_l1_or_names_the_knob_that_makes_it_fit()
 # ---- the device path -----------------------------------------------------------------------------------
 
 
-def test_mla_program_has_no_v_tensor_and_its_dataflow_kernels_compile_against_the_real_headers(ttnn: Any) -> None:
-    from tools import compile_real as cr
-
+def test_mla_program_has_no_v_tensor_and_reads_v_out_of_k(ttnn: Any) -> None:
+    # its kernels compile against the real headers on the mock (tests/mock: mla_d192, mla_paged_bf16)
     from ttdecode import device as dev
     from tests.test_device_flash_decode import GridView
 
@@ -284,8 +283,6 @@ def test_mla_program_has_no_v_tensor_and_its_dataflow_kernels_compile_against_th
         assert resolved[:4] == [GridView().addresses["q"], GridView().addresses["k"], 0, GridView().addresses["cur_pos"]]
         assert reader.named_compile_time_args["mla"] == 1
         assert next(k for k in prog.kernels if k.kind is KernelKind.COMPUTE).named_compile_time_args["mla"] == 1
-        for r in cr.compile_program_kernels(prog):
-            assert r.ok, r.summary()
 
 
 def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.CaptureFixture[str]) -> None:

@@ -439,27 +439,6 @@ def test_an_unknown_named_compile_time_arg_fails_the_kernel_build() -> None:
     assert "named_compile_time_arg_not_given_by_the_program" in str(err.value)
 
 
-@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-def test_dataflow_kernels_compile_against_the_real_headers_with_their_named_args(paged: bool) -> None:
-    """The reader and writer of a real program, with its named compile-time args, compiled for riscv32
-    with clang-19 against the ttnn 0.81.1 wheel (tools/compile_real.py; a missing toolchain fails)."""
-    from tools import compile_real as cr
-    from ttdecode.ops.rotary_append import op as rotary
-
-    try:
-        cr.find_clang(), cr.find_riscv_cxx_includes(), cr.find_wheel()
-    except cr.ToolchainMissing as exc:
-        pytest.fail(f"the real-header compile check cannot run: {exc}")
-    kw = _paged() if paged else _good()
-    inp = rotary.validate(kw["k_new"], kw["v_new"], kw["k_cache"], kw["v_cache"], cur_pos=[0, 1], cos=kw["cos"],
-                          sin=kw["sin"], page_table=kw.get("page_table"), q=torch.zeros(1, 2, 3, 64), qkv=None,
-                          num_q_heads=None, rotary_interleaved=False, rotary_dim=None)
-    results = cr.compile_program_kernels(rotary.build_program(inp, None))
-    assert [r.source.name for r in results] == ["reader.cpp", "writer.cpp"]
-    for r in results:
-        assert r.ok, r.summary()
-
-
 def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(ttnn, monkeypatch) -> None:
     """Without q the program has no output: launch allocates nothing and hands the in-place caches
     to generic_op last (generic_op returns its last tensor). ttnn's device calls are stubbed."""

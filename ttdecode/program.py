@@ -115,8 +115,8 @@ Arg = Union[int, NocX, NocY, BufferAddress]
 
 
 class KernelKind(enum.Enum):
-    READER = "reader"  # NCRISC, NoC 1 on the device
-    WRITER = "writer"  # BRISC, NoC 0 on the device
+    READER = "reader"  # NCRISC, NoC 0 on a Wormhole (the JIT compiles it with NOC_INDEX=0)
+    WRITER = "writer"  # BRISC, NoC 1 on a Wormhole (NOC_INDEX=1)
     COMPUTE = "compute"  # TRISC0/1/2
 
 

@@ -37,12 +37,12 @@ def _capture(module: Any, name: str, call: Callable[[], Any]) -> tuple:
     raise AssertionError(f"{module.__name__}.{name} was not reached")
 
 
-def _kv(b: int, nkv: int, s: int, d: int, g: torch.Generator) -> Any:
-    return ttdecode.from_torch(torch.randn(b, nkv, s, d, generator=g), dtype=ttdecode.bfloat8_b)
+def _kv(b: int, nkv: int, s: int, d: int, g: torch.Generator, dtype: Any = ttdecode.bfloat8_b) -> Any:
+    return ttdecode.from_torch(torch.randn(b, nkv, s, d, generator=g), dtype=dtype)
 
 
 def _decode_call(name: str, *, b=2, nh=8, nkv=2, s=1024, d=64, dv=None, t=1, paged=False, grid=(4, 4),
-                 **kw: Any) -> Callable[[], Any]:
+                 kv_dtype: Any = ttdecode.bfloat8_b, block: int = 64, **kw: Any) -> Callable[[], Any]:
     g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
     pc = kw.pop("program_config", SDPAProgramConfig(compute_with_storage_grid_size=grid, k_chunk_size=0))
     common = dict(program_config=pc, backend="host", **kw)
@@ -50,13 +50,13 @@ def _decode_call(name: str, *, b=2, nh=8, nkv=2, s=1024, d=64, dv=None, t=1, pag
         common["head_dim_v"] = dv
     q = torch.randn(t, b, nh, d, generator=g)
     if paged:
-        block = 64
         blocks = s // block
         table = torch.randperm(b * blocks, generator=g).view(b, blocks).to(torch.int32)
-        pool_k, pool_v = _kv(b * blocks, nkv, block, d, g), _kv(b * blocks, nkv, block, d, g)
+        pool_k = _kv(b * blocks, nkv, block, d, g, kv_dtype)
+        pool_v = None if dv else _kv(b * blocks, nkv, block, d, g, kv_dtype)
         return lambda: ttdecode.paged_scaled_dot_product_attention_decode(q, pool_k, pool_v, table, **common)
-    k = _kv(b, nkv, s, d, g)
-    v = None if dv else _kv(b, nkv, s, d, g)
+    k = _kv(b, nkv, s, d, g, kv_dtype)
+    v = None if dv else _kv(b, nkv, s, d, g, kv_dtype)
     return lambda: ttdecode.scaled_dot_product_attention_decode(q, k, v, **common)
 
 
@@ -92,6 +92,15 @@ FLASH_DECODE_CASES: dict[str, dict[str, Any]] = {
                                 compute_kernel_config=ComputeKernelConfig(fp32_dest_acc_en=False)),
     "fp32_dst_lofi": dict(cur_pos=POS, compute_kernel_config=ComputeKernelConfig(fp32_dest_acc_en=True,
                                                                                math_fidelity="LoFi")),
+    "kv_bf16": dict(cur_pos=POS, kv_dtype=ttdecode.bfloat16),
+    "paged_bfp4_block128": dict(paged=True, kv_dtype=ttdecode.bfloat4_b, block=128, cur_pos=[640, 1000]),
+    "mla_paged_bf16": dict(nh=16, nkv=1, d=192, dv=128, paged=True, kv_dtype=ttdecode.bfloat16, cur_pos=[511, 900]),
+    "key_row_mask": dict(b=1, s=1536, is_causal=False, grid=(8, 8),
+                         attn_mask=torch.randn(1, 1, 8, 1536, generator=torch.Generator().manual_seed(5)),
+                         program_config=_pc(compute_with_storage_grid_size=(8, 8), kv_pages="key_row",
+                                            k_chunk_size=128)),
+    "multi_token_window_sink": dict(t=8, cur_pos=[400, 1020], sliding_window_size=100,
+                                    attention_sink=torch.randn(8, 32, generator=torch.Generator().manual_seed(6))),
     "sub_grid": dict(cur_pos=POS, program_config=_pc(compute_with_storage_grid_size=(8, 8),
                                                      sub_core_grids=(((1, 2), (4, 5)),))),
 }
@@ -110,12 +119,13 @@ def flash_decode_program(name: str) -> tuple[Program, dict[str, Any]]:
     return program, facts
 
 
-def combine_program(partials: int = 3, groups: int = 2, heads: int = 8, dv: int = 64) -> Program:
+def combine_program(partials: int = 3, groups: int = 2, heads: int = 8, dv: int = 64,
+                    in_dtype: Any = ttdecode.bfloat16) -> Program:
     from ttdecode.ops.combine.plan import make_combine_plan
     from ttdecode.ops.combine.program import build_combine_program_for_device
 
     return build_combine_program_for_device(make_combine_plan(partials=partials, groups=groups, heads=heads,
-                                                              head_dim_v=dv))
+                                                              head_dim_v=dv, in_dtype=in_dtype))
 
 
 ROTARY_CASES: dict[str, dict[str, Any]] = {
@@ -124,6 +134,7 @@ ROTARY_CASES: dict[str, dict[str, Any]] = {
     "partial_dim": dict(rotary_interleaved=False, rotary_dim=32),
     "packed_qkv": dict(packed=True),
     "k_v_only": dict(q=False),
+    "paged": dict(rotary_interleaved=False, paged=True),
 }
 
 
@@ -141,6 +152,9 @@ def rotary_program(name: str) -> Program:
     sin = torch.cat([ang.sin(), ang.sin()], -1)
     packed = kw.pop("packed", False)
     with_q = kw.pop("q", True)
+    if kw.pop("paged", False):  # a pool of 16 blocks of 32 positions, users' blocks shuffled
+        kc, vc = _kv(16, nkv, 32, d, g), _kv(16, nkv, 32, d, g)
+        kw["page_table"] = torch.randperm(16, generator=g).view(b, 8).to(torch.int32)
     args: dict[str, Any] = dict(k_cache=kc, v_cache=vc, cur_pos=[100, 255], cos=cos, sin=sin, backend="host", **kw)
     if packed:
         args.update(qkv=torch.randn(1, b, (nh + 2 * nkv) * d, generator=g), num_q_heads=nh)

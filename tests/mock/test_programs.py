@@ -47,8 +47,9 @@ def test_flash_decode_variant_runs_through_generic_op(run_mock, mock_run, case: 
         assert rep["facts"]["q_tile_rows"] == 32
 
 
-def test_combine_runs_through_generic_op(run_mock, mock_run) -> None:
-    _check(run_mock, mock_run, "program, facts = P.combine_program(), {}")
+@pytest.mark.parametrize("in_dtype", ["bfloat16", "float32"])
+def test_combine_runs_through_generic_op(run_mock, mock_run, in_dtype: str) -> None:
+    _check(run_mock, mock_run, f"import ttdecode\nprogram, facts = P.combine_program(in_dtype=ttdecode.{in_dtype}), {{}}")
 
 
 @pytest.mark.parametrize("case", list(P.ROTARY_CASES))
