@@ -164,7 +164,8 @@ class _Layout:
 def _kernel_build(kernel: Kernel, lay: _Layout) -> build.KernelBuild:
     defines = dict(kernel.defines)
     if kernel.kind is not KernelKind.COMPUTE:
-        defines.setdefault("NOC_INDEX", "1" if kernel.kind is KernelKind.READER else "0")
+        # as tt-metal's JIT on a Wormhole: the reader (NCRISC) on NoC 0, the writer (BRISC) on NoC 1
+        defines.setdefault("NOC_INDEX", "0" if kernel.kind is KernelKind.READER else "1")
     source = Path(kernel.source).resolve()
     if not source.is_file():
         raise FileNotFoundError(f"kernel {kernel.name}: source {source} does not exist")
