@@ -125,7 +125,7 @@ def test_banks_get_cores_by_their_work_and_never_more_than_their_pieces() -> Non
     assert sum(counts) == 64 and min(counts) >= 1
     assert all(counts[r] > counts[r + 1] for r in (0, 4, 8))
     assert max(w[r] / counts[r] for r in range(12)) <= min(w[r] / (counts[r] - 1) for r in range(12) if counts[r] > 1)
-    # 200 light pieces in bank 1 need 4 cores at 55 pieces per core (the runtime args' limit) whatever the work says
+    # 200 light pieces in bank 1 need 4 cores at 55 pieces per core (a runtime-args limit) whatever the work says
     assert bank_core_counts([100.0] + [1.0] + [100.0] * 10, [20, 200] + [20] * 10, 64, per_core=55)[1] >= 4
 
 
@@ -236,7 +236,7 @@ def test_key_row_refuses_what_it_cannot_run() -> None:
     with pytest.raises(PlanError, match="one core per DRAM bank"):
         make_plan(**base, max_cores_per_head_batch=16, kv_pages="key_row", grid=(2, 4))
     with pytest.raises(PlanError, match="L1 overflow.*Lower max_cores_per_head_batch \\(now 60 pieces per head"):
-        make_plan(batch=48, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 48,
+        make_plan(batch=96, num_q_heads=8, num_kv_heads=1, seq_len=4096, head_dim=256, cur_pos=[4000] * 96,
                   max_cores_per_head_batch=64, kv_pages="key_row", key_row_pieces=60)
     with pytest.raises(PlanError, match="kv_pages: expected 'tile' or 'key_row'"):
         make_plan(**base, kv_pages="sharded")

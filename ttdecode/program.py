@@ -19,8 +19,9 @@ from ttdecode.formats import DataType, num_tiles, tile_size
 L1_BYTES_PER_CORE = 1464 * 1024
 #: Number of DRAM banks on Wormhole.
 NUM_DRAM_BANKS = 12
-#: Most runtime args a kernel may take per core (tt-metal's limit).
-MAX_RUNTIME_ARGS = 341
+#: Most runtime args a kernel may take on a core, its unique and common args together (tt-metal 0.81.1:
+#: 4094 accepted, 4095 refused "Max allowable is 4094", measured through generic_op on the mock N150).
+MAX_RUNTIME_ARGS = 4094
 #: Circular buffer indices available to a program.
 NUM_CIRCULAR_BUFFERS = 32
 
@@ -229,9 +230,10 @@ class Kernel:
         for core, args in self.runtime_args.items():
             if core not in self.cores:
                 raise ValueError(f"kernel {self.name}: runtime args for {core}, which is not in its cores")
-            if len(args) > MAX_RUNTIME_ARGS:
+            if len(args) + len(self.common_runtime_args) > MAX_RUNTIME_ARGS:
                 raise ValueError(
-                    f"kernel {self.name}: {len(args)} runtime args on {core}, the limit is {MAX_RUNTIME_ARGS}"
+                    f"kernel {self.name}: {len(args)} runtime args + {len(self.common_runtime_args)} common on {core}, "
+                    f"the limit is {MAX_RUNTIME_ARGS} together"
                 )
 
 

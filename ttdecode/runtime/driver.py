@@ -193,14 +193,19 @@ def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) 
             out.append(f"cb {ci} {p.index} {p.addr} {p.page_size} {p.num_pages} {p.tt_format} {p.tile_rows}")
         for sid, v in sorted(lay.sems[c].items()):
             out.append(f"sem {ci} {sid} {v}")
+    areas = {}
+    for c in lay.cores:
+        slots = sorted(slot for (core, slot) in lay.kernels if core == c)
+        counts = [(len(lay.kernels[(c, s)].runtime_args[c]), len(lay.kernels[(c, s)].common_runtime_args)) for s in slots]
+        areas.update({(c, s): a for s, a in zip(slots, layout.args_areas(counts, f"core {c}"))})
     for (c, slot), k in sorted(lay.kernels.items(), key=lambda kv: (lay.index[kv[0][0]], kv[0][1])):
         ci = lay.index[c]
+        rta_addr, crta_addr = areas[(c, slot)]
         cs = k.compute
         settings = (f"{cs.dst_tiles} {int(cs.fp32_dest_acc_en)} {int(cs.math_approx_mode)} {int(cs.dst_full_sync_en)} "
                     f"{_FIDELITY[cs.math_fidelity.value]} {_unpack_to_dest_mask(k)}") if cs else "0 0 0 0 4 0"
         out.append(f"kernel {ci} {slot} {slot} {_enc(str(libs[kernel_index[id(k)]]))} {_enc(k.name)} "
-                   f"{_enc(str(k.source))} {layout.RTA_BASE + slot * layout.ARGS_STRIDE} "
-                   f"{layout.CRTA_BASE + slot * layout.ARGS_STRIDE} {settings}")
+                   f"{_enc(str(k.source))} {rta_addr} {crta_addr} {settings}")
         where = f"kernel {k.name} on {c}"
         rta = [_resolve(a, where, lay.tensors) for a in k.runtime_args[c]]
         crta = [_resolve(a, where + " (common args)", lay.tensors) for a in k.common_runtime_args]

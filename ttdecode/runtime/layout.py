@@ -38,10 +38,11 @@ L1_WINDOW_BASE = 0x10000
 SEMAPHORE_BASE = 0x10000
 MAX_SEMAPHORES = 16
 SEMAPHORE_STRIDE = 16
-#: Runtime args (up to 341 words) of kernel slot s (0 reader, 1 writer, 2 compute) and its common args.
-RTA_BASE = 0x10400
-CRTA_BASE = 0x11C00
-ARGS_STRIDE = 0x800
+#: Runtime args: from here, each kernel of a core (slot order: reader, writer, compute) gets its unique
+#: args then its common args, each run 16 B aligned, up to L1_UNRESERVED_BASE (`args_areas`). The chip
+#: keeps them in its kernel-config buffer; its limit is 4094 words per kernel (program.MAX_RUNTIME_ARGS).
+ARGS_BASE = 0x10400
+ARGS_ALIGNMENT = 16
 #: Alignment of circular buffers in L1.
 CB_ALIGNMENT = 32
 #: DRAM: alignment of pages and tensors, first allocated address, gap left between tensors.
@@ -61,6 +62,26 @@ DRAM_BANK_HALF = 1 << 30
 TT_DATA_FORMAT = {DataType.float32: 0, DataType.bfloat16: 5, DataType.bfloat8_b: 6, DataType.bfloat4_b: 7}
 
 assert L1_UNRESERVED_BASE == 0x19D60
+
+
+def args_areas(counts: list[tuple[int, int]], where: str) -> list[tuple[int, int]]:
+    """L1 addresses (unique args, common args) of a core's kernels, given their (unique, common) counts
+    in slot order, packed from ARGS_BASE. The host maps L1 from L1_WINDOW_BASE (lower addresses must
+    crash like a null pointer), so it holds (L1_UNRESERVED_BASE - ARGS_BASE) / 4 = 9816 words of args per
+    core: a core whose kernels need more is refused here, naming it (the chip's kernel-config buffer
+    holds 3 x 4094)."""
+    out, at = [], ARGS_BASE
+    for unique, common in counts:
+        rta = at
+        at = rta + -(-4 * unique // ARGS_ALIGNMENT) * ARGS_ALIGNMENT
+        crta = at
+        at = crta + -(-4 * common // ARGS_ALIGNMENT) * ARGS_ALIGNMENT
+        out.append((rta, crta))
+    if at > L1_UNRESERVED_BASE:
+        words = sum(u + c for u, c in counts)
+        raise ValueError(f"{where}: {words} runtime-arg words over its kernels; the host runtime maps "
+                         f"{(L1_UNRESERVED_BASE - ARGS_BASE) // 4} per core")
+    return out
 
 
 def noc_coord(core: CoreCoord) -> tuple[int, int]:
