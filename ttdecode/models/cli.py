@@ -2,9 +2,10 @@
 
 Builds a Hugging Face ``LlamaForCausalLM`` from a preset (random weights, seeded; no download) or
 loads a local checkpoint (``--checkpoint DIR``), decodes a random prompt greedily on the chosen
-backend (default ``host``: the FlashDecode kernels on the host runtime), and prints the tokens,
-the host's tokens/s (wall time of `generate`, prompt steps included) and the agreement with
-Hugging Face on the same run: relative L2 of every new token's logits against Hugging Face's full
+backend (default ``host``: the FlashDecode kernels on the host runtime; the prompt in steps of up
+to 32 tokens per user, a progress bar on stderr for prompts or generations over 64 tokens), and
+prints the tokens, the host's tokens/s (wall time of `generate`, prompt steps included) and the
+agreement with Hugging Face on the same run: relative L2 of every new token's logits against Hugging Face's full
 forward of the produced sequence, argmax agreement, and whether Hugging Face's own greedy
 ``generate`` gives the same tokens (random weights have near-tied logits, so a bf16 rounding can
 flip a choice; the logits agreement is the measure).
@@ -71,6 +72,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kv-dtype", choices=("bfloat16", "bfloat8_b"), default="bfloat8_b",
                    help="KV cache format (default: bfloat8_b)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompt (default: 0)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (default: one on stderr for prompts or generations over 64 tokens)")
     p.set_defaults(func=cmd_llama)
 
 
@@ -110,13 +113,17 @@ def cmd_llama(args: argparse.Namespace) -> int:
     with LlamaDecoder.from_hf(hf, batch=args.batch, max_seq_len=max_seq, kv_dtype=DataType(args.kv_dtype),
                               devices=args.devices, backend=args.backend, block_size=32) as dec:
         t0 = time.perf_counter()
-        ids, logits = dec.generate(prompt, args.new_tokens, return_logits=True)
+        ids, logits = dec.generate(prompt, args.new_tokens, return_logits=True,
+                                   progress=None if args.progress else False)
         seconds = time.perf_counter() - t0
-    steps = args.prompt_len + args.new_tokens - 1
+        prompt_steps, decode_steps = dec.generate_steps
+    steps = prompt_steps + decode_steps
+    tokens = args.batch * (args.prompt_len + args.new_tokens - 1)  # through the model
     for b in range(args.batch):
         print(f"user {b}: prompt {prompt[b].tolist()} -> {ids[b, args.prompt_len:].tolist()}")
-    print(f"host: {seconds:.2f} s for {steps} decode steps of {args.batch} users = "
-          f"{args.batch * steps / seconds:.1f} tokens/s ({seconds / steps * 1e3:.0f} ms per step, wall time on this machine)")
+    print(f"host: {seconds:.2f} s for {steps} steps of {args.batch} users ({prompt_steps} prompt steps of up to 32 "
+          f"tokens, {decode_steps} decode steps) = {tokens / seconds:.1f} tokens/s "
+          f"({seconds / steps * 1e3:.0f} ms per step, wall time on this machine)")
     with torch.no_grad():
         ref = hf(ids).logits[:, args.prompt_len - 1:-1].double()
         hf_ids = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.new_tokens,

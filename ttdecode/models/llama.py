@@ -3,9 +3,10 @@
 ``LlamaDecoder.from_hf(model, batch=B, max_seq_len=S, ...)`` takes a Hugging Face
 ``LlamaForCausalLM`` and builds the decode model; ``step(tokens [B], positions [B]) -> logits
 [B, vocab]`` runs one decode step for every user slot (position -1: an idle slot, untouched);
-``generate(input_ids [B', P], max_new_tokens)`` is greedy decoding that feeds the prompt through
-decode steps. ``step(tokens [B, T], positions [B]) -> logits [B, T, vocab]`` runs T <= 32 new tokens
-per user at positions ``positions[b] .. positions[b] + T - 1`` in one multi-token decode step (the
+``generate(input_ids [B', P], max_new_tokens)`` is greedy decoding that feeds the prompts through
+multi-token decode steps of up to 32 tokens per user (prompts of different lengths as a list);
+``step(tokens [B, T], positions [B]) -> logits [B, T, vocab]`` runs T <= 32 new tokens per user
+at positions ``positions[b] .. positions[b] + T - 1`` in one multi-token decode step (the
 verification of T speculative draft tokens: token t's logits predict token t + 1; one read of the
 cache serves all T, causal among them); a rejected draft is dropped by rewinding: the next step
 starts at the first position to redo. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -61,6 +63,9 @@ log = logging.getLogger("ttdecode")
 
 #: Most new tokens per user in one step (the op's multi-token decode).
 MAX_TOKENS = 32
+
+#: ``generate(progress=None)`` shows a progress bar for prompts and generations longer than this (per user).
+PROGRESS_MIN_TOKENS = 64
 
 #: Decoder backends (the op's, see ``ttdecode.api``).
 BACKENDS = ("auto", "host", "reference", "device")
@@ -550,55 +555,195 @@ class LlamaDecoder:
         self.allocator.commit(plan)
         return logits.reshape(shape)
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, eos_token_id: Optional[int] = None,
-                 return_logits: bool = False) -> Any:
+    def _max_step_tokens(self) -> int:
+        """Most tokens per user one `step` takes: `MAX_TOKENS`, or 1 with context parallelism (its
+        steps are one token per user)."""
+        return 1 if self.context_parallel > 1 else MAX_TOKENS
+
+    def _check_prompts(self, input_ids: object) -> tuple[list[torch.Tensor], bool]:
+        """``input_ids`` as one int64 tensor per user, and whether they came as a list (ragged)."""
+        what = "an int64 tensor [B, P] or a list of B 1-D int sequences (prompts of different lengths)"
+        if isinstance(input_ids, torch.Tensor):
+            if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dim() != 2:
+                raise _fail("input_ids", "an int64 tensor [B, P]",
+                            f"{type(input_ids).__name__} {input_ids.dtype} {list(input_ids.shape)}", TypeError)
+            ids = input_ids.detach().to("cpu", torch.int64)
+            return list(ids), False
+        if not isinstance(input_ids, (list, tuple)):
+            raise _fail("input_ids", what, type(input_ids).__name__, TypeError)
+        prompts = []
+        for b, p in enumerate(input_ids):
+            x = (p if isinstance(p, torch.Tensor) else None if not isinstance(p, (list, tuple))
+                 else torch.as_tensor(p) if len(p) else torch.zeros(0, dtype=torch.int64))
+            if x is None or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool or x.dim() != 1:
+                got = (f"{type(p).__name__} {x.dtype} {list(x.shape)}" if x is not None else type(p).__name__)
+                raise _fail(f"input_ids[{b}]", "a 1-D int tensor or list of token ids", got, TypeError)
+            prompts.append(x.detach().to("cpu", torch.int64))
+        return prompts, True
+
+    def generate(self, input_ids: Any, max_new_tokens: int, eos_token_id: Optional[int] = None,
+                 return_logits: bool = False, *, prompt_chunk: int = MAX_TOKENS,
+                 progress: Optional[bool] = None) -> Any:
         """Greedy decoding of ``input_ids`` int ``[B', P]`` (B' <= batch) in slots 0..B'-1 (their
         caches restart; other slots are left as they are). Returns int64 ``[B', P + N]`` with
         N <= ``max_new_tokens``: a user that produced ``eos_token_id`` is padded with it, and
         decoding stops when every user did. ``return_logits``: also return the float32 logits
-        ``[B', N, vocab]`` each new token was chosen from."""
-        if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dim() != 2:
-            raise _fail("input_ids", "an int64 tensor [B, P]",
-                        f"{type(input_ids).__name__} {getattr(input_ids, 'dtype', '')} "
-                        f"{list(getattr(input_ids, 'shape', []))}", TypeError)
-        nb, plen = input_ids.shape
+        ``[B', N, vocab]`` each new token was chosen from.
+
+        Prompts of different lengths: ``input_ids`` a list of B' 1-D int sequences; then the result
+        is a list of int64 ``[P_b + N]`` tensors (the logits stay ``[B', N, vocab]``).
+
+        The prompts go in multi-token steps of up to ``prompt_chunk`` (<= 32) tokens per user (one
+        per user with context parallelism), every user advancing by up to that many of its own
+        tokens in each step: a 3000-token prompt takes 94 steps, not 3000. In a step whose chunk is
+        longer than what a user has left, that user's chunk is padded with its last token (the
+        padded rows stay within the cache blocks the user holds at the end anyway; its next step
+        rewinds over them); a user whose prompt is done idles (position -1) until every prompt is
+        in, then all decode one token per step at their own positions. ``self.generate_steps`` is
+        then (prompt steps, decode steps) of the call.
+
+        ``progress``: a progress bar on stderr (tqdm when installed) for the prompt and for the
+        generation; None (default): only for those longer than 64 tokens (per user), True: always,
+        False: never."""
+        prompts, ragged = self._check_prompts(input_ids)
+        nb = len(prompts)
         if not 1 <= nb <= self.batch:
             raise _fail("input_ids", f"1..{self.batch} sequences (batch={self.batch})", nb)
-        if plen < 1:
-            raise _fail("input_ids", "a prompt of at least 1 token", plen)
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        lens = [len(p) for p in prompts]
+        for b, n in enumerate(lens):
+            if n < 1:
+                raise _fail(f"input_ids[{b}]" if ragged else "input_ids", "a prompt of at least 1 token", n)
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise _fail("max_new_tokens", "an int >= 0", repr(max_new_tokens))
-        if plen + max_new_tokens > self.max_seq_len:
-            raise _fail("max_new_tokens", f"P + N <= max_seq_len={self.max_seq_len} (P={plen})", max_new_tokens)
-        ids = input_ids.detach().to("cpu", torch.int64)
-        bad = (ids < 0) | (ids >= self.spec.vocab_size)
-        if bad.any():
-            b, t = (int(i) for i in bad.nonzero()[0])
-            raise _fail(f"input_ids[{b}, {t}]", f"a token id in 0..{self.spec.vocab_size - 1}", int(ids[b, t]))
-        out = [ids]
+        for b, n in enumerate(lens):
+            if n + max_new_tokens > self.max_seq_len:
+                which = f" of input_ids[{b}]" if ragged else ""
+                raise _fail("max_new_tokens", f"P + N <= max_seq_len={self.max_seq_len} (P={n}{which})",
+                            max_new_tokens)
+        for b, p in enumerate(prompts):
+            bad = (p < 0) | (p >= self.spec.vocab_size)
+            if bad.any():
+                t = int(bad.nonzero()[0])
+                raise _fail(f"input_ids[{b}, {t}]", f"a token id in 0..{self.spec.vocab_size - 1}", int(p[t]))
+        if not isinstance(prompt_chunk, int) or isinstance(prompt_chunk, bool) or not 1 <= prompt_chunk <= MAX_TOKENS:
+            raise _fail("prompt_chunk", f"an int in 1..{MAX_TOKENS}", repr(prompt_chunk))
+        if progress is not None and not isinstance(progress, bool):
+            raise _fail("progress", "None (auto), True or False", repr(progress), TypeError)
+        show = (lambda n: n > PROGRESS_MIN_TOKENS) if progress is None else (lambda n: progress)
+        chunk = min(prompt_chunk, self._max_step_tokens())
+        n_new = max_new_tokens
+        # a padded chunk stays below the end of the last cache block the user will hold anyway
+        bs = self.block_size
+        ends = [min(self.max_seq_len, -(-max(n + n_new - 1, n) // bs) * bs) for n in lens]
+        fed = [0] * nb  # prompt tokens in the cache
+        last: list[Optional[torch.Tensor]] = [None] * nb  # logits of each user's last prompt token
+        prompt_steps = decode_steps = 0
+        bar = _Progress(sum(lens), "prompt", show(max(lens)))
+        try:
+            while True:
+                left = [lens[b] - fed[b] for b in range(nb)]
+                users = [b for b in range(nb) if left[b] > 0]
+                if not users:
+                    break
+                t = min(chunk, max(left[b] for b in users))
+                for b in users:
+                    if left[b] < t:
+                        t = min(t, ends[b] - fed[b])  # >= left[b]
+                tokens = torch.zeros(self.batch, t, dtype=torch.int64)
+                positions = torch.full((self.batch,), -1, dtype=torch.int64)
+                for b in users:
+                    n, p = min(t, left[b]), fed[b]
+                    tokens[b, :n] = prompts[b][p:p + n]
+                    tokens[b, n:] = prompts[b][p + n - 1]  # padding (rewound by the user's next step)
+                    positions[b] = p
+                logits = self.step(tokens, positions)  # [batch, t, vocab]
+                prompt_steps += 1
+                for b in users:
+                    n = min(t, left[b])
+                    fed[b] += n
+                    if fed[b] == lens[b]:
+                        last[b] = logits[b, n - 1]
+                bar.update(sum(min(t, left[b]) for b in users))
+        finally:
+            bar.close()
+        out: list[torch.Tensor] = []
         done = torch.zeros(nb, dtype=torch.bool)
-        tokens = torch.zeros(self.batch, dtype=torch.int64)
-        positions = torch.full((self.batch,), -1, dtype=torch.int64)
-        logits = None
+        tokens1 = torch.zeros(self.batch, dtype=torch.int64)
+        positions1 = torch.full((self.batch,), -1, dtype=torch.int64)
+        start = torch.tensor(lens, dtype=torch.int64)
+        logits1 = torch.stack(last)  # [nb, vocab]
         chosen_from = []
-        for t in range(plen):
-            tokens[:nb] = ids[:, t]
-            positions[:nb] = t
-            logits = self.step(tokens, positions)
-        for n in range(max_new_tokens):
-            chosen_from.append(logits[:nb])
-            nxt = logits[:nb].argmax(-1)
-            if eos_token_id is not None:
-                nxt = torch.where(done, torch.tensor(eos_token_id), nxt)
-                done |= nxt == eos_token_id
-            out.append(nxt[:, None])
-            if bool(done.all()) or n == max_new_tokens - 1:
-                break
-            tokens[:nb] = nxt
-            positions[:nb] = torch.where(done, -1, plen + n)
-            logits = self.step(tokens, positions)
-        ids_out = torch.cat(out, dim=1)
+        bar = _Progress(n_new, "generate", show(n_new))
+        try:
+            for n in range(n_new):
+                chosen_from.append(logits1)
+                nxt = logits1.argmax(-1)
+                if eos_token_id is not None:
+                    nxt = torch.where(done, torch.tensor(eos_token_id), nxt)
+                    done |= nxt == eos_token_id
+                out.append(nxt[:, None])
+                bar.update(1)
+                if bool(done.all()) or n == n_new - 1:
+                    break
+                tokens1[:nb] = nxt
+                positions1[:nb] = torch.where(done, -1, start + n)
+                logits1 = self.step(tokens1, positions1)[:nb]
+                decode_steps += 1
+        finally:
+            bar.close()
+        self.generate_steps = (prompt_steps, decode_steps)
+        new = torch.cat(out, dim=1) if out else torch.zeros(nb, 0, dtype=torch.int64)
+        ids_out: Any = ([torch.cat([p, new[b]]) for b, p in enumerate(prompts)] if ragged
+                        else torch.cat([torch.stack(prompts), new], dim=1))
         if return_logits:
             shape = (nb, 0, self.spec.vocab_size)
             return ids_out, torch.stack(chosen_from, dim=1) if chosen_from else torch.zeros(shape)
         return ids_out
+
+
+class _Progress:
+    """A progress bar of ``total`` tokens on stderr: tqdm when installed, else a one-line counter;
+    nothing when not ``enabled``."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        import sys
+
+        self.total, self.desc, self.n = total, desc, 0
+        self._bar: Any = None
+        self._plain = False
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self._plain = True
+            self._t0 = self._shown = time.perf_counter()
+            self._draw()
+            return
+        self._bar = tqdm(total=total, desc=desc, unit="tok", file=sys.stderr, dynamic_ncols=True)
+
+    def _draw(self) -> None:
+        import sys
+
+        seconds = time.perf_counter() - self._t0
+        rate = f", {self.n / seconds:.1f} tok/s" if seconds > 0 and self.n else ""
+        sys.stderr.write(f"\r{self.desc}: {self.n}/{self.total} tok [{seconds:.1f} s{rate}]")
+        sys.stderr.flush()
+
+    def update(self, n: int) -> None:
+        self.n += n
+        if self._bar is not None:
+            self._bar.update(n)
+        elif self._plain and time.perf_counter() - self._shown >= 0.2:
+            self._shown = time.perf_counter()
+            self._draw()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        elif self._plain:
+            import sys
+
+            self._draw()
+            sys.stderr.write("\n")
+        self._bar, self._plain = None, False
