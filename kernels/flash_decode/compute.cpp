@@ -50,6 +50,7 @@ constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chu
 constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
 constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");  // usable DST tiles (4 with fp32, half-sync)
 constexpr uint32_t scale_bits = get_named_compile_time_arg_val("scale_bits");  // float32 bits of the softmax scale
+constexpr uint32_t scale_m1_bits = get_named_compile_time_arg_val("scale_m1_bits");  // fp32(scale) - 1 (16-bit DST)
 constexpr bool return_lse = get_named_compile_time_arg_val("return_lse") == 1;
 constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window in keys (0 = none)
 constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;
@@ -120,6 +121,18 @@ constexpr uint32_t LOWEST_FLOAT_BITS = 0xFF7FFFFFu;
 constexpr uint32_t MIN_NORMAL_FLOAT_BITS = 0x00800000u;
 // What DST holds, the format the SFPU row max loads it with.
 constexpr DataFormat stat_format = DST_ACCUM_MODE ? DataFormat::Float32 : DataFormat::Float16_b;
+// With a 16-bit DST (no fp32 accumulation) every MVMUL rounds its DST tile to bf16 and an SFPU result
+// is truncated to bf16 by the store unless the LLK function rounds it first (tech_report/flashdecode.md
+// 9.1; tools/bf16_dst_arbiter.py models both algorithms). Then (fresh_chunk):
+// * a chunk's P . V and P x ones accumulate in fresh DST tiles (from 0, over the chunk's keys only) and
+//   the old state joins them once per chunk, new + old * alpha in one SFPU multiply-add rounded once
+//   (addcmul's bf16 template), as tt-metal's decode adds a chunk's partial to the rescaled state;
+//   accumulated onto the running O and l, each of the 8 MVMULs per key tile (HiFi4) would round onto the
+//   whole row's sum, and small terms would stop adding up;
+// * the scores are scaled as s + ((scale - 1) * s) * 1 (addcmul with a ones tile): rounded to bf16, not
+//   truncated; S - m is rounded to nearest even (sub_rows).
+// With an fp32 DST the products accumulate onto the rescaled old state and the scale is one multiply.
+constexpr bool fresh_chunk = !DST_ACCUM_MODE;
 
 static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, child, e_child)");
 
@@ -127,9 +140,13 @@ static_assert(dst_tiles >= 4, "the merge combines four DST tiles (own, e_own, ch
 // functions that sub_binary_tile, add_binary_tile, mul_binary_tile, binary_max_tile and mul_unary_tile
 // run, called through the LLK's SFPU call macros (those *_tile calls fix VectorMode::RC and 8
 // iterations). Each needs the init of its *_tile call.
+// With a 16-bit DST the difference is rounded to nearest even before the store (the SFPSTORE alone
+// truncates: SFPSTORE.md); an fp32 DST stores it exactly (the rounding mode applies to 16 bits only).
 inline void sub_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
-                           (APPROX, ckernel::BinaryOp::SUB, row_iterations, DST_ACCUM_MODE), a, b, out, mode)));
+                           (APPROX, ckernel::BinaryOp::SUB, row_iterations, DST_ACCUM_MODE,
+                            ckernel::DstRoundingMode::NearestEven),
+                           a, b, out, mode)));
 }
 inline void add_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
@@ -143,11 +160,13 @@ inline void max_rows(uint32_t a, uint32_t b, uint32_t out, VectorMode mode) {
     MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binary_max_min, (true, row_iterations), a, b, out,
                            mode)));
 }
-// out = a + (1.0 * b) * c (addcmul_tile's LLK function: one SFPMUL, one SFPMAD, fp32).
-inline void addcmul_rows(uint32_t a, uint32_t b, uint32_t c, uint32_t out, VectorMode mode) {
+// out = a + (value * b) * c (addcmul_tile's LLK function: one SFPMUL, one SFPMAD, fp32; with a 16-bit
+// DST rounded to bf16 before the store); value 1.0 unless given (float32 bits).
+inline void addcmul_rows(uint32_t a, uint32_t b, uint32_t c, uint32_t out, VectorMode mode,
+                         uint32_t value_bits = one_bits) {
     MATH((SFPU_TERNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_addcmul,
                             (APPROX, DST_ACCUM_MODE, DataFormat::Float32, row_iterations), a, b, c, out, mode,
-                            one_bits)));
+                            value_bits)));
 }
 inline void log_rows(uint32_t idst, VectorMode mode) {
     MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_log,
@@ -210,8 +229,8 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
         // spare DST tile takes the mask). Blocks of one size share one matmul init (only SFPU ops and
         // packs between them).
         uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
-        if (n == dst_tiles && (has_attn_mask || masked_in(masks, first_at, j0, n))) {
-            n = dst_tiles - 1;
+        if (n == dst_tiles && (has_attn_mask || masked_in(masks, first_at, j0, n) || (fresh_chunk && !q_prescaled))) {
+            n = dst_tiles - 1;  // the spare DST tile: the mask, or (fresh_chunk) the ones of the scale first
         }
         tile_regs_acquire();
         use_matmul_operands(cb_q_in0, cb_k);
@@ -230,7 +249,13 @@ void chunk_scores(uint32_t qi, uint32_t tiles, const PieceMasks& masks, uint32_t
                 }
             }
         }
-        if constexpr (!q_prescaled) {
+        if constexpr (!q_prescaled && fresh_chunk) {
+            copy_to_dst(cb_ones, 0, n);
+            init_mul();  // serves the addcmul (one LLK init)
+            for (uint32_t j = 0; j < n; ++j) {
+                addcmul_rows(j, j, n, j, row_mode, scale_m1_bits);  // s + ((scale - 1) * s) * 1, rounded
+            }
+        } else if constexpr (!q_prescaled) {
             init_scale();
             for (uint32_t j = 0; j < n; ++j) {
                 scale_rows(j, scale_bits, row_mode);
@@ -419,11 +444,31 @@ inline void rescaled_to_dst(uint32_t cb, uint32_t first, uint32_t n) {
     }
 }
 
+// DST tiles [0, n) += tiles [first, first + n) of cb times alpha (column 0 of cb_alpha tile 0 in every
+// column), each in one SFPU multiply-add (addcmul: one rounding); with_last also DST tile n += tile `last` of
+// cb_last times alpha. Uses DST tiles [held, 2 held], held = n (+ 1 with_last).
+inline void add_rescaled(uint32_t cb, uint32_t first, uint32_t n, uint32_t cb_last = 0, uint32_t last = 0,
+                         bool with_last = false) {
+    const uint32_t held = n + (with_last ? 1 : 0);
+    copy_to_dst(cb_alpha, 0, 2 * held);
+    for (uint32_t i = 0; i < n; ++i) {
+        copy_to_dst(cb, first + i, held + i);
+    }
+    if (with_last) {
+        copy_to_dst(cb_last, last, held + n);
+    }
+    init_mul();  // serves the addcmul (one LLK init)
+    for (uint32_t i = 0; i < held; ++i) {
+        addcmul_rows(i, held + i, 2 * held, i, row_mode);  // new + old * alpha
+    }
+}
+
 // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
-// by the matmul onto the rescaled old sum in the same DST tile.
+// by the matmul onto the rescaled old sum in the same DST tile (fresh_chunk: into a fresh tile, then
+// the rescaled old sum added).
 void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
     tile_regs_acquire();
-    if (old != nullptr) {
+    if (old != nullptr && !fresh_chunk) {
         rescaled_to_dst(old->sum, qi, 1);
     }
     use_matmul_operands(cb_probs, cb_ones_source);
@@ -431,16 +476,24 @@ void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Runnin
     for (uint32_t j = 0; j < tiles; ++j) {
         matmul_tiles(cb_probs, cb_ones_source, j, ones_at(j), 0);
     }
+    if (old != nullptr && fresh_chunk) {
+        add_rescaled(old->sum, qi, 1);
+    }
     pack_block(next.sum, 0, 1);
     cb_push_back(next.sum, 1);
 }
 
 // The DST block of Dv tiles chunk_output takes per acquire: one DST tile fewer when alpha (old) or 1/l
 // (finish) shares DST with the block.
-constexpr uint32_t output_block(bool rescaled) { return rescaled ? dst_tiles - 1 : dst_tiles; }
+// With an old set and fresh_chunk: the block's new tiles (and l), the old ones and alpha, 2 (n + 1) + 1
+// DST tiles.
+constexpr uint32_t output_block(bool rescaled, bool fresh_old = false) {
+    return fresh_old ? (dst_tiles - 3) / 2 : rescaled ? dst_tiles - 1 : dst_tiles;
+}
+static_assert(!fresh_chunk || dst_tiles >= 5, "a fresh chunk block needs 2 (n + 1) + 1 DST tiles");
 // Does the last Dv block leave a DST tile free for the row sum (chunk_output's `with_sum`)?
 constexpr bool sum_fits_output(bool rescaled) {
-    return dv_tiles % output_block(rescaled) != 0;
+    return dv_tiles % output_block(rescaled, fresh_chunk && rescaled) != 0;
 }
 
 // O_new = O_old * alpha + P . V for row qi (V tiles from cb_v, or the K slot with MLA), a block of Dv
@@ -452,12 +505,12 @@ constexpr bool sum_fits_output(bool rescaled) {
 // tile), and packs it to next.sum: the same values in one DST pass fewer.
 void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
                   bool with_sum, uint32_t dv_end = dv_tiles) {
-    const uint32_t block = output_block(old != nullptr || finish);
+    const uint32_t block = output_block(old != nullptr || finish, fresh_chunk && old != nullptr);
     for (uint32_t v0 = 0; v0 < dv_end; v0 += block) {
         const uint32_t n = dv_end - v0 < block ? dv_end - v0 : block;
         const bool sum_here = with_sum && v0 + n == dv_tiles;  // DST tile n holds l
         tile_regs_acquire();
-        if (old != nullptr) {
+        if (old != nullptr && !fresh_chunk) {
             const uint32_t rescaled = n + (sum_here ? 1 : 0);
             copy_to_dst(cb_alpha, 0, rescaled);
             for (uint32_t i = 0; i < n; ++i) {
@@ -489,6 +542,9 @@ void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running
         matmul_block_for(cb_probs, cb_v_source, 0 /* no transpose */, ct, tiles /* kt */);
         for (uint32_t j = 0; j < tiles; ++j) {
             matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, ct, 1, tiles);
+        }
+        if (old != nullptr && fresh_chunk) {
+            add_rescaled(old->acc, qi * dv_tiles + v0, n, old->sum, qi, sum_here);
         }
         if (finish) {
             broadcast_column(cb_alpha, 1, n);

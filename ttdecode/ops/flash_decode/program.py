@@ -293,6 +293,9 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         max_chunk_tiles=plan.max_chunk_tiles,
         dst_tiles=compute.dst_tiles,
         scale_bits=_float_bits(scale),
+        # float32 bits of fp32(scale) - 1 (fp32 arithmetic): with a 16-bit DST the scores are scaled as
+        # s + ((scale - 1) * s) * 1 by addcmul, rounded to bf16 rather than truncated (compute.cpp)
+        scale_m1_bits=_float_bits(float(np.float32(np.float32(scale) - np.float32(1.0)))),
         return_lse=int(plan.return_lse),
         has_sink=int(plan.attention_sink),
         exp_approx=int(exp_approx),                  # exp_tile<approx> in the softmax
