@@ -329,18 +329,20 @@ def _worker_step(ctx: Any, s: StepInputs) -> Optional[torch.Tensor]:
 # ---- the decoder ----------------------------------------------------------------------------
 
 
-def _resolve_backend(backend: object) -> str:
+def _resolve_backend(backend: object, device: Any = None) -> str:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise _fail("backend", f"one of {list(BACKENDS)}", repr(backend))
-    from ttdecode import device
+    if device is not None and backend not in ("auto", "device"):
+        raise _fail("device", f"None with backend={backend!r} (a ttnn device is for backend 'device')", "a device")
+    from ttdecode import device as device_mod
 
     if backend == "auto":
-        return "device" if device.available() else "host"
-    if backend == "device" and not device.available():
+        return "device" if device is not None or device_mod.available() else "host"
+    if backend == "device" and device is None and not device_mod.available():
         raise RuntimeError(
             "backend: 'device' needs a Tenstorrent Wormhole (ttnn.open_device), and none is available here; "
-            "ttdecode.models.llama_device builds the device weight layouts and the attention program up to "
-            "the launch without one (see the README), backend='host' runs the kernels on the host runtime"
+            "pass device= an open ttnn device (ttdecode.testing.mock.open_mock_device() for a dry run on the "
+            "mock Wormhole); backend='host' runs the kernels on the host runtime"
         )
     return backend
 
@@ -354,7 +356,7 @@ class LlamaDecoder:
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, batch: int, max_seq_len: int,
                  kv_dtype: Any = DataType.bfloat8_b, devices: int = 1, backend: str = "auto",
                  block_size: int = 64, num_blocks: Optional[int] = None, program_config: Any = None,
-                 timeout: float = 600.0, context_parallel: int = 1) -> None:
+                 timeout: float = 600.0, context_parallel: int = 1, device: Any = None) -> None:
         for name, value in (("batch", batch), ("max_seq_len", max_seq_len), ("devices", devices),
                             ("block_size", block_size), ("context_parallel", context_parallel)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -384,7 +386,7 @@ class LlamaDecoder:
         self.batch, self.max_seq_len, self.devices = batch, max_seq_len, devices
         self.context_parallel = context_parallel
         self.kv_dtype, self.block_size = kv, block_size
-        self.backend = _resolve_backend(backend)
+        self.backend = _resolve_backend(backend, device)
         max_blocks = math.ceil(max_seq_len / block_size)
         local_blocks = math.ceil(max_blocks / context_parallel)  # blocks per user on one CP rank (at most)
         if num_blocks is None:
@@ -401,7 +403,11 @@ class LlamaDecoder:
                        program_config=program_config)
         self._pool = None
         self._shard: Optional[LlamaShard] = None
-        if devices == 1:
+        self._device: Any = None  # llama_device.DeviceDecoder (backend 'device')
+        self._own_device: Any = None  # a device the decoder opened (closed by close())
+        if self.backend == "device":
+            per_device = [self._build_device(spec, state, device, num_blocks, program_config)]
+        elif devices == 1:
             self._shard = LlamaShard(spec, _shard_weights(state, spec, 0, 1), rank=0, world=1, **options)
             per_device = [self._shard.cache_bytes]
         else:
@@ -457,10 +463,38 @@ class LlamaDecoder:
         model = LlamaForCausalLM.from_pretrained(str(root), local_files_only=True)
         return cls.from_hf(model, **options)
 
+    def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,
+                      program_config: Any) -> int:
+        """The decoder on a Wormhole (`ttdecode.models.llama_device.DeviceDecoder`); returns its cache bytes."""
+        from ttdecode import formats
+        from ttdecode.models.llama_device import DeviceDecoder
+
+        if self.devices != 1 or self.context_parallel != 1:
+            raise _fail("devices", "1 with backend 'device' (one Wormhole, an N150; the mesh decoder is not "
+                        "built yet)", self.devices, NotImplementedError)
+        if device is None:
+            from ttdecode.device import require_ttnn
+
+            device = self._own_device = require_ttnn().open_device(device_id=0)
+        self._device = DeviceDecoder(spec, state, device=device, batch=self.batch, max_seq_len=self.max_seq_len,
+                                     block_size=self.block_size, num_blocks=num_blocks, kv_dtype=self.kv_dtype,
+                                     program_config=program_config)
+        tiles = num_blocks * spec.num_kv_heads * (self.block_size // 32) * (spec.head_dim // 32)
+        return 2 * spec.num_layers * tiles * formats.tile_size(self.kv_dtype)
+
     def close(self) -> None:
-        """Stop the device workers (devices > 1). Idempotent."""
+        """Stop the device workers (devices > 1); free the device tensors (backend 'device') and close a
+        device the decoder opened itself. Idempotent."""
         if self._pool is not None:
             self._pool.close()
+        if self._device is not None:
+            self._device.close()
+            self._device = None
+        if self._own_device is not None:
+            from ttdecode.device import require_ttnn
+
+            require_ttnn().close_device(self._own_device)
+            self._own_device = None
 
     def __enter__(self) -> "LlamaDecoder":
         return self
@@ -507,6 +541,28 @@ class LlamaDecoder:
                     raise _fail(name, f"a token id in 0..{self.spec.vocab_size - 1}", int(tok[b, j]))
         return tok, tuple(int(p) for p in pos)
 
+    def next_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One greedy decode step of one token per user (``tokens``, ``positions`` int64 ``[batch]`` as
+        in `step`): the argmax of each user's logits, int64 ``[batch]`` (-1 for idle slots). On the
+        device backend the argmax runs on the device and only the ids are read back."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1:
+            raise _fail("tokens", f"an int64 tensor [{self.batch}] (one token per user)",
+                        f"{type(tokens).__name__} {list(getattr(tokens, 'shape', []))}", TypeError)
+        return self._step(tokens, positions, greedy=True)
+
+    def _device_steps(self, tok: torch.Tensor, pos: tuple[int, ...], table: torch.Tensor,
+                      greedy: bool) -> torch.Tensor:
+        """Tokens ``[B, T]`` at positions ``pos`` through the device decoder, one token index a step:
+        logits ``[B, T, vocab]`` (idle rows zero) or, greedy (T = 1), the argmax ids ``[B]`` (-1 idle)."""
+        active = torch.tensor(pos) >= 0
+        outs = []
+        for j in range(tok.shape[1]):
+            ids = torch.where(active, tok[:, j], 0)
+            at = [p + j if p >= 0 else -1 for p in pos]
+            out = self._device.step(ids, at, table, greedy=greedy)
+            outs.append(torch.where(active, out, -1) if greedy else torch.where(active[:, None], out, 0.0))
+        return outs[0] if greedy else torch.stack(outs, dim=1)
+
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One decode step. ``tokens`` int64 ``[batch]`` (one token per user) or ``[batch, T]`` (T <= 32
         new tokens per user, e.g. the last accepted token and T - 1 draft tokens to verify);
@@ -515,7 +571,12 @@ class LlamaDecoder:
         position 0 (re)starts its sequence in the slot, one below its cache length rewinds it.
 
         Returns float32 logits ``[batch, vocab]``, or ``[batch, T, vocab]`` for 2-D tokens (row t
-        predicts the token after token t). Every check runs before any cache is written."""
+        predicts the token after token t). Every check runs before any cache is written.
+
+        On the device backend T tokens per user run as T one-token device steps (one allocation)."""
+        return self._step(tokens, positions)
+
+    def _step(self, tokens: torch.Tensor, positions: torch.Tensor, greedy: bool = False) -> torch.Tensor:
         tok, pos = self._check_step(tokens, positions)
         t = tok.shape[1]
         cp, bs = self.context_parallel, self.block_size
@@ -530,7 +591,11 @@ class LlamaDecoder:
                 [self.allocator.lengths[b] if p < 0 else p + t for b, p in enumerate(pos)])
         shape = (self.batch, self.spec.vocab_size) if tokens.dim() == 1 else (self.batch, t, self.spec.vocab_size)
         if all(p < 0 for p in pos):
-            return torch.zeros(shape)
+            return torch.full((self.batch,), -1, dtype=torch.int64) if greedy else torch.zeros(shape)
+        if self._device is not None:
+            out = self._device_steps(tok, pos, self.allocator.page_table(plan), greedy)
+            self.allocator.commit(plan)
+            return out if greedy else out.reshape(shape)
         if cp == 1:
             tables: tuple[torch.Tensor, ...] = (self.allocator.page_table(plan),)
             local = (tuple(p + t - 1 if p >= 0 else -1 for p in pos),)  # each user's last token
@@ -553,6 +618,8 @@ class LlamaDecoder:
         else:
             logits = self._pool.run_all(_worker_step, s)[0]
         self.allocator.commit(plan)
+        if greedy:
+            return torch.where(torch.tensor(pos) >= 0, logits.argmax(-1), -1)
         return logits.reshape(shape)
 
     def _max_step_tokens(self) -> int:

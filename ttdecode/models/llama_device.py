@@ -37,16 +37,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
 from ttdecode.formats import DataType
-from ttdecode.models.llama import LlamaSpec
+
+#: ``ttdecode.models.llama.LlamaSpec`` (not imported: llama imports this module for its device backend)
+LlamaSpec = Any
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
-           "rotary_append_descriptor",
-           "DECODE_STEP_OPS"]
+           "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder", "TRANSFER_FUNCTIONS",
+           "rope_tables", "step_row"]
 
 #: The ttnn calls of one decode step per layer (host-side embedding and LM head around them).
 DECODE_STEP_OPS = (
@@ -233,3 +235,185 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
                              interleaved=True, packed=True)
     names = [t.name for t in program.tensors]
     return program, build_program_descriptor(program, _PlaceholderView(names))
+
+
+# ---- the decoder on a device ---------------------------------------------------------------------
+
+
+#: Host<->device data moves of ttnn (the names a transfer counter wraps).
+TRANSFER_FUNCTIONS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
+                      "copy_device_to_host_tensor")
+
+
+def rope_tables(spec: LlamaSpec, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The device decoder's RoPE tables, float32 ``[positions, ceil(D / 32) * 32]``: row p holds the
+    per-column cos (sin) of position p for the interleaved-pair rotation of the permuted Q/K rows
+    (``ttdecode.ops.rotary_append.program.column_angles`` of Hugging Face's cos/sin), looked up on the
+    device by ``ttnn.embedding`` (stored there in bfloat16, the table format ttnn.embedding takes)."""
+    from ttdecode.models import rope
+    from ttdecode.ops.rotary_append.program import column_angles
+
+    d = spec.head_dim
+    freq = rope.inv_freq(d, spec.rope_theta, spec.rope_scaling)
+    cos, sin = rope.cos_sin(freq, torch.arange(positions))
+    width = math.ceil(d / 32) * 32
+    return column_angles(cos, d, True, width, 1.0), column_angles(sin, d, True, width, 0.0)
+
+
+def step_row(tokens: torch.Tensor, positions: Sequence[int], page_table: torch.Tensor) -> torch.Tensor:
+    """A device step's one input: int32 ``[2 B + B * max_blocks]``, the token ids, the positions (-1:
+    idle) and the page table row by row (the device slices it back into the three)."""
+    return torch.cat([tokens.to(torch.int32).reshape(-1), torch.tensor(list(positions), dtype=torch.int32),
+                      page_table.to(torch.int32).reshape(-1)])
+
+
+class DeviceDecoder:
+    """The Llama decode step on one Wormhole (an N150, or one chip of a mesh used alone) through ttnn.
+
+    Built once: the weights of `device_weights` (``devices=1``: the same preparation as the plan and
+    the round-trip tests) moved to the device's DRAM (bfloat8_b matmul weights in TILE layout,
+    bfloat16 norms, the embedding table row-major bfloat16 as ``ttnn.embedding`` wants it), the paged K
+    and V caches of every layer (zeros, ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``), the RoPE
+    tables (per position, the per-column angles of the interleaved-pair rotation, bfloat16 row-major,
+    looked up by ``ttnn.embedding``), the rotate-half blocks, and the step's input row the host writes
+    into, int32 ``[1, 2 B + B * max_blocks]``: token ids, positions (-1: idle), the page table. The
+    caches stay on the device for the decoder's lifetime.
+
+    A step (`step`): one host -> device write (``ttnn.copy_host_to_device_tensor`` of the input row,
+    4 * (2 B + B * max_blocks) bytes), then all on the device: ``slice`` s of the row into the token
+    ids (``typecast`` to uint32), the positions and the page table (``reshape`` s); the RoPE index
+    ``typecast(relu(positions))`` and the cos/sin rows by ``ttnn.embedding``; the token embedding; per layer ``rms_norm``, the fused QKV ``linear``, the fused
+    RoPE + paged cache append (``ttdecode.rotary_kv_append``'s program, planned once: a
+    `ttdecode.device.PreparedProgram`), paged FlashDecode with the positions and page table as device
+    tensors (``ttdecode.ops.flash_decode.device``'s cached step), the heads concatenated (``reshape``
+    ``[1, B, NH, D] -> [1, 1, B, NH * D]``), the O ``linear``, ``add``, ``rms_norm``, gate ``linear``
+    (SiLU fused as its activation), up ``linear``, ``mul``, down ``linear``, ``add``; then the final
+    ``rms_norm``, the LM head ``linear`` and, for greedy decoding, ``argmax``. Out: the logits
+    (``to_torch``) or the argmax ids only. `ops` counts the ttnn calls of the last step.
+    """
+
+    def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
+                 max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
+                 weight_dtype: str = "bfloat8_b", program_config: Any = None) -> None:
+        from ttdecode.device import PreparedProgram, require_ttnn, ttnn_data_type
+        from ttdecode.models import rope
+        from ttdecode.ops.rotary_append.program import device_program, rotate_half_blocks
+
+        if spec.attention_bias or spec.mlp_bias:
+            raise NotImplementedError("model: the device decoder implements Llama without biases (attention_bias and "
+                                      "mlp_bias False), got a checkpoint with biases; use backend='host'")
+        ttnn = require_ttnn()
+        self.ttnn, self.spec, self.device = ttnn, spec, device
+        self.batch, self.block_size, self.num_blocks = batch, block_size, num_blocks
+        self.max_blocks = math.ceil(max_seq_len / block_size)
+        self.program_config = program_config
+        d, nkv = spec.head_dim, spec.num_kv_heads
+        dram = ttnn.DRAM_MEMORY_CONFIG
+        self.dram = dram
+        host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
+        # the embedding table: ttnn.embedding reads a row-major bfloat16 table
+        self.w = {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
+                                       device, memory_config=dram)
+                  for name, t in host.items()}
+        cache_dt = ttnn_data_type(ttnn, kv_dtype)
+        shape = (num_blocks, nkv, block_size, d)
+        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT,
+                                             device=device, memory_config=dram) for _ in range(2))
+                       for _ in range(spec.num_layers)]
+        # RoPE: per position the per-column angles of interleaved pairs (the permuted Q/K rows)
+        self.rope_tables = [ttnn.from_torch(t, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, device=device,
+                                            memory_config=dram)
+                            for t in rope_tables(spec, self.max_blocks * block_size)]
+        blocks = rotate_half_blocks(d, d, True)
+        self.trans = ttnn.from_torch(torch.cat([blk for _, _, blk in blocks]).to(torch.float32), dtype=ttnn.bfloat16,
+                                     layout=ttnn.TILE_LAYOUT, device=device, memory_config=dram)
+        # the step's input row, written by the host each step: [token ids | positions | page table]
+        self.step_width = 2 * batch + batch * self.max_blocks
+        self.inputs = ttnn.from_torch(torch.zeros(1, self.step_width, dtype=torch.int32), dtype=ttnn.int32,
+                                      layout=ttnn.ROW_MAJOR_LAYOUT, device=device, memory_config=dram)
+        # the fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)
+        rotary = device_program(batch=batch, num_q_heads=spec.num_heads, num_kv_heads=nkv, head_dim=d,
+                                cache_dtype=kv_dtype, cache_shape=shape, max_blocks=self.max_blocks,
+                                interleaved=True, packed=True,
+                                grid=tuple(int(g) for g in (device.compute_with_storage_grid_size().x,
+                                                            device.compute_with_storage_grid_size().y)))
+        self.rotary = PreparedProgram(rotary, device)
+        self.ops: dict[str, int] = {}
+        self.writes = 0  # host -> device writes of the last step
+
+    # ---- one step ------------------------------------------------------------------------------
+
+    def _op(self, name: str) -> Any:
+        self.ops[name] = self.ops.get(name, 0) + 1
+        obj = self.ttnn
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def _attention(self, q: Any, k: Any, v: Any, positions: Any, page_table: Any) -> Any:
+        """Paged FlashDecode through the op's cached device step (positions and page table on the device)."""
+        from ttdecode.ops.flash_decode.device import get_step
+        from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
+        from ttdecode.ops.flash_decode.validate import validate_decode
+
+        inputs = validate_decode(q, k, v, page_table=page_table, paged=True, cur_pos_tensor=positions,
+                                 program_config=self.program_config)
+        self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
+        return get_step(inputs, compute_settings(inputs), make_decode_plan).run(inputs)
+
+    def step(self, tokens: torch.Tensor, positions: Sequence[int], page_table: torch.Tensor,
+             greedy: bool = False) -> torch.Tensor:
+        """One decode step: ``tokens`` int ``[B]`` (any id for idle users), ``positions`` ``[B]`` (-1:
+        idle), ``page_table`` int32 ``[B, max_blocks]`` after the step's allocation. Returns the float32
+        logits ``[B, vocab]`` (rows of idle users as the device left them) or, ``greedy``, the argmax
+        ids int64 ``[B]`` computed on the device."""
+        ttnn, spec, w = self.ttnn, self.spec, self.w
+        b, nh, d = self.batch, spec.num_heads, spec.head_dim
+        eps = spec.rms_norm_eps
+        self.ops = {}
+        row = step_row(tokens, positions, page_table)
+        # the step's one host -> device write
+        ttnn.copy_host_to_device_tensor(ttnn.from_torch(row[None], dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT),
+                                        self.inputs)
+        self.writes = 1
+        op = self._op
+        mb, inp = self.max_blocks, self.inputs
+        tok = op("typecast")(op("slice")(inp, [0, 0], [1, b]), ttnn.uint32)
+        pos_row = op("slice")(inp, [0, b], [1, 2 * b])
+        pos = op("reshape")(pos_row, [b])
+        table = op("reshape")(op("slice")(inp, [0, 2 * b], [1, self.step_width]), [b, mb])
+        # RoPE rows at each user's position (idle users: position 0; they write nothing)
+        idx = op("typecast")(op("relu")(pos_row), ttnn.uint32)
+        cos, sin = (op("reshape")(op("embedding")(idx, t, layout=ttnn.TILE_LAYOUT, dtype=ttnn.float32,
+                                                   memory_config=self.dram), [b, t.shape[-1]])
+                    for t in self.rope_tables)
+        x = op("reshape")(op("embedding")(tok, w["embedding"], layout=ttnn.TILE_LAYOUT,
+                                          memory_config=self.dram), [1, 1, b, spec.hidden_size])
+        for i, (kc, vc) in enumerate(self.caches):
+            h = op("rms_norm")(x, weight=w[f"{i}.attention_norm"], epsilon=eps)
+            qkv = op("linear")(h, w[f"{i}.wqkv"])
+            qkv = op("reshape")(qkv, [1, b, qkv.shape[-1]])
+            self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
+            q_rot = self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": self.trans, "cur_pos": pos,
+                                     "page_table": table, "k_cache": kc, "v_cache": vc})[0]
+            attn = self._attention(q_rot, kc, vc, pos, table)
+            attn = op("reshape")(attn, [1, 1, b, nh * d])
+            x = op("add")(x, op("linear")(attn, w[f"{i}.wo"]))
+            h = op("rms_norm")(x, weight=w[f"{i}.ffn_norm"], epsilon=eps)
+            gate = op("linear")(h, w[f"{i}.w_gate"], activation="silu")
+            up = op("linear")(h, w[f"{i}.w_up"])
+            x = op("add")(x, op("linear")(op("mul")(gate, up), w[f"{i}.w_down"]))
+        h = op("rms_norm")(x, weight=w["norm"], epsilon=eps)
+        logits = op("linear")(h, w["lm_head"])
+        if greedy:
+            ids = op("argmax")(logits, dim=-1)  # [1, 1, B] uint32
+            return ttnn.to_torch(ids).reshape(b).to(torch.int64)
+        return ttnn.to_torch(logits).reshape(b, -1)[:, : spec.vocab_size].to(torch.float32)
+
+    def close(self) -> None:
+        """Free the device tensors (the device itself is the caller's)."""
+        ttnn = self.ttnn
+        for t in [*self.w.values(), *(c for kv in self.caches for c in kv), *self.rope_tables, self.trans,
+                  self.inputs]:
+            ttnn.deallocate(t)
+        self.w, self.caches = {}, []
