@@ -21,6 +21,7 @@ CASE = dict(q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, block=64, paged
             fidelity="HiFi4")
 
 
+@pytest.mark.slow
 def test_llama31_c_paged_64_meets_tt_metals_bar_with_a_bf16_dst_and_ours_with_fp32() -> None:
     r = run(**CASE, fp32_dest=False)
     assert r["pcc"] >= TT_METAL_PAGED_MIN_PCC, r["pcc"]
@@ -29,6 +30,7 @@ def test_llama31_c_paged_64_meets_tt_metals_bar_with_a_bf16_dst_and_ours_with_fp
     check_close(r["out"], r["ref"], "llama3.1-c-paged_64, fp32 DST", THRESHOLDS)
 
 
+@pytest.mark.slow
 def test_runtime_agrees_with_the_isa_arbiter_and_is_no_weaker_than_tt_metal() -> None:
     """One KV group on one core (31133 keys): the runtime's output is the arbiter's model of our kernel up
     to the exp / reciprocal approximations (which move the output by ~1e-2 relative by themselves), and
