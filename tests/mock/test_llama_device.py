@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-CHILD = r"""
+COUNTER = r"""
 import time
 import torch
 import ttnn
-from transformers import LlamaConfig, LlamaForCausalLM
-from ttdecode.models import LlamaDecoder
+from ttdecode.models import LlamaDecoder, LlamaSpec
 from ttdecode.models.llama_device import TRANSFER_FUNCTIONS
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
@@ -41,6 +40,44 @@ def wrap(name, fn):
 for name in TRANSFER_FUNCTIONS:
     setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
 
+
+def run_steps(dec, device, B, joins, leaves, steps=20):
+    # `steps` decode steps, slots (re)starting at position 0 (joins) or going idle (leaves); logits
+    # on steps 0, 3, 6, ..., the on-device argmax (next_tokens) on the others
+    pos = [-1] * B
+    nxt = torch.zeros(B, dtype=torch.int64)
+    out_steps = []
+    moves[:] = []
+    for s in range(steps):
+        for b in leaves.get(s, []):
+            pos[b] = -1
+        for b in joins.get(s, []):
+            pos[b] = 0
+            nxt[b] = 1 + 7 * b + s
+        greedy = s % 3 != 0
+        positions = torch.tensor(pos, dtype=torch.int64)
+        t0 = time.perf_counter()
+        if greedy:
+            out = dec.next_tokens(nxt, positions)
+            ids = out
+        else:
+            out = dec.step(nxt, positions)
+            ids = out.argmax(-1)
+        seconds = time.perf_counter() - t0
+        out_steps.append({"step": s, "positions": list(pos), "greedy": greedy, "seconds": round(seconds, 4),
+                          "moves": list(moves), "writes": dec._device.writes, "ops": dict(dec._device.ops),
+                          "entries": int(device.num_program_cache_entries()), "out_shape": list(out.shape),
+                          "idle_out": [float(out[b].abs().sum()) if not greedy else int(out[b])
+                                       for b in range(B) if pos[b] < 0]})
+        moves[:] = []
+        nxt = torch.where(positions >= 0, ids, nxt).clamp(min=0)
+        pos = [p + 1 if p >= 0 else -1 for p in pos]
+    return out_steps
+"""
+
+SMALL = COUNTER + r"""
+from transformers import LlamaConfig, LlamaForCausalLM
+
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=32, max_position_embeddings=256, rope_theta=10000.0,
@@ -51,65 +88,90 @@ t0 = time.perf_counter()
 dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, block_size=32, backend="device", device=device)
 build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
-
-B = 4
-joins = {0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]}   # slot (re)starts at position 0
-leaves = {6: [1], 10: [0], 17: [2]}                     # slot goes idle (-1)
-pos = [-1] * B
-nxt = torch.zeros(B, dtype=torch.int64)
-steps = []
-for s in range(20):
-    for b in leaves.get(s, []):
-        pos[b] = -1
-    for b in joins.get(s, []):
-        pos[b] = 0
-        nxt[b] = 1 + 7 * b + s
-    greedy = s % 3 != 0           # logits on steps 0, 3, 6, ...; argmax on the device on the others
-    t0 = time.perf_counter()
-    positions = torch.tensor(pos, dtype=torch.int64)
-    if greedy:
-        out = dec.next_tokens(nxt, positions)
-        ids = out
-    else:
-        out = dec.step(nxt, positions)
-        ids = out.argmax(-1)
-    seconds = time.perf_counter() - t0
-    steps.append({"step": s, "positions": list(pos), "greedy": greedy, "seconds": round(seconds, 4),
-                  "moves": list(moves), "writes": dec._device.writes, "ops": dict(dec._device.ops),
-                  "entries": int(device.num_program_cache_entries()), "out_shape": list(out.shape),
-                  "idle_out": [float(out[b].abs().sum()) if not greedy else int(out[b])
-                               for b in range(B) if pos[b] < 0]})
-    moves[:] = []
-    nxt = torch.where(positions >= 0, ids, nxt).clamp(min=0)
-    pos = [p + 1 if p >= 0 else -1 for p in pos]
+steps = run_steps(dec, device, 4, joins={0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]},
+                  leaves={6: [1], 10: [0], 17: [2]})
+# generate (prompts in multi-token steps: one-token device steps on this backend) adds no program
+entries = int(device.num_program_cache_entries())
+gen = dec.generate(torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]), 3, progress=False)
+gen_moves = list(moves)
 dec.close()
-ttnn.close_device(device)
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps,
-      "cache_bytes": dec.cache_bytes})
+      "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
+                   "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")}})
+ttnn.close_device(device)
 """
 
-#: ttnn ops of one step of this 2-layer model (plus "argmax" on greedy steps).
-EXPECTED_OPS = {"slice": 3, "typecast": 2, "relu": 1, "reshape": 9, "embedding": 3, "rms_norm": 5, "linear": 11,
-                "rotary_kv_append": 2, "flash_decode": 2, "add": 4, "mul": 2}
+# One Llama-3.1-8B layer (the vocabulary cut to 1024: the LM head's shape is not the layer's), batch 32.
+LLAMA31_8B_LAYER = COUNTER + r"""
+spec = LlamaSpec(vocab_size=1024, hidden_size=4096, num_layers=1, num_heads=32, num_kv_heads=8, head_dim=128,
+                 intermediate_size=14336, rms_norm_eps=1e-5, rope_theta=500000.0,
+                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192}, attention_bias=False, mlp_bias=False)
+g = torch.Generator().manual_seed(0)
+r = lambda *shape: torch.randn(*shape, generator=g) * 0.02
+p = "model.layers.0."
+state = {"model.embed_tokens.weight": r(1024, 4096), "model.norm.weight": torch.ones(4096),
+         "lm_head.weight": r(1024, 4096), p + "input_layernorm.weight": torch.ones(4096),
+         p + "post_attention_layernorm.weight": torch.ones(4096), p + "self_attn.q_proj.weight": r(4096, 4096),
+         p + "self_attn.k_proj.weight": r(1024, 4096), p + "self_attn.v_proj.weight": r(1024, 4096),
+         p + "self_attn.o_proj.weight": r(4096, 4096), p + "mlp.gate_proj.weight": r(14336, 4096),
+         p + "mlp.up_proj.weight": r(14336, 4096), p + "mlp.down_proj.weight": r(4096, 14336)}
+device = open_mock_device()
+t0 = time.perf_counter()
+dec = LlamaDecoder(spec, state, batch=32, max_seq_len=1024, block_size=64, backend="device", device=device)
+build_moves, moves[:] = list(moves), []
+build_s = time.perf_counter() - t0
+steps = run_steps(dec, device, 32, joins={0: list(range(0, 32, 2)), 4: list(range(1, 32, 4)), 9: [0, 2, 4],
+                                          12: list(range(3, 32, 4))},
+                  leaves={7: [0, 2, 4, 6], 15: list(range(1, 32, 4))})
+dec.close()
+emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps})
+ttnn.close_device(device)
+"""
 
 
-@pytest.mark.slow
-def test_llama_decoder_runs_20_steps_on_a_mock_n150_with_one_write_and_one_read_per_step(run_mock) -> None:
-    r = run_mock(CHILD, timeout=600)
-    assert r.returncode == 0 and r.result is not None, r.describe()
-    steps = r.result["steps"]
+def _per_layer(layers: int) -> dict[str, int]:
+    """The ttnn calls of one step: the input row's slices and casts, the RoPE rows, the embedding, per
+    layer norm, QKV, our append and attention, head concat, O, residual, norm, SwiGLU, residual; the
+    final norm and the LM head."""
+    return {"slice": 3, "typecast": 2, "relu": 1, "embedding": 3, "reshape": 5 + 2 * layers,
+            "rms_norm": 2 * layers + 1, "linear": 5 * layers + 1, "rotary_kv_append": layers,
+            "flash_decode": layers, "add": 2 * layers, "mul": layers}
+
+
+def _check_steps(result: dict, layers: int, batch: int, vocab: int) -> list[dict]:
+    steps = result["steps"]
     assert len(steps) == 20
     for s in steps:
-        want = dict(EXPECTED_OPS, **({"argmax": 1} if s["greedy"] else {}))
+        want = dict(_per_layer(layers), **({"argmax": 1} if s["greedy"] else {}))
         assert s["ops"] == want, (s["step"], s["ops"])
         # one write (token ids | positions | page table in one int32 row), one read (logits or ids)
         assert s["moves"] == ["copy_host_to_device_tensor", "to_torch"], (s["step"], s["moves"])
         assert s["writes"] == 1
-        assert s["out_shape"] == ([4] if s["greedy"] else [4, 256])
-        # idle slots: zero logits, id -1 (set on the host; the device's rows are not read as results)
+        assert s["out_shape"] == ([batch] if s["greedy"] else [batch, vocab])
+        # idle slots: zero logits, id -1 (set on the host)
         assert all(v == (-1 if s["greedy"] else 0.0) for v in s["idle_out"]), s
     entries = [s["entries"] for s in steps]
-    # steps 1 and 2 see every program (logits and argmax); nothing is added after step 2
+    # steps 1 and 2 have seen every program (logits and argmax); nothing is added after step 2
     assert all(e == entries[1] for e in entries[1:]), entries
     # the weights, caches, RoPE tables and the input row go to the device once, at build
-    assert r.result["build_moves"] and set(r.result["build_moves"]) <= {"to_device", "from_torch"}
+    assert result["build_moves"] and set(result["build_moves"]) <= {"to_device", "from_torch"}
+    return steps
+
+
+@pytest.mark.slow
+def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read_per_step(run_mock) -> None:
+    r = run_mock(SMALL, timeout=600)
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    _check_steps(r.result, layers=2, batch=4, vocab=256)
+    gen = r.result["generate"]
+    # 2 prompts of 5 tokens + 3 new: one-token device steps (5 for the prompts, 2 more), no new program
+    assert gen["shape"] == [2, 8] and gen["new_entries"] == 0
+    assert gen["writes"] == 7 and gen["moves"] == 14
+
+
+@pytest.mark.slow
+def test_llama31_8b_layer_decodes_20_steps_on_a_mock_n150_batch_32(run_mock) -> None:
+    r = run_mock(LLAMA31_8B_LAYER, timeout=600)
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    _check_steps(r.result, layers=1, batch=32, vocab=1024)

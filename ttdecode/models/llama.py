@@ -18,8 +18,12 @@ residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM he
 
 Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
 (the op's float64 reference), both with projections, norms and MLP in float32 torch;
-``"device"`` needs a Wormhole (``ttdecode.models.llama_device`` builds what can be built without
-one); ``"auto"`` is ``"device"`` when one is available, else ``"host"``.
+``"device"``: every layer through ttnn's ops and ours on one Wormhole (``device=`` an open ttnn
+device, else device 0 is opened; ``devices=1``), the paged KV caches on the device for the decoder's
+lifetime, one host->device write (token ids, positions, page table) and one read (logits, or the
+on-device argmax with `next_tokens`) per step (``ttdecode.models.llama_device.DeviceDecoder``);
+checked on the mock Wormhole, not on a chip. ``"auto"`` is ``"device"`` when a device is given or
+available, else ``"host"``.
 
 Tensor parallel (``devices=N``), Megatron style as tt-metal's Llama on a T3K: device d owns KV
 heads ``[d*NKV/N, (d+1)*NKV/N)`` and their query heads (Q/K/V column-parallel by KV head group),

@@ -1,7 +1,11 @@
-"""The Llama decoder's device path: what is built and checked without a Wormhole, and what is not.
+"""The Llama decoder's device path: the weights' device forms, and the decoder on one Wormhole.
 
-No Tenstorrent device exists here (``ttnn.open_device`` fails), so nothing below runs on a chip.
-What this module builds, with the real ttnn 0.81.1 where ttnn allows it on the host:
+`DeviceDecoder` is ``LlamaDecoder(backend="device", device=...)``'s step on one chip (an N150): every
+layer through ttnn's ops and ours, the caches on the device for the decoder's lifetime, one write
+and one read per step (see its doc). It runs on the mock Wormhole (``ttdecode.testing.mock``:
+tt-metal's host side for real, no numerics) in tests/mock/test_llama_device.py; no chip has run it.
+The weight preparation below is shared with the host-side checks (round trips through ttnn host
+tensors, tests/models/test_llama_device_weights.py):
 
 * `weight_plan(spec, devices)`: every weight's device form: ttnn dtype, TILE layout, ``[in, out]``
   orientation (``ttnn.linear`` multiplies ``x @ w``), and its mesh placement (the dimension that
@@ -25,12 +29,13 @@ What this module builds, with the real ttnn 0.81.1 where ttnn allows it on the h
   pairs since the Q/K rows are permuted as above, the paged cache) as its real
   ``ttnn.ProgramDescriptor``, in place of ttnn's ``nlp_create_qkv_heads_decode`` +
   ``rotary_embedding_llama`` + ``paged_update_cache``; placeholder addresses as above.
-* `DECODE_STEP_OPS`: the ttnn ops a device decode step would call, per layer, in order; a test
-  checks that each exists in the installed ttnn.
+* `DECODE_STEP_OPS`: the ttnn ops of the tensor-parallel step per layer, in order (the one-chip
+  `DeviceDecoder` runs them without the collectives); a test checks that each exists in ttnn.
 
-Not exercised: the launch itself (``ttnn.generic_op``) and every ttnn op of the step on a chip,
-the mesh device and its collectives (``ttnn.all_reduce`` / ``ttnn.all_gather`` over ethernet),
-and device memory placement. ``LlamaDecoder(backend="device")`` refuses to start without a device.
+Not built yet: the mesh decoder (tensor parallel over a T3K with ``ttnn.all_reduce`` /
+``ttnn.all_gather``; the weight plan and slices above are its), context parallelism on a mesh, and
+a traced decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
+without ``device=`` opens device 0 and refuses to start where there is none.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder", "TRANSFER_FUNCTIONS",
            "rope_tables", "step_row"]
 
-#: The ttnn calls of one decode step per layer (host-side embedding and LM head around them).
+#: The ttnn calls of one tensor-parallel decode step (embedding, per layer, final norm, LM head, argmax).
 DECODE_STEP_OPS = (
     "embedding",                                  # token ids -> [1, 1, B, hidden] (replicated table)
     "rms_norm",                                   # input norm
@@ -59,20 +64,21 @@ DECODE_STEP_OPS = (
     "generic_op",                                 # ttdecode.rotary_kv_append: unpack qkv, RoPE on q and k
                                                   # (interleaved pairs), K/V rows into their blocks
     "generic_op",                                 # ttdecode's FlashDecode program (paged)
-    "experimental.nlp_concat_heads_decode",
+    "reshape",                                    # concat heads: [1, B, NH, D] -> [1, 1, B, NH * D]
     "linear",                                     # O projection (row-parallel)
     "all_reduce",                                 # over the mesh when devices > 1
     "add",                                        # residual
     "rms_norm",                                   # post-attention norm
-    "linear",                                     # gate (column-parallel) ...
-    "linear",                                     # ... and up
-    "mul",                                        # silu(gate) * up (silu fused as an activation)
+    "linear",                                     # gate (column-parallel; SiLU fused as its activation)
+    "linear",                                     # up
+    "mul",                                        # silu(gate) * up
     "linear",                                     # down (row-parallel)
     "all_reduce",
     "add",
     "rms_norm",                                   # final norm (after the last layer)
     "linear",                                     # LM head slice
     "all_gather",                                 # vocabulary slices -> logits
+    "argmax",                                     # greedy decoding: only the ids leave the device
 )
 
 
