@@ -34,8 +34,9 @@ sweep = importlib.util.module_from_spec(_spec)
 sys.modules["sweep_flash_decode"] = sweep
 _spec.loader.exec_module(sweep)  # type: ignore[union-attr]
 
-#: The constants the model could not source (ASSUMED) or fitted (FITTED), costmodel.COST_SOURCES.
-UNSOURCED = ("launch_cycles", "tile_call_cycles", "init_cycles", "semaphore_handshake_cycles",
+#: The constants the model could not source (ASSUMED), or sourced from one benchmark or a range (the
+#: launch skew, the compute kernel's init, the interleaved efficiency), costmodel.COST_SOURCES.
+UNSOURCED = ("start_spread_cycles", "compute_startup_cycles", "tile_call_cycles", "init_cycles", "semaphore_handshake_cycles",
              "noc_write_setup_cycles", "cb_handshake_cycles", "dram_interleaved_efficiency")
 #: The span searched for a flip, as factors of the nominal value.
 SPAN = (0.25, 4.0)

@@ -3,7 +3,7 @@
 The project's only timing model. Besides bandwidth and FPU throughput it charges DRAM latency per
 read barrier, the request issue rate, the per-core read plateau, the efficiency of interleaved
 tile-by-tile reads, unpack and pack per tile, SFPU cycles counted from the LLK instruction
-sequences, a per-tile-call overhead and a cost per configuration call (init / reconfig), CB and semaphore handshakes and the kernel launch. All
+sequences, a per-tile-call overhead and a cost per configuration call (init / reconfig), CB and semaphore handshakes, the compute kernel's init and the launch skew between cores. All
 results are MODEL ESTIMATES, not device measurements. Its users: `perf/sweep_flash_decode.py`,
 `perf/bench_llama.py` and the per-chip term of `ttdecode.distributed.cost`.
 
@@ -26,7 +26,8 @@ Per core (cycles of the 1 GHz clock):
 - the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
   chunk of the shorter stage is not hidden) + CB handshakes; the same with the merges the core runs
   added to its compute bounds the step too (a core holding many parents in a batched plan).
-Step: launch + max over cores + the reduction: each work's tree timed from the moment every piece
+Step (tt-metal's DEVICE KERNEL DURATION: first core's kernel start to last core's kernel end): the
+start spread over the op's cores + max over cores + the reduction: each work's tree timed from the moment every piece
 has its local work done, a parent merging its children one at a time in round order, each merge
 starting when the parent is free and the child's message (setup, bytes, hops, semaphore) has arrived
 (`Reduction.trees`); the slowest work's root ends the step.
@@ -48,7 +49,8 @@ from ttdecode.program import CoreCoord, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",
-           "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate",
+           "sfpu_tile_cycles", "op_cycles", "reader_cycles", "bank_floor_cycles", "evaluate", "index_read_cycles",
+           "start_spread_cycles",
            "work_from_counters", "op_class", "Message", "noc_hops", "writer_messages",
            "match_tree", "chunk_tile_ops", "merge_ops", "q_row_tiles", "split_floor_tiles", "row_steps"]
 
@@ -68,7 +70,8 @@ class CostConstants:
     dram_request_issue_cycles: float = 6.8
     core_read_plateau_bytes_per_cycle: float = 22.3
     dram_bank_local_efficiency: float = 267.0 / 288.0
-    dram_interleaved_efficiency: float = 0.66  # FITTED, see sources
+    dram_interleaved_efficiency: float = 0.66  # sourced: 189.8 / 288 = 0.659 (DRAMTile README), see sources
+    dram_interleaved_efficiency_noc1: float = 82.1 / 288.0  # sourced, the same benchmark on NoC 1 (not used by reads)
     noc_bytes_per_cycle: float = 32.0
     noc_hop_cycles: float = 9.0
     noc_grid: tuple[int, int] = (10, 12)  # tile columns, rows of the NoC torus
@@ -77,7 +80,9 @@ class CostConstants:
     noc_write_setup_cycles: float = 40.0  # ASSUMED
     semaphore_handshake_cycles: float = 100.0  # ASSUMED
     cb_handshake_cycles: float = 20.0  # ASSUMED, per cb push/wait pair
-    launch_cycles: float = 2000.0  # ASSUMED, see sources
+    start_spread_cycles: float = 2315.9  # sourced: the first-to-last kernel start of tt-metal's decode op, see sources
+    compute_startup_cycles: float = 380.0  # sourced (a range, its midpoint): the compute kernel's own init
+    l1_index_read_cycles: float = 150.0  # ASSUMED: a NoC read of a few bytes from an L1 shard (cur_pos, page table)
     split_compute_margin: float = 0.10  # ASSUMED: the split's choices keep this much compute under the floor
     tile_call_cycles: float = 20.0  # ASSUMED: the TRISC overhead of one LLK tile call
     init_cycles: float = 60.0  # ASSUMED: one configuration call (an op's init, a data-format reconfig)
@@ -113,9 +118,14 @@ COST_SOURCES: dict[str, str] = {
                                          "perf_plots 'DRAM Interleaved Packet Sizes'; REFERENCE.md section 4)",
     "dram_bank_local_efficiency": "267/288 = 92.7%: the DRAM micro-benchmark with one bank-local reader per bank "
                                   "(tech_reports/Saturating_DRAM_bandwidth)",
-    "dram_interleaved_efficiency": "FITTED: 0.66 of the bank peak for interleaved tile-by-tile reads from every "
-                                   "core, fitted on tt-metal's published ~180 GB/s (FlashDecode tech report, "
-                                   "B=8, 128K, D=128, 8q/1kv); so that point is not an independent check",
+    "dram_interleaved_efficiency": "0.66 of the bank peak for interleaved reads from every core: 12 readers paired "
+                                   "randomly with banks reach 189.8 GB/s on NoC 0 (tt-isa-documentation WormholeB0/"
+                                   "DRAMTile/README.md; 189.8/288 = 0.659, kept at 0.66, the value it had when it was "
+                                   "fitted on the FlashDecode tech report's ~180 GB/s, so the planner's choices stay "
+                                   "put); the tech report is now an independent check (perf/calibrate_model.py)",
+    "dram_interleaved_efficiency_noc1": "82.1/288: the same benchmark's readers on NoC 1 (DRAMTile/README.md); only "
+                                        "the calibration row uses it: tt-metal reads DRAM on NoC 0 on Wormhole "
+                                        "(its preferred DRAM-read NoC) and so do our readers",
     "noc_bytes_per_cycle": "32-byte flit per cycle per link (REFERENCE.md section 2)",
     "noc_hop_cycles": "~9 cycles per router hop (REFERENCE.md section 2)",
     "noc_grid": "Wormhole NoC: a 10x12 tile torus; NoC 0 runs +x/+y (tt-isa-documentation WormholeB0/NoC)",
@@ -125,8 +135,21 @@ COST_SOURCES: dict[str, str] = {
     "noc_write_setup_cycles": "ASSUMED: issuing one NoC write (command buffer setup) from a RISC-V, ~40 cycles",
     "semaphore_handshake_cycles": "ASSUMED: write barrier + semaphore increment + the receiver's poll, ~100 cycles",
     "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
-    "launch_cycles": "ASSUMED: 2 us of program launch / firmware start / kernel exit inside the device kernel "
-                     "time (no published figure found); NOT fitted; the short-context error is dominated by it",
+    "start_spread_cycles": "the launch skew inside tt-metal's DEVICE KERNEL DURATION (first core's kernel start to "
+                           "the last core's kernel end; not firmware start, dispatch or the completion handshake): "
+                           "FIRST TO LAST START 2315.9 ns of the Galaxy Llama-70B decode SDPA on 32 cores "
+                           "(tt-metal models/demos/llama3_70b_galaxy/tests/decoder_perf_targets_6u.json; 6U, 1 GHz, so "
+                           "2316 cycles); a published 64-core Wormhole trace's median is 1906 ns (tt-perf-report "
+                           "tests/data/wh_clip_encoder_2.csv): no growth with the core count, so one spread for any op "
+                           "on more than one core, 0 on one core. evaluate charges it whole: at the calibration points "
+                           "every core has the same work, so the last core to start is the last to finish; NOT fitted",
+    "compute_startup_cycles": "the compute kernel's own init (hw configure, the first op's init) inside the kernel "
+                              "zone: LLK harness INIT zones 250-510 cycles (tt-metal issue #51592), the midpoint; "
+                              "charged once per core to its compute (it runs while the first read is in flight, so "
+                              "the overlap hides part of it)",
+    "l1_index_read_cycles": "ASSUMED: reading cur_pos or the page table from an L1 shard instead of DRAM: a NoC read "
+                            "round trip of a few bytes (~2 x 4 hops x 9 cycles + command setup), ~150 cycles, against "
+                            "dram_latency_cycles from DRAM; used by tt-metal's structure (index_memory)",
     "split_compute_margin": "ASSUMED: the plan's choice of pieces (tile_pieces, key_row_pieces) counts a core's "
                             "closed-form compute 10% dearer, so it does not bet on a few % of slack under the DRAM "
                             "floor with call and init costs that are themselves assumed (the sensitivity table: "
@@ -292,6 +315,8 @@ class CoreWork:
     read_groups: per read barrier, (bytes, requests). bank_bytes: DRAM bytes per bank (reads and
     writes). compute / merge: op -> tallies (merge = the reduction's work on this core).
     chunks: pipeline stages of the overlap (read-barrier groups carrying K/V). cb_handshakes: push/wait pairs.
+    index_reads: the reader's serial reads before its first read group, (memory, bytes) with memory "dram" or
+    "l1" (tt-metal's structure: cur_pos, then the page table row, from DRAM or an L1 shard; index_read_cycles).
     """
 
     read_groups: list[tuple[int, int]]
@@ -302,6 +327,7 @@ class CoreWork:
     cb_handshakes: int
     kv_bytes: int
     bank_local: bool = False
+    index_reads: tuple[tuple[str, int], ...] = ()
 
 
 #: A merge tree as data: a node is the tuple of its children in merge order, each child
@@ -324,12 +350,16 @@ class Reduction:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Model estimate of one step, µs. `compute_us` per op class on the slowest core (its local work,
-    merges apart); `reduction_us` the step beyond the slowest core's local work: the merge trees after
-    it, or the busiest core's merges beside its own chunks, whichever is longer."""
+    """Model estimate of one step, µs: the figure tt-metal's profiler calls DEVICE KERNEL DURATION (the
+    first core's kernel start to the last core's kernel end, the launch skew and the compute kernel's init
+    included; not firmware start, dispatch or the completion handshake). `start_spread_us` the launch skew
+    (the first-to-last kernel start over the op's cores); `compute_us` per op class on the slowest core (its
+    local work, merges apart; "startup" its compute kernel's init); `reduction_us` the step beyond the slowest
+    core's local work: the merge trees after it, or the busiest core's merges beside its own chunks,
+    whichever is longer."""
 
     total_us: float
-    launch_us: float
+    start_spread_us: float
     local_us: float
     reader_us: float
     dram_floor_us: float
@@ -338,6 +368,16 @@ class Breakdown:
     kv_bytes: int
     achieved_gbps: float
     cores: int
+
+    @property
+    def launch_us(self) -> float:
+        """The start spread (the name of the term it replaced: an assumed 2 µs launch)."""
+        return self.start_spread_us
+
+    @property
+    def cycles(self) -> float:
+        """The estimate in cycles of the model's clock (1 GHz): what to compare across chips' clocks."""
+        return self.total_us * COST.clock_hz / 1e6
 
     @property
     def reduction_share(self) -> float:
@@ -467,31 +507,59 @@ def core_cycles(w: CoreWork, reader: float, compute: float, c: CostConstants = C
             + w.cb_handshakes * c.cb_handshake_cycles)
 
 
+def index_read_cycles(reads: Sequence[tuple[str, int]], c: CostConstants = COST) -> float:
+    """The reader's serial index reads (CoreWork.index_reads): from DRAM one read's latency and its bytes at
+    the per-core plateau each; from an L1 shard `l1_index_read_cycles` each."""
+    t = 0.0
+    for mem, nbytes in reads:
+        if mem == "dram":
+            t += c.dram_latency_cycles + nbytes / c.core_read_plateau_bytes_per_cycle
+        elif mem == "l1":
+            t += c.l1_index_read_cycles
+        else:
+            raise ValueError(f"index_read_cycles: memory must be 'dram' or 'l1', got {mem!r}")
+    return t
+
+
+def start_spread_cycles(cores: int, c: CostConstants = COST) -> float:
+    """The launch skew of an op on `cores` cores: the first-to-last kernel start (COST_SOURCES
+    "start_spread_cycles"): none on one core, the published spread on more."""
+    return c.start_spread_cycles if cores > 1 else 0.0
+
+
 def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
-             c: CostConstants = COST) -> Breakdown:
-    """The step estimate for cores `works` and the tree `reduction` (see the module docstring)."""
+             c: CostConstants = COST, cores: Optional[int] = None) -> Breakdown:
+    """The step estimate for cores `works` and the tree `reduction` (see the module docstring): tt-metal's
+    DEVICE KERNEL DURATION. `cores`: the cores the op starts (the launch skew spreads over them; None = the
+    cores with work, len(works))."""
     floor = bank_floor_cycles(works, c)
     best: tuple[float, float, dict[str, float]] = (0.0, 0.0, {})
     busiest = 0.0  # the longest core with the merges it runs counted as its compute
     for w in works:
+        # the index reads (cur_pos, the page table) come first: the reader needs them for its first
+        # address and the compute for its chunk count, so nothing overlaps them
+        idx = index_read_cycles(w.index_reads, c)
         rd = max(reader_cycles(w.read_groups, c), floor)
         comp = _sum_ops(w.compute, fidelity, c)
+        if comp:  # the compute kernel's own init, once per core
+            comp["startup"] = c.compute_startup_cycles
         cc = sum(comp.values())
         mg = sum(_sum_ops(w.merge, fidelity, c).values())
-        core = core_cycles(w, rd, cc, c)
-        busiest = max(busiest, core_cycles(w, rd, cc + mg, c))
+        core = idx + core_cycles(w, rd, cc, c)
+        busiest = max(busiest, idx + core_cycles(w, rd, cc + mg, c))
         if core > best[0]:
-            best = (core, rd, comp)
+            best = (core, idx + rd, comp)
     tree, _ = reduction_cycles(reduction, fidelity, c)
     # The merges run on the TRISCs of the cores that hold the parents: after the slowest core's local
     # work the tree still takes `tree`, and a core that runs many merges (several pieces with children,
     # in batched plans) must also fit them beside its own chunks. Both bound the step from below.
     red = max(tree, busiest - best[0])
-    total = c.launch_cycles + best[0] + red
+    spread = start_spread_cycles(len(works) if cores is None else cores, c)
+    total = spread + best[0] + red
     kv = sum(w.kv_bytes for w in works)
     us = 1e6 / c.clock_hz
     return Breakdown(
-        total_us=total * us, launch_us=c.launch_cycles * us, local_us=best[0] * us, reader_us=best[1] * us,
+        total_us=total * us, start_spread_us=spread * us, local_us=best[0] * us, reader_us=best[1] * us,
         dram_floor_us=floor * us, compute_us={k: v * us for k, v in best[2].items()}, reduction_us=red * us,
         kv_bytes=kv, achieved_gbps=kv / (total * us * 1e-6) / 1e9 if total else 0.0, cores=len(works))
 

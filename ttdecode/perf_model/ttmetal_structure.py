@@ -28,6 +28,14 @@ Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K a
 (d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
 the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1), copy dv (O), mul_bcast 2*dv,
 add dv, copy 2. The root finishes with recip 1, mul_bcast dv, copy dv and writes dv tiles.
+With more than 32 q heads per KV head (MLA: 128) the q rows fill `qt` = ceil(g / 32) whole tile rows:
+every q-row count above (scores, statistics, O, the messages, the merges) is per tile row, times qt;
+the K/V tiles are read once and unpacked by the matmuls once per q tile row. MLA (head_dim_v < D): V
+is the first Dv columns of the K tiles already read, so a chunk has one read group (K) and one
+pipeline stage. Positions may differ per user (a tuple); a user at -1 is skipped.
+The reader first reads cur_pos and then the user's page table row (index_memory "dram" or "l1": an L1
+shard; None: the positions come as runtime args and nothing is read), serially before its K reads; Q
+height-sharded in L1 (q_memory "l1") is one more such read, else Q is a DRAM read group of its own.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ class TTMetalShape:
     num_q_heads: int
     num_kv_heads: int
     head_dim: int
-    cur_pos: int
+    cur_pos: int | tuple[int, ...]  # one position for every user, or one per user
     seq_len: int
     grid: tuple[int, int] = (8, 8)
     max_cores_per_head_batch: int = 16
@@ -64,6 +72,18 @@ class TTMetalShape:
     kv_dtype: str = "bfloat8_b"
     fp32_dest_acc: bool = False
     reduction: str = "tree"  # "tree" (since PR #37004, Feb 2026) or "linear" (before: the root merges all)
+    head_dim_v: int | None = None  # MLA: V = the first head_dim_v columns of K (None: a V tensor of head_dim)
+    index_memory: str | None = None  # where cur_pos and the page table are read from: "dram", "l1" or None
+    block_size: int = 32  # keys per page of a paged cache (the page table row: seq_len / block_size int32)
+    q_memory: str = "dram"  # where Q is read from: "dram" (interleaved) or "l1" (height-sharded in L1)
+
+    def positions(self) -> tuple[int, ...]:
+        """Every user's position (cur_pos: one for all, or one per user)."""
+        if isinstance(self.cur_pos, int):
+            return (self.cur_pos,) * self.batch
+        if len(self.cur_pos) != self.batch:
+            raise ValueError(f"TTMetalShape: {len(self.cur_pos)} positions for batch {self.batch}")
+        return tuple(self.cur_pos)
 
 
 def split(s: TTMetalShape) -> tuple[int, int]:
@@ -77,14 +97,15 @@ def split(s: TTMetalShape) -> tuple[int, int]:
     return per_head, heads_per_core
 
 
-def chunk_tiles(s: TTMetalShape) -> int:
-    """K chunk in tiles: dynamic = pow2ceil(cur_pos // 32 + 1) capped at 8 (4 with fp32 Dst);
-    otherwise k_chunk_size / 32."""
+def chunk_tiles(s: TTMetalShape, pos: int | None = None) -> int:
+    """K chunk in tiles at position `pos` (None: the highest of s's positions): dynamic =
+    pow2ceil(pos // 32 + 1) capped at 8 (4 with fp32 Dst); otherwise k_chunk_size / 32."""
     if s.k_chunk_size:
         if s.k_chunk_size % 32 or s.k_chunk_size & (s.k_chunk_size - 1):
             raise ValueError(f"k_chunk_size must be a power of two multiple of 32, got {s.k_chunk_size}")
         return s.k_chunk_size // 32
-    t = 1 << math.ceil(math.log2(s.cur_pos // 32 + 1))
+    pos = max(s.positions()) if pos is None else pos
+    t = 1 << math.ceil(math.log2(max(pos, 0) // 32 + 1))
     return min(t, 4 if s.fp32_dest_acc else 8)
 
 
@@ -109,43 +130,71 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
     (_tally_chunk), the root's finish (_tally_finish), summed per core (_add_to_core); then the
     reduction (_reduction)."""
     d = s.head_dim // 32
-    dv = d
+    mla = s.head_dim_v is not None and s.head_dim_v != s.head_dim
+    dv = (s.head_dim_v or s.head_dim) // 32
     g = s.num_q_heads // s.num_kv_heads
     rows, steps = (16, 16) if g <= 16 else (32, 32)
+    qt = 1 if g <= 32 else math.ceil(g / 32)  # q tile rows per KV head
     b = BF16_TILE * rows // 32  # one of its bf16 q-row tiles (Q, scores, statistics, O): half tiles at 16 rows
-    kt = chunk_tiles(s)
-    n_keys = s.cur_pos + 1
-    chunks = math.ceil(n_keys / (kt * 32))
     per_head, heads_per_core = split(s)
-    active = min(chunks, per_head)
     kv_tile = KV_TILE[s.kv_dtype]
+    if s.index_memory not in (None, "dram", "l1"):
+        raise ValueError(f"index_memory must be None, 'dram' or 'l1', got {s.index_memory!r}")
+    # cur_pos (one int32 per user), then the user's page table row (seq_len / block_size int32)
+    index = () if s.index_memory is None else (
+        (s.index_memory, 4 * s.batch), (s.index_memory, 4 * max(1, s.seq_len // s.block_size)))
+    if s.q_memory not in ("dram", "l1"):
+        raise ValueError(f"q_memory must be 'dram' or 'l1', got {s.q_memory!r}")
+    q_bytes = qt * d * BF16_TILE
+    if s.q_memory == "l1":  # its L1 shard: read before the first chunk like the index
+        index += (("l1", q_bytes),)
     by_core: dict[tuple[int, int, int], CoreWork] = {}
-    for user in range(s.batch):
+    most = (0, 0, 0)  # (active cores, chunks, chunk tiles) of the user with the most active cores
+    for user, pos in enumerate(s.positions()):
+        if pos < 0:
+            continue
+        kt = chunk_tiles(s, pos)
+        chunks = math.ceil((pos + 1) / (kt * 32))
+        active = min(chunks, per_head)
+        most = max(most, (active, chunks, kt))
         for head in range(s.num_kv_heads):
             for rank in range(active):
                 my_chunks = chunks // active + (1 if rank < chunks % active else 0)
                 ops: dict[str, list[OpTally]] = defaultdict(list)
-                groups: list[tuple[int, int]] = [(d * BF16_TILE, d)]  # this head's Q tiles
+                # this head's Q tiles: a DRAM read group, or (in L1) one of the reads before the chunks
+                groups: list[tuple[int, int]] = [(q_bytes, qt * d)] if s.q_memory == "dram" else []
                 for c in range(my_chunks):
-                    groups += _tally_chunk(ops, c, rank == 0 and c == my_chunks - 1, kt, d, dv, rows, steps, b, kv_tile)
+                    groups += _tally_chunk(ops, c, rank == 0 and c == my_chunks - 1, kt, d, dv, rows, steps, b,
+                                           kv_tile, qt, mla)
                 if rank == 0:
-                    _tally_finish(ops, dv, rows, steps, b)
+                    _tally_finish(ops, dv, rows, steps, b, qt)
                 # a core runs heads_per_core heads one after another
                 _add_to_core(by_core, (user, head // heads_per_core, rank), groups, ops, my_chunks,
-                             my_chunks * kt * (d + dv) * kv_tile)
+                             my_chunks * kt * (d + (0 if mla else dv)) * kv_tile, 1 if mla else 2, index)
     works = list(by_core.values())
-    reduction, rounds = _reduction(s, active, dv, rows, steps, b)
+    active, chunks, kt = most
+    reduction, rounds = _reduction(s, active, dv, rows, steps, b, qt)
     counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
-              "cores_per_head": per_head}
+              "cores_per_head": per_head, "q_tile_rows": qt, "grid_cores": s.grid[0] * s.grid[1]}
     return works, reduction, counts
 
 
 def _tally_chunk(ops: dict[str, list[OpTally]], c: int, masked: bool, kt: int, d: int, dv: int, rows: int, steps: int,
-                 b: int, kv_tile: int) -> list[tuple[int, int]]:
+                 b: int, kv_tile: int, qt: int = 1, mla: bool = False) -> list[tuple[int, int]]:
     """Adds to `ops` the compute of chunk `c` (0 = a core's first) of `kt` key tiles (the module doc's
     table; `masked`: the causal mask add, the root's last chunk). `d`, `dv`: K and V tiles per key tile;
     `rows`/`steps`: the q-row tiles' rows and SFPU steps; `b`, `kv_tile`: bytes of a q-row tile and a K/V
-    tile. Returns the chunk's two read groups (bytes, requests): its K tiles, then its V tiles."""
+    tile; `qt` q tile rows (every q-row count times qt; the inits once per op block). Returns the chunk's
+    read groups (bytes, requests): its K tiles, then its V tiles (none with `mla`: V is read out of K)."""
+    if qt > 1:  # every q-row count times qt: tally one tile row into a scratch dict, scale, add
+        one: dict[str, list[OpTally]] = defaultdict(list)
+        groups = _tally_chunk(one, c, masked, kt, d, dv, rows, steps, b, kv_tile, 1, mla)
+        for op, ts in one.items():
+            for t in ts:
+                ops[op].append(t if op == "init" else OpTally(
+                    t.tiles * qt, t.calls * qt, t.rows, t.steps,
+                    None if t.l1_bytes is None else t.l1_bytes * qt, None if t.unpacks is None else t.unpacks * qt))
+        return groups
     # (op, tiles, tile calls, inits): one init per op block (its reconfig included). L1
     # bytes: K/V tiles of kv_tile, its q-row tiles bf16 of `rows` rows, the reduce
     # scaler a bf16 32x32 tile; a matmul unpacks its in0 tile once per call (reused
@@ -180,23 +229,26 @@ def _tally_chunk(ops: dict[str, list[OpTally]], c: int, masked: bool, kt: int, d
     packed = 2 * kt + 2 + dv + 2 + ((3 + 2 * dv) if c else 0)
     _add(ops, "pack", packed, packed, rows, steps, packed * b)
     _add(ops, "init", 0, inits, rows, steps)
+    if mla:
+        return [(kt * d * kv_tile, kt * d)]
     return [(kt * d * kv_tile, kt * d), (kt * dv * kv_tile, kt * dv)]
 
 
-def _tally_finish(ops: dict[str, list[OpTally]], dv: int, rows: int, steps: int, b: int) -> None:
-    """Adds to `ops` the root's finish: 1 / l, O x (1 / l) over dv tiles, and the copy out."""
-    _add(ops, "recip", 1, 1, rows, steps)
-    _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
-    _eltwise(ops, "copy", dv, rows, steps, b, 1)
+def _tally_finish(ops: dict[str, list[OpTally]], dv: int, rows: int, steps: int, b: int, qt: int = 1) -> None:
+    """Adds to `ops` the root's finish: 1 / l, O x (1 / l) over dv tiles, and the copy out, per q tile row."""
+    _add(ops, "recip", qt, qt, rows, steps)
+    _eltwise(ops, "mul_bcast", dv * qt, rows, steps, b, 2)
+    _eltwise(ops, "copy", dv * qt, rows, steps, b, 1)
     _add(ops, "init", 0, 3, rows, steps)
 
 
 def _add_to_core(by_core: dict[tuple[int, int, int], CoreWork], key: tuple[int, int, int],
-                 groups: list[tuple[int, int]], ops: dict[str, list[OpTally]], my_chunks: int, kv: int) -> None:
+                 groups: list[tuple[int, int]], ops: dict[str, list[OpTally]], my_chunks: int, kv: int,
+                stages: int = 2, index: tuple[tuple[str, int], ...] = ()) -> None:
     """Adds one (user, KV head)'s work on a core (`key`: user, head group, rank) to `by_core`: its read
-    groups, its K/V bytes spread evenly over the DRAM banks, its op tallies, two pipeline stages per chunk
-    (K and V have their own barriers and CB pushes: compute on a chunk's K overlaps the read of its V) and
-    the CB handshakes."""
+    groups, its K/V bytes spread evenly over the DRAM banks, its op tallies, `stages` pipeline stages per
+    chunk (2: K and V have their own barriers and CB pushes, compute on a chunk's K overlaps the read of its
+    V; 1 with MLA), the CB handshakes and the index reads (`index`, once per core)."""
     per_bank = np.full(COST.dram_banks, kv / COST.dram_banks)
     if key in by_core:
         w = by_core[key]
@@ -204,14 +256,16 @@ def _add_to_core(by_core: dict[tuple[int, int, int], CoreWork], key: tuple[int, 
         w.bank_bytes = w.bank_bytes + per_bank
         for op, ts in ops.items():
             w.compute.setdefault(op, []).extend(ts)
-        w.chunks += 2 * my_chunks
-        w.cb_handshakes += 4 * my_chunks + 2
+        w.chunks += stages * my_chunks
+        w.cb_handshakes += 2 * stages * my_chunks + 2
         w.kv_bytes += kv
     else:
-        by_core[key] = CoreWork(groups, per_bank, dict(ops), {}, 2 * my_chunks, 4 * my_chunks + 2, kv)
+        by_core[key] = CoreWork(groups, per_bank, dict(ops), {}, stages * my_chunks, 2 * stages * my_chunks + 2, kv,
+                                index_reads=index)
 
 
-def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: int) -> tuple[Reduction, int]:
+def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: int,
+               qt: int = 1) -> tuple[Reduction, int]:
     """The merge of `active` partials per head: the messages (l, m and dv O tiles, bytes, and NoC hops
     to the root at core (0, 0)) of the senders on the critical path, a binary tree (ceil(log2 n)
     rounds) or linear (the root merges the n - 1 workers one after another), and the ops of one merge.
@@ -219,7 +273,7 @@ def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: 
     if s.reduction not in ("tree", "linear"):
         raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
     gx = s.grid[0]
-    msg = (2 + dv) * BF16_TILE  # l, m, O tiles (its CBs hold full tiles)
+    msg = (2 + dv) * qt * BF16_TILE  # l, m, O tiles per q tile row (its CBs hold full tiles)
     if s.reduction == "tree":
         rounds = math.ceil(math.log2(active)) if active > 1 else 0
         senders = [1 << r for r in range(rounds)]
@@ -232,6 +286,7 @@ def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: 
     for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), ("exp_bf16", 2, 2, 2),
                                     ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
                                     ("mul_bcast", 2 * dv, 2 * dv, 2), ("add", dv, dv, 1), ("copy", 2, 2, 2)):
+        tiles, calls = tiles * qt, calls * qt
         if op in ("max", "exp_bf16"):  # SFPU on Dst: no unpack
             _add(merge, op, tiles, calls, rows, steps)
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
