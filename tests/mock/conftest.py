@@ -13,6 +13,14 @@ from pathlib import Path
 import pytest
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every mock test is slow (its own process, 5-20 s): `make test` runs them, `make test-fast` does not."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.slow)
+
+
 def _unavailable(reason: str) -> None:
     if os.environ.get("TTDECODE_REQUIRE_TTNN") == "1":
         pytest.fail(reason)
