@@ -151,7 +151,7 @@ def points(c: CostConstants = COST) -> list[Point]:
         Point("in-model-6u", "same op inside the Llama-70B decoder (decoder_perf_targets_6u.json)",
               "9.18 us (6U)", 9183.5, CLOCK_6U, tg,
               "the model holds no term for what differs in the decoder (the prefetcher's concurrent DRAM "
-              "traffic on its sub-device is the likely one)"),
+              "traffic on its sub-device is a candidate, not checked)"),
         Point("in-model-4u", "same, decoder_perf_targets_4u.json", "10.2 us (4U)", 10200.0, CLOCK_4U, tg),
         Point("pr26227-dram", "PR #26227 before: cur_pos and page table in DRAM (2025: linear reduction)",
               "8650 ns", 8650.0, CLOCK_6U, ttmetal_cycles(TG_2025_DRAM, c=c), "clock not published: 1000 MHz taken"),
@@ -307,6 +307,41 @@ def ours_rows(quick: bool) -> list[str]:
     return out
 
 
+def headline_rows() -> list[str]:
+    """The README's headline sweep points (perf/sweep_flash_decode.py's configuration: fp32 DST, exact exp,
+    dynamic chunks) at the sweep's HiFi2 and at the package default HiFi4, tile and key_row pages."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep_flash_decode", Path(__file__).resolve().parent
+                                                  / "sweep_flash_decode.py")
+    sweep = importlib.util.module_from_spec(spec)
+    sys.modules["sweep_flash_decode"] = sweep
+    spec.loader.exec_module(sweep)  # type: ignore[union-attr]
+    from ttdecode.perf_model.costmodel import work_from_counters
+
+    Pt = sweep.Point
+    points = [
+        ("tech report B 8, D 128, 128K", Pt("techreport", "tr", 8, 8, 1, 131072, 16, 128, (8, 8), None, 512), 60),
+        ("Llama-3.1-8B N150, B 1, 32K", Pt("seq", "n150", 1, 32, 8, 32768), 64),
+        ("T3K chip 4q/1kv, B 1, 32K, 16 cores per head", Pt("cores", "t3k", 1, 4, 1, 32768, 16), 60),
+    ]
+    out = ["| point | pages | HiFi2 (sweep) us / GB/s | HiFi4, fp32 DST (package default) us / GB/s |",
+           "|---|---|---:|---:|"]
+    print("\n".join(out), flush=True)
+    for label, base, key_row_cores in points:
+        for pages in ("tile", "key_row"):
+            cells = []
+            for fid in ("HiFi2", "HiFi4"):
+                pt = dataclasses.replace(base, fidelity=fid, kv_pages=pages,
+                                         max_cores=key_row_cores if pages == "key_row" else base.max_cores)
+                plan, counters, _ = sweep.run_point(pt)
+                b = evaluate(*work_from_counters(plan, counters))
+                cells.append(f"{b.total_us:.1f} / {b.achieved_gbps:.0f}")
+            out.append(f"| {label} | {pages} | {cells[0]} | {cells[1]} |")
+            print(out[-1], flush=True)
+    return out
+
+
 SENSITIVE = ("start_spread_cycles", "compute_startup_cycles", "init_cycles", "tile_call_cycles",
              "l1_index_read_cycles", "core_read_plateau_bytes_per_cycle", "dram_latency_cycles",
              "unpack_bytes_per_cycle", "packer_bytes_per_cycle", "cb_handshake_cycles")
@@ -317,6 +352,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--csv", type=Path, help="write one row per point here")
     ap.add_argument("--quick", action="store_true", help="skip the host run of our kernels at 128K")
     ap.add_argument("--no-ours", action="store_true", help="tt-metal's structure only (no kernel runs)")
+    ap.add_argument("--headlines", action="store_true",
+                    help="also the README's headline sweep points at HiFi2 and at the package default (minutes)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     ps = points()
@@ -349,6 +386,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("Our kernels beside tt-metal's structure at the same points (MODEL ESTIMATES, us at 1 GHz):")
         print()
         print("\n".join(ours_rows(args.quick)))
+    if args.headlines:
+        print()
+        print("Headline sweep points, our kernels (MODEL ESTIMATES; fp32 DST, exact exp, dynamic chunks):")
+        print()
+        headline_rows()
     print()
     base = ttmetal_cycles(TG)
     print(f"Sensitivity at the isolated op point (base {base:,.0f} cycles): each constant x0.5 / x2")
