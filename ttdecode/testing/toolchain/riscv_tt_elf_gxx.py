@@ -406,6 +406,33 @@ def _trap_object(symbols: list[str], cwd: str, path: str) -> None:
         os.unlink(src)
 
 
+def _data_relocation_sections(path: str) -> list[str]:
+    """Names of an ELF32's relocation sections for allocated, non-executable sections (``.rela.data``,
+    ...): what the XIP loader of tt-metal refuses as dynamic relocations. [] if unreadable."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        if data[:4] != b"\x7fELF" or data[4] != 1:
+            return []
+        shoff, = struct.unpack_from("<I", data, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x2E)
+        secs = [struct.unpack_from("<IIIIIIIIII", data, shoff + i * shentsize) for i in range(shnum)]
+        strtab = secs[shstrndx][4]
+        name = lambda off: data[strtab + off:data.index(b"\0", strtab + off)].decode()  # noqa: E731
+        out = []
+        for sec in secs:
+            if sec[1] in (4, 9):  # SHT_RELA, SHT_REL: sh_info is the section they apply to
+                target = secs[sec[7]]
+                alloc, execute = target[2] & 0x2, target[2] & 0x4
+                if alloc and not execute:
+                    out.append(name(sec[0]))
+        return out
+    except (OSError, ValueError, struct.error, IndexError):
+        return []
+
+
 def link_step(argv: list[str], cwd: str, record: dict) -> int:
     proc = processor(argv)
     objs = [a for a in argv if a.endswith(".o")]
@@ -428,10 +455,18 @@ def link_step(argv: list[str], cwd: str, record: dict) -> int:
         _trap_object(undefined, cwd, trap)
         r2 = _run(cmd + [trap], cwd)
         record["traps"] = undefined
-        if r2.returncode == 0:
+        data_relocs = _data_relocation_sections(os.path.join(cwd, out or "a.out")) if r2.returncode == 0 else []
+        if r2.returncode == 0 and not data_relocs:
             record["result"] = "elf+traps"
             return 0
-        r = r2
+        if data_relocs:
+            # A trap referenced from data (a function-pointer table) leaves a relocation in a data
+            # section: tt-metal's loader throws "unexpected dynamic relocations" in a JIT thread and
+            # the process hangs (seen with ttnn's CCL writers on BRISC). Such kernels become stub ELFs.
+            record["data_relocations"] = data_relocs
+            r = subprocess.CompletedProcess(r2.args, 1, r2.stdout, r.stderr + f"\ndata relocations: {data_relocs}")
+        else:
+            r = r2
     record["stderr"] = r.stderr[-4000:]
     # A stub ELF: the JIT's own script with a one-function object, so the loader gets a valid binary.
     stub = (out or "a.out") + ".stub.o"
