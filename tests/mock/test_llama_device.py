@@ -130,20 +130,51 @@ ttnn.close_device(device)
 """
 
 
-def _per_layer(layers: int) -> dict[str, int]:
+# The tensor-parallel decoder on a mock T3K (1 x 8 mesh, FABRIC_1D, WORKER dispatch): 8 q and 8 KV heads
+# (one of each per chip), MLP columns and the vocabulary split 8 ways.
+T3K_TP = COUNTER + r"""
+from transformers import LlamaConfig, LlamaForCausalLM
+from ttdecode.testing.mock import open_mock_mesh
+
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=8, head_dim=32, max_position_embeddings=256, rope_theta=10000.0,
+                  rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+hf = LlamaForCausalLM(cfg).eval()
+t0 = time.perf_counter()
+device = open_mock_mesh((1, 8), fabric=True)
+open_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, block_size=32, devices=8, backend="device", device=device)
+build_moves, moves[:] = list(moves), []
+build_s = time.perf_counter() - t0
+steps = run_steps(dec, device, 4, joins={0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]},
+                  leaves={6: [1], 10: [0], 17: [2]})
+shapes = {name: list(t.shape) for name, t in dec._device.w.items() if name.startswith("0.") or name == "lm_head"}
+dec.close()
+emit({"open_seconds": round(open_s, 1), "build_seconds": round(build_s, 2), "build_moves": build_moves,
+      "steps": steps, "shapes": shapes, "cache_bytes_per_device": dec.cache_bytes_per_device})
+ttnn.close_mesh_device(device)
+"""
+
+
+def _per_layer(layers: int, tp: int = 1) -> dict[str, int]:
     """The ttnn calls of one step: the input row's slices and casts, the RoPE rows, the embedding, per
-    layer norm, QKV, our append and attention, head concat, O, residual, norm, SwiGLU, residual; the
-    final norm and the LM head."""
-    return {"slice": 3, "typecast": 2, "relu": 1, "embedding": 3, "reshape": 5 + 2 * layers,
-            "rms_norm": 2 * layers + 1, "linear": 5 * layers + 1, "rotary_kv_append": layers,
-            "flash_decode": layers, "add": 2 * layers, "mul": layers}
+    layer norm, QKV, our append and attention, head concat, O (all-reduced over a mesh), residual, norm,
+    SwiGLU, down (all-reduced), residual; the final norm and the LM head (all-gathered)."""
+    ops = {"slice": 3, "typecast": 2, "relu": 1, "embedding": 3, "reshape": 5 + 2 * layers,
+           "rms_norm": 2 * layers + 1, "linear": 5 * layers + 1, "rotary_kv_append": layers,
+           "flash_decode": layers, "add": 2 * layers, "mul": layers}
+    if tp > 1:
+        ops.update(all_reduce=2 * layers, all_gather=1)
+    return ops
 
 
-def _check_steps(result: dict, layers: int, batch: int, vocab: int) -> list[dict]:
+def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1) -> list[dict]:
     steps = result["steps"]
     assert len(steps) == 20
     for s in steps:
-        want = dict(_per_layer(layers), **({"argmax": 1} if s["greedy"] else {}))
+        want = dict(_per_layer(layers, tp), **({"argmax": 1} if s["greedy"] else {}))
         assert s["ops"] == want, (s["step"], s["ops"])
         # one write (token ids | positions | page table in one int32 row), one read (logits or ids)
         assert s["moves"] == ["copy_host_to_device_tensor", "to_torch"], (s["step"], s["moves"])
@@ -175,3 +206,16 @@ def test_llama31_8b_layer_decodes_20_steps_on_a_mock_n150_batch_32(run_mock) -> 
     r = run_mock(LLAMA31_8B_LAYER, timeout=600)
     assert r.returncode == 0 and r.result is not None, r.describe()
     _check_steps(r.result, layers=1, batch=32, vocab=1024)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_llama_decodes_20_steps_on_a_mock_t3k_1x8(run_mock) -> None:
+    # cold: the fabric's build (~60 s) and the CCL programs' JIT (~80 s); warm ~15 s
+    r = run_mock(T3K_TP, timeout=900, system="t3k")
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    _check_steps(r.result, layers=2, batch=4, vocab=256, tp=8)
+    # each chip: its q/k/v heads (1 + 1 + 1 of 32), 1/8 of the O rows, MLP columns and vocabulary
+    assert r.result["shapes"] == {"0.attention_norm": [1, 256], "0.wqkv": [256, 96], "0.wo": [32, 256],
+                                  "0.ffn_norm": [1, 256], "0.w_gate": [256, 64], "0.w_up": [256, 64],
+                                  "0.w_down": [64, 256], "lm_head": [256, 32]}
+    assert set(r.result["build_moves"]) == {"from_torch"}

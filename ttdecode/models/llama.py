@@ -19,8 +19,9 @@ residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM he
 Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
 (the op's float64 reference), both with projections, norms and MLP in float32 torch;
 ``"device"``: every layer through ttnn's ops and ours on one Wormhole (``device=`` an open ttnn
-device, else device 0 is opened; ``devices=1``), the paged KV caches on the device for the decoder's
-lifetime, one host->device write (token ids, positions, page table) and one read (logits, or the
+device, else device 0 is opened) or tensor parallel over a ``1 x devices`` mesh (``device=`` the
+open mesh; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of the
+vocabulary slices), the paged KV caches on the device(s) for the decoder's lifetime, one host->device write (token ids, positions, page table) and one read (logits, or the
 on-device argmax with `next_tokens`) per step (``ttdecode.models.llama_device.DeviceDecoder``);
 checked on the mock Wormhole, not on a chip. ``"auto"`` is ``"device"`` when a device is given or
 available, else ``"host"``.
@@ -410,7 +411,7 @@ class LlamaDecoder:
         self._device: Any = None  # llama_device.DeviceDecoder (backend 'device')
         self._own_device: Any = None  # a device the decoder opened (closed by close())
         if self.backend == "device":
-            per_device = [self._build_device(spec, state, device, num_blocks, program_config)]
+            per_device = [self._build_device(spec, state, device, num_blocks, program_config)] * devices
         elif devices == 1:
             self._shard = LlamaShard(spec, _shard_weights(state, spec, 0, 1), rank=0, world=1, **options)
             per_device = [self._shard.cache_bytes]
@@ -473,17 +474,23 @@ class LlamaDecoder:
         from ttdecode import formats
         from ttdecode.models.llama_device import DeviceDecoder
 
-        if self.devices != 1 or self.context_parallel != 1:
-            raise _fail("devices", "1 with backend 'device' (one Wormhole, an N150; the mesh decoder is not "
-                        "built yet)", self.devices, NotImplementedError)
+        if self.context_parallel != 1:
+            raise _fail("context_parallel", "1 with backend 'device' (context parallelism on a mesh is not built "
+                        "yet)", self.context_parallel, NotImplementedError)
         if device is None:
+            if self.devices != 1:
+                raise _fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
+                            f"{self.devices} with backend 'device'", "None", TypeError)
             from ttdecode.device import require_ttnn
 
             device = self._own_device = require_ttnn().open_device(device_id=0)
+        n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
+        if n != self.devices:
+            raise _fail("devices", f"the device's {n} chip(s) (tensor parallel over the whole mesh)", self.devices)
         self._device = DeviceDecoder(spec, state, device=device, batch=self.batch, max_seq_len=self.max_seq_len,
                                      block_size=self.block_size, num_blocks=num_blocks, kv_dtype=self.kv_dtype,
                                      program_config=program_config)
-        tiles = num_blocks * spec.num_kv_heads * (self.block_size // 32) * (spec.head_dim // 32)
+        tiles = num_blocks * (spec.num_kv_heads // self.devices) * (self.block_size // 32) * (spec.head_dim // 32)
         return 2 * spec.num_layers * tiles * formats.tile_size(self.kv_dtype)
 
     def close(self) -> None:

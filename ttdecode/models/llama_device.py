@@ -1,9 +1,10 @@
 """The Llama decoder's device path: the weights' device forms, and the decoder on one Wormhole.
 
-`DeviceDecoder` is ``LlamaDecoder(backend="device", device=...)``'s step on one chip (an N150): every
-layer through ttnn's ops and ours, the caches on the device for the decoder's lifetime, one write
-and one read per step (see its doc). It runs on the mock Wormhole (``ttdecode.testing.mock``:
-tt-metal's host side for real, no numerics) in tests/mock/test_llama_device.py; no chip has run it.
+`DeviceDecoder` is ``LlamaDecoder(backend="device", device=...)``'s step on one chip (an N150) or
+tensor parallel over a ``1 x N`` mesh (a T3K: 1 x 8): every layer through ttnn's ops and ours, the
+caches on the device(s) for the decoder's lifetime, one write and one read per step (see its doc).
+It runs on the mock Wormhole (``ttdecode.testing.mock``: tt-metal's host side for real, no numerics)
+in tests/mock/test_llama_device.py (N150 and a 1 x 8 T3K); no chip has run it.
 The weight preparation below is shared with the host-side checks (round trips through ttnn host
 tensors, tests/models/test_llama_device_weights.py):
 
@@ -32,9 +33,8 @@ tensors, tests/models/test_llama_device_weights.py):
 * `DECODE_STEP_OPS`: the ttnn ops of the tensor-parallel step per layer, in order (the one-chip
   `DeviceDecoder` runs them without the collectives); a test checks that each exists in ttnn.
 
-Not built yet: the mesh decoder (tensor parallel over a T3K with ``ttnn.all_reduce`` /
-``ttnn.all_gather``; the weight plan and slices above are its), context parallelism on a mesh, and
-a traced decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
+Not built yet: context parallelism on a mesh, a 2 x 4 mesh (the collectives would need
+``cluster_axis``), and a traced decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
 without ``device=`` opens device 0 and refuses to start where there is none.
 """
 
@@ -274,7 +274,7 @@ def step_row(tokens: torch.Tensor, positions: Sequence[int], page_table: torch.T
 
 
 class DeviceDecoder:
-    """The Llama decode step on one Wormhole (an N150, or one chip of a mesh used alone) through ttnn.
+    """The Llama decode step on one Wormhole (an N150), or tensor parallel over a ``1 x N`` mesh, through ttnn.
 
     Built once: the weights of `device_weights` (``devices=1``: the same preparation as the plan and
     the round-trip tests) moved to the device's DRAM (bfloat8_b matmul weights in TILE layout,
@@ -296,13 +296,20 @@ class DeviceDecoder:
     (SiLU fused as its activation), up ``linear``, ``mul``, down ``linear``, ``add``; then the final
     ``rms_norm``, the LM head ``linear`` and, for greedy decoding, ``argmax``. Out: the logits
     (``to_torch``) or the argmax ids only. `ops` counts the ttnn calls of the last step.
+
+    On a ``1 x N`` mesh (``device`` a MeshDevice of N chips), Megatron style as `weight_plan` splits the
+    weights (``ttnn.ShardTensorToMesh`` over the same per-device slices as `device_torch_weights`; the
+    rest replicated): each chip runs its NH/N q and NKV/N KV heads (its own caches), the O and down
+    projections' partial sums meet in ``ttnn.all_reduce``, the LM head's vocabulary slices in
+    ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
+    The input row is written replicated (one ``copy_host_to_device_tensor``). The mesh needs
+    ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
                  weight_dtype: str = "bfloat8_b", program_config: Any = None) -> None:
         from ttdecode.device import PreparedProgram, require_ttnn, ttnn_data_type
-        from ttdecode.models import rope
         from ttdecode.ops.rotary_append.program import device_program, rotate_half_blocks
 
         if spec.attention_bias or spec.mlp_bias:
@@ -313,32 +320,51 @@ class DeviceDecoder:
         self.batch, self.block_size, self.num_blocks = batch, block_size, num_blocks
         self.max_blocks = math.ceil(max_seq_len / block_size)
         self.program_config = program_config
-        d, nkv = spec.head_dim, spec.num_kv_heads
+        # tensor parallel over a 1 x N mesh (N = 1: one chip)
+        self.tp = tp = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
+        if spec.num_kv_heads % tp or spec.intermediate_size % tp:
+            raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
+                             f"MLP size ({spec.intermediate_size}) devices, got {tp}")
+        self.nh, self.nkv = spec.num_heads // tp, spec.num_kv_heads // tp  # per device
+        d, nkv = spec.head_dim, self.nkv
         dram = ttnn.DRAM_MEMORY_CONFIG
         self.dram = dram
-        host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
-        # the embedding table: ttnn.embedding reads a row-major bfloat16 table
-        self.w = {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
-                                       device, memory_config=dram)
-                  for name, t in host.items()}
+        self._rep = ttnn.ReplicateTensorToMesh(device) if tp > 1 else None
+        if tp == 1:
+            host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
+            # the embedding table: ttnn.embedding reads a row-major bfloat16 table
+            self.w = {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
+                                           device, memory_config=dram)
+                      for name, t in host.items()}
+        else:
+            # the same per-device slices, put together along the split dim and cut by the mesh mapper
+            plan = {p.name: p for p in weight_plan(spec, tp, weight_dtype=weight_dtype)}
+            per = device_torch_weights(state, spec, tp)
+            self.w = {}
+            for name, p in plan.items():
+                full = per[0][name] if p.shard_dim is None else torch.cat([w[name] for w in per], dim=p.shard_dim)
+                mapper = self._rep if p.shard_dim is None else ttnn.ShardTensorToMesh(device, dim=p.shard_dim)
+                layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
+                self.w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
+                                               memory_config=dram, mesh_mapper=mapper)
         cache_dt = ttnn_data_type(ttnn, kv_dtype)
         shape = (num_blocks, nkv, block_size, d)
-        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT,
-                                             device=device, memory_config=dram) for _ in range(2))
+        put = dict(device=device, memory_config=dram, mesh_mapper=self._rep)
+        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)
+                             for _ in range(2))
                        for _ in range(spec.num_layers)]
         # RoPE: per position the per-column angles of interleaved pairs (the permuted Q/K rows)
-        self.rope_tables = [ttnn.from_torch(t, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, device=device,
-                                            memory_config=dram)
+        self.rope_tables = [ttnn.from_torch(t, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, **put)
                             for t in rope_tables(spec, self.max_blocks * block_size)]
         blocks = rotate_half_blocks(d, d, True)
         self.trans = ttnn.from_torch(torch.cat([blk for _, _, blk in blocks]).to(torch.float32), dtype=ttnn.bfloat16,
-                                     layout=ttnn.TILE_LAYOUT, device=device, memory_config=dram)
+                                     layout=ttnn.TILE_LAYOUT, **put)
         # the step's input row, written by the host each step: [token ids | positions | page table]
         self.step_width = 2 * batch + batch * self.max_blocks
         self.inputs = ttnn.from_torch(torch.zeros(1, self.step_width, dtype=torch.int32), dtype=ttnn.int32,
-                                      layout=ttnn.ROW_MAJOR_LAYOUT, device=device, memory_config=dram)
+                                      layout=ttnn.ROW_MAJOR_LAYOUT, **put)
         # the fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)
-        rotary = device_program(batch=batch, num_q_heads=spec.num_heads, num_kv_heads=nkv, head_dim=d,
+        rotary = device_program(batch=batch, num_q_heads=self.nh, num_kv_heads=nkv, head_dim=d,
                                 cache_dtype=kv_dtype, cache_shape=shape, max_blocks=self.max_blocks,
                                 interleaved=True, packed=True,
                                 grid=tuple(int(g) for g in (device.compute_with_storage_grid_size().x,
@@ -374,13 +400,13 @@ class DeviceDecoder:
         logits ``[B, vocab]`` (rows of idle users as the device left them) or, ``greedy``, the argmax
         ids int64 ``[B]`` computed on the device."""
         ttnn, spec, w = self.ttnn, self.spec, self.w
-        b, nh, d = self.batch, spec.num_heads, spec.head_dim
+        b, nh, d = self.batch, self.nh, spec.head_dim
         eps = spec.rms_norm_eps
         self.ops = {}
         row = step_row(tokens, positions, page_table)
         # the step's one host -> device write
-        ttnn.copy_host_to_device_tensor(ttnn.from_torch(row[None], dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT),
-                                        self.inputs)
+        ttnn.copy_host_to_device_tensor(ttnn.from_torch(row[None], dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                                                        mesh_mapper=self._rep), self.inputs)
         self.writes = 1
         op = self._op
         mb, inp = self.max_blocks, self.inputs
@@ -404,17 +430,27 @@ class DeviceDecoder:
                                      "page_table": table, "k_cache": kc, "v_cache": vc})[0]
             attn = self._attention(q_rot, kc, vc, pos, table)
             attn = op("reshape")(attn, [1, 1, b, nh * d])
-            x = op("add")(x, op("linear")(attn, w[f"{i}.wo"]))
+            x = op("add")(x, self._all_reduce(op("linear")(attn, w[f"{i}.wo"])))
             h = op("rms_norm")(x, weight=w[f"{i}.ffn_norm"], epsilon=eps)
             gate = op("linear")(h, w[f"{i}.w_gate"], activation="silu")
             up = op("linear")(h, w[f"{i}.w_up"])
-            x = op("add")(x, op("linear")(op("mul")(gate, up), w[f"{i}.w_down"]))
+            x = op("add")(x, self._all_reduce(op("linear")(op("mul")(gate, up), w[f"{i}.w_down"])))
         h = op("rms_norm")(x, weight=w["norm"], epsilon=eps)
         logits = op("linear")(h, w["lm_head"])
+        if self.tp > 1:
+            logits = op("all_gather")(logits, dim=3)  # the vocabulary slices, on every device
         if greedy:
             ids = op("argmax")(logits, dim=-1)  # [1, 1, B] uint32
-            return ttnn.to_torch(ids).reshape(b).to(torch.int64)
-        return ttnn.to_torch(logits).reshape(b, -1)[:, : spec.vocab_size].to(torch.float32)
+            return ttnn.to_torch(self._first(ids)).reshape(b).to(torch.int64)
+        return ttnn.to_torch(self._first(logits)).reshape(b, -1)[:, : spec.vocab_size].to(torch.float32)
+
+    def _all_reduce(self, x: Any) -> Any:
+        """Sum of the row-parallel partials over the mesh (nothing on one chip)."""
+        return x if self.tp == 1 else self._op("all_reduce")(x)
+
+    def _first(self, x: Any) -> Any:
+        """The tensor of the first device (a replicated result is read from one chip only)."""
+        return x if self.tp == 1 else self.ttnn.get_device_tensors(x)[0]
 
     def close(self) -> None:
         """Free the device tensors (the device itself is the caller's)."""
