@@ -111,8 +111,10 @@ def test_the_decoder_rotates_and_appends_through_the_fused_op_on_its_backend(mon
         calls.append((kwargs["backend"], kwargs["q"] is not None, list(kwargs["cur_pos"])))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rotary, "rotary_kv_append", spy)
+    # ttdecode's public names resolve lazily to the op's current attribute: patch the package first, so that
+    # what monkeypatch restores there is the real function, not the spy
     monkeypatch.setattr(ttdecode, "rotary_kv_append", spy)
+    monkeypatch.setattr(rotary, "rotary_kv_append", spy)
     dec = LlamaDecoder.from_hf(hf_llama(4, 2, 64, layers=2), batch=2, max_seq_len=64, backend="host", block_size=32)
     dec.step(torch.tensor([1, 2]), torch.tensor([0, -1]))
     assert calls == [("host", True, [0, -1])] * 2
