@@ -150,10 +150,23 @@ def _decode(q: Any, k: Any, v: Any, *, backend: str, validate_values: bool = Fal
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise fail("backend", f"one of {list(BACKENDS)}", repr(backend),
                    ValueError if isinstance(backend, str) else TypeError)
+    if backend == "device" and not validate_values:
+        # a cached call of device tensors: metadata checks only (ttdecode.ops.flash_decode.device.fast_key)
+        from ttdecode.ops.flash_decode import device as fd
+
+        out = fd.try_fast(q, k, v, options["paged"], options)
+        if out is not fd.MISS:
+            record("device")
+            return out
     chosen = select_backend(q, k, v) if backend == "auto" else backend
     inputs = validate_decode(q, k, v, validate_values=bool(validate_values) or chosen != "device", **options)
     record(chosen)
     if chosen == "reference":
         return run_reference(inputs)
     # the device plans once per decode shape (a cached step); the host runtime plans each call
-    return run_kernels(chosen, inputs, make_decode_plan(inputs) if chosen == "host" else None)
+    result = run_kernels(chosen, inputs, make_decode_plan(inputs) if chosen == "host" else None)
+    if chosen == "device" and not validate_values:
+        from ttdecode.ops.flash_decode import device as fd
+
+        fd.remember_fast(q, k, v, options["paged"], options, inputs)
+    return result

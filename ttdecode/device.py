@@ -594,6 +594,8 @@ class PreparedProgram:
                         if isinstance(a, BufferAddress):
                             self._slots.append((vec, i, a.name))
         self.arg_counts = self.runtime_arg_counts()
+        order = {spec.name: i for i, spec in enumerate(self.inputs + self.outputs)}
+        self._slot_pos = [(vec, i, order[name]) for vec, i, name in self._slots]
 
     def runtime_arg_counts(self) -> dict[str, tuple[int, dict[tuple[int, int], int]]]:
         """Per kernel: (common runtime-arg count, {core: runtime-arg count}) of the kept descriptor."""
@@ -639,3 +641,21 @@ class PreparedProgram:
         ordered = [io_tensors[s.name] for s in self.inputs] + [allocated[s.name] for s in self.outputs]
         ttnn.generic_op(ordered, self.descriptor)
         return [allocated[s.name] for s in self.outputs]
+
+    def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None) -> list[Any]:
+        """`run` without the checks, for a caller that has checked the inputs' metadata itself (the
+        cached-call path of ``ttdecode.ops.flash_decode.device``): `inputs` the input tensors in
+        `self.inputs` order; the outputs allocated in DRAM and returned in program order."""
+        ttnn = require_ttnn()
+        outs = [ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)
+                for _, shape, dtype, layout in self._out_alloc]
+        tensors = list(inputs) + outs
+        for vec, i, pos in self._slot_pos:
+            vec[i] = tensors[pos].buffer_address()
+        if common_args:
+            for kernel, values in common_args.items():
+                vec = self._common[kernel]
+                for i, value in values.items():
+                    vec[i] = value
+        ttnn.generic_op(tensors, self.descriptor)
+        return outs

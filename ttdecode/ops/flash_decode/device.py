@@ -8,6 +8,12 @@ addresses (and positions given as a list, as the reader's common runtime args) a
 ``ttnn.generic_op``: no plan, no program build, no data between host and device when the inputs are
 device tensors. `run_decode` keeps a bounded cache of steps (`STEP_CACHE_SIZE`, least recently used
 out) keyed by `step_key`.
+
+A cached call of device tensors skips even the validation (`try_fast`, called first by the API with
+``backend="device"``): keyed by its options (`fast_key`), it compares each tensor's TensorSpec and
+device with those of a validated call of the step (`DecodeStep.run_fast`) and calls
+`PreparedProgram.run_ordered`; anything different falls back to the validating path. On a mock N150
+this costs ~3-5x tt-metal's own op per call (perf/bench_device_overhead.py), generic_op itself ~4x.
 """
 
 from __future__ import annotations
@@ -102,6 +108,9 @@ class DecodeStep:
 
         self._positions_base = READER_COMMON_ARGS
         self.calls = 0
+        self._fast_names: list[str] = []
+        self._fast_specs: Optional[list[Any]] = None
+        self._all_last = self.positions_args([self.seq_len - 1] * self.batch) if self.positions_in_args else None
 
     def positions_args(self, positions: Any) -> dict[str, dict[int, int]]:
         """The reader's common-arg patch for B positions (two's complement words)."""
@@ -157,6 +166,48 @@ class DecodeStep:
         return outs[0], decode_lse_rows(plan, ttnn.to_torch(outs[1]))
 
 
+    def remember_specs(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> bool:
+        """Keep the TensorSpecs of a validated call's inputs for `run_fast` (False: they do not pass
+        the step's metadata check, or the step needs an input the fast path does not take)."""
+        vals = {"q": q, "k": k, "v": v, "cur_pos": cur_pos_tensor, "page_table": page_table}
+        names = [s.name for s in self.prepared.inputs]
+        if any(vals.get(n) is None for n in names):
+            return False
+        io = {n: vals[n] for n in names}
+        try:
+            self.prepared.check_inputs(io)
+            specs = [io[n].spec for n in names]
+        except Exception:  # noqa: BLE001 - not fast-path material (or a tensor without a TensorSpec)
+            return False
+        self._fast_names = names
+        self._fast_specs = specs
+        return True
+
+    def run_fast(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> Any:
+        """The cached call's path (`try_fast`): each input's TensorSpec (shape, dtype, layout, memory
+        config) equal to that of the validated call `remember_specs` kept, on the step's device and
+        allocated; nothing else is looked at. Returns `MISS` (having run nothing) when anything differs:
+        the caller then validates in full."""
+        specs = self._fast_specs
+        if specs is None:
+            return MISS
+        vals = {"q": q, "k": k, "v": v, "cur_pos": cur_pos_tensor, "page_table": page_table}
+        ordered = [vals[n] for n in self._fast_names]
+        ttnn = require_ttnn()
+        for t, spec in zip(ordered, specs):
+            if (t is None or not ttnn.is_tensor_storage_on_device(t) or not t.is_allocated()
+                    or not (t.spec == spec)):
+                return MISS
+        if q.device() is not self.device:
+            return MISS
+        common = None
+        if self.positions_in_args:  # non-causal: S - 1 for every user
+            common = self._all_last
+        outs = self.prepared.run_ordered(ordered, common)
+        self.calls += 1
+        return outs[0]
+
+
 def _device_tensor(ttnn: Any, meta: Any, dtype: Any, layout: Any, device: Any) -> Any:
     """A ttnn device tensor as given, or a torch / host one uploaded (a host input: one move)."""
     if meta.kind == "ttnn" and _on_device(meta.obj):
@@ -188,6 +239,79 @@ def get_step(inputs: Any, compute: Any, make_plan: Callable[[Any], Any]) -> Deco
 def clear_steps() -> None:
     """Forget every cached step (their ttnn programs stay in the device's program cache)."""
     _steps.clear()
+    _fast.clear()
+
+
+# ---- the cached call's fast path ----------------------------------------------------------------
+
+#: Returned by `try_fast` / `DecodeStep.run_fast` when the call must take the validating path.
+MISS = object()
+
+#: fast key (the options) -> the steps of those options, most recent first (bounded like `_steps`).
+_fast: "OrderedDict[Any, list[DecodeStep]]" = OrderedDict()
+#: Steps (decode shapes) kept per fast key: e.g. the batch sizes a server alternates between.
+FAST_STEPS_PER_KEY = 4
+
+#: The options a fast key holds by value; anything else unhashable (a ttnn config object, a list of
+#: positions, a mask or sink) leaves the call on the validating path.
+_FAST_OPTIONS = ("is_causal", "scale", "sliding_window_size", "share_cache", "head_dim_v")
+
+
+def fast_key(q: Any, k: Any, v: Any, paged: bool, options: dict) -> Optional[tuple]:
+    """The key of a call that may skip validation, or None. Only device tensors (Q, K, V, the
+    cur_pos_tensor, the page table), no positions list, mask, sink, output memory config or LSE, and
+    configs that are None or ttdecode's frozen (hashable) configs: then the call's options are in the
+    key by value, and `DecodeStep.run_fast` compares every tensor's TensorSpec (shape, dtype, layout,
+    memory config) and device with those of a validated call of the step: all that the validation of
+    such a call looks at."""
+    from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
+
+    if (options.get("cur_pos") is not None or options.get("attn_mask") is not None
+            or options.get("attention_sink") is not None or options.get("return_lse")
+            or options.get("memory_config") is not None):
+        return None
+    pcfg, ccfg = options.get("program_config"), options.get("compute_kernel_config")
+    if not (pcfg is None or isinstance(pcfg, SDPAProgramConfig)) or not (
+            ccfg is None or isinstance(ccfg, ComputeKernelConfig)):
+        return None
+    try:
+        key = (v is None, paged, options.get("cur_pos_tensor") is None, options.get("page_table") is None,
+               tuple(options.get(name) for name in _FAST_OPTIONS), pcfg, ccfg)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def try_fast(q: Any, k: Any, v: Any, paged: bool, options: dict) -> Any:
+    """Run a cached call without validation (`fast_key`, `DecodeStep.run_fast`), or return `MISS`."""
+    key = fast_key(q, k, v, paged, options)
+    if key is None:
+        return MISS
+    steps = _fast.get(key)
+    if not steps:
+        return MISS
+    cur, table = options.get("cur_pos_tensor"), options.get("page_table")
+    for step in steps:
+        out = step.run_fast(q, k, v, cur, table)
+        if out is not MISS:
+            return out
+    return MISS
+
+
+def remember_fast(q: Any, k: Any, v: Any, paged: bool, options: dict, inputs: Any) -> None:
+    """After a validated device call: later calls of the same key and tensor specs take the fast path."""
+    key = fast_key(q, k, v, paged, options)
+    if key is None:
+        return
+    step = _steps.get(step_key(inputs, q.device()))
+    if step is None or not step.remember_specs(q, k, v, options.get("cur_pos_tensor"), options.get("page_table")):
+        return
+    steps = [step] + [s for s in _fast.get(key, []) if s is not step]
+    _fast[key] = steps[:FAST_STEPS_PER_KEY]
+    _fast.move_to_end(key)
+    while len(_fast) > STEP_CACHE_SIZE:
+        _fast.popitem(last=False)
 
 
 def cached_steps() -> int:
@@ -201,7 +325,10 @@ def run_decode(inputs: Any, compute: Any, make_plan: Callable[[Any], Any], *, ou
     cur_pos_tensor and the page table are read by the kernels where they lie (a torch one is uploaded);
     positions given as a list travel as runtime args. Returns the output (and the LSE ``[T, B, NH]`` as
     float32 torch when `inputs.return_lse`: a read back)."""
-    if not available():
+    q = inputs.q
+    # Q already on a device means a device is open (a card, or the mock N150 of ttdecode.testing,
+    # which has no /dev/tenstorrent*): only refuse when neither holds.
+    if not (q.kind == "ttnn" and _on_device(q.obj)) and not available():
         raise RuntimeError(
             "backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); "
             "use backend='host' to run the same kernels on the host runtime"

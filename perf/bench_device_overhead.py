@@ -1,0 +1,232 @@
+"""Host overhead per decode-attention call on a mock Wormhole N150 (issue 28, item 7).
+
+Host-side time measured through ttnn 0.81.1 on a mock N150 (no device: no kernel time). The mock
+runs tt-metal's whole host side (validation, JIT, program cache, enqueue) but computes nothing, so
+these figures are the Python + C++ host cost of issuing one call, not the op's run time.
+
+Side by side in one process, Llama-3.1-8B decode shapes (32 q heads, 8 KV heads, D 128; K/V
+bfloat8_b in DRAM, Q bfloat16 on the device, positions in a device int32 ``cur_pos_tensor``):
+
+* tt-metal's ``ttnn.transformer.scaled_dot_product_attention_decode`` (SDPAProgramConfig 8x8 grid,
+  chunk sizes 0, exp_approx_mode False) and ttdecode's ``scaled_dot_product_attention_decode(...,
+  backend="device")``;
+* per op and shape: the first call (JIT build on a cold cache; warm when ``TT_METAL_CACHE`` holds it),
+  the median host ms per cached call (after 2 warm-up calls), the host <-> device moves in steps 3..20
+  (ttnn's transfer functions wrapped and counted: expect 0), and the program-cache entries after
+  step 2 and after step 20 (expect equal).
+
+Goals (PASS/FAIL): ours <= 0.25 ms per cached call and <= 6x tt-metal's; zero moves; no new
+program-cache entry after step 2.
+
+    PYTHONPATH=. .venv/bin/python perf/bench_device_overhead.py [--calls 50] [--out DIR]
+
+The parent process runs the measurement in a child on the mock (its own process, under a timeout:
+the mock can segfault) and prints the table; ``--out DIR`` (default ``build/perf``) also gets a CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+LABEL = "host-side time measured through ttnn 0.81.1 on a mock N150 (no device: no kernel time)"
+SHAPES = ((1, 8192), (32, 4096))  # (B, S)
+NQH, NKV, D = 32, 8, 128
+GOAL_MS = 0.25
+GOAL_RATIO = 6.0
+RESULT_MARK = "BENCH_DEVICE_OVERHEAD:"
+TRANSFERS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
+             "copy_device_to_host_tensor", "to_memory_config_host")  # the last ones only if ttnn has them
+
+
+# ---- the child: on the mock ---------------------------------------------------------------------
+
+
+def _child(calls: int, steps: int) -> dict:
+    import torch
+    import ttnn
+
+    import ttdecode
+    from ttdecode.testing.mock import open_mock_device
+
+    moves: list[str] = []
+    counting = [False]
+    depth = [0]
+
+    def wrap(name, fn):
+        def counted(*args, **kwargs):
+            if counting[0] and depth[0] == 0:
+                moves.append(name)
+            depth[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return counted
+
+    for name in TRANSFERS:
+        if hasattr(ttnn, name):
+            setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
+    orig_cpu = ttnn.Tensor.cpu
+    ttnn.Tensor.cpu = wrap("Tensor.cpu", orig_cpu)
+    orig_to = ttnn.Tensor.to
+    ttnn.Tensor.to = wrap("Tensor.to", orig_to)
+
+    device = open_mock_device()
+    out: dict = {"rows": []}
+    try:
+        for B, S in SHAPES:
+            q = ttnn.from_torch(torch.randn(1, B, NQH, D), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                                device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+            k = ttnn.from_torch(torch.randn(B, NKV, S, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT,
+                                device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+            v = ttnn.from_torch(torch.randn(B, NKV, S, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT,
+                                device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+            pos = ttnn.from_torch(torch.full((B,), S // 2, dtype=torch.int32), dtype=ttnn.int32,
+                                  layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
+            pcfg = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), q_chunk_size=0, k_chunk_size=0,
+                                          exp_approx_mode=False)
+
+            def theirs():
+                return ttnn.transformer.scaled_dot_product_attention_decode(
+                    q, k, v, is_causal=True, cur_pos_tensor=pos, program_config=pcfg)
+
+            def ours():
+                return ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
+
+            for op, fn in (("tt-metal", theirs), ("ttdecode", ours)):
+                row = {"op": op, "B": B, "S": S}
+                try:
+                    row.update(_measure(fn, device, calls, steps, moves, counting))
+                except Exception as exc:  # noqa: BLE001 - reported in the table
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                    counting[0] = False
+                out["rows"].append(row)
+                print(RESULT_MARK + json.dumps(row), flush=True)
+            for t in (q, k, v, pos):
+                ttnn.deallocate(t)
+    finally:
+        ttnn.close_device(device)
+    return out
+
+
+def _measure(fn, device, calls: int, steps: int, moves: list, counting: list) -> dict:
+    import ttnn
+
+    t0 = time.perf_counter()
+    o = fn()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    ttnn.deallocate(o)
+    o = fn()  # step 2
+    ttnn.deallocate(o)
+    entries_2 = int(device.num_program_cache_entries())
+    moves[:] = []
+    counting[0] = True
+    for _ in range(3, steps + 1):  # steps 3..steps
+        o = fn()
+        ttnn.deallocate(o)
+    counting[0] = False
+    step_moves = list(moves)
+    entries_20 = int(device.num_program_cache_entries())
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        o = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        ttnn.deallocate(o)
+    ttnn.synchronize_device(device)
+    return {"first_ms": first_ms, "median_ms": statistics.median(times), "min_ms": min(times),
+            "moves": len(step_moves), "move_kinds": sorted(set(step_moves)), "entries_2": entries_2,
+            "entries_20": entries_20}
+
+
+# ---- the parent: table and goals ----------------------------------------------------------------
+
+
+def _table(rows: list[dict], steps: int, calls: int) -> tuple[str, list[dict]]:
+    lines = [f"# {LABEL}",
+             f"# Llama-3.1-8B: {NQH} q heads / {NKV} KV heads, D {D}; K/V bfloat8_b DRAM, Q bf16, device cur_pos_tensor; "
+             f"median of {calls} cached calls after 2 warm-up calls; moves and cache entries over steps 3..{steps}",
+             "",
+             "| B | S | op | first call ms | ms per cached call | x tt-metal | moves steps 3..20 | cache entries step 2 / 20 |",
+             "|---:|---:|---|---:|---:|---:|---:|---|"]
+    goals = []
+    by = {(r["op"], r["B"], r["S"]): r for r in rows}
+    for B, S in SHAPES:
+        base = by.get(("tt-metal", B, S), {})
+        for op in ("tt-metal", "ttdecode"):
+            r = by.get((op, B, S))
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {B} | {S} | {op} | FAILED: {r['error']} | | | | |")
+                continue
+            ratio = r["median_ms"] / base["median_ms"] if base.get("median_ms") else float("nan")
+            lines.append(f"| {B} | {S} | {op} | {r['first_ms']:.1f} | {r['median_ms']:.3f} | {ratio:.1f}x | "
+                         f"{r['moves']}{' ' + ','.join(r['move_kinds']) if r['move_kinds'] else ''} | "
+                         f"{r['entries_2']} / {r['entries_20']} |")
+        ours = by.get(("ttdecode", B, S))
+        ok = ours is not None and "error" not in ours
+        ratio = ours["median_ms"] / base["median_ms"] if ok and base.get("median_ms") else float("nan")
+        goals += [
+            {"B": B, "S": S, "goal": f"ours <= {GOAL_MS} ms per cached call",
+             "value": f"{ours['median_ms']:.3f} ms" if ok else "failed", "pass": ok and ours["median_ms"] <= GOAL_MS},
+            {"B": B, "S": S, "goal": f"ours <= {GOAL_RATIO:g}x tt-metal's", "value": f"{ratio:.1f}x" if ok else "failed",
+             "pass": ok and ratio <= GOAL_RATIO},
+            {"B": B, "S": S, "goal": "zero host<->device moves in steps 3..20",
+             "value": str(ours["moves"]) if ok else "failed", "pass": ok and ours["moves"] == 0},
+            {"B": B, "S": S, "goal": "no new program-cache entry after step 2",
+             "value": f"{ours['entries_2']} -> {ours['entries_20']}" if ok else "failed",
+             "pass": ok and ours["entries_2"] == ours["entries_20"]},
+        ]
+    lines += ["", "| B | S | goal | ours | result |", "|---:|---:|---|---:|---|"]
+    lines += [f"| {g['B']} | {g['S']} | {g['goal']} | {g['value']} | {'PASS' if g['pass'] else 'FAIL'} |" for g in goals]
+    return "\n".join(lines), goals
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=50, help="timed cached calls per op and shape (default 50)")
+    ap.add_argument("--steps", type=int, default=20, help="steps counted for moves and cache entries (default 20)")
+    ap.add_argument("--out", default=None, help="directory for bench_device_overhead.csv (default build/perf)")
+    ap.add_argument("--timeout", type=float, default=900, help="the child's timeout in s (default 900)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        _child(args.calls, args.steps)
+        return 0
+
+    from ttdecode.testing.mock import run_script
+
+    t0 = time.perf_counter()
+    proc = run_script([str(Path(__file__).resolve()), "--child", "--calls", str(args.calls), "--steps",
+                       str(args.steps)], timeout=args.timeout)
+    rows = [json.loads(line[len(RESULT_MARK):]) for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-30:])
+        print(f"child exited {proc.returncode} after {time.perf_counter() - t0:.0f} s; stderr tail:\n{tail}",
+              file=sys.stderr)
+    text, goals = _table(rows, args.steps, args.calls)
+    print(text)
+    out = Path(args.out) if args.out else Path(__file__).resolve().parent.parent / "build" / "perf"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "bench_device_overhead.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["op", "B", "S", "first_ms", "median_ms", "min_ms", "moves", "entries_2", "entries_20", "error"])
+        for r in rows:
+            w.writerow([r["op"], r["B"], r["S"], r.get("first_ms"), r.get("median_ms"), r.get("min_ms"),
+                        r.get("moves"), r.get("entries_2"), r.get("entries_20"), r.get("error", "")])
+    print(f"\n(csv: {path})")
+    all_ok = proc.returncode == 0 and len(rows) == 2 * len(SHAPES) and all(g["pass"] for g in goals)
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""ttdecode's FlashDecode (`backend="device"`) as a decode loop on a mock N150 through the real
+ttnn.generic_op: 20 steps at Llama-3.1-8B head shapes (32 q / 8 KV heads, D 128; B 4, S 2048; K/V
+bfloat8_b in DRAM, Q bfloat16, positions in a device int32 cur_pos_tensor advanced on the device) run
+without an exception, validate in full only on the first call (later calls check tensor metadata
+only), move no data between host and device in steps 3..20 (ttnn's transfer functions and
+Tensor.cpu / Tensor.to wrapped and counted) and add no program-cache entry after step 2. The mock
+computes nothing (no numerics checked here). perf/bench_device_overhead.py times the same calls."""
+
+from __future__ import annotations
+
+STEPS = r"""
+import torch
+import ttnn
+import ttdecode
+from ttdecode.testing.dry_run import emit
+from ttdecode.testing.mock import open_mock_device
+
+moves = []
+counting = [False]
+def wrap(name, fn):
+    def counted(*args, **kwargs):
+        if counting[0]:
+            moves.append(name)
+        return fn(*args, **kwargs)
+    return counted
+for name in ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
+             "copy_device_to_host_tensor"):
+    setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
+ttnn.Tensor.cpu = wrap("Tensor.cpu", ttnn.Tensor.cpu)
+ttnn.Tensor.to = wrap("Tensor.to", ttnn.Tensor.to)
+
+import ttdecode.api as api
+validated = [0]
+_validate = api.validate_decode
+def counting_validate(*args, **kwargs):
+    validated[0] += 1
+    return _validate(*args, **kwargs)
+api.validate_decode = counting_validate
+
+d = open_mock_device()
+B, S = 4, 2048
+q = ttnn.from_torch(torch.randn(1, B, 32, 128), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=d)
+k = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+v = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+pos = ttnn.from_torch(torch.tensor([0, 5, 100, -1], dtype=torch.int32), dtype=ttnn.int32,
+                      layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
+one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
+entries = {}
+shapes = []
+for step in range(1, 21):
+    counting[0] = step >= 3
+    out = ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
+    shapes.append(list(out.shape))
+    ttnn.deallocate(out)
+    new_pos = ttnn.add(pos, one)  # the positions advance on the device
+    ttnn.deallocate(pos)
+    pos = new_pos
+    counting[0] = False
+    if step in (2, 20):
+        entries[step] = int(d.num_program_cache_entries())
+emit({"moves": moves, "entries": entries, "shapes": shapes, "validated": validated[0]})
+ttnn.close_device(d)
+"""
+
+
+def test_twenty_decode_steps_on_a_mock_n150_move_nothing_and_add_no_program(run_mock) -> None:
+    r = run_mock(STEPS, timeout=300)
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    res = r.result
+    assert res["moves"] == [], f"host<->device moves in steps 3..20: {res['moves']}"
+    assert res["entries"]["2"] == res["entries"]["20"], f"program-cache entries after step 2 / 20: {res['entries']}"
+    assert res["shapes"] == [[1, 4, 32, 128]] * 20
+    # the first call validates and plans; the cached calls check tensor metadata only
+    assert res["validated"] == 1, f"validate_decode ran {res['validated']} times in 20 steps"
