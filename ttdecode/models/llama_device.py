@@ -308,14 +308,14 @@ class DeviceDecoder:
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
-                 weight_dtype: str = "bfloat8_b", program_config: Any = None) -> None:
-        from ttdecode.device import PreparedProgram, require_ttnn, ttnn_data_type
-        from ttdecode.ops.rotary_append.program import device_program, rotate_half_blocks
+                 weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None) -> None:
+        from ttdecode.device import require_ttnn, ttnn_data_type
+        from ttdecode.ops.rotary_append.program import rotate_half_blocks
 
         if spec.attention_bias or spec.mlp_bias:
             raise NotImplementedError("model: the device decoder implements Llama without biases (attention_bias and "
                                       "mlp_bias False), got a checkpoint with biases; use backend='host'")
-        ttnn = require_ttnn()
+        ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.spec, self.device = ttnn, spec, device
         self.batch, self.block_size, self.num_blocks = batch, block_size, num_blocks
         self.max_blocks = math.ceil(max_seq_len / block_size)
@@ -363,15 +363,28 @@ class DeviceDecoder:
         self.step_width = 2 * batch + batch * self.max_blocks
         self.inputs = ttnn.from_torch(torch.zeros(1, self.step_width, dtype=torch.int32), dtype=ttnn.int32,
                                       layout=ttnn.ROW_MAJOR_LAYOUT, **put)
-        # the fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)
-        rotary = device_program(batch=batch, num_q_heads=self.nh, num_kv_heads=nkv, head_dim=d,
-                                cache_dtype=kv_dtype, cache_shape=shape, max_blocks=self.max_blocks,
-                                interleaved=True, packed=True,
-                                grid=tuple(int(g) for g in (device.compute_with_storage_grid_size().x,
-                                                            device.compute_with_storage_grid_size().y)))
-        self.rotary = PreparedProgram(rotary, device)
+        self.rotary = self._prepare_rotary(kv_dtype, shape)
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
+
+    def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...]) -> Any:
+        """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)."""
+        from ttdecode.device import PreparedProgram
+        from ttdecode.ops.rotary_append.program import device_program
+
+        grid = self.device.compute_with_storage_grid_size()
+        program = device_program(batch=self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
+                                 head_dim=self.spec.head_dim, cache_dtype=kv_dtype, cache_shape=cache_shape,
+                                 max_blocks=self.max_blocks, interleaved=True, packed=True,
+                                 grid=(int(grid.x), int(grid.y)))
+        return PreparedProgram(program, self.device)
+
+    def _rotary_append(self, qkv: Any, cos: Any, sin: Any, pos: Any, table: Any, kc: Any, vc: Any) -> Any:
+        """RoPE on the packed qkv's q and k (interleaved pairs), k and v into the paged caches in place;
+        returns q rotated ``[1, B, NH, D]``."""
+        self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
+        return self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": self.trans, "cur_pos": pos,
+                                "page_table": table, "k_cache": kc, "v_cache": vc})[0]
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -425,9 +438,7 @@ class DeviceDecoder:
             h = op("rms_norm")(x, weight=w[f"{i}.attention_norm"], epsilon=eps)
             qkv = op("linear")(h, w[f"{i}.wqkv"])
             qkv = op("reshape")(qkv, [1, b, qkv.shape[-1]])
-            self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
-            q_rot = self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": self.trans, "cur_pos": pos,
-                                     "page_table": table, "k_cache": kc, "v_cache": vc})[0]
+            q_rot = self._rotary_append(qkv, cos, sin, pos, table, kc, vc)
             attn = self._attention(q_rot, kc, vc, pos, table)
             attn = op("reshape")(attn, [1, 1, b, nh * d])
             x = op("add")(x, self._all_reduce(op("linear")(attn, w[f"{i}.wo"])))
