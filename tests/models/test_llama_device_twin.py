@@ -6,8 +6,10 @@ them (the real ttnn's host conversion), and our two programs replaced by plain t
 interleaved pairs + the paged append; paged attention). The mock Wormhole computes nothing, so this
 is what says that the step's wiring -- weight orientation, the Q/K row permutation and the RoPE
 tables, the input row's slices, the head concat, GQA, SwiGLU, the LM head -- computes Llama: the
-teacher-forced logits meet Hugging Face's with the host backends' thresholds. Activations stay
-float32 here (the chip's are bfloat16): the device's own rounding is not what this checks."""
+teacher-forced logits meet Hugging Face's with the host backends' thresholds. Also tensor parallel on
+a twin 1 x 2 mesh (the collectives as sums / concatenations over the devices; without the
+all_reduce the relative L2 is 1.15). Activations stay float32 here (the chip's are bfloat16): the
+device's own rounding is not what this checks."""
 
 from __future__ import annotations
 
@@ -25,23 +27,43 @@ from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teache
 
 
 class TwinTensor:
-    """A 'device tensor' of the twin: float32 / int torch values."""
+    """A 'device tensor' of the twin: one float32 / int torch value per device of the mesh."""
 
-    def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
+    def __init__(self, ts: list) -> None:
+        self.ts = ts
+
+    @property
+    def t(self) -> torch.Tensor:
+        return self.ts[0]
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.t.shape)
+        return tuple(self.ts[0].shape)
+
+
+def each(fn):
+    """An op of the twin: `fn` on every device's values (tensor arguments aligned by device)."""
+    def op(*args, **kwargs):
+        n = next(len(a.ts) for a in args if isinstance(a, TwinTensor))
+        pick = lambda a, d: a.ts[d] if isinstance(a, TwinTensor) else a  # noqa: E731
+        return TwinTensor([fn(*(pick(a, d) for a in args), **{k: pick(v, d) for k, v in kwargs.items()})
+                           for d in range(n)])
+    return op
 
 
 class TwinDevice:
+    """A 1 x n mesh (n = 1: one chip)."""
+
+    def __init__(self, n: int = 1) -> None:
+        self.n = n
+
     def get_num_devices(self) -> int:
-        return 1
+        return self.n
 
 
-def twin_ttnn(ttnn: Any) -> SimpleNamespace:
-    """The ttnn calls of DeviceDecoder on torch values; conversions through the real ttnn (host only)."""
+def twin_ttnn(ttnn: Any, n: int) -> SimpleNamespace:
+    """The ttnn calls of DeviceDecoder on torch values over n devices; conversions through the real
+    ttnn (host only); the collectives as sums and concatenations over the devices."""
 
     def quantized(t: torch.Tensor, dtype: Any) -> torch.Tensor:
         if not t.is_floating_point():
@@ -50,50 +72,55 @@ def twin_ttnn(ttnn: Any) -> SimpleNamespace:
         return ttnn.to_torch(host).to(torch.float32).reshape(t.shape)
 
     def from_torch(t, dtype=None, layout=None, device=None, memory_config=None, mesh_mapper=None):
-        if device is None and t.is_floating_point():
+        if device is None and mesh_mapper is None and t.is_floating_point():
             return ttnn.from_torch(t, dtype=dtype, layout=layout)  # a real host tensor (device_weights)
-        return TwinTensor(quantized(t, dtype))
+        if mesh_mapper is not None and mesh_mapper[0] == "shard":
+            return TwinTensor([quantized(c.contiguous(), dtype) for c in t.chunk(n, dim=mesh_mapper[1])])
+        return TwinTensor([quantized(t, dtype) for _ in range(n)])
 
     def to_device(host, device, memory_config=None):
-        return TwinTensor(ttnn.to_torch(host).to(torch.float32))
+        return TwinTensor([ttnn.to_torch(host).to(torch.float32)])
 
     def copy_host_to_device_tensor(src, dst):
-        dst.t = src.t.clone()
+        dst.ts = [t.clone() for t in src.ts]
 
     def rms_norm(x, weight, epsilon):
-        v = x.t
-        return TwinTensor(v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + epsilon) * weight.t.reshape(-1))
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + epsilon) * weight.reshape(-1)
 
     def linear(x, w, activation=None):
-        y = x.t @ w.t
-        return TwinTensor(torch.nn.functional.silu(y) if activation == "silu" else y)
-
-    def embedding(idx, table, layout=None, dtype=None, memory_config=None):
-        return TwinTensor(table.t[idx.t.long()])
+        y = x @ w
+        return torch.nn.functional.silu(y) if activation == "silu" else y
 
     return SimpleNamespace(
         DRAM_MEMORY_CONFIG=None, TILE_LAYOUT=ttnn.TILE_LAYOUT, ROW_MAJOR_LAYOUT=ttnn.ROW_MAJOR_LAYOUT,
         bfloat16=ttnn.bfloat16, bfloat8_b=ttnn.bfloat8_b, bfloat4_b=ttnn.bfloat4_b, float32=ttnn.float32,
         int32=ttnn.int32, uint32=ttnn.uint32, DataType=ttnn.DataType,
+        ReplicateTensorToMesh=lambda device: ("replicate",),
+        ShardTensorToMesh=lambda device, dim: ("shard", dim),
         from_torch=from_torch, to_device=to_device, to_layout=lambda t, layout: ttnn.to_layout(t, layout),
         copy_host_to_device_tensor=copy_host_to_device_tensor,
-        slice=lambda x, start, end: TwinTensor(x.t[tuple(slice(a, b) for a, b in zip(start, end))]),
-        typecast=lambda x, dtype: TwinTensor(x.t.clone()), relu=lambda x: TwinTensor(x.t.clamp(min=0)),
-        reshape=lambda x, shape: TwinTensor(x.t.reshape(shape)), embedding=embedding, rms_norm=rms_norm,
-        linear=linear, add=lambda a, b: TwinTensor(a.t + b.t), mul=lambda a, b: TwinTensor(a.t * b.t),
-        argmax=lambda x, dim: TwinTensor(x.t.argmax(dim)), to_torch=lambda x: x.t.clone(),
-        deallocate=lambda t: None,
+        slice=each(lambda x, start, end: x[tuple(slice(a, b) for a, b in zip(start, end))]),
+        typecast=each(lambda x, dtype: x.clone()), relu=each(lambda x: x.clamp(min=0)),
+        reshape=each(lambda x, shape: x.reshape(shape)),
+        embedding=each(lambda idx, table, layout=None, dtype=None, memory_config=None: table[idx.long()]),
+        rms_norm=each(rms_norm), linear=each(linear), add=each(lambda a, b: a + b), mul=each(lambda a, b: a * b),
+        argmax=each(lambda x, dim: x.argmax(dim)),
+        all_reduce=lambda x: TwinTensor([sum(x.ts)] * len(x.ts)),
+        all_gather=lambda x, dim: TwinTensor([torch.cat(x.ts, dim=dim)] * len(x.ts)),
+        get_device_tensors=lambda x: [TwinTensor([t]) for t in x.ts],
+        to_torch=lambda x: x.t.clone(), deallocate=lambda t: None,
     )
 
 
 class TwinDecoder(ld.DeviceDecoder):
-    """DeviceDecoder on the twin: our programs as torch (same inputs, same conventions)."""
+    """DeviceDecoder on the twin: our programs as torch (same inputs, same conventions), per device."""
 
     real_ttnn: Any = None
     weights = "bfloat8_b"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, ttnn=twin_ttnn(self.real_ttnn), weight_dtype=self.weights, **kwargs)
+    def __init__(self, *args: Any, device: Any, **kwargs: Any) -> None:
+        super().__init__(*args, device=device, ttnn=twin_ttnn(self.real_ttnn, device.n), weight_dtype=self.weights,
+                         **kwargs)
 
     def _prepare_rotary(self, kv_dtype: Any, cache_shape: tuple[int, ...]) -> Any:
         self.cache_dtype = getattr(self.real_ttnn, kv_dtype.value)
@@ -101,40 +128,45 @@ class TwinDecoder(ld.DeviceDecoder):
 
     def _rotary_append(self, qkv, cos, sin, pos, table, kc, vc):
         b, nh, nkv, d = self.batch, self.nh, self.nkv, self.spec.head_dim
-        x = qkv.t.reshape(b, nh + 2 * nkv, d)
-        rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).reshape(x.shape)  # pairs (2i, 2i+1)
-        c, s = cos.t[:, None, :d], sin.t[:, None, :d]
-        q, k = (x * c + rot * s)[:, :nh], (x * c + rot * s)[:, nh:nh + nkv]
-        v = x[:, nh + nkv:]
-        bs = self.block_size
-        for u in range(b):
-            p = int(pos.t[u])
-            if p >= 0:
-                blk = int(table.t[u, p // bs])
-                # one row written into the cache in its format (the row alone: its own shared exponents)
-                for cache, rows in ((kc, k), (vc, v)):
-                    tile = torch.zeros(nkv, 32, d)
-                    tile[:, 0] = rows[u]
-                    host = self.real_ttnn.from_torch(tile, dtype=self.cache_dtype, layout=self.real_ttnn.TILE_LAYOUT)
-                    cache.t[blk, :, p % bs] = self.real_ttnn.to_torch(host).to(torch.float32)[:, 0]
-        return TwinTensor(q.to(torch.bfloat16).to(torch.float32)[None])
+        bs, real = self.block_size, self.real_ttnn
+        out = []
+        for dev in range(len(qkv.ts)):
+            x = qkv.ts[dev].reshape(b, nh + 2 * nkv, d)
+            rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).reshape(x.shape)  # pairs (2i, 2i+1)
+            c, s = cos.ts[dev][:, None, :d], sin.ts[dev][:, None, :d]
+            y = x * c + rot * s
+            q, k, v = y[:, :nh], y[:, nh:nh + nkv], x[:, nh + nkv:]
+            for u in range(b):
+                p = int(pos.ts[dev][u])
+                if p >= 0:
+                    blk = int(table.ts[dev][u, p // bs])
+                    # the row alone in its format (its own shared exponents), as the append writes it
+                    for cache, rows in ((kc, k), (vc, v)):
+                        tile = torch.zeros(nkv, 32, d)
+                        tile[:, 0] = rows[u]
+                        host = real.from_torch(tile, dtype=self.cache_dtype, layout=real.TILE_LAYOUT)
+                        cache.ts[dev][blk, :, p % bs] = real.to_torch(host).to(torch.float32)[:, 0]
+            out.append(q.to(torch.bfloat16).to(torch.float32)[None])
+        return TwinTensor(out)
 
     def _attention(self, q, k, v, positions, page_table):
         self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
         b, nh, nkv, d, bs = self.batch, self.nh, self.nkv, self.spec.head_dim, self.block_size
-        out = torch.zeros(1, b, nh, d)
-        for u in range(b):
-            p = int(positions.t[u])
-            if p < 0:
-                continue
-            blocks = page_table.t[u, : p // bs + 1].long()
-            keys = k.t[blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
-            vals = v.t[blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
-            group = nh // nkv
-            qh = q.t[0, u].reshape(nkv, group, d)
-            w = torch.softmax(qh @ keys.transpose(1, 2) / math.sqrt(d), dim=-1)
-            out[0, u] = (w @ vals).reshape(nh, d)
-        return TwinTensor(out)
+        outs = []
+        for dev in range(len(q.ts)):
+            out = torch.zeros(1, b, nh, d)
+            for u in range(b):
+                p = int(positions.ts[dev][u])
+                if p < 0:
+                    continue
+                blocks = page_table.ts[dev][u, : p // bs + 1].long()
+                keys = k.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
+                vals = v.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
+                qh = q.ts[dev][0, u].reshape(nkv, nh // nkv, d)
+                w = torch.softmax(qh @ keys.transpose(1, 2) / math.sqrt(d), dim=-1)
+                out[0, u] = (w @ vals).reshape(nh, d)
+            outs.append(out)
+        return TwinTensor(outs)
 
 
 @pytest.mark.parametrize("weights, kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "bfloat8_b"),
@@ -149,7 +181,7 @@ def test_device_step_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, weigh
     hf = hf_llama(8, 2, 64)  # the host backends' HF comparison's model (test_llama_hf)
     sched = joining_schedule(hf.config.vocab_size)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, block_size=32, kv_dtype=kv_dtype,
-                               backend="device", device=TwinDevice())
+                               backend="device", device=TwinDevice(1))
     assert isinstance(dec._device, TwinDecoder)
     results = teacher_forced(dec, hf, sched)
     if weights == "bfloat16":
@@ -162,3 +194,20 @@ def test_device_step_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, weigh
     tokens, positions = torch.tensor([3, 5, 7]), torch.tensor([0, -1, 0])
     ids = dec.next_tokens(tokens, positions)
     assert ids[1] == -1 and dec._device.ops.get("argmax") == 1
+
+
+@pytest.mark.parametrize("devices", [2])
+def test_tensor_parallel_device_step_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, devices):
+    """The mesh decoder's split (weight_plan's shard dims over device_torch_weights' slices, each
+    device's heads and caches, all_reduce after O and down, all_gather of the vocabulary) on the
+    twin's 1 x N mesh: the host backends' thresholds with bfloat16 weights."""
+    monkeypatch.setattr(TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(ld, "DeviceDecoder", TwinDecoder)
+    hf = hf_llama(8, 2, 64)
+    sched = joining_schedule(hf.config.vocab_size)
+    dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, block_size=32, kv_dtype="bfloat16",
+                               devices=devices, backend="device", device=TwinDevice(devices))
+    assert dec._device.tp == devices and dec._device.nkv == 2 // devices
+    assert_hf_agreement(teacher_forced(dec, hf, sched))
+    assert dec._device.ops["all_reduce"] == 2 * 2 and dec._device.ops["all_gather"] == 1
