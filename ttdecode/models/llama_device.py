@@ -288,12 +288,14 @@ class DeviceDecoder:
     A step (`step`): one host -> device write (``ttnn.copy_host_to_device_tensor`` of the input row,
     4 * (2 B + B * max_blocks) bytes), then all on the device: ``slice`` s of the row into the token
     ids (``typecast`` to uint32), the positions and the page table (``reshape`` s); the RoPE index
-    ``typecast(relu(positions))`` and the cos/sin rows by ``ttnn.embedding``; the token embedding; per layer ``rms_norm``, the fused QKV ``linear``, the fused
-    RoPE + paged cache append (``ttdecode.rotary_kv_append``'s program, planned once: a
-    `ttdecode.device.PreparedProgram`), paged FlashDecode with the positions and page table as device
-    tensors (``ttdecode.ops.flash_decode.device``'s cached step), the heads concatenated (``reshape``
-    ``[1, B, NH, D] -> [1, 1, B, NH * D]``), the O ``linear``, ``add``, ``rms_norm``, gate ``linear``
-    (SiLU fused as its activation), up ``linear``, ``mul``, down ``linear``, ``add``; then the final
+    ``typecast(relu(positions))`` and the cos/sin rows by ``ttnn.embedding``; the token embedding;
+    per layer ``rms_norm``, the fused QKV ``linear``, the fused RoPE + paged cache append
+    (``ttdecode.rotary_kv_append``'s program, planned once: a `ttdecode.device.PreparedProgram`),
+    paged FlashDecode with the positions and page table as device tensors
+    (``ttdecode.paged_scaled_dot_product_attention_decode``, backend "device"), the heads
+    concatenated (``reshape`` ``[1, B, NH, D] -> [1, 1, B, NH * D]``), the O ``linear``, ``add``,
+    ``rms_norm``, gate ``linear`` (SiLU fused as its activation), up ``linear``, ``mul``, down
+    ``linear``, ``add``; then the final
     ``rms_norm``, the LM head ``linear`` and, for greedy decoding, ``argmax``. Out: the logits
     (``to_torch``) or the argmax ids only. `ops` counts the ttnn calls of the last step.
 
@@ -396,15 +398,15 @@ class DeviceDecoder:
         return obj
 
     def _attention(self, q: Any, k: Any, v: Any, positions: Any, page_table: Any) -> Any:
-        """Paged FlashDecode through the op's cached device step (positions and page table on the device)."""
-        from ttdecode.ops.flash_decode.device import get_step
-        from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
-        from ttdecode.ops.flash_decode.validate import validate_decode
+        """Paged FlashDecode, ``ttdecode.paged_scaled_dot_product_attention_decode`` on the device:
+        positions and page table as device tensors; planned once per decode shape, a cached call
+        checks metadata only."""
+        from ttdecode.api import paged_scaled_dot_product_attention_decode
 
-        inputs = validate_decode(q, k, v, page_table=page_table, paged=True, cur_pos_tensor=positions,
-                                 program_config=self.program_config)
         self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
-        return get_step(inputs, compute_settings(inputs), make_decode_plan).run(inputs)
+        return paged_scaled_dot_product_attention_decode(q, k, v, page_table_tensor=page_table,
+                                                         cur_pos_tensor=positions,
+                                                         program_config=self.program_config, backend="device")
 
     def step(self, tokens: torch.Tensor, positions: Sequence[int], page_table: torch.Tensor,
              greedy: bool = False) -> torch.Tensor:
