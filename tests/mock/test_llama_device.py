@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from ttdecode.testing.dry_run import check_jit, jit_records
+
 COUNTER = r"""
 import time
 import torch
@@ -73,6 +75,15 @@ def run_steps(dec, device, B, joins, leaves, steps=20):
         nxt = torch.where(positions >= 0, ids, nxt).clamp(min=0)
         pos = [p + 1 if p >= 0 else -1 for p in pos]
     return out_steps
+
+
+def our_kernels(dec):
+    # the kernels of our programs in the step: the rotary append's and every cached FlashDecode step's
+    from pathlib import Path
+    from ttdecode.ops.flash_decode import device as fd
+    programs = [dec._device.rotary.program] + [s.program for s in fd._steps.values()]
+    return [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
+            for p in programs for k in p.kernels]
 """
 
 SMALL = COUNTER + r"""
@@ -94,8 +105,9 @@ steps = run_steps(dec, device, 4, joins={0: [0, 1], 3: [2], 8: [3], 11: [0], 14:
 entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]), 3, progress=False)
 gen_moves = list(moves)
+kernels = our_kernels(dec)
 dec.close()
-emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps,
+emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
       "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")}})
 ttnn.close_device(device)
@@ -124,8 +136,9 @@ build_s = time.perf_counter() - t0
 steps = run_steps(dec, device, 32, joins={0: list(range(0, 32, 2)), 4: list(range(1, 32, 4)), 9: [0, 2, 4],
                                           12: list(range(3, 32, 4))},
                   leaves={7: [0, 2, 4, 6], 15: list(range(1, 32, 4))})
+kernels = our_kernels(dec)
 dec.close()
-emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps})
+emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels})
 ttnn.close_device(device)
 """
 
@@ -151,9 +164,10 @@ build_s = time.perf_counter() - t0
 steps = run_steps(dec, device, 4, joins={0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]},
                   leaves={6: [1], 10: [0], 17: [2]})
 shapes = {name: list(t.shape) for name, t in dec._device.w.items() if name.startswith("0.") or name == "lm_head"}
+kernels = our_kernels(dec)
 dec.close()
 emit({"open_seconds": round(open_s, 1), "build_seconds": round(build_s, 2), "build_moves": build_moves,
-      "steps": steps, "shapes": shapes, "cache_bytes_per_device": dec.cache_bytes_per_device})
+      "steps": steps, "kernels": kernels, "shapes": shapes, "cache_bytes_per_device": dec.cache_bytes_per_device})
 ttnn.close_mesh_device(device)
 """
 
@@ -170,8 +184,15 @@ def _per_layer(layers: int, tp: int = 1) -> dict[str, int]:
     return ops
 
 
-def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1) -> list[dict]:
+def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1, jit_log=None) -> list[dict]:
     steps = result["steps"]
+    # our programs' kernels (rotary append: reader, compute, writer; FlashDecode: the same) were each
+    # compiled by tt-metal's JIT for every RISC-V core they run on
+    kinds = sorted(k["kind"] for k in result["kernels"])
+    assert kinds == ["compute", "compute", "reader", "reader", "writer", "writer"], kinds
+    if jit_log is not None:
+        problems = check_jit(result["kernels"], jit_records(jit_log))
+        assert not problems, "\n".join(problems)
     assert len(steps) == 20
     for s in steps:
         want = dict(_per_layer(layers, tp), **({"argmax": 1} if s["greedy"] else {}))
@@ -191,10 +212,10 @@ def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1)
 
 
 @pytest.mark.slow
-def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read_per_step(run_mock) -> None:
+def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read_per_step(run_mock, mock_run) -> None:
     r = run_mock(SMALL, timeout=600)
     assert r.returncode == 0 and r.result is not None, r.describe()
-    _check_steps(r.result, layers=2, batch=4, vocab=256)
+    _check_steps(r.result, layers=2, batch=4, vocab=256, jit_log=mock_run["jit_log"])
     gen = r.result["generate"]
     # 2 prompts of 5 tokens + 3 new: one-token device steps (5 for the prompts, 2 more), no new program
     assert gen["shape"] == [2, 8] and gen["new_entries"] == 0
@@ -202,18 +223,18 @@ def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read
 
 
 @pytest.mark.slow
-def test_llama31_8b_layer_decodes_20_steps_on_a_mock_n150_batch_32(run_mock) -> None:
+def test_llama31_8b_layer_decodes_20_steps_on_a_mock_n150_batch_32(run_mock, mock_run) -> None:
     r = run_mock(LLAMA31_8B_LAYER, timeout=600)
     assert r.returncode == 0 and r.result is not None, r.describe()
-    _check_steps(r.result, layers=1, batch=32, vocab=1024)
+    _check_steps(r.result, layers=1, batch=32, vocab=1024, jit_log=mock_run["jit_log"])
 
 
 @pytest.mark.slow
-def test_tensor_parallel_llama_decodes_20_steps_on_a_mock_t3k_1x8(run_mock) -> None:
+def test_tensor_parallel_llama_decodes_20_steps_on_a_mock_t3k_1x8(run_mock, mock_run) -> None:
     # cold: the fabric's build (~60 s) and the CCL programs' JIT (~80 s); warm ~15 s
     r = run_mock(T3K_TP, timeout=900, system="t3k")
     assert r.returncode == 0 and r.result is not None, r.describe()
-    _check_steps(r.result, layers=2, batch=4, vocab=256, tp=8)
+    _check_steps(r.result, layers=2, batch=4, vocab=256, tp=8, jit_log=mock_run["jit_log"])
     # each chip: its q/k/v heads (1 + 1 + 1 of 32), 1/8 of the O rows, MLP columns and vocabulary
     assert r.result["shapes"] == {"0.attention_norm": [1, 256], "0.wqkv": [256, 96], "0.wo": [32, 256],
                                   "0.ffn_norm": [1, 256], "0.w_gate": [256, 64], "0.w_up": [256, 64],
