@@ -146,11 +146,12 @@ ttnn.close_device(device)
 # The tensor-parallel decoder on a mock T3K (1 x 8 mesh, FABRIC_1D, WORKER dispatch): 8 q and 8 KV heads
 # (one of each per chip), MLP columns and the vocabulary split 8 ways.
 T3K_TP = COUNTER + r"""
+VOCAB = 250  # not a multiple of 8: the LM head's last slice is zero-padded, sliced off before the argmax
 from transformers import LlamaConfig, LlamaForCausalLM
 from ttdecode.testing.mock import open_mock_mesh
 
 torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
                   num_key_value_heads=8, head_dim=32, max_position_embeddings=256, rope_theta=10000.0,
                   rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 hf = LlamaForCausalLM(cfg).eval()
@@ -172,7 +173,7 @@ ttnn.close_mesh_device(device)
 """
 
 
-def _per_layer(layers: int, tp: int = 1) -> dict[str, int]:
+def _per_layer(layers: int, tp: int = 1, padded: bool = False) -> dict[str, int]:
     """The ttnn calls of one step: the input row's slices and casts, the RoPE rows, the embedding, per
     layer norm, QKV, our append and attention, head concat, O (all-reduced over a mesh), residual, norm,
     SwiGLU, down (all-reduced), residual; the final norm and the LM head (all-gathered)."""
@@ -181,10 +182,13 @@ def _per_layer(layers: int, tp: int = 1) -> dict[str, int]:
            "flash_decode": layers, "add": 2 * layers, "mul": layers}
     if tp > 1:
         ops.update(all_reduce=2 * layers, all_gather=1)
+    if padded:  # the gathered logits cut to the vocabulary
+        ops["slice"] += 1
     return ops
 
 
-def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1, jit_log=None) -> list[dict]:
+def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1, jit_log=None,
+                 padded: bool = False) -> list[dict]:
     steps = result["steps"]
     # our programs' kernels (rotary append: reader, compute, writer; FlashDecode: the same) were each
     # compiled by tt-metal's JIT for every RISC-V core they run on
@@ -195,7 +199,7 @@ def _check_steps(result: dict, layers: int, batch: int, vocab: int, tp: int = 1,
         assert not problems, "\n".join(problems)
     assert len(steps) == 20
     for s in steps:
-        want = dict(_per_layer(layers, tp), **({"argmax": 1} if s["greedy"] else {}))
+        want = dict(_per_layer(layers, tp, padded), **({"argmax": 1} if s["greedy"] else {}))
         assert s["ops"] == want, (s["step"], s["ops"])
         # one write (token ids | positions | page table in one int32 row), one read (logits or ids)
         assert s["moves"] == ["copy_host_to_device_tensor", "to_torch"], (s["step"], s["moves"])
@@ -234,8 +238,9 @@ def test_tensor_parallel_llama_decodes_20_steps_on_a_mock_t3k_1x8(run_mock, mock
     # cold: the fabric's build (~60 s) and the CCL programs' JIT (~80 s); warm ~15 s
     r = run_mock(T3K_TP, timeout=900, system="t3k")
     assert r.returncode == 0 and r.result is not None, r.describe()
-    _check_steps(r.result, layers=2, batch=4, vocab=256, tp=8, jit_log=mock_run["jit_log"])
-    # each chip: its q/k/v heads (1 + 1 + 1 of 32), 1/8 of the O rows, MLP columns and vocabulary
+    _check_steps(r.result, layers=2, batch=4, vocab=250, tp=8, jit_log=mock_run["jit_log"], padded=True)
+    # each chip: its q/k/v heads (1 + 1 + 1 of 32), 1/8 of the O rows, MLP columns and vocabulary (250
+    # padded to 256)
     assert r.result["shapes"] == {"0.attention_norm": [1, 256], "0.wqkv": [256, 96], "0.wo": [32, 256],
                                   "0.ffn_norm": [1, 256], "0.w_gate": [256, 64], "0.w_up": [256, 64],
                                   "0.w_down": [64, 256], "lm_head": [256, 32]}

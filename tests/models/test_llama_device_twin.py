@@ -196,18 +196,27 @@ def test_device_step_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, weigh
     assert ids[1] == -1 and dec._device.ops.get("argmax") == 1
 
 
-@pytest.mark.parametrize("devices", [2])
-def test_tensor_parallel_device_step_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, devices):
+@pytest.mark.parametrize("vocab", [512, 511])
+def test_tensor_parallel_device_step_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, vocab):
     """The mesh decoder's split (weight_plan's shard dims over device_torch_weights' slices, each
     device's heads and caches, all_reduce after O and down, all_gather of the vocabulary) on the
     twin's 1 x N mesh: the host backends' thresholds with bfloat16 weights."""
     monkeypatch.setattr(TwinDecoder, "real_ttnn", ttnn)
     monkeypatch.setattr(TwinDecoder, "weights", "bfloat16")
     monkeypatch.setattr(ld, "DeviceDecoder", TwinDecoder)
-    hf = hf_llama(8, 2, 64)
+    devices = 2
+    hf = hf_llama(8, 2, 64, vocab=vocab)  # 511: the LM head's last slice zero-padded (cut before the argmax)
     sched = joining_schedule(hf.config.vocab_size)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, block_size=32, kv_dtype="bfloat16",
                                devices=devices, backend="device", device=TwinDevice(devices))
     assert dec._device.tp == devices and dec._device.nkv == 2 // devices
     assert_hf_agreement(teacher_forced(dec, hf, sched))
     assert dec._device.ops["all_reduce"] == 2 * 2 and dec._device.ops["all_gather"] == 1
+    assert dec._device.ops["slice"] == 3 + (vocab % devices != 0)
+    # the argmax on the device: ids within the vocabulary, equal to the logits' argmax
+    tokens, positions = torch.tensor([3, 5, 7]), torch.tensor([0, 0, -1])
+    dec2 = LlamaDecoder.from_hf(hf, batch=3, max_seq_len=64, block_size=32, kv_dtype="bfloat16", devices=devices,
+                                backend="device", device=TwinDevice(devices))
+    ids = dec2.next_tokens(tokens, positions)
+    logits = dec.step(tokens, positions)
+    assert ids.tolist()[:2] == logits.argmax(-1).tolist()[:2] and ids[2] == -1

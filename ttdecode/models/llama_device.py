@@ -452,6 +452,8 @@ class DeviceDecoder:
         logits = op("linear")(h, w["lm_head"])
         if self.tp > 1:
             logits = op("all_gather")(logits, dim=3)  # the vocabulary slices, on every device
+            if logits.shape[-1] != spec.vocab_size:  # the last slice's zero padding must not win the argmax
+                logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, b, spec.vocab_size])
         if greedy:
             ids = op("argmax")(logits, dim=-1)  # [1, 1, B] uint32
             return ttnn.to_torch(self._first(ids)).reshape(b).to(torch.int64)
