@@ -19,3 +19,14 @@ def kernels_dir() -> Path:
     import ttdecode.kernels as k  # the repository's kernels/ mapped as a package
 
     return Path(k.__file__).resolve().parent
+
+
+def operator_kernels(op: str, error: type = FileNotFoundError) -> dict[str, Path]:
+    """{"reader", "writer", "compute"} -> the paths of an operator's three kernels, ``kernels/<op>/*.cpp``.
+    A missing file raises `error` naming it."""
+    root = kernels_dir() / op
+    out = {name: root / f"{name}.cpp" for name in ("reader", "writer", "compute")}
+    for name, path in out.items():
+        if not path.is_file():
+            raise error(f"kernel source {op}/{name}.cpp not found at {path}")
+    return out

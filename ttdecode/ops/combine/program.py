@@ -60,14 +60,9 @@ _UNPACK_TO_DEST = ("lse_in", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b
 
 def combine_kernel_sources() -> dict[str, Path]:
     """Paths of kernels/combine/{reader,compute,writer}.cpp (beside the imported package)."""
-    from ttdecode.paths import kernels_dir
+    from ttdecode.paths import operator_kernels
 
-    root = kernels_dir() / "combine"
-    out = {name: root / f"{name}.cpp" for name in ("reader", "writer", "compute")}
-    for name, path in out.items():
-        if not path.is_file():
-            raise CombineError(f"kernel source combine/{name}.cpp not found at {path}")
-    return out
+    return operator_kernels("combine", CombineError)
 
 
 def combine_compute_settings(plan: CombinePlan) -> ComputeSettings:

@@ -101,14 +101,9 @@ class FactoryError(ValueError):
 
 def kernel_sources() -> dict[str, Path]:
     """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/flash_decode/``)."""
-    from ttdecode.paths import kernels_dir
+    from ttdecode.paths import operator_kernels
 
-    root = kernels_dir() / "flash_decode"
-    out = {name: root / f"{name}.cpp" for name in ("reader", "writer", "compute")}
-    for name, path in out.items():
-        if not path.is_file():
-            raise FactoryError(f"kernel source {name}.cpp not found at {path}")
-    return out
+    return operator_kernels("flash_decode", FactoryError)
 
 
 # ---- inputs -------------------------------------------------------------------------------------
