@@ -888,6 +888,27 @@ void merge_child(uint32_t area, const Running& own, const MergeOut& out) {
     }
 }
 
+// Head row qi's accumulator O (dv_tiles tiles of `acc`) times column 0 of cb_alpha tile 0, broadcast
+// along each row, packed to `out` from tile `out_first`: blocks of dst_tiles - 1 O tiles share DST with
+// the broadcast tile.
+void scale_acc_rows(uint32_t acc, uint32_t qi, uint32_t out, uint32_t out_first) {
+    constexpr uint32_t block = dst_tiles - 1;
+    for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
+        const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
+        tile_regs_acquire();
+        broadcast_column(cb_alpha, 0, n);
+        copy_to_dst(acc, qi * dv_tiles + v0, 0);
+        for (uint32_t v = 1; v < n; ++v) {
+            copy_tile(acc, qi * dv_tiles + v0 + v, v);  // same CB: one copy_init
+        }
+        init_mul();
+        for (uint32_t v = 0; v < n; ++v) {
+            mul_rows(v, n, v, row_mode);
+        }
+        pack_block(out, out_first + v0, n);
+    }
+}
+
 // Root with an attention sink: fold the sink into the denominator, exactly as a merge with a
 // partial of max `sink * scale` (the sink's logit), sum 1 and output 0:
 // m' = max(m, s); e_own = exp(m - m'), e_sink = exp(s - m'); l' = l * e_own + e_sink; O' = O * e_own.
@@ -909,22 +930,8 @@ void merge_sink(const Running& own, const Running& next) {
         pack_block(next.sum, 0, 1);
         cb_push_back(next.sum, 1);
 
-        // O' = O * e_own (column 0 of cb_alpha tile 0 broadcast along each row)
-        constexpr uint32_t block = dst_tiles - 1;
-        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
-            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
-            tile_regs_acquire();
-            broadcast_column(cb_alpha, 0, n);
-            copy_to_dst(own.acc, qi * dv_tiles + v0, 0);
-            for (uint32_t i = 1; i < n; ++i) {
-                copy_tile(own.acc, qi * dv_tiles + v0 + i, i);
-            }
-            init_mul();
-            for (uint32_t i = 0; i < n; ++i) {
-                mul_rows(i, n, i, row_mode);
-            }
-            pack_block(next.acc, v0, n);
-        }
+        // O' = O * e_own
+        scale_acc_rows(own.acc, qi, next.acc, 0);
         cb_push_back(next.acc, dv_tiles);
         cb_pop_front(cb_alpha, 2);
     }
@@ -952,21 +959,7 @@ void finish_root(const Running& set) {
         cb_push_back(cb_alpha, 2);
         cb_wait_front(cb_alpha, 2);
 
-        constexpr uint32_t block = dst_tiles - 1;
-        for (uint32_t v0 = 0; v0 < dv_tiles; v0 += block) {
-            const uint32_t n = dv_tiles - v0 < block ? dv_tiles - v0 : block;
-            tile_regs_acquire();
-            broadcast_column(cb_alpha, 0, n);
-            copy_to_dst(set.acc, qi * dv_tiles + v0, 0);
-            for (uint32_t v = 1; v < n; ++v) {
-                copy_tile(set.acc, qi * dv_tiles + v0 + v, v);  // same CB: one copy_init
-            }
-            init_mul();
-            for (uint32_t v = 0; v < n; ++v) {
-                mul_rows(v, n, v, row_mode);
-            }
-            pack_block(cb_out, qi * dv_tiles + v0, n);
-        }
+        scale_acc_rows(set.acc, qi, cb_out, qi * dv_tiles);
         cb_pop_front(cb_alpha, 2);
 
         if (return_lse) {
