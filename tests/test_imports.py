@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing"),
     ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append"),
     ("ttdecode.api",),
+    ("ttdecode.patch",),  # ttnn's decode-attention ops routed to the public API
     ("ttdecode.distributed",),
     ("ttdecode.models",),
     ("ttdecode.demo",),

@@ -4,6 +4,8 @@ Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``
 
 - :func:`scaled_dot_product_attention_decode`, :func:`paged_scaled_dot_product_attention_decode`
 - :func:`rotary_kv_append` (fused RoPE + KV-cache append, one program per decode step)
+- :func:`patch_ttnn` / :func:`unpatch_ttnn` (route ``ttnn.transformer``'s two decode-attention ops to
+  this package for a whole model; a function or a context manager)
 - :func:`context_parallel_decode` (the KV cache split along the sequence over devices) and
   :func:`combine_partials` (the exact LSE merge of partial results)
 - :class:`SDPAProgramConfig`, :class:`ComputeKernelConfig`
@@ -26,6 +28,7 @@ if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecod
     from ttdecode.distributed.context import combine_partials, context_parallel_decode
     from ttdecode.formats import DataType
     from ttdecode.ops.rotary_append.op import rotary_kv_append
+    from ttdecode.patch import patch_ttnn, unpatch_ttnn
     from ttdecode.tensor import TileTensor, from_torch, to_torch
 
 #: public name -> the module defining it (float32 ... bfloat4_b are DataType members)
@@ -39,6 +42,8 @@ _HOMES = {
     "context_parallel_decode": "ttdecode.distributed.context",
     "DataType": "ttdecode.formats",
     "rotary_kv_append": "ttdecode.ops.rotary_append.op",
+    "patch_ttnn": "ttdecode.patch",
+    "unpatch_ttnn": "ttdecode.patch",
     "TileTensor": "ttdecode.tensor",
     "from_torch": "ttdecode.tensor",
     "to_torch": "ttdecode.tensor",
@@ -69,6 +74,8 @@ __all__ = [
     "context_parallel_decode",
     "combine_partials",
     "rotary_kv_append",
+    "patch_ttnn",
+    "unpatch_ttnn",
     "SDPAProgramConfig",
     "ComputeKernelConfig",
     "DataType",
