@@ -617,6 +617,25 @@ class PreparedProgram:
                 check_input_tensor(ttnn, spec, t)  # raises naming what differs
                 raise DeviceError(f"io_tensors[{spec.name!r}]: expected {mem}, got {t.memory_config()}")
 
+    def _patch_common(self, common_args: Mapping[str, Mapping[int, int]]) -> None:
+        """Write {kernel name: {index: uint32}} into the kept common runtime args. Every index is checked
+        first: a patch may only overwrite existing args, never add one (a cached program's arg COUNT must
+        not change: on a cache hit that corrupts memory); nothing is written when one is refused."""
+        for kernel, values in common_args.items():
+            vec = self._common.get(kernel)
+            if vec is None:
+                raise DeviceError(f"common_args: {kernel!r} is not a kernel of the program (expected one of "
+                                  f"{sorted(self._common)})")
+            n = len(vec)
+            for i in values:
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+                    raise DeviceError(f"common_args[{kernel!r}]: expected an index in [0, {n}) (the kernel has {n} "
+                                      f"common runtime args; a cached program's arg count never changes), got {i!r}")
+        for kernel, values in common_args.items():
+            vec = self._common[kernel]
+            for i, value in values.items():
+                vec[i] = value
+
     def run(self, io_tensors: Mapping[str, Any], *, common_args: Mapping[str, Mapping[int, int]] | None = None,
             outputs: Mapping[str, Any] | None = None, check: bool = True) -> list[Any]:
         """Run once: `io_tensors` the inputs by name; `common_args` {kernel name: {index: uint32}} patched
@@ -634,10 +653,7 @@ class PreparedProgram:
         for vec, i, name in self._slots:
             vec[i] = tensors[name].buffer_address()
         if common_args:
-            for kernel, values in common_args.items():
-                vec = self._common[kernel]
-                for i, value in values.items():
-                    vec[i] = value
+            self._patch_common(common_args)
         ordered = [io_tensors[s.name] for s in self.inputs] + [allocated[s.name] for s in self.outputs]
         ttnn.generic_op(ordered, self.descriptor)
         return [allocated[s.name] for s in self.outputs]
@@ -653,9 +669,6 @@ class PreparedProgram:
         for vec, i, pos in self._slot_pos:
             vec[i] = tensors[pos].buffer_address()
         if common_args:
-            for kernel, values in common_args.items():
-                vec = self._common[kernel]
-                for i, value in values.items():
-                    vec[i] = value
+            self._patch_common(common_args)
         ttnn.generic_op(tensors, self.descriptor)
         return outs
