@@ -232,3 +232,19 @@ def test_a_call_through_the_patched_name_runs_ttdecodes_host_runtime_bit_for_bit
     # unpatched, the name is ttnn's op again (not called here: with host tensors ttnn 0.81.1's op crashed the
     # test process with a segfault when this was tried)
     assert type(tr.paged_scaled_dot_product_attention_decode).__name__ == "FastOperation"
+
+
+def test_the_contiguous_op_through_the_patched_name_with_a_positions_list(tr, ttnn) -> None:
+    g = torch.Generator().manual_seed(3)
+    tile = dict(layout=ttnn.TILE_LAYOUT)
+    q = ttnn.from_torch(torch.randn(1, B, NH, D, generator=g), dtype=ttnn.bfloat16, **tile)
+    k = ttnn.from_torch(torch.randn(1, NKV, S, D, generator=g), dtype=ttnn.bfloat8_b, **tile)
+    v = ttnn.from_torch(torch.randn(1, NKV, S, D, generator=g), dtype=ttnn.bfloat8_b, **tile)
+    with ttdecode.patch_ttnn():
+        got = tr.scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 70], share_cache=True)
+        assert ttdecode.last_backend() == "host"
+    want = ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 70], share_cache=True, backend="host")
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    # share_cache reached the kernels: without it a [1, ...] cache for B = 2 users is refused
+    with ttdecode.patch_ttnn(), pytest.raises(ValueError, match="argument 'k': expected batch .dim 0. B=2 like q"):
+        tr.scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 70])
