@@ -166,40 +166,19 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
 
 
 def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any]:
+    """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device``): no rebuild
+    per call, no upload of device inputs."""
     from ttdecode import device
+    from ttdecode.ops.rotary_append.device import run_rotary
 
-    if not device.available():
-        raise RuntimeError("backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); use backend='host' "
-                           "to run the same kernels on the host runtime")
     if not inp.device_tensors:
+        if not device.available():
+            raise RuntimeError("backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); use "
+                               "backend='host' to run the same kernels on the host runtime")
         raise fail("k_cache", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
-    import ttnn
-
-    dev = inp.k_cache.device()
-    io = device_io_tensors(inp, dev, ttnn)
-    outputs = device.launch(build_program(inp, None, grid), io, dev)
-    q_rot = outputs[0] if inp.num_q_heads else None
+    # tensors already on a device mean one is open (a card, or the mock N150 of ttdecode.testing)
+    q_rot = run_rotary(inp, grid)
     return q_rot, inp.k_cache, inp.v_cache
-
-
-def device_io_tensors(inp: RotaryInputs, dev: Any, ttnn: Any) -> dict[str, Any]:
-    """The program's input tensors on `dev`: the caller's, plus the derived ones uploaded."""
-    io = dict(inp.x)
-    io["k_cache"], io["v_cache"] = inp.k_cache, inp.v_cache
-    width = inp.rot_tiles * TILE
-    tile = ttnn.TILE_LAYOUT
-    for name, fill, src in (("cos", 1.0, inp.cos), ("sin", 0.0, inp.sin)):
-        io[name] = ttnn.from_torch(column_angles(src, inp.rotary_dim, inp.interleaved, width, fill),
-                                   dtype=ttnn.float32, layout=tile, device=dev)
-    blocks = rotate_half_blocks(inp.head_dim, inp.rotary_dim, inp.interleaved)
-    io["trans"] = ttnn.from_torch(torch.cat([blk for _, _, blk in blocks]).to(torch.float32), dtype=ttnn.bfloat16,
-                                  layout=tile, device=dev)
-    io["cur_pos"] = ttnn.from_torch(torch.tensor(inp.positions, dtype=torch.int32), dtype=ttnn.int32,
-                                    layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
-    if inp.paged:
-        io["page_table"] = ttnn.from_torch(inp.page_table.to(torch.int32), dtype=ttnn.int32,
-                                           layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
-    return io
 
 
 # ---- the API -------------------------------------------------------------------------------------
@@ -264,6 +243,10 @@ def rotary_kv_append(
         raise fail("kv_pages", "'tile' with a paged cache (its blocks keep tile pages)", repr(kv_pages))
     inp.kv_pages = kv_pages
     chosen = backends.select_backend(k_new, v_new, k_cache, v_cache) if backend == "auto" else backend
+    if chosen != "device" and inp.device_args:
+        name = next(iter(inp.device_args))
+        raise fail(name, f"a host value (torch tensor or list) for backend {chosen!r} (device tensors are "
+                   "the device backend's form)", "a ttnn tensor on a device", TypeError)
     backends.record(chosen)
     if chosen == "reference":
         q_rot, kc, vc = _run_reference(inp)

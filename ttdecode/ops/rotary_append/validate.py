@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -35,7 +35,7 @@ class RotaryInputs:
     cache_dtype: DataType
     cache_shape: tuple[int, ...]
     paged: bool
-    positions: tuple[int, ...]
+    positions: Optional[tuple[int, ...]]  # None: cur_pos is a device tensor (device_args)
     page_table: Optional[torch.Tensor]  # int64 [B, max_blocks]
     cos: torch.Tensor           # float32 [B, rotary_dim], HF layout
     sin: torch.Tensor
@@ -44,6 +44,11 @@ class RotaryInputs:
     v_cache: Any
     device_tensors: bool        # the caller's tensors are ttnn tensors on a device
     kv_pages: str = "tile"  # the caches' DRAM pages: tiles, or key-tile rows ("key_row")
+    #: cur_pos / page_table / cos / sin given as ttnn device tensors (the device backend's form, read by
+    #: the kernels where they lie): name -> tensor. Then `positions` is None (cur_pos), `page_table`
+    #: None (its width in `device_max_blocks`), `cos` / `sin` the ttnn tensors.
+    device_args: dict[str, Any] = field(default_factory=dict)
+    device_max_blocks: int = 0
 
     @property
     def d_tiles(self) -> int:
@@ -55,6 +60,8 @@ class RotaryInputs:
 
     @property
     def max_blocks(self) -> int:
+        if "page_table" in self.device_args:
+            return self.device_max_blocks
         return 0 if self.page_table is None else int(self.page_table.shape[1])
 
     @property
@@ -116,22 +123,52 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
     Steps, in this order (a call with several faults is refused for the first): the caches, which fix
     NKV, S and D (_check_caches); the new rows, which fix B and NH (_new_rows); the angles (_angles);
     the positions and the page table, and the cache tile each user writes (_positions, _page_table,
-    _check_write_targets); where the tensors live (_device_tensors)."""
+    _check_write_targets); where the tensors live (_device_tensors).
+
+    cos, sin, cur_pos and page_table may also be ttnn tensors on the device (the device backend's
+    form, with device caches and rows): only their metadata is checked (_device_angles,
+    _device_ints, _device_table); their values are never read back, so positions beyond the cache,
+    block ids outside the pool and two users writing one cache tile are NOT refused for values that
+    live on the device -- the kernels write where they say (as tt-metal's paged_update_cache)."""
     kc_shape, kc_dt, rd = _check_caches(k_cache, v_cache, rotary_interleaved, rotary_dim)
     _, nkv, rows, d = kc_shape
     packed, b, nh, x = _new_rows(k_new, v_new, q, qkv, num_q_heads, nkv, d)
-    cos_v, sin_v = _angles("cos", cos, b, rd), _angles("sin", sin, b, rd)
-    positions = _int_list("cur_pos", cur_pos, b)
+    on_device = {}
+    for name, t in (("cos", cos), ("sin", sin), ("cur_pos", cur_pos), ("page_table", page_table)):
+        if _is_ttnn(t):
+            if not _on_device(t):
+                raise fail(name, "a host torch tensor (or list), or a ttnn tensor on the device", "a ttnn host tensor",
+                           TypeError)
+            on_device[name] = t
+    rt_width = math.ceil(rd / TILE) * TILE
+    cos_v = _device_angles("cos", cos, b, rt_width) if "cos" in on_device else _angles("cos", cos, b, rd)
+    sin_v = _device_angles("sin", sin, b, rt_width) if "sin" in on_device else _angles("sin", sin, b, rd)
+    positions = None if "cur_pos" in on_device else _int_list("cur_pos", cur_pos, b)
+    if positions is None:
+        _device_ints("cur_pos", cur_pos, (b,))
     paged = page_table is not None
-    table = _page_table(page_table, b) if paged else None
+    table, device_blocks = None, 0
+    if "page_table" in on_device:
+        device_blocks = _device_table(page_table, b)
+    elif paged:
+        table = _page_table(page_table, b)
     if not paged and kc_shape[0] != b:
         raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
-    _check_write_targets(positions, kc_shape, table)
+    if positions is not None and "page_table" in on_device:
+        _check_positions_in(positions, device_blocks * rows)
+    elif positions is not None:
+        _check_write_targets(positions, kc_shape, table)
+    device_tensors = _device_tensors([*x.values(), k_cache, v_cache])
+    if on_device and not device_tensors:
+        name = next(iter(on_device))
+        raise fail(name, "a host value (torch tensor or list) when the caches and new rows are host tensors",
+                   "a ttnn tensor on a device", TypeError)
     return RotaryInputs(
         batch=b, num_q_heads=nh, num_kv_heads=nkv, head_dim=d, rotary_dim=rd, interleaved=rotary_interleaved,
-        packed=packed, cache_dtype=kc_dt, cache_shape=kc_shape, paged=paged, positions=tuple(positions),
-        page_table=table, cos=cos_v, sin=sin_v, x=x, k_cache=k_cache, v_cache=v_cache,
-        device_tensors=_device_tensors([*x.values(), k_cache, v_cache]),
+        packed=packed, cache_dtype=kc_dt, cache_shape=kc_shape, paged=paged,
+        positions=None if positions is None else tuple(positions), page_table=table, cos=cos_v, sin=sin_v, x=x,
+        k_cache=k_cache, v_cache=v_cache, device_tensors=device_tensors, device_args=on_device,
+        device_max_blocks=device_blocks,
     )
 
 
@@ -222,6 +259,52 @@ def _angles(name: str, t: Any, b: int, rd: int) -> torch.Tensor:
         raise fail(name, "Hugging Face's layout cat(c, c) (the two halves equal; one angle per pair)",
                    "halves that differ")
     return v
+
+
+def _ttnn_meta(t: Any) -> str:
+    return f"{t.dtype} {t.layout} shape {list(t.shape)}"
+
+
+def _device_angles(name: str, t: Any, b: int, width: int) -> Any:
+    """`cos` or `sin` in the device form: a ttnn float32 tile tensor [B, width] on the device, width =
+    ceil(rotary_dim / 32) * 32, holding the per-column angles the kernels multiply by
+    (``ttdecode.ops.rotary_append.program.column_angles`` of the HF cos/sin for the call's convention;
+    columns past rotary_dim cos 1, sin 0). Only its metadata is checked (its values stay on the
+    device). Returns it."""
+    import ttnn
+
+    if tuple(int(v) for v in t.shape) != (b, width) or t.dtype != ttnn.float32 or t.layout != ttnn.TILE_LAYOUT:
+        raise fail(name, f"a float32 TILE ttnn tensor [B={b}, {width}] of per-column angles (column_angles; the "
+                   f"kernels' form) or a torch [B, rotary_dim] in Hugging Face's layout", _ttnn_meta(t), TypeError)
+    return t
+
+
+def _device_ints(name: str, t: Any, shape: tuple[int, ...]) -> None:
+    """An int32 ROW_MAJOR ttnn device tensor of `shape` (cur_pos, a page table): metadata only."""
+    import ttnn
+
+    if tuple(int(v) for v in t.shape) != shape or t.dtype != ttnn.int32 or t.layout != ttnn.ROW_MAJOR_LAYOUT:
+        raise fail(name, f"an int32 ROW_MAJOR ttnn tensor {list(shape)} on the device (or host ints)", _ttnn_meta(t),
+                   TypeError)
+
+
+def _device_table(page_table: Any, b: int) -> int:
+    """A page table on the device: int32 ROW_MAJOR [B, max_blocks >= 1]. Returns max_blocks."""
+    shape = tuple(int(v) for v in page_table.shape)
+    if len(shape) != 2 or shape[0] != b or shape[1] < 1:
+        raise fail("page_table", f"shape [B={b}, max_blocks >= 1]", list(shape))
+    _device_ints("page_table", page_table, shape)
+    return shape[1]
+
+
+def _check_positions_in(positions: Sequence[int], capacity: int) -> None:
+    """Host positions with a page table on the device: each -1 or below the table's capacity (the
+    block ids, and so which cache tile a user writes, stay on the device: not checked)."""
+    for i, p in enumerate(positions):
+        if p < -1:
+            raise fail(f"cur_pos[{i}]", "-1 (skip the user) or a position >= 0", p)
+        if p >= capacity:
+            raise fail(f"cur_pos[{i}]", f"a position < {capacity} (page_table's blocks x block_size)", p)
 
 
 def _page_table(page_table: Any, b: int) -> torch.Tensor:

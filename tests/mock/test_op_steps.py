@@ -1,0 +1,120 @@
+"""rotary_kv_append and the combine as per-step device ops on a mock N150, through the real
+ttnn.generic_op: 20 steps each with every input a device tensor (the new rows, the caches, int32
+cur_pos and page table, the cos/sin in the kernels' per-column form; the combine's partials and
+LSEs) and positions advanced on the device. Pinned: no host <-> device move after the first step
+(`ttdecode.testing.transfers`; the rotary's first step uploads its constant rotate-half blocks), no
+program-cache entry added after step 2, one cached step (one plan, one Program, one descriptor)
+serving all 20 calls, and the runtime-argument counts of that cached program the same after step 20
+as when it was built. The mock computes nothing (numerics: tests/test_rotary_kv_append.py,
+tests/test_combine_kernel.py on the host runtime)."""
+
+from __future__ import annotations
+
+import pytest
+
+ROTARY = r"""
+import torch
+import ttnn
+import ttdecode
+from ttdecode.ops.rotary_append import device as rd
+from ttdecode.testing.dry_run import emit
+from ttdecode.testing.mock import open_mock_device
+from ttdecode.testing.transfers import count_transfers
+
+PAGED = {paged}
+B, NH, NKV, D, S, BLOCK = 4, 8, 2, 128, 256, 64
+d = open_mock_device()
+tile, rm = ttnn.TILE_LAYOUT, ttnn.ROW_MAJOR_LAYOUT
+put = lambda t, dt, lay: ttnn.from_torch(t, dtype=dt, layout=lay, device=d)
+qkv = put(torch.randn(1, B, (NH + 2 * NKV) * D), ttnn.bfloat16, tile)
+rows = B * S // BLOCK if PAGED else B
+kc = put(torch.zeros(rows, NKV, BLOCK if PAGED else S, D), ttnn.bfloat8_b, tile)
+vc = put(torch.zeros(rows, NKV, BLOCK if PAGED else S, D), ttnn.bfloat8_b, tile)
+table = put(torch.arange(rows, dtype=torch.int32).reshape(B, S // BLOCK), ttnn.int32, rm) if PAGED else None
+pos = put(torch.tensor([0, 7, 40, -1], dtype=torch.int32), ttnn.int32, rm)
+one = put(torch.ones(B, dtype=torch.int32), ttnn.int32, rm)
+freq = 1.0 / 10000 ** (torch.arange(0, D, 2) / D)
+ang = torch.arange(B)[:, None] * freq[None]
+cos, sin = rd.angles_to_device(torch.cat([ang.cos()] * 2, 1), torch.cat([ang.sin()] * 2, 1), device=d,
+                               rotary_interleaved=True)
+res = {{"moves": [], "entries": {{}}, "shapes": []}}
+with count_transfers() as log:
+    for step in range(1, 21):
+        log.clear()
+        q_rot, k2, v2 = ttdecode.rotary_kv_append(qkv=qkv, k_cache=kc, v_cache=vc, cur_pos=pos, cos=cos, sin=sin,
+                                                  page_table=table, num_q_heads=NH, rotary_interleaved=True,
+                                                  backend="device")
+        res["moves"].append(log.counts())
+        res["shapes"].append(list(q_rot.shape))
+        assert k2 is kc and v2 is vc
+        ttnn.deallocate(q_rot)
+        log.counting = False
+        new_pos = ttnn.add(pos, one)  # the positions advance on the device
+        ttnn.deallocate(pos)
+        pos = new_pos
+        log.counting = True
+        if step in (2, 20):
+            res["entries"][step] = int(d.num_program_cache_entries())
+step = next(iter(rd._steps.values()))
+res.update(steps=rd.cached_steps(), calls=step.calls, counts_same=step.prepared.runtime_arg_counts() == step.prepared.arg_counts,
+           descriptor_kernels=len(step.prepared.descriptor.kernels))
+emit(res)
+ttnn.close_device(d)
+"""
+
+COMBINE = r"""
+import torch
+import ttnn
+from ttdecode.ops.combine import device as cd
+from ttdecode.testing.dry_run import emit
+from ttdecode.testing.mock import open_mock_device
+from ttdecode.testing.transfers import count_transfers
+
+n, B, NH, DV = 4, 8, 32, 128
+d = open_mock_device()
+outs = ttnn.from_torch(torch.randn(n, B, NH, DV), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=d)
+lses = ttnn.from_torch(torch.randn(n, B, NH, 1), dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=d)
+res = {"moves": [], "entries": {}, "shapes": []}
+with count_transfers() as log:
+    for step in range(1, 21):
+        log.clear()
+        out, lse = cd.combine_on_device(outs, lses)
+        res["moves"].append(log.counts())
+        res["shapes"].append([list(out.shape), list(lse.shape), str(out.dtype), str(lse.dtype)])
+        ttnn.deallocate(out)
+        ttnn.deallocate(lse)
+        if step in (2, 20):
+            res["entries"][step] = int(d.num_program_cache_entries())
+step = next(iter(cd._steps.values()))
+res.update(steps=cd.cached_combine_steps(), calls=step.calls,
+           counts_same=step.prepared.runtime_arg_counts() == step.prepared.arg_counts)
+emit(res)
+ttnn.close_device(d)
+"""
+
+
+def _check_common(res: dict) -> None:
+    assert all(m == {} for m in res["moves"][1:]), f"host<->device moves in steps 2..20: {res['moves']}"
+    assert res["entries"]["2"] == res["entries"]["20"], f"program-cache entries after step 2 / 20: {res['entries']}"
+    assert res["steps"] == 1 and res["calls"] == 20, res  # one plan / Program / descriptor for the 20 calls
+    assert res["counts_same"], "the cached program's runtime-argument counts changed"
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_rotary_kv_append_20_device_steps_move_nothing_after_the_first(run_mock, paged: bool) -> None:
+    r = run_mock(ROTARY.format(paged=paged), timeout=300)
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    res = r.result
+    _check_common(res)
+    # step 1: the step's rotate-half blocks, its one constant input, uploaded once
+    assert res["moves"][0] == {"from_torch": 1}, res["moves"][0]
+    assert res["shapes"] == [[1, 4, 8, 128]] * 20
+
+
+def test_combine_20_device_steps_move_nothing(run_mock) -> None:
+    r = run_mock(COMBINE, timeout=300)
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    res = r.result
+    _check_common(res)
+    assert res["moves"][0] == {}, res["moves"][0]
+    assert res["shapes"] == [[[1, 8, 32, 128], [1, 8, 32, 1], "DataType.BFLOAT16", "DataType.FLOAT32"]] * 20

@@ -1,0 +1,178 @@
+"""rotary_kv_append on a Wormhole: plan once per shape, run per step.
+
+A `RotaryStep` is made once per *shape* -- the device, the grid, B, NH, NKV, D, rotary_dim, the
+convention, packed or not, the caches' shape, format and pages, paged or not and the page table's
+width, and the tensors' layouts and memory configs; never the positions, the page table's contents,
+the angles or the rows -- and holds the `Program`, its ttnn descriptor
+(`ttdecode.device.PreparedProgram`) and the rotate-half blocks ``trans`` (constant per shape:
+uploaded once, when the step is made). Each call checks tensor metadata, patches the buffer
+addresses and calls ``ttnn.generic_op``: no plan, no program build, and the same runtime-argument
+counts on every call (the program's runtime args are addresses and each core's users, fixed by the
+shape). `run_rotary` keeps a bounded cache of steps (`STEP_CACHE_SIZE`, least recently used out).
+
+Inputs of a call (device inputs are used where they lie; host inputs are uploaded, one move each):
+
+==============  ======================================================  ===========================
+argument        device input (no move)                                  host input (uploaded)
+==============  ======================================================  ===========================
+q/k_new/v_new,  ttnn bfloat16 tiles on the device (required)            --
+qkv, caches
+cur_pos         ttnn int32 ROW_MAJOR ``[B]``                            list / int torch ``[B]``:
+                                                                        one ``from_torch``
+page_table      ttnn int32 ROW_MAJOR ``[B, max_blocks]``                int torch: one ``from_torch``
+cos, sin        ttnn float32 TILE ``[B, ceil(rotary_dim/32)*32]``: the  torch ``[B, rotary_dim]``
+                per-column angles (``program.column_angles`` of the     (HF layout): converted by
+                HF cos/sin for the call's convention; cos 1 / sin 0     column_angles, one
+                past rotary_dim) -- what ``ttnn.embedding`` of          ``from_torch`` each
+                ``ttdecode.models.llama_device.rope_tables`` gives
+==============  ======================================================  ===========================
+
+Positions are not runtime args: the writer reads them from the ``cur_pos`` DRAM tensor
+(``kernels/rotary_append/writer.cpp``), so a list of positions is a host input (one upload per
+call). `angles_to_device` makes the device form of cos/sin from Hugging Face's (once, e.g. a table
+per position as the device decoder keeps). Values that live on the device are not checked on the
+host (see ``validate``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Optional
+
+import torch
+
+from ttdecode.checks import fail
+from ttdecode.device import PreparedProgram, require_ttnn
+from ttdecode.ops.rotary_append.program import build_program, column_angles, rotate_half_blocks
+from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
+
+__all__ = ["RotaryStep", "run_rotary", "get_step", "angles_to_device", "clear_steps", "cached_steps",
+           "STEP_CACHE_SIZE"]
+
+#: Shapes whose steps `run_rotary` keeps (a model has one or two: one per batch).
+STEP_CACHE_SIZE = 16
+
+_steps: "OrderedDict[tuple, RotaryStep]" = OrderedDict()
+
+
+def _tensor_meta(t: Any) -> tuple:
+    return (tuple(t.shape), str(t.dtype), str(t.layout), repr(t.memory_config()))
+
+
+def step_key(inp: RotaryInputs, grid: tuple[int, int], device: Any) -> tuple:
+    """The cache key of a call: what the program depends on (shapes, formats, options, the new rows'
+    and caches' layouts and memory configs); never positions, page-table contents or values."""
+    return (id(device), grid, inp.batch, inp.num_q_heads, inp.num_kv_heads, inp.head_dim, inp.rotary_dim,
+            inp.interleaved, inp.packed, inp.cache_dtype, tuple(inp.cache_shape), inp.paged, inp.max_blocks,
+            inp.kv_pages, tuple((name, _tensor_meta(t)) for name, t in sorted(inp.x.items())),
+            _tensor_meta(inp.k_cache), _tensor_meta(inp.v_cache))
+
+
+class RotaryStep:
+    """rotary_kv_append planned once for one shape on one device, run per step (module doc)."""
+
+    def __init__(self, inp: RotaryInputs, grid: tuple[int, int], device: Any) -> None:
+        ttnn = require_ttnn()
+        self.device = device
+        self.program = build_program(inp, None, grid)
+        self.prepared = PreparedProgram(self.program, device)
+        blocks = rotate_half_blocks(inp.head_dim, inp.rotary_dim, inp.interleaved)
+        # the rotate-half blocks: constant for the shape, uploaded once per step (one move)
+        self.trans = ttnn.from_torch(torch.cat([blk for _, _, blk in blocks]).to(torch.float32),
+                                     dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+        self.has_q = inp.num_q_heads > 0
+        self.calls = 0
+
+    def io_tensors(self, inp: RotaryInputs) -> dict[str, Any]:
+        """The program's inputs: the caller's device tensors as they are, host inputs uploaded."""
+        ttnn = require_ttnn()
+        dev = self.device
+        io = dict(inp.x)
+        io["k_cache"], io["v_cache"] = inp.k_cache, inp.v_cache
+        io["trans"] = self.trans
+        width = inp.rot_tiles * TILE
+        for name, fill, src in (("cos", 1.0, inp.cos), ("sin", 0.0, inp.sin)):
+            if name in inp.device_args:
+                io[name] = src
+            else:
+                io[name] = ttnn.from_torch(column_angles(src, inp.rotary_dim, inp.interleaved, width, fill),
+                                           dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=dev)
+        if "cur_pos" in inp.device_args:
+            io["cur_pos"] = inp.device_args["cur_pos"]
+        else:
+            io["cur_pos"] = ttnn.from_torch(torch.tensor(inp.positions, dtype=torch.int32), dtype=ttnn.int32,
+                                            layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
+        if inp.paged:
+            if "page_table" in inp.device_args:
+                io["page_table"] = inp.device_args["page_table"]
+            else:
+                io["page_table"] = ttnn.from_torch(inp.page_table.to(torch.int32), dtype=ttnn.int32,
+                                                   layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
+        for name, t in io.items():
+            if t.device() is not dev:
+                raise fail(name, "a tensor on k_cache's device", "a tensor on another device")
+        return io
+
+    def run(self, inp: RotaryInputs) -> Optional[Any]:
+        """One step for validated `inp` (the step's key): the caches updated in place; returns q_rot
+        (a ttnn tensor) or None without q."""
+        outs = self.prepared.run(self.io_tensors(inp))
+        self.calls += 1
+        return outs[0] if self.has_q else None
+
+
+def get_step(inp: RotaryInputs, grid: tuple[int, int]) -> RotaryStep:
+    """The cached `RotaryStep` of this call's shape (made and cached on a miss)."""
+    device = inp.k_cache.device()
+    key = step_key(inp, grid, device)
+    step = _steps.get(key)
+    if step is None:
+        step = RotaryStep(inp, grid, device)
+        _steps[key] = step
+        while len(_steps) > STEP_CACHE_SIZE:
+            _steps.popitem(last=False)
+    else:
+        _steps.move_to_end(key)
+    return step
+
+
+def run_rotary(inp: RotaryInputs, grid: tuple[int, int]) -> Optional[Any]:
+    """rotary_kv_append on the device holding `inp`'s tensors, through the cached step of its shape.
+    Returns q_rot (ttnn) or None; the caches are updated in place."""
+    return get_step(inp, grid).run(inp)
+
+
+def angles_to_device(cos: torch.Tensor, sin: torch.Tensor, *, device: Any, rotary_interleaved: bool = False,
+                     rotary_dim: Optional[int] = None) -> tuple[Any, Any]:
+    """Hugging Face's cos / sin ``[N, rotary_dim]`` (``cat(c, c)``) as the device form the kernels
+    read: ttnn float32 TILE ``[N, ceil(rotary_dim / 32) * 32]`` of per-column angles for the
+    convention (`column_angles`; cos 1 / sin 0 past rotary_dim). Two moves (one each): made once, then
+    passed to every call (N = B, or a per-position table looked up on the device by ``ttnn.embedding``
+    with ``layout=TILE_LAYOUT, dtype=float32`` as ``ttdecode.models.llama_device`` does)."""
+    ttnn = require_ttnn()
+    if isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor) and tuple(cos.shape) != tuple(sin.shape):
+        raise fail("sin", f"cos's shape {list(cos.shape)}", list(sin.shape))
+    out = []
+    for name, t, fill in (("cos", cos, 1.0), ("sin", sin, 0.0)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 2:
+            got = f"{t.dtype} shape {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise fail(name, "a float torch tensor [N, rotary_dim] in Hugging Face's layout", got, TypeError)
+        rd = t.shape[1] if rotary_dim is None else rotary_dim
+        if t.shape[1] != rd or rd % 2 or rd < 2:
+            raise fail(name, f"an even rotary_dim={rd} >= 2 columns", list(t.shape))
+        if not torch.equal(t[:, : rd // 2], t[:, rd // 2:]):
+            raise fail(name, "Hugging Face's layout cat(c, c) (the two halves equal)", "halves that differ")
+        width = -(-rd // TILE) * TILE
+        out.append(ttnn.from_torch(column_angles(t.detach().cpu(), rd, rotary_interleaved, width, fill),
+                                   dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=device))
+    return out[0], out[1]
+
+
+def clear_steps() -> None:
+    """Forget every cached step (their ttnn programs stay in the device's program cache)."""
+    _steps.clear()
+
+
+def cached_steps() -> int:
+    """How many rotary steps are cached."""
+    return len(_steps)

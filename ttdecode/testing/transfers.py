@@ -1,0 +1,105 @@
+"""Count ttnn's host <-> device data moves: one counter for the mock tests and the benchmarks.
+
+`count_transfers()` wraps ttnn's transfer functions (`TRANSFER_FUNCTIONS`) and ``ttnn.Tensor.cpu`` /
+``ttnn.Tensor.to`` for the length of a ``with`` block and records, by name, every call that moves
+data between host and device; on leaving the block the originals are put back.
+
+What counts as a move (outermost call only: ``to_torch`` of a device tensor calls ``from_device``
+inside, and that is one move, named ``to_torch``):
+
+* ``from_torch`` given a device (``device=`` or its 4th positional argument); without one it only
+  converts on the host (e.g. a tensor then written by ``copy_host_to_device_tensor``, which counts);
+* ``to_torch`` and ``Tensor.cpu`` of a tensor on a device; ``Tensor.to(device, ...)`` (not
+  ``Tensor.to(layout)``, a conversion);
+* ``to_device``, ``from_device``, ``copy_host_to_device_tensor``, ``copy_device_to_host_tensor``:
+  always.
+
+    with count_transfers() as log:
+        ...            # log.moves: ["from_torch", ...] in call order
+        log.clear()    # e.g. after the warm-up steps
+        ...
+    assert log.moves == []
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from typing import Any, Callable, Iterator, Optional
+
+__all__ = ["TRANSFER_FUNCTIONS", "TENSOR_METHODS", "TransferLog", "count_transfers"]
+
+#: ttnn's module-level functions that move data between host and device.
+TRANSFER_FUNCTIONS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
+                      "copy_device_to_host_tensor")
+#: ttnn.Tensor's methods that move data (recorded as "Tensor.<name>").
+TENSOR_METHODS = ("cpu", "to")
+
+
+class TransferLog:
+    """The moves recorded inside a `count_transfers` block (names in call order)."""
+
+    def __init__(self) -> None:
+        self.moves: list[str] = []
+        self.counting = True  # set False to ignore moves for a while (e.g. a test's own uploads)
+        self._depth = 0
+
+    def counts(self) -> dict[str, int]:
+        """{name: calls} of the moves recorded so far."""
+        return dict(Counter(self.moves))
+
+    def clear(self) -> None:
+        """Forget the moves recorded so far."""
+        self.moves.clear()
+
+    def __len__(self) -> int:
+        return len(self.moves)
+
+
+def _is_move(ttnn: Any, name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether this call moves data between host and device (module doc)."""
+    if name == "from_torch":
+        return kwargs.get("device") is not None or (len(args) > 3 and args[3] is not None)
+    if name in ("to_torch", "Tensor.cpu"):
+        return bool(args) and bool(ttnn.is_tensor_storage_on_device(args[0]))
+    if name == "Tensor.to":  # to(device, ...) moves; to(target_layout) converts where the tensor is
+        target = args[1] if len(args) > 1 else kwargs.get("device", kwargs.get("target_layout"))
+        return not isinstance(target, ttnn.Layout)
+    return True
+
+
+def _wrap(ttnn: Any, log: TransferLog, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        if log._depth == 0 and log.counting and _is_move(ttnn, name, args, kwargs):
+            log.moves.append(name)
+        log._depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            log._depth -= 1
+
+    counted.__wrapped__ = fn  # type: ignore[attr-defined]
+    return counted
+
+
+@contextlib.contextmanager
+def count_transfers(ttnn: Optional[Any] = None) -> Iterator[TransferLog]:
+    """Record ttnn's host <-> device moves inside the block (module doc); `ttnn` defaults to the
+    imported ttnn module. Functions this ttnn version lacks are skipped."""
+    if ttnn is None:
+        import ttnn  # noqa: PLW0621 - the real module unless one is given
+    log = TransferLog()
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for name in TRANSFER_FUNCTIONS:
+            if hasattr(ttnn, name):
+                saved.append((ttnn, name, getattr(ttnn, name)))
+                setattr(ttnn, name, _wrap(ttnn, log, name, getattr(ttnn, name)))
+        for name in TENSOR_METHODS:
+            if hasattr(ttnn.Tensor, name):
+                saved.append((ttnn.Tensor, name, getattr(ttnn.Tensor, name)))
+                setattr(ttnn.Tensor, name, _wrap(ttnn, log, f"Tensor.{name}", getattr(ttnn.Tensor, name)))
+        yield log
+    finally:
+        for owner, name, fn in reversed(saved):
+            setattr(owner, name, fn)
