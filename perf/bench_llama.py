@@ -28,6 +28,33 @@ machine (2 shared cores).
 
 The plot goes to ``--out`` (default ``build/perf/``, untracked); only ``--update-committed`` (a full
 run) rewrites the committed ``tech_report/figures/llama_decode_bench.png``.
+
+``--device-mock``: the device backend (``LlamaDecoder(backend="device", device=...)``) on the mock Wormhole
+(``ttdecode.testing.mock``: ttnn 0.81.1's real host side, no chip, nothing computed). HOST-SIDE TIMES ONLY,
+real measurements of ttnn's host side on this machine; no kernel/device time is measured. Each case runs in its
+own process (the mock can segfault), B = 32, random weights, ``--layers`` layers of the real per-layer shape,
+the vocabulary cut to ``--mock-vocab`` (the full 128256-row LM head and embedding cost GBs of host conversion and
+say nothing about a layer; the per-step figures therefore carry a small LM head):
+
+  8b-n150   Llama-3.1-8B on a mock N150: 32 q / 8 kv heads, D 128, hidden 4096, MLP 14336.
+  70b-t3k   Llama-3.1-70B tensor parallel on a mock T3K 1x8 (FABRIC_1D): 64 q / 8 kv heads, D 128, hidden 8192,
+            MLP 28672, so each chip holds the 8 q / 1 kv / MLP 3584 shard; two all_reduce per layer.
+  tiny-n150 a small model (8 q / 2 kv, D 64, hidden 256, MLP 512) for the quick test.
+
+Per case: the eager host time per decode step (``next_tokens``, median of ``--mock-timed`` steps) and per
+layer (between the first ttnn call of consecutive layers, timestamped by a wrapper of ``ttnn.rms_norm``), the
+ttnn calls per step (the decoder's count) and the device ops of one step as ttnn's graph capture records them
+(cache misses), the program-cache entries after steps 2 and ``--mock-steps`` (logits every third step,
+argmax ids otherwise), the host<->device moves per step (ttnn's transfer functions wrapped; expected: the
+one input row in, ids or logits out). The reference: the same layer issued as tt-metal's own ops on the same
+device in the same process, each timed as the median of ``--mock-calls`` cached calls and summed: rms_norm,
+the QKV linear, ``nlp_create_qkv_heads_decode``, ``rotary_embedding_llama`` on q and k and
+``paged_update_cache`` of k and v (in place of our fused rotary append), tt-metal's
+``transformer.paged_scaled_dot_product_attention_decode`` (in place of our FlashDecode), the heads' reshape,
+O linear, (all_reduce), add, rms_norm, gate (SiLU) / up linears, mul, down linear, (all_reduce), add.
+Goal: our eager host time per layer <= 2x that sum (PASS/FAIL).
+
+    PYTHONPATH=. python perf/bench_llama.py --device-mock [--layers 1|2] [--mock-cases 8b-n150,70b-t3k]
 """
 
 from __future__ import annotations
@@ -35,8 +62,10 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -193,17 +222,430 @@ def plot(rows: list[dict[str, Any]], out: Path) -> Path:
     return path
 
 
+# ---- --device-mock: the device backend on the mock Wormhole (host-side time only) ---------------
+
+MOCK_LABEL = ("host-side time, real measurements of ttnn 0.81.1's host side on a mock Wormhole (no chip: the mock "
+              "computes nothing, device/kernel time NOT measured)")
+MOCK_MARK = "BENCH_LLAMA_MOCK:"
+MOCK_BATCH = 32  # tt-metal's decode ops (nlp_create_qkv_heads_decode) are built around B = 32
+GOAL_LAYER_RATIO = 2.0  # issue 29: eager host time per layer within 2x the sum of ttnn's own ops' cached calls
+
+
+@dataclass(frozen=True)
+class MockCase:
+    """A model shape on a mock system: full-model heads/sizes (the mesh splits them), the mesh shape
+    (None: one chip) and the full model's layer count."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    system: str
+    mesh: Optional[tuple[int, int]]
+    full_layers: int
+
+    @property
+    def devices(self) -> int:
+        return 1 if self.mesh is None else self.mesh[0] * self.mesh[1]
+
+
+MOCK_CASES = {
+    "8b-n150": MockCase(32, 8, 128, 4096, 14336, "n150", None, 32),
+    "70b-t3k": MockCase(64, 8, 128, 8192, 28672, "t3k", (1, 8), 80),
+    "tiny-n150": MockCase(8, 2, 64, 256, 512, "n150", None, 2),
+}
+
+
+def mock_spec(case: MockCase, layers: int, vocab: int) -> LlamaSpec:
+    """The LlamaSpec of `case` with `layers` layers and a `vocab`-row vocabulary."""
+    return LlamaSpec(vocab_size=vocab, hidden_size=case.hidden, num_layers=layers, num_heads=case.heads,
+                     num_kv_heads=case.kv_heads, head_dim=case.head_dim, intermediate_size=case.intermediate,
+                     rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=LLAMA31_ROPE, attention_bias=False,
+                     mlp_bias=False)
+
+
+class TransferCounter:
+    """Wraps ttnn's host<->device functions (``llama_device.TRANSFER_FUNCTIONS``) and records the
+    outermost device-touching calls by name in `moves` (a host-only ``from_torch`` / ``to_torch`` is
+    not a move)."""
+
+    def __init__(self, ttnn: Any, names: tuple[str, ...]) -> None:
+        self.moves: list[str] = []
+        self._depth = 0
+        for name in names:
+            setattr(ttnn, name, self._wrap(ttnn, name, getattr(ttnn, name)))
+
+    def _wrap(self, ttnn: Any, name: str, fn: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if name == "from_torch":
+                on_device = kwargs.get("device") is not None or (len(args) > 3 and args[3] is not None)
+            elif name == "to_torch":
+                on_device = ttnn.is_tensor_storage_on_device(args[0])
+            else:
+                on_device = True
+            if on_device and self._depth == 0:
+                self.moves.append(name)
+            self._depth += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+        return counted
+
+    def take(self) -> list[str]:
+        """The moves since the last take."""
+        out, self.moves = self.moves, []
+        return out
+
+
+class LayerClock:
+    """Timestamps the start of every layer of a device-decoder step: wraps ``ttnn.rms_norm`` and marks
+    a call whose ``weight`` is layer i's input-norm weight (the layer's first ttnn call) or the final
+    norm's (the end of the last layer). `layer_seconds()` gives each layer's host time (s) of the last
+    step."""
+
+    def __init__(self, ttnn: Any, weights: dict[str, Any], layers: int) -> None:
+        self._keys = {id(weights[f"{i}.attention_norm"]): i for i in range(layers)}
+        self._keys[id(weights["norm"])] = layers
+        self.layers = layers
+        self.marks: list[tuple[int, float]] = []
+        orig = ttnn.rms_norm
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            key = self._keys.get(id(kwargs.get("weight")))
+            if key is not None:
+                self.marks.append((key, time.perf_counter()))
+            return orig(*args, **kwargs)
+
+        ttnn.rms_norm = timed
+
+    def layer_seconds(self) -> list[float]:
+        """Per layer, the time (s) from its first ttnn call to the next layer's (the final norm's)."""
+        marks, self.marks = self.marks, []
+        if [k for k, _ in marks] != list(range(self.layers + 1)):
+            raise RuntimeError(f"LayerClock: expected one mark per layer and the final norm, in order, got "
+                               f"{[k for k, _ in marks]}")
+        return [marks[i + 1][1] - marks[i][1] for i in range(self.layers)]
+
+
+def _median_ms(fn: Any, calls: int) -> float:
+    """Median host time (ms) of `calls` calls of ``fn()`` after 2 untimed ones (the program cache warm)."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+        del out  # the output tensors are freed outside the timed call
+    return statistics.median(times) * 1e3
+
+
+def reference_layer(ttnn: Any, dec: Any, calls: int, position: int) -> list[dict[str, Any]]:
+    """One layer as tt-metal's own ops on the decoder's device, weights (layer 0) and caches: each op's
+    median cached-call host time (ms), in issue order (see the module doc's ``--device-mock``)."""
+    dd = dec._device
+    spec, w, device, b = dd.spec, dd.w, dd.device, dd.batch
+    nh, nkv, d, hs, eps = dd.nh, dd.nkv, spec.head_dim, spec.hidden_size, spec.rms_norm_eps
+    kc, vc = dd.caches[0]
+    dram = ttnn.DRAM_MEMORY_CONFIG
+    put = dict(device=device, mesh_mapper=dd._rep)
+    x = ttnn.from_torch(torch.zeros(1, 1, b, hs), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, memory_config=dram,
+                        **put)
+    pos = ttnn.from_torch(torch.full((b,), position, dtype=torch.int32), dtype=ttnn.int32,
+                          layout=ttnn.ROW_MAJOR_LAYOUT, memory_config=dram, **put)
+    table = ttnn.from_torch(torch.arange(b * dd.max_blocks, dtype=torch.int32).reshape(b, dd.max_blocks),
+                            dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, memory_config=dram, **put)
+    # rotary_embedding_llama's decode mode: cos / sin [1, B, 32, D] and the transformation matrix
+    # [1, 1, 32 B, 32], height sharded one user per core (as tt-metal's Llama models pass them)
+    grid = device.compute_with_storage_grid_size()
+    cores = ttnn.num_cores_to_corerangeset(b, grid, row_wise=True)
+    sharded = lambda shape: ttnn.create_sharded_memory_config(  # noqa: E731
+        shape=shape, core_grid=cores, strategy=ttnn.ShardStrategy.HEIGHT, use_height_and_width_as_shard_shape=True)
+    cos, sin = (ttnn.from_torch(torch.zeros(1, b, 32, d), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                                memory_config=sharded((32, d)), **put) for _ in range(2))
+    trans = ttnn.from_torch(torch.zeros(1, 1, 32 * b, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                            memory_config=sharded((32, 32)), **put)
+    sdpa_cfg = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(int(grid.x), int(grid.y)), q_chunk_size=0,
+                                      k_chunk_size=0, exp_approx_mode=False)
+    tp = dd.tp
+    ops: list[tuple[str, Any]] = []
+
+    def issue(name: str, fn: Any) -> Any:
+        ops.append((name, fn))
+        return fn()
+
+    h = issue("rms_norm", lambda: ttnn.rms_norm(x, weight=w["0.attention_norm"], epsilon=eps))
+    qkv = issue("linear (QKV)", lambda: ttnn.linear(h, w["0.wqkv"]))
+    q, k, v = issue("experimental.nlp_create_qkv_heads_decode", lambda: ttnn.experimental.nlp_create_qkv_heads_decode(
+        qkv, num_heads=nh, num_kv_heads=nkv, memory_config=ttnn.L1_HEIGHT_SHARDED_MEMORY_CONFIG))
+    q_rot = issue("experimental.rotary_embedding_llama (q)", lambda: ttnn.experimental.rotary_embedding_llama(
+        q, cos, sin, trans, is_decode_mode=True))
+    k_rot = issue("experimental.rotary_embedding_llama (k)", lambda: ttnn.experimental.rotary_embedding_llama(
+        k, cos, sin, trans, is_decode_mode=True))
+    issue("experimental.paged_update_cache (k)", lambda: ttnn.experimental.paged_update_cache(
+        kc, k_rot, update_idxs_tensor=pos, page_table=table))
+    issue("experimental.paged_update_cache (v)", lambda: ttnn.experimental.paged_update_cache(
+        vc, v, update_idxs_tensor=pos, page_table=table))
+    attn = issue("transformer.paged_scaled_dot_product_attention_decode",
+                 lambda: ttnn.transformer.paged_scaled_dot_product_attention_decode(
+                     q_rot, kc, vc, page_table_tensor=table, cur_pos_tensor=pos, scale=1 / math.sqrt(d),
+                     program_config=sdpa_cfg, memory_config=dram))
+    cat = issue("reshape (concat heads)", lambda: ttnn.reshape(attn, [1, 1, b, nh * d]))
+    o = issue("linear (O)", lambda: ttnn.linear(cat, w["0.wo"]))
+    o_sum = issue("all_reduce", lambda: ttnn.all_reduce(o)) if tp > 1 else o
+    x2 = issue("add", lambda: ttnn.add(x, o_sum))
+    h2 = issue("rms_norm", lambda: ttnn.rms_norm(x2, weight=w["0.ffn_norm"], epsilon=eps))
+    gate = issue("linear (gate, SiLU)", lambda: ttnn.linear(h2, w["0.w_gate"], activation="silu"))
+    up = issue("linear (up)", lambda: ttnn.linear(h2, w["0.w_up"]))
+    m = issue("mul", lambda: ttnn.mul(gate, up))
+    down = issue("linear (down)", lambda: ttnn.linear(m, w["0.w_down"]))
+    down_sum = issue("all_reduce", lambda: ttnn.all_reduce(down)) if tp > 1 else down
+    issue("add", lambda: ttnn.add(x2, down_sum))
+    rows = [{"op": name, "ms": _median_ms(fn, calls)} for name, fn in ops]
+    t_seq = []
+    for _ in range(calls):  # the whole sequence back to back (outputs kept until the sequence ends)
+        t = time.perf_counter()
+        outs = [fn() for _, fn in ops]
+        t_seq.append(time.perf_counter() - t)
+        del outs
+    rows.append({"op": "(whole sequence back to back)", "ms": statistics.median(t_seq) * 1e3})
+    return rows
+
+
+def mock_child(name: str, layers: int, vocab: int, seq: int, steps: int, timed: int, calls: int) -> dict[str, Any]:
+    """Runs one case on the mock (this process's environment set by the parent) and returns its figures."""
+    import ttnn
+
+    from ttdecode.models.llama_device import TRANSFER_FUNCTIONS
+    from ttdecode.testing.mock import open_mock_device, open_mock_mesh
+    from ttdecode.testing.step_graph import capture_step
+
+    case = MOCK_CASES[name]
+    spec = mock_spec(case, layers, vocab)
+    t0 = time.perf_counter()
+    device = open_mock_device() if case.mesh is None else open_mock_mesh(case.mesh, fabric=True)
+    res: dict[str, Any] = {"case": name, "layers": layers, "full_layers": case.full_layers, "vocab": vocab,
+                           "batch": MOCK_BATCH, "seq": seq, "devices": case.devices,
+                           "open_s": time.perf_counter() - t0}
+    state = random_state(spec)
+    t0 = time.perf_counter()
+    dec = LlamaDecoder(spec, state, batch=MOCK_BATCH, max_seq_len=seq, block_size=64, devices=case.devices,
+                       backend="device", device=device)
+    del state
+    res["build_s"] = time.perf_counter() - t0
+    moves = TransferCounter(ttnn, TRANSFER_FUNCTIONS)
+    clock = LayerClock(ttnn, dec._device.w, layers)
+    tokens = torch.randint(0, vocab, (MOCK_BATCH,), generator=torch.Generator().manual_seed(1))
+    pos = torch.zeros(MOCK_BATCH, dtype=torch.int64)
+
+    def one(greedy: bool) -> tuple[float, list[float]]:
+        nonlocal tokens, pos
+        t = time.perf_counter()
+        out = dec.next_tokens(tokens, pos) if greedy else dec.step(tokens, pos)
+        seconds = time.perf_counter() - t
+        ids = out if greedy else out.argmax(-1)
+        tokens, pos = ids.clamp(min=0), pos + 1
+        return seconds, clock.layer_seconds()
+
+    first: list[float] = []
+    per_step = []
+    for s in range(steps):  # logits every third step, argmax ids otherwise (both programs by step 2)
+        seconds, _ = one(greedy=s % 3 != 0)
+        if s < 2:
+            first.append(seconds)
+        per_step.append({"moves": moves.take(), "ttnn_calls": sum(dec._device.ops.values()),
+                         "entries": int(device.num_program_cache_entries())})
+    res.update(first_steps_s=first, entries_2=per_step[1]["entries"], entries_last=per_step[-1]["entries"],
+               steps=steps, moves_per_step=[p["moves"] for p in per_step],
+               ttnn_calls_per_step=sorted({p["ttnn_calls"] for p in per_step}), ops=dict(dec._device.ops))
+    step_s, layer_s = [], []
+    for _ in range(timed):
+        seconds, layer = one(greedy=True)
+        step_s.append(seconds)
+        layer_s.append(layer)
+    moves.take()
+    res.update(timed=timed, step_ms=statistics.median(step_s) * 1e3,
+               layer_ms=[statistics.median(col) * 1e3 for col in zip(*layer_s)],
+               layer_ms_all=statistics.median([x for row in layer_s for x in row]) * 1e3)
+    try:  # ttnn's own record of one step: device ops (program-cache hits), moves
+        graph = capture_step(lambda: one(greedy=True))
+        clock.marks = []
+        res["graph"] = {"device_ops": len(graph.device_ops), "misses": graph.misses(), "moves": graph.moves}
+    except Exception as exc:  # noqa: BLE001 - reported, not hidden
+        res["graph"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+    res["entries_decoder"] = int(device.num_program_cache_entries())
+    moves.take()
+    res["reference"] = reference_layer(ttnn, dec, calls, int(pos[0]))
+    res["reference_moves"] = moves.take()
+    res["reference_ms"] = sum(r["ms"] for r in res["reference"] if not r["op"].startswith("("))
+    dec.close()
+    (ttnn.close_device if case.mesh is None else ttnn.close_mesh_device)(device)
+    return res
+
+
+def mock_goals(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(goal, value, pass) of one case's result."""
+    ratio = r["layer_ms_all"] / r["reference_ms"]
+    expected = {("copy_host_to_device_tensor", "to_torch")}
+    kinds = {tuple(m) for m in r["moves_per_step"]}
+    return [
+        (f"host ms per layer <= {GOAL_LAYER_RATIO:g}x ttnn's own ops' cached calls",
+         f"{r['layer_ms_all']:.3f} / {r['reference_ms']:.3f} = {ratio:.2f}x", ratio <= GOAL_LAYER_RATIO),
+        (f"program-cache entries after step 2 == after step {r['steps']}", f"{r['entries_2']} / {r['entries_last']}",
+         r["entries_2"] == r["entries_last"]),
+        ("moves per step: the input row in, ids/logits out", "; ".join(sorted(",".join(k) for k in kinds)),
+         kinds == expected),
+    ]
+
+
+def mock_report(results: list[dict[str, Any]]) -> tuple[str, bool]:
+    """The printed tables (markdown) and whether every goal passed."""
+    lines = [f"# {MOCK_LABEL}", "",
+             "| case | layers run | vocab | B | host ms/step | host ms/layer | ttnn ops ref. ms/layer | ratio | "
+             "ttnn calls/step | device ops/step (misses) | cache entries step 2 / last | moves/step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    ok = True
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['case']} | FAILED: {r['error']} |")
+            ok = False
+            continue
+        g = r["graph"]
+        dev_ops = g.get("error") or f"{g['device_ops']} ({len(g['misses'])})"
+        kinds = sorted({"+".join(m) for m in r["moves_per_step"]})
+        lines.append(f"| {r['case']} | {r['layers']} of {r['full_layers']} | {r['vocab']} | {r['batch']} | "
+                     f"{r['step_ms']:.2f} | {r['layer_ms_all']:.3f} | {r['reference_ms']:.3f} | "
+                     f"{r['layer_ms_all'] / r['reference_ms']:.2f}x | "
+                     f"{','.join(map(str, r['ttnn_calls_per_step']))} | {dev_ops} | "
+                     f"{r['entries_2']} / {r['entries_last']} | {' / '.join(kinds)} |")
+    for r in results:
+        if "error" in r:
+            continue
+        lines += ["", f"{r['case']}: build {r['build_s']:.1f} s, first two steps {r['first_steps_s'][0]:.2f} / "
+                      f"{r['first_steps_s'][1]:.3f} s (JIT), per layer ms {[round(x, 3) for x in r['layer_ms']]}, "
+                      f"full-depth estimate of the layers' host time {r['layer_ms_all'] * r['full_layers']:.1f} ms "
+                      f"({r['full_layers']} x per layer); ttnn calls of a step by op: {r['ops']}",
+                  "", "| reference op (tt-metal's own, cached) | host ms |", "|---|---:|"]
+        lines += [f"| {x['op']} | {x['ms']:.4f} |" for x in r["reference"]]
+        lines += [f"| sum | {r['reference_ms']:.4f} |", "", "| goal | value | result |", "|---|---|---|"]
+        for goal, value, passed in mock_goals(r):
+            ok = ok and passed
+            lines.append(f"| {goal} | {value} | {'PASS' if passed else 'FAIL'} |")
+        extra = r["graph"].get("moves") or r["graph"].get("misses")
+        if extra:
+            lines.append(f"ttnn's graph capture of one step: moves {r['graph'].get('moves')}, cache misses "
+                         f"{r['graph'].get('misses')}")
+    return "\n".join(lines), ok
+
+
+def run_device_mock(args: argparse.Namespace, out: Path) -> int:
+    """The parent of --device-mock: one child process per case on its mock system; table, JSON, CSV."""
+    import csv
+    import json
+
+    from ttdecode.testing.mock import run_script
+
+    results = []
+    for name in args.mock_cases:
+        case = MOCK_CASES[name]
+        argv = [str(Path(__file__).resolve()), "--mock-child", name, "--layers", str(args.layers), "--mock-vocab",
+                str(args.mock_vocab), "--mock-seq", str(args.mock_seq), "--mock-steps", str(args.mock_steps),
+                "--mock-timed", str(args.mock_timed), "--mock-calls", str(args.mock_calls)]
+        t0 = time.perf_counter()
+        try:
+            proc = run_script(argv, system=case.system, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            results.append({"case": name, "error": f"timed out after {args.timeout:.0f} s"})
+            continue
+        got = [json.loads(line[len(MOCK_MARK):]) for line in proc.stdout.splitlines() if line.startswith(MOCK_MARK)]
+        if proc.returncode != 0 or not got:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
+            print(f"{name}: child exited {proc.returncode}; stderr tail:\n{tail}", file=sys.stderr)
+            results.append({"case": name, "error": f"child exited {proc.returncode}"})
+            continue
+        results.append(got[0])
+        print(f"  done {name} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    text, ok = mock_report(results)
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_llama_device_mock.json").write_text(json.dumps({"label": MOCK_LABEL, "results": results}, indent=1))
+    with open(out / "bench_llama_device_mock.csv", "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["case", "layers", "vocab", "batch", "step_ms", "layer_ms", "reference_ms", "ratio",
+                     "entries_2", "entries_last", "error"])
+        for r in results:
+            if "error" in r:
+                wr.writerow([r["case"]] + [""] * 9 + [r["error"]])
+            else:
+                wr.writerow([r["case"], r["layers"], r["vocab"], r["batch"], r["step_ms"], r["layer_ms_all"],
+                             r["reference_ms"], r["layer_ms_all"] / r["reference_ms"], r["entries_2"],
+                             r["entries_last"], ""])
+    print(f"\n(json, csv: {out}/bench_llama_device_mock.*)")
+    return 0 if ok else 1
+
+
+def _case_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in MOCK_CASES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {sorted(MOCK_CASES)}, got {text!r}")
+    return names
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip the B=32 model cases")
-    ap.add_argument("--layers", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--layers", type=int, default=1, choices=(1, 2),
+                    help="layers of the random model, host and --device-mock cases (default 1)")
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--repeat", type=int, default=2, help="timed steps per case (median)")
     ap.add_argument("--out", type=Path, default=None,
                     help="directory for the plot (default: build/perf/, untracked)")
     ap.add_argument("--update-committed", action="store_true",
                     help="write the plot into tech_report/figures/, replacing the committed one (full run only)")
+    dm = ap.add_argument_group("--device-mock (host-side time of the device backend on the mock Wormhole)")
+    dm.add_argument("--device-mock", action="store_true",
+                    help="run the device backend on the mock (see above) instead of the host cases; --layers layers "
+                         "(default 1); writes bench_llama_device_mock.json/.csv into --out")
+    dm.add_argument("--mock-cases", type=_case_list, default=["8b-n150", "70b-t3k"],
+                    help=f"comma-separated cases of {sorted(MOCK_CASES)} (default 8b-n150,70b-t3k)")
+    dm.add_argument("--mock-vocab", type=_positive, default=8192,
+                    help="vocabulary rows of the random model (default 8192; the real 128256 only grows the LM head "
+                         "and embedding, not a layer)")
+    dm.add_argument("--mock-seq", type=_positive, default=1024,
+                    help="max_seq_len of the paged caches, blocks of 64 (default 1024)")
+    dm.add_argument("--mock-steps", type=_positive, default=20,
+                    help="steps counted for moves and cache entries, >= 2 (default 20)")
+    dm.add_argument("--mock-timed", type=_positive, default=20, help="timed greedy steps, median (default 20)")
+    dm.add_argument("--mock-calls", type=_positive, default=30,
+                    help="cached calls per reference op, median (default 30)")
+    dm.add_argument("--timeout", type=float, default=1800, help="each case's child process timeout, s (default 1800)")
+    dm.add_argument("--mock-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.mock_child is not None:
+        res = mock_child(args.mock_child, args.layers, args.mock_vocab, args.mock_seq, args.mock_steps,
+                         args.mock_timed, args.mock_calls)
+        print(MOCK_MARK + __import__("json").dumps(res), flush=True)
+        return 0
+    if args.device_mock:
+        if args.update_committed or args.quick:
+            ap.error("--device-mock: --update-committed and --quick belong to the host cases")
+        if args.mock_steps < 2:
+            ap.error(f"--mock-steps: expected >= 2 (entries are compared after step 2), got {args.mock_steps}")
+        positions = args.mock_steps + args.mock_timed + 2  # counted, timed, captured steps; the reference's
+        if positions > args.mock_seq:
+            ap.error(f"--mock-seq: expected >= the {positions} positions the steps use (--mock-steps + --mock-timed "
+                     f"+ 2), got {args.mock_seq}")
+        return run_device_mock(args, args.out or BUILD_OUT)
     if args.update_committed and (args.out is not None or args.quick):
         ap.error("--update-committed writes tech_report/figures/ from a full run: without --out and --quick")
     out = COMMITTED if args.update_committed else (args.out or BUILD_OUT)
