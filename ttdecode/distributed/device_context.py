@@ -220,3 +220,248 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     merged, merged_lse = device_combine(out, lse, mesh_device=mesh_device, combine=combine)
     first = ttnn.get_device_tensors(merged_lse)[0]
     return merged, ttnn.to_torch(first).to(torch.float32).reshape(1, info.batch, info.num_heads)
+
+
+# ---- the decode loop on a mesh: the KV shards stay on the devices -------------------------------
+
+
+def _mesh_dims(mesh_device: Any) -> tuple[int, int]:
+    """(rows, cols) of a ``ttnn.MeshDevice`` (any 2-D shape), or a TypeError naming ``mesh_device``."""
+    shape = getattr(mesh_device, "shape", None)
+    dims = tuple(int(x) for x in shape) if shape is not None else ()
+    if len(dims) != 2 or min(dims) < 1 or dims[0] * dims[1] < 2:
+        raise TypeError(f"ContextParallelDecode: argument 'mesh_device': expected an open ttnn.MeshDevice of at "
+                        f"least 2 devices (ttnn.open_mesh_device), got {type(mesh_device).__name__} {dims}")
+    return dims
+
+
+def gather_axes(mesh_shape: tuple[int, int]) -> tuple[Optional[int], ...]:
+    """The ``cluster_axis`` of each ``ttnn.all_gather`` that brings every device's partial to every
+    device: a 1-D mesh one gather over all (None); a 2-D ``R x C`` mesh (1-D fabric: a gather runs along
+    one axis) first along its rows' devices (axis 1: C partials each), then along its columns (axis 0:
+    R x C partials)."""
+    rows, cols = mesh_shape
+    if rows == 1 or cols == 1:
+        return (None,)
+    return (1, 0)
+
+
+class ContextParallelDecode:
+    """A context-parallel decode loop on a ``ttnn.MeshDevice``: the paged KV cache sharded over the
+    mesh's n devices along the sequence for the loop's lifetime, each step attending with FlashDecode on
+    every shard and merging the n partials with ttnn's all_gather and the combine program.
+
+    Layout (``ttdecode.distributed.sharding``, interleaved units of ``block_size``): a user's global
+    block j lives on device ``j mod n`` as its local block ``j div n``, i.e. the per-rank pools and page
+    tables of ``ttdecode.models.kv_cache.ContextParallelAllocator`` (the caller's allocator: the page
+    tables come with each step). Device d of the mesh is the d-th device in row-major order (the
+    order ``ttnn.ShardTensorToMesh(dim=0)`` deals rows to).
+
+    Built once (device tensors, kept until `close`):
+
+    * ``caches[layer] = (K, V)``: per device ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``
+      (a mesh tensor: one spec, each device's own blocks);
+    * ``inputs``: the step's int32 row, per device ``[1, prefix + 2 B + B * local_blocks]``: the
+      caller's ``prefix`` (the same on every device, e.g. token ids and global positions), then that
+      device's append positions (where it writes each user's new K/V row, -1: another device owns the
+      position, `sharding.device_step_positions`), its attention positions (each user's last local
+      position, -1: no key here) and its page table ``[B, local_blocks]``;
+    * three `ttdecode.device.PreparedProgram` s, the same on every device (SPMD: everything that
+      differs per device is in the device tensors): the fused RoPE + paged append
+      (``ttdecode.ops.rotary_append``, packed qkv, interleaved pairs), FlashDecode on the shard (paged,
+      the positions and page table as device tensors, ``return_lse=True``: the
+      ``ttdecode.ops.flash_decode.device.DecodeStep`` the public op would build for these tensors) and
+      the combine of the n gathered partials (``ttdecode.ops.combine.CombineStep``).
+
+    A step: `write` (one ``ttnn.copy_host_to_device_tensor`` of the n rows; then ``slice`` /
+    ``reshape`` views of each device's positions and page table), per layer `append` (q rotated on
+    every device; K/V written only on the device owning the position) and `attend`: FlashDecode on
+    every shard (a user with no key on a device: zero rows and LSE -inf, the kernels' skipped user,
+    weight 0 in the merge), the LSE rows ``[B*NKV, 32]`` to the combine's ``[1, B, NH, 1]`` float32
+    tiles (``slice``, ``reshape``, ``to_layout``), ``ttnn.all_gather(dim=0)`` of O and LSE
+    (`gather_axes`: one gather on a 1-D mesh, two with ``cluster_axis`` on a 2-D mesh), the combine:
+    the merged ``[1, B, NH, D]`` on every device. Nothing is planned, built or uploaded after the
+    build; the mesh needs ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
+    `ops` counts the ttnn calls of the last `write` and the `append` / `attend` calls since.
+    """
+
+    def __init__(self, mesh_device: Any, *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: Any = "bfloat8_b", layers: int = 1,
+                 prefix: int = 0, scale: Optional[float] = None, program_config: Any = None,
+                 compute_kernel_config: Any = None) -> None:
+        import math
+
+        from ttdecode import device as dev
+        from ttdecode.distributed.sharding import shard_plan
+        from ttdecode.formats import as_data_type
+
+        ttnn = dev.require_ttnn()
+        self.ttnn, self.mesh = ttnn, mesh_device
+        self.mesh_shape = _mesh_dims(mesh_device)
+        n = self.devices = self.mesh_shape[0] * self.mesh_shape[1]
+        for name, value, low in (("batch", batch, 1), ("num_heads", num_heads, 1), ("num_kv_heads", num_kv_heads, 1),
+                                 ("head_dim", head_dim, 32), ("max_seq_len", max_seq_len, 1),
+                                 ("block_size", block_size, 32), ("num_blocks", num_blocks, 1), ("layers", layers, 1),
+                                 ("prefix", prefix, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"ContextParallelDecode: argument '{name}': expected an int >= {low}, got {value!r}")
+        if block_size % 32 or head_dim % 32:
+            raise ValueError(f"ContextParallelDecode: arguments 'block_size', 'head_dim': expected multiples of 32 "
+                             f"(tiles), got {block_size}, {head_dim}")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"ContextParallelDecode: argument 'num_heads': expected a multiple of num_kv_heads="
+                             f"{num_kv_heads}, got {num_heads}")
+        max_blocks = math.ceil(max_seq_len / block_size)
+        if max_blocks < n:
+            raise ValueError(f"ContextParallelDecode: argument 'max_seq_len': expected at least one block of "
+                             f"{block_size} per device ({n} devices: >= {n * block_size}), got {max_seq_len}")
+        kv = as_data_type(kv_dtype, "kv_dtype")
+        self.batch, self.num_heads, self.num_kv_heads, self.head_dim = batch, num_heads, num_kv_heads, head_dim
+        self.block_size, self.num_blocks, self.prefix = block_size, num_blocks, prefix
+        self.shards = shard_plan(max_blocks, block_size, n, "interleaved")
+        self.local_blocks = max(len(us) for us in self.shards.units)
+        self.row_width = prefix + 2 * batch + batch * self.local_blocks
+        self.axes = gather_axes(self.mesh_shape)
+        dram = ttnn.DRAM_MEMORY_CONFIG
+        rep = ttnn.ReplicateTensorToMesh(mesh_device)
+        self._shard_rows = ttnn.ShardTensorToMesh(mesh_device, dim=0)
+        shape = (num_blocks, num_kv_heads, block_size, head_dim)
+        cache_dt = dev.ttnn_data_type(ttnn, kv)
+        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT,
+                                             device=mesh_device, memory_config=dram, mesh_mapper=rep)
+                             for _ in range(2)) for _ in range(layers)]
+        self.inputs = ttnn.from_torch(torch.zeros(n, self.row_width, dtype=torch.int32), dtype=ttnn.int32,
+                                      layout=ttnn.ROW_MAJOR_LAYOUT, device=mesh_device, memory_config=dram,
+                                      mesh_mapper=self._shard_rows)
+        self.ops: dict[str, int] = {}
+        self.writes = 0
+        self._views()
+        self.rotary = self._prepare_rotary(kv, shape)
+        self.flash = self._prepare_flash(scale, program_config, compute_kernel_config)
+        self.combine = self._prepare_combine()
+
+    # ---- build ---------------------------------------------------------------------------------
+
+    def _op(self, name: str) -> Any:
+        self.ops[name] = self.ops.get(name, 0) + 1
+        return getattr(self.ttnn, name)
+
+    def _views(self) -> None:
+        """The device views of this step's row (``slice`` + ``reshape``: the same ops every step)."""
+        op, b, p, inp = self._op, self.batch, self.prefix, self.inputs
+        self.append_pos = op("reshape")(op("slice")(inp, [0, p], [1, p + b]), [b])
+        self.attend_pos = op("reshape")(op("slice")(inp, [0, p + b], [1, p + 2 * b]), [b])
+        self.page_table = op("reshape")(op("slice")(inp, [0, p + 2 * b], [1, self.row_width]), [b, self.local_blocks])
+
+    def _prepare_rotary(self, kv: Any, cache_shape: tuple[int, ...]) -> Any:
+        from ttdecode.device import PreparedProgram
+        from ttdecode.ops.rotary_append.program import device_program
+
+        grid = self.mesh.compute_with_storage_grid_size()
+        program = device_program(batch=self.batch, num_q_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                                 head_dim=self.head_dim, cache_dtype=kv, cache_shape=cache_shape,
+                                 max_blocks=self.local_blocks, interleaved=True, packed=True,
+                                 grid=(int(grid.x), int(grid.y)))
+        return PreparedProgram(program, self.mesh)
+
+    def _prepare_flash(self, scale: Optional[float], program_config: Any, compute_kernel_config: Any) -> Any:
+        """FlashDecode on one shard: the op's own validation and plan of these device tensors (a q
+        allocated, never written), its `DecodeStep` (the prepared program) kept."""
+        from ttdecode.ops.flash_decode.device import DecodeStep
+        from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
+        from ttdecode.ops.flash_decode.validate import validate_decode
+
+        ttnn = self.ttnn
+        q = ttnn.allocate_tensor_on_device(ttnn.Shape([1, self.batch, self.num_heads, self.head_dim]), ttnn.bfloat16,
+                                           ttnn.TILE_LAYOUT, self.mesh, ttnn.DRAM_MEMORY_CONFIG)
+        k, v = self.caches[0]
+        inputs = validate_decode(q, k, v, page_table=self.page_table, paged=True, cur_pos_tensor=self.attend_pos,
+                                 scale=scale, program_config=program_config,
+                                 compute_kernel_config=compute_kernel_config, return_lse=True)
+        step = DecodeStep(inputs, compute_settings(inputs), make_decode_plan, self.mesh)
+        ttnn.deallocate(q)
+        return step
+
+    def _prepare_combine(self) -> Any:
+        from ttdecode.formats import DataType
+        from ttdecode.ops.combine import CombineStep, make_combine_plan
+
+        plan = make_combine_plan(partials=self.devices, groups=self.batch, heads=self.num_heads,
+                                 head_dim_v=self.head_dim, in_dtype=DataType.bfloat16, out_dtype=DataType.bfloat16)
+        return CombineStep(plan, self.mesh)
+
+    # ---- a step --------------------------------------------------------------------------------
+
+    def host_rows(self, positions: Sequence[int], page_tables: Sequence[Any],
+                  prefix: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The n devices' rows of one step, int32 ``[n, row_width]`` (class doc). ``positions``: the
+        global position of each user's new token ``[B]`` (-1: skipped); ``page_tables``: per device
+        an int ``[B, local_blocks]`` page table (local logical -> local physical block, e.g.
+        ``ContextParallelAllocator.page_tables``); ``prefix``: int ``[prefix]`` (same on every device)."""
+        from ttdecode.distributed.sharding import device_step_positions
+
+        b, n = self.batch, self.devices
+        pos = [int(p) for p in positions]
+        if len(pos) != b or any(p < -1 for p in pos):
+            raise ValueError(f"ContextParallelDecode: argument 'positions': expected {b} ints >= -1, got {pos}")
+        if len(page_tables) != n:
+            raise ValueError(f"ContextParallelDecode: argument 'page_tables': expected one per device ({n}), got "
+                             f"{len(page_tables)}")
+        tables = [torch.as_tensor(t) for t in page_tables]
+        for d, t in enumerate(tables):
+            if tuple(t.shape) != (b, self.local_blocks) or t.is_floating_point():
+                raise ValueError(f"ContextParallelDecode: argument 'page_tables[{d}]': expected an int tensor "
+                                 f"[{b}, {self.local_blocks}], got {t.dtype} {list(t.shape)}")
+        head = torch.zeros(0, dtype=torch.int32) if prefix is None else torch.as_tensor(prefix).to(torch.int32).reshape(-1)
+        if head.numel() != self.prefix:
+            raise ValueError(f"ContextParallelDecode: argument 'prefix': expected {self.prefix} ints, got {head.numel()}")
+        append, attend = device_step_positions(self.shards, pos)
+        return torch.stack([torch.cat([head, torch.tensor(append[d], dtype=torch.int32),
+                                       torch.tensor(attend[d], dtype=torch.int32),
+                                       tables[d].to(torch.int32).reshape(-1)]) for d in range(n)])
+
+    def write(self, positions: Sequence[int], page_tables: Sequence[Any], prefix: Optional[torch.Tensor] = None) -> None:
+        """Start a step: the n rows of `host_rows` in one host -> device write into ``inputs``, and the
+        device views of the positions and page tables (``append_pos``, ``attend_pos``, ``page_table``)."""
+        ttnn = self.ttnn
+        rows = self.host_rows(positions, page_tables, prefix)
+        self.ops = {}
+        ttnn.copy_host_to_device_tensor(ttnn.from_torch(rows, dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                                                        mesh_mapper=self._shard_rows), self.inputs)
+        self.writes = 1
+        self._views()
+
+    def append(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any) -> Any:
+        """The fused RoPE + append of one layer: ``qkv`` ``[1, B, (NH + 2 NKV) D]`` (packed, interleaved
+        pairs), ``cos`` / ``sin`` ``[B, ceil(D/32)*32]`` float32 tiles of each user's global position,
+        ``trans`` the rotate-half blocks. K/V rows go into ``caches[layer]`` on the device owning each
+        position only (``append_pos``); q is rotated on every device. Returns q ``[1, B, NH, D]``."""
+        kc, vc = self.caches[layer]
+        self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
+        return self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": trans, "cur_pos": self.append_pos,
+                                "page_table": self.page_table, "k_cache": kc, "v_cache": vc})[0]
+
+    def attend(self, layer: int, q: Any) -> Any:
+        """Decode attention of ``q`` ``[1, B, NH, D]`` (bfloat16 tiles, the same on every device) over
+        the whole sharded cache of ``layer``: the merged output ``[1, B, NH, D]`` bfloat16 on every device."""
+        op = self._op
+        kc, vc = self.caches[layer]
+        self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
+        out, rows = self.flash.prepared.run({"q": q, "k": kc, "v": vc, "cur_pos": self.attend_pos,
+                                             "page_table": self.page_table})
+        b, nh, g = self.batch, self.num_heads, self.num_heads // self.num_kv_heads
+        lse = op("to_layout")(op("reshape")(op("slice")(rows, [0, 0], [b * self.num_kv_heads, g]), [1, b, nh, 1]),
+                              self.ttnn.TILE_LAYOUT)
+        for axis in self.axes:
+            extra = {} if axis is None else {"cluster_axis": axis}
+            out = op("all_gather")(out, dim=0, **extra)
+            lse = op("all_gather")(lse, dim=0, **extra)
+        self.ops["combine"] = self.ops.get("combine", 0) + 1
+        merged, _ = self.combine.run(out, lse)
+        return merged
+
+    def close(self) -> None:
+        """Free the device tensors (the mesh is the caller's)."""
+        for t in [*(c for kv in self.caches for c in kv), self.inputs]:
+            self.ttnn.deallocate(t)
+        self.caches = []

@@ -130,3 +130,31 @@ def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray
 def _unit_positions(plan: ShardPlan, d: int) -> torch.Tensor:
     """The logical key positions device d holds, in its local order (int64)."""
     return (torch.as_tensor(plan.units[d])[:, None] * plan.unit + torch.arange(plan.unit)[None, :]).reshape(-1)
+
+
+def device_step_positions(plan: ShardPlan, positions: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
+    """Per device d of `plan`, for one decode step of the global ``positions`` ``[B]`` (-1: skipped):
+
+    * ``append[d][b]``: the local position where device d writes user b's new K/V row (this step's
+      token is at ``positions[b]``): ``count_upto(d, p) - 1`` when d owns ``p`` (``plan.owner(p) == d``),
+      else -1 (another device writes it);
+    * ``attend[d][b]``: user b's last local position on device d (the keys ``<= p`` it holds), -1 when
+      it holds none (the device's partial for b is then empty: zeros and LSE -inf).
+
+    With the interleaved layout of ``block_size`` units these are ``kv_cache.ContextParallelAllocator``'s
+    local positions (its ``local_position``), so its per-rank page tables address them."""
+    append = [[-1] * len(positions) for _ in range(plan.devices)]
+    attend = [[-1] * len(positions) for _ in range(plan.devices)]
+    for b, p in enumerate(positions):
+        if p < 0:
+            continue
+        if p >= plan.num_units * plan.unit:
+            raise ValueError(f"positions[{b}]: expected -1 or a position < {plan.num_units * plan.unit} (the sharded "
+                             f"cache's length), got {p}")
+        owner = plan.owner(p)
+        for d in range(plan.devices):
+            last = plan.count_upto(d, p) - 1
+            attend[d][b] = last
+            if d == owner:
+                append[d][b] = last
+    return append, attend

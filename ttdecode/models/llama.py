@@ -475,9 +475,11 @@ class LlamaDecoder:
         from ttdecode import formats
         from ttdecode.models.llama_device import DeviceDecoder
 
-        if self.context_parallel != 1:
-            raise _fail("context_parallel", "1 with backend 'device' (context parallelism on a mesh is not built "
-                        "yet)", self.context_parallel, NotImplementedError)
+        cp = self.context_parallel
+        if cp not in (1, self.devices):
+            raise _fail("context_parallel", f"1 or devices={self.devices} with backend 'device' (context parallel "
+                        "over the whole mesh; tensor x context parallelism on one mesh is not built, use "
+                        "backend='host')", cp, NotImplementedError)
         if device is None:
             if self.devices != 1:
                 raise _fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
@@ -487,11 +489,13 @@ class LlamaDecoder:
             device = self._own_device = require_ttnn().open_device(device_id=0)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         if n != self.devices:
-            raise _fail("devices", f"the device's {n} chip(s) (tensor parallel over the whole mesh)", self.devices)
+            how = "tensor" if cp == 1 else "context"
+            raise _fail("devices", f"the device's {n} chip(s) ({how} parallel over the whole mesh)", self.devices)
         self._device = DeviceDecoder(spec, state, device=device, batch=self.batch, max_seq_len=self.max_seq_len,
                                      block_size=self.block_size, num_blocks=num_blocks, kv_dtype=self.kv_dtype,
-                                     program_config=program_config)
-        tiles = num_blocks * (spec.num_kv_heads // self.devices) * (self.block_size // 32) * (spec.head_dim // 32)
+                                     program_config=program_config, context_parallel=cp)
+        tp = self.devices // cp
+        tiles = num_blocks * (spec.num_kv_heads // tp) * (self.block_size // 32) * (spec.head_dim // 32)
         return 2 * spec.num_layers * tiles * formats.tile_size(self.kv_dtype)
 
     def close(self) -> None:
@@ -605,7 +609,9 @@ class LlamaDecoder:
         if all(p < 0 for p in pos):
             return torch.full((self.batch,), -1, dtype=torch.int64) if greedy else torch.zeros(shape)
         if self._device is not None:
-            out = self._device_steps(tok, pos, self.allocator.page_table(plan), greedy)
+            # context parallel: one page table per device (its pool's local blocks)
+            table = self.allocator.page_table(plan) if cp == 1 else self.allocator.page_tables(plan)
+            out = self._device_steps(tok, pos, table, greedy)
             self.allocator.commit(plan)
             return out if greedy else out.reshape(shape)
         if cp == 1:

@@ -310,7 +310,8 @@ class DeviceDecoder:
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
-                 weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None) -> None:
+                 weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None,
+                 context_parallel: int = 1) -> None:
         from ttdecode.device import require_ttnn, ttnn_data_type
         from ttdecode.ops.rotary_append.program import rotate_half_blocks
 
@@ -322,8 +323,16 @@ class DeviceDecoder:
         self.batch, self.block_size, self.num_blocks = batch, block_size, num_blocks
         self.max_blocks = math.ceil(max_seq_len / block_size)
         self.program_config = program_config
-        # tensor parallel over a 1 x N mesh (N = 1: one chip)
-        self.tp = tp = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
+        # tensor parallel over a 1 x N mesh (N = 1: one chip), or context parallel over the whole mesh
+        n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
+        self.cp_ways = context_parallel
+        if context_parallel not in (1, n):
+            raise NotImplementedError(
+                f"context_parallel: expected 1 (tensor parallel over the mesh) or the mesh's {n} devices (context "
+                f"parallel over all of them) with backend 'device', got {context_parallel}: tensor x context "
+                f"parallelism on one mesh (TP along one mesh axis, CP along the other) is not built; use "
+                f"backend='host'")
+        self.tp = tp = n // context_parallel
         if spec.num_kv_heads % tp or spec.intermediate_size % tp:
             raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
                              f"MLP size ({spec.intermediate_size}) devices, got {tp}")
@@ -331,8 +340,8 @@ class DeviceDecoder:
         d, nkv = spec.head_dim, self.nkv
         dram = ttnn.DRAM_MEMORY_CONFIG
         self.dram = dram
-        self._rep = ttnn.ReplicateTensorToMesh(device) if tp > 1 else None
-        if tp == 1:
+        self._rep = ttnn.ReplicateTensorToMesh(device) if n > 1 else None
+        if n == 1:
             host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
             # the embedding table: ttnn.embedding reads a row-major bfloat16 table
             self.w = {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
@@ -345,16 +354,28 @@ class DeviceDecoder:
             self.w = {}
             for name, p in plan.items():
                 full = per[0][name] if p.shard_dim is None else torch.cat([w[name] for w in per], dim=p.shard_dim)
-                mapper = self._rep if p.shard_dim is None else ttnn.ShardTensorToMesh(device, dim=p.shard_dim)
+                mapper = self._rep if p.shard_dim is None or tp == 1 else ttnn.ShardTensorToMesh(device, dim=p.shard_dim)
                 layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
                 self.w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
                                                memory_config=dram, mesh_mapper=mapper)
         cache_dt = ttnn_data_type(ttnn, kv_dtype)
         shape = (num_blocks, nkv, block_size, d)
         put = dict(device=device, memory_config=dram, mesh_mapper=self._rep)
-        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)
-                             for _ in range(2))
-                       for _ in range(spec.num_layers)]
+        self.cp: Any = None  # ttdecode.distributed.device_context.ContextParallelDecode (context parallel)
+        if context_parallel > 1:
+            from ttdecode.distributed.device_context import ContextParallelDecode
+
+            # the caches sharded over the mesh along the sequence, the step row per device (its prefix:
+            # token ids and global positions), FlashDecode per shard, all_gather and the combine
+            self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
+                                            max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
+                                            kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
+                                            program_config=program_config)
+            self.caches = self.cp.caches
+        else:
+            self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)
+                                 for _ in range(2))
+                           for _ in range(spec.num_layers)]
         # RoPE: per position the per-column angles of interleaved pairs (the permuted Q/K rows)
         self.rope_tables = [ttnn.from_torch(t, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, **put)
                             for t in rope_tables(spec, self.max_blocks * block_size)]
@@ -362,10 +383,15 @@ class DeviceDecoder:
         self.trans = ttnn.from_torch(torch.cat([blk for _, _, blk in blocks]).to(torch.float32), dtype=ttnn.bfloat16,
                                      layout=ttnn.TILE_LAYOUT, **put)
         # the step's input row, written by the host each step: [token ids | positions | page table]
-        self.step_width = 2 * batch + batch * self.max_blocks
-        self.inputs = ttnn.from_torch(torch.zeros(1, self.step_width, dtype=torch.int32), dtype=ttnn.int32,
-                                      layout=ttnn.ROW_MAJOR_LAYOUT, **put)
-        self.rotary = self._prepare_rotary(kv_dtype, shape)
+        if self.cp is not None:  # [token ids | global positions | the CP object's part], one row per device
+            self.step_width = self.cp.row_width
+            self.inputs = self.cp.inputs
+            self.rotary = self.cp.rotary
+        else:
+            self.step_width = 2 * batch + batch * self.max_blocks
+            self.inputs = ttnn.from_torch(torch.zeros(1, self.step_width, dtype=torch.int32), dtype=ttnn.int32,
+                                          layout=ttnn.ROW_MAJOR_LAYOUT, **put)
+            self.rotary = self._prepare_rotary(kv_dtype, shape)
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
 
@@ -408,27 +434,36 @@ class DeviceDecoder:
                                                          cur_pos_tensor=positions,
                                                          program_config=self.program_config, backend="device")
 
-    def step(self, tokens: torch.Tensor, positions: Sequence[int], page_table: torch.Tensor,
+    def step(self, tokens: torch.Tensor, positions: Sequence[int], page_table: Any,
              greedy: bool = False) -> torch.Tensor:
         """One decode step: ``tokens`` int ``[B]`` (any id for idle users), ``positions`` ``[B]`` (-1:
-        idle), ``page_table`` int32 ``[B, max_blocks]`` after the step's allocation. Returns the float32
-        logits ``[B, vocab]`` (rows of idle users as the device left them) or, ``greedy``, the argmax
-        ids int64 ``[B]`` computed on the device."""
+        idle), ``page_table`` int32 ``[B, max_blocks]`` after the step's allocation (context parallel:
+        one ``[B, local_blocks]`` table per device, ``ContextParallelAllocator.page_tables``). Returns the
+        float32 logits ``[B, vocab]`` (rows of idle users as the device left them) or, ``greedy``, the
+        argmax ids int64 ``[B]`` computed on the device."""
         ttnn, spec, w = self.ttnn, self.spec, self.w
         b, nh, d = self.batch, self.nh, spec.head_dim
         eps = spec.rms_norm_eps
         self.ops = {}
-        row = step_row(tokens, positions, page_table)
-        # the step's one host -> device write
-        ttnn.copy_host_to_device_tensor(ttnn.from_torch(row[None], dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
-                                                        mesh_mapper=self._rep), self.inputs)
-        self.writes = 1
         op = self._op
-        mb, inp = self.max_blocks, self.inputs
+        inp = self.inputs
+        if self.cp is not None:
+            # one write: every device's row (token ids, global positions, its own positions and page table)
+            head = torch.cat([tokens.to(torch.int32).reshape(-1), torch.tensor(list(positions), dtype=torch.int32)])
+            self.cp.write(positions, page_table, head)
+            self.writes = self.cp.writes
+        else:
+            row = step_row(tokens, positions, page_table)
+            # the step's one host -> device write
+            ttnn.copy_host_to_device_tensor(ttnn.from_torch(row[None], dtype=ttnn.int32,
+                                                            layout=ttnn.ROW_MAJOR_LAYOUT, mesh_mapper=self._rep),
+                                            self.inputs)
+            self.writes = 1
         tok = op("typecast")(op("slice")(inp, [0, 0], [1, b]), ttnn.uint32)
-        pos_row = op("slice")(inp, [0, b], [1, 2 * b])
-        pos = op("reshape")(pos_row, [b])
-        table = op("reshape")(op("slice")(inp, [0, 2 * b], [1, self.step_width]), [b, mb])
+        pos_row = op("slice")(inp, [0, b], [1, 2 * b])  # the global positions (RoPE)
+        if self.cp is None:
+            pos = op("reshape")(pos_row, [b])
+            table = op("reshape")(op("slice")(inp, [0, 2 * b], [1, self.step_width]), [b, self.max_blocks])
         # RoPE rows at each user's position (idle users: position 0; they write nothing)
         idx = op("typecast")(op("relu")(pos_row), ttnn.uint32)
         cos, sin = (op("reshape")(op("embedding")(idx, t, layout=ttnn.TILE_LAYOUT, dtype=ttnn.float32,
@@ -440,14 +475,21 @@ class DeviceDecoder:
             h = op("rms_norm")(x, weight=w[f"{i}.attention_norm"], epsilon=eps)
             qkv = op("linear")(h, w[f"{i}.wqkv"])
             qkv = op("reshape")(qkv, [1, b, qkv.shape[-1]])
-            q_rot = self._rotary_append(qkv, cos, sin, pos, table, kc, vc)
-            attn = self._attention(q_rot, kc, vc, pos, table)
+            if self.cp is not None:  # K/V written on the device owning the position; attention over all shards
+                q_rot = self.cp.append(i, qkv, cos, sin, self.trans)
+                attn = self.cp.attend(i, q_rot)
+            else:
+                q_rot = self._rotary_append(qkv, cos, sin, pos, table, kc, vc)
+                attn = self._attention(q_rot, kc, vc, pos, table)
             attn = op("reshape")(attn, [1, 1, b, nh * d])
             x = op("add")(x, self._all_reduce(op("linear")(attn, w[f"{i}.wo"])))
             h = op("rms_norm")(x, weight=w[f"{i}.ffn_norm"], epsilon=eps)
             gate = op("linear")(h, w[f"{i}.w_gate"], activation="silu")
             up = op("linear")(h, w[f"{i}.w_up"])
             x = op("add")(x, self._all_reduce(op("linear")(op("mul")(gate, up), w[f"{i}.w_down"])))
+        if self.cp is not None:  # the CP object's calls of this step (its row views, append, attention)
+            for name, count in self.cp.ops.items():
+                self.ops[name] = self.ops.get(name, 0) + count
         h = op("rms_norm")(x, weight=w["norm"], epsilon=eps)
         logits = op("linear")(h, w["lm_head"])
         if self.tp > 1:
@@ -465,12 +507,14 @@ class DeviceDecoder:
 
     def _first(self, x: Any) -> Any:
         """The tensor of the first device (a replicated result is read from one chip only)."""
-        return x if self.tp == 1 else self.ttnn.get_device_tensors(x)[0]
+        return x if self._rep is None else self.ttnn.get_device_tensors(x)[0]
 
     def close(self) -> None:
         """Free the device tensors (the device itself is the caller's)."""
         ttnn = self.ttnn
-        for t in [*self.w.values(), *(c for kv in self.caches for c in kv), *self.rope_tables, self.trans,
-                  self.inputs]:
+        if self.cp is not None:
+            self.cp.close()  # the caches and the step row
+        for t in [*self.w.values(), *self.rope_tables, self.trans,
+                  *(() if self.cp is not None else (*(c for kv in self.caches for c in kv), self.inputs))]:
             ttnn.deallocate(t)
         self.w, self.caches = {}, []
