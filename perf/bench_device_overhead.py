@@ -12,8 +12,8 @@ bfloat8_b in DRAM, Q bfloat16 on the device, positions in a device int32 ``cur_p
   backend="device")``;
 * per op and shape: the first call (JIT build on a cold cache; warm when ``TT_METAL_CACHE`` holds it),
   the median host ms per cached call (after 2 warm-up calls), the host <-> device moves in steps 3..20
-  (ttnn's transfer functions wrapped and counted: expect 0), and the program-cache entries after
-  step 2 and after step 20 (expect equal).
+  (``ttdecode.testing.transfers.count_transfers``: ttnn's transfer functions wrapped and counted:
+  expect 0), and the program-cache entries after step 2 and after step 20 (expect equal).
 
 Goals (PASS/FAIL): ours <= 0.25 ms per cached call and <= 6x tt-metal's; zero moves; no new
 program-cache entry after step 2.
@@ -41,8 +41,6 @@ NQH, NKV, D = 32, 8, 128
 GOAL_MS = 0.25
 GOAL_RATIO = 6.0
 RESULT_MARK = "BENCH_DEVICE_OVERHEAD:"
-TRANSFERS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
-             "copy_device_to_host_tensor", "to_memory_config_host")  # the last ones only if ttnn has them
 
 
 # ---- the child: on the mock ---------------------------------------------------------------------
@@ -54,69 +52,49 @@ def _child(calls: int, steps: int) -> dict:
 
     import ttdecode
     from ttdecode.testing.mock import open_mock_device
-
-    moves: list[str] = []
-    counting = [False]
-    depth = [0]
-
-    def wrap(name, fn):
-        def counted(*args, **kwargs):
-            if counting[0] and depth[0] == 0:
-                moves.append(name)
-            depth[0] += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-        return counted
-
-    for name in TRANSFERS:
-        if hasattr(ttnn, name):
-            setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
-    orig_cpu = ttnn.Tensor.cpu
-    ttnn.Tensor.cpu = wrap("Tensor.cpu", orig_cpu)
-    orig_to = ttnn.Tensor.to
-    ttnn.Tensor.to = wrap("Tensor.to", orig_to)
+    from ttdecode.testing.transfers import count_transfers
 
     device = open_mock_device()
     out: dict = {"rows": []}
     try:
-        for B, S in SHAPES:
-            q = ttnn.from_torch(torch.randn(1, B, NQH, D), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
-                                device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
-            k = ttnn.from_torch(torch.randn(B, NKV, S, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT,
-                                device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
-            v = ttnn.from_torch(torch.randn(B, NKV, S, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT,
-                                device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
-            pos = ttnn.from_torch(torch.full((B,), S // 2, dtype=torch.int32), dtype=ttnn.int32,
-                                  layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
-            pcfg = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), q_chunk_size=0, k_chunk_size=0,
-                                          exp_approx_mode=False)
+        with count_transfers() as log:
+            log.counting = False  # counted in _measure's steps 3..20
+            for B, S in SHAPES:
+                q = ttnn.from_torch(torch.randn(1, B, NQH, D), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
+                                    device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+                k = ttnn.from_torch(torch.randn(B, NKV, S, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT,
+                                    device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+                v = ttnn.from_torch(torch.randn(B, NKV, S, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT,
+                                    device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+                pos = ttnn.from_torch(torch.full((B,), S // 2, dtype=torch.int32), dtype=ttnn.int32,
+                                      layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
+                pcfg = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), q_chunk_size=0, k_chunk_size=0,
+                                              exp_approx_mode=False)
 
-            def theirs():
-                return ttnn.transformer.scaled_dot_product_attention_decode(
-                    q, k, v, is_causal=True, cur_pos_tensor=pos, program_config=pcfg)
+                def theirs():
+                    return ttnn.transformer.scaled_dot_product_attention_decode(
+                        q, k, v, is_causal=True, cur_pos_tensor=pos, program_config=pcfg)
 
-            def ours():
-                return ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
+                def ours():
+                    return ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
 
-            for op, fn in (("tt-metal", theirs), ("ttdecode", ours)):
-                row = {"op": op, "B": B, "S": S}
-                try:
-                    row.update(_measure(fn, device, calls, steps, moves, counting))
-                except Exception as exc:  # noqa: BLE001 - reported in the table
-                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-                    counting[0] = False
-                out["rows"].append(row)
-                print(RESULT_MARK + json.dumps(row), flush=True)
-            for t in (q, k, v, pos):
-                ttnn.deallocate(t)
+                for op, fn in (("tt-metal", theirs), ("ttdecode", ours)):
+                    row = {"op": op, "B": B, "S": S}
+                    try:
+                        row.update(_measure(fn, device, calls, steps, log))
+                    except Exception as exc:  # noqa: BLE001 - reported in the table
+                        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                        log.counting = False
+                    out["rows"].append(row)
+                    print(RESULT_MARK + json.dumps(row), flush=True)
+                for t in (q, k, v, pos):
+                    ttnn.deallocate(t)
     finally:
         ttnn.close_device(device)
     return out
 
 
-def _measure(fn, device, calls: int, steps: int, moves: list, counting: list) -> dict:
+def _measure(fn, device, calls: int, steps: int, log) -> dict:
     import ttnn
 
     t0 = time.perf_counter()
@@ -126,13 +104,13 @@ def _measure(fn, device, calls: int, steps: int, moves: list, counting: list) ->
     o = fn()  # step 2
     ttnn.deallocate(o)
     entries_2 = int(device.num_program_cache_entries())
-    moves[:] = []
-    counting[0] = True
+    log.clear()
+    log.counting = True
     for _ in range(3, steps + 1):  # steps 3..steps
         o = fn()
         ttnn.deallocate(o)
-    counting[0] = False
-    step_moves = list(moves)
+    log.counting = False
+    step_moves = list(log.moves)
     entries_20 = int(device.num_program_cache_entries())
     times = []
     for _ in range(calls):

@@ -2,9 +2,10 @@
 ttnn.generic_op: 20 steps at Llama-3.1-8B head shapes (32 q / 8 KV heads, D 128; B 4, S 2048; K/V
 bfloat8_b in DRAM, Q bfloat16, positions in a device int32 cur_pos_tensor advanced on the device) run
 without an exception, validate in full only on the first call (later calls check tensor metadata
-only), move no data between host and device in steps 3..20 (ttnn's transfer functions and
-Tensor.cpu / Tensor.to wrapped and counted) and add no program-cache entry after step 2. The mock
-computes nothing (no numerics checked here). perf/bench_device_overhead.py times the same calls."""
+only), move no data between host and device in steps 3..20 (ttdecode.testing.transfers: ttnn's
+transfer functions and Tensor.cpu / Tensor.to wrapped and counted) and add no program-cache entry
+after step 2. The mock computes nothing (no numerics checked here). perf/bench_device_overhead.py
+times the same calls."""
 
 from __future__ import annotations
 
@@ -14,20 +15,7 @@ import ttnn
 import ttdecode
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
-
-moves = []
-counting = [False]
-def wrap(name, fn):
-    def counted(*args, **kwargs):
-        if counting[0]:
-            moves.append(name)
-        return fn(*args, **kwargs)
-    return counted
-for name in ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
-             "copy_device_to_host_tensor"):
-    setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
-ttnn.Tensor.cpu = wrap("Tensor.cpu", ttnn.Tensor.cpu)
-ttnn.Tensor.to = wrap("Tensor.to", ttnn.Tensor.to)
+from ttdecode.testing.transfers import count_transfers
 
 import ttdecode.api as api
 validated = [0]
@@ -47,17 +35,19 @@ pos = ttnn.from_torch(torch.tensor([0, 5, 100, -1], dtype=torch.int32), dtype=tt
 one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
 entries = {}
 shapes = []
-for step in range(1, 21):
-    counting[0] = step >= 3
-    out = ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
-    shapes.append(list(out.shape))
-    ttnn.deallocate(out)
-    new_pos = ttnn.add(pos, one)  # the positions advance on the device
-    ttnn.deallocate(pos)
-    pos = new_pos
-    counting[0] = False
-    if step in (2, 20):
-        entries[step] = int(d.num_program_cache_entries())
+with count_transfers() as log:
+    for step in range(1, 21):
+        if step == 3:
+            log.clear()
+        out = ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
+        shapes.append(list(out.shape))
+        ttnn.deallocate(out)
+        new_pos = ttnn.add(pos, one)  # the positions advance on the device
+        ttnn.deallocate(pos)
+        pos = new_pos
+        if step in (2, 20):
+            entries[step] = int(d.num_program_cache_entries())
+    moves = list(log.moves)
 emit({"moves": moves, "entries": entries, "shapes": shapes, "validated": validated[0]})
 ttnn.close_device(d)
 """

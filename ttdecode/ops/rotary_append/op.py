@@ -63,7 +63,16 @@ q_rot        [1, B, NH, D] (output, with q / qkv)   tile        bfloat16
 ===========  =====================================  ==========  =====================================
 
 Every check (shapes, dtypes, positions beyond the cache, a page table too short, two users
-writing one cache tile) runs before any cache byte is written.
+writing one cache tile) runs before any cache byte is written -- on values the host holds; values
+given as device tensors (below) are not read back, and so not checked.
+
+On a device (``backend="device"``, ``ttdecode.ops.rotary_append.device``): the program is planned
+once per shape (a cached ``RotaryStep``: Program, ttnn descriptor, the rotate-half blocks uploaded
+once) and each call patches addresses only. ``cur_pos`` and ``page_table`` may be int32 ROW_MAJOR
+ttnn device tensors and ``cos`` / ``sin`` float32 TILE ttnn device tensors ``[B, rot_tiles * 32]``
+holding the per-column angles above (``device.angles_to_device``; what the device decoder looks up
+from its RoPE tables): then a step moves no data. Host values (a list or torch positions, a torch
+page table, HF-layout torch cos / sin) are uploaded, one move each per call.
 """
 
 from __future__ import annotations
@@ -78,7 +87,7 @@ from ttdecode.tensor import TileTensor
 from ttdecode import backend as backends
 from ttdecode.checks import fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE, validate
-from ttdecode.ops.rotary_append.program import build_program, column_angles, input_images, reference_rotate, rotate_half_blocks
+from ttdecode.ops.rotary_append.program import build_program, input_images, reference_rotate
 
 __all__ = ["rotary_kv_append"]
 
@@ -210,8 +219,12 @@ def rotary_kv_append(
             ``qkv``. k_cache, v_cache: ``[B, NKV, S, D]`` or paged ``[num_blocks, NKV, block_size, D]``,
             TileTensor or ttnn tensors in bfloat16 / bfloat8_b / bfloat4_b.
         cur_pos: ``[B]`` ints (list or int tensor); -1 skips the user (no cache byte written).
+            Device backend: also an int32 ROW_MAJOR ttnn device tensor ``[B]`` (used in place).
         cos, sin: float ``[B, rotary_dim]`` in Hugging Face's layout ``cat(c, c)`` (taken as float32).
-        page_table: int ``[B, max_blocks]`` for a paged cache. q: ``[1, B, NH, D]``, rotated too.
+            Device backend: also float32 TILE ttnn device tensors ``[B, ceil(rotary_dim / 32) * 32]``
+            of per-column angles for the convention (``ttdecode.ops.rotary_append.device.angles_to_device``).
+        page_table: int ``[B, max_blocks]`` for a paged cache (device backend: also an int32
+            ROW_MAJOR ttnn device tensor). q: ``[1, B, NH, D]``, rotated too.
         qkv: ``[1, B, (NH + 2 NKV) D]`` packed instead of q / k_new / v_new (``num_q_heads``, if
             given, is checked against it). rotary_interleaved: pairs (2i, 2i+1) instead of
             (i, i + rotary_dim/2). rotary_dim: rotated columns (even, <= D; default D).
