@@ -248,3 +248,119 @@ def test_device_combine_refuses_by_name_without_a_device() -> None:
     if not dev.available():
         with pytest.raises(RuntimeError, match="no Tenstorrent device found"):
             device_combine(None, None, mesh_device=None)
+
+
+# ---- the cached combine step on a device (ttnn's device calls faked) ------------------------------
+
+
+def _fake_device(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Real ttnn descriptors; the device, its tensors, generic_op and the output allocation stand-ins
+    (no device here). Records each generic_op call's descriptor, its runtime-arg counts and tensors."""
+    from ttdecode.ops.combine import device as cd
+
+    class Tensor:  # a ttnn tensor to the checks: a class called Tensor from a ttnn module
+        next_address = 0x100000
+
+        def __init__(self, dtype: Any, shape: tuple[int, ...], device: Any) -> None:
+            self.dtype, self.layout, self.shape, self._device = dtype, ttnn.TILE_LAYOUT, tuple(shape), device
+            self.address = Tensor.next_address
+            Tensor.next_address += 0x100000
+
+        def memory_config(self) -> Any:
+            return ttnn.DRAM_MEMORY_CONFIG
+
+        def buffer_address(self) -> int:
+            return self.address
+
+        def device(self) -> Any:
+            return self._device
+
+    Tensor.__module__ = "ttnn.fake"
+
+    class Dev:
+        def compute_with_storage_grid_size(self) -> Any:
+            return ttnn.CoreCoord(8, 8)
+
+        def worker_core_from_logical_core(self, c: Any) -> Any:
+            return ttnn.CoreCoord(c.x + 18, c.y + 18)
+
+    calls: list[tuple[Any, list, list]] = []
+
+    def generic_op(tensors: list[Any], desc: Any) -> Any:
+        counts = [(len(k.common_runtime_args), [len(k.runtime_args[x][y]) for r in k.core_ranges.ranges()
+                                                for x in range(r.start.x, r.end.x + 1)
+                                                for y in range(r.start.y, r.end.y + 1)])
+                  for k in desc.kernels]
+        calls.append((desc, counts, [t.address for t in tensors],
+                      [list(desc.kernels[0].runtime_args[0][0]), list(desc.kernels[1].runtime_args[0][0])]))
+        return tensors[-1]
+
+    def move(*a: Any, **k: Any) -> Any:
+        raise AssertionError("a host<->device move in a combine step")
+
+    monkeypatch.setattr(ttnn, "generic_op", generic_op)
+    monkeypatch.setattr(ttnn, "allocate_tensor_on_device",
+                        lambda shape, dtype, layout, device, mem: Tensor(dtype, tuple(shape), device))
+    monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, Tensor))
+    for name in ("to_torch", "from_torch", "to_device", "from_device"):
+        monkeypatch.setattr(ttnn, name, move)
+    cd.clear_combine_steps()
+    return {"Tensor": Tensor, "device": Dev(), "calls": calls, "cd": cd}
+
+
+def test_combine_on_device_plans_once_and_patches_addresses_per_call(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 calls of one shape: one step (plan, Program, descriptor), the same runtime-arg counts on
+    every generic_op call, each call's input and fresh output addresses in the reader / writer args,
+    no host<->device move; another shape is another step."""
+    f = _fake_device(ttnn, monkeypatch)
+    T, d, cd = f["Tensor"], f["device"], f["cd"]
+    outs, lses = T(ttnn.bfloat16, (4, 8, 32, 128), d), T(ttnn.float32, (4, 8, 32, 1), d)
+    results = [cd.combine_on_device(outs, lses) for _ in range(20)]
+    calls = f["calls"]
+    assert len(calls) == 20 and cd.cached_combine_steps() == 1
+    assert len({id(c[0]) for c in calls}) == 1  # one descriptor, kept
+    assert all(c[1] == calls[0][1] for c in calls)  # runtime-arg counts never change
+    for (out, lse), (_, _, addresses, (reader0, writer0)) in zip(results, calls):
+        assert addresses == [outs.address, lses.address, out.address, lse.address]
+        assert reader0[:2] == [outs.address, lses.address] and writer0[:2] == [out.address, lse.address]
+        assert out.shape == (1, 8, 32, 128) and out.dtype == ttnn.bfloat16 and lse.shape == (1, 8, 32, 1)
+    assert len({out.address for out, _ in results}) == 20
+    cd.combine_on_device(T(ttnn.bfloat16, (2, 8, 32, 128), d), T(ttnn.float32, (2, 8, 32, 1), d))
+    assert cd.cached_combine_steps() == 2 and id(calls[-1][0]) != id(calls[0][0])
+
+
+def test_a_cached_program_refuses_a_patch_that_would_change_its_arg_count(ttnn: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """PreparedProgram overwrites existing common runtime args only: an index at or past a kernel's
+    count (or an unknown kernel) is refused before anything is written or launched."""
+    f = _fake_device(ttnn, monkeypatch)
+    T, d, cd = f["Tensor"], f["device"], f["cd"]
+    outs, lses = T(ttnn.bfloat16, (2, 4, 8, 64), d), T(ttnn.float32, (2, 4, 8, 1), d)
+    step = cd.get_combine_step(outs, lses)
+    before = step.prepared.runtime_arg_counts()
+    assert before == step.prepared.arg_counts and before["combine_reader"][0] == 0  # no common args
+    with pytest.raises(dev.DeviceError, match=r"common_args\['combine_reader'\]: expected an index in \[0, 0\)"):
+        step.prepared.run({"outs": outs, "lses": lses}, common_args={"combine_reader": {0: 7}})
+    with pytest.raises(dev.DeviceError, match=r"common_args: 'nope' is not a kernel of the program"):
+        step.prepared.run({"outs": outs, "lses": lses}, common_args={"nope": {0: 7}})
+    assert f["calls"] == [] and step.prepared.runtime_arg_counts() == before
+
+
+def test_combine_on_device_refuses_bad_tensors_by_name(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _fake_device(ttnn, monkeypatch)
+    T, d, cd = f["Tensor"], f["device"], f["cd"]
+    outs, lses = T(ttnn.bfloat16, (2, 4, 8, 64), d), T(ttnn.float32, (2, 4, 8, 1), d)
+    cases = [
+        ((torch.zeros(2, 4, 8, 64), lses), {}, r"outs: expected a ttnn tensor on the device, got Tensor"),
+        ((outs, T(ttnn.float32, (2, 4, 8), d)), {}, r"lses: expected shape \[2, 4, 8, 1\]"),
+        ((T(ttnn.bfloat16, (4, 8, 64), d), lses), {}, r"outs: expected shape \[n, G, H, Dv\]"),
+        ((T(ttnn.bfloat8_b, (2, 4, 8, 64), d), lses), {}, r"outs: expected \['bfloat16', 'float32'\] tiles"),
+        ((outs, T(ttnn.float32, (2, 4, 8, 1), object())), {}, r"lses: expected a tensor on outs' device"),
+        ((outs, lses), {"out_dtype": DataType.bfloat8_b}, r"out_dtype: expected one of"),
+    ]
+    for args, kw, msg in cases:
+        with pytest.raises(CombineError, match=msg):
+            cd.combine_on_device(*args, **kw)
+    with pytest.raises(dev.DeviceError, match="lses"):  # float32 LSEs: the prepared program's check
+        cd.combine_on_device(outs, T(ttnn.bfloat16, (2, 4, 8, 1), d))
+    assert f["calls"] == []

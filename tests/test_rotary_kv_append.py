@@ -483,3 +483,128 @@ def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(t
     assert "allocated" not in calls
     assert tensors[-2:] == [io["k_cache"], io["v_cache"]]
     assert isinstance(desc, ttnn.ProgramDescriptor)
+
+
+# ---- the device backend: a cached step per shape (ttnn's device calls faked) ----------------------
+
+
+def _fake_device(ttnn, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Real ttnn descriptors; the device, its tensors, generic_op, the output allocation and
+    from_torch stand-ins (no device here). Records generic_op calls and uploads."""
+    from ttdecode.ops.rotary_append import device as rd
+
+    class Tensor:  # a ttnn tensor to the checks: a class called Tensor from a ttnn module
+        next_address = 0x100000
+
+        def __init__(self, dtype, layout, shape, device) -> None:
+            self.dtype, self.layout, self.shape, self._device = dtype, layout, tuple(shape), device
+            self.address = Tensor.next_address
+            Tensor.next_address += 0x100000
+
+        def memory_config(self):
+            return ttnn.DRAM_MEMORY_CONFIG
+
+        def buffer_address(self) -> int:
+            return self.address
+
+        def device(self):
+            return self._device
+
+    Tensor.__module__ = "ttnn.fake"
+
+    class Dev:
+        def compute_with_storage_grid_size(self):
+            return ttnn.CoreCoord(8, 8)
+
+        def worker_core_from_logical_core(self, c):
+            return ttnn.CoreCoord(c.x + 18, c.y + 18)
+
+    rec = {"generic_op": [], "uploads": []}
+
+    def generic_op(tensors, desc):
+        writer = desc.kernels[1]
+        rec["generic_op"].append((desc, [len(writer.runtime_args[c][0]) for c in range(2)],
+                                  [list(writer.runtime_args[c][0]) for c in range(2)]))
+        return tensors[-1]
+
+    def from_torch(t, dtype=None, layout=None, device=None, **kw):
+        rec["uploads"].append((tuple(t.shape), dtype))
+        return Tensor(dtype, layout, tuple(t.shape), device)
+
+    def move(*a, **k):
+        raise AssertionError("a host<->device move other than from_torch")
+
+    monkeypatch.setattr(ttnn, "generic_op", generic_op)
+    monkeypatch.setattr(ttnn, "allocate_tensor_on_device",
+                        lambda shape, dtype, layout, device, mem: Tensor(dtype, layout, tuple(shape), device))
+    monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, Tensor))
+    monkeypatch.setattr(ttnn, "from_torch", from_torch)
+    for name in ("to_torch", "to_device", "from_device"):
+        monkeypatch.setattr(ttnn, name, move)
+    rd.clear_steps()
+    dev = Dev()
+    b, nh, nkv, d = 2, 2, 2, 64
+    tile, rm = ttnn.TILE_LAYOUT, ttnn.ROW_MAJOR_LAYOUT
+    t = dict(qkv=Tensor(ttnn.bfloat16, tile, (1, b, (nh + 2 * nkv) * d), dev),
+             k_cache=Tensor(ttnn.bfloat8_b, tile, (b, nkv, 64, d), dev),
+             v_cache=Tensor(ttnn.bfloat8_b, tile, (b, nkv, 64, d), dev),
+             cur_pos=Tensor(ttnn.int32, rm, (b,), dev),
+             cos=Tensor(ttnn.float32, tile, (b, d), dev), sin=Tensor(ttnn.float32, tile, (b, d), dev))
+    return {"Tensor": Tensor, "device": dev, "rec": rec, "rd": rd, "t": t}
+
+
+def test_device_steps_plan_once_and_read_device_inputs_in_place(ttnn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 calls with device cur_pos / cos / sin: one step (Program, descriptor), one upload (the
+    rotate-half blocks, when the step is made), the same runtime-arg counts on every call and the
+    writer reading each call's cur_pos tensor where it lies; host positions and angles are uploaded."""
+    f = _fake_device(ttnn, monkeypatch)
+    t, rec, rd, T, dev = f["t"], f["rec"], f["rd"], f["Tensor"], f["device"]
+    positions = []
+    for _ in range(20):
+        pos = T(ttnn.int32, ttnn.ROW_MAJOR_LAYOUT, (2,), dev)  # e.g. advanced on the device each step
+        positions.append(pos.address)
+        q_rot, kc, vc = ttdecode.rotary_kv_append(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"],
+                                                  cur_pos=pos, cos=t["cos"], sin=t["sin"], num_q_heads=2,
+                                                  rotary_interleaved=True, backend="device")
+        assert kc is t["k_cache"] and vc is t["v_cache"] and q_rot.shape == (1, 2, 2, 64)
+    calls = rec["generic_op"]
+    assert rd.cached_steps() == 1 and len(calls) == 20 and len({id(c[0]) for c in calls}) == 1
+    assert rec["uploads"] == [((2 * 32, 32), ttnn.bfloat16)]  # the rotate-half blocks: 2 (tile, source) pairs
+    assert all(c[1] == calls[0][1] for c in calls)  # runtime-arg counts never change
+    # writer args per core: q_rot, k_cache, v_cache, cur_pos, page_table (0), 1 user, the user
+    assert [c[2][0][3] for c in calls] == positions
+    assert calls[-1][2][0][1:3] == [t["k_cache"].address, t["v_cache"].address] and calls[-1][2][1][5:] == [1, 1]
+    # host inputs on the same step: cos, sin and cur_pos uploaded (one move each), no new step
+    cos, sin = hf_angles(2, 64, 3)
+    ttdecode.rotary_kv_append(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], cur_pos=[5, 6], cos=cos,
+                              sin=sin, num_q_heads=2, rotary_interleaved=True, backend="device")
+    assert rd.cached_steps() == 1 and len(calls) == 21
+    assert rec["uploads"][1:] == [((2, 64), ttnn.float32), ((2, 64), ttnn.float32), ((2,), ttnn.int32)]
+
+
+def test_device_forms_are_refused_by_name_when_they_do_not_fit(ttnn, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _fake_device(ttnn, monkeypatch)
+    t, T, dev = f["t"], f["Tensor"], f["device"]
+    tile, rm = ttnn.TILE_LAYOUT, ttnn.ROW_MAJOR_LAYOUT
+    kw = dict(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], cur_pos=t["cur_pos"], cos=t["cos"],
+              sin=t["sin"], num_q_heads=2, backend="device")
+    cases = [
+        ({"cos": T(ttnn.bfloat16, tile, (2, 64), dev)}, "cos", "a float32 TILE ttnn tensor [B=2, 64]"),
+        ({"sin": T(ttnn.float32, tile, (2, 96), dev)}, "sin", "shape [2, 96]"),
+        ({"rotary_dim": 32}, "cos", "[B=2, 32]"),  # rotary_dim 32: one tile of angles, not two
+        ({"cur_pos": T(ttnn.uint32, rm, (2,), dev)}, "cur_pos", "an int32 ROW_MAJOR ttnn tensor [2]"),
+        ({"cur_pos": T(ttnn.int32, rm, (3,), dev)}, "cur_pos", "[2]"),
+        ({"page_table": T(ttnn.int32, rm, (2,), dev)}, "page_table", "shape [B=2, max_blocks >= 1]"),
+        ({"page_table": T(ttnn.int32, tile, (2, 4), dev)}, "page_table", "int32 ROW_MAJOR"),
+        ({"cur_pos": ttnn.Tensor(torch.zeros(2, dtype=torch.int32), ttnn.int32)}, "cur_pos", "a ttnn host tensor"),
+        ({"backend": "host"}, "cos", "a host value (torch tensor or list) for backend 'host'"),
+    ]
+    for change, arg, got in cases:
+        with pytest.raises((ValueError, TypeError)) as err:
+            ttdecode.rotary_kv_append(**{**kw, **change})
+        msg = str(err.value)
+        assert f"argument '{arg}'" in msg and "expected" in msg and got in msg, msg
+    host = _good()
+    with pytest.raises(TypeError, match="argument 'cur_pos': expected a host value .* got a ttnn tensor on a device"):
+        ttdecode.rotary_kv_append(**{**host, "cur_pos": t["cur_pos"]})
+    assert f["rec"]["generic_op"] == []
