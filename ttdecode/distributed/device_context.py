@@ -43,7 +43,8 @@ from ttdecode.distributed.sharding import ShardPlan, _local_positions, _shard_kv
 from ttdecode.program import Program
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
-           "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH"]
+           "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH",
+           "ContextParallelDecode", "step_rows", "gather_axes"]
 
 _NAME = "context_parallel_decode"
 
@@ -246,6 +247,38 @@ def gather_axes(mesh_shape: tuple[int, int]) -> tuple[Optional[int], ...]:
     return (1, 0)
 
 
+def step_rows(shards: ShardPlan, batch: int, local_blocks: int, prefix_width: int, positions: Sequence[int],
+              page_tables: Sequence[Any], prefix: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The n devices' step rows of `ContextParallelDecode`, int32 ``[n, prefix_width + 2 B + B * local_blocks]``:
+    per device d ``[prefix | append[d] | attend[d] | page_tables[d] row by row]``.
+
+    ``positions``: the global position of each user's new token ``[B]`` (-1: skipped);
+    ``page_tables``: per device an int ``[B, local_blocks]`` table (local logical -> local physical block,
+    e.g. ``ContextParallelAllocator.page_tables``); ``prefix``: int ``[prefix_width]``, the same on every
+    device. ``append`` / ``attend``: `sharding.device_step_positions`."""
+    from ttdecode.distributed.sharding import device_step_positions
+
+    n = shards.devices
+    pos = [int(p) for p in positions]
+    if len(pos) != batch or any(p < -1 for p in pos):
+        raise ValueError(f"ContextParallelDecode: argument 'positions': expected {batch} ints >= -1, got {pos}")
+    if len(page_tables) != n:
+        raise ValueError(f"ContextParallelDecode: argument 'page_tables': expected one per device ({n}), got "
+                         f"{len(page_tables)}")
+    tables = [torch.as_tensor(t) for t in page_tables]
+    for d, t in enumerate(tables):
+        if tuple(t.shape) != (batch, local_blocks) or t.is_floating_point() or t.dtype == torch.bool:
+            raise ValueError(f"ContextParallelDecode: argument 'page_tables[{d}]': expected an int tensor "
+                             f"[{batch}, {local_blocks}], got {t.dtype} {list(t.shape)}")
+    head = torch.zeros(0, dtype=torch.int32) if prefix is None else torch.as_tensor(prefix).to(torch.int32).reshape(-1)
+    if head.numel() != prefix_width:
+        raise ValueError(f"ContextParallelDecode: argument 'prefix': expected {prefix_width} ints, got {head.numel()}")
+    append, attend = device_step_positions(shards, pos)
+    return torch.stack([torch.cat([head, torch.tensor(append[d], dtype=torch.int32),
+                                   torch.tensor(attend[d], dtype=torch.int32),
+                                   tables[d].to(torch.int32).reshape(-1)]) for d in range(n)])
+
+
 class ContextParallelDecode:
     """A context-parallel decode loop on a ``ttnn.MeshDevice``: the paged KV cache sharded over the
     mesh's n devices along the sequence for the loop's lifetime, each step attending with FlashDecode on
@@ -394,31 +427,8 @@ class ContextParallelDecode:
 
     def host_rows(self, positions: Sequence[int], page_tables: Sequence[Any],
                   prefix: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The n devices' rows of one step, int32 ``[n, row_width]`` (class doc). ``positions``: the
-        global position of each user's new token ``[B]`` (-1: skipped); ``page_tables``: per device
-        an int ``[B, local_blocks]`` page table (local logical -> local physical block, e.g.
-        ``ContextParallelAllocator.page_tables``); ``prefix``: int ``[prefix]`` (same on every device)."""
-        from ttdecode.distributed.sharding import device_step_positions
-
-        b, n = self.batch, self.devices
-        pos = [int(p) for p in positions]
-        if len(pos) != b or any(p < -1 for p in pos):
-            raise ValueError(f"ContextParallelDecode: argument 'positions': expected {b} ints >= -1, got {pos}")
-        if len(page_tables) != n:
-            raise ValueError(f"ContextParallelDecode: argument 'page_tables': expected one per device ({n}), got "
-                             f"{len(page_tables)}")
-        tables = [torch.as_tensor(t) for t in page_tables]
-        for d, t in enumerate(tables):
-            if tuple(t.shape) != (b, self.local_blocks) or t.is_floating_point():
-                raise ValueError(f"ContextParallelDecode: argument 'page_tables[{d}]': expected an int tensor "
-                                 f"[{b}, {self.local_blocks}], got {t.dtype} {list(t.shape)}")
-        head = torch.zeros(0, dtype=torch.int32) if prefix is None else torch.as_tensor(prefix).to(torch.int32).reshape(-1)
-        if head.numel() != self.prefix:
-            raise ValueError(f"ContextParallelDecode: argument 'prefix': expected {self.prefix} ints, got {head.numel()}")
-        append, attend = device_step_positions(self.shards, pos)
-        return torch.stack([torch.cat([head, torch.tensor(append[d], dtype=torch.int32),
-                                       torch.tensor(attend[d], dtype=torch.int32),
-                                       tables[d].to(torch.int32).reshape(-1)]) for d in range(n)])
+        """The n devices' rows of one step, int32 ``[n, row_width]`` (`step_rows` of this loop's shards)."""
+        return step_rows(self.shards, self.batch, self.local_blocks, self.prefix, positions, page_tables, prefix)
 
     def write(self, positions: Sequence[int], page_tables: Sequence[Any], prefix: Optional[torch.Tensor] = None) -> None:
         """Start a step: the n rows of `host_rows` in one host -> device write into ``inputs``, and the
