@@ -23,7 +23,8 @@ the hidden size is 1024 instead of 4096 (the weights' size, not the heads'), ran
 
 Checked over 5 steps: every op accepted; our program ran (``last_backend() == 'device'``, our
 reader/compute/writer kernels compiled by the JIT for every core kind: check_jit); no host<->device
-move in steps 2..5 (ttnn's transfer functions and Tensor.cpu / Tensor.to wrapped and counted); no new
+move in steps 2..5 (ttdecode.testing.transfers.count_transfers: ttnn's transfer functions and Tensor.cpu /
+Tensor.to wrapped and counted); no new
 program-cache entry after step 2; our output has the shape, padded shape, dtype, layout and memory
 config of ttnn's own op on the same inputs (what to_memory_config + nlp_concat_heads_decode take), and
 the patch is gone after the block.
@@ -45,19 +46,7 @@ from ttdecode.testing.mock import open_mock_device
 B, NH, NKV, D, BLOCK, DIM, MAX_SEQ, STEPS = 8, 32, 8, 128, 64, 1024, 1024, 5
 NBLOCKS = B * MAX_SEQ // BLOCK
 
-moves = []
-counting = [False]
-def wrap(name, fn):
-    def counted(*args, **kwargs):
-        if counting[0]:
-            moves.append(name)
-        return fn(*args, **kwargs)
-    return counted
-for name in ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
-             "copy_device_to_host_tensor"):
-    setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
-ttnn.Tensor.cpu = wrap("Tensor.cpu", ttnn.Tensor.cpu)
-ttnn.Tensor.to = wrap("Tensor.to", ttnn.Tensor.to)
+from ttdecode.testing.transfers import count_transfers
 
 d = open_mock_device()
 g = torch.Generator().manual_seed(0)
@@ -161,21 +150,18 @@ def forward_decode():
 
 steps, refused, q = [], None, None
 try:
-    with ttdecode.patch_ttnn():
+    with count_transfers() as log, ttdecode.patch_ttnn():
         for step in range(1, STEPS + 1):
-            counting[0] = step >= 2
+            log.clear()
             if q is not None:
                 ttnn.deallocate(q)
             q, dense, backend, attn_form, cat_form = forward_decode()
             ttnn.deallocate(dense)
             run("plus_one", lambda: (ttnn.plus_one(current_pos), ttnn.plus_one(rot_idxs)))
-            counting[0] = False
-            steps.append({"step": step, "backend": backend, "moves": list(moves), "attn": attn_form, "cat": cat_form,
-                          "entries": int(d.num_program_cache_entries())})
-            moves[:] = []
+            steps.append({"step": step, "backend": backend, "moves": list(log.moves), "attn": attn_form,
+                          "cat": cat_form, "entries": int(d.num_program_cache_entries())})
 except Refused as e:
     refused = {"op": e.args[0], "error": e.args[1]}
-counting[0] = False
 restored = type(ttnn.transformer.paged_scaled_dot_product_attention_decode).__name__ == "FastOperation"
 ttnn_form = None
 if q is not None and refused is None:
