@@ -173,12 +173,15 @@ def mesh_host_tensor(ttnn: Any, shards: Sequence[Any], mesh_shape: tuple[int, in
     return ttnn.from_host_shards(list(shards), ttnn.MeshShape(*mesh_shape))
 
 
-def lse_rows_to_tiles(ttnn: Any, rows: Any, batch: int, num_heads: int, num_kv_heads: int) -> Any:
+def lse_rows_to_tiles(ttnn: Any, rows: Any, batch: int, num_heads: int, num_kv_heads: int,
+                      op: Optional[Any] = None) -> Any:
     """The op's LSE rows ``[B*NKV, 32]`` as the combine's ``[1, B, NH, 1]`` float32 tiles (row (b, kv),
-    column j holds head ``kv*g + j``; one token)."""
+    column j holds head ``kv*g + j``; one token). ``op(name)``: how to reach a ttnn op (default
+    ``getattr(ttnn, name)``; a caller may count them)."""
+    op = (lambda name: getattr(ttnn, name)) if op is None else op
     g = num_heads // num_kv_heads
-    heads = ttnn.slice(rows, [0, 0], [batch * num_kv_heads, g])
-    return ttnn.to_layout(ttnn.reshape(heads, [1, batch, num_heads, 1]), ttnn.TILE_LAYOUT)
+    heads = op("slice")(rows, [0, 0], [batch * num_kv_heads, g])
+    return op("to_layout")(op("reshape")(heads, [1, batch, num_heads, 1]), ttnn.TILE_LAYOUT)
 
 
 def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshDecodePlan,
@@ -321,14 +324,14 @@ class ContextParallelDecode:
     def __init__(self, mesh_device: Any, *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: Any = "bfloat8_b", layers: int = 1,
                  prefix: int = 0, scale: Optional[float] = None, program_config: Any = None,
-                 compute_kernel_config: Any = None) -> None:
+                 compute_kernel_config: Any = None, ttnn: Any = None) -> None:
         import math
 
         from ttdecode import device as dev
         from ttdecode.distributed.sharding import shard_plan
         from ttdecode.formats import as_data_type
 
-        ttnn = dev.require_ttnn()
+        ttnn = dev.require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.mesh = ttnn, mesh_device
         self.mesh_shape = _mesh_dims(mesh_device)
         n = self.devices = self.mesh_shape[0] * self.mesh_shape[1]
@@ -455,19 +458,27 @@ class ContextParallelDecode:
         """Decode attention of ``q`` ``[1, B, NH, D]`` (bfloat16 tiles, the same on every device) over
         the whole sharded cache of ``layer``: the merged output ``[1, B, NH, D]`` bfloat16 on every device."""
         op = self._op
-        kc, vc = self.caches[layer]
         self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
-        out, rows = self.flash.prepared.run({"q": q, "k": kc, "v": vc, "cur_pos": self.attend_pos,
-                                             "page_table": self.page_table})
-        b, nh, g = self.batch, self.num_heads, self.num_heads // self.num_kv_heads
-        lse = op("to_layout")(op("reshape")(op("slice")(rows, [0, 0], [b * self.num_kv_heads, g]), [1, b, nh, 1]),
-                              self.ttnn.TILE_LAYOUT)
+        out, rows = self._flash_run(layer, q)
+        lse = lse_rows_to_tiles(self.ttnn, rows, self.batch, self.num_heads, self.num_kv_heads, op=op)
         for axis in self.axes:
             extra = {} if axis is None else {"cluster_axis": axis}
             out = op("all_gather")(out, dim=0, **extra)
             lse = op("all_gather")(lse, dim=0, **extra)
         self.ops["combine"] = self.ops.get("combine", 0) + 1
-        merged, _ = self.combine.run(out, lse)
+        return self._combine_run(out, lse)
+
+    def _flash_run(self, layer: int, q: Any) -> tuple[Any, Any]:
+        """FlashDecode on every device's shard of ``layer``: (out ``[1, B, NH, D]`` bfloat16 tiles, the
+        LSE rows ``[B*NKV, 32]`` float32 row-major), per device."""
+        kc, vc = self.caches[layer]
+        out, rows = self.flash.prepared.run({"q": q, "k": kc, "v": vc, "cur_pos": self.attend_pos,
+                                             "page_table": self.page_table})
+        return out, rows
+
+    def _combine_run(self, outs: Any, lses: Any) -> Any:
+        """The combine of the gathered ``[n, B, NH, D]`` / ``[n, B, NH, 1]``: the merged ``[1, B, NH, D]``."""
+        merged, _ = self.combine.run(outs, lses)
         return merged
 
     def close(self) -> None:

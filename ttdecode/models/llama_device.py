@@ -370,7 +370,7 @@ class DeviceDecoder:
             self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
                                             max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
                                             kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
-                                            program_config=program_config)
+                                            program_config=program_config, ttnn=ttnn)
             self.caches = self.cp.caches
         else:
             self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)

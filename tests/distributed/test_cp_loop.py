@@ -1,0 +1,240 @@
+"""The context-parallel decode loop on a mesh (``ttdecode.distributed.device_context.ContextParallelDecode``)
+without a device.
+
+1. Its per-device step rows (what one ``copy_host_to_device_tensor`` puts on each device) against the
+   interleaved layout's definition (block j of a user on device ``j mod n``, as local block ``j div n``)
+   and against the Llama's allocator (``kv_cache.ContextParallelAllocator``), whose page tables they
+   carry.
+2. Its dataflow for numbers: ``LlamaDecoder(backend="device", devices=n, context_parallel=n)`` runs the
+   loop unchanged (its row views, the LSE rows to tiles, the all_gathers, the decoder's wiring) on the
+   torch twin of ttnn of tests/models/test_llama_device_twin.py, with our three programs replaced: the
+   RoPE append and FlashDecode on each device's shard by torch (the kernels' conventions: a user with no
+   key on a device gets zero rows and LSE -inf, the LSE rows ``[B*NKV, 32]`` with a KV group's heads in
+   the first g columns and NaN beyond, which the loop must cut off), and the combine by the combine
+   kernels on the host runtime (``ttdecode.ops.combine.run_combine``). The teacher-forced logits meet
+   Hugging Face's with the host backends' thresholds, on a 1 x 2 mesh and on a 2 x 4 mesh (two
+   all_gathers with ``cluster_axis``), with positions crossing cache blocks (several devices write).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ttdecode.distributed import device_context as dc
+from ttdecode.distributed.sharding import device_step_positions, shard_plan
+from ttdecode.models import LlamaDecoder
+from ttdecode.models import llama_device as ld
+from ttdecode.models.kv_cache import ContextParallelAllocator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "models"))
+import test_llama_device_twin as twin  # noqa: E402  (the torch twin of ttnn)
+from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teacher_forced  # noqa: E402
+
+
+# ---- 1. the rows ----------------------------------------------------------------------------------
+
+
+def held(d: int, n: int, bs: int, p: int) -> list[int]:
+    """Device d's global positions <= p: those of the blocks j with j mod n == d."""
+    return [x for x in range(p + 1) if (x // bs) % n == d]
+
+
+@pytest.mark.parametrize("n, bs", [(2, 32), (8, 32), (3, 64)])
+def test_step_positions_follow_the_interleaved_layout(n, bs):
+    blocks = 3 * n + 1
+    plan = shard_plan(blocks, bs, n, "interleaved")
+    positions = [-1, 0, bs - 1, bs, 2 * bs + 5, blocks * bs - 1]
+    append, attend = device_step_positions(plan, positions)
+    for b, p in enumerate(positions):
+        if p < 0:
+            assert all(append[d][b] == -1 and attend[d][b] == -1 for d in range(n))
+            continue
+        for d in range(n):
+            assert attend[d][b] == len(held(d, n, bs, p)) - 1
+            assert append[d][b] == (attend[d][b] if (p // bs) % n == d else -1)
+    with pytest.raises(ValueError, match=r"positions\[0\]"):
+        device_step_positions(plan, [blocks * bs])
+
+
+def test_step_rows_carry_the_allocators_page_tables_and_local_positions():
+    n, bs, batch, max_seq = 4, 32, 3, 512
+    alloc = ContextParallelAllocator(batch, max_seq, bs, num_blocks=batch * 4, context_parallel=n)
+    plan_rows = shard_plan(max_seq // bs, bs, n, "interleaved")
+    local_blocks = max(len(u) for u in plan_rows.units)
+    assert local_blocks == alloc.local_max_blocks
+    lengths = [0, 0, 0]
+    for step in range(200):
+        positions = [lengths[0], lengths[1] if step % 3 else -1, lengths[2] if step >= 50 else -1]
+        plan = alloc.plan(positions)
+        tables = alloc.page_tables(plan)
+        prefix = torch.tensor([7, 8, 9] + positions, dtype=torch.int32)
+        rows = dc.step_rows(plan_rows, batch, local_blocks, 2 * batch, positions, tables, prefix)
+        assert rows.dtype == torch.int32 and rows.shape == (n, 2 * batch + 2 * batch + batch * local_blocks)
+        for d in range(n):
+            r = rows[d]
+            assert r[:2 * batch].tolist() == prefix.tolist()
+            append, attend = r[2 * batch:3 * batch].tolist(), r[3 * batch:4 * batch].tolist()
+            assert attend == [alloc.local_position(d, p) for p in positions]
+            assert append == [alloc.local_position(d, p) if p >= 0 and (p // bs) % n == d else -1 for p in positions]
+            assert torch.equal(r[4 * batch:].reshape(batch, local_blocks), tables[d].to(torch.int32))
+            # the block a write goes to is allocated on that device
+            for b, p in enumerate(append):
+                if p >= 0:
+                    assert int(tables[d][b, p // bs]) >= 0
+        alloc.commit(plan)
+        lengths = [p + 1 if p >= 0 else lengths[b] for b, p in enumerate(positions)]
+
+
+def test_step_rows_refuse_bad_input_by_name():
+    plan = shard_plan(8, 32, 2, "interleaved")
+    tables = [torch.zeros(2, 4, dtype=torch.int32)] * 2
+    with pytest.raises(ValueError, match="'positions'"):
+        dc.step_rows(plan, 2, 4, 0, [0], tables)
+    with pytest.raises(ValueError, match="'positions'"):
+        dc.step_rows(plan, 2, 4, 0, [0, -2], tables)
+    with pytest.raises(ValueError, match="'page_tables'"):
+        dc.step_rows(plan, 2, 4, 0, [0, 1], tables[:1])
+    with pytest.raises(ValueError, match=r"'page_tables\[1\]'"):
+        dc.step_rows(plan, 2, 4, 0, [0, 1], [tables[0], torch.zeros(2, 3, dtype=torch.int32)])
+    with pytest.raises(ValueError, match="'prefix'"):
+        dc.step_rows(plan, 2, 4, 1, [0, 1], tables)
+
+
+def test_gather_axes_cover_the_mesh():
+    assert dc.gather_axes((1, 8)) == (None,) and dc.gather_axes((8, 1)) == (None,)
+    assert dc.gather_axes((2, 4)) == (1, 0)
+
+
+# ---- 2. the dataflow on the torch twin ------------------------------------------------------------
+
+
+class TwinMesh(twin.TwinDevice):
+    """A rows x cols twin mesh (device d at (d // cols, d % cols))."""
+
+    def __init__(self, shape: tuple[int, int]) -> None:
+        super().__init__(shape[0] * shape[1])
+        self.shape = shape
+
+
+def twin_mesh_ttnn(ttnn: Any, shape: tuple[int, int], base: Any) -> Any:
+    """The twin's ttnn (``base``: test_llama_device_twin.twin_ttnn), with the loop's extra calls:
+    to_layout of a device value (no value change) and all_gather along one mesh axis
+    (``cluster_axis``) or over all devices."""
+    rows, cols = shape
+    t = base(ttnn, rows * cols)
+
+    def all_gather(x: Any, dim: int, cluster_axis: Any = None) -> Any:
+        def group(d: int) -> list[int]:
+            r, c = divmod(d, cols)
+            if cluster_axis is None:
+                return list(range(rows * cols))
+            return [r * cols + j for j in range(cols)] if cluster_axis == 1 else [i * cols + c for i in range(rows)]
+        return twin.TwinTensor([torch.cat([x.ts[e] for e in group(d)], dim=dim) for d in range(rows * cols)])
+
+    t.to_layout = twin.each(lambda x, layout: x.clone())
+    t.all_gather = all_gather
+    return t
+
+
+class TwinLoop(dc.ContextParallelDecode):
+    """The loop on the twin: the RoPE append and FlashDecode as torch per device, the combine as the
+    combine kernels on the host runtime; everything else is the loop's own code."""
+
+    real_ttnn: Any = None
+
+    def _prepare_rotary(self, kv: Any, cache_shape: tuple[int, ...]) -> Any:
+        self.cache_dtype = getattr(self.real_ttnn, kv.value)
+        return None
+
+    def _prepare_flash(self, *args: Any) -> Any:
+        return None
+
+    def _prepare_combine(self) -> Any:
+        return None
+
+    def append(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any) -> Any:
+        self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
+        kc, vc = self.caches[layer]
+        b, nh, nkv, d, bs, real = self.batch, self.num_heads, self.num_kv_heads, self.head_dim, self.block_size, \
+            self.real_ttnn
+        out = []
+        for dev in range(self.devices):
+            x = qkv.ts[dev].reshape(b, nh + 2 * nkv, d)
+            rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).reshape(x.shape)  # pairs (2i, 2i+1)
+            y = x * cos.ts[dev][:, None, :d] + rot * sin.ts[dev][:, None, :d]
+            q, k, v = y[:, :nh], y[:, nh:nh + nkv], x[:, nh + nkv:]
+            for u in range(b):
+                p = int(self.append_pos.ts[dev][u])
+                if p >= 0:
+                    blk = int(self.page_table.ts[dev][u, p // bs])
+                    for cache, rows in ((kc, k), (vc, v)):  # the row alone in its format, as the append writes it
+                        tile = torch.zeros(nkv, 32, d)
+                        tile[:, 0] = rows[u]
+                        host = real.from_torch(tile, dtype=self.cache_dtype, layout=real.TILE_LAYOUT)
+                        cache.ts[dev][blk, :, p % bs] = real.to_torch(host).to(torch.float32)[:, 0]
+            out.append(q.to(torch.bfloat16).to(torch.float32)[None])
+        return twin.TwinTensor(out)
+
+    def _flash_run(self, layer: int, q: Any) -> tuple[Any, Any]:
+        kc, vc = self.caches[layer]
+        b, nh, nkv, d, bs = self.batch, self.num_heads, self.num_kv_heads, self.head_dim, self.block_size
+        g = nh // nkv
+        outs, rows = [], []
+        for dev in range(self.devices):
+            out = torch.zeros(1, b, nh, d)
+            lse_rows = torch.full((b * nkv, 32), float("nan"))  # columns beyond g: not the loop's to read
+            for u in range(b):
+                p = int(self.attend_pos.ts[dev][u])
+                if p < 0:  # no key on this device: zero rows, LSE -inf (the kernels' skipped user)
+                    lse_rows[u * nkv:(u + 1) * nkv, :g] = float("-inf")
+                    continue
+                blocks = self.page_table.ts[dev][u, : p // bs + 1].long()
+                keys = kc.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
+                vals = vc.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
+                qh = q.ts[dev][0, u].reshape(nkv, g, d)
+                logits = qh @ keys.transpose(1, 2) / math.sqrt(d)
+                out[0, u] = (torch.softmax(logits, dim=-1) @ vals).reshape(nh, d)
+                lse_rows[u * nkv:(u + 1) * nkv, :g] = torch.logsumexp(logits, dim=-1)
+            outs.append(out.to(torch.bfloat16).to(torch.float32))
+            rows.append(lse_rows)
+        return twin.TwinTensor(outs), twin.TwinTensor(rows)
+
+    def _combine_run(self, outs: Any, lses: Any) -> Any:
+        from ttdecode.formats import DataType
+        from ttdecode.ops.combine import run_combine
+
+        assert all(torch.equal(o, outs.ts[0]) for o in outs.ts)  # the gathers left every device the same
+        assert outs.ts[0].shape[0] == self.devices and lses.ts[0].shape == outs.ts[0].shape[:3] + (1,)
+        merged, _ = run_combine(outs.ts[0], lses.ts[0][..., 0], in_dtype=DataType.bfloat16,
+                                out_dtype=DataType.bfloat16)
+        return twin.TwinTensor([merged.to(torch.float32)] * self.devices)
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (2, 4)], ids=["1x2", "2x4"])
+def test_context_parallel_loop_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, shape):
+    """40 steps (slot 1 reaches position 37: blocks 0 and 1 on devices 0 and 1; the others' partials are
+    empty), bfloat16 weights and cache: the host backends' thresholds."""
+    n = shape[0] * shape[1]
+    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
+    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
+    monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
+    base = twin.twin_ttnn
+    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    hf = hf_llama(8, 2, 64)
+    sched = joining_schedule(hf.config.vocab_size, steps=40)
+    dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=32 * n, block_size=32, kv_dtype="bfloat16",
+                               devices=n, context_parallel=n, backend="device", device=TwinMesh(shape))
+    loop = dec._device.cp
+    assert isinstance(loop, TwinLoop) and dec._device.tp == 1 and dec._device.nkv == 2
+    assert_hf_agreement(teacher_forced(dec, hf, sched))
+    gathers = 2 if shape[0] > 1 else 1
+    assert dec._device.ops["all_gather"] == 2 * gathers * 2 and dec._device.ops["combine"] == 2
+    assert "all_reduce" not in dec._device.ops
