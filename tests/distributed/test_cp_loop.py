@@ -238,3 +238,10 @@ def test_context_parallel_loop_dataflow_matches_hf_teacher_forced(ttnn, monkeypa
     gathers = 2 if shape[0] > 1 else 1
     assert dec._device.ops["all_gather"] == 2 * gathers * 2 and dec._device.ops["combine"] == 2
     assert "all_reduce" not in dec._device.ops
+
+
+def test_tensor_times_context_parallel_on_one_mesh_is_refused_by_name(ttnn):
+    hf = hf_llama(8, 4, 64)
+    with pytest.raises(NotImplementedError, match="context_parallel: expected 1 or devices=8 with backend 'device'"):
+        LlamaDecoder.from_hf(hf, batch=2, max_seq_len=512, block_size=32, devices=8, context_parallel=2,
+                             backend="device", device=TwinMesh((1, 8)))

@@ -1,8 +1,34 @@
-"""Context parallelism on a mesh of Wormhole chips (``context_parallel_decode(..., backend="device")``).
+"""Context parallelism on a mesh of Wormhole chips: a decode loop (`ContextParallelDecode`) and the
+one-shot call (``context_parallel_decode(..., backend="device")``).
 
-Built to the launch, never run: no Tenstorrent device is reachable where this project is developed.
-The chain, for a 1-D ``ttnn.MeshDevice`` of n devices (N300 1x2, T3K 1x8), device d at mesh
-coordinate ``(d // cols, d % cols)``:
+**The decode loop** (`ContextParallelDecode`; ``LlamaDecoder(backend="device", devices=n,
+context_parallel=n)`` runs on it): the paged KV cache sharded over a mesh's n devices along the
+sequence (interleaved blocks: a user's block j on device ``j mod n`` as local block ``j div n``, the
+per-rank pools and page tables of ``kv_cache.ContextParallelAllocator``), allocated once and kept on
+the devices; per step one host -> device write (every device's int32 row: its append positions,
+attention positions and page table, `step_rows` / `sharding.device_step_positions`); the new token's
+K/V written only on the device owning its position (the fused RoPE append with -1 elsewhere); FlashDecode
+on every shard with its positions and page table as device tensors (one SPMD program: every
+difference between devices is in the device tensors); a user with no key on a device gets the
+kernels' skipped-user partial (zero rows, LSE -inf: kernels/flash_decode/writer.cpp), weight 0 in the
+merge; ``ttnn.all_gather(dim=0)`` of O and LSE (on a 2-D mesh two gathers, ``cluster_axis`` 1 then 0,
+as the 1-D fabric needs) and the combine program (`ttdecode.ops.combine.CombineStep`). The three
+programs are `ttdecode.device.PreparedProgram` s built once: no plan, build or upload after the build.
+
+What runs without a chip: on a mock T3K (``ttdecode.testing``, tt-metal's host side for real, nothing
+computed) tests/mock/test_context_parallel_device.py runs the context-parallel Llama on a 1 x 8 and a
+2 x 4 mesh (FABRIC_1D): every op accepted, one write and one read per step, no program-cache entry
+after step 2. The numbers of the dataflow (rows, views, LSE rows to tiles, gathers, merge) are checked
+on a torch twin of ttnn with the combine kernels on the host runtime (tests/distributed/test_cp_loop.py);
+the numerics of context parallelism are the host backend's (``context.py``, backend "host"). Not built
+in the loop: tensor x context parallelism on one mesh (TP along one axis, CP along the other), a
+sliding window or attention sink, multi-token steps (the host backend has them), the all_to_all
+combine (`device_combine.ALL_TO_ALL_ON_DEVICE`); no chip has run it.
+
+**The one-shot call** (``context_parallel_decode(..., backend="device")``: a whole contiguous cache
+given as host tensors, re-sharded and uploaded on every call, for a single decode; paged caches are
+refused there, the loop above keeps paged shards), for a 1-D ``ttnn.MeshDevice`` of n devices (N300
+1x2, T3K 1x8), device d at mesh coordinate ``(d // cols, d % cols)``:
 
 1. Sharding: the host path's own description (``context.shard_plan``, ``context._local_positions``,
    ``context.shard_groups``): device d holds the units of ``shard_plan(...).units[d]``, and makes one
@@ -26,8 +52,8 @@ What runs here (``tests/distributed/test_cp_mesh.py``): steps 1-2 for real (the 
 ttnn host tensors joined by ``ttnn.from_host_shards``, every device's real ``ProgramDescriptor`` inside a
 real ``MeshProgramDescriptor``), and the whole chain with ttnn's device calls (``to_device``,
 ``allocate_tensor_on_device``, ``generic_op``, ``slice``, ``to_layout``, ``concat``, ``all_gather``,
-``get_device_tensors`` / ``to_torch`` of the result) replaced by recorders. Not built: paged caches on a
-mesh, multi-token decode, 2-D meshes, the all_to_all combine (``device_combine.ALL_TO_ALL_ON_DEVICE``).
+``get_device_tensors`` / ``to_torch`` of the result) replaced by recorders. Not built in the one-shot
+call: paged caches (use the loop), multi-token decode, 2-D meshes, the all_to_all combine.
 """
 
 from __future__ import annotations
@@ -50,8 +76,10 @@ _NAME = "context_parallel_decode"
 
 #: Options of the op the mesh path does not carry (refused by name, see the module doc).
 NOT_ON_A_MESH = {
-    "page_table": "a paged cache on a mesh (each device's page table and block pool) is not built; "
-                  "use backend='host'",
+    "page_table": "a paged cache on a mesh is not built in this one-shot call (it would re-shard and upload "
+                  "every device's block pool on each call); a decode loop keeps its paged shards on the "
+                  "devices: ttdecode.distributed.device_context.ContextParallelDecode (LlamaDecoder "
+                  "context_parallel on backend='device'); or use backend='host'",
 }
 
 

@@ -46,7 +46,10 @@ pool holds ``num_blocks`` blocks, by default ``batch * ceil(ceil(max_seq_len / b
 i.e. 1/C of the whole cache within one block per user. Each device runs the op on its local blocks
 (its rank's page table, local positions) with ``return_lse=True``, the C partials are
 merged exactly by their LSE over the CP group (``combine_over_group``), and the O projection, MLP
-and LM head are tensor parallel over the TP group (replicated across the CP group).
+and LM head are tensor parallel over the TP group (replicated across the CP group). On the device
+backend context parallelism spans the whole mesh (``context_parallel == devices``, tensor parallel 1:
+``ttdecode.distributed.device_context.ContextParallelDecode``, the same layout and allocator, the
+merge by ttnn's all_gather and the combine program); TP x CP on one mesh is refused by name there.
 """
 
 from __future__ import annotations
@@ -566,7 +569,7 @@ class LlamaDecoder:
                         f"{type(tokens).__name__} {list(getattr(tokens, 'shape', []))}", TypeError)
         return self._step(tokens, positions, greedy=True)
 
-    def _device_steps(self, tok: torch.Tensor, pos: tuple[int, ...], table: torch.Tensor,
+    def _device_steps(self, tok: torch.Tensor, pos: tuple[int, ...], table: Any,
                       greedy: bool) -> torch.Tensor:
         """Tokens ``[B, T]`` at positions ``pos`` through the device decoder, one token index a step:
         logits ``[B, T, vocab]`` (idle rows zero) or, greedy (T = 1), the argmax ids ``[B]`` (-1 idle)."""

@@ -33,8 +33,13 @@ tensors, tests/models/test_llama_device_weights.py):
 * `DECODE_STEP_OPS`: the ttnn ops of the tensor-parallel step per layer, in order (the one-chip
   `DeviceDecoder` runs them without the collectives); a test checks that each exists in ttnn.
 
-Not built yet: context parallelism on a mesh, a 2 x 4 mesh (the collectives would need
-``cluster_axis``), and a traced decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
+Context parallel over the whole mesh (``context_parallel`` = the mesh's devices, 1 x 8 or 2 x 4):
+every device holds the whole model (replicated weights) and its shard of the paged caches, the
+attention through ``ttdecode.distributed.device_context.ContextParallelDecode`` (mock T3K test:
+tests/mock/test_context_parallel_device.py; the dataflow's numbers on a torch twin:
+tests/distributed/test_cp_loop.py). Not built yet: tensor x context parallelism on one mesh,
+tensor parallelism on a 2 x 4 mesh (its collectives would need ``cluster_axis``), and a traced
+decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
 without ``device=`` opens device 0 and refuses to start where there is none.
 """
 
@@ -306,6 +311,14 @@ class DeviceDecoder:
     ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
     The input row is written replicated (one ``copy_host_to_device_tensor``). The mesh needs
     ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
+
+    Context parallel (``context_parallel`` = the mesh's N devices, ``1 x N`` or a 2-D mesh): the
+    weights replicated, the caches, the step row and the attention are a
+    ``ttdecode.distributed.device_context.ContextParallelDecode``'s: one write of every device's row
+    (token ids and global positions, then that device's append and attention positions and page
+    table), the RoPE at the global positions, K/V appended on the device owning each position,
+    FlashDecode on every shard, ``all_gather`` of O and LSE and the combine program; no collective
+    after O, down or the LM head (every device computes the whole model on the merged attention).
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
