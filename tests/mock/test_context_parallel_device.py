@@ -86,6 +86,14 @@ with count_transfers() as log:
     step_rows = len(rows)
     gen = dec.generate(torch.arange(1, 41)[None], 30, progress=False)
     gen_moves = list(log.moves)
+# how the loop's mapper deals the n rows: device tensor i of the mesh gets row i (a host tensor: its
+# values are real on the mock), and each device's share of the step row is one row
+probe = torch.arange(8 * cp.row_width, dtype=torch.int32).reshape(8, cp.row_width)
+dealt = [ttnn.to_torch(t).reshape(-1).tolist() for t in
+         ttnn.get_device_tensors(ttnn.from_torch(probe, dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                                                 mesh_mapper=cp._shard_rows))]
+dealt_ok = dealt == probe.tolist()
+row_shapes = [list(t.shape) for t in ttnn.get_device_tensors(cp.inputs)]
 programs = [cp.rotary.program, cp.flash.program, cp.combine.program]
 kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
            for p in programs for k in p.kernels]
@@ -93,6 +101,7 @@ layout = {"prefix": cp.prefix, "batch": cp.batch, "local_blocks": cp.local_block
 dec.close()
 emit({"open_seconds": round(open_s, 1), "build_seconds": round(build_s, 2), "build_moves": build_moves,
       "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows, "layout": layout,
+      "dealt_ok": dealt_ok, "row_shapes": row_shapes, "row_width": cp.row_width,
       "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": gen_moves}})
 ttnn.close_mesh_device(device)
@@ -162,6 +171,8 @@ def _check(result: dict, jit_log, gathers_per_attention: int) -> None:
     # the weights, caches, RoPE tables, step row go to the device at build only
     assert result["build_moves"] and set(result["build_moves"]) <= {"from_torch"}
     assert result["layout"]["axes"] == ([None] if gathers_per_attention == 1 else [1, 0])
+    # ttnn deals row d of the step's [8, W] rows to device d, one [1, W] row each
+    assert result["dealt_ok"] and result["row_shapes"] == [[1, result["row_width"]]] * DEVICES
     # every step wrote one row per device; the 20 steps kept to block 0, the generation reached block 2
     assert result["step_rows"] == 20 - sum(all(p < 0 for p in s["positions"]) for s in steps)
     assert _check_rows({**result, "rows": result["rows"][:result["step_rows"]]}) == {0}
