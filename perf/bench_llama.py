@@ -501,10 +501,10 @@ def mock_child(name: str, layers: int, vocab: int, seq: int, steps: int, timed: 
                layer_ms_all=statistics.median([x for row in layer_s for x in row]) * 1e3)
     try:  # ttnn's own record of one step: device ops (program-cache hits), moves
         graph = capture_step(lambda: one(greedy=True))
-        clock.marks = []
         res["graph"] = {"device_ops": len(graph.device_ops), "misses": graph.misses(), "moves": graph.moves}
     except Exception as exc:  # noqa: BLE001 - reported, not hidden
         res["graph"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+    clock.marks = []  # a failed capture may leave a partial step's marks
     res["ours"] = our_layer_ops(dec, lambda: one(greedy=True), calls)
     clock.marks = []
     res["ours_ms"] = sum(r["ms"] for r in res["ours"])
@@ -681,10 +681,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             ap.error("--device-mock: --update-committed and --quick belong to the host cases")
         if args.mock_steps < 2:
             ap.error(f"--mock-steps: expected >= 2 (entries are compared after step 2), got {args.mock_steps}")
-        positions = args.mock_steps + args.mock_timed + 2  # counted, timed, captured steps; the reference's
+        # counted, timed, captured and broken-down steps, then the reference's cache update
+        positions = args.mock_steps + args.mock_timed + 3
         if positions > args.mock_seq:
-            ap.error(f"--mock-seq: expected >= the {positions} positions the steps use (--mock-steps + --mock-timed "
-                     f"+ 2), got {args.mock_seq}")
+            ap.error(f"--mock-seq: expected >= the {positions} positions the run uses (--mock-steps + --mock-timed "
+                     f"+ 3), got {args.mock_seq}")
         return run_device_mock(args, args.out or BUILD_OUT)
     if args.update_committed and (args.out is not None or args.quick):
         ap.error("--update-committed writes tech_report/figures/ from a full run: without --out and --quick")

@@ -27,7 +27,7 @@ def test_device_mock_arguments_are_checked_by_name() -> None:
     r = _bench("--device-mock", "--mock-steps", "1", timeout=120)
     assert r.returncode == 2 and "--mock-steps: expected >= 2" in r.stderr, r.stderr
     r = _bench("--device-mock", "--mock-seq", "32", timeout=120)
-    assert r.returncode == 2 and "--mock-seq: expected >= the 42 positions" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--mock-seq: expected >= the 43 positions" in r.stderr, r.stderr
     r = _bench("--device-mock", "--quick", timeout=120)
     assert r.returncode == 2 and "--device-mock: --update-committed and --quick" in r.stderr, r.stderr
 
