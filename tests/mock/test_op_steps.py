@@ -129,3 +129,46 @@ def test_combine_20_device_steps_move_nothing(run_mock) -> None:
     _check_common(res)
     assert res["moves"][0] == {}, res["moves"][0]
     assert res["shapes"] == [[[1, 8, 32, 128], [1, 8, 32, 1], "DataType.BFLOAT16", "DataType.FLOAT32"]] * 20
+
+
+def test_the_transfer_counter_counts_moves_only_outermost_and_restores_ttnn() -> None:
+    """count_transfers on a stand-in ttnn module (no subprocess): moves by name, conversions on the
+    host and nested calls not counted, `counting` False ignored, the originals back after the block."""
+    import types
+
+    from ttdecode.testing.transfers import count_transfers
+
+    class Layout:
+        pass
+
+    class Tensor:
+        def __init__(self, on_device: bool) -> None:
+            self.on_device = on_device
+
+        def cpu(self) -> "Tensor":
+            return Tensor(False)
+
+        def to(self, target: object) -> "Tensor":
+            return Tensor(not isinstance(target, Layout))
+
+    fake = types.SimpleNamespace(Tensor=Tensor, Layout=Layout, is_tensor_storage_on_device=lambda t: t.on_device)
+    fake.from_device = lambda t: Tensor(False)
+    fake.to_torch = lambda t: fake.from_device(t) if t.on_device else t  # a nested move: counted once
+    fake.from_torch = lambda x, dtype=None, *, device=None: Tensor(device is not None)
+    fake.to_device = lambda t, device: Tensor(True)
+    fake.copy_host_to_device_tensor = lambda src, dst: None
+    originals = (fake.from_torch, fake.to_torch, Tensor.cpu, Tensor.to)
+    with count_transfers(fake) as log:
+        host = fake.from_torch(1)                 # host conversion: not a move
+        dev = fake.from_torch(1, device="d")      # move
+        fake.to_torch(dev)                        # move (its from_device inside: not counted again)
+        fake.to_torch(host)                       # host tensor: not a move
+        dev.cpu()                                 # move
+        host.to(Layout())                         # layout conversion: not a move
+        host.to("d")                              # move
+        fake.copy_host_to_device_tensor(host, dev)  # move
+        log.counting = False
+        fake.to_device(host, "d")                 # ignored
+        assert log.moves == ["from_torch", "to_torch", "Tensor.cpu", "Tensor.to", "copy_host_to_device_tensor"]
+        assert log.counts()["to_torch"] == 1 and len(log) == 5
+    assert (fake.from_torch, fake.to_torch, Tensor.cpu, Tensor.to) == originals

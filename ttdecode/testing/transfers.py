@@ -7,8 +7,8 @@ data between host and device; on leaving the block the originals are put back.
 What counts as a move (outermost call only: ``to_torch`` of a device tensor calls ``from_device``
 inside, and that is one move, named ``to_torch``):
 
-* ``from_torch`` given a device (``device=`` or its 4th positional argument); without one it only
-  converts on the host (e.g. a tensor then written by ``copy_host_to_device_tensor``, which counts);
+* ``from_torch`` given a device (``device=``, keyword-only); without one it only converts on the
+  host (e.g. a tensor then written by ``copy_host_to_device_tensor``, which counts);
 * ``to_torch`` and ``Tensor.cpu`` of a tensor on a device; ``Tensor.to(device, ...)`` (not
   ``Tensor.to(layout)``, a conversion);
 * ``to_device``, ``from_device``, ``copy_host_to_device_tensor``, ``copy_device_to_host_tensor``:
@@ -59,7 +59,7 @@ class TransferLog:
 def _is_move(ttnn: Any, name: str, args: tuple, kwargs: dict) -> bool:
     """Whether this call moves data between host and device (module doc)."""
     if name == "from_torch":
-        return kwargs.get("device") is not None or (len(args) > 3 and args[3] is not None)
+        return kwargs.get("device") is not None  # keyword-only in ttnn 0.81.1
     if name in ("to_torch", "Tensor.cpu"):
         return bool(args) and bool(ttnn.is_tensor_storage_on_device(args[0]))
     if name == "Tensor.to":  # to(device, ...) moves; to(target_layout) converts where the tensor is
