@@ -267,40 +267,6 @@ def mock_spec(case: MockCase, layers: int, vocab: int) -> LlamaSpec:
                      mlp_bias=False)
 
 
-class TransferCounter:
-    """Wraps ttnn's host<->device functions (``llama_device.TRANSFER_FUNCTIONS``) and records the
-    outermost device-touching calls by name in `moves` (a host-only ``from_torch`` / ``to_torch`` is
-    not a move)."""
-
-    def __init__(self, ttnn: Any, names: tuple[str, ...]) -> None:
-        self.moves: list[str] = []
-        self._depth = 0
-        for name in names:
-            setattr(ttnn, name, self._wrap(ttnn, name, getattr(ttnn, name)))
-
-    def _wrap(self, ttnn: Any, name: str, fn: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            if name == "from_torch":
-                on_device = kwargs.get("device") is not None or (len(args) > 3 and args[3] is not None)
-            elif name == "to_torch":
-                on_device = ttnn.is_tensor_storage_on_device(args[0])
-            else:
-                on_device = True
-            if on_device and self._depth == 0:
-                self.moves.append(name)
-            self._depth += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._depth -= 1
-        return counted
-
-    def take(self) -> list[str]:
-        """The moves since the last take."""
-        out, self.moves = self.moves, []
-        return out
-
-
 class LayerClock:
     """Timestamps the start of every layer of a device-decoder step: wraps ``ttnn.rms_norm`` and marks
     a call whose ``weight`` is layer i's input-norm weight (the layer's first ttnn call) or the final
@@ -449,9 +415,9 @@ def mock_child(name: str, layers: int, vocab: int, seq: int, steps: int, timed: 
     """Runs one case on the mock (this process's environment set by the parent) and returns its figures."""
     import ttnn
 
-    from ttdecode.models.llama_device import TRANSFER_FUNCTIONS
     from ttdecode.testing.mock import open_mock_device, open_mock_mesh
     from ttdecode.testing.step_graph import capture_step
+    from ttdecode.testing.transfers import count_transfers
 
     case = MOCK_CASES[name]
     spec = mock_spec(case, layers, vocab)
@@ -466,7 +432,8 @@ def mock_child(name: str, layers: int, vocab: int, seq: int, steps: int, timed: 
                        backend="device", device=device)
     del state
     res["build_s"] = time.perf_counter() - t0
-    moves = TransferCounter(ttnn, TRANSFER_FUNCTIONS)
+    counting = count_transfers(ttnn)  # ttnn's host<->device moves, for the child's lifetime (kept referenced)
+    moves = counting.__enter__()
     clock = LayerClock(ttnn, dec._device.w, layers)
     tokens = torch.randint(0, vocab, (MOCK_BATCH,), generator=torch.Generator().manual_seed(1))
     pos = torch.zeros(MOCK_BATCH, dtype=torch.int64)

@@ -16,31 +16,13 @@ import time
 import torch
 import ttnn
 from ttdecode.models import LlamaDecoder, LlamaSpec
-from ttdecode.models.llama_device import TRANSFER_FUNCTIONS
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
 
-# every host <-> device move of ttnn, counted by kind (outermost call only: to_torch calls from_device)
-moves = []
-depth = [0]
-def wrap(name, fn):
-    def counted(*args, **kwargs):
-        if name == "from_torch":
-            on_device = kwargs.get("device") is not None or (len(args) > 3 and args[3] is not None)
-        elif name == "to_torch":
-            on_device = ttnn.is_tensor_storage_on_device(args[0])
-        else:
-            on_device = True
-        if on_device and depth[0] == 0:
-            moves.append(name)
-        depth[0] += 1
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            depth[0] -= 1
-    return counted
-for name in TRANSFER_FUNCTIONS:
-    setattr(ttnn, name, wrap(name, getattr(ttnn, name)))
+# every host <-> device move of ttnn, by name (outermost call only: to_torch calls from_device)
+from ttdecode.testing.transfers import count_transfers
+transfers = count_transfers()
+moves = transfers.__enter__().moves  # counted for the child's lifetime
 
 
 def run_steps(dec, device, B, joins, leaves, steps=20):

@@ -58,7 +58,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 

@@ -57,7 +57,7 @@ from ttdecode.formats import DataType
 LlamaSpec = Any
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
-           "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder", "TRANSFER_FUNCTIONS",
+           "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
            "rope_tables", "step_row"]
 
 #: The ttnn calls of one tensor-parallel decode step (embedding, per layer, final norm, LM head, argmax).
@@ -249,11 +249,6 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
 
 
 # ---- the decoder on a device ---------------------------------------------------------------------
-
-
-#: Host<->device data moves of ttnn (the names a transfer counter wraps).
-TRANSFER_FUNCTIONS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
-                      "copy_device_to_host_tensor")
 
 
 def rope_tables(spec: LlamaSpec, positions: int) -> tuple[torch.Tensor, torch.Tensor]:

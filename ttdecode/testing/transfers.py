@@ -52,6 +52,12 @@ class TransferLog:
         """Forget the moves recorded so far."""
         self.moves.clear()
 
+    def take(self) -> list[str]:
+        """The moves recorded since the last take (or clear), forgotten here."""
+        out = list(self.moves)
+        self.moves.clear()
+        return out
+
     def __len__(self) -> int:
         return len(self.moves)
 
