@@ -333,10 +333,20 @@ def test_tile_and_ttnn_q_must_be_bfloat16() -> None:
         run(q=from_torch(torch.randn(1, B, NH, D), DataType.bfloat8_b))
 
 
-def test_memory_config_other_than_interleaved_dram_is_refused(ttnn) -> None:
-    run(memory_config=ttnn.DRAM_MEMORY_CONFIG)  # what the writer produces: accepted
-    with pytest.raises(ValueError, match="argument 'memory_config': expected an interleaved DRAM ttnn.MemoryConfig"
-                                         ".*got buffer_type L1, memory_layout INTERLEAVED"):
-        run(memory_config=ttnn.L1_MEMORY_CONFIG)
-    with pytest.raises(ValueError, match="argument 'memory_config': .*got buffer_type L1, memory_layout HEIGHT_SHARDED"):
+def test_memory_config_interleaved_or_height_sharded_l1_is_taken_and_the_rest_refused(ttnn) -> None:
+    run(memory_config=ttnn.DRAM_MEMORY_CONFIG)  # what the writer produces
+    run(memory_config=ttnn.L1_MEMORY_CONFIG)  # moved there by ttnn.to_memory_config on the device
+    grid = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(B - 1, 0))])
+    sharded = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1,
+                                ttnn.ShardSpec(grid, [32, D], ttnn.ShardOrientation.ROW_MAJOR))
+    run(memory_config=sharded)  # tt_transformers' output placement: [32 padded heads, Dv] per user
+    with pytest.raises(ValueError, match="argument 'memory_config': expected a height-sharded L1 ttnn.MemoryConfig "
+                                         "with a shard_spec.*got one without a shard_spec"):
         run(memory_config=ttnn.L1_HEIGHT_SHARDED_MEMORY_CONFIG)
+    with pytest.raises(ValueError, match="argument 'memory_config': expected an interleaved DRAM or L1 "
+                                         ".*got buffer_type L1, memory_layout WIDTH_SHARDED"):
+        run(memory_config=ttnn.L1_WIDTH_SHARDED_MEMORY_CONFIG)
+    with pytest.raises(ValueError, match="argument 'memory_config': .*got buffer_type DRAM, memory_layout HEIGHT_SHARDED"):
+        run(memory_config=ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.DRAM))
+
+

@@ -58,6 +58,58 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
 
 
+# ---- placements the kernels do not read: moved on the device around the program (issue 28) -------
+
+
+def is_dram_interleaved(ttnn: Any, mem: Any) -> bool:
+    """True for interleaved DRAM, the placement the kernels read and the writer writes."""
+    return mem.buffer_type == ttnn.BufferType.DRAM and mem.memory_layout == ttnn.TensorMemoryLayout.INTERLEAVED
+
+
+def in_dram(ttnn: Any, tensor: Any, temporaries: list[Any]) -> Any:
+    """`tensor` in interleaved DRAM: itself, or (from L1, interleaved or sharded) a copy made by
+    ``ttnn.to_memory_config`` (a device op, the same data; appended to `temporaries` for the caller to
+    deallocate after the step)."""
+    if is_dram_interleaved(ttnn, tensor.memory_config()):
+        return tensor
+    moved = ttnn.to_memory_config(tensor, ttnn.DRAM_MEMORY_CONFIG)
+    temporaries.append(moved)
+    return moved
+
+
+def check_output_placement(ttnn: Any, memory_config: Any, out_shape: tuple[int, ...], device: Any) -> None:
+    """A sharded `memory_config` must hold the output ``[T, B, NH, Dv]`` (tiles: each user's NH rows
+    padded to 32): height-sharded in L1 with a shard spec whose width is Dv, whose height is a
+    multiple of 32, on cores of the device's grid enough for every row. Refused by name otherwise
+    (ttnn's own failure would come from inside ``to_memory_config``)."""
+    if memory_config is None or memory_config.memory_layout == ttnn.TensorMemoryLayout.INTERLEAVED:
+        return
+    spec = memory_config.shard_spec
+    t, b, nh, dv = out_shape
+    rows = t * b * (-(-nh // 32) * 32)
+    h, w = (int(x) for x in spec.shape)
+    cores = int(spec.grid.num_cores())
+    g = device.compute_with_storage_grid_size()
+    bbox = spec.grid.bounding_box()
+    if w != dv or h % 32 or h <= 0 or -(-rows // h) > cores or bbox.end.x >= g.x or bbox.end.y >= g.y:
+        raise ValueError(
+            "ttdecode: argument 'memory_config': expected a height-sharded L1 config that holds the output "
+            f"[T={t}, B={b}, NH={nh}, Dv={dv}] ({rows} tile rows: NH padded to 32 per user): shard width "
+            f"Dv={dv}, shard height a multiple of 32, at least ceil({rows} / height) cores inside the "
+            f"device's {g.x}x{g.y} grid; got shard shape [{h}, {w}] on {cores} cores ending at "
+            f"({bbox.end.x}, {bbox.end.y})")
+
+
+def in_placement(ttnn: Any, out: Any, memory_config: Any) -> Any:
+    """The program's DRAM-interleaved output in the caller's `memory_config` (None or DRAM
+    interleaved: itself; else ``ttnn.to_memory_config`` and the DRAM one deallocated)."""
+    if memory_config is None or is_dram_interleaved(ttnn, memory_config):
+        return out
+    placed = ttnn.to_memory_config(out, memory_config)
+    ttnn.deallocate(out)
+    return placed
+
+
 def _meta_key(meta: Any) -> Any:
     """What a step depends on of one tensor argument: its kind, shape, format and, on a device, its
     layout and memory config (never its values)."""
@@ -104,12 +156,18 @@ class DecodeStep:
         placeholder = [0] * inputs.batch if self.positions_in_args else None
         self.program = decode_program(inputs, self.plan, compute, positions=placeholder)
         self.prepared = PreparedProgram(self.program, device)
+        ttnn = require_ttnn()
+        self.memory_config = inputs.memory_config
+        q_shape = tuple(inputs.q.shape)
+        check_output_placement(ttnn, self.memory_config, q_shape[:3] + (inputs.head_dim_v,), device)
         from ttdecode.ops.flash_decode.program import READER_COMMON_ARGS
 
         self._positions_base = READER_COMMON_ARGS
         self.calls = 0
         self._fast_names: list[str] = []
         self._fast_specs: Optional[list[Any]] = None
+        self._fast_moved: list[bool] = []  # per fast input: not in interleaved DRAM (moved there per step)
+        self._ran_specs: dict[str, Any] = {}  # the TensorSpecs of the inputs `run` last ran with, by name
         self._all_last = self.positions_args([self.seq_len - 1] * self.batch) if self.positions_in_args else None
 
     def positions_args(self, positions: Any) -> dict[str, dict[int, int]]:
@@ -122,23 +180,24 @@ class DecodeStep:
         inputs are device tensors; a torch page table, sink or mask (host inputs) is uploaded."""
         ttnn = require_ttnn()
         plan = self.plan
-        io = {"q": inputs.q.obj, "k": inputs.k.obj}
-        if inputs.v is not None:
-            io["v"] = inputs.v.obj
         for name, meta in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)):
             if meta is not None and (meta.kind != "ttnn" or not _on_device(meta.obj)):
                 raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a "
                                   f"{meta.kind} tensor")
+        temporaries: list[Any] = []
+        io = {"q": in_dram(ttnn, inputs.q.obj, temporaries), "k": inputs.k.obj}
+        if inputs.v is not None:
+            io["v"] = inputs.v.obj
         common = None
         if self.positions_in_args:
             positions = inputs.positions if inputs.positions is not None else [self.seq_len - 1] * self.batch
             common = self.positions_args(positions)
         else:
-            io["cur_pos"] = _device_tensor(ttnn, inputs.cur_pos_tensor, ttnn.int32, ttnn.ROW_MAJOR_LAYOUT,
-                                           self.device)
+            io["cur_pos"] = in_dram(ttnn, _device_tensor(ttnn, inputs.cur_pos_tensor, ttnn.int32,
+                                                         ttnn.ROW_MAJOR_LAYOUT, self.device), temporaries)
         if inputs.paged:
-            io["page_table"] = _device_tensor(ttnn, inputs.page_table, ttnn.int32, ttnn.ROW_MAJOR_LAYOUT,
-                                              self.device)
+            io["page_table"] = in_dram(ttnn, _device_tensor(ttnn, inputs.page_table, ttnn.int32,
+                                                            ttnn.ROW_MAJOR_LAYOUT, self.device), temporaries)
         if plan.attention_sink:
             sink = inputs.attention_sink
             if sink.kind == "ttnn" and _on_device(sink.obj) and tuple(sink.shape) == (plan.num_q_heads, 32):
@@ -158,29 +217,41 @@ class DecodeStep:
                 io["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                                   device=self.device)
         outs = self.prepared.run(io, common_args=common, outputs=None if output is None else {"out": output})
+        for t in temporaries:
+            ttnn.deallocate(t)
         self.calls += 1
+        given = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "cur_pos": inputs.cur_pos_tensor,
+                 "page_table": inputs.page_table}
+        self._ran_specs = {n: getattr(m.obj, "spec", None) for n, m in given.items()
+                           if m is not None and m.kind == "ttnn" and _on_device(m.obj)}
+        out = outs[0] if output is not None else in_placement(ttnn, outs[0], self.memory_config)
         if not inputs.return_lse:
-            return outs[0]
+            return out
         from ttdecode.ops.flash_decode.program import decode_lse_rows
 
-        return outs[0], decode_lse_rows(plan, ttnn.to_torch(outs[1]))
+        return out, decode_lse_rows(plan, ttnn.to_torch(outs[1]))
 
 
     def remember_specs(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> bool:
-        """Keep the TensorSpecs of a validated call's inputs for `run_fast` (False: they do not pass
-        the step's metadata check, or the step needs an input the fast path does not take)."""
+        """Keep the TensorSpecs of a validated call's inputs for `run_fast` (False: they are not those
+        `run` last ran with -- in their placement, before any move to DRAM -- or the step needs an input
+        the fast path does not take)."""
         vals = {"q": q, "k": k, "v": v, "cur_pos": cur_pos_tensor, "page_table": page_table}
         names = [s.name for s in self.prepared.inputs]
         if any(vals.get(n) is None for n in names):
             return False
-        io = {n: vals[n] for n in names}
         try:
-            self.prepared.check_inputs(io)
-            specs = [io[n].spec for n in names]
-        except Exception:  # noqa: BLE001 - not fast-path material (or a tensor without a TensorSpec)
+            specs = [vals[n].spec for n in names]
+        except Exception:  # noqa: BLE001 - not fast-path material (a tensor without a TensorSpec)
             return False
+        if any(self._ran_specs.get(n) is None or not (self._ran_specs[n] == sp) for n, sp in zip(names, specs)):
+            return False
+        if q.dtype != require_ttnn().bfloat16:  # a block-float Q is typecast per step: validating path
+            return False
+        ttnn = require_ttnn()
         self._fast_names = names
         self._fast_specs = specs
+        self._fast_moved = [not is_dram_interleaved(ttnn, sp.memory_config) for sp in specs]
         return True
 
     def run_fast(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> Any:
@@ -203,9 +274,14 @@ class DecodeStep:
         common = None
         if self.positions_in_args:  # non-causal: S - 1 for every user
             common = self._all_last
+        temporaries: list[Any] = []
+        if any(self._fast_moved):
+            ordered = [in_dram(ttnn, t, temporaries) if m else t for t, m in zip(ordered, self._fast_moved)]
         outs = self.prepared.run_ordered(ordered, common)
+        for t in temporaries:
+            ttnn.deallocate(t)
         self.calls += 1
-        return outs[0]
+        return in_placement(ttnn, outs[0], self.memory_config)
 
 
 def _device_tensor(ttnn: Any, meta: Any, dtype: Any, layout: Any, device: Any) -> Any:
@@ -240,6 +316,7 @@ def clear_steps() -> None:
     """Forget every cached step (their ttnn programs stay in the device's program cache)."""
     _steps.clear()
     _fast.clear()
+    _converted.clear()
 
 
 # ---- the cached call's fast path ----------------------------------------------------------------
@@ -252,31 +329,69 @@ _fast: "OrderedDict[Any, list[DecodeStep]]" = OrderedDict()
 #: Steps (decode shapes) kept per fast key: e.g. the batch sizes a server alternates between.
 FAST_STEPS_PER_KEY = 4
 
-#: The options a fast key holds by value; anything else unhashable (a ttnn config object, a list of
-#: positions, a mask or sink) leaves the call on the validating path.
+#: The options a fast key holds by value; anything else unhashable (a list of positions, a mask or
+#: sink) leaves the call on the validating path. ttnn config objects are converted (`_own_config`).
 _FAST_OPTIONS = ("is_causal", "scale", "sliding_window_size", "share_cache", "head_dim_v")
+
+#: The fields of a ttnn config object its conversion reads (ttdecode.config ``from_ttnn``).
+_TTNN_CONFIG_FIELDS = {
+    "SDPAProgramConfig": ("compute_with_storage_grid_size", "sub_core_grids", "q_chunk_size", "k_chunk_size",
+                          "exp_approx_mode", "max_cores_per_head_batch", "max_k_splits",
+                          "matmul_math_fidelity", "segmented_accumulation"),
+    "WormholeComputeKernelConfig": ("math_fidelity", "math_approx_mode", "fp32_dest_acc_en", "packer_l1_acc",
+                                    "dst_full_sync_en"),
+}
+#: id(ttnn config object) -> (the object, a snapshot of its fields, ttdecode's frozen config of it).
+_converted: "OrderedDict[int, tuple[Any, tuple, Any]]" = OrderedDict()
+
+
+def _own_config(value: Any, own_type: type) -> Any:
+    """`value` as a hashable ttdecode config for the fast key: None and ttdecode's own as they are; a
+    ttnn config converted once per object (``own_type.coerce``) and reused while a snapshot of the
+    fields the conversion reads (their reprs) is unchanged -- a mutated object is converted anew.
+    Returns `MISS` for anything else or a config the conversion refuses (the validating path names
+    the reason)."""
+    if value is None or isinstance(value, own_type):
+        return value
+    fields = _TTNN_CONFIG_FIELDS.get(type(value).__name__)
+    if fields is None:
+        return MISS
+    snapshot = tuple(repr(getattr(value, f, None)) for f in fields)
+    hit = _converted.get(id(value))
+    if hit is not None and hit[0] is value and hit[1] == snapshot:
+        return hit[2]
+    try:
+        own = own_type.coerce(value)
+    except (TypeError, ValueError):
+        return MISS
+    _converted[id(value)] = (value, snapshot, own)  # the object is held: its id is not reused meanwhile
+    while len(_converted) > STEP_CACHE_SIZE:
+        _converted.popitem(last=False)
+    return own
 
 
 def fast_key(q: Any, k: Any, v: Any, paged: bool, options: dict) -> Optional[tuple]:
     """The key of a call that may skip validation, or None. Only device tensors (Q, K, V, the
-    cur_pos_tensor, the page table), no positions list, mask, sink, output memory config or LSE, and
-    configs that are None or ttdecode's frozen (hashable) configs: then the call's options are in the
-    key by value, and `DecodeStep.run_fast` compares every tensor's TensorSpec (shape, dtype, layout,
-    memory config) and device with those of a validated call of the step: all that the validation of
-    such a call looks at."""
+    cur_pos_tensor, the page table), no positions list, mask, sink or LSE; configs None, ttdecode's
+    frozen (hashable) ones or ttnn config objects (converted to ttdecode's, `_own_config`); the output
+    memory config by its repr. Then the call's options are in the key by value, and
+    `DecodeStep.run_fast` compares every tensor's TensorSpec (shape, dtype, layout, memory config) and
+    device with those of a validated call of the step: all that the validation of such a call looks at."""
     from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
 
     if (options.get("cur_pos") is not None or options.get("attn_mask") is not None
-            or options.get("attention_sink") is not None or options.get("return_lse")
-            or options.get("memory_config") is not None):
+            or options.get("attention_sink") is not None or options.get("return_lse")):
         return None
-    pcfg, ccfg = options.get("program_config"), options.get("compute_kernel_config")
-    if not (pcfg is None or isinstance(pcfg, SDPAProgramConfig)) or not (
-            ccfg is None or isinstance(ccfg, ComputeKernelConfig)):
+    pcfg = _own_config(options.get("program_config"), SDPAProgramConfig)
+    ccfg = _own_config(options.get("compute_kernel_config"), ComputeKernelConfig)
+    if pcfg is MISS or ccfg is MISS:
+        return None
+    mem = options.get("memory_config")
+    if mem is not None and type(mem).__name__ != "MemoryConfig":
         return None
     try:
         key = (v is None, paged, options.get("cur_pos_tensor") is None, options.get("page_table") is None,
-               tuple(options.get(name) for name in _FAST_OPTIONS), pcfg, ccfg)
+               tuple(options.get(name) for name in _FAST_OPTIONS), pcfg, ccfg, None if mem is None else repr(mem))
         hash(key)
     except TypeError:
         return None

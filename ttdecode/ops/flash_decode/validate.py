@@ -339,21 +339,28 @@ def check_k_chunk_size(program_config: SDPAProgramConfig, seq_len: int) -> None:
 
 
 def check_memory_config(memory_config: object) -> None:
-    """``memory_config``: None or an interleaved DRAM ``ttnn.MemoryConfig`` (``ttnn.DRAM_MEMORY_CONFIG``).
-
-    The writer kernel writes the output page by page into an interleaved DRAM tensor; an L1 or
-    sharded output placement is not implemented, so it is refused rather than ignored.
+    """``memory_config`` (the output's placement, device backend): None (interleaved DRAM), an interleaved
+    DRAM or L1 ``ttnn.MemoryConfig``, or a height-sharded L1 one with a shard spec (e.g. tt_transformers'
+    ``[32 padded heads, Dv]`` shards over B cores). The writer writes interleaved DRAM; the device step
+    moves the output into the placement asked for (``ttnn.to_memory_config``, a device op) and checks
+    there that a sharded spec holds the output's shape. Width/block sharding, DRAM sharding and a
+    sharded config without a shard spec are refused by name.
     """
     if memory_config is None:
         return
     if type(memory_config).__name__ != "MemoryConfig":
         raise fail("memory_config", "None or a ttnn.MemoryConfig", type(memory_config).__name__, TypeError)
-    buffer_type = str(getattr(memory_config, "buffer_type", "?")).rsplit(".", 1)[-1]
-    layout = str(getattr(memory_config, "memory_layout", "?")).rsplit(".", 1)[-1]
-    if (buffer_type, layout) != ("DRAM", "INTERLEAVED"):
+    buffer_type = str(getattr(memory_config, "buffer_type", "?")).rsplit(".", 1)[-1].rsplit(":", 1)[-1]
+    layout = str(getattr(memory_config, "memory_layout", "?")).rsplit(".", 1)[-1].rsplit(":", 1)[-1]
+    if layout == "INTERLEAVED" and buffer_type in ("DRAM", "L1"):
+        return
+    if (buffer_type, layout) != ("L1", "HEIGHT_SHARDED"):
         raise fail("memory_config",
-                   "an interleaved DRAM ttnn.MemoryConfig (ttnn.DRAM_MEMORY_CONFIG; L1 and sharded outputs "
-                   "are not implemented)", f"buffer_type {buffer_type}, memory_layout {layout}")
+                   "an interleaved DRAM or L1 ttnn.MemoryConfig, or a height-sharded L1 one (width/block "
+                   "and DRAM sharding are not implemented)", f"buffer_type {buffer_type}, memory_layout {layout}")
+    if getattr(memory_config, "shard_spec", None) is None:
+        raise fail("memory_config", "a height-sharded L1 ttnn.MemoryConfig with a shard_spec (the output's "
+                   "placement: shard shape and cores)", "one without a shard_spec")
 
 
 # ---- everything together ---------------------------------------------------------------------
