@@ -7,6 +7,7 @@ import pytest
 from ttdecode.config import (
     PRESETS,
     WORMHOLE_GRID,
+    WORMHOLE_MAX_GRID,
     ComputeKernelConfig,
     SDPAProgramConfig,
     get_preset,
@@ -16,11 +17,14 @@ from ttdecode.config import (
 
 
 def test_program_config_defaults_match_ttnn_decode_defaults() -> None:
+    # no grid = the device's (tt-metal's factory without a program config); the host runtime's default 8x8
     c = SDPAProgramConfig()
-    assert c.compute_with_storage_grid_size == (8, 8)
+    assert c.compute_with_storage_grid_size is None
     assert (c.sub_core_grids, c.q_chunk_size, c.k_chunk_size) == (None, 0, 0)
-    assert c.exp_approx_mode is None and c.max_cores_per_head_batch == 16
+    assert c.exp_approx_mode is None and c.max_cores_per_head_batch is None  # not set: 16 or what fits
     assert c.num_cores == 64 and c.cores()[:3] == [(0, 0), (1, 0), (2, 0)]
+    host = c.resolve_grid(WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the host limit")
+    assert host.compute_with_storage_grid_size == (8, 8)
 
 
 @pytest.mark.parametrize("k", [32, 64, 128, 256, 512, 1024])
@@ -55,16 +59,30 @@ def test_chunk_cap_is_none_or_8_16_32_and_only_with_dynamic_chunks() -> None:
 
 @pytest.mark.parametrize("m", [0, 65, -1])
 def test_max_cores_per_head_batch_must_be_1_to_64(m: int) -> None:
-    with pytest.raises(ValueError, match=rf"'max_cores_per_head_batch': expected an integer in 1..64, got {m}"):
+    with pytest.raises(ValueError, match=rf"'max_cores_per_head_batch': expected None \(not set\) or an integer in 1..64, got {m}"):
         SDPAProgramConfig(max_cores_per_head_batch=m)
     assert SDPAProgramConfig(max_cores_per_head_batch=64).max_cores_per_head_batch == 64
 
 
-@pytest.mark.parametrize("grid", [(9, 8), (8, 9), (0, 8), (8, 10)])
-def test_grid_beyond_the_8x8_wormhole_compute_grid_is_refused(grid: tuple[int, int]) -> None:
-    with pytest.raises(ValueError, match=rf"'compute_with_storage_grid_size': expected .*1..8 x 1..8, got \({grid[0]}, {grid[1]}\)"):
+@pytest.mark.parametrize("grid", [(0, 8), (8, 0), (-1, 1)])
+def test_grid_below_one_core_is_refused(grid: tuple[int, int]) -> None:
+    with pytest.raises(ValueError, match=rf"'compute_with_storage_grid_size': expected None \(the device's grid\) "
+                                         rf"or \(columns, rows\) of at least 1 x 1, got \({grid[0]}, {grid[1]}\)"):
         SDPAProgramConfig(compute_with_storage_grid_size=grid)
-    assert WORMHOLE_GRID == (8, 8)
+
+
+def test_grid_limit_is_checked_when_resolved() -> None:
+    """A grid is checked against the limit in force when the call is planned: the device's grid on a
+    device, on the host runtime the Wormhole's largest worker grid, 8 columns x 9 rows (a board enables
+    at most 72 of the 80 Tensix cores: reference sheet, section 2)."""
+    assert (WORMHOLE_GRID, WORMHOLE_MAX_GRID) == ((8, 8), (8, 9))
+    c = SDPAProgramConfig(compute_with_storage_grid_size=(8, 9))
+    assert c.resolve_grid(WORMHOLE_MAX_GRID, WORMHOLE_GRID, "x") is c and c.num_cores == 72
+    for grid in ((9, 8), (8, 10)):
+        with pytest.raises(ValueError, match=rf"'program_config.compute_with_storage_grid_size': expected a grid "
+                                             rf"within the host limit: at most 8 columns x 9 rows, got \({grid[0]}, {grid[1]}\)"):
+            SDPAProgramConfig(compute_with_storage_grid_size=grid).resolve_grid(WORMHOLE_MAX_GRID, WORMHOLE_GRID,
+                                                                                "the host limit")
 
 
 def test_grid_must_be_a_pair() -> None:
@@ -73,11 +91,17 @@ def test_grid_must_be_a_pair() -> None:
 
 
 def test_sub_core_grids_lists_cores_rectangle_by_rectangle() -> None:
-    c = SDPAProgramConfig(sub_core_grids=[((0, 0), (1, 1)), ((4, 7), (7, 7))])
+    c = SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), sub_core_grids=[((0, 0), (1, 1)), ((4, 7), (7, 7))])
     assert c.sub_core_grids == (((0, 0), (1, 1)), ((4, 7), (7, 7)))
     assert c.cores() == [(0, 0), (1, 0), (0, 1), (1, 1), (4, 7), (5, 7), (6, 7), (7, 7)]
     assert c.num_cores == 8
     hash(c)  # stays hashable
+
+
+def test_sub_core_grids_need_the_grid_they_lie_in() -> None:
+    with pytest.raises(ValueError, match=r"'compute_with_storage_grid_size': expected the grid \(columns, rows\) "
+                                         r"the sub_core_grids lie in when sub_core_grids is given, got None"):
+        SDPAProgramConfig(sub_core_grids=[((0, 0), (1, 1))])
 
 
 def test_sub_core_grids_must_lie_inside_the_grid() -> None:
@@ -87,16 +111,19 @@ def test_sub_core_grids_must_lie_inside_the_grid() -> None:
 
 def test_sub_core_grids_refuses_reversed_and_overlapping_rectangles() -> None:
     with pytest.raises(ValueError, match=r"'sub_core_grids\[0\]'.*got \(\(3, 0\), \(1, 0\)\)"):
-        SDPAProgramConfig(sub_core_grids=[((3, 0), (1, 0))])
+        SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), sub_core_grids=[((3, 0), (1, 0))])
     with pytest.raises(ValueError, match=r"'sub_core_grids\[1\]': expected no core shared with sub_core_grids\[0\]"):
-        SDPAProgramConfig(sub_core_grids=[((0, 0), (3, 3)), ((3, 3), (4, 4))])
+        SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), sub_core_grids=[((0, 0), (3, 3)), ((3, 3), (4, 4))])
     with pytest.raises(ValueError, match=r"'sub_core_grids': expected None or at least one rectangle"):
-        SDPAProgramConfig(sub_core_grids=[])
+        SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), sub_core_grids=[])
 
 
 def test_q_chunk_size_and_exp_approx_mode_are_checked() -> None:
-    with pytest.raises(ValueError, match="'q_chunk_size': expected 0 or a positive multiple of 32.*got 17"):
-        SDPAProgramConfig(q_chunk_size=17)
+    # ttnn 0.81.1 runs its decode op with q_chunk_size 1, 7, 16, 48 (tests/mock/test_ttnn_accepts.py); unused
+    for q in (1, 7, 16, 17, 48):
+        assert SDPAProgramConfig(q_chunk_size=q).q_chunk_size == q
+    with pytest.raises(ValueError, match=r"'q_chunk_size': expected an integer >= 0 \(unused by decode.*got -1"):
+        SDPAProgramConfig(q_chunk_size=-1)
     with pytest.raises(TypeError, match="'exp_approx_mode': expected a bool, got 1"):
         SDPAProgramConfig(exp_approx_mode=1)  # type: ignore[arg-type]
 
@@ -135,7 +162,9 @@ def test_program_config_round_trips_through_ttnn(ttnn) -> None:
 def test_from_ttnn_reads_a_config_made_by_ttnn(ttnn) -> None:
     theirs = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), q_chunk_size=0, k_chunk_size=0,
                                     exp_approx_mode=False)
-    assert SDPAProgramConfig.from_ttnn(theirs) == SDPAProgramConfig(exp_approx_mode=False)
+    # a ttnn config always carries its grid and max_cores_per_head_batch (16 unless given): both count as set
+    assert SDPAProgramConfig.from_ttnn(theirs) == SDPAProgramConfig(
+        compute_with_storage_grid_size=(8, 8), exp_approx_mode=False, max_cores_per_head_batch=16)
 
 
 def test_from_ttnn_refuses_options_not_implemented(ttnn) -> None:

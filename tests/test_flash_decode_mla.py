@@ -206,9 +206,8 @@ def test_a_separate_v_with_another_head_dim_runs_in_the_kernels(d: int, dv: int)
 @pytest.mark.parametrize(
     "v_dim, head_dim_v, message",
     [
-        (None, 608, r"argument 'head_dim_v': expected a multiple of 32 below D=576 when v is None \(MLA\), got 608"),
-        (None, 576, r"argument 'head_dim_v': expected a multiple of 32 below D=576 when v is None \(MLA\), got 576"),
-        (None, 500, r"argument 'head_dim_v': expected a multiple of 32 below D=576 when v is None \(MLA\), got 500"),
+        (None, 608, r"argument 'head_dim_v': expected a positive multiple of 32 up to D=576 when v is None \(MLA\), got 608"),
+        (None, 500, r"argument 'head_dim_v': expected a positive multiple of 32 up to D=576 when v is None \(MLA\), got 500"),
         (None, None, r"argument 'head_dim_v': expected an integer when v is None"),
         (512, 256, r"argument 'head_dim_v': expected None or v's last dim 512, got 256"),
     ],

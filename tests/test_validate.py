@@ -147,12 +147,13 @@ def test_kv_formats_must_agree() -> None:
         run(v=from_torch(torch.randn(B, NKV, S, D), DataType.bfloat8_b))
 
 
-def test_mla_needs_head_dim_v_below_d() -> None:
+def test_mla_needs_head_dim_v_up_to_d() -> None:
     assert run(v=None, head_dim_v=32).head_dim_v == 32
+    assert run(v=None, head_dim_v=64).head_dim_v == 64  # V = K (ttnn: head_dim_v <= D)
     with pytest.raises(ValueError, match=r"argument 'head_dim_v': expected an integer when v is None .*got None"):
         run(v=None)
-    with pytest.raises(ValueError, match=r"argument 'head_dim_v': expected a multiple of 32 below D=64 when v is None \(MLA\), got 64"):
-        run(v=None, head_dim_v=64)
+    with pytest.raises(ValueError, match=r"argument 'head_dim_v': expected a positive multiple of 32 up to D=64 when v is None \(MLA\), got 96"):
+        run(v=None, head_dim_v=96)
 
 
 def test_head_dim_v_with_v_must_match_it() -> None:
@@ -289,7 +290,9 @@ def test_paged_cache_gives_s_from_the_page_table() -> None:
 
 
 def test_paged_block_size_must_be_whole_tiles() -> None:
-    with pytest.raises(ValueError, match=r"argument 'k': expected a paged cache .*block_size a positive multiple of 32, got shape \[6, 2, 16, 64\]"):
+    with pytest.raises(ValueError, match=r"argument 'k': expected a paged cache .*block_size a positive multiple of 32 "
+                                         r"\(a K/V tile holds 32 positions and the kernels read whole tiles; block_size 16 "
+                                         r"is not supported\), got shape \[6, 2, 16, 64\]"):
         paged(k=torch.randn(6, NKV, 16, D), v=torch.randn(6, NKV, 16, D))
 
 
@@ -303,7 +306,8 @@ def test_page_table_must_be_int32_b_by_blocks() -> None:
 
 
 def test_page_table_block_ids_must_be_in_range() -> None:
-    with pytest.raises(ValueError, match=r"argument 'page_table\[1, 0\]': expected a block id in 0..5, got 6"):
+    with pytest.raises(ValueError, match=r"argument 'page_table\[1, 0\]': expected a block id in 0..5 \(user 1 at "
+                                         r"position \d+ reads entries 0..\d; the entries beyond may hold anything\), got 6"):
         paged(page_table=torch.tensor([[0, 1], [6, 3]], dtype=torch.int32))
 
 
@@ -325,12 +329,14 @@ def test_describe_reads_ttnn_and_tile_tensors(ttnn) -> None:
     assert describe("q", torch.randn(3)).storage_dtype == "bfloat16"  # torch float32 is stored as bf16
 
 
-def test_tile_and_ttnn_q_must_be_bfloat16() -> None:
+def test_tile_q_may_be_block_float_but_not_float32() -> None:
     from ttdecode.formats import DataType
     from ttdecode.tensor import from_torch
 
-    with pytest.raises(TypeError, match="argument 'q': expected a tile tensor in bfloat16, got dtype bfloat8_b"):
-        run(q=from_torch(torch.randn(1, B, NH, D), DataType.bfloat8_b))
+    for dt in (DataType.bfloat8_b, DataType.bfloat4_b):  # ttnn's op takes them (converted exactly to bf16 here)
+        assert run(q=from_torch(torch.randn(1, B, NH, D), dt)).q.dtype == dt.value
+    with pytest.raises(TypeError, match="argument 'q': expected a tile tensor in bfloat16 / bfloat8_b / bfloat4_b, got dtype float32"):
+        run(q=from_torch(torch.randn(1, B, NH, D), DataType.float32))
 
 
 def test_memory_config_interleaved_or_height_sharded_l1_is_taken_and_the_rest_refused(ttnn) -> None:

@@ -5,10 +5,19 @@ fields decode uses); `ComputeKernelConfig` mirrors ``ttnn.WormholeComputeKernelC
 validate every field on construction and convert to and from the ttnn objects
 (``to_ttnn()`` / ``from_ttnn(obj)``; ttnn is imported lazily and only there).
 
-Grid limit (decided from the reference sheet, section 2): ttnn's compute grid on a Wormhole
-N150 is 8 columns x 8 rows (of the 8x10 Tensix array, one row is harvested and one is kept
-for dispatch). The planner and the kernels target that grid, so a grid or sub-core rectangle
-beyond x in 0..7, y in 0..7 is refused (``WORMHOLE_GRID``).
+Grid (decided from the reference sheet, section 2, and ttnn's own op): ``compute_with_storage_grid_size``
+None (the default) means "the device's grid", as in tt-metal's decode op without a program config
+(``device.compute_with_storage_grid_size()``; 8x8 on an N150 with fast dispatch, 8x9 with slow
+dispatch). On a device a grid (or sub-core rectangle) beyond the device's grid is refused when the
+call is planned; on the host runtime the default grid is ``WORMHOLE_GRID`` (8x8, an N150's) and the
+limit ``WORMHOLE_MAX_GRID`` (8x9: a Wormhole board enables at most 72 of the chip's 80 Tensix cores).
+Use `SDPAProgramConfig.resolve_grid` for the grid in force.
+
+``max_cores_per_head_batch`` None (the default) means "not set": ttnn's default 16 pieces per (user,
+KV head), or, when that plan does not fit a core's L1 (e.g. DeepSeek-V3's absorbed MLA, 128 q heads
+of D 576 over one latent head), the most pieces among 8, 4, 2, 1 whose plan fits
+(``ttdecode.ops.flash_decode.plan.make_plan``). A value set by the user (or read from a ttnn config,
+which always carries one) is used as given and an overflowing plan is refused by name.
 
 Defaults differ from ttnn on purpose where accuracy is at stake: ttnn's decode defaults to
 HiFi2, approximate exp and no fp32 accumulation; here the defaults are HiFi4, exact exp
@@ -19,12 +28,14 @@ Pass a config explicitly to trade accuracy for speed.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
 __all__ = [
     "WORMHOLE_GRID",
+    "WORMHOLE_MAX_GRID",
     "MATH_FIDELITIES",
     "SDPAProgramConfig",
     "ComputeKernelConfig",
@@ -33,8 +44,13 @@ __all__ = [
     "get_preset",
 ]
 
-#: Largest compute grid (columns, rows) the operator targets: ttnn's Wormhole N150 grid.
+#: The host runtime's default compute grid (columns, rows): ttnn's Wormhole N150 grid (fast dispatch).
 WORMHOLE_GRID: tuple[int, int] = (8, 8)
+#: The host runtime's largest grid (columns, rows): a Wormhole board enables at most 72 of the 80
+#: Tensix cores (8 columns x 9 rows; REFERENCE.md section 2; a mock N150 with slow dispatch reports 8x9).
+WORMHOLE_MAX_GRID: tuple[int, int] = (8, 9)
+#: max_cores_per_head_batch when the user sets none (ttnn.SDPAProgramConfig's default).
+DEFAULT_MAX_CORES_PER_HEAD_BATCH = 16
 #: Math fidelities of the matrix engine, fastest first.
 MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
 #: Most cores that may work on one (user, KV head): the reduction tree has at most 6 rounds.
@@ -87,17 +103,23 @@ class SDPAProgramConfig:
     """How the decode operator spreads its work over the cores (mirrors ``ttnn.SDPAProgramConfig``).
 
     Fields:
-        compute_with_storage_grid_size: (columns, rows) of the worker grid, at most (8, 8).
+        compute_with_storage_grid_size: None = the device's grid (the host runtime: WORMHOLE_GRID), or
+            (columns, rows) of the worker grid, at least 1 x 1; checked against the device's grid (the host
+            runtime: WORMHOLE_MAX_GRID) by `resolve_grid` when the call is planned.
         sub_core_grids: None, or a list of inclusive rectangles ``((x0, y0), (x1, y1))`` of
             worker cores to use instead of the full grid; rectangles lie inside
-            ``compute_with_storage_grid_size`` and do not overlap (stored as a tuple so the config stays hashable).
-        q_chunk_size: accepted for compatibility; decode has one query row per user and does
-            not use it (0 or a multiple of 32).
+            ``compute_with_storage_grid_size`` (which must then be given) and do not overlap (stored as a
+            tuple so the config stays hashable).
+        q_chunk_size: any integer >= 0, as ttnn 0.81.1 accepts (its decode op validates nothing about it:
+            1, 7, 16 and 48 all run tt-metal's sdpa_decode on a mock N150). Decode does not use it, like
+            tt-metal's decode op (its program factory reads only k_chunk_size, the grid, the sub-core grids,
+            max_cores_per_head_batch and exp_approx_mode of the program config); kept for ttnn round trips.
         k_chunk_size: positions of K/V per chunk; 0 = dynamic per user (from cur_pos), else a
             power of two that is a multiple of 32.
         exp_approx_mode: approximate exp in the softmax; None = follow the compute kernel
             config's ``math_approx_mode``.
-        max_cores_per_head_batch: most cores (pieces) working on one (user, KV head), 1..64.
+        max_cores_per_head_batch: most cores (pieces) working on one (user, KV head), 1..64; None = not
+            set: 16 (ttnn's default), or fewer when 16 does not fit L1 (module doc).
         kv_pages: what a K/V DRAM page holds. "tile" (ttnn's interleaved cache: one tile a page, pages
             round robin over the 12 banks); "key_row" (a ttdecode option, not in ttnn's config: one
             page per key-tile row of D / 32 tiles, round robin over the banks -- on a device a TILE
@@ -111,12 +133,12 @@ class SDPAProgramConfig:
             names the cap that fits.
     """
 
-    compute_with_storage_grid_size: tuple[int, int] = WORMHOLE_GRID
+    compute_with_storage_grid_size: Optional[tuple[int, int]] = None
     sub_core_grids: Optional[tuple[Rect, ...]] = None
     q_chunk_size: int = 0
     k_chunk_size: int = 0
     exp_approx_mode: Optional[bool] = None
-    max_cores_per_head_batch: int = 16
+    max_cores_per_head_batch: Optional[int] = None
     kv_pages: str = "tile"
     chunk_cap: Optional[int] = None
 
@@ -124,26 +146,32 @@ class SDPAProgramConfig:
         own = "SDPAProgramConfig"
         if self.kv_pages not in KV_PAGES:
             raise _fail(own, "kv_pages", f"one of {', '.join(repr(x) for x in KV_PAGES)}", self.kv_pages)
-        gx, gy = _pair(own, "compute_with_storage_grid_size", self.compute_with_storage_grid_size)
-        if not (1 <= gx <= WORMHOLE_GRID[0] and 1 <= gy <= WORMHOLE_GRID[1]):
-            raise _fail(own, "compute_with_storage_grid_size",
-                        f"(columns, rows) within the Wormhole compute grid "
-                        f"1..{WORMHOLE_GRID[0]} x 1..{WORMHOLE_GRID[1]}", (gx, gy))
-        object.__setattr__(self, "compute_with_storage_grid_size", (gx, gy))
+        if self.compute_with_storage_grid_size is not None:
+            gx, gy = _pair(own, "compute_with_storage_grid_size", self.compute_with_storage_grid_size)
+            if gx < 1 or gy < 1:
+                raise _fail(own, "compute_with_storage_grid_size", "None (the device's grid) or (columns, rows) "
+                            "of at least 1 x 1", (gx, gy))
+            object.__setattr__(self, "compute_with_storage_grid_size", (gx, gy))
         if self.sub_core_grids is not None:
-            object.__setattr__(self, "sub_core_grids", self._check_rects(self.sub_core_grids, (gx, gy)))
+            if self.compute_with_storage_grid_size is None:
+                raise _fail(own, "compute_with_storage_grid_size",
+                            "the grid (columns, rows) the sub_core_grids lie in when sub_core_grids is given", None)
+            object.__setattr__(self, "sub_core_grids",
+                               self._check_rects(self.sub_core_grids, self.compute_with_storage_grid_size))
         q = _int(own, "q_chunk_size", self.q_chunk_size)
-        if q < 0 or q % 32 != 0:
-            raise _fail(own, "q_chunk_size", "0 or a positive multiple of 32 (unused by decode)", q)
+        if q < 0:
+            raise _fail(own, "q_chunk_size", "an integer >= 0 (unused by decode, as in tt-metal's decode op)", q)
         k = _int(own, "k_chunk_size", self.k_chunk_size)
         if k != 0 and not (k % 32 == 0 and _is_pow2(k)):
             raise _fail(own, "k_chunk_size", "0 (dynamic) or a power of two that is a multiple of 32", k)
         if self.exp_approx_mode is not None:
             _bool(own, "exp_approx_mode", self.exp_approx_mode)
-        m = _int(own, "max_cores_per_head_batch", self.max_cores_per_head_batch)
-        if not 1 <= m <= MAX_CORES_PER_HEAD_BATCH_LIMIT:
-            raise _fail(own, "max_cores_per_head_batch",
-                        f"an integer in 1..{MAX_CORES_PER_HEAD_BATCH_LIMIT}", m)
+        m = self.max_cores_per_head_batch
+        if m is not None:
+            m = _int(own, "max_cores_per_head_batch", m)
+            if not 1 <= m <= MAX_CORES_PER_HEAD_BATCH_LIMIT:
+                raise _fail(own, "max_cores_per_head_batch",
+                            f"None (not set) or an integer in 1..{MAX_CORES_PER_HEAD_BATCH_LIMIT}", m)
         if self.chunk_cap is not None:
             from ttdecode.split import CHUNK_CAPS  # here, not at the top: the CLI's --help imports no torch
 
@@ -184,13 +212,26 @@ class SDPAProgramConfig:
             raise _fail(own, "sub_core_grids", "None or at least one rectangle", [])
         return tuple(out)
 
+    def resolve_grid(self, limit: tuple[int, int], default: tuple[int, int], where: str) -> "SDPAProgramConfig":
+        """This config with its grid in force: `default` when the grid is None, else the grid given, which
+        (and every sub-core rectangle) must lie within `limit` (columns, rows): the device's
+        ``compute_with_storage_grid_size()`` on a device, WORMHOLE_MAX_GRID on the host runtime; `where`
+        names the limit in the error (ValueError naming ``program_config.compute_with_storage_grid_size``)."""
+        grid = self.compute_with_storage_grid_size
+        if grid is None:
+            return dataclasses.replace(self, compute_with_storage_grid_size=tuple(default))
+        if grid[0] > limit[0] or grid[1] > limit[1]:
+            raise _fail("ttdecode", "program_config.compute_with_storage_grid_size",
+                        f"a grid within {where}: at most {limit[0]} columns x {limit[1]} rows", grid)
+        return self
+
     def cores(self) -> list[tuple[int, int]]:
         """The worker cores ``(x, y)`` in use: sub-core rectangles in order (row-major inside
-        each), else the whole grid row-major."""
+        each), else the whole grid row-major (a None grid counts as WORMHOLE_GRID, the host's default)."""
         if self.sub_core_grids is not None:
             return [(x, y) for (x0, y0), (x1, y1) in self.sub_core_grids
                     for y in range(y0, y1 + 1) for x in range(x0, x1 + 1)]
-        gx, gy = self.compute_with_storage_grid_size
+        gx, gy = self.compute_with_storage_grid_size or WORMHOLE_GRID
         return [(x, y) for y in range(gy) for x in range(gx)]
 
     @property
@@ -211,13 +252,18 @@ class SDPAProgramConfig:
         if self.chunk_cap is not None:
             raise _fail("SDPAProgramConfig.to_ttnn", "chunk_cap",
                         "None (ttnn.SDPAProgramConfig has no chunk cap option)", self.chunk_cap)
+        if self.compute_with_storage_grid_size is None:
+            raise _fail("SDPAProgramConfig.to_ttnn", "compute_with_storage_grid_size",
+                        "a grid (columns, rows): ttnn.SDPAProgramConfig needs one (None means the device's grid: "
+                        "pass device.compute_with_storage_grid_size())", None)
         ttnn = _import_ttnn()
+        m = self.max_cores_per_head_batch
         kwargs: dict[str, Any] = dict(
             compute_with_storage_grid_size=ttnn.CoreCoord(*self.compute_with_storage_grid_size),
             q_chunk_size=self.q_chunk_size,
             k_chunk_size=self.k_chunk_size,
             exp_approx_mode=self.exp_approx_mode,
-            max_cores_per_head_batch=self.max_cores_per_head_batch,
+            max_cores_per_head_batch=DEFAULT_MAX_CORES_PER_HEAD_BATCH if m is None else m,
         )
         if self.sub_core_grids is not None:
             kwargs["sub_core_grids"] = ttnn.CoreRangeSet(

@@ -58,6 +58,30 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
 
 
+# ---- inputs the kernels take in another form: the device's grid, block-float Q / mask (issue 28) -------
+
+
+def with_device_grid(inputs: Any, device: Any) -> Any:
+    """`inputs` with the program config's grid in force on `device`: its
+    ``compute_with_storage_grid_size()`` when the config names none (tt-metal's rule without a program
+    config), else the grid given, refused by name when beyond the device's grid."""
+    g = device.compute_with_storage_grid_size()
+    grid = (int(g.x), int(g.y))
+    pc = inputs.program_config.resolve_grid(grid, grid, f"the device's compute grid {grid[0]}x{grid[1]} "
+                                            "(device.compute_with_storage_grid_size())")
+    return inputs if pc is inputs.program_config else dataclasses.replace(inputs, program_config=pc)
+
+
+def as_bfloat16_on_device(ttnn: Any, tensor: Any) -> tuple[Any, bool]:
+    """A device tensor in the bfloat16 the kernels read: itself, or a bfloat8_b / bfloat4_b one through
+    ``ttnn.typecast`` (a device op; exact: every block-float value is a bfloat16 value, the host runtime
+    converts the same way, validate.as_bfloat16_tiles). Returns (tensor, True when it is a temporary the
+    caller deallocates after the step)."""
+    if tensor.dtype == ttnn.bfloat16:
+        return tensor, False
+    return ttnn.typecast(tensor, ttnn.bfloat16), True
+
+
 # ---- placements the kernels do not read: moved on the device around the program (issue 28) -------
 
 
@@ -149,6 +173,7 @@ class DecodeStep:
 
     def __init__(self, inputs: Any, compute: Any, make_plan: Callable[[Any], Any], device: Any) -> None:
         self.device = device
+        inputs = with_device_grid(inputs, device)
         self.positions_in_args = inputs.cur_pos_tensor is None  # a list, or non-causal (S - 1 for all)
         self.plan = make_plan(dataclasses.replace(inputs, cur_pos=None, positions=None))
         self.batch = inputs.batch
@@ -185,7 +210,10 @@ class DecodeStep:
                 raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a "
                                   f"{meta.kind} tensor")
         temporaries: list[Any] = []
-        io = {"q": in_dram(ttnn, inputs.q.obj, temporaries), "k": inputs.k.obj}
+        q, made = as_bfloat16_on_device(ttnn, in_dram(ttnn, inputs.q.obj, temporaries))
+        if made:
+            temporaries.append(q)
+        io = {"q": q, "k": inputs.k.obj}
         if inputs.v is not None:
             io["v"] = inputs.v.obj
         common = None
@@ -208,12 +236,15 @@ class DecodeStep:
         if plan.has_attn_mask:
             mask = inputs.attn_mask
             if mask.kind == "ttnn" and _on_device(mask.obj):
-                io["attn_mask"] = mask.obj
+                io["attn_mask"], made = as_bfloat16_on_device(ttnn, mask.obj)
+                if made:
+                    temporaries.append(io["attn_mask"])
             else:
                 from ttdecode.ops.flash_decode.program import mask_tiles
-                from ttdecode.tensor import as_tile_tensor, to_torch
+                from ttdecode.ops.flash_decode.validate import as_bfloat16_tiles
+                from ttdecode.tensor import to_torch
 
-                values = to_torch(mask_tiles(plan, as_tile_tensor(mask.obj, DataType.bfloat16)))
+                values = to_torch(mask_tiles(plan, as_bfloat16_tiles(mask)))
                 io["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                                   device=self.device)
         outs = self.prepared.run(io, common_args=common, outputs=None if output is None else {"out": output})

@@ -7,23 +7,29 @@ from typing import Any, Union
 
 import torch
 
-from ttdecode.checks import fail
 from ttdecode.formats import DataType
-from ttdecode.ops.flash_decode.validate import DecodeInputs, dequantize_input, sink_values
+from ttdecode.ops.flash_decode.validate import DecodeInputs, as_bfloat16_tiles, dequantize_input, sink_values
 
 Result = Union[Any, tuple[Any, Any]]
 
 
 def make_decode_plan(inputs: DecodeInputs) -> Any:
-    """The FlashDecode plan for these inputs (`plan.make_plan`; raises PlanError)."""
+    """The FlashDecode plan for these inputs (`plan.make_plan`; raises PlanError). A program config
+    without a grid plans on the host runtime's WORMHOLE_GRID, a given grid must lie within
+    WORMHOLE_MAX_GRID (the device path resolves the device's grid first: device.with_device_grid).
+    Q is planned as bfloat16, the format the kernels read (a block-float Q is converted first)."""
+    from ttdecode.config import WORMHOLE_GRID, WORMHOLE_MAX_GRID
     from ttdecode.formats import DataType
     from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
 
-    pc, cc = inputs.program_config, inputs.compute_kernel_config
+    pc = inputs.program_config.resolve_grid(
+        WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the largest Wormhole worker grid (a board enables at most 8 columns "
+        "x 9 rows of its Tensix cores; the host runtime's limit)")
+    cc = inputs.compute_kernel_config
     return make_plan(
         batch=inputs.batch, num_q_heads=inputs.num_heads, num_kv_heads=inputs.num_kv_heads,
         seq_len=inputs.seq_len, head_dim=inputs.head_dim, head_dim_v=inputs.head_dim_v,
-        kv_dtype=DataType(inputs.kv_dtype), q_dtype=DataType(inputs.q.storage_dtype),
+        kv_dtype=DataType(inputs.kv_dtype), q_dtype=DataType.bfloat16,
         cur_pos=inputs.cur_pos, grid=pc.compute_with_storage_grid_size,
         sub_core_grids=pc.sub_core_grids, k_chunk_size=pc.k_chunk_size,
         max_cores_per_head_batch=pc.max_cores_per_head_batch, fp32_dest_acc_en=cc.fp32_dest_acc_en,
@@ -44,16 +50,6 @@ def kernel_gaps(inputs: DecodeInputs) -> list[str]:
         gaps.append("compute_kernel_config.packer_l1_acc=True (the kernels accumulate in DST and never pack "
                     "onto L1; set it False)")
     return gaps
-
-
-def check_kernel_mask(inputs: DecodeInputs) -> None:
-    """The kernels stream the mask as bfloat16 tiles (ttnn's layout [B or 1, 1, NH, S]): a torch float
-    mask (stored as bfloat16) or a bfloat16 TileTensor / ttnn tensor; block-float masks are refused
-    (a -inf would share its exponent with 15 neighbours)."""
-    mask = inputs.attn_mask
-    if mask is not None and mask.storage_dtype != "bfloat16":
-        raise fail("attn_mask", "a bfloat16 mask (or a torch float tensor) for the kernel backends",
-                   f"{mask.kind} tensor of dtype {mask.dtype}", TypeError)
 
 
 def compute_settings(inputs: DecodeInputs) -> Any:
@@ -79,7 +75,6 @@ def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
             f"backend '{backend}': the FlashDecode kernels do not implement {', '.join(gaps)} yet; "
             f"backend='reference' computes every option"
         )
-    check_kernel_mask(inputs)
     if backend == "device":
         from ttdecode.ops.flash_decode.device import run_decode
 
@@ -91,7 +86,7 @@ def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
 
     out, lse, _ = run_flash_decode(
         plan,
-        q=as_tile_tensor(inputs.q.obj, DataType.bfloat16),
+        q=as_bfloat16_tiles(inputs.q),  # a block-float Q converted exactly, as the device's typecast does
         k=as_tile_tensor(inputs.k.obj, DataType.bfloat16),
         v=None if inputs.v is None else as_tile_tensor(inputs.v.obj, DataType.bfloat16),  # None: MLA
         cur_pos_source=inputs.positions,
@@ -100,7 +95,7 @@ def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config),
         page_table=inputs.page_table_values,  # None for a contiguous cache
         attention_sink=None if inputs.attention_sink is None else sink_values(inputs.attention_sink),
-        attn_mask=None if inputs.attn_mask is None else as_tile_tensor(inputs.attn_mask.obj, DataType.bfloat16),
+        attn_mask=None if inputs.attn_mask is None else as_bfloat16_tiles(inputs.attn_mask),
     )
     return (out, lse) if inputs.return_lse else out
 

@@ -85,6 +85,17 @@ class PlanError(ValueError):
     """A decode plan that cannot run; the message names the knob to change."""
 
 
+class ResourceError(PlanError):
+    """A plan whose buffers overflow a core's L1 or whose busiest core needs too many runtime args
+    (_check_resources): fewer pieces per (user, KV head) may fit."""
+
+
+#: max_cores_per_head_batch=None ("not set"): the pieces per (user, KV head) tried in order, ttnn's
+#: default first; the first whose plan fits is taken (kv_pages "key_row" needs at least 12).
+UNSET_MAX_CORES_TRIES = (16, 8, 4, 2, 1)
+UNSET_MAX_CORES_TRIES_KEY_ROW = (16, 12)
+
+
 # ---- the plan -------------------------------------------------------------------------------
 
 
@@ -787,7 +798,7 @@ def make_plan(
     k_chunk_size: int = 0,
     min_chunk_tiles: int | None = None,
     chunk_cap: int | None = None,
-    max_cores_per_head_batch: int = 16,
+    max_cores_per_head_batch: int | None = 16,
     fp32_dest_acc_en: bool = True,
     math_fidelity: str = "HiFi2",
     dst_full_sync_en: bool = False,
@@ -850,6 +861,11 @@ def make_plan(
     8x32 tiles: quartered). The outputs are the same bits either way (every step is row by row; the
     rows past the heads hold none).
 
+    `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
+    UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": 16, 12) whose plan fits the cores' L1 and runtime
+    args (e.g. DeepSeek-V3's absorbed MLA, 128 q heads of D 576, fits only with 1); if none fits, the
+    error of 16. A value given is used as given: an overflowing plan is refused naming the knob.
+
     The steps, in order (each a function saying what it decides): check the call (_check_sizes,
     _check_chunking, _check_cache, _check_positions); the q rows' tiles (_q_rows); the split
     (_choose_split: chunk, floor, pieces, rounds); the placement (_place_pieces); the tree's run order
@@ -858,6 +874,8 @@ def make_plan(
     signature and this documentation of the public knobs; its body is that sequence.
     """
     call_args = dict(locals())  # the call as made, for re-planning with other knobs (L1 advice)
+    if max_cores_per_head_batch is None:
+        return _plan_fitting_pieces(call_args)
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     # -- check the call (the first fault is the one named)
     _check_sizes(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len, head_dim=head_dim,
@@ -911,6 +929,20 @@ def make_plan(
     )
     _check_resources(plan, l1_bytes_per_core, cb_args, lambda **over: make_plan(**{**call_args, **over}))
     return plan
+
+
+def _plan_fitting_pieces(call_args: dict) -> DecodePlan:
+    """make_plan with max_cores_per_head_batch not set: the first of the tries whose plan raises no
+    ResourceError (module constants UNSET_MAX_CORES_TRIES*); the first try's error when none fits."""
+    tries = UNSET_MAX_CORES_TRIES_KEY_ROW if call_args.get("kv_pages") == "key_row" else UNSET_MAX_CORES_TRIES
+    first_error: ResourceError | None = None
+    for m in tries:
+        try:
+            return make_plan(**{**call_args, "max_cores_per_head_batch": m})
+        except ResourceError as exc:
+            first_error = first_error or exc
+    assert first_error is not None
+    raise first_error
 
 
 def tree_hops(cores_of: Sequence[CoreCoord], pieces: int) -> tuple[int, int]:
@@ -1184,8 +1216,8 @@ def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict, replan) -> 
         biggest = sorted(plan.circular_buffers, key=lambda cb: -cb.total_size)[:3]
         detail = ", ".join(f"{cb.name} {cb.total_size // 1024} KiB" for cb in biggest)
         if _REPLANNING:
-            raise PlanError(f"L1 overflow: the plan needs {used // 1024} KiB per core")
-        raise PlanError(
+            raise ResourceError(f"L1 overflow: the plan needs {used // 1024} KiB per core")
+        raise ResourceError(
             f"L1 overflow: the plan needs {used // 1024} KiB per core, a Wormhole core has "
             f"{l1_bytes // 1024} KiB (largest buffers: {detail}). {_l1_advice(plan, l1_bytes, cb_args, replan)}"
             + (f" Or fewer new tokens per user (num_tokens now {plan.num_tokens}: {plan.q_tiles} q tile rows "
@@ -1193,7 +1225,7 @@ def _check_resources(plan: DecodePlan, l1_bytes: int, cb_args: dict, replan) -> 
         )
     most = max((len(v) for v in plan.core_pieces.values()), default=0)
     if RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most > MAX_RUNTIME_ARGS:
-        raise PlanError(
+        raise ResourceError(
             f"too much work per core: {most} pieces on one core need "
             f"{RUNTIME_ARGS_HEADER + RUNTIME_ARGS_PER_PIECE * most} runtime args (limit {MAX_RUNTIME_ARGS}); "
             f"use a larger grid or a smaller batch, or lower max_cores_per_head_batch (now {plan.pieces_per_work})."

@@ -16,15 +16,28 @@ Shapes (``B`` users, ``NH`` q heads, ``NKV`` KV heads, ``S`` cache positions, ``
   user b's last one, ``-1`` or at least ``T - 1``; ``T > 1`` is causal only); ``k`` ``[B, NKV, S, D]`` (``[1, NKV, S, D]`` with ``share_cache``);
   ``v`` ``[B, NKV, S, Dv]`` like ``k`` or None (MLA: ``V = k[..., :head_dim_v]``, ``head_dim_v < D``).
 * paged: ``k``/``v`` ``[num_blocks, NKV, block_size, D/Dv]``, ``page_table`` ``[B, max_blocks]``
-  int32 with ids in ``0..num_blocks-1``; ``S = max_blocks * block_size``.
-* ``D``, ``Dv``, ``S`` and ``block_size`` are multiples of 32 (whole tiles).
+  int32; ``S = max_blocks * block_size``. The entries a user's positions reach -- the blocks holding the
+  keys it attends, ``first // block_size .. cur_pos // block_size`` with ``first`` 0, or with a sliding
+  window ``cur_pos - (W + T - 1) + 1`` (its T tokens' windows together) -- must be block ids in
+  ``0..num_blocks-1``; the kernels never read the others, which may hold anything (vLLM pads with -1).
+  A skipped user (-1) reaches none; non-causal, every user reaches all blocks.
+* ``D``, ``Dv``, ``S`` and ``block_size`` are multiples of 32 (whole tiles). ttnn 0.81.1 also runs a
+  paged cache of block_size 16; ttdecode refuses it by name: a K/V tile holds 32 positions, so a block of
+  16 is half a tile (16 padding rows) and the kernels read whole tiles.
 
 Formats (storage dtypes; a torch float tensor is stored as bfloat16, the format the kernels take):
 
-* ``q``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16.
+* ``q``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b. The kernels
+  read bfloat16 Q tiles (the reader takes single rows out of them); a block-float Q is converted to
+  bfloat16 first, exactly (every bfloat8_b / bfloat4_b value is a bfloat16 value: ``ttdecode.formats``),
+  on the host runtime (`as_bfloat16_tiles`) and on a device (a ``ttnn.typecast`` before the program). The
+  output is bfloat16 either way (ttnn's own op returns it in Q's format, and takes a block-float Q
+  only with one KV head).
 * ``k``/``v``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b;
   ``k`` and ``v`` in the same format (one KV format per program).
-* ``attn_mask``, ``attention_sink``: like ``q``, or bfloat8_b/bfloat4_b for a tiled mask.
+* ``attn_mask``: like ``q``; a bfloat8_b/bfloat4_b mask is converted to bfloat16 like Q (exactly: the
+  stored values, including a group a -inf made all -inf/0, as ttnn's kernels would unpack them).
+* ``attention_sink``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16.
 * ``cur_pos_tensor``, ``page_table``: int32 (torch or ttnn).
 """
 
@@ -51,6 +64,8 @@ __all__ = [
 
 TILE = 32
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
+#: Q and mask formats: the kernels read bfloat16, a block-float one is converted exactly first.
+Q_DTYPES = KV_DTYPES
 
 
 def check_scale(scale: object, head_dim: int) -> float:
@@ -117,8 +132,8 @@ def check_float_format(meta: TensorMeta, allowed: Sequence[str]) -> None:
 
 
 def check_q_format(q: TensorMeta) -> None:
-    """Q: torch float32/bfloat16 (stored as bfloat16) or TileTensor/ttnn bfloat16."""
-    check_float_format(q, ("bfloat16",))
+    """Q: torch float32/bfloat16 (stored as bfloat16) or TileTensor/ttnn bf16/bfp8/bfp4 (module doc)."""
+    check_float_format(q, Q_DTYPES)
 
 
 def check_kv_format(k: TensorMeta, v: Optional[TensorMeta]) -> str:
@@ -174,13 +189,14 @@ def check_kv_batch(k: TensorMeta, batch: int, share_cache: bool, q: Optional[Ten
 
 def check_v(v: Optional[TensorMeta], k: TensorMeta, head_dim: int, head_dim_v: object) -> int:
     """V matches K in dims 0..2 with Dv a multiple of 32; or V is None and ``head_dim_v`` is
-    a multiple of 32 below D (MLA). ``head_dim_v`` with a V must equal Dv. Returns Dv."""
+    a multiple of 32 up to D (MLA; ``head_dim_v == D`` means V = K, as ttnn allows). ``head_dim_v``
+    with a V must equal Dv. Returns Dv."""
     if v is None:
         if head_dim_v is None:
             raise fail("head_dim_v", "an integer when v is None (MLA: V = k[..., :head_dim_v])", None)
         dv = check_int("head_dim_v", head_dim_v)
-        if not (0 < dv < head_dim) or dv % TILE:
-            raise fail("head_dim_v", f"a multiple of 32 below D={head_dim} when v is None (MLA)", dv)
+        if not (0 < dv <= head_dim) or dv % TILE:
+            raise fail("head_dim_v", f"a positive multiple of 32 up to D={head_dim} when v is None (MLA)", dv)
         return dv
     check_rank(v, 4, "like k with last dim Dv")
     if v.shape[:3] != k.shape[:3]:
@@ -200,11 +216,14 @@ def check_share_cache_not_paged(share_cache: bool, paged: bool) -> None:
 
 
 def check_block_size(k: TensorMeta) -> int:
-    """Paged K ``[num_blocks, NKV, block_size, D]``: block_size a positive multiple of 32."""
+    """Paged K ``[num_blocks, NKV, block_size, D]``: block_size a positive multiple of 32. (ttnn 0.81.1
+    also runs block_size 16; refused here: a K/V tile holds 32 positions, a block of 16 would be half
+    a tile of 16 padding rows, and the kernels read whole tiles.)"""
     bs = k.shape[2]
     if bs < TILE or bs % TILE:
         raise fail("k", "a paged cache [num_blocks, NKV, block_size, D] with block_size a positive "
-                   "multiple of 32", f"shape {list(k.shape)}")
+                   "multiple of 32 (a K/V tile holds 32 positions and the kernels read whole tiles; "
+                   "block_size 16 is not supported)", f"shape {list(k.shape)}")
     return bs
 
 
@@ -219,9 +238,10 @@ def on_device(meta: TensorMeta) -> bool:
 
 def check_page_table(page_table: object, batch: int, num_blocks: int,
                      validate_values: bool = True) -> tuple[TensorMeta, Optional[torch.Tensor]]:
-    """Page table ``[B, max_blocks]`` int32 (torch or ttnn), ids in ``0..num_blocks-1``.
-    Returns its meta and its values (int64 ``[B, max_blocks]``); a device tensor's values are not read
-    (None) unless `validate_values` (the kernels guard: a user with a page id outside the pool is skipped)."""
+    """Page table ``[B, max_blocks]`` int32 (torch or ttnn). Returns its meta and its values (int64
+    ``[B, max_blocks]``; the ids are checked by `check_page_table_reach` once the positions are known); a
+    device tensor's values are not read (None) unless `validate_values` (the kernels guard: a user with a
+    page id outside the pool among the blocks it reaches is skipped)."""
     if page_table is None:
         raise fail("page_table", f"an int32 tensor [B={batch}, max_blocks]", None, TypeError)
     meta = describe("page_table", page_table)
@@ -232,12 +252,33 @@ def check_page_table(page_table: object, batch: int, num_blocks: int,
         raise fail("page_table", f"shape [B={batch}, max_blocks>=1]", f"shape {list(meta.shape)}")
     if on_device(meta) and not validate_values:
         return meta, None
-    table = int_values(meta)
-    bad = (table < 0) | (table >= num_blocks)
-    if bool(bad.any()):
-        b, j = (int(i) for i in bad.nonzero()[0])
-        raise fail(f"page_table[{b}, {j}]", f"a block id in 0..{num_blocks - 1}", int(table[b, j]))
-    return meta, table
+    return meta, int_values(meta)
+
+
+def reached_blocks(position: int, block_size: int, window: Optional[int], tokens: int) -> range:
+    """The page-table entries of a user at `position` (its last token's) the kernels read: the blocks
+    holding the keys its T = `tokens` tokens attend, from the first key of the span (0, or with a sliding
+    window of W keys ``position - (W + T - 1) + 1``, the tokens' windows together) to `position`; none for
+    a skipped user (-1). (kernels/flash_decode/reader.cpp reads K/V tiles window_first_tile..cur_pos / 32
+    only, and its guard checks exactly these entries.)"""
+    if position < 0:
+        return range(0)
+    first = 0 if not window else max(0, position - (window + tokens - 1) + 1)
+    return range(first // block_size, position // block_size + 1)
+
+
+def check_page_table_reach(table: torch.Tensor, positions: Sequence[int], block_size: int, num_blocks: int,
+                           window: Optional[int], tokens: int) -> None:
+    """Every entry a user reaches (`reached_blocks`) is a block id in ``0..num_blocks-1``; the entries
+    beyond are never read and may hold anything (-1 padding). Raises ValueError naming the entry."""
+    for b, pos in enumerate(positions):
+        reach = reached_blocks(int(pos), block_size, window, tokens)
+        for j in reach:
+            value = int(table[b, j])
+            if not 0 <= value < num_blocks:
+                raise fail(f"page_table[{b}, {j}]",
+                           f"a block id in 0..{num_blocks - 1} (user {b} at position {int(pos)} reads entries "
+                           f"{reach.start}..{reach.stop - 1}; the entries beyond may hold anything)", value)
 
 
 # ---- positions ------------------------------------------------------------------------------
@@ -474,10 +515,16 @@ def validate_decode(
     if cur_pos_tensor is not None:
         pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len, num_tokens, read)
 
+    window = check_sliding_window(sliding_window_size, causal)
+    if table is not None:
+        # the entries the users reach (non-causal: all S keys); unknown positions (a device cur_pos_tensor
+        # not read back): the kernels guard the same entries
+        reach_from = positions if causal else (seq_len - 1,) * batch
+        if reach_from is not None:
+            check_page_table_reach(table, reach_from, block_size, km.shape[0], window, num_tokens)
     mask = check_attn_mask(attn_mask, causal, batch, num_heads, seq_len)
     sink = check_attention_sink(attention_sink, num_heads)
     scale_f = check_scale(scale, head_dim)
-    window = check_sliding_window(sliding_window_size, causal)
     check_k_chunk_size(pconf, seq_len)
 
     return DecodeInputs(
@@ -498,6 +545,21 @@ def dequantize_input(meta: TensorMeta) -> torch.Tensor:
     from ttdecode.tensor import dequantize
 
     return dequantize(meta.obj, default_dtype=DataType.bfloat16)
+
+
+def as_bfloat16_tiles(meta: TensorMeta) -> Any:
+    """The tensor as the bfloat16 tiles the kernels read (a ``ttdecode.tensor.TileTensor``): a torch float
+    tensor packed in bfloat16; a bfloat16 TileTensor / host ttnn tensor as it is; a bfloat8_b / bfloat4_b
+    one converted exactly (its decoded values are bfloat16 values: ``ttdecode.formats`` decodes a code to
+    at most 6 fraction bits with its exponent; pinned by tests/test_formats.py). The host runtime's half
+    of the conversion a device does with ``ttnn.typecast`` (Q, attn_mask)."""
+    from ttdecode.formats import is_block_float
+    from ttdecode.tensor import as_tile_tensor, from_torch, to_torch
+
+    tiles = as_tile_tensor(meta.obj, DataType.bfloat16)
+    if not is_block_float(tiles.dtype):
+        return tiles
+    return from_torch(to_torch(tiles).to(torch.float32), DataType.bfloat16)
 
 
 def sink_values(meta: TensorMeta) -> torch.Tensor:
