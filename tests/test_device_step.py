@@ -38,8 +38,26 @@ def _fake_tensor_class() -> type:
         def device(self) -> Any:
             return self._device
 
+        @property
+        def spec(self) -> "Spec":  # what ttnn's TensorSpec holds: compared by the cached-call path
+            return Spec(self.dtype, self.layout, self.shape, self._mem)
+
+        def is_allocated(self) -> bool:
+            return True
+
     Tensor.__module__ = "ttnn.fake"
     return Tensor
+
+
+class Spec:
+    """A stand-in TensorSpec: equal when dtype, layout, shape and memory config are."""
+
+    def __init__(self, dtype: Any, layout: Any, shape: tuple[int, ...], memory_config: Any) -> None:
+        self.memory_config = memory_config
+        self._key = (dtype, layout, shape, memory_config)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Spec) and self._key == other._key
 
 
 class Dev:
@@ -57,7 +75,7 @@ class Dev:
 def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     Tensor = _fake_tensor_class()
     device = Dev(ttnn)
-    calls: dict[str, Any] = {"generic_op": [], "moves": 0}
+    calls: dict[str, Any] = {"generic_op": [], "moves": 0, "device_ops": []}
 
     def generic_op(tensors: list[Any], desc: Any) -> Any:
         counts = [(len(k.common_runtime_args),
@@ -75,6 +93,15 @@ def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(ttnn, "allocate_tensor_on_device",
                         lambda shape, dtype, layout, dev_, mem: Tensor(ttnn, dtype, layout, tuple(shape), dev_))
     monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, Tensor))
+
+    def to_memory_config(t: Any, mem: Any) -> Any:  # a device op: a new tensor in `mem`, no data to the host
+        calls["device_ops"].append(("to_memory_config", t.address, mem))
+        moved = Tensor(ttnn, t.dtype, t.layout, t.shape, t.device())
+        moved._mem = mem
+        return moved
+
+    monkeypatch.setattr(ttnn, "to_memory_config", to_memory_config)
+    monkeypatch.setattr(ttnn, "deallocate", lambda t: calls["device_ops"].append(("deallocate", t.address, None)))
     for name in ("to_torch", "from_torch", "to_device", "from_device"):
         monkeypatch.setattr(ttnn, name, move)
     monkeypatch.setattr(fd_device, "available", lambda: True)
@@ -174,3 +201,81 @@ def test_auto_takes_the_device_only_for_device_tensors(fake: dict[str, Any], mon
     assert backend.select_backend(t["q"], t["k"], t["v"]) == "device"
     assert backend.select_backend(torch.zeros(1, B, NH, D), t["k"], t["v"]) == "host"
     assert backend.select_backend(t["q"], t["k"], None) == "device"  # MLA: no V
+
+
+def _counting_validate(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    import ttdecode.api as api
+
+    count = [0]
+    real = api.validate_decode
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "validate_decode", counting)
+    return count
+
+
+def test_ttnn_config_objects_take_the_fast_path_and_a_mutated_one_or_a_changed_spec_misses(
+        fake: dict[str, Any], ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, calls = fake["t"], fake["calls"]
+    validated = _counting_validate(monkeypatch)
+    pc = ttnn.SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), q_chunk_size=0, k_chunk_size=0,
+                                exp_approx_mode=False)
+    ckc = ttnn.WormholeComputeKernelConfig(math_fidelity=ttnn.MathFidelity.HiFi4, math_approx_mode=False,
+                                           fp32_dest_acc_en=True, packer_l1_acc=False)
+
+    def call(q: Any = None) -> Any:
+        return ttdecode.scaled_dot_product_attention_decode(
+            t["q"] if q is None else q, t["k"], t["v"], cur_pos_tensor=t["cur_pos"], program_config=pc,
+            compute_kernel_config=ckc, backend="device")
+
+    for _ in range(3):
+        call()
+    assert validated[0] == 1 and len(calls["generic_op"]) == 3  # steps 2 and 3: the fast path
+    ckc.math_fidelity = ttnn.MathFidelity.HiFi2  # the same object, mutated: another program
+    call()
+    assert validated[0] == 2 and fd_device.cached_steps() == 2
+    call()
+    assert validated[0] == 2  # the mutated object's conversion is reused while it stays as it is
+    # a Q of another placement (same shape and dtype) is another spec: validated, and moved to DRAM
+    q_l1 = fake["Tensor"](ttnn, ttnn.bfloat16, ttnn.TILE_LAYOUT, (1, B, NH, D), fake["device"])
+    q_l1._mem = ttnn.L1_MEMORY_CONFIG
+    calls["device_ops"].clear()
+    call(q_l1)
+    assert validated[0] == 3
+    call(q_l1)
+    assert validated[0] == 3  # now cached: the fast path moves it too
+    ops = calls["device_ops"]
+    assert [o[0] for o in ops] == ["to_memory_config", "deallocate"] * 2
+    assert all(o[1] == q_l1.address and o[2] == ttnn.DRAM_MEMORY_CONFIG for o in ops[0::2])
+    read = [c[3][0] for c in calls["generic_op"][-2:]]  # the Q address each of the two programs read
+    assert [o[1] for o in ops[1::2]] == read  # the moved copy is what the program read, then freed
+    # the program read the moved copy, never the L1 tensor
+    assert calls["generic_op"][-1][3][0] != q_l1.address and calls["moves"] == 0
+    counts = [c[2] for c in calls["generic_op"]]
+    assert all(c == counts[0] for c in counts)  # moves around the program never change its arg count
+
+
+def test_an_output_memory_config_is_met_by_a_device_move_of_the_output(fake: dict[str, Any], ttnn: Any) -> None:
+    t, calls = fake["t"], fake["calls"]
+    grid = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(B - 1, 0))])
+    sharded = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1,
+                                ttnn.ShardSpec(grid, [32, D], ttnn.ShardOrientation.ROW_MAJOR))
+    for mem in (ttnn.L1_MEMORY_CONFIG, sharded, sharded):
+        out = ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
+                                                           memory_config=mem, backend="device")
+        assert out.memory_config() == mem
+        written = calls["generic_op"][-1][5][-1]  # the program wrote a DRAM tensor, moved then freed
+        assert calls["device_ops"][-2:] == [("to_memory_config", written, mem), ("deallocate", written, None)]
+    out = ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
+                                                       memory_config=ttnn.DRAM_MEMORY_CONFIG, backend="device")
+    assert out.memory_config() == ttnn.DRAM_MEMORY_CONFIG and len(calls["device_ops"]) == 6
+    too_few = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1,
+                                ttnn.ShardSpec(ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0),
+                                                                                 ttnn.CoreCoord(1, 0))]),
+                                               [32, D], ttnn.ShardOrientation.ROW_MAJOR))
+    with pytest.raises(ValueError, match=r"argument 'memory_config': .*\(128 tile rows.*got shard shape \[32, 128\] on 2 cores"):
+        ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
+                                                     memory_config=too_few, backend="device")
