@@ -313,8 +313,9 @@ def test_contiguous_program_has_no_page_table() -> None:
         (None, r"^page_table: expected an integer torch tensor \[2, 4\].*got NoneType"),
         (torch.zeros(2, 4), r"^page_table: expected an integer torch tensor .*got torch.float32"),
         (torch.zeros(2, 5, dtype=torch.int32), r"^page_table: expected shape \[2, 4\].*got \[2, 5\]"),
-        (torch.tensor([[0, 1, 2, 3], [4, 10, 0, 0]]), r"^page_table\[1, 1\]: expected a block id in 0..9, got 10"),
-        (torch.tensor([[0, 1, -1, 3], [4, 5, 0, 0]]), r"^page_table\[0, 2\]: expected a block id in 0..9, got -1"),
+        (torch.tensor([[0, 1, 2, 3], [10, 5, 0, 0]]), r"^page_table\[1, 0\]: expected a block id in 0..9 \(user 1 at position 31 reads it\), got 10"),
+        (torch.tensor([[0, 1, -1, 3], [4, 5, 0, 0]]), r"^page_table\[0, 2\]: expected a block id in 0..9 \(user 0 at position 200 reads it\), got -1"),
+        (torch.tensor([[0, 1, 2, 3], [4, 1 << 31, 0, 0]]), r"^page_table\[1, 1\]: expected an int32 value, got 2147483648"),
     ],
 )
 def test_bad_page_tables_are_refused_naming_the_entry(table, message: str) -> None:

@@ -103,6 +103,21 @@ def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
 # ---- the reference backend ----------------------------------------------------------------------
 
 
+def _reached_table(inputs: DecodeInputs) -> Any:
+    """The page table for the reference, whose own check wants every entry a block id: the entries no
+    user reaches (validate.reached_blocks; never read by any backend, may hold -1 padding) set to 0."""
+    table = inputs.page_table_values
+    if table is None or inputs.positions is None:
+        return table
+    from ttdecode.ops.flash_decode.validate import reached_blocks
+
+    out = torch.zeros_like(table)
+    for b, pos in enumerate(inputs.positions):
+        for j in reached_blocks(int(pos), inputs.block_size, inputs.sliding_window_size, inputs.num_tokens):
+            out[b, j] = table[b, j]
+    return out
+
+
 def run_reference(inputs: DecodeInputs) -> Result:
     """Float64 reference on the dequantized inputs; bfloat16 output, float32 LSE."""
     from ttdecode.reference import sdpa_decode_reference
@@ -117,7 +132,7 @@ def run_reference(inputs: DecodeInputs) -> Result:
         scale=inputs.scale,
         sliding_window_size=inputs.sliding_window_size,
         share_cache=inputs.share_cache,
-        page_table=inputs.page_table_values,
+        page_table=_reached_table(inputs),
         head_dim_v=inputs.head_dim_v if inputs.v is None else None,
         return_lse=True,
         dtype=torch.float64,

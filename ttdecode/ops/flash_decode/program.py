@@ -158,10 +158,19 @@ def page_table_bytes(plan: DecodePlan, page_table: Any) -> bytes:
     if list(page_table.shape) != shape:
         raise FactoryError(f"page_table: expected shape {shape} (B, max_blocks of the plan), got {list(page_table.shape)}")
     table = page_table.detach().cpu().to(torch.int64)
-    bad = (table < 0) | (table >= plan.num_blocks)
-    if bool(bad.any()):
-        b, j = (int(i) for i in bad.nonzero()[0])
-        raise FactoryError(f"page_table[{b}, {j}]: expected a block id in 0..{plan.num_blocks - 1}, got {int(table[b, j])}")
+    wide = (table < -(1 << 31)) | (table >= 1 << 31)
+    if bool(wide.any()):
+        b, j = (int(i) for i in wide.nonzero()[0])
+        raise FactoryError(f"page_table[{b}, {j}]: expected an int32 value, got {int(table[b, j])}")
+    # the entries the users' positions reach must be block ids; the kernels never read the others
+    # (validate.reached_blocks); positions read by the kernels (plan.cur_pos None): the kernels guard
+    from ttdecode.ops.flash_decode.validate import reached_blocks
+
+    for b, pos in enumerate(plan.cur_pos or ()):
+        for j in reached_blocks(int(pos), plan.block_size, plan.sliding_window_size, plan.num_tokens):
+            if not 0 <= int(table[b, j]) < plan.num_blocks:
+                raise FactoryError(f"page_table[{b}, {j}]: expected a block id in 0..{plan.num_blocks - 1} "
+                                   f"(user {b} at position {pos} reads it), got {int(table[b, j])}")
     return table.numpy().astype("<i4").tobytes()
 
 
