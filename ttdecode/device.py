@@ -517,6 +517,14 @@ def launch_mesh(programs: Mapping[tuple[int, ...], Program], io_tensors: Mapping
 # ---- plan once, run per step ---------------------------------------------------------------
 
 
+def _without_per_core_args(program: Program) -> Program:
+    """`program` with every kernel's per-core runtime-arg list empty (cores, common args, all else kept)."""
+    import dataclasses
+
+    kernels = [dataclasses.replace(k, runtime_args={core: [] for core in k.runtime_args}) for k in program.kernels]
+    return dataclasses.replace(program, kernels=kernels)
+
+
 class _ZeroAddresses(TtnnDeviceView):
     """A device view whose tensors all sit at address 0: the descriptor is built once with these and
     every run patches the real addresses in."""
@@ -525,10 +533,12 @@ class _ZeroAddresses(TtnnDeviceView):
         return 0
 
 
-def _structure_hash(program: Program) -> int:
+def _structure_hash(program: Program, per_core_values: bool = False) -> int:
     """A 64-bit hash of everything a ttnn Program bakes in at construction (kernels, their sources,
     compile-time args, defines, cores, configs, runtime-arg COUNTS, CBs, semaphores): set as the
-    descriptor's custom_program_hash so that generic_op skips its descriptor walk on every call."""
+    descriptor's custom_program_hash so that generic_op skips its descriptor walk on every call.
+    `per_core_values`: the per-core runtime-arg VALUES too (a PreparedProgram that stops re-sending
+    them must not share its cached ttnn program with one whose per-core values differ)."""
     import hashlib
 
     parts: list[Any] = []
@@ -537,6 +547,9 @@ def _structure_hash(program: Program) -> int:
                       tuple(sorted(k.named_compile_time_args.items())), tuple(sorted(k.defines.items())),
                       repr(k.compute), len(k.common_runtime_args),
                       tuple((c.x, c.y, len(a)) for c, a in sorted(k.runtime_args.items(), key=lambda i: (i[0].y, i[0].x)))))
+        if per_core_values:
+            parts.append(tuple((c.x, c.y, tuple(a)) for c, a in sorted(k.runtime_args.items(),
+                                                                      key=lambda i: (i[0].y, i[0].x))))
     parts.append(tuple(repr(cb) for cb in program.circular_buffers))
     parts.append(tuple(repr(s) for s in program.semaphores))
     parts.append(_tensor_signature(program))
@@ -552,6 +565,18 @@ class PreparedProgram:
     calls ``ttnn.generic_op``. The runtime-argument count of every kernel and core is fixed when the
     descriptor is built (ttnn's generic_op cache key ignores it, and a changed count on a cache hit
     corrupts memory), so every run of one PreparedProgram is the same cached ttnn program.
+
+    Per-core args sent once: on a program-cache hit generic_op copies every non-empty per-core
+    runtime-arg list of the descriptor into the cached program (per kernel and core; on a mesh once per
+    device, measured ~8x the N150 cost on a T3K 1x8) and leaves a core whose list is EMPTY as the cached
+    program has it. When no per-core arg is a buffer address (FlashDecode's addresses are all common
+    args), the per-core args never change between runs, so after a run with the full descriptor has put
+    the program in the device's cache the runs use `lean`: the same descriptor with every per-core list
+    empty (common args and CBs as before). The cached program keeps its per-core args and their COUNT
+    (nothing resizes them). `lean` would be wrong on a cache MISS (ttnn would build the program with no
+    per-core args), so: the hash then covers the per-core VALUES too (no other program shares the
+    entry), the full descriptor is used whenever the device's program-cache entry count is below the
+    count after the last full run (a cleared cache), and a lean run that added an entry raises.
     """
 
     def __init__(self, program: Program, device: Any) -> None:
@@ -568,7 +593,18 @@ class PreparedProgram:
         for spec in self.inputs + self.outputs:
             _check_page_geometry(spec)
         self.descriptor = build_program_descriptor(program, _ZeroAddresses(device, {}))
-        self.descriptor.custom_program_hash = _structure_hash(program)
+        per_core_fixed = not any(isinstance(a, BufferAddress) for k in program.kernels
+                                 for args in k.runtime_args.values() for a in args)
+        counts_entries = callable(getattr(device, "num_program_cache_entries", None))
+        use_lean = per_core_fixed and counts_entries
+        self.descriptor.custom_program_hash = _structure_hash(program, per_core_values=use_lean)
+        #: the descriptor with every per-core runtime-arg list empty (class doc), or None
+        self.lean = None
+        if use_lean:
+            self.lean = build_program_descriptor(_without_per_core_args(program), _ZeroAddresses(device, {}))
+            self.lean.custom_program_hash = self.descriptor.custom_program_hash
+        #: the device's program-cache entry count after the last full-descriptor run (None: not run yet)
+        self._entries_primed: int | None = None
         # the expected metadata of each input, and the patch slots: (vector, index, tensor name)
         self._expect = []
         for spec in self.inputs:
@@ -596,6 +632,14 @@ class PreparedProgram:
         self.arg_counts = self.runtime_arg_counts()
         order = {spec.name: i for i, spec in enumerate(self.inputs + self.outputs)}
         self._slot_pos = [(vec, i, order[name]) for vec, i, name in self._slots]
+        self._lean_common: dict[str, Any] = {}
+        self._lean_slot_pos: list[tuple[Any, int, int]] = []
+        if self.lean is not None:
+            for kd, kernel in zip(self.lean.kernels, program.kernels):
+                self._lean_common[kernel.name] = kd.common_runtime_args
+                for i, a in enumerate(kernel.common_runtime_args):
+                    if isinstance(a, BufferAddress):
+                        self._lean_slot_pos.append((kd.common_runtime_args, i, order[a.name]))
 
     def runtime_arg_counts(self) -> dict[str, tuple[int, dict[tuple[int, int], int]]]:
         """Per kernel: (common runtime-arg count, {core: runtime-arg count}) of the kept descriptor."""
@@ -617,12 +661,43 @@ class PreparedProgram:
                 check_input_tensor(ttnn, spec, t)  # raises naming what differs
                 raise DeviceError(f"io_tensors[{spec.name!r}]: expected {mem}, got {t.memory_config()}")
 
-    def _patch_common(self, common_args: Mapping[str, Mapping[int, int]]) -> None:
+    def _launch(self, tensors: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None) -> None:
+        """Patch the addresses of `tensors` (inputs then outputs, program order) and `common_args` into
+        the descriptor this run uses (`lean` once the full one has primed the device's program cache;
+        class doc) and call ``ttnn.generic_op``."""
+        ttnn = require_ttnn()
+        if self.lean is None:
+            lean = False
+        else:
+            before = int(self.device.num_program_cache_entries())
+            lean = self._entries_primed is not None and before >= self._entries_primed
+        desc, slots, common = ((self.lean, self._lean_slot_pos, self._lean_common) if lean
+                               else (self.descriptor, self._slot_pos, self._common))
+        for vec, i, pos in slots:
+            vec[i] = tensors[pos].buffer_address()
+        if common_args:
+            self._patch_common(common_args, common)
+        ttnn.generic_op(list(tensors), desc)
+        if self.lean is not None:
+            after = int(self.device.num_program_cache_entries())
+            if not lean:
+                self._entries_primed = after
+            elif after > before:
+                self._entries_primed = None
+                raise DeviceError(
+                    f"program cache: a run with per-core runtime args held back (PreparedProgram.lean) added a "
+                    f"program-cache entry ({before} -> {after}): the cached program was gone (the cache cleared "
+                    f"and refilled between runs?), so ttnn built it without per-core args; its outputs are "
+                    f"invalid. Clear the device's program cache and run again")
+
+    def _patch_common(self, common_args: Mapping[str, Mapping[int, int]],
+                      into: Mapping[str, Any] | None = None) -> None:
         """Write {kernel name: {index: uint32}} into the kept common runtime args. Every index is checked
         first: a patch may only overwrite existing args, never add one (a cached program's arg COUNT must
         not change: on a cache hit that corrupts memory); nothing is written when one is refused."""
+        into = self._common if into is None else into
         for kernel, values in common_args.items():
-            vec = self._common.get(kernel)
+            vec = into.get(kernel)
             if vec is None:
                 raise DeviceError(f"common_args: {kernel!r} is not a kernel of the program (expected one of "
                                   f"{sorted(self._common)})")
@@ -632,7 +707,7 @@ class PreparedProgram:
                     raise DeviceError(f"common_args[{kernel!r}]: expected an index in [0, {n}) (the kernel has {n} "
                                       f"common runtime args; a cached program's arg count never changes), got {i!r}")
         for kernel, values in common_args.items():
-            vec = self._common[kernel]
+            vec = into[kernel]
             for i, value in values.items():
                 vec[i] = value
 
@@ -649,13 +724,8 @@ class PreparedProgram:
             if name not in allocated:
                 allocated[name] = ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device,
                                                                  ttnn.DRAM_MEMORY_CONFIG)
-        tensors = {**io_tensors, **allocated}
-        for vec, i, name in self._slots:
-            vec[i] = tensors[name].buffer_address()
-        if common_args:
-            self._patch_common(common_args)
         ordered = [io_tensors[s.name] for s in self.inputs] + [allocated[s.name] for s in self.outputs]
-        ttnn.generic_op(ordered, self.descriptor)
+        self._launch(ordered, common_args)
         return [allocated[s.name] for s in self.outputs]
 
     def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None) -> list[Any]:
@@ -665,10 +735,5 @@ class PreparedProgram:
         ttnn = require_ttnn()
         outs = [ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)
                 for _, shape, dtype, layout in self._out_alloc]
-        tensors = list(inputs) + outs
-        for vec, i, pos in self._slot_pos:
-            vec[i] = tensors[pos].buffer_address()
-        if common_args:
-            self._patch_common(common_args)
-        ttnn.generic_op(tensors, self.descriptor)
+        self._launch(list(inputs) + outs, common_args)
         return outs
