@@ -17,8 +17,16 @@ Backends (``backend=``):
   else ``"host"`` (torch / host inputs run on the host runtime). The choice is logged
   (logger ``"ttdecode"``, INFO) and ``last_backend()`` returns the backend the last call used.
 
-``memory_config`` must be None or an interleaved DRAM ``ttnn.MemoryConfig`` (what the writer kernel
-produces; L1 and sharded outputs are refused by name). ``compute_kernel_config.packer_l1_acc=True``
+``memory_config`` (the output's placement; the device backend honours it, the host and reference
+backends only check it): None or interleaved DRAM (what the writer kernel
+produces), interleaved L1, or height-sharded L1 with a shard spec that holds the output (e.g.
+tt_transformers' ``[32 padded heads, Dv]`` shards over B cores); the device step moves the output
+there with ``ttnn.to_memory_config`` and ``out.memory_config()`` is the config given. Width/block or
+DRAM sharding and a sharded config without a shard spec are refused by name. On the device backend
+Q may be interleaved in DRAM or L1 or height-sharded in L1 (as ``ttnn.experimental.nlp_create_qkv_heads_decode``
+makes it), and ``cur_pos_tensor`` / the page table interleaved in DRAM or L1 or height-sharded in L1:
+what is not interleaved DRAM is copied there by ``ttnn.to_memory_config`` inside the step (a device
+op; the copy is freed after the step). ``compute_kernel_config.packer_l1_acc=True``
 is refused by the kernel backends (their packs never accumulate onto L1). Unlike ttnn's golden function, causal mode needs positions
 (``cur_pos`` or ``cur_pos_tensor``): there is no silent "last position" default.
 Extensions over ttnn: ``return_lse``, ``backend``, ``head_dim_v`` with ``v=None`` (MLA, as in
@@ -81,7 +89,7 @@ def scaled_dot_product_attention_decode(
         attention_sink: ``[NH]`` or ``[NH, 32]`` per-head sink logits (column 0).
         scale: default ``1/sqrt(D)``. sliding_window_size: causal only, last W positions.
         share_cache: every user reads KV batch 0. program_config / compute_kernel_config:
-            ``ttdecode.config`` or ttnn configs. memory_config: device only.
+            ``ttdecode.config`` or ttnn configs. memory_config: the output's placement (module doc).
         return_lse: also return the LSE ``[T, B, NH]``. backend: see the module doc.
         validate_values: on the device backend, read a device ``cur_pos_tensor`` / page table back
             and raise the clear error for a bad value (off by default: a step then moves no data
