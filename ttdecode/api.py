@@ -26,7 +26,9 @@ DRAM sharding and a sharded config without a shard spec are refused by name. On 
 Q may be interleaved in DRAM or L1 or height-sharded in L1 (as ``ttnn.experimental.nlp_create_qkv_heads_decode``
 makes it), and ``cur_pos_tensor`` / the page table interleaved in DRAM or L1 or height-sharded in L1:
 what is not interleaved DRAM is copied there by ``ttnn.to_memory_config`` inside the step (a device
-op; the copy is freed after the step). ``compute_kernel_config.packer_l1_acc=True``
+op; the copy is freed after the step). Beyond ttnn 0.81.1's own op, which refuses them: a sharded
+output with GQA, Q interleaved in L1, an int32 height-sharded page table (ttnn wants uint16 there;
+ttdecode's page table is int32 only). ``compute_kernel_config.packer_l1_acc=True``
 is refused by the kernel backends (their packs never accumulate onto L1). Unlike ttnn's golden function, causal mode needs positions
 (``cur_pos`` or ``cur_pos_tensor``): there is no silent "last position" default.
 Extensions over ttnn: ``return_lse``, ``backend``, ``head_dim_v`` with ``v=None`` (MLA, as in
