@@ -107,7 +107,8 @@ def test_bad_config_values_exit_2_naming_the_argument(capsys: pytest.CaptureFixt
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "100"]) == 2
     assert "argument 'k_chunk_size': expected 0 (dynamic) or a power of two" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--grid", "9x8"]) == 2
-    assert "argument 'compute_with_storage_grid_size'" in capsys.readouterr().err
+    assert "argument 'program_config.compute_with_storage_grid_size': expected a grid within the largest Wormhole " \
+        "worker grid (the host runtime's limit): at most 8 columns x 9 rows, got (9, 8)" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "2", "--seq", "64", "--cur-pos", "1,2,3"]) == 2
     assert "argument '--cur-pos': expected 1 or B=2 positions, got 3" in capsys.readouterr().err
 

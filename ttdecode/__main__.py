@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from ttdecode.config import PRESETS, SDPAProgramConfig, get_preset
+from ttdecode.config import PRESETS, WORMHOLE_GRID, WORMHOLE_MAX_GRID, SDPAProgramConfig, get_preset
 
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
 
@@ -116,7 +116,7 @@ def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
         max_cores_per_head_batch=args.max_cores_per_head_batch,
         kv_pages=args.kv_pages,
         chunk_cap=args.chunk_cap,
-    )
+    ).resolve_grid(WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the largest Wormhole worker grid (the host runtime's limit)")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
