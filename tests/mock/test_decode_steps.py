@@ -1,6 +1,7 @@
 """ttdecode's FlashDecode (`backend="device"`) as a decode loop on a mock N150 through the real
 ttnn.generic_op: 20 steps at Llama-3.1-8B head shapes (32 q / 8 KV heads, D 128; B 4, S 2048; K/V
-bfloat8_b in DRAM, Q bfloat16, positions in a device int32 cur_pos_tensor advanced on the device) run
+bfloat8_b in DRAM, contiguous or paged (block 64, a shuffled device page table), Q bfloat16, positions
+in a device int32 cur_pos_tensor advanced on the device) run
 without an exception, validate in full only on the first call (later calls check tensor metadata
 only), move no data between host and device in steps 3..20 (ttdecode.testing.transfers: ttnn's
 transfer functions and Tensor.cpu / Tensor.to wrapped and counted) and add no program-cache entry
@@ -8,6 +9,8 @@ after step 2. The mock computes nothing (no numerics checked here). perf/bench_d
 times the same calls."""
 
 from __future__ import annotations
+
+import pytest
 
 STEPS = r"""
 import torch
@@ -28,8 +31,14 @@ api.validate_decode = counting_validate
 d = open_mock_device()
 B, S = 4, 2048
 q = ttnn.from_torch(torch.randn(1, B, 32, 128), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=d)
-k = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
-v = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+if PAGED:  # B x 32 blocks of 64 positions in a shuffled pool
+    k = ttnn.from_torch(torch.randn(B * 32, 8, 64, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+    v = ttnn.from_torch(torch.randn(B * 32, 8, 64, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+    table = ttnn.from_torch(torch.randperm(B * 32, dtype=torch.int32).reshape(B, 32), dtype=ttnn.int32,
+                            layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
+else:
+    k = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+    v = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
 pos = ttnn.from_torch(torch.tensor([0, 5, 100, -1], dtype=torch.int32), dtype=ttnn.int32,
                       layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
 one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
@@ -39,7 +48,11 @@ with count_transfers() as log:
     for step in range(1, 21):
         if step == 3:
             log.clear()
-        out = ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
+        if PAGED:
+            out = ttdecode.paged_scaled_dot_product_attention_decode(
+                q, k, v, page_table_tensor=table, cur_pos_tensor=pos, backend="device")
+        else:
+            out = ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
         shapes.append(list(out.shape))
         ttnn.deallocate(out)
         new_pos = ttnn.add(pos, one)  # the positions advance on the device
@@ -53,8 +66,9 @@ ttnn.close_device(d)
 """
 
 
-def test_twenty_decode_steps_on_a_mock_n150_move_nothing_and_add_no_program(run_mock) -> None:
-    r = run_mock(STEPS, timeout=300)
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_twenty_decode_steps_on_a_mock_n150_move_nothing_and_add_no_program(run_mock, paged: bool) -> None:
+    r = run_mock(f"PAGED = {paged}\n" + STEPS, timeout=300)
     assert r.returncode == 0 and r.result is not None, r.describe()
     res = r.result
     assert res["moves"] == [], f"host<->device moves in steps 3..20: {res['moves']}"
