@@ -576,7 +576,8 @@ class PreparedProgram:
     (nothing resizes them). `lean` would be wrong on a cache MISS (ttnn would build the program with no
     per-core args), so: the hash then covers the per-core VALUES too (no other program shares the
     entry), the full descriptor is used whenever the device's program-cache entry count is below the
-    count after the last full run (a cleared cache), and a lean run that added an entry raises.
+    count after the last full run (a cleared cache) or that run left the cache empty (a disabled cache),
+    and a lean run that added an entry raises.
     """
 
     def __init__(self, program: Program, device: Any) -> None:
@@ -680,8 +681,8 @@ class PreparedProgram:
         ttnn.generic_op(list(tensors), desc)
         if self.lean is not None:
             after = int(self.device.num_program_cache_entries())
-            if not lean:
-                self._entries_primed = after
+            if not lean:  # no entry after a full run: the cache is disabled, so never lean
+                self._entries_primed = after if after > 0 else None
             elif after > before:
                 self._entries_primed = None
                 raise DeviceError(

@@ -4,7 +4,8 @@ common arg) runs its first call with the full descriptor and then the `lean` one
 empty) without adding a program-cache entry; the full descriptor still runs after 50 lean runs (a
 resized cached per-core list would corrupt memory there: REFERENCE.md section 5); a cleared program
 cache makes the next call a full one again (the entry comes back, one entry after 10 more calls);
-a lean run forced onto a cache miss raises DeviceError naming it. The mock computes nothing: what is
+a lean run forced onto a cache miss raises DeviceError naming it; with the cache disabled every run is
+a full one. The mock computes nothing: what is
 pinned is ttnn's program cache and that the process survives."""
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ try:
 except DeviceError as e:
     res["miss_error"] = str(e)
 res["primed_after_miss"] = pp._entries_primed
+d.disable_and_clear_program_cache()  # a disabled cache: every run full (no entry to keep per-core args)
+call()
+call()
+res["primed_disabled"] = pp._entries_primed
+res["entries_disabled"] = int(d.num_program_cache_entries())
 emit(res)
 """
 
@@ -76,3 +82,4 @@ def test_per_core_args_are_sent_once_and_a_cleared_cache_gets_them_again(run_moc
     assert res["entries_cleared"] == 0 and res["primed_after_clear"] == 1 and res["entries_end"] == 1, res
     assert res["miss_error"] is not None and "program-cache entry (0 -> 1)" in res["miss_error"], res
     assert res["primed_after_miss"] is None, res
+    assert res["entries_disabled"] == 0 and res["primed_disabled"] is None, res
