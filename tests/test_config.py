@@ -119,7 +119,7 @@ def test_sub_core_grids_refuses_reversed_and_overlapping_rectangles() -> None:
 
 
 def test_q_chunk_size_and_exp_approx_mode_are_checked() -> None:
-    # ttnn 0.81.1 runs its decode op with q_chunk_size 1, 7, 16, 48 (tests/mock/test_ttnn_accepts.py); unused
+    # ttnn 0.81.1 runs its decode op with q_chunk_size 1, 7, 16, 48 (tests/mock/test_mock_accepts_ttnn_forms.py); unused
     for q in (1, 7, 16, 17, 48):
         assert SDPAProgramConfig(q_chunk_size=q).q_chunk_size == q
     with pytest.raises(ValueError, match=r"'q_chunk_size': expected an integer >= 0 \(unused by decode.*got -1"):
