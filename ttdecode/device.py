@@ -575,9 +575,13 @@ class PreparedProgram:
     empty (common args and CBs as before). The cached program keeps its per-core args and their COUNT
     (nothing resizes them). `lean` would be wrong on a cache MISS (ttnn would build the program with no
     per-core args), so: the hash then covers the per-core VALUES too (no other program shares the
-    entry), the full descriptor is used whenever the device's program-cache entry count is below the
-    count after the last full run (a cleared cache) or that run left the cache empty (a disabled cache),
-    and a lean run that added an entry raises.
+    entry), the full descriptor is used whenever the device's program-cache entry count differs from the
+    count after this program's last run (any program built or the cache cleared in between: in a steady
+    decode loop the count is constant) or a full run left the cache empty (a disabled cache), and a lean
+    run that added an entry raises. What this cannot see: the cache cleared and refilled by other
+    programs to exactly the former count between two runs (ttnn 0.81.1 cannot be asked whether one hash
+    is cached); after ``clear_program_cache()`` call `reset_lean` on kept programs (`DecodeStep`s:
+    ``ttdecode.ops.flash_decode.device.clear_steps()`` forgets them).
     """
 
     def __init__(self, program: Program, device: Any) -> None:
@@ -604,7 +608,7 @@ class PreparedProgram:
         if use_lean:
             self.lean = build_program_descriptor(_without_per_core_args(program), _ZeroAddresses(device, {}))
             self.lean.custom_program_hash = self.descriptor.custom_program_hash
-        #: the device's program-cache entry count after the last full-descriptor run (None: not run yet)
+        #: the device's program-cache entry count after this program's last run (None: run full next)
         self._entries_primed: int | None = None
         # the expected metadata of each input, and the patch slots: (vector, index, tensor name)
         self._expect = []
@@ -642,6 +646,10 @@ class PreparedProgram:
                     if isinstance(a, BufferAddress):
                         self._lean_slot_pos.append((kd.common_runtime_args, i, order[a.name]))
 
+    def reset_lean(self) -> None:
+        """Run the full descriptor next (e.g. after the device's program cache was cleared)."""
+        self._entries_primed = None
+
     def runtime_arg_counts(self) -> dict[str, tuple[int, dict[tuple[int, int], int]]]:
         """Per kernel: (common runtime-arg count, {core: runtime-arg count}) of the kept descriptor."""
         out = {}
@@ -671,7 +679,7 @@ class PreparedProgram:
             lean = False
         else:
             before = int(self.device.num_program_cache_entries())
-            lean = self._entries_primed is not None and before >= self._entries_primed
+            lean = self._entries_primed is not None and before == self._entries_primed
         desc, slots, common = ((self.lean, self._lean_slot_pos, self._lean_common) if lean
                                else (self.descriptor, self._slot_pos, self._common))
         for vec, i, pos in slots:
@@ -683,7 +691,7 @@ class PreparedProgram:
             after = int(self.device.num_program_cache_entries())
             if not lean:  # no entry after a full run: the cache is disabled, so never lean
                 self._entries_primed = after if after > 0 else None
-            elif after > before:
+            elif after != before:
                 self._entries_primed = None
                 raise DeviceError(
                     f"program cache: a run with per-core runtime args held back (PreparedProgram.lean) added a "

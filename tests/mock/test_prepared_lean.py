@@ -4,7 +4,8 @@ common arg) runs its first call with the full descriptor and then the `lean` one
 empty) without adding a program-cache entry; the full descriptor still runs after 50 lean runs (a
 resized cached per-core list would corrupt memory there: REFERENCE.md section 5); a cleared program
 cache makes the next call a full one again (the entry comes back, one entry after 10 more calls);
-a lean run forced onto a cache miss raises DeviceError naming it; with the cache disabled every run is
+any other program built between two runs makes the next one full; a lean run forced onto a cache
+miss raises DeviceError naming it; with the cache disabled every run is
 a full one. The mock computes nothing: what is
 pinned is ttnn's program cache and that the process survives."""
 
@@ -43,6 +44,16 @@ res["primed_1"] = pp._entries_primed
 for _ in range(50):
     call()
 res["entries_51"] = int(d.num_program_cache_entries())
+# another program built between two of ours: the next run is a full one, the one after lean again
+used = []
+_generic_op = ttnn.generic_op
+ttnn.generic_op = lambda tensors, desc: (used.append("full" if desc is pp.descriptor else "lean"),
+                                         _generic_op(tensors, desc))[1]
+ttnn.plus_one(pos)  # a new program in the cache
+call()
+call()
+ttnn.generic_op = _generic_op
+res["after_new_program"] = used
 vals = {"q": q, "k": k, "v": v, "cur_pos": pos, "page_table": table}
 ins = [vals[s.name] for s in pp.inputs]
 outs = pp.run_ordered(ins)
@@ -78,7 +89,9 @@ def test_per_core_args_are_sent_once_and_a_cleared_cache_gets_them_again(run_moc
     assert r.returncode == 0 and r.result is not None, r.describe()
     res = r.result
     assert res["lean"] and res["lean_per_core"] == [0, 0, 0] and all(n > 0 for n in res["full_per_core"]), res
-    assert res["entries_1"] == res["entries_51"] == res["entries_full"] == res["primed_1"], res
+    assert res["entries_1"] == res["entries_51"] == res["primed_1"], res
+    assert res["after_new_program"] == ["full", "lean"], res
+    assert res["entries_full"] == res["entries_51"] + 1, res  # + plus_one's program
     assert res["entries_cleared"] == 0 and res["primed_after_clear"] == 1 and res["entries_end"] == 1, res
     assert res["miss_error"] is not None and "program-cache entry (0 -> 1)" in res["miss_error"], res
     assert res["primed_after_miss"] is None, res

@@ -13,7 +13,8 @@ A cached call of device tensors skips even the validation (`try_fast`, called fi
 ``backend="device"``): keyed by its options (`fast_key`), it compares each tensor's TensorSpec and
 device with those of a validated call of the step (`DecodeStep.run_fast`) and calls
 `PreparedProgram.run_ordered`; anything different falls back to the validating path. On a mock N150
-this costs ~3-5x tt-metal's own op per call (perf/bench_device_overhead.py), generic_op itself ~4x.
+this costs ~2.5x tt-metal's own op's host time per call (measured: perf/bench_device_overhead.py; the
+per-core runtime args go to ttnn once, `ttdecode.device.PreparedProgram`).
 
 Placements the kernels do not read (issue 28 item 4): the kernels read interleaved DRAM and the
 writer writes it. A Q, cur_pos_tensor, page table, attention mask or sink in L1 (interleaved, or height-sharded as
