@@ -419,8 +419,12 @@ def test_device_descriptor_carries_named_args_and_in_place_caches(ttnn) -> None:
     assert dict(writer.named_compile_time_args)["cache_tile_bytes"] == 1088
     assert dict(compute.named_compile_time_args)["q_row_tiles"] == 1
     assert str(compute.config.math_fidelity).endswith("HiFi4")
-    # the writer's args: q_rot, k_cache, v_cache, cur_pos, page_table addresses, 1 user, the user
-    assert list(writer.runtime_args[0][0])[:7] == [0x90000, 0x70000, 0x80000, 0x50000, 0x60000, 1, 0]
+    # every address a common arg (the same on all cores); per core only its users (1 user, the user)
+    assert list(writer.common_runtime_args) == [0x90000, 0x70000, 0x80000, 0x50000, 0x60000]  # q_rot k v pos table
+    assert list(reader.common_runtime_args) == [0x10000, 0, 0, 0x20000, 0x30000, 0x40000]  # qkv 0 0 cos sin trans
+    assert list(writer.runtime_args[0][0]) == [1, 0] and list(writer.runtime_args[1][0]) == [1, 1]
+    assert list(reader.runtime_args[0][0]) == [1, 0] and list(reader.runtime_args[1][0]) == [1, 1]
+    assert list(compute.common_runtime_args) == []
 
 
 def test_an_unknown_named_compile_time_arg_fails_the_kernel_build() -> None:
@@ -524,7 +528,8 @@ def _fake_device(ttnn, monkeypatch: pytest.MonkeyPatch) -> dict:
     def generic_op(tensors, desc):
         writer = desc.kernels[1]
         rec["generic_op"].append((desc, [len(writer.runtime_args[c][0]) for c in range(2)],
-                                  [list(writer.runtime_args[c][0]) for c in range(2)]))
+                                  [list(writer.runtime_args[c][0]) for c in range(2)],
+                                  list(writer.common_runtime_args)))
         return tensors[-1]
 
     def from_torch(t, dtype=None, layout=None, device=None, **kw):
@@ -571,9 +576,9 @@ def test_device_steps_plan_once_and_read_device_inputs_in_place(ttnn, monkeypatc
     assert rd.cached_steps() == 1 and len(calls) == 20 and len({id(c[0]) for c in calls}) == 1
     assert rec["uploads"] == [((2 * 32, 32), ttnn.bfloat16)]  # the rotate-half blocks: 2 (tile, source) pairs
     assert all(c[1] == calls[0][1] for c in calls)  # runtime-arg counts never change
-    # writer args per core: q_rot, k_cache, v_cache, cur_pos, page_table (0), 1 user, the user
-    assert [c[2][0][3] for c in calls] == positions
-    assert calls[-1][2][0][1:3] == [t["k_cache"].address, t["v_cache"].address] and calls[-1][2][1][5:] == [1, 1]
+    # writer common args: q_rot, k_cache, v_cache, cur_pos, page_table (0); per core: 1 user, the user
+    assert [c[3][3] for c in calls] == positions
+    assert calls[-1][3][1:3] == [t["k_cache"].address, t["v_cache"].address] and calls[-1][2][1] == [1, 1]
     # host inputs on the same step: cos, sin and cur_pos uploaded (one move each), no new step
     cos, sin = hf_angles(2, 64, 3)
     ttdecode.rotary_kv_append(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], cur_pos=[5, 6], cos=cos,

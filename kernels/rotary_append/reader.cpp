@@ -98,15 +98,16 @@ void gather_heads_row(const InterleavedAddrGen<true>& gen, uint32_t user, uint32
 }  // namespace
 
 void kernel_main() {
-    // Separate inputs: q (0 without q), k_new, v_new; packed: qkv, 0, 0.
-    const uint32_t q_addr = get_arg_val<uint32_t>(0);
-    const uint32_t k_addr = get_arg_val<uint32_t>(1);
-    const uint32_t v_addr = get_arg_val<uint32_t>(2);
-    const uint32_t cos_addr = get_arg_val<uint32_t>(3);
-    const uint32_t sin_addr = get_arg_val<uint32_t>(4);
-    const uint32_t trans_addr = get_arg_val<uint32_t>(5);
-    const uint32_t num_users = get_arg_val<uint32_t>(6);
-    constexpr uint32_t users_base = 7;
+    // Common runtime args (the same on every core): separate inputs q (0 without q), k_new, v_new;
+    // packed qkv, 0, 0; then cos, sin, trans. Per-core runtime args: num_users, then the users.
+    const uint32_t q_addr = get_common_arg_val<uint32_t>(0);
+    const uint32_t k_addr = get_common_arg_val<uint32_t>(1);
+    const uint32_t v_addr = get_common_arg_val<uint32_t>(2);
+    const uint32_t cos_addr = get_common_arg_val<uint32_t>(3);
+    const uint32_t sin_addr = get_common_arg_val<uint32_t>(4);
+    const uint32_t trans_addr = get_common_arg_val<uint32_t>(5);
+    const uint32_t num_users = get_arg_val<uint32_t>(0);
+    constexpr uint32_t users_base = 1;
 
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = x_tile_bytes};
     const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr, .page_size = x_tile_bytes};

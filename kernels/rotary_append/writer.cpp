@@ -88,13 +88,15 @@ void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint
 }  // namespace
 
 void kernel_main() {
-    const uint32_t q_rot_addr = get_arg_val<uint32_t>(0);  // 0 without q
-    const uint32_t k_cache_addr = get_arg_val<uint32_t>(1);
-    const uint32_t v_cache_addr = get_arg_val<uint32_t>(2);
-    const uint32_t pos_addr = get_arg_val<uint32_t>(3);
-    const uint32_t page_table_addr = get_arg_val<uint32_t>(4);  // 0 without paging
-    const uint32_t num_users = get_arg_val<uint32_t>(5);
-    constexpr uint32_t users_base = 6;
+    // Common runtime args (the same on every core): q_rot (0 without q), k_cache, v_cache, cur_pos,
+    // page_table (0 without paging). Per-core runtime args: num_users, then the users.
+    const uint32_t q_rot_addr = get_common_arg_val<uint32_t>(0);
+    const uint32_t k_cache_addr = get_common_arg_val<uint32_t>(1);
+    const uint32_t v_cache_addr = get_common_arg_val<uint32_t>(2);
+    const uint32_t pos_addr = get_common_arg_val<uint32_t>(3);
+    const uint32_t page_table_addr = get_common_arg_val<uint32_t>(4);
+    const uint32_t num_users = get_arg_val<uint32_t>(0);
+    constexpr uint32_t users_base = 1;
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
 

@@ -7,8 +7,9 @@ the angles or the rows -- and holds the `Program`, its ttnn descriptor
 (`ttdecode.device.PreparedProgram`) and the rotate-half blocks ``trans`` (constant per shape:
 uploaded once, when the step is made). Each call checks tensor metadata, patches the buffer
 addresses and calls ``ttnn.generic_op``: no plan, no program build, and the same runtime-argument
-counts on every call (the program's runtime args are addresses and each core's users, fixed by the
-shape). `run_rotary` keeps a bounded cache of steps (`STEP_CACHE_SIZE`, least recently used out).
+counts on every call (the buffer addresses are common runtime args, the per-core args each core's
+users, fixed by the shape; no per-core arg is an address, so after the first run `PreparedProgram`
+launches its lean descriptor, which ttnn does not re-copy per core on a cache hit). `run_rotary` keeps a bounded cache of steps (`STEP_CACHE_SIZE`, least recently used out).
 
 Inputs of a call (device inputs are used where they lie; host inputs are uploaded, one move each):
 

@@ -32,6 +32,11 @@ from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 #: Circular-buffer indices (kernels/rotary_append/common.hpp numbers them the same).
 ROTARY_CBS = {"cos": 0, "sin": 1, "x": 2, "trans": 3, "q_out": 4, "k_out": 5, "v_out": 6, "cache": 7, "pos": 8,
               "page_table": 9}
+#: Common runtime-arg counts (every buffer address; kernels/rotary_append/{reader,writer}.cpp read them
+#: with get_common_arg_val): reader qkv-or-q, k_new, v_new, cos, sin, trans; writer q_rot, k_cache,
+#: v_cache, cur_pos, page_table (0 for an absent tensor).
+READER_COMMON_ARGS = 6
+WRITER_COMMON_ARGS = 5
 #: The compute kernel's settings: HiFi4 makes the +-1 matmul exact (bf16 x needs both srcB fidelity
 #: phases), fp32 DST for the SFPU's fp32 arithmetic, cos/sin unpacked straight to DST.
 COMPUTE = ComputeSettings(math_fidelity=MathFidelity.HiFi4, fp32_dest_acc_en=True,
@@ -192,8 +197,8 @@ def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -
 def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRangeSet,
              blocks: tuple[tuple[int, int, torch.Tensor], ...]) -> list[Kernel]:
     """The reader, writer and compute kernels on `where`: their compile-time args (tiles per head, heads,
-    the rotate-half block pairs, the cache's geometry) and per core the buffers it reads and writes and
-    its users (`users`: core -> user indices)."""
+    the rotate-half block pairs, the cache's geometry), as common runtime args the buffers each reads or
+    writes, and per core its users (`users`: core -> user indices)."""
     from ttdecode.paths import kernels_dir
 
     b, nh, nkv = inp.batch, inp.num_q_heads, inp.num_kv_heads
@@ -214,17 +219,21 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
     else:
         x_args = [BufferAddress("q") if has_q else 0, BufferAddress("k_new"), BufferAddress("v_new")]
     pairs = [v for j, k, _ in blocks for v in (j, k)]
-    reader_rt = {c: [*x_args, BufferAddress("cos"), BufferAddress("sin"), BufferAddress("trans"), len(u), *u]
-                 for c, u in users.items()}
+    # Every buffer address is a common runtime arg (the same on every core; READER_COMMON_ARGS /
+    # WRITER_COMMON_ARGS words): the per-core lists hold only each core's users, so no per-core arg is an
+    # address and ttdecode.device.PreparedProgram launches its lean descriptor once the program is cached.
+    reader_common = [*x_args, BufferAddress("cos"), BufferAddress("sin"), BufferAddress("trans")]
+    writer_common = [BufferAddress("q_rot") if has_q else 0, BufferAddress("k_cache"), BufferAddress("v_cache"),
+                     BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0]
+    assert len(reader_common) == READER_COMMON_ARGS and len(writer_common) == WRITER_COMMON_ARGS
+    reader_rt = {c: [len(u), *u] for c, u in users.items()}
     compute_rt = {c: [len(u), *pairs] for c, u in users.items()}
-    writer_rt = {c: [BufferAddress("q_rot") if has_q else 0, BufferAddress("k_cache"), BufferAddress("v_cache"),
-                     BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0, len(u), *u]
-                 for c, u in users.items()}
+    writer_rt = {c: [len(u), *u] for c, u in users.items()}
     return [
         Kernel("rotary_reader", src / "reader.cpp", KernelKind.READER, where, runtime_args=reader_rt,
-               named_compile_time_args=reader_ct),
+               common_runtime_args=reader_common, named_compile_time_args=reader_ct),
         Kernel("rotary_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=writer_rt,
-               named_compile_time_args=writer_ct),
+               common_runtime_args=writer_common, named_compile_time_args=writer_ct),
         Kernel("rotary_compute", src / "compute.cpp", KernelKind.COMPUTE, where, runtime_args=compute_rt,
                compute=COMPUTE, named_compile_time_args=compute_ct),
     ]
