@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Protocol, Sequence
 
 from ttdecode.formats import DataType, num_tiles, tile_size
 
@@ -43,6 +44,28 @@ UINT32_MAX = 2**32 - 1
 
 #: Bytes per element of the formats a row-major tensor may use.
 _ROW_MAJOR_ELEMENT_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "int32": 4, "uint32": 4}
+
+
+class StepCache(OrderedDict):
+    """The steps an operator keeps, one per shape (plan once, run per step): a dict bounded to `size`
+    entries, the least recently used dropped first (a dropped step's ttnn program stays in the
+    device's program cache)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def get_or_make(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The step of `key`, made by ``make()`` and kept on a miss; the most recently used either way."""
+        step = self.get(key)
+        if step is None:
+            step = make()
+            self[key] = step
+            while len(self) > self.size:
+                self.popitem(last=False)
+        else:
+            self.move_to_end(key)
+        return step
 
 
 class DeviceError(ValueError):

@@ -22,10 +22,9 @@ The host runtime runs the same program (``ttdecode.ops.combine.run_combine``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
-from ttdecode.device import DeviceError, PreparedProgram, require_ttnn
+from ttdecode.device import PreparedProgram, StepCache, require_ttnn
 from ttdecode.formats import DataType
 from ttdecode.ops.combine.plan import GRID, CombinePlan, make_combine_plan
 from ttdecode.ops.combine.program import build_combine_program_for_device
@@ -37,7 +36,7 @@ __all__ = ["CombineStep", "combine_on_device", "get_combine_step", "clear_combin
 #: Combine shapes kept (a model has a handful: one per batch and head layout).
 STEP_CACHE_SIZE = 16
 
-_steps: "OrderedDict[tuple, CombineStep]" = OrderedDict()
+_steps = StepCache(STEP_CACHE_SIZE)  # step_key -> CombineStep
 
 
 class CombineStep:
@@ -106,18 +105,14 @@ def get_combine_step(outs: Any, lses: Any, *, out_dtype: DataType = DataType.bfl
         raise CombineError(f"out_dtype: expected one of {[d.value for d in O_FORMATS]}, got "
                            f"{getattr(out_dtype, 'value', out_dtype)!r}")
     key = step_key(outs, lses, out_dtype, max_cores)
-    step = _steps.get(key)
-    if step is None:
-        n, g, h, dv = shape
+    n, g, h, dv = shape
+
+    def make() -> CombineStep:
         plan = make_combine_plan(partials=n, groups=g, heads=h, head_dim_v=dv, in_dtype=_in_format(outs),
                                  out_dtype=out_dtype, max_cores=max_cores)
-        step = CombineStep(plan, outs.device())
-        _steps[key] = step
-        while len(_steps) > STEP_CACHE_SIZE:
-            _steps.popitem(last=False)
-    else:
-        _steps.move_to_end(key)
-    return step
+        return CombineStep(plan, outs.device())
+
+    return _steps.get_or_make(key, make)
 
 
 def combine_on_device(outs: Any, lses: Any, *, out_dtype: DataType = DataType.bfloat16,

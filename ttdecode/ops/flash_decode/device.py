@@ -36,14 +36,13 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
-from ttdecode.device import DeviceError, PreparedProgram, available, require_ttnn
-from ttdecode.formats import DataType
+from ttdecode.device import DeviceError, PreparedProgram, StepCache, available, require_ttnn
 from ttdecode.program import Program
 
 #: Decode shapes whose steps `run_decode` keeps (a model has a handful: one per layer kind and batch).
 STEP_CACHE_SIZE = 32
 
-_steps: "OrderedDict[Any, DecodeStep]" = OrderedDict()
+_steps = StepCache(STEP_CACHE_SIZE)  # step_key -> DecodeStep
 
 
 # ---- the decode op on a device ------------------------------------------------------------------
@@ -346,15 +345,7 @@ def get_step(inputs: Any, compute: Any, make_plan: Callable[[Any], Any]) -> Deco
         raise DeviceError(f"q: backend 'device' expects a ttnn tensor on the device, got a {q.kind} tensor")
     device = q.obj.device()
     key = step_key(inputs, device)
-    step = _steps.get(key)
-    if step is None:
-        step = DecodeStep(inputs, compute, make_plan, device)
-        _steps[key] = step
-        while len(_steps) > STEP_CACHE_SIZE:
-            _steps.popitem(last=False)
-    else:
-        _steps.move_to_end(key)
-    return step
+    return _steps.get_or_make(key, lambda: DecodeStep(inputs, compute, make_plan, device))
 
 
 def clear_steps() -> None:

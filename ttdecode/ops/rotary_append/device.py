@@ -37,13 +37,12 @@ host (see ``validate``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Optional
 
 import torch
 
 from ttdecode.checks import fail
-from ttdecode.device import PreparedProgram, require_ttnn
+from ttdecode.device import PreparedProgram, StepCache, require_ttnn
 from ttdecode.ops.rotary_append.program import build_program, column_angles, rotate_half_blocks
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 
@@ -53,7 +52,7 @@ __all__ = ["RotaryStep", "run_rotary", "get_step", "angles_to_device", "clear_st
 #: Shapes whose steps `run_rotary` keeps (a model has one or two: one per batch).
 STEP_CACHE_SIZE = 16
 
-_steps: "OrderedDict[tuple, RotaryStep]" = OrderedDict()
+_steps = StepCache(STEP_CACHE_SIZE)  # step_key -> RotaryStep
 
 
 def _tensor_meta(t: Any) -> tuple:
@@ -126,15 +125,7 @@ def get_step(inp: RotaryInputs, grid: tuple[int, int]) -> RotaryStep:
     """The cached `RotaryStep` of this call's shape (made and cached on a miss)."""
     device = inp.k_cache.device()
     key = step_key(inp, grid, device)
-    step = _steps.get(key)
-    if step is None:
-        step = RotaryStep(inp, grid, device)
-        _steps[key] = step
-        while len(_steps) > STEP_CACHE_SIZE:
-            _steps.popitem(last=False)
-    else:
-        _steps.move_to_end(key)
-    return step
+    return _steps.get_or_make(key, lambda: RotaryStep(inp, grid, device))
 
 
 def run_rotary(inp: RotaryInputs, grid: tuple[int, int]) -> Optional[Any]:
