@@ -47,7 +47,7 @@ import ttdecode  # noqa: E402
 from ttdecode.accuracy import THRESHOLDS, TT_METAL_PAGED_MIN_PCC, pcc, rel_l2  # noqa: E402
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig  # noqa: E402
 from ttdecode.reference import sdpa_decode_reference  # noqa: E402
-from ttdecode.tensor import dequantize  # noqa: E402
+from ttdecode.core.tensor import dequantize  # noqa: E402
 
 
 @dataclass(frozen=True)

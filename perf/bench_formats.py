@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from ttdecode import formats as F
-from ttdecode.formats import DataType
+from ttdecode.core import formats as F
+from ttdecode.core.formats import DataType
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ BUILD_OUT = REPO / "build" / "perf"  # default output directory (gitignored)
 COMMITTED = REPO / "tech_report" / "figures"  # the committed plot, rewritten by --update-committed only
 
 import ttdecode  # noqa: E402
-import ttdecode.ops.flash_decode.program as factory  # noqa: E402
+import ttdecode.ops.flash_decode.program_factory as factory  # noqa: E402
 from ttdecode.models.llama import LlamaDecoder, LlamaSpec  # noqa: E402
 from ttdecode.perf_model.costmodel import evaluate, work_from_counters  # noqa: E402
 

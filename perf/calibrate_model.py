@@ -233,12 +233,12 @@ def run_ours(batch: int, nh: int, nkv: int, d: int, seq: int, pos: list[int], gr
     the plan's (runtime args); MLA when dv is given (V = K[..., :dv])."""
     import torch
 
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
     from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
-    from ttdecode.ops.flash_decode.program import run_flash_decode
+    from ttdecode.ops.flash_decode.program_factory import run_flash_decode
     from ttdecode.perf_model.costmodel import work_from_counters
-    from ttdecode.program import ComputeSettings, MathFidelity
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.program_description import ComputeSettings, MathFidelity
+    from ttdecode.core.tensor import from_torch
 
     g = torch.Generator().manual_seed(0)
     kvt = DataType(kv)

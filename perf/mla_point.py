@@ -27,12 +27,12 @@ import torch  # noqa: E402
 
 from ttdecode.accuracy import pcc, rel_l2  # noqa: E402
 from ttdecode.perf_model.costmodel import evaluate, work_from_counters  # noqa: E402
-from ttdecode.ops.flash_decode.program import run_flash_decode  # noqa: E402
-from ttdecode.formats import DataType  # noqa: E402
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode  # noqa: E402
+from ttdecode.core.formats import DataType  # noqa: E402
 from ttdecode.ops.flash_decode.plan import PlanError, format_plan, make_plan  # noqa: E402
-from ttdecode.program import ComputeSettings, KernelKind  # noqa: E402
+from ttdecode.core.program_description import ComputeSettings, KernelKind  # noqa: E402
 from ttdecode.reference import sdpa_decode_reference  # noqa: E402
-from ttdecode.tensor import from_torch, to_torch  # noqa: E402
+from ttdecode.core.tensor import from_torch, to_torch  # noqa: E402
 
 D, DV = 576, 512
 

@@ -50,13 +50,13 @@ BUILD_OUT = REPO / "build" / "perf"  # default output directory (gitignored)
 COMMITTED = REPO / "tech_report" / "figures"  # the committed CSV and figures, rewritten by --update-committed only
 
 from ttdecode.perf_model.costmodel import COST, Breakdown, evaluate, work_from_counters  # noqa: E402
-from ttdecode.ops.flash_decode.program import run_flash_decode  # noqa: E402
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode  # noqa: E402
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
-from ttdecode.formats import DataType  # noqa: E402
+from ttdecode.core.formats import DataType  # noqa: E402
 from ttdecode.ops.flash_decode.plan import DecodePlan, PlanError, make_plan, power_of_two_scale  # noqa: E402
-from ttdecode.program import ComputeSettings, MathFidelity  # noqa: E402
+from ttdecode.core.program_description import ComputeSettings, MathFidelity  # noqa: E402
 from ttdecode.runtime.results import RunCounters  # noqa: E402
-from ttdecode.tensor import TileTensor, from_torch  # noqa: E402
+from ttdecode.core.tensor import TileTensor, from_torch  # noqa: E402
 
 KV = DataType.bfloat8_b
 #: tt-metal's published best FlashDecode K/V read rate (REFERENCE.md section 3), drawn for comparison.

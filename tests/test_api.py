@@ -124,8 +124,8 @@ def test_paged_reference_equals_the_contiguous_cache() -> None:
 
 
 def test_reference_backend_on_tile_tensors_uses_their_quantized_values() -> None:
-    from ttdecode.formats import DataType
-    from ttdecode.tensor import dequantize, from_torch
+    from ttdecode.core.formats import DataType
+    from ttdecode.core.tensor import dequantize, from_torch
 
     q, k, v = qkv()
     kt, vt = from_torch(k, DataType.bfloat8_b), from_torch(v, DataType.bfloat8_b)
@@ -229,9 +229,9 @@ def test_planner_refusal_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _fake_device(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
-    mod = types.ModuleType("ttdecode.device")
+    mod = types.ModuleType("ttdecode.ttnn_backend")
     mod.available = lambda: available  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ttdecode.device", mod)
+    monkeypatch.setitem(sys.modules, "ttdecode.ttnn_backend", mod)
 
 
 @pytest.mark.parametrize("available", [True, False])
@@ -249,7 +249,7 @@ def test_auto_sends_torch_inputs_to_the_host_even_with_a_device(monkeypatch: pyt
 
 
 def test_auto_without_a_device_module_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ttdecode.device", None)  # import raises ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "ttdecode.ttnn_backend", None)  # import raises ModuleNotFoundError
     monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="auto") == "host"
@@ -271,7 +271,7 @@ def test_bad_arguments_fail_before_any_backend_runs() -> None:
 
 
 def test_reference_reads_the_same_values_the_kernels_get(ttnn) -> None:
-    from ttdecode.tensor import dequantize
+    from ttdecode.core.tensor import dequantize
     from ttdecode.ops.flash_decode.validate import describe
 
     x = torch.cat([rand(4, 64, seed=6) * 1e3, torch.tensor([[1.00390625, -2.0078125, 3e-39, 65504.0] * 16])])
@@ -281,7 +281,7 @@ def test_reference_reads_the_same_values_the_kernels_get(ttnn) -> None:
 
 
 def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ttdecode import device
+    from ttdecode import ttnn_backend
 
     monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()

@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import flash_decode_cbs, make_plan
-from ttdecode.program import ComputeSettings
-from ttdecode.tensor import from_torch
+from ttdecode.core.program_description import ComputeSettings
+from ttdecode.core.tensor import from_torch
 
 F32, BF16, BFP8 = DataType.float32, DataType.bfloat16, DataType.bfloat8_b
 INTERMEDIATES = ("max_bcast", "scores", "probs", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b", "alpha",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from ttdecode import device as dev
+from ttdecode import ttnn_backend as dev
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.ops.combine import (
     CombineError,
@@ -22,8 +22,8 @@ from ttdecode.ops.combine import (
     run_combine,
 )
 from ttdecode.distributed.context import combine_partials
-from ttdecode.formats import DataType
-from ttdecode.program import KernelKind, UnpackToDestMode
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import KernelKind, UnpackToDestMode
 from ttdecode.runtime.results import COMPUTE_OPS
 
 NEG_INF = float("-inf")
@@ -256,7 +256,7 @@ def test_device_combine_refuses_by_name_without_a_device() -> None:
 def _fake_device(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Real ttnn descriptors; the device, its tensors, generic_op and the output allocation stand-ins
     (no device here). Records each generic_op call's descriptor, its runtime-arg counts and tensors."""
-    from ttdecode.ops.combine import device as cd
+    from ttdecode.ops.combine import device_step as cd
 
     class Tensor:  # a ttnn tensor to the checks: a class called Tensor from a ttnn module
         next_address = 0x100000

@@ -31,11 +31,11 @@ from ttdecode.perf_model.costmodel import (
     work_from_counters,
     writer_messages,
 )
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType, tile_size
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, valid_tiles
-from ttdecode.program import ComputeSettings, CoreCoord, MathFidelity
-from ttdecode.tensor import from_torch
+from ttdecode.core.program_description import ComputeSettings, CoreCoord, MathFidelity
+from ttdecode.core.tensor import from_torch
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
 
 
@@ -404,7 +404,7 @@ def test_compute_events_carry_the_l1_bytes_each_calls_unpackers_fetch_and_the_pa
     P.V's blocks fetch the fp32 probabilities (2048 / 1024 B) once per key tile; every copy into DST of an
     fp32 q-row tile fetches 2048 / 1024 B; the output's packs write bf16 tiles (1024 / 512 B); the cost
     model charges exactly those bytes."""
-    from ttdecode.program import KernelKind
+    from ttdecode.core.program_description import KernelKind
     from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
 
     g = torch.Generator().manual_seed(3)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from ttdecode import device as dev
-from ttdecode.ops.flash_decode.program import build_program_for_device
-from ttdecode.formats import DataType
+from ttdecode import ttnn_backend as dev
+from ttdecode.ops.flash_decode.program_factory import build_program_for_device
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 
 LLAMA = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, seq_len=8192)
 

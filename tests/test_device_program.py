@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ttdecode import device as dev
-from ttdecode.formats import DataType
-from ttdecode.program import (
+from ttdecode import ttnn_backend as dev
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import (
     BufferAddress,
     CircularBuffer,
     ComputeSettings,

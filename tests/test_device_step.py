@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import ttdecode
-from ttdecode.ops.flash_decode import device as fd_device
+from ttdecode.ops.flash_decode import device_step as fd_device
 
 B, NH, NKV, S, D = 4, 32, 8, 1024, 128
 

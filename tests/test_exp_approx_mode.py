@@ -8,11 +8,11 @@ import torch
 
 import ttdecode
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-from ttdecode.ops.flash_decode.program import build_program
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import build_program
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan
-from ttdecode.program import ComputeSettings, KernelKind
-from ttdecode.tensor import from_torch
+from ttdecode.core.program_description import ComputeSettings, KernelKind
+from ttdecode.core.tensor import from_torch
 
 
 def _compute_kernel(exp_approx: bool):

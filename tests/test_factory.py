@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ttdecode.ops.flash_decode import plan as plan_mod
-from ttdecode.ops.flash_decode.program import (
+from ttdecode.ops.flash_decode.program_factory import (
     FactoryError,
     build_program,
     decode_outputs,
@@ -21,10 +21,10 @@ from ttdecode.ops.flash_decode.program import (
     page_table_bytes,
     positions_bytes,
 )
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan, piece_range, tree_children, tree_parent
-from ttdecode.program import BufferAddress, ComputeSettings, KernelKind, NocX, NocY, unpack_to_dest_modes
-from ttdecode.tensor import from_torch
+from ttdecode.core.program_description import BufferAddress, ComputeSettings, KernelKind, NocX, NocY, unpack_to_dest_modes
+from ttdecode.core.tensor import from_torch
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels" / "flash_decode"
 

@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from ttdecode.accuracy import THRESHOLDS, check_close, check_lse
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import TileTensor, from_torch, to_torch
+from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
 BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
 

@@ -15,7 +15,7 @@ import ttdecode
 from ttdecode.accuracy import check_close, check_lse, rel_l2
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import dequantize
+from ttdecode.core.tensor import dequantize
 
 S, D, NH = 256, 128, 8
 

@@ -23,12 +23,12 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
-from ttdecode.ops.flash_decode.program import FactoryError, build_program, build_program_for_device, run_flash_decode
-from ttdecode.formats import DataType, tile_size
+from ttdecode.ops.flash_decode.program_factory import FactoryError, build_program, build_program_for_device, run_flash_decode
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.ops.flash_decode.plan import L1_BYTES_PER_CORE, PlanError, make_plan, piece_range
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import TileTensor, from_torch, to_torch
+from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
 from tests.test_flash_decode import randn_with_outliers
 from tests.test_flash_decode_paged import paginate, shuffled_table
@@ -267,7 +267,7 @@ def test_the_deepseek_plan_at_d576_fits_l1_or_names_the_knob_that_makes_it_fit()
 
 def test_mla_program_has_no_v_tensor_and_reads_v_out_of_k(ttnn: Any) -> None:
     # its kernels compile against the real headers on the mock (tests/mock: mla_d192, mla_paged_bf16)
-    from ttdecode import device as dev
+    from ttdecode import ttnn_backend as dev
     from tests.test_device_flash_decode import GridView
 
     for kv, block in ((BFP8, None), (BF16, 64)):

@@ -14,12 +14,12 @@ import torch
 
 import ttdecode
 from ttdecode.accuracy import check_close, check_lse
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType, tile_size
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan, span_window
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import from_torch, to_torch
+from ttdecode.core.tensor import from_torch, to_torch
 
 BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
 

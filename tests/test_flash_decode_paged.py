@@ -17,12 +17,12 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType, tile_size
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import from_torch, to_torch
+from ttdecode.core.tensor import from_torch, to_torch
 
 from tests.test_flash_decode import randn_with_outliers
 

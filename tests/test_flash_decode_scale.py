@@ -16,12 +16,12 @@ import numpy as np
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import scaled_dot_product_attention_decode
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale
-from ttdecode.program import ComputeSettings
+from ttdecode.core.program_description import ComputeSettings
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import from_torch, to_torch
+from ttdecode.core.tensor import from_torch, to_torch
 
 BF16, BFP8 = DataType.bfloat16, DataType.bfloat8_b
 POS = [-1, 0, 37, 200, 255]  # a skipped user, one key, a partial tile, several pieces, the last key

@@ -1,4 +1,4 @@
-"""Tile layout and tile byte images (ttdecode.formats), without ttnn."""
+"""Tile layout and tile byte images (ttdecode.core.formats), without ttnn."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ttdecode import formats as F
-from ttdecode.formats import DataType
+from ttdecode.core import formats as F
+from ttdecode.core.formats import DataType
 
 ALL = list(DataType)
 BFP = [DataType.bfloat8_b, DataType.bfloat4_b]
@@ -284,11 +284,11 @@ def test_unpack_rejects_wrong_byte_count() -> None:
         F.unpack_tiles(bytes(1088), DataType.bfloat8_b, (32,))
 
 
-# ---- TileTensor (ttdecode.tensor) without ttnn -------------------------------------------------
+# ---- TileTensor (ttdecode.core.tensor) without ttnn -------------------------------------------------
 
 
 def test_tile_tensor_geometry_follows_padded_shape() -> None:
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.tensor import from_torch
 
     t = from_torch(torch.randn(2, 3, 40, 70), DataType.bfloat8_b)
     assert (t.shape, t.padded_shape, t.num_pages, t.page_size) == ((2, 3, 40, 70), (2, 3, 64, 96), 36, 1088)
@@ -297,7 +297,7 @@ def test_tile_tensor_geometry_follows_padded_shape() -> None:
 
 
 def test_tile_tensor_rejects_inconsistent_fields() -> None:
-    from ttdecode.tensor import TileTensor
+    from ttdecode.core.tensor import TileTensor
 
     with pytest.raises(ValueError, match=r"data: expected 2048 bytes \(1 pages of 2048 bytes for bfloat16 shape \(32, 32\)\), got 10"):
         TileTensor((32, 32), DataType.bfloat16, bytes(10))
@@ -313,7 +313,7 @@ def test_tile_tensor_rejects_inconsistent_fields() -> None:
 
 
 def test_from_torch_rejects_non_float_tensors() -> None:
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.tensor import from_torch
 
     with pytest.raises(TypeError, match="x: expected a floating tensor"):
         from_torch(torch.ones(32, 32, dtype=torch.int64))
@@ -324,7 +324,7 @@ def test_from_torch_rejects_non_float_tensors() -> None:
 @pytest.mark.parametrize("dtype,torch_dtype", [(DataType.float32, torch.float32), (DataType.bfloat16, torch.bfloat16),
                                                (DataType.bfloat8_b, torch.float32), (DataType.bfloat4_b, torch.float32)])
 def test_to_torch_returns_ttnn_dtypes_and_quantized_values(dtype: DataType, torch_dtype: torch.dtype) -> None:
-    from ttdecode.tensor import from_torch, to_torch
+    from ttdecode.core.tensor import from_torch, to_torch
 
     x = torch.randn(3, 33, 65)
     y = to_torch(from_torch(x, dtype))
@@ -333,7 +333,7 @@ def test_to_torch_returns_ttnn_dtypes_and_quantized_values(dtype: DataType, torc
 
 
 def test_as_tile_tensor_passes_tile_tensors_through_and_packs_torch_in_default_dtype() -> None:
-    from ttdecode.tensor import as_tile_tensor, from_torch
+    from ttdecode.core.tensor import as_tile_tensor, from_torch
 
     t = from_torch(torch.randn(32, 32), DataType.bfloat4_b)
     assert as_tile_tensor(t, DataType.bfloat16) is t
@@ -344,7 +344,7 @@ def test_as_tile_tensor_passes_tile_tensors_through_and_packs_torch_in_default_d
 
 
 def test_dequantize_gives_float64_of_the_stored_values() -> None:
-    from ttdecode.tensor import dequantize, from_torch
+    from ttdecode.core.tensor import dequantize, from_torch
 
     x = torch.randn(2, 40, 40)
     assert dequantize(x).dtype == torch.float64

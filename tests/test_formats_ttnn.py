@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode import formats as F
-from ttdecode import tensor as T
-from ttdecode.formats import DataType
+from ttdecode.core import formats as F
+from ttdecode.core import tensor as T
+from ttdecode.core.formats import DataType
 from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
 
 ttnn = import_ttnn()

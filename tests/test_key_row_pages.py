@@ -20,13 +20,13 @@ import torch
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.config import SDPAProgramConfig
 from ttdecode.perf_model.costmodel import COST, key_row_pieces, work_from_counters
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan, piece_range
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.runtime.results import EVENT_OPS
-from ttdecode.tensor import from_torch, to_torch
+from ttdecode.core.tensor import from_torch, to_torch
 
 BF16, BFP8 = DataType.bfloat16, DataType.bfloat8_b
 READ_DRAM = {v: k for k, v in EVENT_OPS.items()}["read_dram"]
@@ -138,7 +138,7 @@ def test_every_piece_of_a_batch_runs_on_a_core_of_its_bank_within_the_runtime_ar
     of work (b, h) sit in bank ((b * NKV + h) * S/32 + i) % 12, documented mapping), no core more pieces than its
     runtime args hold, every piece placed once."""
     from ttdecode.ops.flash_decode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE
-    from ttdecode.program import MAX_RUNTIME_ARGS
+    from ttdecode.core.program_description import MAX_RUNTIME_ARGS
 
     plan = make_plan(batch=b, num_q_heads=nkv * g, num_kv_heads=nkv, seq_len=s, head_dim=d, cur_pos=[s - 1] * b,
                      max_cores_per_head_batch=mc, kv_pages="key_row")
@@ -249,7 +249,7 @@ def test_key_row_refuses_what_it_cannot_run() -> None:
 def test_the_key_row_memory_config_is_ttnn_nd_sharding_over_the_dram_banks(ttnn) -> None:
     # ttnn through the session fixture (the mock cluster descriptor): a bare import before it would leave
     # ttnn without one, and later tests' ttnn.from_torch would find no chips
-    from ttdecode.device import DeviceError, check_key_row_memory_config, key_row_memory_config
+    from ttdecode.ttnn_backend import DeviceError, check_key_row_memory_config, key_row_memory_config
 
     mem = key_row_memory_config(ttnn, 128)
     assert mem.buffer_type == ttnn.BufferType.DRAM
@@ -280,8 +280,8 @@ def test_the_api_runs_key_row_through_the_program_config() -> None:
 
 
 def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> None:
-    from ttdecode import device as dev
-    from ttdecode.ops.flash_decode.program import build_program_for_device
+    from ttdecode import ttnn_backend as dev
+    from ttdecode.ops.flash_decode.program_factory import build_program_for_device
 
     plan = make_plan(batch=2, num_q_heads=8, num_kv_heads=2, seq_len=2048, head_dim=128, cur_pos=None,
                      max_cores_per_head_batch=12, kv_pages="key_row")

@@ -100,7 +100,7 @@ SMOKE = textwrap.dedent('''
     from ttdecode.reference import sdpa_decode_reference
 
     assert Path(ttdecode.__file__).resolve().is_relative_to(Path(sys.argv[1]).resolve()), ttdecode.__file__
-    from ttdecode.paths import kernels_dir
+    from ttdecode.core.paths import kernels_dir
     assert kernels_dir().resolve().is_relative_to(Path(sys.argv[1]).resolve()), kernels_dir()
 
     g = torch.Generator().manual_seed(0)

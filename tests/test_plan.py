@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import (
     CHUNK_BUFFER_BUDGET,
     PlanError,

@@ -14,12 +14,12 @@ import struct
 import numpy as np
 import torch
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan
-from ttdecode.ops.flash_decode.program import READER_COMMON_ARGS, build_program, decode_outputs
-from ttdecode.program import ComputeSettings
+from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS, build_program, decode_outputs
+from ttdecode.core.program_description import ComputeSettings
 from ttdecode.runtime import run_program
-from ttdecode.tensor import from_torch
+from ttdecode.core.tensor import from_torch
 
 B, NH, NKV, S, D, BS = 3, 8, 2, 256, 64, 64
 

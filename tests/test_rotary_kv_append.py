@@ -8,7 +8,7 @@ Expected values are built here, independently of ttdecode.ops.rotary_append and 
   interleaved pairs), and checked against a float64 rotation to within one step of the format;
 * the packer's rounding of each new row to the cache format (Packers/FormatConversion.md of the ISA
   documentation: early rounding ties away from zero, block floats share the largest exponent of a
-  16-value face row, bfp4 truncated from bfp8) and the tile layout of ttdecode.formats' docstring
+  16-value face row, bfp4 truncated from bfp8) and the tile layout of ttdecode.core.formats' docstring
   (faces, exponent bytes in face-row order, codes in tile order), written out byte by byte;
 * every other byte of both caches: exactly the input's.
 """
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import ttdecode
-from ttdecode.formats import DataType
-from ttdecode.tensor import TileTensor
+from ttdecode.core.formats import DataType
+from ttdecode.core.tensor import TileTensor
 
 BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
 
@@ -363,7 +363,7 @@ BAD = {
 
 def test_a_head_dim_beyond_l1_is_refused_at_plan_time() -> None:
     """D = 4096: cos, sin, x and the output CBs need more than one core's L1; refused naming it."""
-    from ttdecode.ops.rotary_append import program as rotary
+    from ttdecode.ops.rotary_append import program_factory as rotary
 
     with pytest.raises(ValueError, match=r"argument 'k_cache': expected a head_dim whose circular buffers fit .*D=4096"):
         rotary.device_program(batch=1, num_q_heads=0, num_kv_heads=1, head_dim=4096, cache_dtype=BF16,
@@ -391,9 +391,9 @@ def test_bad_input_is_refused_naming_argument_expected_and_got(case: str, monkey
 
 def test_device_descriptor_carries_named_args_and_in_place_caches(ttnn) -> None:
     """The same Program as real ttnn descriptors (fake device view, as tests/test_device_program.py)."""
-    from ttdecode import device
+    from ttdecode import ttnn_backend
     from ttdecode.ops.rotary_append import op as rotary
-    from ttdecode.program import CoreCoord
+    from ttdecode.core.program_description import CoreCoord
 
     class View:
         def grid_size(self):
@@ -446,7 +446,7 @@ def test_an_unknown_named_compile_time_arg_fails_the_kernel_build() -> None:
 def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(ttnn, monkeypatch) -> None:
     """Without q the program has no output: launch allocates nothing and hands the in-place caches
     to generic_op last (generic_op returns its last tensor). ttnn's device calls are stubbed."""
-    from ttdecode import device
+    from ttdecode import ttnn_backend
     from ttdecode.ops.rotary_append import op as rotary
 
     class Mem:
@@ -495,7 +495,7 @@ def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(t
 def _fake_device(ttnn, monkeypatch: pytest.MonkeyPatch) -> dict:
     """Real ttnn descriptors; the device, its tensors, generic_op, the output allocation and
     from_torch stand-ins (no device here). Records generic_op calls and uploads."""
-    from ttdecode.ops.rotary_append import device as rd
+    from ttdecode.ops.rotary_append import device_step as rd
 
     class Tensor:  # a ttnn tensor to the checks: a class called Tensor from a ttnn module
         next_address = 0x100000

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from ttdecode.accuracy import check_close
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.runtime.results import EVENT_OPS
-from ttdecode.tensor import from_torch, to_torch
+from ttdecode.core.tensor import from_torch, to_torch
 
 BF16, BFP8 = DataType.bfloat16, DataType.bfloat8_b
 

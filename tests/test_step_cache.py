@@ -1,9 +1,9 @@
-"""ttdecode.device.StepCache: the bounded least-recently-used cache of per-shape steps that FlashDecode,
+"""ttdecode.ttnn_backend.StepCache: the bounded least-recently-used cache of per-shape steps that FlashDecode,
 rotary_kv_append and the combine keep (plan once, run per step)."""
 
 from __future__ import annotations
 
-from ttdecode.device import StepCache
+from ttdecode.ttnn_backend import StepCache
 
 
 def test_a_step_is_made_once_per_key_and_the_least_recently_used_goes_first() -> None:

@@ -1,7 +1,7 @@
 """The C++ tile codec (ttdecode/runtime/src/tile_formats.hpp) against the Python one, byte for byte.
 
 A small harness is compiled with g++ -std=c++17 into a temp dir; it packs row-major float tiles
-or unpacks tile images read from a file, and the results are compared with ttdecode.formats.
+or unpacks tile images read from a file, and the results are compared with ttdecode.core.formats.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode import formats as F
-from ttdecode.formats import DataType
+from ttdecode.core import formats as F
+from ttdecode.core.formats import DataType
 
 HEADER_DIR = Path(__file__).resolve().parents[1] / "ttdecode" / "runtime" / "src"
 CXX = shutil.which("g++")

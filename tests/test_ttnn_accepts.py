@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import ttdecode
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.tensor import from_torch, to_torch
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.core.tensor import from_torch, to_torch
 
 
 @pytest.mark.parametrize("dtype", [DataType.bfloat8_b, DataType.bfloat4_b])

@@ -140,8 +140,8 @@ def test_v_head_dim_must_be_whole_tiles() -> None:
 
 
 def test_kv_formats_must_agree() -> None:
-    from ttdecode.formats import DataType
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.formats import DataType
+    from ttdecode.core.tensor import from_torch
 
     with pytest.raises(TypeError, match=r"argument 'v': expected the format of k \(bfloat16; one KV format per program\), got bfloat8_b"):
         run(v=from_torch(torch.randn(B, NKV, S, D), DataType.bfloat8_b))
@@ -317,8 +317,8 @@ def test_share_cache_with_paged_cache_is_an_error() -> None:
 
 
 def test_describe_reads_ttnn_and_tile_tensors(ttnn) -> None:
-    from ttdecode.formats import DataType
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.formats import DataType
+    from ttdecode.core.tensor import from_torch
 
     t = describe("k", from_torch(torch.randn(2, 1, 40, 64), DataType.bfloat4_b))
     assert (t.kind, t.shape, t.dtype, t.storage_dtype) == ("tile", (2, 1, 40, 64), "bfloat4_b", "bfloat4_b")
@@ -330,8 +330,8 @@ def test_describe_reads_ttnn_and_tile_tensors(ttnn) -> None:
 
 
 def test_tile_q_may_be_block_float_but_not_float32() -> None:
-    from ttdecode.formats import DataType
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.formats import DataType
+    from ttdecode.core.tensor import from_torch
 
     for dt in (DataType.bfloat8_b, DataType.bfloat4_b):  # ttnn's op takes them (converted exactly to bf16 here)
         assert run(q=from_torch(torch.randn(1, B, NH, D), dt)).q.dtype == dt.value

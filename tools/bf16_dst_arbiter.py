@@ -30,7 +30,7 @@ sequential fp32 sum differs by ~2^-24 relative, far below the bf16 roundings stu
 The two algorithms, counts and order only:
 
 * ``ours`` = kernels/flash_decode/compute.cpp with a 16-bit DST as the factory builds it
-  (ttdecode/ops/flash_decode/program.py: every intermediate CB bf16), one piece per (user, KV head), chunks
+  (ttdecode/ops/flash_decode/program_factory.py: every intermediate CB bf16), one piece per (user, KV head), chunks
   of 16 key tiles from the first key. The defaults are the kernel before issue 30: per chunk,
   S = Q.K^T (MVMULs into DST), S *= scale (SFPU, truncating store), masked keys -inf, m = max(m_old,
   rowmax S), alpha = exp(trunc(m_old - m)), P = exp(trunc(S - m)) (bf16), then in one DST block

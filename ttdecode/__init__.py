@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecod
     )
     from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
     from ttdecode.distributed.context import combine_partials, context_parallel_decode
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
     from ttdecode.ops.rotary_append.op import rotary_kv_append
     from ttdecode.patch import patch_ttnn, unpatch_ttnn
-    from ttdecode.tensor import TileTensor, from_torch, to_torch
+    from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
 #: public name -> the module defining it (float32 ... bfloat4_b are DataType members)
 _HOMES = {
@@ -40,13 +40,13 @@ _HOMES = {
     "SDPAProgramConfig": "ttdecode.config",
     "combine_partials": "ttdecode.distributed.context",
     "context_parallel_decode": "ttdecode.distributed.context",
-    "DataType": "ttdecode.formats",
+    "DataType": "ttdecode.core.formats",
     "rotary_kv_append": "ttdecode.ops.rotary_append.op",
     "patch_ttnn": "ttdecode.patch",
     "unpatch_ttnn": "ttdecode.patch",
-    "TileTensor": "ttdecode.tensor",
-    "from_torch": "ttdecode.tensor",
-    "to_torch": "ttdecode.tensor",
+    "TileTensor": "ttdecode.core.tensor",
+    "from_torch": "ttdecode.core.tensor",
+    "to_torch": "ttdecode.core.tensor",
 }
 _DTYPES = ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")
 
@@ -56,7 +56,7 @@ def __getattr__(name: str) -> Any:
     if name in _HOMES:
         value = getattr(importlib.import_module(_HOMES[name]), name)
     elif name in _DTYPES:
-        value = getattr(importlib.import_module("ttdecode.formats").DataType, name)
+        value = getattr(importlib.import_module("ttdecode.core.formats").DataType, name)
     else:
         raise AttributeError(f"module 'ttdecode' has no attribute {name!r}")
     globals()[name] = value

@@ -121,7 +121,7 @@ def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan one step and print the table; a refused plan prints the reason and returns 2."""
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
     from ttdecode.ops.flash_decode.plan import format_plan, make_plan
 
     preset = get_preset(args.preset)
@@ -155,8 +155,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
     k = torch.randn(b, nkv, s, d, generator=gen)
     v = None if preset.mla else torch.randn(b, nkv, s, d, generator=gen)  # MLA: V = k[..., :Dv]
     if kv_dtype != "bfloat16":
-        from ttdecode.formats import DataType
-        from ttdecode.tensor import from_torch
+        from ttdecode.core.formats import DataType
+        from ttdecode.core.tensor import from_torch
 
         k = from_torch(k, DataType(kv_dtype))
         v = None if v is None else from_torch(v, DataType(kv_dtype))

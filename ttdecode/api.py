@@ -1,6 +1,6 @@
 """Public entry points, drop-in compatible with ``ttnn.transformer.scaled_dot_product_attention_decode``.
 
-Inputs may be ``ttnn.Tensor``, ``ttdecode.tensor.TileTensor`` or torch tensors. A torch float tensor
+Inputs may be ``ttnn.Tensor``, ``ttdecode.core.tensor.TileTensor`` or torch tensors. A torch float tensor
 (float32 or bfloat16) is taken as bfloat16, the format the kernels read: Q always; K/V unless they
 come as a TileTensor/ttnn tensor in bfloat8_b or bfloat4_b. See ``ttdecode.ops.flash_decode.validate`` for every
 shape and format rule.
@@ -13,7 +13,7 @@ Backends (``backend=``):
   ``return_lse=True``, the log-sum-exp ``[T, B, NH]`` in float32 (``-inf`` for a skipped user).
 * ``"host"``: the Metalium kernels on the host runtime. ``"device"``: the same kernels on a
   Wormhole through ``ttnn.generic_op``. Both go through ``ttdecode.ops.flash_decode.op.run_kernels``.
-* ``"auto"``: ``"device"`` if ``ttdecode.device.available()`` and Q, K, V are ttnn device tensors,
+* ``"auto"``: ``"device"`` if ``ttdecode.ttnn_backend.available()`` and Q, K, V are ttnn device tensors,
   else ``"host"`` (torch / host inputs run on the host runtime). The choice is logged
   (logger ``"ttdecode"``, INFO) and ``last_backend()`` returns the backend the last call used.
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ttdecode.backend import BACKENDS, last_backend, record, select_backend
-from ttdecode.checks import fail
+from ttdecode.core.checks import fail
 from ttdecode.ops.flash_decode.op import Result, make_decode_plan, run_kernels, run_reference
 from ttdecode.ops.flash_decode.validate import validate_decode
 
@@ -161,8 +161,8 @@ def _decode(q: Any, k: Any, v: Any, *, backend: str, validate_values: bool = Fal
         raise fail("backend", f"one of {list(BACKENDS)}", repr(backend),
                    ValueError if isinstance(backend, str) else TypeError)
     if backend == "device" and not validate_values:
-        # a cached call of device tensors: metadata checks only (ttdecode.ops.flash_decode.device.fast_key)
-        from ttdecode.ops.flash_decode import device as fd
+        # a cached call of device tensors: metadata checks only (ttdecode.ops.flash_decode.device_step.fast_key)
+        from ttdecode.ops.flash_decode import device_step as fd
 
         out = fd.try_fast(q, k, v, options["paged"], options)
         if out is not fd.MISS:
@@ -176,7 +176,7 @@ def _decode(q: Any, k: Any, v: Any, *, backend: str, validate_values: bool = Fal
     # the device plans once per decode shape (a cached step); the host runtime plans each call
     result = run_kernels(chosen, inputs, make_decode_plan(inputs) if chosen == "host" else None)
     if chosen == "device" and not validate_values:
-        from ttdecode.ops.flash_decode import device as fd
+        from ttdecode.ops.flash_decode import device_step as fd
 
         fd.remember_fast(q, k, v, options["paged"], options, inputs)
     return result

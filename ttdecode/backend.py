@@ -40,7 +40,7 @@ def on_device(x: object) -> bool:
 
 def select_backend(*tensors: object) -> str:
     """The choice of ``backend="auto"``, logged: "device" only when a Wormhole is usable
-    (``ttdecode.device.available()``) and the given input tensors (None entries ignored) are all ttnn
+    (``ttdecode.ttnn_backend.available()``) and the given input tensors (None entries ignored) are all ttnn
     tensors on the device; torch / host inputs go to the host runtime (the device backend would refuse
     them). With no tensors given: "device" whenever a device is usable."""
     given = [t for t in tensors if t is not None]
@@ -48,11 +48,11 @@ def select_backend(*tensors: object) -> str:
         log.info("ttdecode: backend 'auto' -> 'host' (the inputs are not ttnn device tensors)")
         return "host"
     try:
-        device = importlib.import_module("ttdecode.device")
+        device = importlib.import_module("ttdecode.ttnn_backend")
     except ModuleNotFoundError as e:
-        if e.name != "ttdecode.device":
+        if e.name != "ttdecode.ttnn_backend":
             raise
-        log.info("ttdecode: backend 'auto' -> 'host' (ttdecode.device is not built)")
+        log.info("ttdecode: backend 'auto' -> 'host' (ttdecode.ttnn_backend is not built)")
         return "host"
     if device.available():
         log.info("ttdecode: backend 'auto' -> 'device' (a Tenstorrent device is available)")

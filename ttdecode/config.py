@@ -123,7 +123,7 @@ class SDPAProgramConfig:
         kv_pages: what a K/V DRAM page holds. "tile" (ttnn's interleaved cache: one tile a page, pages
             round robin over the 12 banks); "key_row" (a ttdecode option, not in ttnn's config: one
             page per key-tile row of D / 32 tiles, round robin over the banks -- on a device a TILE
-            tensor ND-sharded in DRAM with [1, 1, 32, D] shards, ``ttdecode.device.key_row_memory_config``).
+            tensor ND-sharded in DRAM with [1, 1, 32, D] shards, ``ttdecode.ttnn_backend.key_row_memory_config``).
             With "key_row" each (user, KV head) takes a multiple of 12 pieces (at most
             max_cores_per_head_batch, which must then be >= 12), piece i reading the key tiles
             t % p' == i, all from one bank.
@@ -173,7 +173,7 @@ class SDPAProgramConfig:
                 raise _fail(own, "max_cores_per_head_batch",
                             f"None (not set) or an integer in 1..{MAX_CORES_PER_HEAD_BATCH_LIMIT}", m)
         if self.chunk_cap is not None:
-            from ttdecode.split import CHUNK_CAPS  # here, not at the top: the CLI's --help imports no torch
+            from ttdecode.core.split import CHUNK_CAPS  # here, not at the top: the CLI's --help imports no torch
 
             cap = _int(own, "chunk_cap", self.chunk_cap)
             if cap not in CHUNK_CAPS:

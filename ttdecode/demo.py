@@ -17,12 +17,12 @@ from collections import Counter
 import torch
 
 from ttdecode.accuracy import THRESHOLDS, pcc, rel_l2
-from ttdecode.ops.flash_decode.program import run_flash_decode
-from ttdecode.formats import DataType
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import format_plan, make_plan
-from ttdecode.program import ComputeSettings, KernelKind
+from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
-from ttdecode.tensor import dequantize, from_torch
+from ttdecode.core.tensor import dequantize, from_torch
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, SEQ = 32, 8, 128, 8192
 POSITIONS = [8191, 5000, 1234, 31, -1]

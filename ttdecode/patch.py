@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ttdecode import api
 from ttdecode.backend import on_device
-from ttdecode.checks import fail
+from ttdecode.core.checks import fail
 
 __all__ = ["PatchHandle", "patch_ttnn", "unpatch_ttnn", "is_patched", "ROUTED", "REFUSED"]
 

@@ -9,7 +9,7 @@
 //
 // Contract: per tile row the reader pushes each partial's LSE tile then its dv_tiles O tiles, in partial
 // order, a partial with no key (LSE -inf) having its O rows zeroed; the writer pushes the constant tiles
-// (ones, -BIG) first. CBs: cbs.hpp, in the modes of ttdecode/ops/combine/program.py. A row with no live
+// (ones, -BIG) first. CBs: cbs.hpp, in the modes of ttdecode/ops/combine/program_factory.py. A row with no live
 // partial gives zeros and LSE -inf; rows never mix. Numerics (fp32 on the SFPU, the -inf handling):
 // tech_report/flashdecode.md, section 9.2 "The combine compute kernel".
 

@@ -47,7 +47,7 @@ def test_the_combine_term_prices_the_combine_kernels_own_counters(partials: int,
     from ttdecode.ops.combine import run_combine
     from ttdecode.perf_model.costmodel import Reduction, evaluate
     from ttdecode.distributed.cost import combine_kernel_seconds, combine_work_from_counters
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
 
     outs = torch.randn(partials, 1, rows, 128).to(torch.bfloat16)
     lses = torch.randn(partials, 1, rows)
@@ -65,11 +65,11 @@ def _counted_us(batch: int, q_heads: int, seq_len: int, max_cores: int, chunk_ca
     import torch
 
     from ttdecode.perf_model.costmodel import evaluate, work_from_counters
-    from ttdecode.ops.flash_decode.program import run_flash_decode
-    from ttdecode.formats import DataType
+    from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+    from ttdecode.core.formats import DataType
     from ttdecode.ops.flash_decode.plan import make_plan
-    from ttdecode.program import ComputeSettings, MathFidelity
-    from ttdecode.tensor import from_torch
+    from ttdecode.core.program_description import ComputeSettings, MathFidelity
+    from ttdecode.core.tensor import from_torch
 
     d = 128
     g = torch.Generator().manual_seed(0)

@@ -206,7 +206,7 @@ class TwinLoop(dc.ContextParallelDecode):
         return twin.TwinTensor(outs), twin.TwinTensor(rows)
 
     def _combine_run(self, outs: Any, lses: Any) -> Any:
-        from ttdecode.formats import DataType
+        from ttdecode.core.formats import DataType
         from ttdecode.ops.combine import run_combine
 
         assert all(torch.equal(o, outs.ts[0]) for o in outs.ts)  # the gathers left every device the same

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import ttdecode
-from ttdecode import device as dev
-from ttdecode.ops.flash_decode.device import decode_program
+from ttdecode import ttnn_backend as dev
+from ttdecode.ops.flash_decode.device_step import decode_program
 from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan as _make_plan
 from ttdecode.distributed.device_context import (
     lse_rows_to_tiles,
@@ -127,7 +127,7 @@ def test_each_devices_descriptor_is_the_op_on_its_shard(ttnn: Any, layout: str, 
 @pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
 def test_shards_are_the_held_positions_padded_and_ttnn_keeps_their_bytes(ttnn: Any, layout: str) -> None:
     from ttdecode.distributed.device_context import _ttnn_host
-    from ttdecode.tensor import from_ttnn
+    from ttdecode.core.tensor import from_ttnn
 
     _, k, _ = cache(1)
     n = 3
@@ -192,7 +192,7 @@ def test_window_and_sink_split_launches_and_the_sink_joins_once(ttnn: Any) -> No
 def test_lse_rows_become_the_combines_tiles(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The op's LSE rows -> [1, B, NH, 1] tiles: ttnn's reshape and to_layout for real (on host), the
     device-only ttnn.slice by its definition; the result must equal the op's own row decoding."""
-    from ttdecode.ops.flash_decode.program import decode_lse_rows
+    from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 
     q, k, v = cache(3)
     info = validate_decode(q, k, v, cur_pos=POSITIONS, return_lse=True)

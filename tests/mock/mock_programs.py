@@ -12,7 +12,7 @@ import torch
 
 import ttdecode
 from ttdecode import ComputeKernelConfig, SDPAProgramConfig
-from ttdecode.program import Program
+from ttdecode.core.program_description import Program
 
 
 class _Captured(Exception):
@@ -109,7 +109,7 @@ FLASH_DECODE_CASES: dict[str, dict[str, Any]] = {
 def flash_decode_program(name: str) -> tuple[Program, dict[str, Any]]:
     """The device Program of FLASH_DECODE_CASES[name] and a few facts of its plan."""
     import ttdecode.api as api
-    from ttdecode.ops.flash_decode.device import decode_program
+    from ttdecode.ops.flash_decode.device_step import decode_program
     from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
 
     inputs = _capture(api, "run_kernels", _decode_call(name, **dict(FLASH_DECODE_CASES[name])))[1]
@@ -122,7 +122,7 @@ def flash_decode_program(name: str) -> tuple[Program, dict[str, Any]]:
 def combine_program(partials: int = 3, groups: int = 2, heads: int = 8, dv: int = 64,
                     in_dtype: Any = ttdecode.bfloat16) -> Program:
     from ttdecode.ops.combine.plan import make_combine_plan
-    from ttdecode.ops.combine.program import build_combine_program_for_device
+    from ttdecode.ops.combine.program_factory import build_combine_program_for_device
 
     return build_combine_program_for_device(make_combine_plan(partials=partials, groups=groups, heads=heads,
                                                               head_dim_v=dv, in_dtype=in_dtype))
@@ -140,7 +140,7 @@ ROTARY_CASES: dict[str, dict[str, Any]] = {
 
 def rotary_program(name: str) -> Program:
     import ttdecode.ops.rotary_append.op as op
-    from ttdecode.ops.rotary_append.program import build_program
+    from ttdecode.ops.rotary_append.program_factory import build_program
 
     kw = dict(ROTARY_CASES[name])
     g = torch.Generator().manual_seed(11)

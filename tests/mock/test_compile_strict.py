@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ttdecode.paths import kernels_dir
+from ttdecode.core.paths import kernels_dir
 from ttdecode.testing.dry_run import jit_records
 
 HERE = Path(__file__).resolve().parent

@@ -60,8 +60,8 @@ DRY_RUN = """
 import sys
 sys.path.insert(0, {runtime_tests!r})
 import torch
-from ttdecode.formats import DataType
-from ttdecode.program import CoreCoord
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import CoreCoord
 from ttdecode.testing.dry_run import dry_run, emit
 import programs as P
 emit(dry_run({expr}))

@@ -17,7 +17,7 @@ ROTARY = r"""
 import torch
 import ttnn
 import ttdecode
-from ttdecode.ops.rotary_append import device as rd
+from ttdecode.ops.rotary_append import device_step as rd
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
 from ttdecode.testing.transfers import count_transfers
@@ -83,7 +83,7 @@ ttnn.close_device(d)
 COMBINE = r"""
 import torch
 import ttnn
-from ttdecode.ops.combine import device as cd
+from ttdecode.ops.combine import device_step as cd
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
 from ttdecode.testing.transfers import count_transfers

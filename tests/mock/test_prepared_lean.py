@@ -1,4 +1,4 @@
-"""PreparedProgram's per-core runtime args sent once (ttdecode/device.py, class doc), through the real
+"""PreparedProgram's per-core runtime args sent once (ttdecode/ttnn_backend/, class doc), through the real
 ttnn 0.81.1 generic_op on a mock N150, in one subprocess: a paged FlashDecode step (every address a
 common arg) runs its first call with the full descriptor and then the `lean` one (every per-core list
 empty) without adding a program-cache entry; the full descriptor still runs after 50 lean runs (a
@@ -15,8 +15,8 @@ CODE = r"""
 import torch
 import ttnn
 import ttdecode
-from ttdecode.device import DeviceError
-from ttdecode.ops.flash_decode import device as fdd
+from ttdecode.ttnn_backend import DeviceError
+from ttdecode.ops.flash_decode import device_step as fdd
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
 

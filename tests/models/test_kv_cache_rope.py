@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ttdecode
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.models import rope
 from ttdecode.models.kv_cache import BlockAllocator, PagedKVCache, append_rows
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ttdecode.models import LlamaDecoder, LlamaSpec
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.models import llama_device as ld
 from ttdecode.models import rope
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from ttdecode.formats import DataType, num_tiles, pack_tiles, tile_size
-from ttdecode.program import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRange, CoreRangeSet,
+from ttdecode.core.formats import DataType, num_tiles, pack_tiles, tile_size
+from ttdecode.core.program_description import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRange, CoreRangeSet,
                               unpack_to_dest_modes,
                               DramTensor, Kernel, KernelKind, MathFidelity, Program, Semaphore)
 
@@ -85,7 +85,7 @@ def tile_op_program(op: str, inputs: dict[int, torch.Tensor], n_out: int, *, kt:
 
 def out_tiles(res, prog: Program) -> torch.Tensor:
     """The output tensor of a tile_op program as [n_out, 32, 32] float32."""
-    from ttdecode.formats import unpack_tiles
+    from ttdecode.core.formats import unpack_tiles
 
     t = prog.tensor("out")
     x = unpack_tiles(res.tensors["out"], t.data_format, t.shape)
@@ -95,7 +95,7 @@ def out_tiles(res, prog: Program) -> torch.Tensor:
 def handshake_program(x: torch.Tensor, dtype: DataType, sender_defines=None, receiver_defines=None) -> Program:
     """Core (0,0) reads one tile of x and sends it to core (1,0) over the NoC with a semaphore handshake;
     core (1,0) writes it to tensor "y"."""
-    from ttdecode.program import NocX, NocY
+    from ttdecode.core.program_description import NocX, NocY
 
     a, b = CoreCoord(0, 0), CoreCoord(1, 0)
     both = crs([a, b])

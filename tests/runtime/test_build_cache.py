@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import torch
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.runtime import build, run_program
 
 from programs import copy_program, grid

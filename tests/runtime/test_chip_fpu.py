@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import ComputeSettings, MathFidelity
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import ComputeSettings, MathFidelity
 from ttdecode.runtime import run_program
 
 from programs import out_tiles, tile_op_program

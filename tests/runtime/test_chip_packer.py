@@ -14,7 +14,7 @@ Sources:
 
 Values are put in DST by `copy_tile` (a Float32 CB unpacked to DST for the fp32 DST, a bfloat16 CB
 for the bf16 DST) and packed by `pack_tile` (kernels/tests/dst_op.cpp); the expected bytes are built
-here from values, not from the runtime's code nor from ttdecode.formats.
+here from values, not from the runtime's code nor from ttdecode.core.formats.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import ComputeSettings
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import ComputeSettings
 from ttdecode.runtime import run_program
 
 from programs import tile_op_program

@@ -12,8 +12,8 @@ import torch
 
 import sfpu_ref as ref
 from programs import crs, kernel_path, tensor_in, tensor_out
-from ttdecode.formats import DataType, num_tiles, tile_size, unpack_tiles
-from ttdecode.program import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, Kernel, KernelKind,
+from ttdecode.core.formats import DataType, num_tiles, tile_size, unpack_tiles
+from ttdecode.core.program_description import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, Kernel, KernelKind,
                               MathFidelity, Program)
 from ttdecode.runtime import KernelError, run_program
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ttdecode.formats import DataType, quantize
+from ttdecode.core.formats import DataType, quantize
 from ttdecode.runtime import run_program
 
 from programs import out_tiles, tile_op_program

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import ComputeSettings
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import ComputeSettings
 from ttdecode.runtime import run_program
 
 from programs import out_tiles, tile_op_program

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ttdecode.formats import DataType, quantize, unpack_tiles
+from ttdecode.core.formats import DataType, quantize, unpack_tiles
 from ttdecode.runtime import run_program
 
 from programs import copy_program, grid

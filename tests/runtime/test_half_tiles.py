@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from programs import crs, kernel_path
-from ttdecode.formats import DataType, pack_tiles, tile_size, unpack_tiles
-from ttdecode.program import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, DramTensor, Kernel,
+from ttdecode.core.formats import DataType, pack_tiles, tile_size, unpack_tiles
+from ttdecode.core.program_description import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, DramTensor, Kernel,
                               KernelKind, MathFidelity, Program, unpack_to_dest_modes)
 from ttdecode.runtime import KernelError, run_program
 

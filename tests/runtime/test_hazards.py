@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode.formats import DataType, tile_size
-from ttdecode.program import CircularBuffer, CoreCoord, Kernel, KernelKind, NocX, NocY, Program, Semaphore
-from ttdecode.program import BufferAddress
+from ttdecode.core.formats import DataType, tile_size
+from ttdecode.core.program_description import CircularBuffer, CoreCoord, Kernel, KernelKind, NocX, NocY, Program, Semaphore
+from ttdecode.core.program_description import BufferAddress
 from ttdecode.runtime import KernelError, run_program
 from ttdecode.runtime.driver import SCHEDULE_SEED_ENV
 

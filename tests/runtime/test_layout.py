@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import CoreCoord, KernelKind
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import CoreCoord, KernelKind
 from ttdecode.runtime import L1_UNRESERVED_BASE, noc_coord, run_program
 from ttdecode.runtime import layout
 

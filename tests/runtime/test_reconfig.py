@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from programs import crs, kernel_path, tensor_in, tensor_out
-from ttdecode.formats import DataType, tile_size, unpack_tiles
-from ttdecode.program import BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, Kernel, KernelKind, Program
+from ttdecode.core.formats import DataType, tile_size, unpack_tiles
+from ttdecode.core.program_description import BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, Kernel, KernelKind, Program
 from ttdecode.runtime import KernelError, run_program
 
 F32, BF16 = DataType.float32, DataType.bfloat16

@@ -5,8 +5,8 @@ import dataclasses
 
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import BufferAddress
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import BufferAddress
 from ttdecode.runtime import driver, run_program
 
 from programs import copy_program, grid, tensor_in

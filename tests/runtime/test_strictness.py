@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import ComputeSettings, CoreCoord
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import ComputeSettings, CoreCoord
 from ttdecode.runtime import KernelError, run_program
 
 from programs import copy_program, grid, handshake_program, tile_op_program

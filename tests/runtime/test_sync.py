@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import CoreCoord, KernelKind
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import CoreCoord, KernelKind
 from ttdecode.runtime import DeadlockError, run_program
 
 from programs import handshake_program

@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.program import ComputeSettings, Program, UnpackToDestMode, check_unpack_to_dest, unpack_to_dest_modes
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import ComputeSettings, Program, UnpackToDestMode, check_unpack_to_dest, unpack_to_dest_modes
 from ttdecode.runtime import KernelError, run_program
 
 from programs import out_tiles, tile_op_program

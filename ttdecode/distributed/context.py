@@ -105,8 +105,8 @@ def _mask_values(mask: Any, backend: str) -> Optional[torch.Tensor]:
     backends take bfloat16 masks only (``api.check_kernel_mask``): a block-float mask is refused."""
     if mask is None:
         return None
-    from ttdecode.tensor import dequantize
-    from ttdecode.checks import describe
+    from ttdecode.core.tensor import dequantize
+    from ttdecode.core.checks import describe
 
     meta = describe("attn_mask", mask)
     if backend != "reference" and meta.storage_dtype != "bfloat16":
@@ -164,7 +164,7 @@ def merge_on_rank(outs: torch.Tensor, lses: torch.Tensor, merge: str) -> tuple[t
     if merge == "reference":
         return combine_partials(outs[:, None].to(torch.float32), lses[:, None].to(torch.float32))
     from ttdecode.ops.combine import run_combine
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
 
     fmt = DataType.bfloat16 if outs.dtype == torch.bfloat16 else DataType.float32
     out, lse = run_combine(outs, lses.to(torch.float32), in_dtype=fmt, out_dtype=fmt)
@@ -410,7 +410,7 @@ def _decode_on_mesh(info: Any, q: Any, k: Any, v: Any, devices: Any, mesh_shape:
     """backend "device": plans the shards over the mesh (plan_mesh_decode) and runs one FlashDecode
     program per device and the combine (run_on_mesh). One token per user only (refused otherwise).
     Returns the merged (output, LSE) as ttnn mesh tensors."""
-    from ttdecode.tensor import as_tile_tensor
+    from ttdecode.core.tensor import as_tile_tensor
     from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
 
     if info.num_tokens != 1:
@@ -429,7 +429,7 @@ def _rank_shards(info: Any, q: Any, k: Any, v: Any, n: int, num_units: int, unit
     position and window on it (_local_positions). Takes attention_sink, sliding_window_size, is_causal
     and attn_mask out of `op_options` (the shards carry them their own way). Returns one
     (shard, combine, shape of an empty partial [1, B, NH, Dv]) per rank, for _cp_worker."""
-    from ttdecode.tensor import _is_ttnn_tensor, as_tile_tensor
+    from ttdecode.core.tensor import _is_ttnn_tensor, as_tile_tensor
 
     host = lambda x: as_tile_tensor(x) if _is_ttnn_tensor(x) else x  # noqa: E731 - picklable host copies
     q_h, k_h, v_h = host(q), host(k), host(v)

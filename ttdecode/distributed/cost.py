@@ -69,7 +69,7 @@ import numpy as np
 
 from ttdecode.perf_model.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, _im_bytes, chunk_ops,
                                 chunk_tile_ops, evaluate, merge_ops)
-from ttdecode.formats import DataType, tile_size
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale, tree_children, tree_rounds
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -238,7 +238,7 @@ def combine_work_from_counters(counters: "RunCounters") -> list[CoreWork]:
     barrier, its CB pushes (handshakes; the O pushes are the double-buffered chunks), every compute
     call with its tiles, the DRAM bytes per bank."""
     from ttdecode.ops.combine import COMBINE_CBS
-    from ttdecode.program import KernelKind
+    from ttdecode.core.program_description import KernelKind
     from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
 
     op_code = {name: code for code, name in EVENT_OPS.items()}

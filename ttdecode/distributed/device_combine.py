@@ -9,7 +9,7 @@ the program's input tensors are exactly the shapes ``ttnn.all_gather(.., dim=0)`
 
 * ``combine="all_gather"``: ``ttnn.all_gather(out, dim=0)`` and ``ttnn.all_gather(lse, dim=0)`` turn
   every device's ``[1, B, NH, Dv]`` / ``[1, B, NH, 1]`` partial into ``[n, B, NH, Dv]`` /
-  ``[n, B, NH, 1]`` on every device (n x the partial traffic), then ``ttdecode.device.launch`` runs the
+  ``[n, B, NH, 1]`` on every device (n x the partial traffic), then ``ttdecode.ttnn_backend.launch`` runs the
   combine program on the mesh with one ``ProgramDescriptor`` (SPMD: a mesh tensor has the same DRAM
   address on every device) through ``ttnn.generic_op``.
 * ``combine="all_to_all"``: not built. ttnn 0.81.1's all-to-all for tensors is
@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from ttdecode.ops.combine import CombinePlan, build_combine_program_for_device, make_combine_plan
-from ttdecode.formats import DataType
-from ttdecode.program import Program
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import Program
 
 __all__ = ["gathered_combine_program", "device_combine", "ALL_TO_ALL_ON_DEVICE"]
 
@@ -70,7 +70,7 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
     Returns:
         ``(out [1, B, NH, Dv] bfloat16, lse [1, B, NH, 1] float32)`` mesh tensors, the same on every device.
     """
-    from ttdecode import device as dev
+    from ttdecode import ttnn_backend as dev
     from ttdecode.distributed.sharding import COMBINES
 
     if not isinstance(combine, str) or combine not in COMBINES:

@@ -13,7 +13,7 @@ difference between devices is in the device tensors); a user with no key on a de
 kernels' skipped-user partial (zero rows, LSE -inf: kernels/flash_decode/writer.cpp), weight 0 in the
 merge; ``ttnn.all_gather(dim=0)`` of O and LSE (on a 2-D mesh two gathers, ``cluster_axis`` 1 then 0,
 as the 1-D fabric needs) and the combine program (`ttdecode.ops.combine.CombineStep`). The three
-programs are `ttdecode.device.PreparedProgram` s built once: no plan, build or upload after the build.
+programs are `ttdecode.ttnn_backend.PreparedProgram` s built once: no plan, build or upload after the build.
 
 What runs without a chip: on a mock T3K (``ttdecode.testing``, tt-metal's host side for real, nothing
 computed) tests/mock/test_context_parallel_device.py runs the context-parallel Llama on a 1 x 8 and a
@@ -36,7 +36,7 @@ refused there, the loop above keeps paged shards), for a 1-D ``ttnn.MeshDevice``
    every device (``ttnn.from_host_shards`` refuses shards that differ), so every shard is padded at its
    end with zero tiles to the largest share (``local_seq_len``); no local position reaches the padding.
 2. One ``ttnn.generic_op`` per launch with a ``ttnn.MeshProgramDescriptor``: per device the FlashDecode
-   program of the op on that device's shard (``ttdecode.ops.flash_decode.op.make_decode_plan`` + ``ttdecode.ops.flash_decode.device.decode_program``
+   program of the op on that device's shard (``ttdecode.ops.flash_decode.op.make_decode_plan`` + ``ttdecode.ops.flash_decode.device_step.decode_program``
    on the shard's inputs, ``return_lse=True``), its own local positions in a per-device ``cur_pos``
    shard. Launch i runs device d's i-th call; a device with fewer calls runs one with every user at
    -1 (zeros, LSE -inf: weight 0 in the merge). Calls with the sink and without it go to separate
@@ -66,7 +66,7 @@ import numpy as np
 import torch
 
 from ttdecode.distributed.sharding import ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan
-from ttdecode.program import Program
+from ttdecode.core.program_description import Program
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
            "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH",
@@ -158,7 +158,7 @@ def device_inputs(info: Any, mesh: MeshDecodePlan, launch: DeviceLaunch) -> Any:
 
 def mesh_programs(info: Any, mesh: MeshDecodePlan) -> list[dict[tuple[int, int], Program]]:
     """Per launch, per mesh coordinate: the FlashDecode program of the op on that device's shard."""
-    from ttdecode.ops.flash_decode.device import decode_program
+    from ttdecode.ops.flash_decode.device_step import decode_program
     from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
 
     out = []
@@ -173,7 +173,7 @@ def mesh_programs(info: Any, mesh: MeshDecodePlan) -> list[dict[tuple[int, int],
 
 def _pad_positions(t: Any, seq: int) -> Any:
     """A shard ``[A, NKV, s, D]`` padded with zero tiles to ``seq`` positions (TileTensor bytes kept)."""
-    from ttdecode.tensor import TileTensor
+    from ttdecode.core.tensor import TileTensor
 
     a, h, s, dd = t.shape
     if s == seq:
@@ -191,7 +191,7 @@ def padded_shards(x: Any, mesh: MeshDecodePlan) -> list[Any]:
 
 def _ttnn_host(ttnn: Any, t: Any) -> Any:
     """A TileTensor as a host TILE ttnn tensor of the same format (its values are exact in it)."""
-    from ttdecode.tensor import to_torch
+    from ttdecode.core.tensor import to_torch
 
     return ttnn.from_torch(to_torch(t).to(torch.float32), dtype=getattr(ttnn, t.dtype.value), layout=ttnn.TILE_LAYOUT)
 
@@ -217,8 +217,8 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     """The whole chain (module doc) on ``mesh_device``. ``q``/``k``/``v``: host TileTensors of the
     whole call (``v`` None with MLA). Returns the merged output (a ttnn mesh tensor ``[1, B, NH, Dv]``
     bfloat16, the same on every device) and the merged LSE ``[1, B, NH]`` (float32 torch, device 0's)."""
-    from ttdecode import device as dev
-    from ttdecode.ops.flash_decode.device import to_torch_sink
+    from ttdecode import ttnn_backend as dev
+    from ttdecode.ops.flash_decode.device_step import to_torch_sink
     from ttdecode.distributed.device_combine import device_combine
 
     ttnn = dev.require_ttnn()
@@ -330,11 +330,11 @@ class ContextParallelDecode:
       device's append positions (where it writes each user's new K/V row, -1: another device owns the
       position, `sharding.device_step_positions`), its attention positions (each user's last local
       position, -1: no key here) and its page table ``[B, local_blocks]``;
-    * three `ttdecode.device.PreparedProgram` s, the same on every device (SPMD: everything that
+    * three `ttdecode.ttnn_backend.PreparedProgram` s, the same on every device (SPMD: everything that
       differs per device is in the device tensors): the fused RoPE + paged append
       (``ttdecode.ops.rotary_append``, packed qkv, interleaved pairs), FlashDecode on the shard (paged,
       the positions and page table as device tensors, ``return_lse=True``: the
-      ``ttdecode.ops.flash_decode.device.DecodeStep`` the public op would build for these tensors) and
+      ``ttdecode.ops.flash_decode.device_step.DecodeStep`` the public op would build for these tensors) and
       the combine of the n gathered partials (``ttdecode.ops.combine.CombineStep``).
 
     A step: `write` (one ``ttnn.copy_host_to_device_tensor`` of the n rows; then ``slice`` /
@@ -355,9 +355,9 @@ class ContextParallelDecode:
                  compute_kernel_config: Any = None, ttnn: Any = None) -> None:
         import math
 
-        from ttdecode import device as dev
+        from ttdecode import ttnn_backend as dev
         from ttdecode.distributed.sharding import shard_plan
-        from ttdecode.formats import as_data_type
+        from ttdecode.core.formats import as_data_type
 
         ttnn = dev.require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.mesh = ttnn, mesh_device
@@ -418,8 +418,8 @@ class ContextParallelDecode:
         self.page_table = op("reshape")(op("slice")(inp, [0, p + 2 * b], [1, self.row_width]), [b, self.local_blocks])
 
     def _prepare_rotary(self, kv: Any, cache_shape: tuple[int, ...]) -> Any:
-        from ttdecode.device import PreparedProgram
-        from ttdecode.ops.rotary_append.program import device_program
+        from ttdecode.ttnn_backend import PreparedProgram
+        from ttdecode.ops.rotary_append.program_factory import device_program
 
         grid = self.mesh.compute_with_storage_grid_size()
         program = device_program(batch=self.batch, num_q_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
@@ -431,7 +431,7 @@ class ContextParallelDecode:
     def _prepare_flash(self, scale: Optional[float], program_config: Any, compute_kernel_config: Any) -> Any:
         """FlashDecode on one shard: the op's own validation and plan of these device tensors (a q
         allocated, never written), its `DecodeStep` (the prepared program) kept."""
-        from ttdecode.ops.flash_decode.device import DecodeStep
+        from ttdecode.ops.flash_decode.device_step import DecodeStep
         from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
         from ttdecode.ops.flash_decode.validate import validate_decode
 
@@ -447,7 +447,7 @@ class ContextParallelDecode:
         return step
 
     def _prepare_combine(self) -> Any:
-        from ttdecode.formats import DataType
+        from ttdecode.core.formats import DataType
         from ttdecode.ops.combine import CombineStep, make_combine_plan
 
         plan = make_combine_plan(partials=self.devices, groups=self.batch, heads=self.num_heads,

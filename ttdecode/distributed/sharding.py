@@ -98,7 +98,7 @@ def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pag
     """A TileTensor ``[A, NKV, S, D]`` cut to the given units along dim 2 (``rows_of_unit`` tile rows
     each), or with ``outer_pages`` to the given indices of dim 0 (paged pools). Bytes are copied as they
     are (no re-quantization)."""
-    from ttdecode.tensor import TileTensor
+    from ttdecode.core.tensor import TileTensor
 
     a, h, s, dd = t.shape
     tr, tc = t.padded_shape[2] // 32, t.padded_shape[3] // 32
@@ -114,7 +114,7 @@ def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pag
 def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray]) -> Any:
     """Device d's part of K or V: the positions of its units (contiguous cache) or the blocks its page
     table rows reference (paged pool, ``paged_blocks`` sorted physical ids)."""
-    from ttdecode.tensor import TileTensor
+    from ttdecode.core.tensor import TileTensor
 
     if x is None:
         return None

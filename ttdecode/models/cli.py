@@ -80,7 +80,7 @@ def add_parser(sub: Any) -> None:
 def cmd_llama(args: argparse.Namespace) -> int:
     import torch
 
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
     from ttdecode.models import LlamaDecoder
 
     for name in ("devices", "batch", "prompt_len"):

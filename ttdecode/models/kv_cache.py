@@ -29,9 +29,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.tensor import TileTensor
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.core.tensor import TileTensor
 
 __all__ = ["append_rows", "BlockAllocator", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
            "KV_DTYPES", "check_positions"]

@@ -62,7 +62,7 @@ from typing import Any, Optional
 
 import torch
 
-from ttdecode.formats import DataType, as_data_type
+from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.models import rope
 from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, PagedKVCache, append_rows
 
@@ -343,7 +343,7 @@ def _resolve_backend(backend: object, device: Any = None) -> str:
         raise _fail("backend", f"one of {list(BACKENDS)}", repr(backend))
     if device is not None and backend not in ("auto", "device"):
         raise _fail("device", f"None with backend={backend!r} (a ttnn device is for backend 'device')", "a device")
-    from ttdecode import device as device_mod
+    from ttdecode import ttnn_backend as device_mod
 
     if backend == "auto":
         return "device" if device is not None or device_mod.available() else "host"
@@ -475,7 +475,7 @@ class LlamaDecoder:
     def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,
                       program_config: Any) -> int:
         """The decoder on a Wormhole (`ttdecode.models.llama_device.DeviceDecoder`); returns its cache bytes."""
-        from ttdecode import formats
+        from ttdecode.core import formats
         from ttdecode.models.llama_device import DeviceDecoder
 
         cp = self.context_parallel
@@ -487,7 +487,7 @@ class LlamaDecoder:
             if self.devices != 1:
                 raise _fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
                             f"{self.devices} with backend 'device'", "None", TypeError)
-            from ttdecode.device import require_ttnn
+            from ttdecode.ttnn_backend import require_ttnn
 
             device = self._own_device = require_ttnn().open_device(device_id=0)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
@@ -510,7 +510,7 @@ class LlamaDecoder:
             self._device.close()
             self._device = None
         if self._own_device is not None:
-            from ttdecode.device import require_ttnn
+            from ttdecode.ttnn_backend import require_ttnn
 
             require_ttnn().close_device(self._own_device)
             self._own_device = None

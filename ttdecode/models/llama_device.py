@@ -23,7 +23,7 @@ tensors, tests/models/test_llama_device_weights.py):
   unchanged because both sides get the same permutation (`rope_permutation`).
 * `attention_descriptor(spec, devices, batch, max_seq_len, block_size, kv_dtype, ttnn)`: one
   layer's FlashDecode on one chip (that chip's heads, the paged cache) as the op's real
-  ``ttnn.ProgramDescriptor`` via ``ttdecode.device.build_program_descriptor``, with placeholder
+  ``ttnn.ProgramDescriptor`` via ``ttdecode.ttnn_backend.build_program_descriptor``, with placeholder
   DRAM addresses and NoC coordinates (a device supplies both at launch).
 * `rotary_append_descriptor(...)`: one layer's fused RoPE + cache append on one chip
   (``ttdecode.rotary_kv_append`` with the fused QKV output as its packed ``qkv`` input, interleaved
@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 
 #: ``ttdecode.models.llama.LlamaSpec`` (not imported: llama imports this module for its device backend)
 LlamaSpec = Any
@@ -214,10 +214,10 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
     """(plan, ``ttnn.ProgramDescriptor``) of one layer's paged FlashDecode on one chip of a
     ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads), with the
     positions coming from the cur_pos tensor at run time."""
-    from ttdecode.device import build_program_descriptor
-    from ttdecode.ops.flash_decode.program import build_program_for_device
+    from ttdecode.ttnn_backend import build_program_descriptor
+    from ttdecode.ops.flash_decode.program_factory import build_program_for_device
     from ttdecode.ops.flash_decode.plan import make_plan
-    from ttdecode.program import ComputeSettings, MathFidelity
+    from ttdecode.core.program_description import ComputeSettings, MathFidelity
 
     max_blocks = math.ceil(max_seq_len / block_size)
     plan = make_plan(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=spec.num_kv_heads // devices,
@@ -235,7 +235,7 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
     """(Program, ``ttnn.ProgramDescriptor``) of one layer's fused RoPE + paged cache append on one
     chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
     projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches."""
-    from ttdecode.device import build_program_descriptor
+    from ttdecode.ttnn_backend import build_program_descriptor
     from ttdecode.ops.rotary_append import device_program
 
     nkv = spec.num_kv_heads // devices
@@ -254,10 +254,10 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
 def rope_tables(spec: LlamaSpec, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The device decoder's RoPE tables, float32 ``[positions, ceil(D / 32) * 32]``: row p holds the
     per-column cos (sin) of position p for the interleaved-pair rotation of the permuted Q/K rows
-    (``ttdecode.ops.rotary_append.program.column_angles`` of Hugging Face's cos/sin), looked up on the
+    (``ttdecode.ops.rotary_append.program_factory.column_angles`` of Hugging Face's cos/sin), looked up on the
     device by ``ttnn.embedding`` (stored there in bfloat16, the table format ttnn.embedding takes)."""
     from ttdecode.models import rope
-    from ttdecode.ops.rotary_append.program import column_angles
+    from ttdecode.ops.rotary_append.program_factory import column_angles
 
     d = spec.head_dim
     freq = rope.inv_freq(d, spec.rope_theta, spec.rope_scaling)
@@ -290,7 +290,7 @@ class DeviceDecoder:
     ids (``typecast`` to uint32), the positions and the page table (``reshape`` s); the RoPE index
     ``typecast(relu(positions))`` and the cos/sin rows by ``ttnn.embedding``; the token embedding;
     per layer ``rms_norm``, the fused QKV ``linear``, the fused RoPE + paged cache append
-    (``ttdecode.rotary_kv_append``'s program, planned once: a `ttdecode.device.PreparedProgram`),
+    (``ttdecode.rotary_kv_append``'s program, planned once: a `ttdecode.ttnn_backend.PreparedProgram`),
     paged FlashDecode with the positions and page table as device tensors
     (``ttdecode.paged_scaled_dot_product_attention_decode``, backend "device"), the heads
     concatenated (``reshape`` ``[1, B, NH, D] -> [1, 1, B, NH * D]``), the O ``linear``, ``add``,
@@ -320,8 +320,8 @@ class DeviceDecoder:
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
                  weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None,
                  context_parallel: int = 1) -> None:
-        from ttdecode.device import require_ttnn, ttnn_data_type
-        from ttdecode.ops.rotary_append.program import rotate_half_blocks
+        from ttdecode.ttnn_backend import require_ttnn, ttnn_data_type
+        from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
 
         if spec.attention_bias or spec.mlp_bias:
             raise NotImplementedError("model: the device decoder implements Llama without biases (attention_bias and "
@@ -405,8 +405,8 @@ class DeviceDecoder:
 
     def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...]) -> Any:
         """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)."""
-        from ttdecode.device import PreparedProgram
-        from ttdecode.ops.rotary_append.program import device_program
+        from ttdecode.ttnn_backend import PreparedProgram
+        from ttdecode.ops.rotary_append.program_factory import device_program
 
         grid = self.device.compute_with_storage_grid_size()
         program = device_program(batch=self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,

@@ -41,11 +41,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ttdecode.formats import tile_size
+from ttdecode.core.formats import tile_size
 # Plans are read by their fields (a ttdecode.ops.flash_decode.plan.DecodePlan, written "DecodePlan" in the
 # annotations): the model never imports the planner; the planner calls the model (chunk_cap, key_row_pieces, ...).
-from ttdecode.split import cyclic_pieces, dynamic_chunk_tiles, tree_parent, tree_rounds
-from ttdecode.program import CoreCoord, KernelKind
+from ttdecode.core.split import cyclic_pieces, dynamic_chunk_tiles, tree_parent, tree_rounds
+from ttdecode.core.program_description import CoreCoord, KernelKind
 from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS, RunCounters
 
 __all__ = ["CostConstants", "COST", "COST_SOURCES", "OpTally", "CoreWork", "Reduction", "Breakdown",

@@ -48,7 +48,7 @@ import numpy as np
 
 from ttdecode.perf_model.costmodel import COST, CoreWork, OpTally, Reduction
 from ttdecode.perf_model.costmodel import noc_hops
-from ttdecode.program import CoreCoord
+from ttdecode.core.program_description import CoreCoord
 
 __all__ = ["TTMetalShape", "split", "chunk_tiles", "ttmetal_work"]
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from ttdecode.program import (BufferAddress, CoreCoord, Kernel, KernelKind, NocX, NocY, NUM_DRAM_BANKS, Program,
+from ttdecode.core.program_description import (BufferAddress, CoreCoord, Kernel, KernelKind, NocX, NocY, NUM_DRAM_BANKS, Program,
                               check_unpack_to_dest)
 from ttdecode.runtime import build, layout
 from ttdecode.runtime.results import (EVENT_DTYPE, DeadlockError, KernelCounters, KernelError, KernelState,

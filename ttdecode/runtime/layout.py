@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ttdecode.formats import DataType, tile_size
-from ttdecode.program import CoreCoord, NUM_DRAM_BANKS, L1_BYTES_PER_CORE
+from ttdecode.core.formats import DataType, tile_size
+from ttdecode.core.program_description import CoreCoord, NUM_DRAM_BANKS, L1_BYTES_PER_CORE
 
 #: End of the firmware memory map of a Wormhole Tensix core (tt-metal 0.81.1 dev_mem_map.h MEM_MAP_END).
 MEM_MAP_END = 0x8960

@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from ttdecode.program import CoreCoord, KernelKind
+from ttdecode.core.program_description import CoreCoord, KernelKind
 
 #: One merged program-order event of a kernel (the runner's `Event`, 20 bytes). `count` consecutive
 #: identical events are folded into one record. Compute events also carry `l1_bytes`, the L1 bytes one

@@ -2,5 +2,5 @@
 programs through `ttnn.generic_op` on it (`ttdecode.testing.dry_run`).
 
 Imports only the package's shared modules (program, formats, ttnn_env, paths) and the generic
-device backend (`ttdecode.device`); nothing operator-specific.
+device backend (`ttdecode.ttnn_backend`); nothing operator-specific.
 """

@@ -2,7 +2,7 @@
 
 `dry_run(program_or_factory)` (in a process whose environment `ttdecode.testing.mock.setup()` made,
 before ttnn was imported) allocates the program's inputs on a mock N150 (zeros: the mock's DRAM
-holds nothing), launches the program twice through `ttdecode.device.launch` and reports what tt-metal
+holds nothing), launches the program twice through `ttdecode.ttnn_backend.launch` and reports what tt-metal
 did: whether it accepted the program (its validation, the JIT build of every kernel, compute included,
 through the stand-in compiler), how long each launch took and whether the second launch was a
 program-cache hit (`device.num_program_cache_entries()` unchanged).
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
-from ttdecode.program import KernelKind, Program
+from ttdecode.core.program_description import KernelKind, Program
 
 #: Prefix of the line a child process prints its result on.
 RESULT_MARK = "TTDECODE_MOCK_RESULT:"
@@ -63,7 +63,7 @@ class DryRunReport:
 
 
 def _allocate_input(ttnn: Any, spec: Any, device: Any) -> Any:
-    from ttdecode.device import key_row_memory_config, tensor_dtype
+    from ttdecode.ttnn_backend import key_row_memory_config, tensor_dtype
 
     if spec.layout == "key_row":
         layout, mem = ttnn.TILE_LAYOUT, key_row_memory_config(ttnn, spec.shape[-1])
@@ -76,11 +76,11 @@ def _allocate_input(ttnn: Any, spec: Any, device: Any) -> Any:
 
 def dry_run(program: Union[Program, Callable[[], Program]], device: Any = None, launches: int = 2) -> DryRunReport:
     """Launch `program` `launches` times on `device` (default: a mock N150 opened and closed here)
-    through `ttdecode.device.launch`; the report says whether tt-metal accepted it, the launch times
+    through `ttdecode.ttnn_backend.launch`; the report says whether tt-metal accepted it, the launch times
     and the program-cache entry counts."""
     import ttnn
 
-    from ttdecode.device import launch
+    from ttdecode.ttnn_backend import launch
 
     prog = program() if callable(program) else program
     if not isinstance(prog, Program):

@@ -7,9 +7,9 @@ import functools
 
 from dataclasses import dataclass
 
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.ops.combine.program import COMBINE_COMPUTE
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.ops.combine.program_factory import COMBINE_COMPUTE
 from ttdecode.ops.combine.plan import TILE
 from ttdecode.ops.combine.op import run_combine
 

@@ -6,9 +6,9 @@ from typing import Optional
 
 import torch
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.ops.combine.validate import _check_partials
-from ttdecode.ops.combine.program import _decode, build_combine_program
+from ttdecode.ops.combine.program_factory import _decode, build_combine_program
 from ttdecode.ops.combine.plan import make_combine_plan
 
 __all__ = ["run_combine"]

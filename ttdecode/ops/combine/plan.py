@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.program import (
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import (
     L1_BYTES_PER_CORE,
     CoreCoord,
 )

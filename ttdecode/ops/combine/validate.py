@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 
 #: Formats the kernels take for the partial outputs and give the merged output.
 O_FORMATS = (DataType.bfloat16, DataType.float32)

@@ -7,7 +7,7 @@ from typing import Any, Union
 
 import torch
 
-from ttdecode.formats import DataType
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.validate import DecodeInputs, as_bfloat16_tiles, dequantize_input, sink_values
 
 Result = Union[Any, tuple[Any, Any]]
@@ -19,7 +19,7 @@ def make_decode_plan(inputs: DecodeInputs) -> Any:
     WORMHOLE_MAX_GRID (the device path resolves the device's grid first: device.with_device_grid).
     Q is planned as bfloat16, the format the kernels read (a block-float Q is converted first)."""
     from ttdecode.config import WORMHOLE_GRID, WORMHOLE_MAX_GRID
-    from ttdecode.formats import DataType
+    from ttdecode.core.formats import DataType
     from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
 
     pc = inputs.program_config.resolve_grid(
@@ -53,10 +53,10 @@ def kernel_gaps(inputs: DecodeInputs) -> list[str]:
 
 
 def compute_settings(inputs: DecodeInputs) -> Any:
-    """The compute-kernel settings of a call (ttdecode.program.ComputeSettings): the compute config's
+    """The compute-kernel settings of a call (ttdecode.core.program_description.ComputeSettings): the compute config's
     math_approx_mode becomes the kernels' APPROX (it selects recip_tile's mode); the softmax exp's mode
     (SDPAProgramConfig.exp_approx_mode) travels as a compile-time arg (exp_approx)."""
-    from ttdecode.program import ComputeSettings, MathFidelity
+    from ttdecode.core.program_description import ComputeSettings, MathFidelity
 
     cc = inputs.compute_kernel_config
     return ComputeSettings(
@@ -76,13 +76,13 @@ def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
             f"backend='reference' computes every option"
         )
     if backend == "device":
-        from ttdecode.ops.flash_decode.device import run_decode
+        from ttdecode.ops.flash_decode.device_step import run_decode
 
         return run_decode(inputs, compute_settings(inputs), make_decode_plan)
     if plan is None:
         plan = make_decode_plan(inputs)
-    from ttdecode.ops.flash_decode.program import run_flash_decode
-    from ttdecode.tensor import as_tile_tensor
+    from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+    from ttdecode.core.tensor import as_tile_tensor
 
     out, lse, _ = run_flash_decode(
         plan,

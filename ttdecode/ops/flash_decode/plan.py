@@ -37,11 +37,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ttdecode.formats import DataType
-from ttdecode.program import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord, MathFidelity
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import L1_BYTES_PER_CORE, MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord, MathFidelity
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
-from ttdecode.split import (  # the split arithmetic, re-exported for the planner's users
+from ttdecode.core.split import (  # the split arithmetic, re-exported for the planner's users
     CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, PieceRange, _pow2ceil, chunk_tiles_for, cyclic_piece_range, cyclic_pieces,
     dynamic_chunk_tiles, piece_range, span_window, tree_children, tree_parent, tree_rounds, valid_tiles,
     window_first_key, window_first_tile,

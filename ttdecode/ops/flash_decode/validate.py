@@ -6,7 +6,7 @@ checked description every backend (reference, host, device) works from. Every er
 argument, what was expected and what came:
 ``"ttdecode: argument 'k': expected ..., got ..."``.
 
-Tensors may be torch tensors, ``ttdecode.tensor.TileTensor`` or ``ttnn.Tensor``; only their
+Tensors may be torch tensors, ``ttdecode.core.tensor.TileTensor`` or ``ttnn.Tensor``; only their
 shape and format are read, except the small integer tensors (``cur_pos_tensor``, page table),
 whose values are read (device-resident ttnn tensors are copied back for that) and range-checked.
 
@@ -29,7 +29,7 @@ Formats (storage dtypes; a torch float tensor is stored as bfloat16, the format 
 
 * ``q``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b. The kernels
   read bfloat16 Q tiles (the reader takes single rows out of them); a block-float Q is converted to
-  bfloat16 first, exactly (every bfloat8_b / bfloat4_b value is a bfloat16 value: ``ttdecode.formats``),
+  bfloat16 first, exactly (every bfloat8_b / bfloat4_b value is a bfloat16 value: ``ttdecode.core.formats``),
   on the host runtime (`as_bfloat16_tiles`) and on a device (a ``ttnn.typecast`` before the program). The
   output is bfloat16 either way (ttnn's own op returns it in Q's format, and takes a block-float Q
   only with one KV head).
@@ -51,8 +51,8 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-from ttdecode.formats import DataType
-from ttdecode.checks import TensorMeta, check_bool, check_int, describe, fail, int_values
+from ttdecode.core.formats import DataType
+from ttdecode.core.checks import TensorMeta, check_bool, check_int, describe, fail, int_values
 
 __all__ = [
     "TILE",
@@ -542,19 +542,19 @@ def validate_decode(
 
 def dequantize_input(meta: TensorMeta) -> torch.Tensor:
     """The exact values the kernels would read, as float64 (torch floats pass through bfloat16)."""
-    from ttdecode.tensor import dequantize
+    from ttdecode.core.tensor import dequantize
 
     return dequantize(meta.obj, default_dtype=DataType.bfloat16)
 
 
 def as_bfloat16_tiles(meta: TensorMeta) -> Any:
-    """The tensor as the bfloat16 tiles the kernels read (a ``ttdecode.tensor.TileTensor``): a torch float
+    """The tensor as the bfloat16 tiles the kernels read (a ``ttdecode.core.tensor.TileTensor``): a torch float
     tensor packed in bfloat16; a bfloat16 TileTensor / host ttnn tensor as it is; a bfloat8_b / bfloat4_b
-    one converted exactly (its decoded values are bfloat16 values: ``ttdecode.formats`` decodes a code to
+    one converted exactly (its decoded values are bfloat16 values: ``ttdecode.core.formats`` decodes a code to
     at most 6 fraction bits with its exponent; pinned by tests/test_formats.py). The host runtime's half
     of the conversion a device does with ``ttnn.typecast`` (Q, attn_mask)."""
-    from ttdecode.formats import is_block_float
-    from ttdecode.tensor import as_tile_tensor, from_torch, to_torch
+    from ttdecode.core.formats import is_block_float
+    from ttdecode.core.tensor import as_tile_tensor, from_torch, to_torch
 
     tiles = as_tile_tensor(meta.obj, DataType.bfloat16)
     if not is_block_float(tiles.dtype):

@@ -66,7 +66,7 @@ Every check (shapes, dtypes, positions beyond the cache, a page table too short,
 writing one cache tile) runs before any cache byte is written -- on values the host holds; values
 given as device tensors (below) are not read back, and so not checked.
 
-On a device (``backend="device"``, ``ttdecode.ops.rotary_append.device``): the program is planned
+On a device (``backend="device"``, ``ttdecode.ops.rotary_append.device_step``): the program is planned
 once per shape (a cached ``RotaryStep``: Program, ttnn descriptor, the rotate-half blocks uploaded
 once) and each call patches addresses only. ``cur_pos`` and ``page_table`` may be int32 ROW_MAJOR
 ttnn device tensors and ``cos`` / ``sin`` float32 TILE ttnn device tensors ``[B, rot_tiles * 32]``
@@ -81,13 +81,13 @@ from typing import Any, Optional
 
 import torch
 
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.tensor import TileTensor
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.core.tensor import TileTensor
 from ttdecode import backend as backends
-from ttdecode.checks import fail
+from ttdecode.core.checks import fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE, validate
-from ttdecode.ops.rotary_append.program import build_program, input_images, reference_rotate
+from ttdecode.ops.rotary_append.program_factory import build_program, input_images, reference_rotate
 
 __all__ = ["rotary_kv_append"]
 
@@ -110,7 +110,7 @@ def _run_host(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Optional[torch.
 
 def _new_rows(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
     """The dequantized new rows: q [B, NH, D] (None), k [B, NKV, D], v [B, NKV, D], float64."""
-    from ttdecode.tensor import dequantize
+    from ttdecode.core.tensor import dequantize
 
     nh, nkv, d = inp.num_q_heads, inp.num_kv_heads, inp.head_dim
     if inp.packed:
@@ -149,7 +149,7 @@ def cache_tile_index(inp: RotaryInputs, user: int, head: int, pos: int, j: int) 
 
 def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTensor, TileTensor]:
     """Float64 rotation; the rows rounded into the cache format by the host tilizer (ttnn's)."""
-    from ttdecode.tensor import as_tile_tensor
+    from ttdecode.core.tensor import as_tile_tensor
 
     q, k, v = _new_rows(inp)
     rd, il = inp.rotary_dim, inp.interleaved
@@ -175,10 +175,10 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
 
 
 def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any]:
-    """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device``): no rebuild
+    """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device_step``): no rebuild
     per call, no upload of device inputs."""
-    from ttdecode import device
-    from ttdecode.ops.rotary_append.device import run_rotary
+    from ttdecode import ttnn_backend
+    from ttdecode.ops.rotary_append.device_step import run_rotary
 
     if not inp.device_tensors:
         if not device.available():
@@ -222,7 +222,7 @@ def rotary_kv_append(
             Device backend: also an int32 ROW_MAJOR ttnn device tensor ``[B]`` (used in place).
         cos, sin: float ``[B, rotary_dim]`` in Hugging Face's layout ``cat(c, c)`` (taken as float32).
             Device backend: also float32 TILE ttnn device tensors ``[B, ceil(rotary_dim / 32) * 32]``
-            of per-column angles for the convention (``ttdecode.ops.rotary_append.device.angles_to_device``).
+            of per-column angles for the convention (``ttdecode.ops.rotary_append.device_step.angles_to_device``).
         page_table: int ``[B, max_blocks]`` for a paged cache (device backend: also an int32
             ROW_MAJOR ttnn device tensor). q: ``[1, B, NH, D]``, rotated too.
         qkv: ``[1, B, (NH + 2 NKV) D]`` packed instead of q / k_new / v_new (``num_q_heads``, if
@@ -231,7 +231,7 @@ def rotary_kv_append(
         grid: the compute grid the users are dealt over (a program setting; default 8x8).
         kv_pages: the caches' DRAM pages, as FlashDecode's ``SDPAProgramConfig.kv_pages``:
             "tile" (a tile a page) or "key_row" (a key-tile row a page, round robin over the
-            12 banks; contiguous caches only; on a device ``ttdecode.device.key_row_memory_config``).
+            12 banks; contiguous caches only; on a device ``ttdecode.ttnn_backend.key_row_memory_config``).
         backend: "auto" | "host" | "device" | "reference" (as the FlashDecode API).
 
     Returns:

@@ -9,9 +9,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ttdecode.formats import DataType
-from ttdecode.tensor import TileTensor
-from ttdecode.checks import fail
+from ttdecode.core.formats import DataType
+from ttdecode.core.tensor import TileTensor
+from ttdecode.core.checks import fail
 
 TILE = 32
 #: Cache formats the append writes.
@@ -83,7 +83,7 @@ def _shape_dtype(name: str, x: Any) -> tuple[tuple[int, ...], Optional[DataType]
             raise fail(name, "a float tensor", f"a {x.dtype} tensor", TypeError)
         return tuple(int(d) for d in x.shape), None
     if _is_ttnn(x):
-        from ttdecode.tensor import ttnn_data_type
+        from ttdecode.core.tensor import ttnn_data_type
 
         return tuple(int(d) for d in x.shape), ttnn_data_type(x)
     raise fail(name, "a torch.Tensor, ttdecode TileTensor or ttnn.Tensor", type(x).__name__, TypeError)
@@ -268,7 +268,7 @@ def _ttnn_meta(t: Any) -> str:
 def _device_angles(name: str, t: Any, b: int, width: int) -> Any:
     """`cos` or `sin` in the device form: a ttnn float32 tile tensor [B, width] on the device, width =
     ceil(rotary_dim / 32) * 32, holding the per-column angles the kernels multiply by
-    (``ttdecode.ops.rotary_append.program.column_angles`` of the HF cos/sin for the call's convention;
+    (``ttdecode.ops.rotary_append.program_factory.column_angles`` of the HF cos/sin for the call's convention;
     columns past rotary_dim cos 1, sin 0). Only its metadata is checked (its values stay on the
     device). Returns it."""
     import ttnn

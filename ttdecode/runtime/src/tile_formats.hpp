@@ -1,5 +1,5 @@
 // Tenstorrent tile formats for the host runtime: byte images of 32x32 tiles in float32, bfloat16,
-// bfloat8_b and bfloat4_b, bit-identical to ttdecode/formats.py (which is pinned to ttnn 0.81.1's
+// bfloat8_b and bfloat4_b, bit-identical to ttdecode/core/formats.py (which is pinned to ttnn 0.81.1's
 // host packer by tests/test_formats_ttnn.py).
 //
 // Tile order: a tile is four 16x16 faces (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right),
@@ -14,7 +14,7 @@
 //               then 1024 codes of 1 byte (sign bit 7, magnitude bits 6..0), tile order.
 //   Bfp4_b    : 64 shared exponents, then 1024 codes of 4 bits (sign bit 3, magnitude 2..0);
 //               value 2k in the low nibble of byte k, value 2k+1 in the high nibble.
-// Block-float rules (per group of 16 values): see ttdecode/formats.py's module docstring.
+// Block-float rules (per group of 16 values): see ttdecode/core/formats.py's module docstring.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +25,7 @@
 
 namespace ttdecode::formats {
 
-// Same numbering as ttdecode.formats.DataType's order (float32, bfloat16, bfloat8_b, bfloat4_b).
+// Same numbering as ttdecode.core.formats.DataType's order (float32, bfloat16, bfloat8_b, bfloat4_b).
 enum class DataFormat : uint8_t { Float32 = 0, Float16_b = 1, Bfp8_b = 2, Bfp4_b = 3 };
 
 constexpr uint32_t kTileDim = 32;

@@ -1,4 +1,4 @@
-"""The FlashDecode program factory: a `DecodePlan` becomes one `Program` (see ttdecode/program.py).
+"""The FlashDecode program factory: a `DecodePlan` becomes one `Program` (see ttdecode/core/program_description.py).
 
 `build_program` is a pure function of the plan and the inputs: three kernels (reader, writer,
 compute from ``kernels/``) on every core that runs a piece, the plan's circular buffers and one
@@ -56,10 +56,10 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ttdecode import formats
-from ttdecode.formats import DataType
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece, power_of_two_scale
-from ttdecode.program import (
+from ttdecode.core.program_description import (
     kv_cache_tensor,
     Arg,
     UnpackToDestMode,
@@ -77,7 +77,7 @@ from ttdecode.program import (
     Program,
     Semaphore,
 )
-from ttdecode.tensor import TileTensor, from_torch, to_torch
+from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
 __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
            "decode_lse_rows", "kernel_sources", "page_table_bytes"]
@@ -101,7 +101,7 @@ class FactoryError(ValueError):
 
 def kernel_sources() -> dict[str, Path]:
     """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/flash_decode/``)."""
-    from ttdecode.paths import operator_kernels
+    from ttdecode.core.paths import operator_kernels
 
     return operator_kernels("flash_decode", FactoryError)
 
@@ -568,7 +568,7 @@ def run_flash_decode(
                             exp_approx=exp_approx, page_table=page_table, attention_sink=attention_sink,
                             attn_mask=attn_mask, positions_in_args=positions_in_args)
     if backend != "host":
-        raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.device), got {backend!r}")
+        raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.ttnn_backend), got {backend!r}")
     from ttdecode.runtime import run_program
 
     result = run_program(program, schedule_seed=schedule_seed)

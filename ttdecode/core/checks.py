@@ -57,7 +57,7 @@ def _is_ttnn_tensor(x: object) -> bool:
 
 def _is_tile_tensor(x: object) -> bool:
     try:
-        from ttdecode.tensor import TileTensor
+        from ttdecode.core.tensor import TileTensor
     except ImportError:
         return False
     return isinstance(x, TileTensor)

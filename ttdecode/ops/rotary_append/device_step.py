@@ -4,7 +4,7 @@ A `RotaryStep` is made once per *shape* -- the device, the grid, B, NH, NKV, D, 
 convention, packed or not, the caches' shape, format and pages, paged or not and the page table's
 width, and the tensors' layouts and memory configs; never the positions, the page table's contents,
 the angles or the rows -- and holds the `Program`, its ttnn descriptor
-(`ttdecode.device.PreparedProgram`) and the rotate-half blocks ``trans`` (constant per shape:
+(`ttdecode.ttnn_backend.PreparedProgram`) and the rotate-half blocks ``trans`` (constant per shape:
 uploaded once, when the step is made). Each call checks tensor metadata, patches the buffer
 addresses and calls ``ttnn.generic_op``: no plan, no program build, and the same runtime-argument
 counts on every call (the buffer addresses are common runtime args, the per-core args each core's
@@ -41,9 +41,9 @@ from typing import Any, Optional
 
 import torch
 
-from ttdecode.checks import fail
-from ttdecode.device import PreparedProgram, StepCache, require_ttnn
-from ttdecode.ops.rotary_append.program import build_program, column_angles, rotate_half_blocks
+from ttdecode.core.checks import fail
+from ttdecode.ttnn_backend import PreparedProgram, StepCache, require_ttnn
+from ttdecode.ops.rotary_append.program_factory import build_program, column_angles, rotate_half_blocks
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 
 __all__ = ["RotaryStep", "run_rotary", "get_step", "angles_to_device", "clear_steps", "cached_steps",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ttdecode.program import NUM_DRAM_BANKS as DRAM_BANKS
+from ttdecode.core.program_description import NUM_DRAM_BANKS as DRAM_BANKS
 
 TILE = 32
 #: Dynamic chunks (k_chunk_size = 0) of up to this many tiles may hold a whole piece; larger ones (up

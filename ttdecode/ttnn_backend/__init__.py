@@ -1,6 +1,6 @@
 """The device backend: a `Program` as a `ttnn.ProgramDescriptor`, launched with `ttnn.generic_op`.
 
-`to_program_descriptor` converts the backend-neutral description (`ttdecode.program`) into ttnn's
+`to_program_descriptor` converts the backend-neutral description (`ttdecode.core.program_description`) into ttnn's
 descriptor objects and resolves the runtime-argument placeholders for one device:
 `NocX(core)` / `NocY(core)` become the NoC (virtual, translated) coordinates of a logical worker core,
 `BufferAddress(name)` the DRAM address of the named tensor. The device and the tensors are seen
@@ -16,10 +16,10 @@ from types import ModuleType
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Protocol, Sequence
 
-from ttdecode.formats import DataType, num_tiles, tile_size
+from ttdecode.core.formats import DataType, num_tiles, tile_size
 
 TILE = 32
-from ttdecode.program import (
+from ttdecode.core.program_description import (
     NUM_DRAM_BANKS,
     check_unpack_to_dest,
     L1_BYTES_PER_CORE,
@@ -323,7 +323,7 @@ def build_program_descriptor(program: Program, view: DeviceView) -> "ttnn.Progra
     """`program` as a ttnn `ProgramDescriptor`, with placeholders resolved through `view`."""
     ttnn = require_ttnn()
     if not isinstance(program, Program):
-        raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
+        raise DeviceError(f"program: expected a ttdecode.core.program_description.Program, got {type(program).__name__}")
     grid = view.grid_size()
     known = [t.name for t in program.tensors]
     _check_l1_and_indices(program)
@@ -428,7 +428,7 @@ def check_key_row_memory_config(ttnn: ModuleType, mem: Any, last_dim: int, what:
     if mem != want:
         raise DeviceError(f"{what}: kv_pages='key_row' expects a DRAM tensor ND-sharded with [1, 1, {TILE}, "
                           f"{last_dim}] shards round robin over the {NUM_DRAM_BANKS} banks "
-                          f"(ttdecode.device.key_row_memory_config), got {mem}")
+                          f"(ttdecode.ttnn_backend.key_row_memory_config), got {mem}")
 
 
 def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -436,7 +436,7 @@ def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any
     its spec (device tensor, dtype, layout, shape, interleaved DRAM) and the outputs' pages."""
     ttnn = require_ttnn()
     if not isinstance(program, Program):
-        raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
+        raise DeviceError(f"program: expected a ttdecode.core.program_description.Program, got {type(program).__name__}")
     inputs = [t for t in program.tensors if not t.is_output]
     outputs = [t for t in program.tensors if t.is_output]
     if not outputs and not any(t.in_place for t in inputs):
@@ -511,7 +511,7 @@ def mesh_program_descriptor(programs: Mapping[tuple[int, ...], Program], view: D
     mesh = ttnn.MeshProgramDescriptor()
     for coord, program in programs.items():
         if not isinstance(program, Program):
-            raise DeviceError(f"programs[{coord}]: expected a ttdecode.program.Program, got {type(program).__name__}")
+            raise DeviceError(f"programs[{coord}]: expected a ttdecode.core.program_description.Program, got {type(program).__name__}")
         if _tensor_signature(program) != want:
             raise DeviceError(f"programs[{coord}]: its tensors {_tensor_signature(program)} differ from those of "
                               f"programs[{first_coord}] {want}; the devices of one launch share their io tensors")
@@ -604,13 +604,13 @@ class PreparedProgram:
     run that added an entry raises. What this cannot see: the cache cleared and refilled by other
     programs to exactly the former count between two runs (ttnn 0.81.1 cannot be asked whether one hash
     is cached); after ``clear_program_cache()`` call `reset_lean` on kept programs (`DecodeStep`s:
-    ``ttdecode.ops.flash_decode.device.clear_steps()`` forgets them).
+    ``ttdecode.ops.flash_decode.device_step.clear_steps()`` forgets them).
     """
 
     def __init__(self, program: Program, device: Any) -> None:
         ttnn = require_ttnn()
         if not isinstance(program, Program):
-            raise DeviceError(f"program: expected a ttdecode.program.Program, got {type(program).__name__}")
+            raise DeviceError(f"program: expected a ttdecode.core.program_description.Program, got {type(program).__name__}")
         self.program = program
         self.device = device
         inputs = [t for t in program.tensors if not t.is_output]
@@ -762,7 +762,7 @@ class PreparedProgram:
 
     def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None) -> list[Any]:
         """`run` without the checks, for a caller that has checked the inputs' metadata itself (the
-        cached-call path of ``ttdecode.ops.flash_decode.device``): `inputs` the input tensors in
+        cached-call path of ``ttdecode.ops.flash_decode.device_step``): `inputs` the input tensors in
         `self.inputs` order; the outputs allocated in DRAM and returned in program order."""
         ttnn = require_ttnn()
         outs = [ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)

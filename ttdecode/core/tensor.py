@@ -1,6 +1,6 @@
 """Host tile tensors: the byte image a DRAM-interleaved TILE-layout tensor holds on the device.
 
-A `TileTensor` of logical shape `[..., H, W]` holds its values as tiles (see `ttdecode.formats`)
+A `TileTensor` of logical shape `[..., H, W]` holds its values as tiles (see `ttdecode.core.formats`)
 of H and W padded with zeros to multiples of 32, one tile per page, pages in interleaved page
 order (batch dims outermost, then tile rows, then tile columns).
 """
@@ -14,8 +14,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ttdecode import formats
-from ttdecode.formats import DataType, DTypeLike, as_data_type
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType, DTypeLike, as_data_type
 
 #: ttnn DataType names (`ttnn.bfloat8_b.name` == "BFLOAT8_B") -> ttdecode formats.
 _TTNN_DTYPES: dict[str, DataType] = {

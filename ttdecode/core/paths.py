@@ -13,7 +13,7 @@ def kernels_dir() -> Path:
     imported (so a second checkout or worktree runs its own kernels, whatever was installed
     editable); in an installed wheel it is the ``ttdecode.kernels`` package data.
     """
-    beside = Path(__file__).resolve().parent.parent / "kernels"
+    beside = Path(__file__).resolve().parents[2] / "kernels"
     if (beside / "flash_decode" / "compute.cpp").is_file():
         return beside
     import ttdecode.kernels as k  # the repository's kernels/ mapped as a package

@@ -10,9 +10,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.program import (
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import (
     kv_cache_tensor,
     BufferAddress,
     CircularBuffer,
@@ -26,7 +26,7 @@ from ttdecode.program import (
     Program,
     unpack_to_dest_modes,
 )
-from ttdecode.checks import fail
+from ttdecode.core.checks import fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 
 #: Circular-buffer indices (kernels/rotary_append/common.hpp numbers them the same).
@@ -118,7 +118,7 @@ def _row_tiles(heads: int) -> int:
 
 def input_images(inp: RotaryInputs) -> dict[str, bytes]:
     """The byte images of every input tensor of the program (the host runtime's inputs)."""
-    from ttdecode.tensor import as_tile_tensor
+    from ttdecode.core.tensor import as_tile_tensor
 
     images = {name: as_tile_tensor(t, DataType.bfloat16).data for name, t in inp.x.items()}
     images.update(derived_images(inp))
@@ -184,7 +184,7 @@ def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -
         cbs.append(CircularBuffer(cb["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
 
     # Resource limit: every CB of a core, 32-byte aligned, above the firmware and kernel-config area.
-    from ttdecode.program import L1_BYTES_PER_CORE
+    from ttdecode.core.program_description import L1_BYTES_PER_CORE
     from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
     l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
@@ -199,7 +199,7 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
     """The reader, writer and compute kernels on `where`: their compile-time args (tiles per head, heads,
     the rotate-half block pairs, the cache's geometry), as common runtime args the buffers each reads or
     writes, and per core its users (`users`: core -> user indices)."""
-    from ttdecode.paths import kernels_dir
+    from ttdecode.core.paths import kernels_dir
 
     b, nh, nkv = inp.batch, inp.num_q_heads, inp.num_kv_heads
     dt, rt = inp.d_tiles, inp.rot_tiles
@@ -221,7 +221,7 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
     pairs = [v for j, k, _ in blocks for v in (j, k)]
     # Every buffer address is a common runtime arg (the same on every core; READER_COMMON_ARGS /
     # WRITER_COMMON_ARGS words): the per-core lists hold only each core's users, so no per-core arg is an
-    # address and ttdecode.device.PreparedProgram launches its lean descriptor once the program is cached.
+    # address and ttdecode.ttnn_backend.PreparedProgram launches its lean descriptor once the program is cached.
     reader_common = [*x_args, BufferAddress("cos"), BufferAddress("sin"), BufferAddress("trans")]
     writer_common = [BufferAddress("q_rot") if has_q else 0, BufferAddress("k_cache"), BufferAddress("v_cache"),
                      BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0]

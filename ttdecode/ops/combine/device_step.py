@@ -5,16 +5,16 @@
 partials of context parallelism -- with the combine program (``kernels/combine/``), through a cached
 `CombineStep`: made once per *shape* (the device, n, G, H, Dv, the partials' format, the merged
 output's format, the cores), holding the plan, the `Program` and its ttnn descriptor
-(`ttdecode.device.PreparedProgram`). Each call checks tensor metadata only, allocates the two
+(`ttdecode.ttnn_backend.PreparedProgram`). Each call checks tensor metadata only, allocates the two
 outputs, patches the four buffer addresses and calls ``ttnn.generic_op``: no plan, no program
 build, no data between host and device, and the same runtime-argument counts on every call (the
 combine has no value in its runtime args: only addresses and each core's tile rows, fixed by the
 shape). Steps are kept in a bounded cache (`STEP_CACHE_SIZE`, least recently used out).
 
 On a ``ttnn.MeshDevice`` the one descriptor runs on every device (a mesh tensor sits at one DRAM
-address on each), as ``ttdecode.device.launch`` does.
+address on each), as ``ttdecode.ttnn_backend.launch`` does.
 
-Tensors (tile layout, interleaved DRAM; see ``ttdecode.ops.combine.program``):
+Tensors (tile layout, interleaved DRAM; see ``ttdecode.ops.combine.program_factory``):
 ``outs [n, G, H, Dv]`` bfloat16 or float32, ``lses [n, G, H, 1]`` float32 (value in column 0, -inf: no
 key). Out: ``out [1, G, H, Dv]`` (``out_dtype``), ``lse [1, G, H, 1]`` float32, on the inputs' device.
 The host runtime runs the same program (``ttdecode.ops.combine.run_combine``).
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttdecode.device import PreparedProgram, StepCache, require_ttnn
-from ttdecode.formats import DataType
+from ttdecode.ttnn_backend import PreparedProgram, StepCache, require_ttnn
+from ttdecode.core.formats import DataType
 from ttdecode.ops.combine.plan import GRID, CombinePlan, make_combine_plan
-from ttdecode.ops.combine.program import build_combine_program_for_device
+from ttdecode.ops.combine.program_factory import build_combine_program_for_device
 from ttdecode.ops.combine.validate import CombineError, O_FORMATS
 
 __all__ = ["CombineStep", "combine_on_device", "get_combine_step", "clear_combine_steps", "cached_combine_steps",

@@ -3,7 +3,7 @@
 A `DecodeStep` is made once per decode *shape* -- the tensors' shapes, dtypes, layouts and memory
 configs, the program and compute configs and the options, never the positions, the page-table
 contents or the batch's values -- and holds the plan, the `Program` and the ttnn descriptor
-(`ttdecode.device.PreparedProgram`). Each call checks tensor metadata only, patches the buffer
+(`ttdecode.ttnn_backend.PreparedProgram`). Each call checks tensor metadata only, patches the buffer
 addresses (and positions given as a list, as the reader's common runtime args) and calls
 ``ttnn.generic_op``: no plan, no program build, no data between host and device when the inputs are
 device tensors. `run_decode` keeps a bounded cache of steps (`STEP_CACHE_SIZE`, least recently used
@@ -14,7 +14,7 @@ A cached call of device tensors skips even the validation (`try_fast`, called fi
 device with those of a validated call of the step (`DecodeStep.run_fast`) and calls
 `PreparedProgram.run_ordered`; anything different falls back to the validating path. On a mock N150
 this costs ~2.5x tt-metal's own op's host time per call (measured: perf/bench_device_overhead.py; the
-per-core runtime args go to ttnn once, `ttdecode.device.PreparedProgram`).
+per-core runtime args go to ttnn once, `ttdecode.ttnn_backend.PreparedProgram`).
 
 Placements the kernels do not read (issue 28 item 4): the kernels read interleaved DRAM and the
 writer writes it. A Q, cur_pos_tensor, page table, attention mask or sink in L1 (interleaved, or height-sharded as
@@ -36,8 +36,8 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
-from ttdecode.device import DeviceError, PreparedProgram, StepCache, available, require_ttnn
-from ttdecode.program import Program
+from ttdecode.ttnn_backend import DeviceError, PreparedProgram, StepCache, available, require_ttnn
+from ttdecode.core.program_description import Program
 
 #: Decode shapes whose steps `run_decode` keeps (a model has a handful: one per layer kind and batch).
 STEP_CACHE_SIZE = 32
@@ -64,7 +64,7 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
     (``ttdecode.ops.flash_decode.op.make_decode_plan``), with the call's scale and exp mode; `compute` from
     ``ttdecode.ops.flash_decode.op.compute_settings``; `positions` given: positions_in_args (the reader's
     common runtime args). Used by `DecodeStep` and by the mesh path of context parallelism."""
-    from ttdecode.ops.flash_decode.program import build_program_for_device
+    from ttdecode.ops.flash_decode.program_factory import build_program_for_device
 
     return build_program_for_device(
         plan, scale=inputs.scale, compute=compute, positions=positions,
@@ -198,7 +198,7 @@ class DecodeStep:
         self.memory_config = inputs.memory_config
         q_shape = tuple(inputs.q.shape)
         check_output_placement(ttnn, self.memory_config, q_shape[:3] + (inputs.head_dim_v,), device)
-        from ttdecode.ops.flash_decode.program import READER_COMMON_ARGS
+        from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS
 
         self._positions_base = READER_COMMON_ARGS
         self.calls = 0
@@ -253,9 +253,9 @@ class DecodeStep:
                 if made:
                     temporaries.append(io["attn_mask"])
             else:
-                from ttdecode.ops.flash_decode.program import mask_tiles
+                from ttdecode.ops.flash_decode.program_factory import mask_tiles
                 from ttdecode.ops.flash_decode.validate import as_bfloat16_tiles
-                from ttdecode.tensor import to_torch
+                from ttdecode.core.tensor import to_torch
 
                 values = to_torch(mask_tiles(plan, as_bfloat16_tiles(mask)))
                 io["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
@@ -271,7 +271,7 @@ class DecodeStep:
         out = outs[0] if output is not None else in_placement(ttnn, outs[0], self.memory_config)
         if not inputs.return_lse:
             return out
-        from ttdecode.ops.flash_decode.program import decode_lse_rows
+        from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 
         return out, decode_lse_rows(plan, ttnn.to_torch(outs[1]))
 

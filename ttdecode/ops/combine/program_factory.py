@@ -6,7 +6,7 @@ that merges them on one device (``kernels/combine/{reader,compute,writer}.cpp``)
 merge of the FlashDecode tree, in fp32 on the SFPU (see the header of ``kernels/combine/compute.cpp``).
 One :class:`CombinePlan` feeds both backends: :func:`build_combine_program` carries the input bytes
 for the host runtime, :func:`build_combine_program_for_device` leaves them to the device, where
-``ttdecode.device`` turns the same ``Program`` into ttnn descriptors.
+``ttdecode.ttnn_backend`` turns the same ``Program`` into ttnn descriptors.
 
 DRAM tensors (tile layout, interleaved; G groups of H rows, e.g. G = B users of H = NH heads):
 
@@ -34,9 +34,9 @@ from typing import Optional
 
 import torch
 
-from ttdecode import formats
-from ttdecode.formats import DataType
-from ttdecode.program import (
+from ttdecode.core import formats
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import (
     BufferAddress,
     CircularBuffer,
     ComputeSettings,
@@ -47,7 +47,7 @@ from ttdecode.program import (
     Program,
     unpack_to_dest_modes,
 )
-from ttdecode.tensor import from_torch
+from ttdecode.core.tensor import from_torch
 from ttdecode.ops.combine.plan import COMBINE_CBS, CombinePlan
 from ttdecode.ops.combine.validate import CombineError, _check_partials
 
@@ -60,7 +60,7 @@ _UNPACK_TO_DEST = ("lse_in", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b
 
 def combine_kernel_sources() -> dict[str, Path]:
     """Paths of kernels/combine/{reader,compute,writer}.cpp (beside the imported package)."""
-    from ttdecode.paths import operator_kernels
+    from ttdecode.core.paths import operator_kernels
 
     return operator_kernels("combine", CombineError)
 

@@ -1,7 +1,7 @@
 """The backend-neutral description of a Metalium program.
 
 One `Program` feeds both backends: the host runtime (`ttdecode.runtime.run_program`) and the device
-path (`ttdecode.device.to_program_descriptor` -> `ttnn.generic_op`). Nothing in here knows which one
+path (`ttdecode.ttnn_backend.to_program_descriptor` -> `ttnn.generic_op`). Nothing in here knows which one
 runs it. Cores are *logical* worker coordinates of the compute grid. Runtime arguments may hold
 placeholders (`NocX`, `NocY`, `BufferAddress`) that each backend resolves for its own machine.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
-from ttdecode.formats import DataType, num_tiles, tile_size
+from ttdecode.core.formats import DataType, num_tiles, tile_size
 
 #: Wormhole L1 per Tensix core, bytes.
 L1_BYTES_PER_CORE = 1464 * 1024
