@@ -286,7 +286,7 @@ def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.Mo
     monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
-    assert last_backend() == ("device" if device.available() else "host")
+    assert last_backend() == ("device" if ttnn_backend.available() else "host")
 
 
 def test_packer_l1_acc_is_refused_by_the_kernel_backends() -> None:

@@ -194,7 +194,7 @@ def test_page_table_tensor_is_ttnns_name_and_page_table_its_alias(fake: dict[str
 
 
 def test_auto_takes_the_device_only_for_device_tensors(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from ttdecode import backend, device
+    from ttdecode import backend, ttnn_backend as device
 
     monkeypatch.setattr(device, "available", lambda: True)
     t = fake["t"]
