@@ -412,7 +412,7 @@ def test_device_descriptor_carries_named_args_and_in_place_caches(ttnn) -> None:
                           rotary_interleaved=False, rotary_dim=None)
     program = rotary.build_program(inp, None)
     assert [t.name for t in program.tensors if t.in_place] == ["k_cache", "v_cache"]
-    desc = device.build_program_descriptor(program, View())
+    desc = ttnn_backend.build_program_descriptor(program, View())
     reader, writer, compute = desc.kernels
     assert dict(reader.named_compile_time_args)["packed"] == 1
     assert dict(writer.named_compile_time_args)["paged"] == 1
@@ -455,7 +455,7 @@ def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(t
 
     class FakeDeviceTensor:
         def __init__(self, spec, address: int) -> None:
-            self.dtype = device.tensor_dtype(ttnn, spec)
+            self.dtype = ttnn_backend.tensor_dtype(ttnn, spec)
             self.layout = ttnn.TILE_LAYOUT if spec.layout == "tile" else ttnn.ROW_MAJOR_LAYOUT
             self.shape, self.address = spec.shape, address
 
@@ -482,7 +482,7 @@ def test_launch_updates_the_caches_in_place_and_passes_them_last_to_generic_op(t
                           rotary_interleaved=False, rotary_dim=None)
     program = rotary.build_program(inp, None)
     io = {t.name: FakeDeviceTensor(t, 0x1000 * (i + 1)) for i, t in enumerate(program.tensors)}
-    assert device.launch(program, io, Dev()) == []
+    assert ttnn_backend.launch(program, io, Dev()) == []
     tensors, desc = calls["generic_op"]
     assert "allocated" not in calls
     assert tensors[-2:] == [io["k_cache"], io["v_cache"]]
