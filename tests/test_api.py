@@ -227,9 +227,9 @@ def test_planner_refusal_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _fake_device(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
-    from ttdecode import backend
+    from ttdecode import ttnn_env
 
-    monkeypatch.setattr(backend, "has_tenstorrent_device", lambda: available)
+    monkeypatch.setattr(ttnn_env, "has_tenstorrent_device", lambda: available)
 
 
 @pytest.mark.parametrize("available", [True, False])

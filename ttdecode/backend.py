@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from ttdecode.ttnn_env import has_tenstorrent_device
+from ttdecode import ttnn_env
 
 #: Accepted values of ``backend=``.
 BACKENDS = ("auto", "device", "host", "reference")
@@ -48,7 +48,7 @@ def select_backend(*tensors: object) -> str:
     if given and not all(on_device(t) for t in given):
         log.info("ttdecode: backend 'auto' -> 'host' (the inputs are not ttnn device tensors)")
         return "host"
-    if has_tenstorrent_device():
+    if ttnn_env.has_tenstorrent_device():
         log.info("ttdecode: backend 'auto' -> 'device' (a Tenstorrent device is available)")
         return "device"
     log.info("ttdecode: backend 'auto' -> 'host' (no Tenstorrent device)")
