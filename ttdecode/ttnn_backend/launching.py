@@ -29,6 +29,7 @@ from ttdecode.ttnn_env import require_ttnn
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import ttnn
 
+
 def _check_io(program: Program, io_tensors: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     """The program's (inputs in generic_op order, outputs), with every given input checked against
     its spec (device tensor, dtype, layout, shape, interleaved DRAM) and the outputs' pages."""
