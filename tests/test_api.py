@@ -4,8 +4,6 @@ backend selection."""
 from __future__ import annotations
 
 import logging
-import sys
-import types
 from typing import Any
 
 import pytest
@@ -229,9 +227,9 @@ def test_planner_refusal_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _fake_device(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
-    mod = types.ModuleType("ttdecode.ttnn_backend")
-    mod.available = lambda: available  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ttdecode.ttnn_backend", mod)
+    from ttdecode import ttnn_env
+
+    monkeypatch.setattr(ttnn_env, "has_tenstorrent_device", lambda: available)
 
 
 @pytest.mark.parametrize("available", [True, False])
@@ -248,12 +246,17 @@ def test_auto_sends_torch_inputs_to_the_host_even_with_a_device(monkeypatch: pyt
     assert "backend 'auto' -> 'host'" in caplog.text
 
 
-def test_auto_without_a_device_module_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ttdecode.ttnn_backend", None)  # import raises ModuleNotFoundError
+def test_auto_without_a_device_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ttdecode.backend import select_backend
+
+    _fake_device(monkeypatch, False)
     monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="auto") == "host"
     assert last_backend() == "host"
+    assert select_backend() == "host"
+    _fake_device(monkeypatch, True)
+    assert select_backend() == "device"  # no tensors given: the device whenever one is present
 
 
 def test_unknown_backend_is_refused() -> None:
@@ -281,12 +284,12 @@ def test_reference_reads_the_same_values_the_kernels_get(ttnn) -> None:
 
 
 def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ttdecode import ttnn_backend
+    from ttdecode.ttnn_env import has_tenstorrent_device
 
     monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
     q, k, v = qkv()
     scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
-    assert last_backend() == ("device" if ttnn_backend.available() else "host")
+    assert last_backend() == ("device" if has_tenstorrent_device() else "host")
 
 
 def test_packer_l1_acc_is_refused_by_the_kernel_backends() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ttdecode import ttnn_backend as dev
+from ttdecode.ttnn_env import has_tenstorrent_device
 from ttdecode.ops.flash_decode.program_factory import build_program_for_device
 from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan
@@ -74,7 +75,7 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     spec = prog.tensor("page_table")
     assert spec.data is None and spec.layout == "row_major" and spec.shape == (2, 8192 // 64)
     assert dev.tensor_dtype(ttnn, spec) == ttnn.int32
-    dev._check_page_geometry(spec)  # one int32 row per user, as ttnn lays out [B, max_blocks]
+    dev.check_page_geometry(spec)  # one int32 row per user, as ttnn lays out [B, max_blocks]
     assert prog.tensor("k").shape == (2 * 128, 8, 64, 128)
     desc = dev.build_program_descriptor(prog, GridView())
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
@@ -92,7 +93,7 @@ def test_masked_program_streams_a_bf16_tile_mask_at_reader_common_arg_6(ttnn: An
     spec = prog.tensor("attn_mask")
     assert spec.data is None and spec.layout == "tile" and spec.shape == (1, 1, 32, 8192)
     assert dev.tensor_dtype(ttnn, spec) == ttnn.bfloat16
-    dev._check_page_geometry(spec)
+    dev.check_page_geometry(spec)
     desc = dev.build_program_descriptor(prog, GridView())
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
     resolved = list(desc.kernels[0].common_runtime_args)
@@ -107,7 +108,7 @@ def test_multi_token_program_has_t_token_q_and_output_tensors_laid_out_as_ttnn(t
     prog = build_program_for_device(plan, scale=128 ** -0.5, compute=ComputeSettings())
     assert prog.tensor("q").shape == (5, 3, 32, 128) and prog.tensor("out").shape == (5, 3, 32, 128)
     for name in ("q", "out", "lse"):
-        dev._check_page_geometry(prog.tensor(name))
+        dev.check_page_geometry(prog.tensor(name))
     desc = dev.build_program_descriptor(prog, GridView())
     assert len(desc.kernels) == 3
     args = {k.kind: k.named_compile_time_args for k in prog.kernels}
@@ -117,7 +118,7 @@ def test_multi_token_program_has_t_token_q_and_output_tensors_laid_out_as_ttnn(t
 
 
 def test_device_backend_refuses_without_a_device() -> None:
-    assert not dev.available()  # this machine has no /dev/tenstorrent
+    assert not has_tenstorrent_device()  # this machine has no /dev/tenstorrent
 
 
 def test_copy_only_fp32_cbs_are_unpacked_to_dest_on_the_device(ttnn: Any) -> None:

@@ -104,7 +104,7 @@ def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(ttnn, "deallocate", lambda t: calls["device_ops"].append(("deallocate", t.address, None)))
     for name in ("to_torch", "from_torch", "to_device", "from_device"):
         monkeypatch.setattr(ttnn, name, move)
-    monkeypatch.setattr(fd_device, "available", lambda: True)
+    monkeypatch.setattr(fd_device, "has_tenstorrent_device", lambda: True)
     fd_device.clear_steps()
     tiles = ttnn.TILE_LAYOUT
     t = dict(
@@ -194,9 +194,9 @@ def test_page_table_tensor_is_ttnns_name_and_page_table_its_alias(fake: dict[str
 
 
 def test_auto_takes_the_device_only_for_device_tensors(fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from ttdecode import backend, ttnn_backend as device
+    from ttdecode import backend, ttnn_env
 
-    monkeypatch.setattr(device, "available", lambda: True)
+    monkeypatch.setattr(ttnn_env, "has_tenstorrent_device", lambda: True)
     t = fake["t"]
     assert backend.select_backend(t["q"], t["k"], t["v"]) == "device"
     assert backend.select_backend(torch.zeros(1, B, NH, D), t["k"], t["v"]) == "host"

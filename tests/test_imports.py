@@ -21,6 +21,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.core.split", "ttdecode.core.checks"),
     ("ttdecode.core",),  # the package's docstring only
     ("ttdecode.config",),
+    # the ttnn backend's modules, one way: descriptors, then tensors, then launches; the package's API on top
+    ("ttdecode.ttnn_backend.descriptor", "ttdecode.ttnn_backend.step_cache"),
+    ("ttdecode.ttnn_backend.tensors",),
+    ("ttdecode.ttnn_backend.launching", "ttdecode.ttnn_backend.prepared"),
     ("ttdecode.runtime", "ttdecode.ttnn_backend"),
     ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing"),
     ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append"),

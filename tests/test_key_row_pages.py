@@ -290,7 +290,7 @@ def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> N
         t = prog.tensor(name)
         # one page per key-tile row: 4 bfloat8_b tiles of 1088 B; rows = B x NKV x S / 32
         assert (t.layout, t.page_size, t.num_pages) == ("key_row", 4 * 1088, 2 * 2 * 64)
-        dev._check_page_geometry(t)
+        dev.check_page_geometry(t)
     reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
     assert reader.named_compile_time_args["key_row_pages"] == 1 and reader.named_compile_time_args["cyclic_split"] == 1
 

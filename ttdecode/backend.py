@@ -5,9 +5,10 @@ Shared by every operator's public function (FlashDecode, rotary_kv_append, conte
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Optional
+
+from ttdecode import ttnn_env
 
 #: Accepted values of ``backend=``.
 BACKENDS = ("auto", "device", "host", "reference")
@@ -40,21 +41,14 @@ def on_device(x: object) -> bool:
 
 def select_backend(*tensors: object) -> str:
     """The choice of ``backend="auto"``, logged: "device" only when a Wormhole is usable
-    (``ttdecode.ttnn_backend.available()``) and the given input tensors (None entries ignored) are all ttnn
+    (``ttdecode.ttnn_env.has_tenstorrent_device()``) and the given input tensors (None entries ignored) are all ttnn
     tensors on the device; torch / host inputs go to the host runtime (the device backend would refuse
     them). With no tensors given: "device" whenever a device is usable."""
     given = [t for t in tensors if t is not None]
     if given and not all(on_device(t) for t in given):
         log.info("ttdecode: backend 'auto' -> 'host' (the inputs are not ttnn device tensors)")
         return "host"
-    try:
-        device = importlib.import_module("ttdecode.ttnn_backend")
-    except ModuleNotFoundError as e:
-        if e.name != "ttdecode.ttnn_backend":
-            raise
-        log.info("ttdecode: backend 'auto' -> 'host' (ttdecode.ttnn_backend is not built)")
-        return "host"
-    if device.available():
+    if ttnn_env.has_tenstorrent_device():
         log.info("ttdecode: backend 'auto' -> 'device' (a Tenstorrent device is available)")
         return "device"
     log.info("ttdecode: backend 'auto' -> 'host' (no Tenstorrent device)")

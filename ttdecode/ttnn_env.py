@@ -6,6 +6,9 @@ its kernel cache under `TT_METAL_CACHE` (default `~/.cache`). `ensure_ttnn_env()
 pointing into a per-user temp dir (`<tmp>/ttdecode-ttnn-<uid>/`, reused across processes; the YAML
 is rewritten atomically, so concurrent processes are safe), when no real device is present; it must run before the
 first `import ttnn`, which `import_ttnn()` guarantees.
+
+Device detection lives here too: `has_tenstorrent_device()` (is a chip present, so may
+`backend="auto"` choose the device) and `require_ttnn()` (ttnn or an error naming why not).
 """
 
 from __future__ import annotations
@@ -112,3 +115,11 @@ def import_ttnn() -> Optional[ModuleType]:
 def ttnn_unavailable_reason() -> Optional[str]:
     """Why the last `import_ttnn()` returned None (None if it succeeded or was never called)."""
     return _unavailable_reason
+
+
+def require_ttnn() -> ModuleType:
+    """Import ttnn (after `ensure_ttnn_env()`) or raise a RuntimeError naming why it cannot be imported."""
+    module = import_ttnn()
+    if module is None:
+        raise RuntimeError(f"the device backend needs ttnn==0.81.1: {ttnn_unavailable_reason()}")
+    return module

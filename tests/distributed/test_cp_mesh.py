@@ -17,6 +17,7 @@ import torch
 
 import ttdecode
 from ttdecode import ttnn_backend as dev
+from ttdecode import ttnn_env
 from ttdecode.ops.flash_decode.device_step import decode_program
 from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan as _make_plan
 from ttdecode.distributed.device_context import (
@@ -259,7 +260,7 @@ def recorded(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]
         calls.append((name, args, result))
         return result
 
-    monkeypatch.setattr(dev, "available", lambda: True)
+    monkeypatch.setattr(ttnn_env, "has_tenstorrent_device", lambda: True)  # looked up per call
     monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, FakeTensor))
     monkeypatch.setattr(ttnn, "to_device", lambda t, mesh, memory_config=None: rec(
         "to_device", FakeTensor(ttnn, t.dtype, t.layout, t.shape, host=t), t, mesh))
@@ -367,7 +368,7 @@ def test_a_meshdevice_shape_reads_as_rows_and_cols(ttnn: Any) -> None:
 
 
 def test_without_a_device_the_mesh_path_stops_at_the_upload_naming_it(ttnn: Any) -> None:
-    if dev.available():
+    if ttnn_env.has_tenstorrent_device():
         pytest.skip("a Tenstorrent device is present")
     q, k, v = cache(7)
     with pytest.raises(RuntimeError, match=r"no Tenstorrent device found .* ttnn.generic_op\(MeshProgramDescriptor\)"):

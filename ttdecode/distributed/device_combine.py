@@ -70,20 +70,21 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
     Returns:
         ``(out [1, B, NH, Dv] bfloat16, lse [1, B, NH, 1] float32)`` mesh tensors, the same on every device.
     """
-    from ttdecode import ttnn_backend as dev
     from ttdecode.distributed.sharding import COMBINES
+    from ttdecode.ttnn_backend.launching import launch
+    from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 
     if not isinstance(combine, str) or combine not in COMBINES:
         raise ValueError(f"device_combine: argument 'combine': expected one of {list(COMBINES)}, got {combine!r}")
     if combine == "all_to_all":
         raise NotImplementedError(f"device_combine: argument 'combine': {ALL_TO_ALL_ON_DEVICE}")
-    if not dev.available():
+    if not has_tenstorrent_device():
         raise RuntimeError("device_combine: no Tenstorrent device found (no /dev/tenstorrent*); the same combine "
                            "program runs on the host runtime (ttdecode.ops.combine.run_combine)")
-    ttnn = dev.require_ttnn()
+    ttnn = require_ttnn()
     in_dtype = DataType.float32 if out.dtype == ttnn.float32 else DataType.bfloat16
     _, program = gathered_combine_program(mesh_device.get_num_devices(), tuple(out.shape), in_dtype)
     outs = ttnn.all_gather(out, dim=0)
     lses = ttnn.all_gather(lse, dim=0)
-    merged, merged_lse = dev.launch(program, {"outs": outs, "lses": lses}, mesh_device)
+    merged, merged_lse = launch(program, {"outs": outs, "lses": lses}, mesh_device)
     return merged, merged_lse

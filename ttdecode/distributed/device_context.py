@@ -217,11 +217,12 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     """The whole chain (module doc) on ``mesh_device``. ``q``/``k``/``v``: host TileTensors of the
     whole call (``v`` None with MLA). Returns the merged output (a ttnn mesh tensor ``[1, B, NH, Dv]``
     bfloat16, the same on every device) and the merged LSE ``[1, B, NH]`` (float32 torch, device 0's)."""
-    from ttdecode import ttnn_backend as dev
     from ttdecode.ops.flash_decode.device_step import to_torch_sink
     from ttdecode.distributed.device_combine import device_combine
+    from ttdecode.ttnn_backend.launching import launch_mesh
+    from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 
-    ttnn = dev.require_ttnn()
+    ttnn = require_ttnn()
     programs = mesh_programs(info, mesh)
     n, shape = mesh.devices, mesh.mesh_shape
     host = {"q": mesh_host_tensor(ttnn, [_ttnn_host(ttnn, q)] * n, shape),
@@ -234,7 +235,7 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     cur_pos = [mesh_host_tensor(ttnn, [ttnn.from_torch(torch.tensor(share.positions, dtype=torch.int32),
                                                        dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT)
                                        for share in launch], shape) for launch in mesh.launches]
-    if not dev.available():
+    if not has_tenstorrent_device():
         raise RuntimeError(f"{_NAME}: backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); the "
                            f"mesh path is built up to ttnn.to_device of the {n} cache shards and "
                            f"ttnn.generic_op(MeshProgramDescriptor); use backend='host' to run the same kernels")
@@ -244,7 +245,7 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
         names = {t.name for t in next(iter(progs.values())).tensors}
         io = {name: t for name, t in on_device.items() if name in names}
         io["cur_pos"] = ttnn.to_device(pos, mesh_device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
-        out, lse_rows = dev.launch_mesh(progs, io, mesh_device)
+        out, lse_rows = launch_mesh(progs, io, mesh_device)
         outs.append(out)
         lses.append(lse_rows_to_tiles(ttnn, lse_rows, info.batch, info.num_heads, info.num_kv_heads))
     out = outs[0] if len(outs) == 1 else ttnn.concat(outs, dim=0)
@@ -355,11 +356,12 @@ class ContextParallelDecode:
                  compute_kernel_config: Any = None, ttnn: Any = None) -> None:
         import math
 
-        from ttdecode import ttnn_backend as dev
+        from ttdecode.ttnn_backend.descriptor import ttnn_data_type
+        from ttdecode.ttnn_env import require_ttnn
         from ttdecode.distributed.sharding import shard_plan
         from ttdecode.core.formats import as_data_type
 
-        ttnn = dev.require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
+        ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.mesh = ttnn, mesh_device
         self.mesh_shape = _mesh_dims(mesh_device)
         n = self.devices = self.mesh_shape[0] * self.mesh_shape[1]
@@ -390,7 +392,7 @@ class ContextParallelDecode:
         rep = ttnn.ReplicateTensorToMesh(mesh_device)
         self._shard_rows = ttnn.ShardTensorToMesh(mesh_device, dim=0)
         shape = (num_blocks, num_kv_heads, block_size, head_dim)
-        cache_dt = dev.ttnn_data_type(ttnn, kv)
+        cache_dt = ttnn_data_type(ttnn, kv)
         self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT,
                                              device=mesh_device, memory_config=dram, mesh_mapper=rep)
                              for _ in range(2)) for _ in range(layers)]
@@ -418,7 +420,7 @@ class ContextParallelDecode:
         self.page_table = op("reshape")(op("slice")(inp, [0, p + 2 * b], [1, self.row_width]), [b, self.local_blocks])
 
     def _prepare_rotary(self, kv: Any, cache_shape: tuple[int, ...]) -> Any:
-        from ttdecode.ttnn_backend import PreparedProgram
+        from ttdecode.ttnn_backend.prepared import PreparedProgram
         from ttdecode.ops.rotary_append.program_factory import device_program
 
         grid = self.mesh.compute_with_storage_grid_size()

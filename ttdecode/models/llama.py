@@ -343,11 +343,11 @@ def _resolve_backend(backend: object, device: Any = None) -> str:
         raise _fail("backend", f"one of {list(BACKENDS)}", repr(backend))
     if device is not None and backend not in ("auto", "device"):
         raise _fail("device", f"None with backend={backend!r} (a ttnn device is for backend 'device')", "a device")
-    from ttdecode import ttnn_backend as device_mod
+    from ttdecode.ttnn_env import has_tenstorrent_device
 
     if backend == "auto":
-        return "device" if device is not None or device_mod.available() else "host"
-    if backend == "device" and device is None and not device_mod.available():
+        return "device" if device is not None or has_tenstorrent_device() else "host"
+    if backend == "device" and device is None and not has_tenstorrent_device():
         raise RuntimeError(
             "backend: 'device' needs a Tenstorrent Wormhole (ttnn.open_device), and none is available here; "
             "pass device= an open ttnn device (ttdecode.testing.mock.open_mock_device() for a dry run on the "
@@ -487,7 +487,7 @@ class LlamaDecoder:
             if self.devices != 1:
                 raise _fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
                             f"{self.devices} with backend 'device'", "None", TypeError)
-            from ttdecode.ttnn_backend import require_ttnn
+            from ttdecode.ttnn_env import require_ttnn
 
             device = self._own_device = require_ttnn().open_device(device_id=0)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
@@ -510,7 +510,7 @@ class LlamaDecoder:
             self._device.close()
             self._device = None
         if self._own_device is not None:
-            from ttdecode.ttnn_backend import require_ttnn
+            from ttdecode.ttnn_env import require_ttnn
 
             require_ttnn().close_device(self._own_device)
             self._own_device = None

@@ -214,7 +214,7 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
     """(plan, ``ttnn.ProgramDescriptor``) of one layer's paged FlashDecode on one chip of a
     ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads), with the
     positions coming from the cur_pos tensor at run time."""
-    from ttdecode.ttnn_backend import build_program_descriptor
+    from ttdecode.ttnn_backend.descriptor import build_program_descriptor
     from ttdecode.ops.flash_decode.program_factory import build_program_for_device
     from ttdecode.ops.flash_decode.plan import make_plan
     from ttdecode.core.program_description import ComputeSettings, MathFidelity
@@ -235,7 +235,7 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
     """(Program, ``ttnn.ProgramDescriptor``) of one layer's fused RoPE + paged cache append on one
     chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
     projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches."""
-    from ttdecode.ttnn_backend import build_program_descriptor
+    from ttdecode.ttnn_backend.descriptor import build_program_descriptor
     from ttdecode.ops.rotary_append import device_program
 
     nkv = spec.num_kv_heads // devices
@@ -320,7 +320,8 @@ class DeviceDecoder:
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
                  weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None,
                  context_parallel: int = 1) -> None:
-        from ttdecode.ttnn_backend import require_ttnn, ttnn_data_type
+        from ttdecode.ttnn_backend.descriptor import ttnn_data_type
+        from ttdecode.ttnn_env import require_ttnn
         from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
 
         if spec.attention_bias or spec.mlp_bias:
@@ -405,7 +406,7 @@ class DeviceDecoder:
 
     def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...]) -> Any:
         """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)."""
-        from ttdecode.ttnn_backend import PreparedProgram
+        from ttdecode.ttnn_backend.prepared import PreparedProgram
         from ttdecode.ops.rotary_append.program_factory import device_program
 
         grid = self.device.compute_with_storage_grid_size()

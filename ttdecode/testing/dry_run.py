@@ -63,7 +63,7 @@ class DryRunReport:
 
 
 def _allocate_input(ttnn: Any, spec: Any, device: Any) -> Any:
-    from ttdecode.ttnn_backend import key_row_memory_config, tensor_dtype
+    from ttdecode.ttnn_backend.tensors import key_row_memory_config, tensor_dtype
 
     if spec.layout == "key_row":
         layout, mem = ttnn.TILE_LAYOUT, key_row_memory_config(ttnn, spec.shape[-1])
@@ -80,7 +80,7 @@ def dry_run(program: Union[Program, Callable[[], Program]], device: Any = None, 
     and the program-cache entry counts."""
     import ttnn
 
-    from ttdecode.ttnn_backend import launch
+    from ttdecode.ttnn_backend.launching import launch
 
     prog = program() if callable(program) else program
     if not isinstance(prog, Program):

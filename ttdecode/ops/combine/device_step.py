@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttdecode.ttnn_backend import PreparedProgram, StepCache, require_ttnn
+from ttdecode.ttnn_backend.prepared import PreparedProgram
+from ttdecode.ttnn_backend.step_cache import StepCache
+from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.formats import DataType
 from ttdecode.ops.combine.plan import GRID, CombinePlan, make_combine_plan
 from ttdecode.ops.combine.program_factory import build_combine_program_for_device

@@ -36,7 +36,10 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
-from ttdecode.ttnn_backend import DeviceError, PreparedProgram, StepCache, available, require_ttnn
+from ttdecode.ttnn_backend.descriptor import DeviceError
+from ttdecode.ttnn_backend.prepared import PreparedProgram
+from ttdecode.ttnn_backend.step_cache import StepCache
+from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 from ttdecode.core.program_description import Program
 
 #: Decode shapes whose steps `run_decode` keeps (a model has a handful: one per layer kind and batch).
@@ -481,7 +484,7 @@ def run_decode(inputs: Any, compute: Any, make_plan: Callable[[Any], Any], *, ou
     q = inputs.q
     # Q already on a device means a device is open (a card, or the mock N150 of ttdecode.testing,
     # which has no /dev/tenstorrent*): only refuse when neither holds.
-    if not (q.kind == "ttnn" and _on_device(q.obj)) and not available():
+    if not (q.kind == "ttnn" and _on_device(q.obj)) and not has_tenstorrent_device():
         raise RuntimeError(
             "backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); "
             "use backend='host' to run the same kernels on the host runtime"

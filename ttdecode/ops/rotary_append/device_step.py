@@ -42,7 +42,9 @@ from typing import Any, Optional
 import torch
 
 from ttdecode.core.checks import fail
-from ttdecode.ttnn_backend import PreparedProgram, StepCache, require_ttnn
+from ttdecode.ttnn_backend.prepared import PreparedProgram
+from ttdecode.ttnn_backend.step_cache import StepCache
+from ttdecode.ttnn_env import require_ttnn
 from ttdecode.ops.rotary_append.program_factory import build_program, column_angles, rotate_half_blocks
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 

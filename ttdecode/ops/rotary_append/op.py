@@ -177,11 +177,11 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
 def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any]:
     """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device_step``): no rebuild
     per call, no upload of device inputs."""
-    from ttdecode import ttnn_backend
     from ttdecode.ops.rotary_append.device_step import run_rotary
+    from ttdecode.ttnn_env import has_tenstorrent_device
 
     if not inp.device_tensors:
-        if not ttnn_backend.available():
+        if not has_tenstorrent_device():
             raise RuntimeError("backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); use "
                                "backend='host' to run the same kernels on the host runtime")
         raise fail("k_cache", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
