@@ -28,6 +28,12 @@ Vocabulary (see tech_report/architecture.md):
 The chunk formulas here are mirrored in ``kernels/flash_decode/common.hpp`` (the kernels compute the ranges from
 cur_pos at run time, so a cur_pos_tensor read on the device needs no new program);
 ``tests/test_plan.py`` pins them together.
+
+The package: `make_plan` (here) checks the call (``validate.check_plan_*``), then runs the steps of its modules:
+``split_policy`` (the q rows' tiles and the split, taking the choices of ``split_choices``, which prices
+candidates through the perf model's ``pricing``), ``placement`` (where pieces run, the merge tree), ``buffers``
+(the circular buffers), ``resources`` (the L1 and runtime-args check, with the knob that makes a plan fit);
+``types`` holds the plan's data, ``report`` prints a plan (`format_plan`).
 """
 
 from __future__ import annotations

@@ -144,10 +144,10 @@ def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: Da
 
 
 def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, kv_dtype: DataType, batch: int,
-                  seq_len: int, block_size: int | None, attention_sink, mla: bool, attn_mask_batch: int, window: int,
-                  num_tokens: int, prescale_q: bool, fp32_dest_acc_en: bool, recv_areas: dict[CoreCoord, int],
-                  core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int
-                  ) -> tuple[dict, tuple[CBSpec, ...]]:
+                 seq_len: int, block_size: int | None, attention_sink, mla: bool, attn_mask_batch: int, window: int,
+                 num_tokens: int, prescale_q: bool, fp32_dest_acc_en: bool, recv_areas: dict[CoreCoord, int],
+                 core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int
+                 ) -> tuple[dict, tuple[CBSpec, ...]]:
     """Decides the circular buffers (flash_decode_cbs; the same on every core, sized for the busiest):
     scratch areas for the most partials any core receives, the chunk slots for the largest chunk, and a
     second Q slot (prefetch) when a core runs several pieces, dropped if it alone would overflow

@@ -47,8 +47,8 @@ def _heights(pieces: int) -> dict[int, int]:
 
 
 def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]], split: Split, kv_pages: str,
-                  share_cache: bool, num_kv_heads: int, seq_len: int, window: int, num_tokens: int, shape: dict,
-                  kv_dtype: DataType) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+                 share_cache: bool, num_kv_heads: int, seq_len: int, window: int, num_tokens: int, shape: dict,
+                 kv_dtype: DataType) -> dict[CoreCoord, list[tuple[int, int, int]]]:
     """Decides where every piece (user, KV head, index) runs: core -> its pieces (every core a key, in
     `cores` order). Tile pages: work-major over the cores, each further wave shifted by one core so the
     roots spread; key_row pages: on cores kept for the piece's DRAM bank (key_row_deal, weighing each
@@ -82,7 +82,7 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
 
 
 def build_tree(placed: dict[CoreCoord, list[tuple[int, int, int]]], *, pieces: int, cores: Sequence[CoreCoord]
-                ) -> tuple[tuple[Piece, ...], dict[CoreCoord, tuple[Piece, ...]], dict[CoreCoord, int]]:
+               ) -> tuple[tuple[Piece, ...], dict[CoreCoord, tuple[Piece, ...]], dict[CoreCoord, int]]:
     """Decides each core's run order and the merge tree's addresses: a core runs its pieces leaves first
     (by tree height, then (user, KV head, index)); each receiving piece gets consecutive scratch areas
     (one per child round) on its core; each non-root piece learns its parent's core, area and height.

@@ -22,7 +22,7 @@ __all__ = ["q_rows", "choose_split", "key_row_most_pieces"]
 
 
 def q_rows(*, num_q_heads: int, num_kv_heads: int, num_tokens: int, fp32_dest_acc_en: bool,
-            dst_full_sync_en: bool, q_tile_rows: int | None) -> QRows:
+           dst_full_sync_en: bool, q_tile_rows: int | None) -> QRows:
     """Decides the q tiles of one KV group: T x g q rows (token-major) in ceil(T x g / 32) tile rows, the
     DST tiles (16 halved with an fp32 DST, halved again without full sync), and the rows of the q-row
     tiles (the caller's, or None = the fewest of 8, 16, 32 that hold the group's rows)."""
@@ -89,8 +89,9 @@ def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int 
     if kv_pages == "key_row":
         if key_row_pieces is not None:
             return key_row_pieces
-        return model_key_row_pieces(num_kv_heads=num_kv_heads, cores=num_cores, max_pieces=most, seq_tiles=seq_tiles,
-                            chunk_tiles=fixed if fixed else chunk_cap_tiles, fixed_chunk=bool(fixed), **shape, **kv)
+        return model_key_row_pieces(num_kv_heads=num_kv_heads, cores=num_cores, max_pieces=most,
+                                    seq_tiles=seq_tiles, chunk_tiles=fixed if fixed else chunk_cap_tiles,
+                                    fixed_chunk=bool(fixed), **shape, **kv)
     if fixed or min_chunk_tiles is not None:
         return most
     # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
@@ -99,9 +100,9 @@ def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int 
 
 
 def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_chunk_tiles: int | None,
-                  max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
-                  num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
-                  attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict) -> Split:
+                 max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
+                 num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
+                 attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict) -> Split:
     """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
     cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
     no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
@@ -124,8 +125,8 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
         # the cap and its pieces that the model gives the shortest step for one user at the cache's length
         options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
         cap, pieces = model_chunk_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
-                                options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
-                                **shape, **kv)
+                                      options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
+                                      **shape, **kv)
     return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
                   max_chunk_tiles=fixed if fixed else min(cap, st))
 

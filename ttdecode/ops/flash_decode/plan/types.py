@@ -33,7 +33,7 @@ class ResourceError(PlanError):
 
 
 #: Runtime args: a fixed header plus this many per piece, the most of the three kernels (see
-#: factory.py: reader 8 + 3 per piece, writer 3 + 6, compute 1 + 2).
+#: program_factory.py: reader 8 + 3 per piece, writer 3 + 6, compute 1 + 2).
 RUNTIME_ARGS_HEADER = 8
 RUNTIME_ARGS_PER_PIECE = 6
 
