@@ -15,7 +15,7 @@ host runtime (backend ``host``), bfloat8_b KV caches of 8K positions filled with
   attn-8b   one Llama-3.1-8B-shaped attention call alone (B 1, 8K, N150 8x8 grid).
 
 For every case that calls the op, the model estimate of the attention on a Wormhole
-(``ttdecode.perf_model.costmodel``: ``evaluate(*work_from_counters(plan, counters))`` of the counters of the
+(``ttdecode.perf_model``: ``evaluate(*work_from_counters(plan, counters))`` of the counters of the
 same kernel runs) is printed as "per
 layer" (one call serves all B users), "per step" (= per layer x the full model's layers, 32 for
 8B and 80 for 70B: the attention share of one full-depth decode step, which yields one token per
@@ -81,7 +81,8 @@ COMMITTED = REPO / "tech_report" / "figures"  # the committed plot, rewritten by
 import ttdecode  # noqa: E402
 import ttdecode.ops.flash_decode.program_factory as factory  # noqa: E402
 from ttdecode.models.llama import LlamaDecoder, LlamaSpec  # noqa: E402
-from ttdecode.perf_model.costmodel import evaluate, work_from_counters  # noqa: E402
+from ttdecode.perf_model.counters import work_from_counters  # noqa: E402
+from ttdecode.perf_model.evaluator import evaluate  # noqa: E402
 
 SHAPES = {
     # name: (heads, kv_heads, head_dim, hidden, intermediate, vocab, full-model layers)
@@ -217,7 +218,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> Path:
     b.barh([r["case"] for r in m], [r["attn_model_us_layer"] for r in m], color="tab:blue")
     b.set_xscale("log")
     b.set_xlabel("attention per layer, one Wormhole (us, model estimate)")
-    b.set_title("ttdecode.perf_model.costmodel estimate (not measured)")
+    b.set_title("ttdecode.perf_model estimate (not measured)")
     fig.tight_layout()
     path = out / "llama_decode_bench.png"
     fig.savefig(path, dpi=120)
@@ -678,7 +679,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         tok = "" if math.isnan(full) else f"{full / users:.0f}"
         print(f"{r['case']:28s} {r['layers']:6d} {r['seq']:6d} {r['host_s'] * 1e3:13.1f} "
               f"{r['attn_model_us_layer']:15.1f} {step:>18s} {tok:>15s}")
-    print("host ms: measured wall time on this machine; model us: ttdecode.perf_model.costmodel ESTIMATES of the attention "
+    print("host ms: measured wall time on this machine; model us: ttdecode.perf_model ESTIMATES of the attention "
           "on one Wormhole chip (not device measurements); per step = per layer x the full model's layers (one "
           "full-depth decode step, one token per user); per token = per step / B")
     out.mkdir(parents=True, exist_ok=True)

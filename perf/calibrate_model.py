@@ -9,7 +9,7 @@ the clock of the machine it was measured on (Galaxy 4U 900 MHz, 6U and the rest 
 cycles are of its 1 GHz clock.
 
 Each point: tt-metal's decode op written as data (ttdecode.perf_model.ttmetal_structure, ttnn 0.81.1) at
-the published configuration, through the cost model (ttdecode.perf_model.costmodel); the DRAM rows
+the published configuration, through the cost model (ttdecode.perf_model); the DRAM rows
 through the model's reader and bank terms alone. Then our kernels at the same points (real runs on the
 host runtime, their counters through the same model) beside tt-metal's structure, at tt-metal's numerics
 and at our default numerics (HiFi4, fp32 DST); then the isolated op point under each assumed constant
@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ttdecode.perf_model.costmodel import (COST, CostConstants, CoreWork, bank_floor_cycles,  # noqa: E402
-                                           evaluate, reader_cycles)
+from ttdecode.perf_model.constants import COST, CostConstants  # noqa: E402
+from ttdecode.perf_model.evaluator import CoreWork, bank_floor_cycles, evaluate, reader_cycles  # noqa: E402
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 
 #: |error| within which a point counts as reproduced, in % of the measured cycles (issue 30).
@@ -236,7 +236,7 @@ def run_ours(batch: int, nh: int, nkv: int, d: int, seq: int, pos: list[int], gr
     from ttdecode.core.formats import DataType
     from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
     from ttdecode.ops.flash_decode.program_factory import run_flash_decode
-    from ttdecode.perf_model.costmodel import work_from_counters
+    from ttdecode.perf_model.counters import work_from_counters
     from ttdecode.core.program_description import ComputeSettings, MathFidelity
     from ttdecode.core.tensor import from_torch
 
@@ -317,7 +317,7 @@ def headline_rows() -> list[str]:
     sweep = importlib.util.module_from_spec(spec)
     sys.modules["sweep_flash_decode"] = sweep
     spec.loader.exec_module(sweep)  # type: ignore[union-attr]
-    from ttdecode.perf_model.costmodel import work_from_counters
+    from ttdecode.perf_model.counters import work_from_counters
 
     Pt = sweep.Point
     points = [

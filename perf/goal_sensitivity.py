@@ -3,7 +3,7 @@ assumed constants").
 
 Runs our kernels once per goal point on the host runtime (the plans and runs of
 `perf/sweep_flash_decode.py`), then prices the same counters (and tt-metal's structure, for the
-Galaxy goal) under each ASSUMED or FITTED constant of `ttdecode.perf_model.costmodel.CostConstants` halved and
+Galaxy goal) under each ASSUMED or FITTED constant of `ttdecode.perf_model.constants.CostConstants` halved and
 doubled, and for each constant the value, between a quarter and four times the nominal one, at
 which the goal's verdict flips (the other constants nominal). The plans stay the ones made under the
 nominal constants: a plan made under other constants could split differently. All figures are MODEL
@@ -26,7 +26,9 @@ from typing import Callable, Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.perf_model.costmodel import COST, Breakdown, CostConstants, evaluate, work_from_counters  # noqa: E402
+from ttdecode.perf_model.constants import COST, CostConstants  # noqa: E402
+from ttdecode.perf_model.counters import work_from_counters  # noqa: E402
+from ttdecode.perf_model.evaluator import Breakdown, evaluate  # noqa: E402
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("sweep_flash_decode", REPO / "perf" / "sweep_flash_decode.py")
@@ -35,7 +37,7 @@ sys.modules["sweep_flash_decode"] = sweep
 _spec.loader.exec_module(sweep)  # type: ignore[union-attr]
 
 #: The constants the model could not source (ASSUMED), or sourced from one benchmark or a range (the
-#: launch skew, the compute kernel's init, the interleaved efficiency), costmodel.COST_SOURCES.
+#: launch skew, the compute kernel's init, the interleaved efficiency), perf_model.constants.COST_SOURCES.
 UNSOURCED = ("start_spread_cycles", "compute_startup_cycles", "tile_call_cycles", "init_cycles", "semaphore_handshake_cycles",
              "noc_write_setup_cycles", "cb_handshake_cycles", "dram_interleaved_efficiency")
 #: The span searched for a flip, as factors of the nominal value.

@@ -4,7 +4,7 @@ open goals would need"; MODEL ESTIMATES).
 1. The tree's shape. The kernels reduce a work's pieces with a binomial tree (plan.tree_children) and
    equal pieces. For the model's merge cost m and message cost n (setup, bytes, hops, semaphore) of
    the point, this computes the exposed reduction of
-   - the binomial tree as the model prices it (costmodel.reduction_cycles);
+   - the binomial tree as the model prices it (perf_model.evaluator.reduction_cycles);
    - the best tree of any shape with equal pieces (`best_equal_tree`: a node merges its children one
      at a time, each merge m after the child's message n);
    - the best tree with pieces of any size (`best_loaded_tree`): a piece that merges more gets fewer
@@ -12,7 +12,7 @@ open goals would need"; MODEL ESTIMATES).
      it is reported at compute-bound points only.
 2. A softmax block longer than a read chunk (`block_bound`): if the running (m, l, O) were rescaled
    once per piece instead of once per chunk, each piece would save its chunks' fixed cost
-   (costmodel.chunk_ops) but one. An upper bound: the overlap of reads and compute and any new
+   (perf_model.op_counts.chunk_ops) but one. An upper bound: the overlap of reads and compute and any new
    per-piece cost are left as they are.
 
     PYTHONPATH=. python perf/levers.py
@@ -29,9 +29,11 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ttdecode.perf_model.costmodel import (COST, Breakdown, _exp_op, _im_bytes, bank_floor_cycles, chunk_ops,  # noqa: E402
-                                core_cycles, evaluate, message_cycles, op_cycles, reader_cycles, reduction_cycles,
-                                work_from_counters)
+from ttdecode.perf_model.constants import COST  # noqa: E402
+from ttdecode.perf_model.counters import work_from_counters  # noqa: E402
+from ttdecode.perf_model.evaluator import (Breakdown, bank_floor_cycles, core_cycles, evaluate, message_cycles,  # noqa: E402
+                                           op_cycles, reader_cycles, reduction_cycles)
+from ttdecode.perf_model.op_counts import chunk_ops, intermediate_bytes, softmax_exp  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("sweep_flash_decode", REPO / "perf" / "sweep_flash_decode.py")
 sweep = importlib.util.module_from_spec(_spec)
@@ -130,8 +132,8 @@ def lever_row(p) -> dict[str, object]:
     # the softmax block: every chunk's fixed cost but one per piece, on the slowest core (evaluate's core time
     # with that much less compute; its overlap stages kept)
     head_rows = min(plan.num_tokens * plan.group_size, 32)
-    fixed = chunk_ops(plan.q_tiles, plan.dv_tiles, _exp_op(plan.fp32_dest_acc_en), head_rows, plan.q_tile_rows,
-                      plan.mla, _im_bytes(plan.fp32_dest_acc_en))
+    fixed = chunk_ops(plan.q_tiles, plan.dv_tiles, softmax_exp(plan.fp32_dest_acc_en), head_rows, plan.q_tile_rows,
+                      plan.mla, intermediate_bytes(plan.fp32_dest_acc_en))
     per_chunk = sum(op_cycles(op, t, fid) for op, ts in fixed.items() for t in ts)
     chunks = max(plan.range_at(p.pos, i).num_chunks for i in range(pieces))
     floor = bank_floor_cycles(works)

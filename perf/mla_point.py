@@ -10,7 +10,7 @@ Usage (from the repository root):
     python perf/mla_point.py                 # 16 q heads, B=1, S=4096, bfloat8_b, cur_pos = S-1
     python perf/mla_point.py --heads 128 --max-cores 1 --seq 1024
 Times: "host s" is the wall time of the host runtime on this machine; "model us" is the calibrated
-Wormhole cost model's ESTIMATE (ttdecode.perf_model.costmodel), not a measurement.
+Wormhole cost model's ESTIMATE (ttdecode.perf_model), not a measurement.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from ttdecode.accuracy import pcc, rel_l2  # noqa: E402
-from ttdecode.perf_model.costmodel import evaluate, work_from_counters  # noqa: E402
+from ttdecode.perf_model.counters import work_from_counters  # noqa: E402
+from ttdecode.perf_model.evaluator import evaluate  # noqa: E402
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode  # noqa: E402
 from ttdecode.core.formats import DataType  # noqa: E402
 from ttdecode.ops.flash_decode.plan import PlanError, format_plan, make_plan  # noqa: E402

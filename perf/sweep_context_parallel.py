@@ -1,7 +1,7 @@
 """TP-only vs TP x CP on a T3K's 8 chips: estimated attention time of one decode step vs context length.
 
 MODEL ESTIMATES (``ttdecode.distributed.cost``: the planner's real work split per chip through the
-calibrated cost model ``ttdecode.perf_model.costmodel``, 100 Gb/s Ethernet links with 650 ns per hop), not
+calibrated cost model ``ttdecode.perf_model``, 100 Gb/s Ethernet links with 650 ns per hop), not
 measurements. One layer's attention, bfloat8_b K/V, every user at cur_pos = S - 1.
 
 Models: Llama-3.1-70B (64 q heads, 8 KV heads, D 128) and, for contrast, the same shape with one

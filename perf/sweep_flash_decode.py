@@ -1,4 +1,4 @@
-"""FlashDecode sweeps on the host runtime, timed by the Wormhole cost model (ttdecode.perf_model.costmodel).
+"""FlashDecode sweeps on the host runtime, timed by the Wormhole cost model (ttdecode.perf_model).
 
 Every point is a real run of kernels/{reader,writer,compute}.cpp on the host runtime; the model turns
 the run's counters into an estimated Wormhole step time. Sweeps (bfloat8_b K/V, bf16 Q, HiFi2,
@@ -17,7 +17,7 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
   key_row     ours with kv_pages "key_row" (bank-local pieces) at the techreport, seq (32K-128K) and T3K points
 
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
-ttdecode.perf_model.costmodel) and `tt-metal` (its structure as data, ttdecode.perf_model.ttmetal_structure, through the same
+ttdecode.perf_model) and `tt-metal` (its structure as data, ttdecode.perf_model.ttmetal_structure, through the same
 model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
 tg-llama70b, tg-numerics and tg-hifi4 only (seconds). All times are MODEL ESTIMATES.
 
@@ -49,7 +49,9 @@ sys.path.insert(0, str(REPO))
 BUILD_OUT = REPO / "build" / "perf"  # default output directory (gitignored)
 COMMITTED = REPO / "tech_report" / "figures"  # the committed CSV and figures, rewritten by --update-committed only
 
-from ttdecode.perf_model.costmodel import COST, Breakdown, evaluate, work_from_counters  # noqa: E402
+from ttdecode.perf_model.constants import COST  # noqa: E402
+from ttdecode.perf_model.counters import work_from_counters  # noqa: E402
+from ttdecode.perf_model.evaluator import Breakdown, evaluate  # noqa: E402
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode  # noqa: E402
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 from ttdecode.core.formats import DataType  # noqa: E402
@@ -118,7 +120,7 @@ def tech_report_points() -> list[Point]:
 
 def key_row_cap(batch: int, nh: int, nkv: int, seq_len: int, head_dim: int) -> int:
     """The largest max_cores_per_head_batch (a multiple of 12, at most 60) whose key_row plan fits L1 at
-    this shape (the plan then takes the model's pieces up to it, costmodel.key_row_pieces)."""
+    this shape (the plan then takes the model's pieces up to it, plan.split_choices.key_row_pieces)."""
     for pieces in (60, 48, 36, 24, 12):
         try:
             make_plan(batch=batch, num_q_heads=nh, num_kv_heads=nkv, seq_len=seq_len, head_dim=head_dim, kv_dtype=KV,

@@ -66,6 +66,7 @@ def test_clocks_compare_in_cycles() -> None:
 
 def test_the_launch_skew_is_a_start_spread_over_the_ops_cores() -> None:
     """One core starts alone (no skew); two or more spread their starts by the published first-to-last start."""
-    from ttdecode.perf_model.costmodel import COST, start_spread_cycles
+    from ttdecode.perf_model.constants import COST
+    from ttdecode.perf_model.evaluator import start_spread_cycles
     assert start_spread_cycles(1) == 0.0
     assert start_spread_cycles(2) == start_spread_cycles(64) == COST.start_spread_cycles == 2315.9

@@ -1,4 +1,4 @@
-"""The calibrated Wormhole cost model (ttdecode.perf_model.costmodel): its terms on hand-computed cases, the NoC
+"""The calibrated Wormhole cost model (ttdecode.perf_model): its terms on hand-computed cases, the NoC
 geometry, its reading of one tiny real run of the FlashDecode kernels on the host runtime, and
 tt-metal's structure (ttdecode.perf_model.ttmetal_structure) against a hand count."""
 
@@ -11,29 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from ttdecode.perf_model.costmodel import (
-    COST,
-    COST_SOURCES,
-    CoreWork,
-    Message,
-    OpTally,
-    evaluate,
-    match_tree,
-    noc_hops,
-    op_cycles,
-    reader_cycles,
-    reduction_cycles,
-    chunk_ops,
-    chunk_tile_ops,
-    merge_ops,
-    sfpu_tile_cycles,
-    split_floor_tiles,
-    work_from_counters,
-    writer_messages,
-)
+from ttdecode.core.noc_geometry import noc_hops
+from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles
+from ttdecode.perf_model.constants import COST, COST_SOURCES
+from ttdecode.perf_model.counters import Message, match_tree, work_from_counters, writer_messages
+from ttdecode.perf_model.evaluator import (CoreWork, OpTally, evaluate, op_cycles, reader_cycles, reduction_cycles,
+                                           sfpu_tile_cycles)
+from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, merge_ops
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.core.formats import DataType, tile_size
-from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, valid_tiles
+from ttdecode.core.split import valid_tiles
+from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
 from ttdecode.core.program_description import ComputeSettings, CoreCoord, MathFidelity
 from ttdecode.core.tensor import from_torch
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
@@ -455,7 +443,7 @@ def test_the_critical_chain_is_the_deepest_and_among_those_the_one_with_the_most
     """The model's reduction follows the slowest chain of messages into a root: the most rounds, and of
     equally deep chains the one whose messages travel the most NoC 0 hops (+x / +y around the torus:
     logical x 3 -> x 2 is 9 hops the long way round, x 0 -> x 1 one hop)."""
-    from ttdecode.perf_model.costmodel import _critical_chain
+    from ttdecode.perf_model.counters import _critical_chain
 
     c = [CoreCoord(x, 0) for x in range(4)]
     by_core = {core: CoreWork([], np.zeros(12), {}, {}, 1, 0, 0) for core in c}
@@ -476,7 +464,9 @@ def test_a_root_merges_its_children_one_at_a_time_whatever_the_longest_chain_of_
     it runs two merges one after the other although no chain holds more than one message. The reduction
     is the first message, then two merges (the second child's message arrived during the first merge);
     a chain priced message by message would give one merge."""
-    from ttdecode.perf_model.costmodel import COST, OpTally, Reduction, _critical_chain, reduction_cycles
+    from ttdecode.perf_model.constants import COST
+    from ttdecode.perf_model.counters import _critical_chain
+    from ttdecode.perf_model.evaluator import OpTally, Reduction, reduction_cycles
 
     c = [CoreCoord(x, 0) for x in range(3)]
     merge = {"copy": [OpTally(10, 10)]}
@@ -503,7 +493,8 @@ def test_a_core_that_runs_many_merges_bounds_the_step_beside_its_own_chunks() ->
     200 of merges) outlasts core B (250 copies, no merges) although B's local work is the longest, so the
     step is the launch skew, B's local work and A's excess (no tree messages here); each core's compute
     starts with the compute kernel's init."""
-    from ttdecode.perf_model.costmodel import COST, OpTally, Reduction
+    from ttdecode.perf_model.constants import COST
+    from ttdecode.perf_model.evaluator import OpTally, Reduction
 
     def work(local: int, merges: int) -> CoreWork:
         return CoreWork([], np.zeros(12), {"copy": [OpTally(local, local)]},

@@ -22,7 +22,8 @@ from ttdecode.ops.flash_decode.program_factory import (
     positions_bytes,
 )
 from ttdecode.core.formats import DataType
-from ttdecode.ops.flash_decode.plan import make_plan, piece_range, tree_children, tree_parent
+from ttdecode.core.split import piece_range, tree_children, tree_parent
+from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.core.program_description import BufferAddress, ComputeSettings, KernelKind, NocX, NocY, unpack_to_dest_modes
 from ttdecode.core.tensor import from_torch
 

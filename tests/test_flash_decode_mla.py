@@ -25,7 +25,9 @@ from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
 from ttdecode.ops.flash_decode.program_factory import FactoryError, build_program, build_program_for_device, run_flash_decode
 from ttdecode.core.formats import DataType, tile_size
-from ttdecode.ops.flash_decode.plan import L1_BYTES_PER_CORE, PlanError, make_plan, piece_range
+from ttdecode.core.program_description import L1_BYTES_PER_CORE
+from ttdecode.core.split import piece_range
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch

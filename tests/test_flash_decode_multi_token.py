@@ -16,7 +16,8 @@ import ttdecode
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.core.formats import DataType, tile_size
-from ttdecode.ops.flash_decode.plan import PlanError, make_plan, span_window
+from ttdecode.core.split import span_window
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.core.tensor import from_torch, to_torch

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ttdecode"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.core.formats", "ttdecode.core.paths", "ttdecode.reference", "ttdecode.accuracy", "ttdecode.ttnn_env"),
     ("ttdecode.core.program_description", "ttdecode.core.tensor"),
-    ("ttdecode.core.split", "ttdecode.core.checks"),
+    ("ttdecode.core.split", "ttdecode.core.checks", "ttdecode.core.noc_geometry"),
     ("ttdecode.core",),  # the package's docstring only
     ("ttdecode.config",),
     # the ttnn backend's modules, one way: descriptors, then tensors, then launches; the package's API on top
@@ -26,6 +26,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.ttnn_backend.tensors",),
     ("ttdecode.ttnn_backend.launching", "ttdecode.ttnn_backend.prepared"),
     ("ttdecode.runtime", "ttdecode.ttnn_backend"),
+    # the perf model, bottom up: constants; the evaluator; closed-form op counts; the counters' reading, the
+    # pricing of a split candidate and tt-metal's structure (each over the ones below); never the planner
+    ("ttdecode.perf_model.constants",),
+    ("ttdecode.perf_model.evaluator",),
+    ("ttdecode.perf_model.op_counts",),
+    ("ttdecode.perf_model.counters", "ttdecode.perf_model.pricing", "ttdecode.perf_model.ttmetal_structure"),
     ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing"),
     ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append"),
     ("ttdecode.api",),
@@ -137,5 +143,9 @@ def test_the_checker_sees_a_circle_and_an_upward_arrow(tmp_path: Path) -> None:
     caught (ttdecode.core.program_description -> ttdecode.ops.flash_decode.plan would be)."""
     assert sum(len(v) for v in GRAPH.values()) > 50
     assert room_of("ttdecode.core.program_description")[0] < room_of("ttdecode.ops.flash_decode.plan")[0]
-    assert "ttdecode.core.split" in GRAPH["ttdecode.perf_model.costmodel"]
-    assert "ttdecode.ops.flash_decode.plan" not in GRAPH["ttdecode.perf_model.costmodel"]
+    assert "ttdecode.core.split" in GRAPH["ttdecode.perf_model.counters"]
+    assert "ttdecode.perf_model.pricing" in GRAPH["ttdecode.ops.flash_decode.plan.split_choices"]
+    assert room_of("ttdecode.perf_model.pricing")[0] < room_of("ttdecode.ops.flash_decode.plan.split_choices")[0]
+    for m in GRAPH:
+        if m.startswith("ttdecode.perf_model"):
+            assert not any(t.startswith("ttdecode.ops.flash_decode.plan") for t in GRAPH[m]), m

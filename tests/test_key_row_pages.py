@@ -19,10 +19,13 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.config import SDPAProgramConfig
-from ttdecode.perf_model.costmodel import COST, key_row_pieces, work_from_counters
+from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces
+from ttdecode.perf_model.constants import COST
+from ttdecode.perf_model.counters import work_from_counters
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.core.formats import DataType
-from ttdecode.ops.flash_decode.plan import PlanError, make_plan, piece_range
+from ttdecode.core.split import piece_range
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.runtime.results import EVENT_OPS
@@ -161,13 +164,13 @@ def test_a_batch_spreads_its_merges_over_the_cores_of_the_banks_that_hold_the_pa
     on 15 cores (the busiest ran 4x the mean merge work, and the step was those cores' merges). The
     cost model on the run's counters: the busiest core's merges at most 2.5x the mean, and the merges
     hidden under the reads (the step's reduction is the tree's)."""
-    from ttdecode.perf_model.costmodel import _sum_ops, evaluate, reduction_cycles
+    from ttdecode.perf_model.evaluator import evaluate, reduction_cycles, sum_ops
 
     plan, out, lse, ref, ref_lse, res = _run(b=16, nh=8, nkv=1, s=8192, d=128, pos=(8191,) * 16, max_cores=60)
     check_close(out, ref, "key_row, B 16")
     assert plan.pieces_per_work == 60
     works, red, fid = work_from_counters(plan, res.counters)
-    merges = [sum(_sum_ops(w.merge, fid, COST).values()) for w in works]
+    merges = [sum(sum_ops(w.merge, fid, COST).values()) for w in works]
     assert max(merges) <= 2.5 * sum(merges) / len(merges)
     b = evaluate(works, red, fid)
     tree, _ = reduction_cycles(red, fid)
@@ -296,7 +299,8 @@ def test_the_device_program_describes_key_row_pages_as_ttnn_lays_them_out() -> N
 
 
 def test_the_bank_floor_of_a_key_row_run_is_priced_at_the_bank_local_efficiency() -> None:
-    from ttdecode.perf_model.costmodel import COST, bank_floor_cycles
+    from ttdecode.perf_model.constants import COST
+    from ttdecode.perf_model.evaluator import bank_floor_cycles
 
     plan, out, lse, ref, ref_lse, res = _run(b=1, nh=8, nkv=1, s=2048, d=64, pos=(2047,), max_cores=12)
     works, _, _ = work_from_counters(plan, res.counters)
@@ -318,7 +322,8 @@ def test_a_batch_with_bank_local_and_other_cores_prices_each_cores_bytes_at_its_
     """A long user (64 key tiles, 12 pieces at a split floor of 4: one bank each) next to a short one (10 key
     tiles: 2 pieces of 5, each reading several banks): each bank's bytes from bank-local cores at 267/288,
     the rest at the fitted interleaved efficiency, summed per bank."""
-    from ttdecode.perf_model.costmodel import COST, bank_floor_cycles
+    from ttdecode.perf_model.constants import COST
+    from ttdecode.perf_model.evaluator import bank_floor_cycles
 
     plan, out, lse, ref, ref_lse, res = _run(b=2, nh=8, nkv=1, s=2048, d=64, pos=(2047, 319), max_cores=24, floor=4)
     check_close(out, ref, "key_row, a long and a short user")

@@ -9,20 +9,9 @@ import itertools
 import pytest
 
 from ttdecode.core.formats import DataType
-from ttdecode.ops.flash_decode.plan import (
-    CHUNK_BUFFER_BUDGET,
-    PlanError,
-    dynamic_chunk_tiles,
-    fitting_chunk_cap,
-    format_plan,
-    key_row_placement,
-    make_plan,
-    piece_range,
-    tree_children,
-    tree_parent,
-    tree_rounds,
-    valid_tiles,
-)
+from ttdecode.core.split import dynamic_chunk_tiles, piece_range, tree_children, tree_parent, tree_rounds, valid_tiles
+from ttdecode.ops.flash_decode.plan import (CHUNK_BUFFER_BUDGET, PlanError, fitting_chunk_cap, format_plan,
+                                            key_row_placement, make_plan)
 
 LLAMA8B = dict(num_q_heads=32, num_kv_heads=8, head_dim=128)
 
@@ -100,7 +89,7 @@ def test_the_split_weighs_the_busiest_cores_reader_compute_overlap_as_the_model_
     """T3K 8q/1kv at 32K with 64 cores allowed: 32 pieces leave the busiest core's compute a little above
     the DRAM floor, 64 sit under it but add a tree round. Weighed as max(reader, compute) alone the two tie
     within cycles (64 won, and its host run took 76.2 us against 72.3 for 32: perf/README, step 29); weighed
-    as costmodel.evaluate prices a core, max + min / stages (the reader and compute overlap chunk by chunk),
+    as perf_model.evaluator.evaluate prices a core, max + min / stages (the reader and compute overlap chunk by chunk),
     32 pay."""
     plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767],
                      max_cores_per_head_batch=64)
@@ -251,7 +240,7 @@ def test_model_split_floor_gives_a_short_context_one_piece_and_leaves_long_ones_
     """Galaxy Llama-70B per chip: 4 key tiles at cur_pos 127 are not worth a merge round, so the
     cost model's floor (at least 4 tiles) gives the whole context to the root; at 4095 every piece
     still works."""
-    from ttdecode.perf_model.costmodel import split_floor_tiles
+    from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles
 
     plan = make_plan(batch=2, cur_pos=[127, 4095], **TG70B)
     assert plan.min_chunk_tiles == split_floor_tiles(q_tiles=1, d_tiles=4, dv_tiles=4, head_rows=8) >= 4
@@ -272,8 +261,8 @@ def test_split_floor_depends_on_the_config_only() -> None:
 def test_the_split_is_priced_at_the_calls_fidelity() -> None:
     """HiFi4 doubles the matmul's phases: at D 256 with 8 head rows in 32x32 q tiles one key tile of a
     chunk then outweighs a tree round at 4 tiles instead of 8 (the floor follows
-    costmodel.split_floor_tiles at that fidelity)."""
-    from ttdecode.perf_model.costmodel import split_floor_tiles
+    plan.split_choices.split_floor_tiles at that fidelity)."""
+    from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles
 
     base = dict(batch=1, num_q_heads=8, num_kv_heads=1, head_dim=256, seq_len=4096, cur_pos=[4095], q_tile_rows=32)
     hifi2, hifi4 = (make_plan(**base, math_fidelity=f) for f in ("HiFi2", "HiFi4"))
@@ -449,7 +438,7 @@ def test_the_tree_runs_on_short_noc_paths_with_the_same_cores_banks_and_areas(pa
     torus). The plan relabels each work's pieces over the cores the work was given so that no swap of
     two pieces (of one DRAM bank with key_row pages) shortens the critical chain's hops or, at equal
     chain, all hops; and each core keeps its count of pieces and areas, each key_row piece its bank."""
-    from ttdecode.perf_model.costmodel import noc_hops
+    from ttdecode.core.noc_geometry import noc_hops
     from ttdecode.ops.flash_decode.plan import tree_hops
 
     plan = make_plan(batch=1, num_q_heads=nh, num_kv_heads=1, seq_len=32768, head_dim=128,

@@ -45,7 +45,7 @@ def test_the_combine_term_prices_the_combine_kernels_own_counters(partials: int,
     import torch
 
     from ttdecode.ops.combine import run_combine
-    from ttdecode.perf_model.costmodel import Reduction, evaluate
+    from ttdecode.perf_model.evaluator import Reduction, evaluate
     from ttdecode.distributed.cost import combine_kernel_seconds, combine_work_from_counters
     from ttdecode.core.formats import DataType
 
@@ -64,7 +64,8 @@ def _counted_us(batch: int, q_heads: int, seq_len: int, max_cores: int, chunk_ca
     prices (one KV head, D 128, bfloat8_b, every user at S - 1, HiFi2, the 8x8 grid)."""
     import torch
 
-    from ttdecode.perf_model.costmodel import evaluate, work_from_counters
+    from ttdecode.perf_model.counters import work_from_counters
+    from ttdecode.perf_model.evaluator import evaluate
     from ttdecode.ops.flash_decode.program_factory import run_flash_decode
     from ttdecode.core.formats import DataType
     from ttdecode.ops.flash_decode.plan import make_plan
@@ -95,7 +96,7 @@ def test_the_per_chip_estimate_is_near_the_cost_model_on_a_real_runs_counters(q_
 
 
 def test_a_larger_chunk_caps_per_chunk_saving_shows_in_the_per_chip_estimate() -> None:
-    """The plan takes chunks of 16 key tiles at 8q/1kv, 32K on 16 cores (costmodel.chunk_cap: the fixed
+    """The plan takes chunks of 16 key tiles at 8q/1kv, 32K on 16 cores (plan.split_choices.chunk_cap: the fixed
     work of the chunks they merge outweighs their longer first read). chip_attention counts a chunk's
     fixed work: forcing chunks of 8 (the same pieces, twice the chunks) makes it slower, by what the
     cost model sees on the counters of the two real runs (within 10%)."""

@@ -19,7 +19,7 @@ TILE = 32
 SMALL_CHUNK_TILES = 8
 #: The caps of dynamic chunks the plan picks from (DecodePlan.chunk_cap): those whose chunk-sized
 #: buffers fit CHUNK_BUFFER_BUDGET (fitting_chunk_cap), of which the model takes the one that pays
-#: (perf_model.costmodel.chunk_cap).
+#: (ops.flash_decode.plan.split_choices.chunk_cap).
 CHUNK_CAPS = (32, 16, 8)
 
 # ---- chunk arithmetic (mirrored in kernels/flash_decode/common.hpp) --------------------------------------
@@ -59,7 +59,7 @@ def dynamic_chunk_tiles(per_piece: int, min_chunk_tiles: int = 1, chunk_cap: int
     min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece), above it
     c / 4, at least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles): a chunk
     above 8 tiles only where the piece takes at least three. A chunk costs a fixed ~3k cycles (the
-    row max reduction, alpha, the rescales; costmodel.chunk_ops), and the first chunk's read (or the
+    row max reduction, alpha, the rescales; perf_model.op_counts.chunk_ops), and the first chunk's read (or the
     last one's compute) overlaps nothing: per the model, 16-tile chunks pay from ~3 per piece on."""
     c = _pow2ceil(max(per_piece, min_chunk_tiles))
     if c <= SMALL_CHUNK_TILES:

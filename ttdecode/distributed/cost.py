@@ -6,9 +6,9 @@ Per chip (the FlashDecode op on its heads and its part of the sequence), from th
 work split (``ttdecode.ops.flash_decode.plan.make_plan``, planned as the API plans it for the default scale
 1/sqrt(D): its pieces, split floor, cap of dynamic chunks (``chunk_cap``) and ``prescale_q``; which
 core reads which chunks of which key tiles) put through the calibrated cost model
-``ttdecode.perf_model.costmodel`` (``evaluate``; constants ``COST``, sources in ``COST_SOURCES``). Without a run
+``ttdecode.perf_model`` (``evaluate``; constants ``COST``, sources in ``COST_SOURCES``). Without a run
 there are no counters, so each core's ``CoreWork`` is written here from the closed forms the planner's
-own choices price a piece with (``costmodel._split_costs``: ``tile_pieces``, ``key_row_pieces``,
+own choices price a piece with (``plan.split_choices.split_costs``: ``tile_pieces``, ``key_row_pieces``,
 ``chunk_cap``), without their split margin:
 
 * reads: per chunk two read-barrier groups, its K tiles then its V tiles (kernels/flash_decode/reader.cpp), one
@@ -24,7 +24,7 @@ own choices price a piece with (``costmodel._split_costs``: ``tile_pieces``, ``k
   piece's own fixed work - Q, the first chunk's packs, the finish - is not in any closed form);
 * the in-chip tree: ``tree_rounds`` over the pieces that hold keys, each a partial's message (fp32 O
   and two statistics tiles per q tile row) and one merge (``merge_ops``); the launch as in
-  ``costmodel``;
+  ``ttdecode.perf_model.evaluator.evaluate``;
 * ``max_cores_per_head_batch`` chosen per layout among 16/32/64 (the fastest), so that TP-only is
   not handicapped by idle cores at small batch.
 
@@ -67,10 +67,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from ttdecode.perf_model.costmodel import (COST, CostConstants, CoreWork, OpTally, Reduction, _exp_op, _im_bytes, chunk_ops,
-                                chunk_tile_ops, evaluate, merge_ops)
+from ttdecode.perf_model.constants import COST, CostConstants
+from ttdecode.perf_model.evaluator import CoreWork, OpTally, Reduction, evaluate
+from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
 from ttdecode.core.formats import DataType, tile_size
-from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale, tree_children, tree_rounds
+from ttdecode.core.split import tree_children, tree_rounds
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ttdecode.runtime.results import RunCounters
@@ -132,7 +134,7 @@ def _scaled(ops: Mapping[str, Sequence[OpTally]], n: float) -> dict[str, list[Op
 def _core_compute(key_tile: Mapping[str, Sequence[OpTally]], chunk_fixed: Mapping[str, Sequence[OpTally]],
                   tiles: int, chunks: int) -> dict[str, list[OpTally]]:
     """A core's compute: `tiles` key tiles of `key_tile` ops and `chunks` chunks of `chunk_fixed` ops
-    (as ``costmodel._SplitCosts.piece`` prices a piece, without the split's margin)."""
+    (as ``plan.split_choices.SplitCosts.piece`` prices a piece, without the split's margin)."""
     out = _scaled(key_tile, tiles)
     for op, ts in _scaled(chunk_fixed, chunks).items():
         out.setdefault(op, []).extend(ts)
@@ -152,14 +154,14 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
                      max_cores_per_head_batch=max_cores_per_head_batch, math_fidelity=fidelity, chunk_cap=chunk_cap,
                      prescale_q=power_of_two_scale(1 / math.sqrt(head_dim)))
     d, dv = plan.d_tiles, plan.dv_tiles
-    exp = _exp_op(plan.fp32_dest_acc_en)
+    exp = softmax_exp(plan.fp32_dest_acc_en)
     head_rows = min(plan.num_tokens * plan.group_size, 32)  # the q rows holding heads, as make_plan counts them
-    # the closed forms the plan's split choices price a piece with (costmodel._split_costs)
+    # the closed forms the plan's split choices price a piece with (plan.split_choices.split_costs)
     key_tile = chunk_tile_ops(plan.q_tiles, d, dv, plan.dst_tiles, exp, head_rows, running=True,
                               prescale_q=plan.prescale_q, q_tile_rows=plan.q_tile_rows, mla=plan.mla,
-                              kv_tile_bytes=tile_size(kv_dtype), im_bytes=_im_bytes(plan.fp32_dest_acc_en))
+                              kv_tile_bytes=tile_size(kv_dtype), im_bytes=intermediate_bytes(plan.fp32_dest_acc_en))
     chunk_fixed = chunk_ops(plan.q_tiles, dv, exp, head_rows, plan.q_tile_rows, plan.mla,
-                            _im_bytes(plan.fp32_dest_acc_en))
+                            intermediate_bytes(plan.fp32_dest_acc_en))
     kv_tile = tile_size(kv_dtype)
     works: dict[object, CoreWork] = {}
     counts: dict[object, list[int]] = {}  # per core: [key tiles, chunks]
@@ -189,16 +191,16 @@ def chip_attention(*, batch: int, q_heads: int, kv_heads: int, seq_len: int, hea
     for core, w in works.items():
         w.compute = _core_compute(key_tile, chunk_fixed, *counts[core])
     # the tree's rounds over the pieces that hold keys (the split floor may leave some empty), each a
-    # partial's message (fp32 O and two statistics tiles per q tile row, as costmodel's split choices
+    # partial's message (fp32 O and two statistics tiles per q tile row, as the plan's split choices (plan.split_choices)
     # count it) and one merge (merge_ops)
     working = sum(1 for i in range(plan.pieces_per_work) if not plan.range_at(seq_len - 1, i).empty)
     hops = 10  # a typical partial's NoC 0 path on the 8x8 worker grid
     # the partials' tiles of q_tile_rows rows (fp32, or bf16 with a bf16 DST)
-    partial_bytes = plan.partial_pages * 1024 * _im_bytes(plan.fp32_dest_acc_en) * plan.q_tile_rows // 32
+    partial_bytes = plan.partial_pages * 1024 * intermediate_bytes(plan.fp32_dest_acc_en) * plan.q_tile_rows // 32
     one_merge = merge_ops(plan.q_tiles, dv, exp, head_rows, plan.dst_tiles, plan.q_tile_rows,
-                          _im_bytes(plan.fp32_dest_acc_en))
+                          intermediate_bytes(plan.fp32_dest_acc_en))
     reduction = Reduction(((partial_bytes, hops),) * tree_rounds(working), one_merge)
-    for core, w in works.items():  # each core's merges count as its compute too (costmodel.evaluate)
+    for core, w in works.items():  # each core's merges count as its compute too (perf_model.evaluator.evaluate)
         w.merge = _scaled(one_merge, merges.get(core, 0))
     b = evaluate(list(works.values()), reduction, fidelity, c)
     return ChipAttention(seconds=b.total_us * 1e-6, dram_s=b.reader_us * 1e-6,
@@ -234,7 +236,7 @@ def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, core
 
 def combine_work_from_counters(counters: "RunCounters") -> list[CoreWork]:
     """Per-core work of a run of the combine program, read from the host runtime's events as
-    ``ttdecode.perf_model.costmodel.work_from_counters`` reads the op's: the reader's DRAM reads grouped by read
+    ``ttdecode.perf_model.counters.work_from_counters`` reads the op's: the reader's DRAM reads grouped by read
     barrier, its CB pushes (handshakes; the O pushes are the double-buffered chunks), every compute
     call with its tiles, the DRAM bytes per bank."""
     from ttdecode.ops.combine import COMBINE_CBS

@@ -1,4 +1,4 @@
-"""tt-metal's sdpa_decode (ttnn 0.81.1) written down as data for the cost model (`ttdecode.perf_model.costmodel`).
+"""tt-metal's sdpa_decode (ttnn 0.81.1) written down as data for the cost model (`ttdecode.perf_model.evaluator`).
 
 Counts only, read from its compute kernel (`sdpa_flash_decode.cpp`), reader/writer and the work split
 described in REFERENCE.md section 3; no code of it is reproduced. Per K chunk of `k` tiles on a core
@@ -46,8 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ttdecode.perf_model.costmodel import COST, CoreWork, OpTally, Reduction
-from ttdecode.perf_model.costmodel import noc_hops
+from ttdecode.perf_model.constants import COST
+from ttdecode.perf_model.evaluator import CoreWork, OpTally, Reduction
+from ttdecode.core.noc_geometry import noc_hops
 from ttdecode.core.program_description import CoreCoord
 
 __all__ = ["TTMetalShape", "split", "chunk_tiles", "ttmetal_work"]

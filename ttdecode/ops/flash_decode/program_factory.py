@@ -58,7 +58,9 @@ import torch
 
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
-from ttdecode.ops.flash_decode.plan import RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE, DecodePlan, Piece, power_of_two_scale
+from ttdecode.core.split import TILE
+from ttdecode.ops.flash_decode.plan import (DecodePlan, Piece, RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE,
+                                            power_of_two_scale)
 from ttdecode.core.program_description import (
     kv_cache_tensor,
     Arg,

@@ -1,0 +1,150 @@
+"""make_plan's split step: the q rows' tiles of a KV group (`q_rows`), then the chunk (fixed, or dynamic up to a
+cap), the split floor, the pieces per (user, KV head) and the merge rounds (`choose_split`): the caller's knobs
+where given, else the model-priced choices of `split_choices`. The same for every user (batch invariance).
+Sizes in key tiles (32 keys)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord
+from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, tree_rounds
+from ttdecode.ops.flash_decode.plan.buffers import fitting_chunk_cap
+from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chunk_cap
+from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
+from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
+from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
+from ttdecode.ops.flash_decode.validate import MAX_ROUNDS
+
+__all__ = ["q_rows", "choose_split", "key_row_most_pieces"]
+
+
+def q_rows(*, num_q_heads: int, num_kv_heads: int, num_tokens: int, fp32_dest_acc_en: bool,
+           dst_full_sync_en: bool, q_tile_rows: int | None) -> QRows:
+    """Decides the q tiles of one KV group: T x g q rows (token-major) in ceil(T x g / 32) tile rows, the
+    DST tiles (16 halved with an fp32 DST, halved again without full sync), and the rows of the q-row
+    tiles (the caller's, or None = the fewest of 8, 16, 32 that hold the group's rows)."""
+    q_tiles = -(-(num_tokens * (num_q_heads // num_kv_heads)) // TILE)
+    dst_tiles = 16 // (2 if fp32_dest_acc_en else 1) // (1 if dst_full_sync_en else 2)
+    head_rows = min(num_tokens * (num_q_heads // num_kv_heads), TILE)
+    if q_tile_rows is None:
+        q_tile_rows = 8 if head_rows <= 8 else 16 if head_rows <= 16 else 32
+    return QRows(q_tiles, dst_tiles, head_rows, q_tile_rows)
+
+
+def _chunk_bounds(*, fixed: int, chunk_cap: int | None, min_chunk_tiles: int | None, rows: QRows, head_dim: int,
+                  head_dim_v: int, kv_dtype: DataType, mla: bool, attn_mask_batch: int, shape: dict) -> tuple[int, int]:
+    """Decides (cap, floor) in key tiles: the cap of dynamic chunks (the caller's chunk_cap, else the
+    largest of CHUNK_CAPS whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET, which choose_split may
+    lower to the one the model prefers; SMALL_CHUNK_TILES with fixed chunks) and the split floor (the
+    caller's min_chunk_tiles, else the cost model's split_choices.split_floor_tiles for the shape; 1 with
+    fixed chunks). Shape and dtypes only, never the batch."""
+    if fixed:
+        cap = SMALL_CHUNK_TILES
+    elif chunk_cap is not None:
+        cap = chunk_cap
+    else:  # the most L1 allows; the model then takes the cap that pays (after the pieces)
+        cap = fitting_chunk_cap(q_tiles=rows.q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
+                                kv_dtype=kv_dtype, mla=mla, attn_mask=attn_mask_batch > 0, q_tile_rows=rows.q_tile_rows)
+    if fixed:
+        floor = 1
+    elif min_chunk_tiles is not None:
+        floor = min_chunk_tiles
+    else:
+        floor = split_floor_tiles(**shape, kv_tile_bytes=TILE_BYTES[kv_dtype])
+    return cap, floor
+
+
+def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[CoreCoord],
+                 max_cores_per_head_batch: int, block_size: int | None, num_kv_heads: int, max_chunks: int) -> int:
+    """Decides the most pieces per (user, KV head) the split may use: with tile pages
+    min(max_cores_per_head_batch, cores / NKV, chunks of the cache), at least 1; with key_row pages the
+    largest multiple of 12 allowed (key_row_most_pieces). Refuses an unknown `kv_pages` and a
+    `key_row_pieces` that is not a multiple of 12 from 12 to that most (or given with tile pages)."""
+    if key_row_pieces is not None and kv_pages != "key_row":
+        raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
+                        f"kv_pages={kv_pages!r}")
+    if kv_pages == "key_row":
+        most = key_row_most_pieces(cores, max_cores_per_head_batch, block_size)
+        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS
+                                           or key_row_pieces % DRAM_BANKS or key_row_pieces > most):
+            raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
+                            f"{most} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
+    elif kv_pages == "tile":
+        most = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
+    else:
+        raise PlanError(f"kv_pages: expected 'tile' or 'key_row', got {kv_pages!r}")
+    return most
+
+
+def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int | None, fixed: int,
+                    min_chunk_tiles: int | None, most: int, floor: int, num_kv_heads: int, num_cores: int,
+                    seq_tiles: int, shape: dict, kv: dict) -> int:
+    """Pieces per (user, KV head) with dynamic chunks capped at chunk_cap_tiles (or the fixed chunk):
+    key_row pages: the caller's key_row_pieces, else the model's (split_choices.key_row_pieces); tile pages:
+    `most` with fixed chunks or a caller's split floor, else the model's (split_choices.tile_pieces: the split
+    floor and, below the most allowed, the pieces that pay their rounds). Never depends on the batch."""
+    if kv_pages == "key_row":
+        if key_row_pieces is not None:
+            return key_row_pieces
+        return model_key_row_pieces(num_kv_heads=num_kv_heads, cores=num_cores, max_pieces=most,
+                                    seq_tiles=seq_tiles, chunk_tiles=fixed if fixed else chunk_cap_tiles,
+                                    fixed_chunk=bool(fixed), **shape, **kv)
+    if fixed or min_chunk_tiles is not None:
+        return most
+    # the model's split: the split floor and, below the most allowed, the pieces that pay their rounds
+    return tile_pieces(num_kv_heads=num_kv_heads, cores=num_cores, max_pieces=most, seq_tiles=seq_tiles,
+                       floor_tiles=floor, chunk_tiles=chunk_cap_tiles, **shape, **kv)
+
+
+def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_chunk_tiles: int | None,
+                 max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
+                 num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
+                 attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict) -> Split:
+    """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
+    cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
+    no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
+    user at the cache's length (split_choices.chunk_cap), among the caps up to the one L1 allows."""
+    fixed = k_chunk_size // TILE
+    st = seq_len // TILE
+    max_chunks = st // fixed if fixed else st
+    cap, floor = _chunk_bounds(fixed=fixed, chunk_cap=chunk_cap, min_chunk_tiles=min_chunk_tiles, rows=rows,
+                               head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype, mla=mla,
+                               attn_mask_batch=attn_mask_batch, shape=shape)
+    most = _most_pieces(kv_pages=kv_pages, key_row_pieces=key_row_pieces, cores=cores,
+                        max_cores_per_head_batch=max_cores_per_head_batch, block_size=block_size,
+                        num_kv_heads=num_kv_heads, max_chunks=max_chunks)
+    split = functools.partial(_pieces_for_cap, kv_pages=kv_pages, key_row_pieces=key_row_pieces, fixed=fixed,
+                              min_chunk_tiles=min_chunk_tiles, most=most, floor=floor, num_kv_heads=num_kv_heads,
+                              num_cores=len(cores), seq_tiles=st, shape=shape, kv=kv)
+    if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
+        pieces = split(cap)
+    else:
+        # the cap and its pieces that the model gives the shortest step for one user at the cache's length
+        options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
+        cap, pieces = model_chunk_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
+                                      options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
+                                      **shape, **kv)
+    return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
+                  max_chunk_tiles=fixed if fixed else min(cap, st))
+
+
+def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_size: int | None) -> int:
+    """The most pieces per work for kv_pages "key_row".
+
+    The most pieces per (user, KV head): the largest multiple of 12 up to max_pieces (and 60: the
+    tree is at most 64 wide), so every piece reads one bank (make_plan then lets the model choose
+    fewer, split_choices.key_row_pieces); like the interleaved split they depend on the config alone,
+    never on the batch (batch invariance). Where they run: key_row_deal."""
+    if block_size is not None:
+        raise PlanError("kv_pages: 'key_row' needs a contiguous cache (a paged cache's blocks keep tile pages), "
+                        "got a paged cache (block_size / num_blocks)")
+    if len(cores) < DRAM_BANKS:
+        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
+                        f"gives {len(cores)} cores")
+    if max_pieces < DRAM_BANKS:
+        raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_pages='key_row' "
+                        f"(each (user, KV head) takes a multiple of {DRAM_BANKS} pieces, one bank each), got {max_pieces}")
+    return min(max_pieces, 1 << MAX_ROUNDS) // DRAM_BANKS * DRAM_BANKS

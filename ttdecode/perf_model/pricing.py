@@ -1,0 +1,61 @@
+"""The model's prices of a split candidate, in cycles (1 GHz): the narrow interface the FlashDecode planner
+chooses its split with (the model prices, the planner decides). Closed forms of our kernels (`op_counts`)
+through the evaluator's op costs (`evaluator.sum_ops`), and the DRAM and reader terms `evaluate` charges,
+for one key tile, one running chunk's fixed work, one tree round, one core's reader and the DRAM floor."""
+
+from __future__ import annotations
+
+from ttdecode.perf_model.constants import COST, CostConstants
+from ttdecode.perf_model.evaluator import sum_ops
+from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
+
+__all__ = ["key_tile_cycles", "chunk_cycles", "round_cycles", "core_reader_cycles", "interleaved_floor_cycles",
+           "bank_local_floor_cycles"]
+
+
+def key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
+                    fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False,
+                    q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088) -> float:
+    """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
+    ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, softmax_exp(fp32_dest_acc_en), head_rows, running=running,
+                         prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla, kv_tile_bytes=kv_tile_bytes,
+                         im_bytes=intermediate_bytes(fp32_dest_acc_en))
+    return sum(sum_ops(ops, fidelity, c).values())
+
+
+def chunk_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, fidelity: str, c: CostConstants,
+                 head_rows: int, q_tile_rows: int = 32, mla: bool = False) -> float:
+    """Compute cycles of a running chunk's fixed work beyond its key tiles (chunk_ops through the cost model)."""
+    return sum(sum_ops(chunk_ops(q_tiles, dv_tiles, softmax_exp(fp32_dest_acc_en), head_rows, q_tile_rows, mla,
+                                 intermediate_bytes(fp32_dest_acc_en)),
+                       fidelity, c).values())
+
+
+def round_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str, hops: int,
+                 c: CostConstants, head_rows: int, q_tile_rows: int = 32) -> float:
+    """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row, of
+    q_tile_rows rows), the semaphore handshake and one merge (merge_ops)."""
+    ops = merge_ops(q_tiles, dv_tiles, softmax_exp(fp32_dest_acc_en), head_rows, dst_tiles, q_tile_rows,
+                    intermediate_bytes(fp32_dest_acc_en))
+    merge = sum(sum_ops(ops, fidelity, c).values())
+    partial_bytes = q_tiles * (dv_tiles + 2) * 1024 * intermediate_bytes(fp32_dest_acc_en) * q_tile_rows // 32
+    return (c.noc_write_setup_cycles + partial_bytes / c.noc_bytes_per_cycle + hops * c.noc_hop_cycles
+            + c.semaphore_handshake_cycles + merge)
+
+
+def core_reader_cycles(busiest: int, tiles: int, chunks: int, key_bytes: int, c: CostConstants = COST) -> float:
+    """A core's reader for `busiest` pieces of `tiles` key tiles in `chunks` chunks in all: the per-core
+    plateau, one DRAM latency per chunk."""
+    return busiest * tiles * key_bytes / c.core_read_plateau_bytes_per_cycle + chunks * c.dram_latency_cycles
+
+
+def interleaved_floor_cycles(nbytes: int, c: CostConstants = COST) -> float:
+    """The DRAM floor of `nbytes` bytes read interleaved over every bank: the peak at the fitted
+    interleaved efficiency."""
+    return nbytes / (c.dram_peak_bytes_per_cycle * c.dram_interleaved_efficiency)
+
+
+def bank_local_floor_cycles(nbytes: int, c: CostConstants = COST) -> float:
+    """The DRAM floor of `nbytes` bytes spread evenly over the banks, each read bank-locally: one bank's
+    share at one bank's peak times the bank-local efficiency."""
+    return nbytes / c.dram_banks / (c.dram_peak_bytes_per_cycle / c.dram_banks * c.dram_bank_local_efficiency)
