@@ -47,29 +47,39 @@ struct Args {
     static constexpr uint32_t max_chunk_tiles = get_named_compile_time_arg_val("max_chunk_tiles");
     static constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chunk_tiles");
     static constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
-    static constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");  // usable DST tiles (4 with fp32, half-sync)
-    static constexpr uint32_t scale_bits = get_named_compile_time_arg_val("scale_bits");  // float32 bits of the softmax scale
-    static constexpr uint32_t scale_m1_bits = get_named_compile_time_arg_val("scale_m1_bits");  // fp32(scale) - 1 (16-bit DST)
+    // usable DST tiles (4 with fp32, half-sync)
+    static constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");
+    // float32 bits of the softmax scale, and of fp32(scale) - 1 (16-bit DST)
+    static constexpr uint32_t scale_bits = get_named_compile_time_arg_val("scale_bits");
+    static constexpr uint32_t scale_m1_bits = get_named_compile_time_arg_val("scale_m1_bits");
     static constexpr bool return_lse = get_named_compile_time_arg_val("return_lse") == 1;
-    static constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window in keys (0 = none)
+    // each token's sliding window in keys (0 = none)
+    static constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");
     static constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;
-    static constexpr bool exp_approx = get_named_compile_time_arg_val("exp_approx") == 1;  // exp_tile<approx> (exp_approx_mode)
-    static constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;  // V = K[..., :Dv]: P . V reads the K slot
-    static constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;  // add the streamed attn_mask tiles
+    // exp_tile<approx> (exp_approx_mode)
+    static constexpr bool exp_approx = get_named_compile_time_arg_val("exp_approx") == 1;
+    // V = K[..., :Dv]: P . V reads the K slot
+    static constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;
+    // add the streamed attn_mask tiles
+    static constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;
     // A row may see no key at all in a piece (a fully masked head): keep its max finite and its 1/l safe.
     static constexpr bool guard_empty_rows = get_named_compile_time_arg_val("guard_empty_rows") == 1;
-    static constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new tokens per user (multi-token decode)
+    // new tokens per user (multi-token decode)
+    static constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     static constexpr uint32_t window = span_window(token_window, tokens);
-    static constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
-    static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");  // largest dynamic chunk (plan.chunk_cap)
-    static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
+    // the split floor of dynamic chunks, the largest dynamic chunk (plan.chunk_cap)
+    static constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");
+    static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");
+    // a piece takes every p'-th key tile
+    static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;
     // 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
     // of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
     // half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
     // hold (un-exponentiated differences) stays in rows that are never output.
     static constexpr uint32_t head_rows = get_named_compile_time_arg_val("head_rows");  // T x g, at most 32
-    static constexpr uint32_t to_dest_cbs = get_named_compile_time_arg_val("to_dest_cbs");  // bit per UnpackToDestFp32 CB
+    // bit per UnpackToDestFp32 CB
+    static constexpr uint32_t to_dest_cbs = get_named_compile_time_arg_val("to_dest_cbs");
     // The scale is +-2^k: each piece's Q is multiplied by it once into cb_q_scaled (exact in bf16: only the
     // exponents change), and Q . K^T then gives the scaled fp32 scores bit for bit (scaling by 2^k commutes
     // with the matmul's products and fp32 sums, subnormal results aside), without a scale op per score tile.

@@ -145,7 +145,8 @@ struct OnlineSoftmax {
             // spare DST tile takes the mask). Blocks of one size share one matmul init (only SFPU ops and
             // packs between them).
             uint32_t n = tiles - j0 < dst_tiles ? tiles - j0 : dst_tiles;
-            if (n == dst_tiles && (has_attn_mask || masked_in(masks, first_at, j0, n) || (fresh_chunk && !q_prescaled))) {
+            if (n == dst_tiles &&
+                (has_attn_mask || masked_in(masks, first_at, j0, n) || (fresh_chunk && !q_prescaled))) {
                 n = dst_tiles - 1;  // the spare DST tile: the mask, or (fresh_chunk) the ones of the scale first
             }
             tile_regs_acquire();
@@ -477,7 +478,7 @@ struct OnlineSoftmax {
     // place (every column holds it, so the multiply needs no broadcast) and multiplies the block's O tiles;
     // 1/l goes to tile 1 of cb_alpha for the other blocks (chunk_output's finish path, up to dv_end).
     // The same values as chunk_row_sum + root_recip + chunk_output, without the row-sum and 1/l passes.
-    static constexpr uint32_t fused_scratch = guard_empty_rows ? 1 : 0;  // floor_tile's scratch DST tile
+    static constexpr uint32_t fused_scratch = guard_empty_rows ? 1 : 0;  // Rows::floor's scratch DST tile
     static constexpr uint32_t fused_block =
         dv_tiles < dst_tiles - 1 - fused_scratch ? dv_tiles : dst_tiles - 1 - fused_scratch;
     static constexpr uint32_t fused_rest = dv_tiles - fused_block;  // the O tiles left to chunk_output
@@ -535,8 +536,8 @@ struct OnlineSoftmax {
     // One chunk of keys for every q tile row: reads the running set `old` (none for the first chunk)
     // and writes `next`. The K/V slot stays until all rows are done. The piece's masks (if any) are
     // already waited for. `finish`: the root's last chunk with nothing left to merge (no child with keys,
-    // no sink): it writes the normalized output and the LSE itself (as finish_root would) and no running O;
-    // next's m and l are consumed here.
+    // no sink): it writes the normalized output and the LSE itself (as compute.cpp finish_root would) and
+    // no running O; next's m and l are consumed here.
     static void process_chunk(uint32_t tiles, const Running* old, const Running& next, const PieceMasks& masks,
                               uint32_t first_at, bool finish) {
         cb_wait_front(cb_k, k_slot_tiles);

@@ -23,14 +23,15 @@
 namespace sfpu_rows {
 
 // The SFPU inits, tracked: each runs only when the last one does not leave the state it needs.
-inline void init_scale() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::scalar, [] { binop_with_scalar_tile_init(); }); }
-inline void init_add() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::add, [] { add_binary_tile_init(); }); }
-inline void init_sub() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::sub, [] { sub_binary_tile_init(); }); }
-inline void init_mul() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::mul, [] { mul_binary_tile_init(); }); }
-inline void init_max() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::max, [] { binary_max_tile_init(); }); }
+using compute_tiles::SfpuInit;
+inline void init_scale() { compute_tiles::sfpu_init(SfpuInit::scalar, [] { binop_with_scalar_tile_init(); }); }
+inline void init_add() { compute_tiles::sfpu_init(SfpuInit::add, [] { add_binary_tile_init(); }); }
+inline void init_sub() { compute_tiles::sfpu_init(SfpuInit::sub, [] { sub_binary_tile_init(); }); }
+inline void init_mul() { compute_tiles::sfpu_init(SfpuInit::mul, [] { mul_binary_tile_init(); }); }
+inline void init_max() { compute_tiles::sfpu_init(SfpuInit::max, [] { binary_max_tile_init(); }); }
 // recip and log program constants of their own: made each time.
-inline void init_recip() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::other, [] { recip_tile_init(); }); }
-inline void init_log() { compute_tiles::sfpu_init(compute_tiles::SfpuInit::other, [] { log_tile_init(); }); }
+inline void init_recip() { compute_tiles::sfpu_init(SfpuInit::other, [] { recip_tile_init(); }); }
+inline void init_log() { compute_tiles::sfpu_init(SfpuInit::other, [] { log_tile_init(); }); }
 
 // The ops on the faces `mode` covers (RC all four, R faces 0-1 = rows 0-15, C faces 0 and 2 = columns
 // 0-15, None face 0), `steps` vector steps per face (8: whole faces).
@@ -62,7 +63,8 @@ struct Rows {
     }
     // out = a + (value * b) * c (addcmul_tile's LLK function: one SFPMUL, one SFPMAD, fp32; with a 16-bit
     // DST rounded to bf16 before the store); value 1.0 unless given (float32 bits).
-    static void addcmul(uint32_t a, uint32_t b, uint32_t c, uint32_t out, uint32_t value_bits = compute_tiles::one_bits) {
+    static void addcmul(uint32_t a, uint32_t b, uint32_t c, uint32_t out,
+                        uint32_t value_bits = compute_tiles::one_bits) {
         MATH((SFPU_TERNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_addcmul,
                                 (APPROX, DST_ACCUM_MODE, DataFormat::Float32, steps), a, b, c, out, mode,
                                 value_bits)));
