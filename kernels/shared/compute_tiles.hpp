@@ -194,19 +194,4 @@ inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_str
     tile_regs_release();
 }
 
-// DST tile 0 = l * e + e_other, where l is tile `l_tile` of cb_l and e / e_other are tiles 0 / 1 of
-// cb_factors (every column holds a row's factor): a running sum rescaled plus a partial whose own sum
-// is 1 (a merged sink, a normalized partial), in fp32 on the SFPU. Uses DST tiles 0-2.
-inline void rescaled_plus_factor(uint32_t cb_l, uint32_t l_tile, uint32_t cb_factors) {
-    copy_to_dst(cb_l, l_tile, 0);
-    copy_to_dst(cb_factors, 0, 1);
-    copy_to_dst(cb_factors, 1, 2);
-    // its own inits, untracked: its callers (the combine kernel among them) make SFPU inits of their own
-    mul_binary_tile_init();
-    mul_binary_tile(0, 1, 0);
-    add_binary_tile_init();
-    add_binary_tile(0, 2, 0);
-    sfpu_forget();
-}
-
 }  // namespace compute_tiles

@@ -1,7 +1,7 @@
 """The JIT path is strict where it matters: deliberately broken copies of our FlashDecode compute
-kernel each fail to compile on the mock (with clang's message), while tt-metal's own
-sdpa_flash_decode.cpp (compiled in place from the wheel, made strict for this test) passes for the
-three TRISC builds. Each case in its own process."""
+kernel (its compute.cpp or a header it includes) each fail to compile on the mock (with clang's
+message), while tt-metal's own sdpa_flash_decode.cpp (compiled in place from the wheel, made strict
+for this test) passes for the three TRISC builds. Each case in its own process."""
 
 from __future__ import annotations
 
@@ -15,16 +15,18 @@ from ttdecode.testing.dry_run import jit_records
 
 HERE = Path(__file__).resolve().parent
 
-#: name -> (text in kernels/flash_decode/compute.cpp, its broken replacement)
+#: name -> (compute.cpp or a header it includes, under kernels/; a text in it; its broken replacement)
 MUTATIONS = {
-    "wrong_template_argument": ("sfpu_reduce_init<PoolType::MAX, stat_format>()",
+    "wrong_template_argument": ("flash_decode/online_softmax.hpp", "sfpu_reduce_init<PoolType::MAX, stat_format>()",
                                 "sfpu_reduce_init<ReduceDim::REDUCE_ROW, stat_format>()"),
-    "missing_include": ('#include "api/compute/eltwise_unary/recip.h"\n', ""),
-    "wrong_argument_count": ("matmul_tiles(cb_probs, cb_ones, j, 0, n);", "matmul_tiles(cb_probs, cb_ones, j, 0);"),
-    "misspelled_llk_call": ("calculate_reciprocal, (APPROX, DST_ACCUM_MODE, row_iterations)",
-                            "calculate_reciprocl, (APPROX, DST_ACCUM_MODE, row_iterations)"),
-    "sfpu_macro_dropped_parameter": ("(APPROX, MUL_UNARY, row_iterations, DST_ACCUM_MODE), idst, mode, bits)));",
-                                     "(APPROX, MUL_UNARY, row_iterations, DST_ACCUM_MODE), idst, mode)));"),
+    "missing_include": ("shared/sfpu_rows.hpp", '#include "api/compute/eltwise_unary/recip.h"\n', ""),
+    "wrong_argument_count": ("flash_decode/online_softmax.hpp", "matmul_tiles(cb_probs, cb_ones, j, 0, n);",
+                             "matmul_tiles(cb_probs, cb_ones, j, 0);"),
+    "misspelled_llk_call": ("shared/sfpu_rows.hpp", "calculate_reciprocal, (APPROX, DST_ACCUM_MODE, steps)",
+                            "calculate_reciprocl, (APPROX, DST_ACCUM_MODE, steps)"),
+    "sfpu_macro_dropped_parameter": ("shared/sfpu_rows.hpp",
+                                     "(APPROX, MUL_UNARY, steps, DST_ACCUM_MODE), idst, mode, bits)));",
+                                     "(APPROX, MUL_UNARY, steps, DST_ACCUM_MODE), idst, mode)));"),
 }
 
 CHILD = """
@@ -58,10 +60,11 @@ def test_broken_copy_of_our_compute_kernel_fails_to_compile(run_mock, mock_run, 
     tree = tmp_path / "kernels"
     shutil.copytree(kernels_dir(), tree, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
     src = tree / "flash_decode" / "compute.cpp"
-    old, new = MUTATIONS[name]
-    text = src.read_text()
-    assert text.count(old) == 1, f"mutation {name}: {old!r} no longer occurs exactly once in compute.cpp"
-    src.write_text(text.replace(old, new))
+    where, old, new = MUTATIONS[name]
+    target = tree / where
+    text = target.read_text()
+    assert text.count(old) == 1, f"mutation {name}: {old!r} no longer occurs exactly once in {where}"
+    target.write_text(text.replace(old, new))
     log = tmp_path / "jit.log"
     r = run_mock(CHILD.format(here=str(HERE), source=str(src)), timeout=300, jit_log=str(log),
                  cache=tmp_path / "cache")

@@ -54,13 +54,13 @@ def combine_op_counts(partials: int, dv_tiles: int, in_dtype: DataType = DataTyp
     n, dv = partials, dv_tiles
     block = COMBINE_COMPUTE.dst_tiles - 1
     blocks = -(-dv // block)
-    # first partial: factors 4 copies / 3 binary / 2 exp / 3 packs; sum 1 copy 1 pack; O: per block 1
+    # first partial: factors 2 copies / 3 binary / 2 exp / 3 packs; sum 1 copy 1 pack; O: per block 1
     # copy of e_i + the O tiles, 1 mul per tile, 1 pack per tile.
-    first = (4 + 1 + blocks + dv, 3 + dv, 2, 3 + 1 + dv)
+    first = (2 + 1 + blocks + dv, 3 + dv, 2, 3 + 1 + dv)
     # each later partial: factors as above; sum 3 copies / 2 binary; O per block of dst_tiles - 2 tiles the
     # tiles and the two factors, then each O_i: 2 x tiles + 2 copies, 1 mul and 1 addcmul per tile.
     pair = COMBINE_COMPUTE.dst_tiles - 2
-    later = (4 + 3 + 2 * dv + 2 * -(-dv // pair), 3 + 2 + dv, 2, 3 + 1 + dv)
+    later = (2 + 3 + 2 * dv + 2 * -(-dv // pair), 3 + 2 + dv, 2, 3 + 1 + dv)
     # finish: 1/max(l,1) 2 copies / 1 max / 1 recip / 1 pack; out: per block 1 + tiles copies, 1 mul and
     # 1 pack per tile; LSE: 2 copies, 1 add, 1 log, 1 pack.
     fin_copies, fin_binary, fin_packs = 2 + blocks + dv + 2, 1 + dv + 1, 1 + dv + 1
