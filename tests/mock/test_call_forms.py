@@ -25,7 +25,8 @@ from ttdecode.testing.mock import open_mock_device
 from ttdecode.testing.transfers import count_calls, count_transfers
 import ttdecode.api as api
 
-validated = count_calls(api, "validate_decode").__enter__()  # counted for the child's lifetime
+validations = count_calls(api, "validate_decode")  # kept: the block ends when it is collected
+validated = validations.__enter__()  # counted for the child's lifetime
 
 d = open_mock_device()
 B, NH, NKV, D, S, BLOCK = 4, 32, 8, 128, 1024, 64

@@ -22,7 +22,8 @@ from ttdecode.testing.drivers import decode_inputs
 from ttdecode.testing.transfers import count_calls, count_transfers
 
 import ttdecode.api as api
-validated = count_calls(api, "validate_decode").__enter__()  # counted for the child's lifetime
+validations = count_calls(api, "validate_decode")  # kept: the block ends when it is collected
+validated = validations.__enter__()  # counted for the child's lifetime
 
 d = open_mock_device()
 B, S = 4, 2048

@@ -22,7 +22,8 @@ from ttdecode.testing.mock import open_mock_device
 # every host <-> device move of ttnn, by name (outermost call only: to_torch calls from_device)
 from ttdecode.testing.drivers import join_leave_steps
 from ttdecode.testing.transfers import count_transfers
-log = count_transfers().__enter__()  # counted for the child's lifetime
+transfers = count_transfers()  # kept: the block ends when it is collected
+log = transfers.__enter__()  # counted for the child's lifetime
 moves = log.moves
 
 
