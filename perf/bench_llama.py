@@ -80,7 +80,7 @@ COMMITTED = REPO / "tech_report" / "figures"  # the committed plot, rewritten by
 
 import ttdecode  # noqa: E402
 import ttdecode.ops.flash_decode.program_factory as factory  # noqa: E402
-from ttdecode.models.llama import LlamaDecoder, LlamaSpec  # noqa: E402
+from ttdecode.models import LlamaDecoder, LlamaSpec  # noqa: E402
 from ttdecode.perf_model.counters import work_from_counters  # noqa: E402
 from ttdecode.perf_model.evaluator import evaluate  # noqa: E402
 

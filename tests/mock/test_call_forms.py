@@ -22,15 +22,11 @@ import ttnn
 import ttdecode
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.transfers import count_calls, count_transfers
 import ttdecode.api as api
 
-validated = [0]
-_validate = api.validate_decode
-def counting_validate(*args, **kwargs):
-    validated[0] += 1
-    return _validate(*args, **kwargs)
-api.validate_decode = counting_validate
+validations = count_calls(api, "validate_decode")  # kept: the block ends when it is collected
+validated = validations.__enter__()  # counted for the child's lifetime
 
 d = open_mock_device()
 B, NH, NKV, D, S, BLOCK = 4, 32, 8, 128, 1024, 64
@@ -84,7 +80,7 @@ for q_form, pos_form, table_form, out_form, ttnn_configs in FORMS:
     kwargs = dict(cur_pos_tensor=pos, memory_config=requested, backend="device")
     if ttnn_configs:
         kwargs.update(program_config=pc, compute_kernel_config=ckc)
-    validated[0] = 0
+    validated.clear()
     row = {"form": [q_form, pos_form, table_form, out_form, ttnn_configs], "mem_ok": [], "shapes": []}
     with count_transfers() as log:
         for step in range(1, 5):
@@ -120,12 +116,12 @@ for q_form, pos_form, table_form, out_form, ttnn_configs in FORMS:
                     ttnn.deallocate(t)
             if step == 1:
                 log.clear()
-                row["validated_step1"] = validated[0]
+                row["validated_step1"] = validated.calls
             if step == 2:  # (ttnn's own op ran on step 1 only: its cache entries are in by now)
                 row["entries2"] = int(d.num_program_cache_entries())
         row["entries4"] = int(d.num_program_cache_entries())
         row["moves"] = list(log.moves)
-    row["validated"] = validated[0]
+    row["validated"] = validated.calls
     results.append(row)
 # a sharded output config the shape cannot meet: refused by name, before anything runs
 bad = height_sharded((32, 64), users)

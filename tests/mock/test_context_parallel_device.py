@@ -27,6 +27,7 @@ from pathlib import Path
 from transformers import LlamaConfig, LlamaForCausalLM
 from ttdecode.models import LlamaDecoder
 from ttdecode.testing.dry_run import emit
+from ttdecode.testing.drivers import join_leave_steps
 from ttdecode.testing.mock import open_mock_mesh
 from ttdecode.testing.transfers import count_transfers
 
@@ -56,31 +57,7 @@ with count_transfers() as log:
         return r
     cp.host_rows = recording
 
-    joins = {0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]}
-    leaves = {6: [1], 10: [0], 17: [2]}
-    pos = [-1] * B
-    nxt = torch.zeros(B, dtype=torch.int64)
-    steps = []
-    for s in range(20):
-        for b in leaves.get(s, []):
-            pos[b] = -1
-        for b in joins.get(s, []):
-            pos[b] = 0
-            nxt[b] = 1 + 7 * b + s
-        greedy = s % 3 != 0
-        positions = torch.tensor(pos, dtype=torch.int64)
-        t0 = time.perf_counter()
-        out = dec.next_tokens(nxt, positions) if greedy else dec.step(nxt, positions)
-        seconds = time.perf_counter() - t0
-        ids = out if greedy else out.argmax(-1)
-        steps.append({"step": s, "positions": list(pos), "greedy": greedy, "seconds": round(seconds, 4),
-                      "moves": list(log.moves), "writes": dec._device.writes, "ops": dict(dec._device.ops),
-                      "entries": int(device.num_program_cache_entries()), "out_shape": list(out.shape),
-                      "idle_out": [float(out[b].abs().sum()) if not greedy else int(out[b])
-                                   for b in range(B) if pos[b] < 0]})
-        log.clear()
-        nxt = torch.where(positions >= 0, ids, nxt).clamp(min=0)
-        pos = [p + 1 if p >= 0 else -1 for p in pos]
+    steps = join_leave_steps(dec, device, B, log)  # the default joins and leaves
     # a 40-token prompt and 30 new tokens: positions 0..68 in blocks 0, 1, 2 (devices 0, 1, 2 write)
     entries = int(device.num_program_cache_entries())
     step_rows = len(rows)

@@ -18,29 +18,19 @@ import ttnn
 import ttdecode
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.drivers import decode_inputs
+from ttdecode.testing.transfers import count_calls, count_transfers
 
 import ttdecode.api as api
-validated = [0]
-_validate = api.validate_decode
-def counting_validate(*args, **kwargs):
-    validated[0] += 1
-    return _validate(*args, **kwargs)
-api.validate_decode = counting_validate
+validations = count_calls(api, "validate_decode")  # kept: the block ends when it is collected
+validated = validations.__enter__()  # counted for the child's lifetime
 
 d = open_mock_device()
 B, S = 4, 2048
-q = ttnn.from_torch(torch.randn(1, B, 32, 128), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=d)
-if PAGED:  # B x 32 blocks of 64 positions in a shuffled pool
-    k = ttnn.from_torch(torch.randn(B * 32, 8, 64, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
-    v = ttnn.from_torch(torch.randn(B * 32, 8, 64, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
-    table = ttnn.from_torch(torch.randperm(B * 32, dtype=torch.int32).reshape(B, 32), dtype=ttnn.int32,
-                            layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
-else:
-    k = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
-    v = ttnn.from_torch(torch.randn(B, 8, S, 128), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
-pos = ttnn.from_torch(torch.tensor([0, 5, 100, -1], dtype=torch.int32), dtype=ttnn.int32,
-                      layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
+# paged: B x 32 blocks of 64 positions in a shuffled pool
+x = decode_inputs(ttnn, d, [0, 5, 100, -1], heads=32, kv_heads=8, head_dim=128, paged=PAGED, seq_len=S,
+                  blocks=B * 32, block_size=64)
+q, k, v, table, pos = x.q, x.k, x.v, x.table, x.pos
 one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
 entries = {}
 shapes = []
@@ -61,7 +51,7 @@ with count_transfers() as log:
         if step in (2, 20):
             entries[step] = int(d.num_program_cache_entries())
     moves = list(log.moves)
-emit({"moves": moves, "entries": entries, "shapes": shapes, "validated": validated[0]})
+emit({"moves": moves, "entries": entries, "shapes": shapes, "validated": validated.calls})
 ttnn.close_device(d)
 """
 

@@ -20,43 +20,11 @@ from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
 
 # every host <-> device move of ttnn, by name (outermost call only: to_torch calls from_device)
+from ttdecode.testing.drivers import join_leave_steps
 from ttdecode.testing.transfers import count_transfers
-transfers = count_transfers()
-moves = transfers.__enter__().moves  # counted for the child's lifetime
-
-
-def run_steps(dec, device, B, joins, leaves, steps=20):
-    # `steps` decode steps, slots (re)starting at position 0 (joins) or going idle (leaves); logits
-    # on steps 0, 3, 6, ..., the on-device argmax (next_tokens) on the others
-    pos = [-1] * B
-    nxt = torch.zeros(B, dtype=torch.int64)
-    out_steps = []
-    moves[:] = []
-    for s in range(steps):
-        for b in leaves.get(s, []):
-            pos[b] = -1
-        for b in joins.get(s, []):
-            pos[b] = 0
-            nxt[b] = 1 + 7 * b + s
-        greedy = s % 3 != 0
-        positions = torch.tensor(pos, dtype=torch.int64)
-        t0 = time.perf_counter()
-        if greedy:
-            out = dec.next_tokens(nxt, positions)
-            ids = out
-        else:
-            out = dec.step(nxt, positions)
-            ids = out.argmax(-1)
-        seconds = time.perf_counter() - t0
-        out_steps.append({"step": s, "positions": list(pos), "greedy": greedy, "seconds": round(seconds, 4),
-                          "moves": list(moves), "writes": dec._device.writes, "ops": dict(dec._device.ops),
-                          "entries": int(device.num_program_cache_entries()), "out_shape": list(out.shape),
-                          "idle_out": [float(out[b].abs().sum()) if not greedy else int(out[b])
-                                       for b in range(B) if pos[b] < 0]})
-        moves[:] = []
-        nxt = torch.where(positions >= 0, ids, nxt).clamp(min=0)
-        pos = [p + 1 if p >= 0 else -1 for p in pos]
-    return out_steps
+transfers = count_transfers()  # kept: the block ends when it is collected
+log = transfers.__enter__()  # counted for the child's lifetime
+moves = log.moves
 
 
 def our_kernels(dec):
@@ -81,8 +49,7 @@ t0 = time.perf_counter()
 dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, block_size=32, backend="device", device=device)
 build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
-steps = run_steps(dec, device, 4, joins={0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]},
-                  leaves={6: [1], 10: [0], 17: [2]})
+steps = join_leave_steps(dec, device, 4, log)  # the default joins and leaves
 # generate (prompts in multi-token steps: one-token device steps on this backend) adds no program
 entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]), 3, progress=False)
@@ -115,9 +82,10 @@ t0 = time.perf_counter()
 dec = LlamaDecoder(spec, state, batch=32, max_seq_len=1024, block_size=64, backend="device", device=device)
 build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
-steps = run_steps(dec, device, 32, joins={0: list(range(0, 32, 2)), 4: list(range(1, 32, 4)), 9: [0, 2, 4],
-                                          12: list(range(3, 32, 4))},
-                  leaves={7: [0, 2, 4, 6], 15: list(range(1, 32, 4))})
+steps = join_leave_steps(dec, device, 32, log,
+                         joins={0: list(range(0, 32, 2)), 4: list(range(1, 32, 4)), 9: [0, 2, 4],
+                                12: list(range(3, 32, 4))},
+                         leaves={7: [0, 2, 4, 6], 15: list(range(1, 32, 4))})
 kernels = our_kernels(dec)
 dec.close()
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels})
@@ -144,8 +112,7 @@ t0 = time.perf_counter()
 dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, block_size=32, devices=8, backend="device", device=device)
 build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
-steps = run_steps(dec, device, 4, joins={0: [0, 1], 3: [2], 8: [3], 11: [0], 14: [1]},
-                  leaves={6: [1], 10: [0], 17: [2]})
+steps = join_leave_steps(dec, device, 4, log)  # the default joins and leaves
 shapes = {name: list(t.shape) for name, t in dec._device.w.items() if name.startswith("0.") or name == "lm_head"}
 kernels = our_kernels(dec)
 dec.close()

@@ -13,25 +13,19 @@ import torch
 import ttnn
 import ttdecode
 from ttdecode.testing.dry_run import emit
+from ttdecode.testing.drivers import decode_inputs
 from ttdecode.testing.step_graph import capture_step
 from ttdecode.testing.mock import open_mock_device
 
 d = open_mock_device()
-B, NH, NKV, D, BLOCK, BLOCKS = 4, 32, 8, 128, 64, 64
-tile = dict(layout=ttnn.TILE_LAYOUT, device=d)
-ints = dict(dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
-q = ttnn.from_torch(torch.randn(1, B, NH, D), dtype=ttnn.bfloat16, **tile)
-pos = ttnn.from_torch(torch.tensor([0, 70, 1000, -1], dtype=torch.int32), **ints)
+x = decode_inputs(ttnn, d, [0, 70, 1000, -1], heads=32, kv_heads=8, head_dim=128, paged=PAGED, seq_len=1024,
+                  blocks=64, block_size=64)
+q, k, v, table, pos = x.q, x.k, x.v, x.table, x.pos
 if PAGED:
-    k = ttnn.from_torch(torch.randn(BLOCKS, NKV, BLOCK, D), dtype=ttnn.bfloat8_b, **tile)
-    v = ttnn.from_torch(torch.randn(BLOCKS, NKV, BLOCK, D), dtype=ttnn.bfloat8_b, **tile)
-    table = ttnn.from_torch(torch.randperm(BLOCKS, dtype=torch.int32).reshape(B, -1), **ints)
     def attend():
         return ttdecode.paged_scaled_dot_product_attention_decode(
             q, k, v, page_table_tensor=table, cur_pos_tensor=pos, backend="device")
 else:
-    k = ttnn.from_torch(torch.randn(B, NKV, 1024, D), dtype=ttnn.bfloat8_b, **tile)
-    v = ttnn.from_torch(torch.randn(B, NKV, 1024, D), dtype=ttnn.bfloat8_b, **tile)
     def attend():
         return ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
 

@@ -52,9 +52,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ttdecode.core.formats import DataType
-
-#: ``ttdecode.models.llama.LlamaSpec`` (not imported: llama imports this module for its device backend)
-LlamaSpec = Any
+from ttdecode.models.llama_spec import LlamaSpec
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",

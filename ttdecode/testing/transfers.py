@@ -19,6 +19,9 @@ inside, and that is one move, named ``to_torch``):
         log.clear()    # e.g. after the warm-up steps
         ...
     assert log.moves == []
+
+`count_calls(owner, name)` counts the calls of one function the same way (e.g. how often
+``ttdecode.api.validate_decode`` ran: its cached calls skip it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import contextlib
 from collections import Counter
 from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["TRANSFER_FUNCTIONS", "TENSOR_METHODS", "TransferLog", "count_transfers"]
+__all__ = ["TRANSFER_FUNCTIONS", "TENSOR_METHODS", "TransferLog", "count_transfers", "CallCount", "count_calls"]
 
 #: ttnn's module-level functions that move data between host and device.
 TRANSFER_FUNCTIONS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
@@ -109,3 +112,34 @@ def count_transfers(ttnn: Optional[Any] = None) -> Iterator[TransferLog]:
     finally:
         for owner, name, fn in reversed(saved):
             setattr(owner, name, fn)
+
+
+class CallCount:
+    """The calls of one function counted inside a `count_calls` block."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def clear(self) -> None:
+        """Count from zero again."""
+        self.calls = 0
+
+
+@contextlib.contextmanager
+def count_calls(owner: Any, name: str) -> Iterator[CallCount]:
+    """Count the calls of ``owner.<name>`` inside the block: the attribute is replaced by a counting
+    wrapper (so callers that look it up on ``owner`` at call time, e.g. a module's own functions
+    calling a module-level name, are counted) and put back on leaving."""
+    count = CallCount()
+    fn = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count.calls += 1
+        return fn(*args, **kwargs)
+
+    counted.__wrapped__ = fn  # type: ignore[attr-defined]
+    setattr(owner, name, counted)
+    try:
+        yield count
+    finally:
+        setattr(owner, name, fn)
