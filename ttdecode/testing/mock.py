@@ -414,8 +414,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return r.returncode
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line (`python -m ttdecode.testing.mock --help`); exit 2 when the mock is unavailable."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: subcommands env, run and check (in ``parser.subcommands``)."""
     p = argparse.ArgumentParser(prog="python -m ttdecode.testing.mock",
                                 description="A mock Wormhole (N150, N300, T3K) through the real ttnn 0.81.1: "
                                             "tt-metal's host side and JIT, no chip. Device writes go nowhere and "
@@ -445,7 +445,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("--timeout", type=float, default=300,
                    help="seconds before the check's process is killed (default: 300)")
     c.set_defaults(fn=_cmd_check)
-    args = p.parse_args(argv)
+    p.subcommands = sub  # type: ignore[attr-defined]
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line (`python -m ttdecode.testing.mock --help`); exit 2 when the mock is unavailable."""
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except MockUnavailable as exc:
