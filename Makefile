@@ -13,8 +13,8 @@ TORCH := torch==2.9.1
 demo: $(STAMP)
 	$(PY) -m ttdecode demo
 
-# `make test`: the whole suite (~1630 tests), ~18 min on this 2-core machine. `make test-fast`: without
-# the tests marked slow (-m "not slow", 50 items), ~9.5 min, of which ~4.5 min are tests/mock.
+# `make test`: the whole suite. `make test-fast`: without the tests marked slow (-m "not slow"; tests/mock
+# and the long cases).
 test: $(STAMP) system-deps
 	TTDECODE_REQUIRE_TTNN=1 $(PY) -m pytest -q -ra --durations=15
 
@@ -31,9 +31,9 @@ $(STAMP): pyproject.toml Makefile
 	    $(PYTHON_BASE) -m venv $(VENV); }
 	@echo "==> upgrading pip in $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@echo "==> installing $(TORCH) (with its CUDA libraries, unused), ttnn, matplotlib, the test tools and ttdecode (editable) into $(VENV)"
+	@echo "==> installing $(TORCH) (with its CUDA libraries, unused), ttnn, matplotlib, transformers, the test tools and ttdecode (editable) into $(VENV)"
 	@echo "    about 4 GB to download and 7 GB on disk the first time (minutes); pip is quiet until it is done"
-	@PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet "$(TORCH)" -e '.[ttnn,plots,test]'
+	@PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet "$(TORCH)" -e '.[ttnn,plots,llama,test]'
 	@touch $(STAMP)
 	@echo "==> $(VENV) is ready"
 

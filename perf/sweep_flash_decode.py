@@ -19,15 +19,17 @@ fp32 accumulation, dynamic chunks, every user at cur_pos = S - 1):
 Every point gives a row per kernel: `ttdecode` (our kernels, run on the host, their counters through
 ttdecode.perf_model) and `tt-metal` (its structure as data, ttdecode.perf_model.ttmetal_structure, through the same
 model; at the tech report and cores points also with its earlier linear reduction). `--quick` runs
-tg-llama70b, tg-numerics and tg-hifi4 only (seconds). All times are MODEL ESTIMATES.
+tg-llama70b, tg-numerics and tg-hifi4 only. All times are MODEL ESTIMATES.
 
 Outputs in --out (default build/perf/, untracked): sweep_flash_decode.csv, fd_time_vs_seq.png,
 fd_gbps_vs_cores.png, fd_reduction_share.png, fd_tg_llama70b.png, fd_techreport_gbps.png
-(sweep_flash_decode_quick.csv only with --quick); a table on stdout. ``--update-committed`` (a full
-run) writes them into tech_report/figures/, replacing the committed CSV and figures.
+(with --quick: sweep_flash_decode_quick.csv and fd_tg_llama70b.png); a table on stdout. The figures
+need matplotlib (pip install 'ttdecode[plots]'); without it the run says so and writes the CSV only.
+``--update-committed`` (a full run) writes them into tech_report/figures/, replacing the committed CSV
+and figures.
 
-    PYTHONPATH=. python perf/sweep_flash_decode.py            # full (a few minutes)
-    PYTHONPATH=. python perf/sweep_flash_decode.py --quick --out DIR   # tg-llama70b, both kernels (seconds)
+    PYTHONPATH=. python perf/sweep_flash_decode.py            # full
+    PYTHONPATH=. python perf/sweep_flash_decode.py --quick --out DIR   # the Galaxy Llama-70B points, both kernels
     PYTHONPATH=. python perf/sweep_flash_decode.py --update-committed  # full, into tech_report/figures/
 """
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import math
 import sys
 import time
@@ -428,19 +431,35 @@ def plot(rows: list[dict[str, object]], out: Path) -> list[Path]:
     return made
 
 
+def figures_unavailable() -> Optional[str]:
+    """Why no figure can be drawn (matplotlib, of the plots extra, not installed), or None."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return "matplotlib is not installed (pip install 'ttdecode[plots]')"
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    """Run the sweeps and write the CSV and figures; 2 when --update-committed cannot draw them."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a few points (< 2 minutes)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the Galaxy Llama-70B points only (tg-llama70b, tg-numerics, tg-hifi4)")
     ap.add_argument("--out", type=Path, default=None,
                     help="directory for the CSV and figures (default: build/perf/, untracked)")
     ap.add_argument("--update-committed", action="store_true",
                     help="write into tech_report/figures/, replacing the committed CSV and figures (full run only)")
-    ap.add_argument("--max-seq", type=int, default=131072, help="longest S of the seq sweep")
+    ap.add_argument("--max-seq", type=int, default=131072, help="longest S of the seq sweep (default: 131072)")
     ap.add_argument("--long-limit", type=float, default=60.0,
-                    help="seconds: after a run at S >= 64K taking longer, the longer S are skipped")
+                    help="seconds: after a run at S >= 64K taking longer, the longer S are skipped (default: 60)")
     args = ap.parse_args(argv)
     if args.update_committed and (args.out is not None or args.quick):
         ap.error("--update-committed writes tech_report/figures/ from a full run: without --out and --quick")
+    no_figures = figures_unavailable()
+    if no_figures and args.update_committed:
+        print(f"sweep_flash_decode: --update-committed replaces the committed figures, but {no_figures}",
+              file=sys.stderr)
+        return 2
+    if no_figures:
+        print(f"sweep_flash_decode: no figures, the CSV only: {no_figures}", file=sys.stderr)
     args.out = COMMITTED if args.update_committed else (args.out or BUILD_OUT)
     args.out.mkdir(parents=True, exist_ok=True)
     points = tg_llama70b_points()
@@ -457,7 +476,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     suffix = "_quick" if args.quick else ""
     csv_path = args.out / f"sweep_flash_decode{suffix}.csv"
     write_csv(rows, csv_path)
-    figs = plot(rows, args.out) if not args.quick else []
+    figs = [] if no_figures else plot(rows, args.out)
     print()
     print_table(rows)
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {csv_path}" +

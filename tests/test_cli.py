@@ -92,22 +92,22 @@ def test_plan_takes_the_chunk_cap_and_key_row_pieces_given(capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "pieces per (user, KV head): 24 (key-row pages" in out and "dynamic, max 512 keys" in out
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--chunk-cap", "12"]) == 2
-    assert "chunk_cap" in capsys.readouterr().err
+    assert "argument '--chunk-cap'" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "32768", "--key-row-pieces", "24"]) == 2
-    assert "key_row_pieces: applies to kv_pages='key_row' only" in capsys.readouterr().err
+    assert "--key-row-pieces: applies to --kv-pages='key_row' only" in capsys.readouterr().err
 
 
 def test_refused_plan_exits_2_with_the_planner_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "4096"]) == 2
     err = capsys.readouterr().err
-    assert "L1 overflow" in err and "k_chunk_size" in err
+    assert "L1 overflow" in err and "--k-chunk-size" in err
 
 
-def test_bad_config_values_exit_2_naming_the_argument(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_config_values_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "100"]) == 2
-    assert "argument 'k_chunk_size': expected 0 (dynamic) or a power of two" in capsys.readouterr().err
+    assert "argument '--k-chunk-size': expected 0 (dynamic) or a power of two" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--grid", "9x8"]) == 2
-    assert "argument 'program_config.compute_with_storage_grid_size': expected a grid within the largest Wormhole " \
+    assert "argument '--grid': expected a grid within the largest Wormhole " \
         "worker grid (the host runtime's limit): at most 8 columns x 9 rows, got (9, 8)" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "2", "--seq", "64", "--cur-pos", "1,2,3"]) == 2
     assert "argument '--cur-pos': expected 1 or B=2 positions, got 3" in capsys.readouterr().err
@@ -125,7 +125,7 @@ def test_reference_runs_and_prints_timing(kv: str, capsys: pytest.CaptureFixture
 def test_reference_refuses_a_position_beyond_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reference", "--preset", "llama-3.1-8b-t3k", "--seq", "256", "--cur-pos", "256",
                  "--kv-dtype", "bfloat16"]) == 2
-    assert "argument 'cur_pos[0]': expected a position in -1..255" in capsys.readouterr().err
+    assert "argument '--cur-pos[0]': expected a position in -1..255" in capsys.readouterr().err
 
 
 def test_module_entry_point_runs() -> None:

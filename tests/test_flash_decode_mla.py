@@ -296,7 +296,7 @@ def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.Capture
     assert re.search(r"cb0 +q +bfloat16 +16x32 +18 x +1024 B", out) and re.search(r"cb1 +k +bfloat8_b +32x32 ", out)
     assert not re.search(r"cb2 +v ", out)
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 2
-    assert "set max_cores_per_head_batch=1" in capsys.readouterr().err
+    assert "set --max-cores-per-head-batch=1" in capsys.readouterr().err
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--max-cores-per-head-batch", "1"]) == 0
     assert main(["reference", "--preset", "deepseek-v3-mla-16q", "--seq", "64", "--cur-pos", "40"]) == 0
     assert "output [1, 1, 16, 512]" in capsys.readouterr().out

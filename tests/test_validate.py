@@ -72,12 +72,12 @@ def test_head_dim_must_be_whole_tiles() -> None:
 
 
 def test_q_format_torch_float16_is_refused() -> None:
-    with pytest.raises(TypeError, match="argument 'q': expected a torch float32 or bfloat16 tensor, got dtype torch.float16"):
+    with pytest.raises(TypeError, match="argument 'q': expected a torch float32, float64 or bfloat16 tensor, got dtype torch.float16"):
         run(q=torch.randn(1, B, NH, D, dtype=torch.float16))
 
 
 def test_kv_format_torch_integer_is_refused() -> None:
-    with pytest.raises(TypeError, match="argument 'v': expected a torch float32 or bfloat16 tensor, got dtype torch.int64"):
+    with pytest.raises(TypeError, match="argument 'v': expected a torch float32, float64 or bfloat16 tensor, got dtype torch.int64"):
         run(v=torch.zeros(B, NKV, S, D, dtype=torch.int64))
 
 

@@ -9,19 +9,56 @@
 
 ``--cur-pos`` is one position for every user (``8191``) or one per user (``100,200,...``, exactly B
 values); without it every user is at ``S - 1``. Presets: ``ttdecode.config.PRESETS``.
-Exit codes: 0 ok, 2 bad arguments or a refused plan.
+Exit codes: 0 ok, 2 bad arguments or a refused plan. Errors name the flag the user typed (``--grid``,
+``--seq``, ...), not the planner's parameter (`flag_message`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ttdecode.config import PRESETS, WORMHOLE_GRID, WORMHOLE_MAX_GRID, SDPAProgramConfig, get_preset
 
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
+
+#: The planner's and the program config's parameter names -> the flags of `plan` and `reference`.
+SHAPE_FLAGS = {
+    "program_config.compute_with_storage_grid_size": "--grid", "compute_with_storage_grid_size": "--grid",
+    "grid": "--grid", "seq_len": "--seq", "batch": "--batch", "cur_pos": "--cur-pos", "kv_dtype": "--kv-dtype",
+    "k_chunk_size": "--k-chunk-size", "max_cores_per_head_batch": "--max-cores-per-head-batch",
+    "kv_pages": "--kv-pages", "chunk_cap": "--chunk-cap",
+}
+#: What `demo` does (``--help``; ttdecode/demo.py imports torch, so its docstring is not read here).
+DEMO_DESCRIPTION = (
+    "One decode step of Llama-3.1-8B's attention on an N150 (32 q / 8 KV heads, head_dim 128, the 8x8 grid, a "
+    "bfloat8_b KV cache of 8K positions, five users at different positions, one skipped) on the host runtime, "
+    "which runs the Metalium kernels on the CPU. Prints the plan, the accuracy against the float64 reference on "
+    "the same quantized inputs, the run's DRAM and NoC counters, the same step with key-row pages, and the "
+    "Wormhole cost model's estimate of both (MODEL ESTIMATES: nothing runs on a device). Exit 0 when both runs "
+    "meet the accuracy thresholds, 1 otherwise. make demo runs it.")
+#: Who raised the message (dropped: the command line's message starts with the command).
+_SPEAKER = re.compile(r"^(?:ttdecode|SDPAProgramConfig): ")
+
+
+def flag_message(message: str, flags: Mapping[str, str]) -> str:
+    """`message` with each parameter name of `flags` replaced by its flag.
+
+    A name with an underscore (``seq_len``, ``program_config.compute_with_storage_grid_size``) is
+    replaced wherever it stands as a whole identifier; a plain word (``grid``, ``batch``) only where it
+    names the argument: at the start before ``:`` / ``[`` / ``=``, or quoted after ``argument``.
+    """
+    message = _SPEAKER.sub("", message)
+    for name in sorted(flags, key=len, reverse=True):
+        flag, word = flags[name], re.escape(name)
+        if "_" in name:
+            message = re.sub(rf"(?<![\w.'-]){word}(?!\w)|(?<=')(?:program_config\.)?{word}(?=[\['])", flag, message)
+        else:
+            message = re.sub(rf"^{word}(?=[:\[=])|(?<=argument '){word}(?=[\['])", flag, message)
+    return message
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -89,17 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands are in ``parser.subcommands`` for others to extend."""
     parser = argparse.ArgumentParser(prog="python -m ttdecode", description="FlashDecode for Wormhole")
     sub = parser.add_subparsers(dest="command", required=True)
-    plan = sub.add_parser("plan", help="print the work plan of one decode step")
+    plan = sub.add_parser("plan", help="print the work plan of one decode step",
+                          description="Print the FlashDecode work plan of one decode step (cores, pieces, "
+                                      "chunks, reduction rounds) without running it; exit 2 when it is refused.")
     _shape_args(plan)
     plan.add_argument("--key-row-pieces", type=int, default=None,
                       help="pieces per (user, KV head) with --kv-pages key_row (default: the cost model's choice)")
-    plan.set_defaults(func=cmd_plan)
-    ref = sub.add_parser("reference", help="time the float64 reference on random inputs")
+    plan.set_defaults(func=cmd_plan, flags={**SHAPE_FLAGS, "key_row_pieces": "--key-row-pieces"})
+    ref = sub.add_parser("reference", help="time the float64 reference on random inputs",
+                         description="Run the float64 reference backend on seeded random Q, K, V of the preset's "
+                                     "shape and print the output's shape and the time per call.")
     _shape_args(ref)
     ref.add_argument("--seed", type=int, default=0, help="seed of the random Q, K, V (default: 0)")
     ref.add_argument("--repeat", type=_positive, default=1, help="timed runs (default: 1)")
-    ref.set_defaults(func=cmd_reference)
-    demo = sub.add_parser("demo", help="a Llama-3.1-8B decode step on the host runtime, checked against the reference")
+    # K and V are made from --seq (their shape is all the user chose of them)
+    ref.set_defaults(func=cmd_reference, flags={**SHAPE_FLAGS, "k": "--seq", "v": "--seq"})
+    demo = sub.add_parser("demo", help="a Llama-3.1-8B decode step on the host runtime, checked against the reference",
+                          description=DEMO_DESCRIPTION)
     demo.set_defaults(func=cmd_demo)
     from ttdecode.models.cli import add_parser as add_llama_parser
 
@@ -187,7 +230,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except ValueError as e:  # includes plan.PlanError and config errors
-        print(f"{parser.prog} {args.command}: {e}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: {flag_message(str(e), getattr(args, 'flags', {}))}", file=sys.stderr)
         return 2
 
 

@@ -1,7 +1,7 @@
 """Public entry points, drop-in compatible with ``ttnn.transformer.scaled_dot_product_attention_decode``.
 
 Inputs may be ``ttnn.Tensor``, ``ttdecode.core.tensor.TileTensor`` or torch tensors. A torch float tensor
-(float32 or bfloat16) is taken as bfloat16, the format the kernels read: Q always; K/V unless they
+(float32, float64 or bfloat16) is taken as bfloat16, the format the kernels read: Q always; K/V unless they
 come as a TileTensor/ttnn tensor in bfloat8_b or bfloat4_b. See ``ttdecode.ops.flash_decode.validate`` for every
 shape and format rule.
 

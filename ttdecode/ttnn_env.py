@@ -9,22 +9,34 @@ first `import ttnn`, which `import_ttnn()` guarantees.
 
 Device detection lives here too: `has_tenstorrent_device()` (is a chip present, so may
 `backend="auto"` choose the device) and `require_ttnn()` (ttnn or an error naming why not).
+
+ttnn's libraries log every device open and close at info level (15-20 lines of a mock open); `import_ttnn()`
+keeps them to errors (`quiet_ttnn_logs()`) unless the user chose a level: `TT_LOGGER_LEVEL=info` (or `debug`)
+before the run brings them back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib
+import importlib.util
 import os
 import sys
 import tempfile
 from types import ModuleType
-from typing import Optional
+from typing import Iterator, Optional
 
 #: Environment variable naming the mock cluster descriptor YAML.
 MOCK_CLUSTER_ENV = "TT_METAL_MOCK_CLUSTER_DESC_PATH"
 #: Environment variable naming tt-metal's cache directory.
 CACHE_ENV = "TT_METAL_CACHE"
+
+#: Environment variables naming the level of tt-metal's logger (read when ttnn's libraries load);
+#: a user who sets either keeps it, and ttnn's Python logger (loguru) stays on too.
+LOG_LEVEL_ENVS = ("TT_LOGGER_LEVEL", "TT_METAL_LOGGER_LEVEL")
+#: The level `quiet_ttnn_logs()` sets: errors only (a mock open also warns that it is a mock).
+QUIET_LOG_LEVEL = "error"
 
 #: A one-chip Wormhole N150 in the descriptor form ttnn 0.81.1 accepts (the `boards` entry is a
 #: sequence of three single-key maps per board; the older form is rejected by this version).
@@ -93,8 +105,43 @@ def ensure_ttnn_env() -> dict[str, str]:
     return done
 
 
+def quiet_log_env() -> dict[str, str]:
+    """The environment that keeps tt-metal's logger to errors: {"TT_LOGGER_LEVEL": "error"}, or {}
+    when the user set `TT_LOGGER_LEVEL` or `TT_METAL_LOGGER_LEVEL` (their level stands)."""
+    if any(os.environ.get(name) for name in LOG_LEVEL_ENVS):
+        return {}
+    return {LOG_LEVEL_ENVS[0]: QUIET_LOG_LEVEL}
+
+
+@contextlib.contextmanager
+def quiet_ttnn_logs() -> Iterator[dict[str, str]]:
+    """Keep ttnn's logging to errors, unless the user set a level of tt-metal's logger; wrap `import ttnn`.
+
+    On entry sets `TT_LOGGER_LEVEL=error` in os.environ (it stays set: tt-metal logs device opens and
+    closes long after the import, and child processes inherit it) and, when loguru (ttnn's Python
+    logger) is installed, disables loguru's messages from the `ttnn` modules until the exit (the import
+    logs ttnn's whole config at DEBUG; later warnings of ttnn's Python code still show). Does nothing
+    when `TT_LOGGER_LEVEL` or `TT_METAL_LOGGER_LEVEL` is set. Yields the variables it set, as
+    {name: value} (empty when the user's level stands).
+    """
+    quiet = quiet_log_env()
+    if not quiet:
+        yield {}
+        return
+    os.environ.update(quiet)
+    logger = importlib.import_module("loguru").logger if importlib.util.find_spec("loguru") else None
+    if logger is not None:
+        logger.disable("ttnn")
+    try:
+        yield quiet
+    finally:
+        if logger is not None:
+            logger.enable("ttnn")
+
+
 def import_ttnn() -> Optional[ModuleType]:
-    """Import and return `ttnn` after `ensure_ttnn_env()`; None if it cannot be imported.
+    """Import and return `ttnn` after `ensure_ttnn_env()`, its logging quiet (`quiet_ttnn_logs()`);
+    None if it cannot be imported.
 
     When None is returned the reason is kept in `ttnn_unavailable_reason()`.
     """
@@ -104,7 +151,8 @@ def import_ttnn() -> Optional[ModuleType]:
         return loaded
     ensure_ttnn_env()
     try:
-        module = importlib.import_module("ttnn")
+        with quiet_ttnn_logs():
+            module = importlib.import_module("ttnn")
     except Exception as exc:  # ImportError, or a native-library failure surfacing as another error
         _unavailable_reason = f"import ttnn failed: {type(exc).__name__}: {exc}"
         return None

@@ -16,7 +16,7 @@ import torch
 
 
 _OWNER = "ttdecode"
-_TORCH_FLOATS = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+_TORCH_FLOATS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16"}
 
 
 def fail(arg: str, expected: str, got: object, exc: type = ValueError) -> Exception:
@@ -32,7 +32,7 @@ class TensorMeta:
     """What validation knows of one tensor argument.
 
     ``kind``: "torch" | "tile" | "ttnn"; ``shape``: logical shape; ``dtype``: the format it
-    arrived in ("float32", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", or another name
+    arrived in ("float32", "float64", "bfloat16", "bfloat8_b", "bfloat4_b", "int32", or another name
     such as "torch.float16"); ``obj``: the tensor itself.
     """
 
@@ -45,7 +45,7 @@ class TensorMeta:
     @property
     def storage_dtype(self) -> str:
         """The format the kernels receive: torch floats are stored as bfloat16."""
-        if self.kind == "torch" and self.dtype in ("float32", "bfloat16"):
+        if self.kind == "torch" and self.dtype in ("float32", "float64", "bfloat16"):
             return "bfloat16"
         return self.dtype
 

@@ -1,26 +1,39 @@
-"""``python -m ttdecode llama``: a small random-weight Llama through `LlamaDecoder.generate`.
+"""python -m ttdecode llama: a small random-weight Llama decoded through LlamaDecoder.generate.
 
-Builds a Hugging Face ``LlamaForCausalLM`` from a preset (random weights, seeded; no download) or
-loads a local checkpoint (``--checkpoint DIR``), decodes a random prompt greedily on the chosen
-backend (default ``host``: the FlashDecode kernels on the host runtime; the prompt in steps of up
+Builds a Hugging Face LlamaForCausalLM from a preset (random weights, seeded; no download) or
+loads a local checkpoint (--checkpoint DIR), decodes a random prompt greedily on the chosen
+backend (default host: the FlashDecode kernels on the host runtime; the prompt in steps of up
 to 32 tokens per user, a progress bar on stderr for prompts or generations over 64 tokens), and
-prints the tokens, the host's tokens/s (wall time of `generate`, prompt steps included) and the
+prints the tokens, the host's tokens/s (wall time of generate, prompt steps included) and the
 agreement with Hugging Face on the same run: relative L2 of every new token's logits against Hugging Face's full
 forward of the produced sequence, argmax agreement, and whether Hugging Face's own greedy
-``generate`` gives the same tokens (random weights have near-tied logits, so a bf16 rounding can
+generate gives the same tokens (random weights have near-tied logits, so a bf16 rounding can
 flip a choice; the logits agreement is the measure).
+
+Needs Hugging Face transformers and safetensors: pip install 'ttdecode[llama]' (without them the
+command says so and exits 2). This text is the command's --help: plain text, no markup.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-#: Llama presets of the CLI: (q heads, kv heads, head_dim, layers, hidden, intermediate, vocab).
+#: The packages of the llama extra (pyproject.toml), which this command needs.
+LLAMA_EXTRA = ("transformers", "safetensors")
+#: LlamaDecoder's parameter names -> the flags of `llama` (errors name the flag).
+LLAMA_FLAGS = {"devices": "--devices", "batch": "--batch", "kv_dtype": "--kv-dtype", "backend": "--backend",
+               "path": "--checkpoint"}
+
+
 @dataclass(frozen=True)
 class TinyLlama:
+    """A Llama preset of the CLI: q heads, kv heads, head_dim, layers, hidden, intermediate and vocab sizes."""
+
     description: str
     heads: int
     kv_heads: int
@@ -74,10 +87,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompt (default: 0)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: one on stderr for prompts or generations over 64 tokens)")
-    p.set_defaults(func=cmd_llama)
+    p.set_defaults(func=cmd_llama, flags=LLAMA_FLAGS)
+
+
+def missing_packages() -> list[str]:
+    """The packages of the llama extra that are not installed (found without importing them)."""
+    return [name for name in LLAMA_EXTRA if importlib.util.find_spec(name) is None]
 
 
 def cmd_llama(args: argparse.Namespace) -> int:
+    """Decode with `LlamaDecoder` and compare with Hugging Face; 2 (one line on stderr) without the llama extra."""
+    missing = missing_packages()
+    if missing:
+        print(f"ttdecode llama: needs {' and '.join(missing)}, not installed: pip install 'ttdecode[llama]'",
+              file=sys.stderr)
+        return 2
     import torch
 
     from ttdecode.core.formats import DataType

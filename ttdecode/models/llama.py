@@ -178,7 +178,7 @@ class LlamaDecoder:
         try:
             from transformers import LlamaForCausalLM
         except ImportError as e:  # pragma: no cover - transformers is in the test extra
-            raise ImportError("from_hf needs the 'transformers' package (pip install ttdecode[test])") from e
+            raise ImportError("from_hf needs the 'transformers' package (pip install 'ttdecode[llama]')") from e
         if not isinstance(model, LlamaForCausalLM):
             raise fail("model", "a transformers LlamaForCausalLM", type(model).__name__, TypeError)
         spec = LlamaSpec.from_config(model.config)

@@ -18,7 +18,7 @@ timing). This module builds what that needs and opens devices:
 From a shell (`python -m ttdecode.testing.mock --help`):
   env [--system n150]            print `export ...` lines (eval them, then run any ttnn program)
   run [--system n150] SCRIPT ... run a Python script on the mock in a temp cwd, under a timeout
-  check                          open a mock N150 and print its grid (a smoke test)
+  check [--system n150]          open the mock system and print its grid (a smoke test)
 
 tt-metal writes `./generated/` into the current directory: run mock programs in a temp cwd
 (`run` does). The mock can segfault (trace capture) or hang (a bad ERISC binary): run each use in its
@@ -38,6 +38,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
+
+from ttdecode.ttnn_env import quiet_log_env
 
 HERE = Path(__file__).resolve().parent
 TOOLCHAIN_SCRIPT = HERE / "toolchain" / "riscv_tt_elf_gxx.py"
@@ -275,6 +277,7 @@ def mock_env(system: str = "n150", dispatch: str = "worker", jit_log: Optional[s
         MOCK_CLUSTER_ENV: str(cluster_descriptor(system)),
         CACHE_ENV: (cache or str(cache_dir(system, dispatch))).rstrip("/") + "/",
         SYSTEM_ENV: system,
+        **quiet_log_env(),  # tt-metal's info lines of every open and close, unless the user set a level
     }
     if jit_log:
         env[JIT_LOG_ENV] = str(jit_log)
@@ -382,10 +385,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 _CHECK = """\
-import time, ttnn
-from ttdecode.testing.mock import open_mock_device
-t = time.time(); d = open_mock_device(); g = d.compute_with_storage_grid_size()
-print(f"mock N150 open: grid {g.x}x{g.y} in {time.time() - t:.2f} s"); ttnn.close_device(d)
+import sys, time, ttnn
+from ttdecode.testing.mock import SYSTEMS, open_mock_device, open_mock_mesh
+system = sys.argv[1]
+shape = SYSTEMS[system].mesh_shapes[0]
+t = time.time()
+if shape == (1, 1):
+    d, close = open_mock_device(system), ttnn.close_device
+else:
+    d, close = open_mock_mesh(shape, system=system), ttnn.close_mesh_device
+g = d.compute_with_storage_grid_size()
+mesh = "" if shape == (1, 1) else f"{shape[0]}x{shape[1]} mesh, "
+print(f"mock {system.upper()} open: {mesh}grid {g.x}x{g.y} in {time.time() - t:.2f} s")
+close(d)
 """
 
 
@@ -393,7 +405,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(_CHECK)
     try:
-        r = run_script([f.name], system="n150", timeout=args.timeout, capture=True)
+        r = run_script([f.name, args.system], system=args.system, timeout=args.timeout, capture=True)
     finally:
         os.unlink(f.name)
     sys.stdout.write(r.stdout)
@@ -402,33 +414,52 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return r.returncode
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: subcommands env, run and check (in ``parser.subcommands``)."""
     p = argparse.ArgumentParser(prog="python -m ttdecode.testing.mock",
                                 description="A mock Wormhole (N150, N300, T3K) through the real ttnn 0.81.1: "
                                             "tt-metal's host side and JIT, no chip. Device writes go nowhere and "
-                                            "reads return zeros.")
+                                            "reads return zeros. tt-metal's log is kept to errors unless "
+                                            "TT_LOGGER_LEVEL is set (e.g. TT_LOGGER_LEVEL=info).")
+    systems = sorted(SYSTEMS)
+    system_help = ("mock cluster: " + ", ".join(f"{s.name} ({s.chips} chip{'s' if s.chips > 1 else ''})"
+                                                for s in SYSTEMS.values()) + " (default: n150)")
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("env", help="print the export lines of the mock environment")
-    e.add_argument("--system", default="n150", choices=sorted(SYSTEMS))
-    e.add_argument("--jit-log", default=None, help="file the stand-in compiler logs every call to (JSON lines)")
+    e.add_argument("--system", default="n150", choices=systems, help=system_help)
+    e.add_argument("--jit-log", default=None,
+                   help="file the stand-in compiler logs every call to, JSON lines (default: none)")
     e.set_defaults(fn=_cmd_env)
     r = sub.add_parser("run", help="run a Python script on the mock (temp cwd, timeout)")
-    r.add_argument("--system", default="n150", choices=sorted(SYSTEMS))
-    r.add_argument("--timeout", type=float, default=900)
-    r.add_argument("--jit-log", default=None)
+    r.add_argument("--system", default="n150", choices=systems, help=system_help)
+    r.add_argument("--timeout", type=float, default=900,
+                   help="seconds before the script's process group is killed, exit 124 (default: 900)")
+    r.add_argument("--jit-log", default=None,
+                   help="file the stand-in compiler logs every call to, JSON lines (default: none)")
     r.add_argument("--cwd", default=None, help="working directory (default: a fresh temp dir)")
-    r.add_argument("script")
-    r.add_argument("args", nargs=argparse.REMAINDER)
+    r.add_argument("script", help="the Python script to run")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     r.set_defaults(fn=_cmd_run)
-    c = sub.add_parser("check", help="open a mock N150 and print its grid")
-    c.add_argument("--timeout", type=float, default=300)
+    c = sub.add_parser("check", help="open the mock system (N150: a device; N300, T3K: a mesh) and print its grid")
+    c.add_argument("--system", default="n150", choices=systems, help=system_help)
+    c.add_argument("--timeout", type=float, default=300,
+                   help="seconds before the check's process is killed (default: 300)")
     c.set_defaults(fn=_cmd_check)
-    args = p.parse_args(argv)
+    p.subcommands = sub  # type: ignore[attr-defined]
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line (`python -m ttdecode.testing.mock --help`); exit 2 when the mock is unavailable."""
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except MockUnavailable as exc:
         print(f"mock unavailable: {exc}", file=sys.stderr)
         return 2
+    except subprocess.TimeoutExpired as exc:
+        print(f"mock {args.cmd}: timed out after {exc.timeout} s (killed)", file=sys.stderr)
+        return 124
 
 
 if __name__ == "__main__":

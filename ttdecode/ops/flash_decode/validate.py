@@ -25,19 +25,20 @@ Shapes (``B`` users, ``NH`` q heads, ``NKV`` KV heads, ``S`` cache positions, ``
   paged cache of block_size 16; ttdecode refuses it by name: a K/V tile holds 32 positions, so a block of
   16 is half a tile (16 padding rows) and the kernels read whole tiles.
 
-Formats (storage dtypes; a torch float tensor is stored as bfloat16, the format the kernels take):
+Formats (storage dtypes; a torch float tensor, float32, float64 or bfloat16, is stored as bfloat16, the
+format the kernels take, on every backend: the reference computes on the values the kernels read):
 
-* ``q``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b. The kernels
+* ``q``: torch float32/float64/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b. The kernels
   read bfloat16 Q tiles (the reader takes single rows out of them); a block-float Q is converted to
   bfloat16 first, exactly (every bfloat8_b / bfloat4_b value is a bfloat16 value: ``ttdecode.core.formats``),
   on the host runtime (`as_bfloat16_tiles`) and on a device (a ``ttnn.typecast`` before the program). The
   output is bfloat16 either way (ttnn's own op returns it in Q's format, and takes a block-float Q
   only with one KV head).
-* ``k``/``v``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b;
+* ``k``/``v``: torch float32/float64/bfloat16, or TileTensor/ttnn in bfloat16, bfloat8_b or bfloat4_b;
   ``k`` and ``v`` in the same format (one KV format per program).
 * ``attn_mask``: like ``q``; a bfloat8_b/bfloat4_b mask is converted to bfloat16 like Q (exactly: the
   stored values, including a group a -inf made all -inf/0, as ttnn's kernels would unpack them).
-* ``attention_sink``: torch float32/bfloat16, or TileTensor/ttnn in bfloat16.
+* ``attention_sink``: torch float32/float64/bfloat16, or TileTensor/ttnn in bfloat16.
 * ``cur_pos_tensor``, ``page_table``: int32 (torch or ttnn).
 """
 
@@ -125,10 +126,10 @@ def check_q(q: TensorMeta) -> tuple[int, int, int, int]:
 
 
 def check_float_format(meta: TensorMeta, allowed: Sequence[str]) -> None:
-    """A float tensor in an accepted format: torch float32/bfloat16, or TileTensor/ttnn in ``allowed``."""
+    """A float tensor in an accepted format: torch float32/float64/bfloat16, or TileTensor/ttnn in ``allowed``."""
     if meta.kind == "torch":
-        if meta.dtype not in ("float32", "bfloat16"):
-            raise fail(meta.arg, "a torch float32 or bfloat16 tensor", f"dtype {meta.dtype}", TypeError)
+        if meta.dtype not in ("float32", "float64", "bfloat16"):
+            raise fail(meta.arg, "a torch float32, float64 or bfloat16 tensor", f"dtype {meta.dtype}", TypeError)
     elif meta.dtype not in allowed:
         raise fail(meta.arg, f"a {meta.kind} tensor in {' / '.join(allowed)}", f"dtype {meta.dtype}", TypeError)
 
