@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from ttdecode.core.paths import kernels_dir
+from ttdecode.core.program_description import KernelKind
 from ttdecode.testing import gcc_front_end as gfe
 from ttdecode.testing.dry_run import PROCESSORS, run_isolated
-from ttdecode.core.program_description import KernelKind
 
 HERE = Path(__file__).resolve().parent
 
@@ -85,7 +85,9 @@ def test_every_kernel_build_of_the_programs_compiles_with_gcc(recorded) -> None:
     logged = {(src, b.processor) for b in builds for src in b.kernels}
     assert expected <= logged, f"kernel builds missing from the JIT log: {sorted(expected - logged)}"
     assert len(builds) == len(expected), [b.name for b in builds]
-    failed = [res.describe() for res in gfe.compile_all(builds) if not res.ok]
+    results = gfe.compile_all(builds)
+    assert all({"-Wall", "-Werror", "-c"} <= set(res.command) for res in results)  # the JIT's warnings, no link
+    failed = [res.describe() for res in results if not res.ok]
     assert not failed, "GCC 12 rejects:\n" + "\n".join(failed)
 
 

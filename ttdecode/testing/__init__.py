@@ -1,5 +1,6 @@
 """Testing support: a mock Wormhole through the real ttnn (`ttdecode.testing.mock`) and dry runs of
-programs through `ttnn.generic_op` on it (`ttdecode.testing.dry_run`).
+programs through `ttnn.generic_op` on it (`ttdecode.testing.dry_run`); our kernels' JIT builds compiled
+again with GCC 12 (`ttdecode.testing.gcc_front_end`).
 
 Imports only the package's shared modules (program, formats, ttnn_env, paths) and the generic
 device backend (`ttdecode.ttnn_backend`); nothing operator-specific.
