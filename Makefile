@@ -39,9 +39,10 @@ $(STAMP): pyproject.toml Makefile
 
 # clang-19, lld-19 and the riscv64 libstdc++ headers compile and link our kernels against the real
 # tt-metal headers of the ttnn wheel: the stand-in SFPI compiler of the mock Wormhole
-# (ttdecode/testing/, tests/mock/).
+# (ttdecode/testing/, tests/mock/); its riscv64-linux-gnu-g++ (GCC 12) compiles them again as a second
+# front end (ttdecode/testing/gcc_front_end.py).
 system-deps:
-	@if ! command -v clang-19 >/dev/null 2>&1 || ! command -v ld.lld-19 >/dev/null 2>&1 || [ ! -d /usr/riscv64-linux-gnu/include/c++ ]; then \
+	@if ! command -v clang-19 >/dev/null 2>&1 || ! command -v ld.lld-19 >/dev/null 2>&1 || [ ! -d /usr/riscv64-linux-gnu/include/c++ ] || ! command -v riscv64-linux-gnu-g++ >/dev/null 2>&1; then \
 	    echo "==> installing clang-19, lld-19 and g++-riscv64-linux-gnu with apt-get (Debian; sudo unless root)"; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang-19 lld-19 g++-riscv64-linux-gnu >/dev/null; \
