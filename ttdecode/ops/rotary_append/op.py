@@ -181,7 +181,7 @@ def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any
     from ttdecode.ops.rotary_append.device_step import run_rotary
 
     if not inp.device_tensors:
-        if not device.available():
+        if not ttnn_backend.available():
             raise RuntimeError("backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); use "
                                "backend='host' to run the same kernels on the host runtime")
         raise fail("k_cache", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
