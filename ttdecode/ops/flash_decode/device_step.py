@@ -46,7 +46,7 @@ from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode
 from ttdecode.ttnn_backend import DeviceError, PreparedProgram, require_ttnn
 
-__all__ = ["FlashDecodeStep", "plan_decode", "MISS", "step_key", "decode_program", "with_device_grid"]
+__all__ = ["FlashDecodeStep", "plan_decode", "MISS", "step_key", "device_of", "decode_program", "with_device_grid"]
 
 #: Returned by `FlashDecodeStep.run_fast` when the call must take the validating path.
 MISS = object()
@@ -239,7 +239,7 @@ class FlashDecodeStep:
         options = self.options.replace(cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, page_table=page_table)
         read = bool(options.validate_values)
         inputs = validate_decode(q, k, v, options, read_values=read)
-        if step_key(inputs, self.device) != self.key:
+        if step_key(inputs, device_of(inputs.q)) != self.key:
             raise ValueError("ttdecode: FlashDecodeStep.run: the tensors or positions are not of the decode shape "
                              "the step was planned for (shapes, formats, placements, a positions list or tensor); "
                              "plan_decode that shape")
@@ -396,6 +396,11 @@ def plan_decode(q: Any, k: Any, v: Any, options: Optional[DecodeOptions] = None)
     options = DecodeOptions() if options is None else options
     inputs = validate_decode(q, k, v, options, read_values=bool(options.validate_values))
     check_kernel_gaps("device", inputs)
-    if inputs.q.kind != "ttnn" or not _on_device(inputs.q.obj):
-        raise DeviceError(f"q: backend 'device' expects a ttnn tensor on the device, got a {inputs.q.kind} tensor")
-    return FlashDecodeStep(options, inputs, inputs.q.obj.device())
+    return FlashDecodeStep(options, inputs, device_of(inputs.q))
+
+
+def device_of(q: Any) -> Any:
+    """The device holding Q (its `TensorMeta`); DeviceError when Q is not a ttnn device tensor."""
+    if q.kind != "ttnn" or not _on_device(q.obj):
+        raise DeviceError(f"q: backend 'device' expects a ttnn tensor on the device, got a {q.kind} tensor")
+    return q.obj.device()

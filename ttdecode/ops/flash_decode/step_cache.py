@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Optional
 
-from ttdecode.ops.flash_decode.device_step import MISS, FlashDecodeStep, step_key
+from ttdecode.ops.flash_decode.device_step import MISS, FlashDecodeStep, device_of, step_key
 from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs
-from ttdecode.ttnn_backend import DeviceError, StepCache, available, require_ttnn
+from ttdecode.ttnn_backend import StepCache, available, require_ttnn
 
 __all__ = ["DeviceSteps", "STEPS", "MISS", "STEP_CACHE_SIZE", "FAST_STEPS_PER_KEY", "fast_key"]
 
@@ -142,10 +142,7 @@ class DeviceSteps:
 
     def get(self, options: DecodeOptions, inputs: DecodeInputs) -> FlashDecodeStep:
         """The kept step of these validated inputs' decode shape (planned and kept on a miss)."""
-        q = inputs.q
-        if q.kind != "ttnn" or not require_ttnn().is_tensor_storage_on_device(q.obj):
-            raise DeviceError(f"q: backend 'device' expects a ttnn tensor on the device, got a {q.kind} tensor")
-        device = q.obj.device()
+        device = device_of(inputs.q)
         return self._steps.get_or_make(step_key(inputs, device), lambda: FlashDecodeStep(options, inputs, device))
 
     def run(self, q: Any, k: Any, v: Any, options: DecodeOptions, inputs: DecodeInputs) -> Result:
