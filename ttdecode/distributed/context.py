@@ -49,10 +49,10 @@ import numpy as np
 import torch
 
 from ttdecode.distributed import RankContext, WorkerPool
-from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.distributed.sharding import (
     COMBINES, KV_LAYOUTS, ShardPlan, _local_positions, _shard_kv, _unit_positions, shard_groups, shard_plan,
 )
+from ttdecode.ops.flash_decode.options import DecodeOptions
 
 __all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",
            "ShardPlan", "get_pool", "close_pools"]
