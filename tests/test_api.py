@@ -183,11 +183,11 @@ def test_device_backend_without_a_device_says_so() -> None:
 def test_kernel_backends_get_the_validated_inputs_and_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake(backend: str, inputs: Any, plan: Any) -> str:
-        seen.update(backend=backend, inputs=inputs, plan=plan)
+    def fake(inputs: Any, plan: Any) -> str:
+        seen.update(backend=last_backend(), inputs=inputs, plan=plan)
         return "ran"
 
-    monkeypatch.setattr(api, "run_kernels", fake)
+    monkeypatch.setattr(api, "run_host", fake)
     q, k, v = qkv()
     cfg = SDPAProgramConfig(k_chunk_size=64, max_cores_per_head_batch=4)
     assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 9], program_config=cfg, backend="host") == "ran"
@@ -201,11 +201,11 @@ def test_kernel_backends_get_the_validated_inputs_and_the_plan(monkeypatch: pyte
 def test_paged_calls_reach_the_kernel_backends_with_a_paged_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake(backend: str, inputs: Any, plan: Any) -> str:
-        seen.update(backend=backend, inputs=inputs, plan=plan)
+    def fake(inputs: Any, plan: Any) -> str:
+        seen.update(backend=last_backend(), inputs=inputs, plan=plan)
         return "ran"
 
-    monkeypatch.setattr(api, "run_kernels", fake)
+    monkeypatch.setattr(api, "run_host", fake)
     q, _, _ = qkv()
     table = torch.tensor([[3, 0, 1, 2], [4, 5, 7, 6]], dtype=torch.int32)
     kp, vp = rand(9, NKV, 32, D, seed=4), rand(9, NKV, 32, D, seed=5)
@@ -219,7 +219,7 @@ def test_paged_calls_reach_the_kernel_backends_with_a_paged_plan(monkeypatch: py
 def test_planner_refusal_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     from ttdecode.ops.flash_decode.plan import PlanError
 
-    monkeypatch.setattr(api, "run_kernels", lambda *a: pytest.fail("must not run"))
+    monkeypatch.setattr(api, "run_host", lambda *a: pytest.fail("must not run"))
     q, k, v = qkv(s=4096)
     with pytest.raises(PlanError, match="L1 overflow"):
         scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="host",
@@ -238,7 +238,7 @@ def test_auto_sends_torch_inputs_to_the_host_even_with_a_device(monkeypatch: pyt
     """Issue 28: "auto" picks the device only for device tensors (tests/test_device_step.py); torch inputs go
     to the host runtime whether or not a Wormhole is present, and the choice is logged with its reason."""
     _fake_device(monkeypatch, available)
-    monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
+    monkeypatch.setattr(api, "run_host", lambda inputs, plan: "host")
     q, k, v = qkv()
     with caplog.at_level(logging.INFO, logger="ttdecode"):
         assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2]) == "host"
@@ -250,7 +250,7 @@ def test_auto_without_a_device_falls_back_to_host(monkeypatch: pytest.MonkeyPatc
     from ttdecode.backend import select_backend
 
     _fake_device(monkeypatch, False)
-    monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
+    monkeypatch.setattr(api, "run_host", lambda inputs, plan: "host")
     q, k, v = qkv()
     assert scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2], backend="auto") == "host"
     assert last_backend() == "host"
@@ -286,7 +286,7 @@ def test_reference_reads_the_same_values_the_kernels_get(ttnn) -> None:
 def test_auto_with_the_real_device_module_picks_host_here(monkeypatch: pytest.MonkeyPatch) -> None:
     from ttdecode.ttnn_env import has_tenstorrent_device
 
-    monkeypatch.setattr(api, "run_kernels", lambda backend, inputs, plan: backend)
+    monkeypatch.setattr(api, "run_host", lambda inputs, plan: "host")
     q, k, v = qkv()
     scaled_dot_product_attention_decode(q, k, v, cur_pos=[1, 2])
     assert last_backend() == ("device" if has_tenstorrent_device() else "host")

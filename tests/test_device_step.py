@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import ttdecode
-from ttdecode.ops.flash_decode import device_step as fd_device
+from ttdecode.ops.flash_decode import device_steps as step_cache
+from ttdecode.ops.flash_decode.device_steps import STEPS
 
 B, NH, NKV, S, D = 4, 32, 8, 1024, 128
 
@@ -104,8 +105,8 @@ def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(ttnn, "deallocate", lambda t: calls["device_ops"].append(("deallocate", t.address, None)))
     for name in ("to_torch", "from_torch", "to_device", "from_device"):
         monkeypatch.setattr(ttnn, name, move)
-    monkeypatch.setattr(fd_device, "has_tenstorrent_device", lambda: True)
-    fd_device.clear_steps()
+    monkeypatch.setattr(step_cache, "has_tenstorrent_device", lambda: True)
+    STEPS.clear()
     tiles = ttnn.TILE_LAYOUT
     t = dict(
         q=Tensor(ttnn, ttnn.bfloat16, tiles, (1, B, NH, D), device),
@@ -117,7 +118,7 @@ def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         page_table=Tensor(ttnn, ttnn.int32, ttnn.ROW_MAJOR_LAYOUT, (B, S // 64), device),
     )
     yield {"calls": calls, "t": t, "Tensor": Tensor, "device": device}
-    fd_device.clear_steps()
+    STEPS.clear()
 
 
 def _has_core(k: Any, x: int, y: int) -> bool:
@@ -130,7 +131,7 @@ def test_twenty_steps_with_a_cur_pos_tensor_reuse_one_descriptor_and_move_nothin
         ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
                                                      backend="device")
     assert calls["moves"] == 0
-    assert fd_device.cached_steps() == 1
+    assert len(STEPS) == 1
     descs = {id(c[0]) for c in calls["generic_op"]}
     hashes = {c[1] for c in calls["generic_op"]}
     counts = [c[2] for c in calls["generic_op"]]
@@ -154,7 +155,7 @@ def test_list_positions_travel_as_common_runtime_args_with_a_fixed_count(fake: d
     assert seen[3] == [30, 31, 32, 0xFFFFFFFF]
     counts = [c[2] for c in calls["generic_op"]]
     assert all(c == counts[0] for c in counts) and counts[0][0][0] == 7 + B
-    assert fd_device.cached_steps() == 1 and len({id(c[0]) for c in calls["generic_op"]}) == 1
+    assert len(STEPS) == 1 and len({id(c[0]) for c in calls["generic_op"]}) == 1
     # a host check stays eager for a list
     with pytest.raises(ValueError, match=r"cur_pos\[0\]"):
         ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos=[S] * B, backend="device")
@@ -165,7 +166,7 @@ def test_paged_steps_read_the_device_page_table_without_a_readback(fake: dict[st
     for _ in range(3):
         ttdecode.paged_scaled_dot_product_attention_decode(t["q"], t["k_paged"], t["v_paged"], t["page_table"],
                                                            cur_pos_tensor=t["cur_pos"], backend="device")
-    assert calls["moves"] == 0 and fd_device.cached_steps() == 1
+    assert calls["moves"] == 0 and len(STEPS) == 1
     assert calls["generic_op"][-1][3][4] == t["page_table"].address
 
 
@@ -174,9 +175,9 @@ def test_a_new_address_is_patched_and_a_new_shape_is_a_new_step(fake: dict[str, 
     ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"], backend="device")
     q2 = Tensor(ttnn, ttnn.bfloat16, ttnn.TILE_LAYOUT, (1, B, NH, D), fake["device"])
     ttdecode.scaled_dot_product_attention_decode(q2, t["k"], t["v"], cur_pos_tensor=t["cur_pos"], backend="device")
-    assert calls["generic_op"][-1][3][0] == q2.address and fd_device.cached_steps() == 1
+    assert calls["generic_op"][-1][3][0] == q2.address and len(STEPS) == 1
     ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos=[1] * B, backend="device")
-    assert fd_device.cached_steps() == 2
+    assert len(STEPS) == 2
 
 
 def test_page_table_tensor_is_ttnns_name_and_page_table_its_alias(fake: dict[str, Any]) -> None:
@@ -236,7 +237,7 @@ def test_ttnn_config_objects_take_the_fast_path_and_a_mutated_one_or_a_changed_s
     assert validated[0] == 1 and len(calls["generic_op"]) == 3  # steps 2 and 3: the fast path
     ckc.math_fidelity = ttnn.MathFidelity.HiFi2  # the same object, mutated: another program
     call()
-    assert validated[0] == 2 and fd_device.cached_steps() == 2
+    assert validated[0] == 2 and len(STEPS) == 2
     call()
     assert validated[0] == 2  # the mutated object's conversion is reused while it stays as it is
     # a Q of another placement (same shape and dtype) is another spec: validated, and moved to DRAM
@@ -279,3 +280,43 @@ def test_an_output_memory_config_is_met_by_a_device_move_of_the_output(fake: dic
     with pytest.raises(ValueError, match=r"argument 'memory_config': .*\(128 tile rows.*got shard shape \[32, 128\] on 2 cores"):
         ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
                                                      memory_config=too_few, backend="device")
+
+
+def test_plan_decode_plans_once_and_its_step_runs_per_token_without_validation(
+        fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The visible plan/run object: ``plan_decode`` validates and builds once; ``step.run`` per token
+    validates its first call, then checks tensor specs only; it is not one of the API's kept steps."""
+    import ttdecode.ops.flash_decode.device_step as device_step
+
+    t, calls = fake["t"], fake["calls"]
+    count = [0]
+    real = device_step.validate_decode
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(device_step, "validate_decode", counting)
+    step = ttdecode.plan_decode(t["q"], t["k_paged"], t["v_paged"],
+                                ttdecode.DecodeOptions(paged=True, page_table=t["page_table"],
+                                                       cur_pos_tensor=t["cur_pos"]))
+    assert isinstance(step, ttdecode.FlashDecodeStep) and count[0] == 1 and calls["generic_op"] == []
+    for _ in range(5):
+        step.run(t["q"], t["k_paged"], t["v_paged"], cur_pos_tensor=t["cur_pos"], page_table=t["page_table"])
+    assert count[0] == 2 and step.calls == 5 and len(calls["generic_op"]) == 5 and len(STEPS) == 0
+    assert {id(c[0]) for c in calls["generic_op"]} == {id(step.prepared.descriptor)} and calls["moves"] == 0
+    assert calls["generic_op"][-1][3][4] == t["page_table"].address
+    with pytest.raises(ValueError, match="cur_pos"):  # causal: this token's positions are needed
+        step.run(t["q"], t["k_paged"], t["v_paged"], page_table=t["page_table"])
+    with pytest.raises(ValueError, match="not of the decode shape the step was planned for"):
+        step.run(t["q"], t["k_paged"], t["v_paged"], cur_pos=[1] * B, page_table=t["page_table"])
+
+
+def test_the_api_and_a_planned_step_build_the_same_program(fake: dict[str, Any]) -> None:
+    t, calls = fake["t"], fake["calls"]
+    ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"], backend="device")
+    step = ttdecode.plan_decode(t["q"], t["k"], t["v"], ttdecode.DecodeOptions(cur_pos_tensor=t["cur_pos"]))
+    step.run(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"])
+    kept = STEPS.steps()
+    assert len(kept) == 1 and kept[0].key == step.key and kept[0].plan == step.plan
+    assert calls["generic_op"][0][1] == calls["generic_op"][1][1]  # one program hash

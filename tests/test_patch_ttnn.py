@@ -96,11 +96,11 @@ _SENT = {
 def test_every_ttnn_keyword_is_passed_through_or_refused_by_name(tr, monkeypatch, name: str) -> None:
     seen: dict[str, Any] = {}
 
-    def spy(*args: Any, **kwargs: Any) -> str:
-        seen.update(args=args, kwargs=kwargs)
+    def spy(q: Any, k: Any, v: Any, options: Any) -> str:
+        seen.update(args=(q, k, v), options=options)
         return "ran"
 
-    monkeypatch.setattr(api, name, spy)
+    monkeypatch.setattr(api, "decode", spy)
     params = ttnn_parameters(getattr(tr, name))
     positional = [n for n, k, _ in params if k == "positional"]
     keywords = [n for n, k, _ in params if k == "keyword"]
@@ -108,10 +108,15 @@ def test_every_ttnn_keyword_is_passed_through_or_refused_by_name(tr, monkeypatch
     assert set(keywords) <= set(_SENT) | set(refused), sorted(set(keywords) - set(_SENT) - set(refused))
     sent = {n: _SENT[n][0] for n in keywords if n not in refused}
     assert getattr(P, name)(*positional, **sent) == "ran"
-    assert seen["args"] == tuple(positional)  # q, k, v (and the page table) in ttnn's order
+    assert seen["args"] == tuple(positional[:3])  # q, k, v in ttnn's order
+    options = seen["options"]
+    if name.startswith("paged"):  # the page table, ttnn's fourth positional
+        assert options.paged is True and options.page_table == positional[3]
+    else:
+        assert options.paged is False and options.page_table is None
     for n in sent:
-        assert seen["kwargs"][n] == _SENT[n][1], n
-    assert seen["kwargs"]["backend"] == "auto"  # strings are not device tensors
+        assert getattr(options, n) == _SENT[n][1], n
+    assert options.backend == "auto"  # strings are not device tensors
     for n, default in refused.items():
         with pytest.raises(ValueError, match=rf"argument '{n}'.*does not implement {n}"):
             getattr(P, name)(*positional, **{n: 7})
@@ -120,9 +125,9 @@ def test_every_ttnn_keyword_is_passed_through_or_refused_by_name(tr, monkeypatch
 
 def test_ttnn_defaults_mean_no_positions_list_and_no_shared_cache(monkeypatch) -> None:
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(api, "scaled_dot_product_attention_decode", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(api, "decode", lambda q, k, v, options: seen.update(options=options))
     P.scaled_dot_product_attention_decode("q", "k", "v", cur_pos=[])
-    assert seen["cur_pos"] is None and seen["share_cache"] is False
+    assert seen["options"].cur_pos is None and seen["options"].share_cache is False
 
 
 def test_unknown_keyword_is_a_type_error_as_in_ttnn() -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ttdecode.config import SDPAProgramConfig
+from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs, describe, validate_decode
 
 B, NH, NKV, S, D = 2, 8, 2, 64, 64
@@ -23,7 +24,7 @@ def run(**over: Any) -> DecodeInputs:
     args["cur_pos"] = [S - 1, 3]
     args.update(over)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-    return validate_decode(q, k, v, **args)
+    return validate_decode(q, k, v, DecodeOptions(**args))
 
 
 def paged(num_blocks: int = 6, block: int = 32, max_blocks: int = 2, **over: Any) -> DecodeInputs:
@@ -33,7 +34,7 @@ def paged(num_blocks: int = 6, block: int = 32, max_blocks: int = 2, **over: Any
     )
     args.update(over)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-    return validate_decode(q, k, v, **args)
+    return validate_decode(q, k, v, DecodeOptions(**args))
 
 
 def test_valid_call_reports_shapes_formats_and_scale() -> None:
@@ -107,7 +108,7 @@ def test_q_given_as_b_1_nh_d_names_q_s_shape_and_layout_not_only_k() -> None:
     (dim 1 of q [T, B, NH, D]), shows q's shape, and says how to pass 4 users of one token."""
     with pytest.raises(ValueError) as e:
         validate_decode(torch.randn(4, 1, NH, D), torch.randn(4, NKV, S, D), torch.randn(4, NKV, S, D),
-                        cur_pos=[S - 1])
+                        DecodeOptions(cur_pos=[S - 1]))
     msg = str(e.value)
     assert "argument 'k': expected batch (dim 0) B=1 like q, got shape [4, 2, 64, 64]" in msg, msg
     assert "k's batch 4 against q's B=1, dim 1 of q [T, B, NH, D] = [4, 1, 8, 64] (4 new tokens per user)" in msg, msg

@@ -3,6 +3,12 @@
 Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``):
 
 - :func:`scaled_dot_product_attention_decode`, :func:`paged_scaled_dot_product_attention_decode`
+- :func:`plan_decode` -> :class:`FlashDecodeStep` (a Wormhole: plan once per decode shape, ``run`` per
+  token) with the call's :class:`DecodeOptions`::
+
+      step = ttdecode.plan_decode(q, k, v, ttdecode.DecodeOptions(cur_pos_tensor=pos))
+      for _ in range(tokens):
+          out = step.run(q, k, v, cur_pos_tensor=pos)   # pos advanced on the device between tokens
 - :func:`rotary_kv_append` (fused RoPE + KV-cache append, one program per decode step)
 - :func:`patch_ttnn` / :func:`unpatch_ttnn` (route ``ttnn.transformer``'s two decode-attention ops to
   this package for a whole model; a function or a context manager)
@@ -27,6 +33,8 @@ if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecod
     from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
     from ttdecode.distributed.context import combine_partials, context_parallel_decode
     from ttdecode.core.formats import DataType
+    from ttdecode.ops.flash_decode.device_step import FlashDecodeStep, plan_decode
+    from ttdecode.ops.flash_decode.options import DecodeOptions
     from ttdecode.ops.rotary_append.op import rotary_kv_append
     from ttdecode.patch import patch_ttnn, unpatch_ttnn
     from ttdecode.core.tensor import TileTensor, from_torch, to_torch
@@ -36,6 +44,9 @@ _HOMES = {
     "scaled_dot_product_attention_decode": "ttdecode.api",
     "paged_scaled_dot_product_attention_decode": "ttdecode.api",
     "last_backend": "ttdecode.api",
+    "DecodeOptions": "ttdecode.ops.flash_decode.options",
+    "FlashDecodeStep": "ttdecode.ops.flash_decode.device_step",
+    "plan_decode": "ttdecode.ops.flash_decode.device_step",
     "ComputeKernelConfig": "ttdecode.config",
     "SDPAProgramConfig": "ttdecode.config",
     "combine_partials": "ttdecode.distributed.context",
@@ -71,6 +82,9 @@ __all__ = [
     "scaled_dot_product_attention_decode",
     "paged_scaled_dot_product_attention_decode",
     "last_backend",
+    "DecodeOptions",
+    "plan_decode",
+    "FlashDecodeStep",
     "context_parallel_decode",
     "combine_partials",
     "rotary_kv_append",

@@ -12,8 +12,10 @@ Backends (``backend=``):
   the output ``[T, B, NH, Dv]`` cast to bfloat16 (like the device output) and, with
   ``return_lse=True``, the log-sum-exp ``[T, B, NH]`` in float32 (``-inf`` for a skipped user).
 * ``"host"``: the Metalium kernels on the host runtime. ``"device"``: the same kernels on a
-  Wormhole through ``ttnn.generic_op``. Both go through ``ttdecode.ops.flash_decode.op.run_kernels``.
-* ``"auto"``: ``"device"`` if ``ttdecode.ttnn_backend.available()`` and Q, K, V are ttnn device tensors,
+  Wormhole through ``ttnn.generic_op``: ``ttdecode.ops.flash_decode.op.run_host`` and the device's
+  cached steps (``ttdecode.ops.flash_decode.device_steps.STEPS``; a caller may keep its own step:
+  ``ttdecode.plan_decode``).
+* ``"auto"``: ``"device"`` if ``ttdecode.ttnn_env.has_tenstorrent_device()`` and Q, K, V are ttnn device tensors,
   else ``"host"`` (torch / host inputs run on the host runtime). The choice is logged
   (logger ``"ttdecode"``, INFO) and ``last_backend()`` returns the backend the last call used.
 
@@ -42,7 +44,8 @@ from typing import Any, Optional
 
 from ttdecode.backend import BACKENDS, last_backend, record, select_backend
 from ttdecode.core.checks import fail
-from ttdecode.ops.flash_decode.op import Result, make_decode_plan, run_kernels, run_reference
+from ttdecode.ops.flash_decode.op import Result, make_decode_plan, run_host, run_reference
+from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import validate_decode
 
 __all__ = [
@@ -50,8 +53,9 @@ __all__ = [
     "scaled_dot_product_attention_decode",
     "paged_scaled_dot_product_attention_decode",
     "last_backend",
+    "DecodeOptions",
+    "decode",
 ]
-
 
 
 def scaled_dot_product_attention_decode(
@@ -103,13 +107,13 @@ def scaled_dot_product_attention_decode(
         The output ``[T, B, NH, Dv]`` (torch bfloat16 on the reference backend), or
         ``(output, lse)`` with ``return_lse``.
     """
-    return _decode(
-        q, k, v, page_table=None, paged=False, is_causal=is_causal, attn_mask=attn_mask,
-        cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
-        sliding_window_size=sliding_window_size, share_cache=share_cache, program_config=program_config,
-        compute_kernel_config=compute_kernel_config, memory_config=memory_config, head_dim_v=head_dim_v,
-        return_lse=return_lse, backend=backend, validate_values=validate_values,
-    )
+    return decode(q, k, v, DecodeOptions(
+        is_causal=is_causal, attn_mask=attn_mask, cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor,
+        attention_sink=attention_sink, scale=scale, sliding_window_size=sliding_window_size,
+        share_cache=share_cache, program_config=program_config, compute_kernel_config=compute_kernel_config,
+        memory_config=memory_config, head_dim_v=head_dim_v, return_lse=return_lse, backend=backend,
+        validate_values=validate_values,
+    ))
 
 
 def paged_scaled_dot_product_attention_decode(
@@ -145,38 +149,40 @@ def paged_scaled_dot_product_attention_decode(
     if page_table_tensor is not None and page_table is not None:
         raise fail("page_table", "None when page_table_tensor is given (page_table is its alias; give one)",
                    "a tensor", TypeError)
-    return _decode(
-        q, k, v, page_table=page_table_tensor if page_table is None else page_table, paged=True, is_causal=is_causal, attn_mask=attn_mask,
-        cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
-        sliding_window_size=sliding_window_size, share_cache=False, program_config=program_config,
+    return decode(q, k, v, DecodeOptions(
+        paged=True, page_table=page_table_tensor if page_table is None else page_table, is_causal=is_causal,
+        attn_mask=attn_mask, cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink,
+        scale=scale, sliding_window_size=sliding_window_size, program_config=program_config,
         compute_kernel_config=compute_kernel_config, memory_config=memory_config, head_dim_v=head_dim_v,
         return_lse=return_lse, backend=backend, validate_values=validate_values,
-    )
+    ))
 
 
-def _decode(q: Any, k: Any, v: Any, *, backend: str, validate_values: bool = False, **options: Any) -> Result:
-    """Validate, pick the backend, run it. Values on the device are read back only for the host and
-    reference backends (which need them) or with validate_values."""
+def decode(q: Any, k: Any, v: Any, options: DecodeOptions) -> Result:
+    """The two public functions' run: Q, K, V (shapes as in `scaled_dot_product_attention_decode`) and
+    the call's `DecodeOptions`. Validate, pick the backend, run it. Values on the device are read back
+    only for the host and reference backends (which need them) or with ``options.validate_values``.
+    A device call of device tensors whose specs match an earlier validated call of the same options
+    checks tensor metadata only (``step_cache.DeviceSteps.run_cached``)."""
+    backend, validate_values = options.backend, options.validate_values
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise fail("backend", f"one of {list(BACKENDS)}", repr(backend),
                    ValueError if isinstance(backend, str) else TypeError)
     if backend == "device" and not validate_values:
-        # a cached call of device tensors: metadata checks only (ttdecode.ops.flash_decode.device_step.fast_key)
-        from ttdecode.ops.flash_decode import device_step as fd
+        # the device machinery (ttdecode.ttnn_backend) is imported by device calls only
+        from ttdecode.ops.flash_decode.device_steps import MISS, STEPS
 
-        out = fd.try_fast(q, k, v, options["paged"], options)
-        if out is not fd.MISS:
+        out = STEPS.run_cached(q, k, v, options)
+        if out is not MISS:
             record("device")
             return out
     chosen = select_backend(q, k, v) if backend == "auto" else backend
-    inputs = validate_decode(q, k, v, validate_values=bool(validate_values) or chosen != "device", **options)
+    inputs = validate_decode(q, k, v, options, read_values=bool(validate_values) or chosen != "device")
     record(chosen)
     if chosen == "reference":
         return run_reference(inputs)
-    # the device plans once per decode shape (a cached step); the host runtime plans each call
-    result = run_kernels(chosen, inputs, make_decode_plan(inputs) if chosen == "host" else None)
-    if chosen == "device" and not validate_values:
-        from ttdecode.ops.flash_decode import device_step as fd
+    if chosen == "host":  # the host runtime plans each call (its positions included)
+        return run_host(inputs, make_decode_plan(inputs))
+    from ttdecode.ops.flash_decode.device_steps import STEPS
 
-        fd.remember_fast(q, k, v, options["paged"], options, inputs)
-    return result
+    return STEPS.run(q, k, v, options, inputs)  # the device plans once per decode shape (a kept step)

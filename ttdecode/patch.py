@@ -3,7 +3,8 @@
 While patched, ``ttnn.transformer.scaled_dot_product_attention_decode`` and
 ``ttnn.transformer.paged_scaled_dot_product_attention_decode`` are ttdecode functions with ttnn
 0.81.1's exact signatures (same parameter names, order, positional/keyword kinds and defaults). Each
-call goes to the public API (``ttdecode.api``) with ``backend="device"`` when Q, K or V is a ttnn
+call builds the call's ``DecodeOptions`` and runs it through the public API's ``ttdecode.api.decode`` (the
+body of ``ttdecode.scaled_dot_product_attention_decode``) with ``backend="device"`` when Q, K or V is a ttnn
 device tensor (else ``backend="auto"``: host inputs run on the host runtime). Every keyword ttnn takes
 is either passed through or, when ttdecode does not implement it and a non-default value comes,
 refused by name (never dropped):
@@ -33,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 from ttdecode import api
 from ttdecode.backend import on_device
 from ttdecode.core.checks import fail
+from ttdecode.ops.flash_decode.options import DecodeOptions
 
 __all__ = ["PatchHandle", "patch_ttnn", "unpatch_ttnn", "is_patched", "ROUTED", "REFUSED"]
 
@@ -90,13 +92,12 @@ def scaled_dot_product_attention_decode(
     ``ttdecode.scaled_dot_product_attention_decode``. Q ``[1, B, NH, D]``, K/V ``[B, NKV, S, D]``;
     returns ``[1, B, NH, D]``. An empty ``cur_pos`` (ttnn's default) means none given."""
     positions = None if cur_pos is None or len(cur_pos) == 0 else list(cur_pos)
-    return api.scaled_dot_product_attention_decode(
-        input_tensor_q, input_tensor_k, input_tensor_v, is_causal=is_causal, attn_mask=attn_mask,
-        cur_pos=positions, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
-        sliding_window_size=sliding_window_size, share_cache=bool(share_cache),
-        program_config=program_config, compute_kernel_config=compute_kernel_config,
+    return api.decode(input_tensor_q, input_tensor_k, input_tensor_v, DecodeOptions(
+        is_causal=is_causal, attn_mask=attn_mask, cur_pos=positions, cur_pos_tensor=cur_pos_tensor,
+        attention_sink=attention_sink, scale=scale, sliding_window_size=sliding_window_size,
+        share_cache=bool(share_cache), program_config=program_config, compute_kernel_config=compute_kernel_config,
         memory_config=memory_config, backend=_backend(input_tensor_q, input_tensor_k, input_tensor_v),
-    )
+    ))
 
 
 def paged_scaled_dot_product_attention_decode(
@@ -126,13 +127,13 @@ def paged_scaled_dot_product_attention_decode(
     _refuse("paged_scaled_dot_product_attention_decode",
             {"paged_cache_geometry": paged_cache_geometry, "cache_position_modulo": cache_position_modulo,
              "spec_multi_pos_tiles": spec_multi_pos_tiles})
-    return api.paged_scaled_dot_product_attention_decode(
-        input_tensor_q, input_tensor_k, input_tensor_v, page_table_tensor, is_causal=is_causal,
-        attn_mask=attn_mask, cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
+    return api.decode(input_tensor_q, input_tensor_k, input_tensor_v, DecodeOptions(
+        paged=True, page_table=page_table_tensor, is_causal=is_causal, attn_mask=attn_mask,
+        cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
         sliding_window_size=sliding_window_size, program_config=program_config,
         compute_kernel_config=compute_kernel_config, memory_config=memory_config,
         backend=_backend(input_tensor_q, input_tensor_k, input_tensor_v),
-    )
+    ))
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {

@@ -27,6 +27,7 @@ from ttdecode.distributed.device_context import (
     padded_shards,
     plan_mesh_decode,
 )
+from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import validate_decode
 
 S, B, NH, NKV, D = 256, 4, 8, 2, 64  # 8 key tiles
@@ -95,7 +96,7 @@ def op_on_shard_descriptor(q, k, v, layout: str, n: int, d: int, **kw) -> tuple[
     shard = lambda x: ttdecode.from_torch(  # noqa: E731
         torch.nn.functional.pad(ttdecode.to_torch(x)[:, :, held], (0, 0, 0, width - len(held))), dtype=x.dtype)
     local = [local_position(p, held) for p in POSITIONS]
-    info = validate_decode(q, shard(k), shard(v), cur_pos=local, return_lse=True, **kw)
+    info = validate_decode(q, shard(k), shard(v), DecodeOptions(cur_pos=local, return_lse=True, **kw))
     prog = decode_program(info, _make_plan(info), compute_settings(info))
     return dev.build_program_descriptor(prog, GridView()), local
 
@@ -103,7 +104,7 @@ def op_on_shard_descriptor(q, k, v, layout: str, n: int, d: int, **kw) -> tuple[
 @pytest.mark.parametrize("layout, n", [("contiguous", 3), ("interleaved", 3), ("interleaved", 8)])
 def test_each_devices_descriptor_is_the_op_on_its_shard(ttnn: Any, layout: str, n: int) -> None:
     q, k, v = cache()
-    info = validate_decode(q, k, v, cur_pos=POSITIONS, return_lse=True)
+    info = validate_decode(q, k, v, DecodeOptions(cur_pos=POSITIONS, return_lse=True))
     mesh = plan_mesh_decode(POSITIONS, 8, 32, (1, n), layout, None, False)
     assert len(mesh.launches) == 1 and mesh.local_seq_len == -(-8 // n) * 32
     (progs,) = mesh_programs(info, mesh)
@@ -162,7 +163,8 @@ def test_window_and_sink_split_launches_and_the_sink_joins_once(ttnn: Any) -> No
     q, k, v = cache(2)
     sink = torch.randn(NH)
     n, window = 4, 80
-    info = validate_decode(q, k, v, cur_pos=POSITIONS, return_lse=True, sliding_window_size=window, attention_sink=sink)
+    info = validate_decode(q, k, v, DecodeOptions(cur_pos=POSITIONS, return_lse=True, sliding_window_size=window,
+                                                attention_sink=sink))
     mesh = plan_mesh_decode(POSITIONS, 8, 32, (1, n), "interleaved", window, True)
     progs = mesh_programs(info, mesh)
     assert len(progs) == len(mesh.launches) >= 2
@@ -196,7 +198,7 @@ def test_lse_rows_become_the_combines_tiles(ttnn: Any, monkeypatch: pytest.Monke
     from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 
     q, k, v = cache(3)
-    info = validate_decode(q, k, v, cur_pos=POSITIONS, return_lse=True)
+    info = validate_decode(q, k, v, DecodeOptions(cur_pos=POSITIONS, return_lse=True))
     plan = _make_plan(info)
     rows = torch.randn(B * NKV, 32)
 

@@ -112,7 +112,7 @@ def flash_decode_program(name: str) -> tuple[Program, dict[str, Any]]:
     from ttdecode.ops.flash_decode.device_step import decode_program
     from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
 
-    inputs = _capture(api, "run_kernels", _decode_call(name, **dict(FLASH_DECODE_CASES[name])))[1]
+    inputs = _capture(api, "run_host", _decode_call(name, **dict(FLASH_DECODE_CASES[name])))[0]
     plan = make_decode_plan(inputs)
     program = decode_program(inputs, plan, compute_settings(inputs))
     facts = {"q_tile_rows": plan.q_tile_rows, "cores": len(program.cores()), "kernels": len(program.kernels)}

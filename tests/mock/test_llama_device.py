@@ -30,8 +30,8 @@ moves = log.moves
 def our_kernels(dec):
     # the kernels of our programs in the step: the rotary append's and every cached FlashDecode step's
     from pathlib import Path
-    from ttdecode.ops.flash_decode import device_step as fd
-    programs = [dec._device.rotary.program] + [s.program for s in fd._steps.values()]
+    from ttdecode.ops.flash_decode.device_steps import STEPS
+    programs = [dec._device.rotary.program] + [s.program for s in STEPS.steps()]
     return [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
             for p in programs for k in p.kernels]
 """

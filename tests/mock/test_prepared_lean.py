@@ -16,7 +16,7 @@ import torch
 import ttnn
 import ttdecode
 from ttdecode.ttnn_backend import DeviceError
-from ttdecode.ops.flash_decode import device_step as fdd
+from ttdecode.ops.flash_decode.device_steps import STEPS
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
 
@@ -33,7 +33,7 @@ call = lambda: ttdecode.paged_scaled_dot_product_attention_decode(q, k, v, page_
                                                                   cur_pos_tensor=pos, backend="device")
 res = {}
 call()
-pp = next(iter(fdd._steps.values())).prepared
+pp = STEPS.steps()[0].prepared
 res["lean"] = pp.lean is not None
 res["lean_per_core"] = [sum(len(kd.runtime_args[c.x][c.y]) for c in kern.runtime_args)
                         for kd, kern in zip(pp.lean.kernels, pp.program.kernels)]

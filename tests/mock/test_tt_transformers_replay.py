@@ -166,9 +166,9 @@ ttnn_form = None
 if q is not None and refused is None:
     ttnn_form = form(sdpa(q))  # ttnn's own op (unpatched) on the last step's inputs
 from pathlib import Path
-from ttdecode.ops.flash_decode import device_step as fd
+from ttdecode.ops.flash_decode.device_steps import STEPS
 kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
-           for s in fd._steps.values() for k in s.program.kernels]
+           for s in STEPS.steps() for k in s.program.kernels]
 emit({"steps": steps, "refused": refused, "restored": restored, "ttnn_form": ttnn_form, "kernels": kernels})
 ttnn.close_device(d)
 """

@@ -52,6 +52,7 @@ from ttdecode.distributed import RankContext, WorkerPool
 from ttdecode.distributed.sharding import (
     COMBINES, KV_LAYOUTS, ShardPlan, _local_positions, _shard_kv, _unit_positions, shard_groups, shard_plan,
 )
+from ttdecode.ops.flash_decode.options import DecodeOptions
 
 __all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",
            "ShardPlan", "get_pool", "close_pools"]
@@ -118,29 +119,26 @@ def _mask_values(mask: Any, backend: str) -> Optional[torch.Tensor]:
 # ---- the workers --------------------------------------------------------------------------------
 
 
-def _run_shard(q: Any, k: Any, v: Any, page_table: Optional[torch.Tensor], rows: list, use_tensor: bool,
-               sink: Any, options: dict, backend: str, is_causal: bool = True,
+def _run_shard(q: Any, k: Any, v: Any, rows: list, use_tensor: bool, sink: Any, options: DecodeOptions,
                attn_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The op over one device's shard: one call per distinct (local window, sink) among its live users,
     the others at -1; non-causal: one call over all the shard's keys (``attn_mask`` the shard's mask
-    columns). Returns the partial output ``[1, B, NH, Dv]`` and LSE ``[1, B, NH]`` in float32."""
-    from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
+    columns). `options`: the shard's (its page table, the backend, ``return_lse=True``; no positions,
+    window, sink or mask: set here per call). Returns the partial output ``[1, B, NH, Dv]`` and LSE
+    ``[1, B, NH]`` in float32."""
+    from ttdecode.api import decode
 
     out = lse = None
     for window, with_sink, pos in shard_groups(rows):
         users = [b for b, p in enumerate(pos) if p >= 0]
-        kw = dict(options, sliding_window_size=window, attention_sink=sink if with_sink else None,
-                  return_lse=True, backend=backend)
-        if not is_causal:  # every user attends all the shard's keys (rows hold local S - 1 for all)
-            kw.update(is_causal=False, attn_mask=attn_mask)
+        if not options.is_causal:  # every user attends all the shard's keys (rows hold local S - 1 for all)
+            given = dict(attn_mask=attn_mask)
         elif use_tensor:
-            kw["cur_pos_tensor"] = torch.tensor(pos, dtype=torch.int32)
+            given = dict(cur_pos_tensor=torch.tensor(pos, dtype=torch.int32))
         else:
-            kw["cur_pos"] = pos
-        if page_table is not None:
-            o, l = paged_scaled_dot_product_attention_decode(q, k, v, page_table, **kw)
-        else:
-            o, l = scaled_dot_product_attention_decode(q, k, v, **kw)
+            given = dict(cur_pos=pos)
+        call = options.replace(sliding_window_size=window, attention_sink=sink if with_sink else None, **given)
+        o, l = decode(q, k, v, call)
         o, l = o.to(torch.float32), l.to(torch.float32)
         if out is None:
             out = torch.zeros_like(o)
@@ -227,7 +225,7 @@ def _cp_worker(ctx: RankContext, shard: dict, combine: str, empty_shape: tuple[i
     if out is None:  # no live user on this device
         out = torch.zeros(empty_shape, dtype=torch.float32)
         lse = torch.full(empty_shape[:-1], float("-inf"), dtype=torch.float32)
-    if shard["backend"] == "host":
+    if shard["options"].backend == "host":
         # The chip's combine: the op's bf16 partials (exact in bf16) merged by the combine kernels.
         return combine_over_group(out.to(torch.bfloat16), lse, combine, merge="kernel")
     return combine_over_group(out, lse, combine)
@@ -314,15 +312,16 @@ def context_parallel_decode(
     _check_op_options(op_options)
 
     paged = page_table is not None
-    info = validate_decode(q, k, v, page_table=page_table, paged=paged, cur_pos=cur_pos,
-                           cur_pos_tensor=cur_pos_tensor, return_lse=True, **op_options)
+    options = DecodeOptions(paged=paged, page_table=page_table, cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor,
+                            return_lse=True, **op_options)
+    info = validate_decode(q, k, v, options)
     unit, num_units = _sequence_units(info, paged, n)
     if backend == "device":
-        out, lse = _decode_on_mesh(info, q, k, v, devices, mesh_shape, num_units, unit, kv_layout, combine, op_options)
+        out, lse = _decode_on_mesh(info, q, k, v, devices, mesh_shape, num_units, unit, kv_layout, combine, options)
         return (out, lse) if return_lse else out
     pool = devices if isinstance(devices, WorkerPool) else get_pool(n)
     per_rank = _rank_shards(info, q, k, v, n, num_units, unit, kv_layout, combine, backend, paged,
-                            cur_pos_tensor is not None, op_options)
+                            cur_pos_tensor is not None, options)
     results = pool.run(_cp_worker, per_rank)
     out, lse = results[0]
     out = out.to(torch.bfloat16)
@@ -406,7 +405,7 @@ def _sequence_units(info: Any, paged: bool, n: int) -> tuple[int, int]:
 
 
 def _decode_on_mesh(info: Any, q: Any, k: Any, v: Any, devices: Any, mesh_shape: tuple[int, int], num_units: int,
-                    unit: int, kv_layout: str, combine: str, op_options: dict) -> tuple[Any, Any]:
+                    unit: int, kv_layout: str, combine: str, options: DecodeOptions) -> tuple[Any, Any]:
     """backend "device": plans the shards over the mesh (plan_mesh_decode) and runs one FlashDecode
     program per device and the combine (run_on_mesh). One token per user only (refused otherwise).
     Returns the merged (output, LSE) as ttnn mesh tensors."""
@@ -417,26 +416,29 @@ def _decode_on_mesh(info: Any, q: Any, k: Any, v: Any, devices: Any, mesh_shape:
         raise NotImplementedError(f"{_NAME}: argument 'q': {info.num_tokens} tokens per user on a mesh "
                                   f"(backend 'device') is not built; expected one token")
     mesh = plan_mesh_decode(info.positions, num_units, unit, mesh_shape, kv_layout,
-                            op_options.get("sliding_window_size"), op_options.get("attention_sink") is not None)
+                            options.sliding_window_size, options.attention_sink is not None)
     tile = lambda x: None if x is None else as_tile_tensor(x)  # noqa: E731 - the shards' byte source
     return run_on_mesh(info, tile(q), tile(k), tile(v), devices, mesh, combine)
 
 
 def _rank_shards(info: Any, q: Any, k: Any, v: Any, n: int, num_units: int, unit: int, kv_layout: str, combine: str,
-                 backend: str, paged: bool, use_tensor: bool, op_options: dict) -> list[tuple[dict, str, tuple[int, ...]]]:
+                 backend: str, paged: bool, use_tensor: bool,
+                 options: DecodeOptions) -> list[tuple[dict, str, tuple[int, ...]]]:
     """The worker path: decides what each of the n devices runs: its units of the sequence (shard_plan),
     its K/V (and page table, renumbered over the blocks it holds; attn_mask columns), each user's local
-    position and window on it (_local_positions). Takes attention_sink, sliding_window_size, is_causal
-    and attn_mask out of `op_options` (the shards carry them their own way). Returns one
+    position and window on it (_local_positions). The shards carry attention_sink, sliding_window_size,
+    is_causal and attn_mask their own way (their `options` hold none of them but is_causal). Returns one
     (shard, combine, shape of an empty partial [1, B, NH, Dv]) per rank, for _cp_worker."""
     from ttdecode.core.tensor import _is_ttnn_tensor, as_tile_tensor
 
     host = lambda x: as_tile_tensor(x) if _is_ttnn_tensor(x) else x  # noqa: E731 - picklable host copies
     q_h, k_h, v_h = host(q), host(k), host(v)
-    sink = host(op_options.pop("attention_sink", None))
-    window = op_options.pop("sliding_window_size", None)
-    op_options.pop("is_causal", True)  # the shards carry info.is_causal
-    mask = _mask_values(op_options.pop("attn_mask", None), backend)
+    sink = host(options.attention_sink)
+    window = options.sliding_window_size
+    mask = _mask_values(options.attn_mask, backend)
+    # the shards' options: positions, window, sink and mask set per shard and call (_run_shard)
+    shard_options = options.replace(cur_pos=None, cur_pos_tensor=None, attention_sink=None, sliding_window_size=None,
+                                    attn_mask=None, is_causal=info.is_causal, return_lse=True, backend=backend)
     plan = shard_plan(num_units, unit, n, kv_layout)
     # non-causal: every user attends every key, as a causal user at the last logical position would
     positions = list(info.positions) if info.is_causal else [num_units * unit - 1] * info.batch
@@ -450,8 +452,7 @@ def _rank_shards(info: Any, q: Any, k: Any, v: Any, n: int, num_units: int, unit
             blocks = np.unique(pt.numpy())
             local_pt = torch.as_tensor(np.searchsorted(blocks, pt.numpy()), dtype=torch.int32)
         shard = dict(q=q_h, k=_shard_kv(k_h, plan, d, blocks), v=_shard_kv(v_h, plan, d, blocks),
-                     page_table=local_pt, rows=rows, use_tensor=use_tensor, sink=sink,
-                     options=dict(op_options), backend=backend, is_causal=info.is_causal,
+                     rows=rows, use_tensor=use_tensor, sink=sink, options=shard_options.replace(page_table=local_pt),
                      attn_mask=None if mask is None else mask.index_select(3, _unit_positions(plan, d)).contiguous())
         per_rank.append((shard, combine, (1, info.batch, info.num_heads, info.head_dim_v)))
     return per_rank

@@ -335,7 +335,7 @@ class ContextParallelDecode:
       differs per device is in the device tensors): the fused RoPE + paged append
       (``ttdecode.ops.rotary_append``, packed qkv, interleaved pairs), FlashDecode on the shard (paged,
       the positions and page table as device tensors, ``return_lse=True``: the
-      ``ttdecode.ops.flash_decode.device_step.DecodeStep`` the public op would build for these tensors) and
+      ``ttdecode.ops.flash_decode.device_step.FlashDecodeStep`` the public op would build for these tensors) and
       the combine of the n gathered partials (``ttdecode.ops.combine.CombineStep``).
 
     A step: `write` (one ``ttnn.copy_host_to_device_tensor`` of the n rows; then ``slice`` /
@@ -432,19 +432,19 @@ class ContextParallelDecode:
 
     def _prepare_flash(self, scale: Optional[float], program_config: Any, compute_kernel_config: Any) -> Any:
         """FlashDecode on one shard: the op's own validation and plan of these device tensors (a q
-        allocated, never written), its `DecodeStep` (the prepared program) kept."""
-        from ttdecode.ops.flash_decode.device_step import DecodeStep
-        from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
+        allocated, never written), its `FlashDecodeStep` (the prepared program) kept."""
+        from ttdecode.ops.flash_decode.device_step import FlashDecodeStep
+        from ttdecode.ops.flash_decode.options import DecodeOptions
         from ttdecode.ops.flash_decode.validate import validate_decode
 
         ttnn = self.ttnn
         q = ttnn.allocate_tensor_on_device(ttnn.Shape([1, self.batch, self.num_heads, self.head_dim]), ttnn.bfloat16,
                                            ttnn.TILE_LAYOUT, self.mesh, ttnn.DRAM_MEMORY_CONFIG)
         k, v = self.caches[0]
-        inputs = validate_decode(q, k, v, page_table=self.page_table, paged=True, cur_pos_tensor=self.attend_pos,
-                                 scale=scale, program_config=program_config,
-                                 compute_kernel_config=compute_kernel_config, return_lse=True)
-        step = DecodeStep(inputs, compute_settings(inputs), make_decode_plan, self.mesh)
+        options = DecodeOptions(paged=True, page_table=self.page_table, cur_pos_tensor=self.attend_pos, scale=scale,
+                                program_config=program_config, compute_kernel_config=compute_kernel_config,
+                                return_lse=True)
+        step = FlashDecodeStep(options, validate_decode(q, k, v, options), self.mesh)
         ttnn.deallocate(q)
         return step
 

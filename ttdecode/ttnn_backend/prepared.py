@@ -85,8 +85,8 @@ class PreparedProgram:
     decode loop the count is constant) or a full run left the cache empty (a disabled cache), and a lean
     run that added an entry raises. What this cannot see: the cache cleared and refilled by other
     programs to exactly the former count between two runs (ttnn 0.81.1 cannot be asked whether one hash
-    is cached); after ``clear_program_cache()`` call `reset_lean` on kept programs (`DecodeStep`s:
-    ``ttdecode.ops.flash_decode.device_step.clear_steps()`` forgets them).
+    is cached); after ``clear_program_cache()`` call `reset_lean` on kept programs (`FlashDecodeStep`s:
+    ``ttdecode.ops.flash_decode.device_steps.STEPS.clear()`` forgets them).
     """
 
     def __init__(self, program: Program, device: Any) -> None:

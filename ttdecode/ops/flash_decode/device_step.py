@@ -1,20 +1,25 @@
-"""FlashDecode on a Wormhole: plan once per decode shape, run per step.
+"""FlashDecode on a Wormhole: plan once per decode shape, run per token (`plan_decode`, `FlashDecodeStep`).
 
-A `DecodeStep` is made once per decode *shape* -- the tensors' shapes, dtypes, layouts and memory
+A `FlashDecodeStep` is made once per decode *shape* -- the tensors' shapes, dtypes, layouts and memory
 configs, the program and compute configs and the options, never the positions, the page-table
-contents or the batch's values -- and holds the plan, the `Program` and the ttnn descriptor
-(`ttdecode.ttnn_backend.PreparedProgram`). Each call checks tensor metadata only, patches the buffer
-addresses (and positions given as a list, as the reader's common runtime args) and calls
+contents or the batch's values (`step_key`) -- and holds the plan, the `Program` and the ttnn
+descriptor (`ttdecode.ttnn_backend.PreparedProgram`). Each call checks tensor metadata only, patches
+the buffer addresses (and positions given as a list, as the reader's common runtime args) and calls
 ``ttnn.generic_op``: no plan, no program build, no data between host and device when the inputs are
-device tensors. `run_decode` keeps a bounded cache of steps (`STEP_CACHE_SIZE`, least recently used
-out) keyed by `step_key`.
+device tensors::
 
-A cached call of device tensors skips even the validation (`try_fast`, called first by the API with
-``backend="device"``): keyed by its options (`fast_key`), it compares each tensor's TensorSpec and
-device with those of a validated call of the step (`DecodeStep.run_fast`) and calls
-`PreparedProgram.run_ordered`; anything different falls back to the validating path. On a mock N150
-this costs ~2.5x tt-metal's own op's host time per call (measured: perf/bench_device_overhead.py; the
-per-core runtime args go to ttnn once, `ttdecode.ttnn_backend.PreparedProgram`).
+    opts = ttdecode.DecodeOptions(cur_pos_tensor=pos, program_config=pc)
+    step = ttdecode.plan_decode(q, k, v, opts)        # once per decode shape
+    for _ in range(tokens):
+        out = step.run(q, k, v, cur_pos_tensor=pos)   # one token
+
+A call whose tensors have the TensorSpecs of an earlier validated call of the step skips even the
+validation (`FlashDecodeStep.run_fast`: each tensor's TensorSpec and device compared, then
+`PreparedProgram.run_ordered`); anything different takes the validating path. The public functions'
+device backend keeps its steps in ``step_cache.DeviceSteps`` (bounded, least recently used out). On
+a mock N150 a cached call costs ~2.5x tt-metal's own op's host time (measured:
+perf/bench_device_overhead.py; the per-core runtime args go to ttnn once,
+`ttdecode.ttnn_backend.PreparedProgram`).
 
 Placements the kernels do not read (issue 28 item 4): the kernels read interleaved DRAM and the
 writer writes it. A Q, cur_pos_tensor, page table, attention mask or sink in L1 (interleaved, or height-sharded as
@@ -33,19 +38,21 @@ cur_pos_tensor and a height-sharded output (three moves, three frees); tt-metal'
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ttdecode.ttnn_backend.descriptor import DeviceError
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.ttnn_backend.step_cache import StepCache
 from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 from ttdecode.core.program_description import Program
+from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps, compute_settings, make_decode_plan
+from ttdecode.ops.flash_decode.options import DecodeOptions
+from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode
 
-#: Decode shapes whose steps `run_decode` keeps (a model has a handful: one per layer kind and batch).
-STEP_CACHE_SIZE = 32
+__all__ = ["FlashDecodeStep", "plan_decode", "MISS", "step_key", "device_of", "decode_program", "with_device_grid"]
 
-_steps = StepCache(STEP_CACHE_SIZE)  # step_key -> DecodeStep
+#: Returned by `FlashDecodeStep.run_fast` when the call must take the validating path.
+MISS = object()
 
 
 # ---- the decode op on a device ------------------------------------------------------------------
@@ -66,7 +73,7 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
     """The FlashDecode `Program` (no input bytes) the device runs for validated `inputs` and their `plan`
     (``ttdecode.ops.flash_decode.op.make_decode_plan``), with the call's scale and exp mode; `compute` from
     ``ttdecode.ops.flash_decode.op.compute_settings``; `positions` given: positions_in_args (the reader's
-    common runtime args). Used by `DecodeStep` and by the mesh path of context parallelism."""
+    common runtime args). Used by `FlashDecodeStep` and by the mesh path of context parallelism."""
     from ttdecode.ops.flash_decode.program_factory import build_program_for_device
 
     return build_program_for_device(
@@ -178,20 +185,29 @@ def step_key(inputs: Any, device: Any) -> tuple:
     )
 
 
-class DecodeStep:
-    """FlashDecode planned once for one decode shape on one device, run per step (module doc).
+class FlashDecodeStep:
+    """FlashDecode planned once for one decode shape on one device, run per token (module doc).
 
-    `make_plan(inputs)` plans validated inputs (``op.make_decode_plan``); the step plans them without
-    positions (the program is valid for any: the kernels derive every chunk range from the positions
-    at run time, and the plan's split is made for the cache's length). `compute` is
-    ``op.compute_settings(inputs)``.
+    Made by `plan_decode` (a step the caller keeps) or by the API's cache of steps
+    (``step_cache.DeviceSteps``). The plan is made without positions (the program is valid for any:
+    the kernels derive every chunk range from the positions at run time, and the plan's split is made
+    for the cache's length). `run` takes one token's tensors; `launch` runs validated inputs of the
+    step's `key`; `run_fast` is the cached call's path (tensor specs only).
+
+    Attributes:
+        options: the `DecodeOptions` the step was planned with (`run` takes its per-token values).
+        key: the decode shape (`step_key`). plan, program, prepared: the plan, the `Program` and the
+            ttnn descriptor (``PreparedProgram``). calls: how many times the program ran.
     """
 
-    def __init__(self, inputs: Any, compute: Any, make_plan: Callable[[Any], Any], device: Any) -> None:
+    def __init__(self, options: DecodeOptions, inputs: DecodeInputs, device: Any) -> None:
+        self.options = options
         self.device = device
+        self.key = step_key(inputs, device)
+        compute = compute_settings(inputs)
         inputs = with_device_grid(inputs, device)
         self.positions_in_args = inputs.cur_pos_tensor is None  # a list, or non-causal (S - 1 for all)
-        self.plan = make_plan(dataclasses.replace(inputs, cur_pos=None, positions=None))
+        self.plan = make_decode_plan(dataclasses.replace(inputs, cur_pos=None, positions=None))
         self.batch = inputs.batch
         self.seq_len = inputs.seq_len
         placeholder = [0] * inputs.batch if self.positions_in_args else None
@@ -208,17 +224,42 @@ class DecodeStep:
         self._fast_names: list[str] = []
         self._fast_specs: Optional[list[Any]] = None
         self._fast_moved: list[bool] = []  # per fast input: not in interleaved DRAM (moved there per step)
-        self._ran_specs: dict[str, Any] = {}  # the TensorSpecs of the inputs `run` last ran with, by name
+        self._ran_specs: dict[str, Any] = {}  # the TensorSpecs of the inputs `launch` last ran with, by name
         self._all_last = self.positions_args([self.seq_len - 1] * self.batch) if self.positions_in_args else None
+
+    def run(self, q: Any, k: Any, v: Any, *, cur_pos: Any = None, cur_pos_tensor: Any = None,
+            page_table: Any = None, output: Any = None) -> Result:
+        """One decode step: Q ``[T, B, NH, D]``, K/V of the planned shape, and this token's positions
+        (``cur_pos`` list or ``cur_pos_tensor``, as planned; none when non-causal) and page table (paged).
+        The other options are the plan's. A call whose tensors have the TensorSpecs of an earlier
+        validated one checks those only (`run_fast`); else it is validated in full and must be of the
+        step's decode shape (ValueError otherwise: plan that shape). Returns the output (with the LSE
+        when planned with ``return_lse``)."""
+        if output is None and cur_pos is None:
+            out = self.run_fast(q, k, v, cur_pos_tensor, page_table)
+            if out is not MISS:
+                return out
+        options = self.options.replace(cur_pos=cur_pos, cur_pos_tensor=cur_pos_tensor, page_table=page_table)
+        read = bool(options.validate_values)
+        inputs = validate_decode(q, k, v, options, read_values=read)
+        if step_key(inputs, device_of(inputs.q)) != self.key:
+            raise ValueError("ttdecode: FlashDecodeStep.run: the tensors or positions are not of the decode shape "
+                             "the step was planned for (shapes, formats, placements, a positions list or tensor); "
+                             "plan_decode that shape")
+        out = self.launch(inputs, output=output)
+        if not read and _fast_options(options):
+            self.remember_specs(q, k, v, cur_pos_tensor, page_table)
+        return out
 
     def positions_args(self, positions: Any) -> dict[str, dict[int, int]]:
         """The reader's common-arg patch for B positions (two's complement words)."""
         base = self._positions_base
         return {"reader": {base + b: int(p) & 0xFFFFFFFF for b, p in enumerate(positions)}}
 
-    def run(self, inputs: Any, *, output: Any = None) -> Any:
-        """One decode step for `inputs` (validated; same key as the step's). No data moves when the
-        inputs are device tensors; a torch page table, sink or mask (host inputs) is uploaded."""
+    def launch(self, inputs: DecodeInputs, *, output: Any = None) -> Result:
+        """One decode step for validated `inputs` of the step's `key`. No data moves when the inputs are
+        device tensors; a torch page table, sink or mask (host inputs) is uploaded. `output`: the
+        caller's DRAM output tensor (else allocated, and moved to the planned memory config)."""
         ttnn = require_ttnn()
         plan = self.plan
         for name, meta in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)):
@@ -281,7 +322,7 @@ class DecodeStep:
 
     def remember_specs(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> bool:
         """Keep the TensorSpecs of a validated call's inputs for `run_fast` (False: they are not those
-        `run` last ran with -- in their placement, before any move to DRAM -- or the step needs an input
+        `launch` last ran with -- in their placement, before any move to DRAM -- or the step needs an input
         the fast path does not take)."""
         vals = {"q": q, "k": k, "v": v, "cur_pos": cur_pos_tensor, "page_table": page_table}
         names = [s.name for s in self.prepared.inputs]
@@ -302,7 +343,7 @@ class DecodeStep:
         return True
 
     def run_fast(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> Any:
-        """The cached call's path (`try_fast`): each input's TensorSpec (shape, dtype, layout, memory
+        """The cached call's path: each input's TensorSpec (shape, dtype, layout, memory
         config) equal to that of the validated call `remember_specs` kept, on the step's device and
         allocated; nothing else is looked at. Returns `MISS` (having run nothing) when anything differs:
         the caller then validates in full."""
@@ -341,152 +382,28 @@ def _device_tensor(ttnn: Any, meta: Any, dtype: Any, layout: Any, device: Any) -
     return ttnn.from_torch(values.to(torch.int32), dtype=dtype, layout=layout, device=device)
 
 
-def get_step(inputs: Any, compute: Any, make_plan: Callable[[Any], Any]) -> DecodeStep:
-    """The cached `DecodeStep` of these inputs' decode shape (made and cached on a miss)."""
-    q = inputs.q
+def _fast_options(options: DecodeOptions) -> bool:
+    """True when a call of these options may take `FlashDecodeStep.run_fast` once its tensors' specs are
+    known: positions in a tensor (or none), no mask, sink or LSE (what ``run_fast`` does not take)."""
+    return (options.cur_pos is None and options.attn_mask is None and options.attention_sink is None
+            and not options.return_lse)
+
+
+def plan_decode(q: Any, k: Any, v: Any, options: Optional[DecodeOptions] = None) -> FlashDecodeStep:
+    """Plan FlashDecode once for the decode shape of Q ``[T, B, NH, D]``, K/V (ttnn tensors on one
+    Wormhole, shapes as in ``ttdecode.scaled_dot_product_attention_decode``) and `options` (None:
+    defaults; the positions and page table in it are examples of the per-token values, never read
+    into the plan). Validates in full and builds the program and its ttnn descriptor; returns the
+    `FlashDecodeStep` whose ``run`` is one token. ``options.backend`` is not looked at (a step runs
+    on the device holding Q)."""
+    options = DecodeOptions() if options is None else options
+    inputs = validate_decode(q, k, v, options, read_values=bool(options.validate_values))
+    check_kernel_gaps("device", inputs)
+    return FlashDecodeStep(options, inputs, device_of(inputs.q))
+
+
+def device_of(q: Any) -> Any:
+    """The device holding Q (its `TensorMeta`); DeviceError when Q is not a ttnn device tensor."""
     if q.kind != "ttnn" or not _on_device(q.obj):
         raise DeviceError(f"q: backend 'device' expects a ttnn tensor on the device, got a {q.kind} tensor")
-    device = q.obj.device()
-    key = step_key(inputs, device)
-    return _steps.get_or_make(key, lambda: DecodeStep(inputs, compute, make_plan, device))
-
-
-def clear_steps() -> None:
-    """Forget every cached step (their ttnn programs stay in the device's program cache)."""
-    _steps.clear()
-    _fast.clear()
-    _converted.clear()
-
-
-# ---- the cached call's fast path ----------------------------------------------------------------
-
-#: Returned by `try_fast` / `DecodeStep.run_fast` when the call must take the validating path.
-MISS = object()
-
-#: fast key (the options) -> the steps of those options, most recent first (bounded like `_steps`).
-_fast: "OrderedDict[Any, list[DecodeStep]]" = OrderedDict()
-#: Steps (decode shapes) kept per fast key: e.g. the batch sizes a server alternates between.
-FAST_STEPS_PER_KEY = 4
-
-#: The options a fast key holds by value; anything else unhashable (a list of positions, a mask or
-#: sink) leaves the call on the validating path. ttnn config objects are converted (`_own_config`).
-_FAST_OPTIONS = ("is_causal", "scale", "sliding_window_size", "share_cache", "head_dim_v")
-
-#: The fields of a ttnn config object its conversion reads (ttdecode.config ``from_ttnn``).
-_TTNN_CONFIG_FIELDS = {
-    "SDPAProgramConfig": ("compute_with_storage_grid_size", "sub_core_grids", "q_chunk_size", "k_chunk_size",
-                          "exp_approx_mode", "max_cores_per_head_batch", "max_k_splits",
-                          "matmul_math_fidelity", "segmented_accumulation"),
-    "WormholeComputeKernelConfig": ("math_fidelity", "math_approx_mode", "fp32_dest_acc_en", "packer_l1_acc",
-                                    "dst_full_sync_en"),
-}
-#: id(ttnn config object) -> (the object, a snapshot of its fields, ttdecode's frozen config of it).
-_converted: "OrderedDict[int, tuple[Any, tuple, Any]]" = OrderedDict()
-
-
-def _own_config(value: Any, own_type: type) -> Any:
-    """`value` as a hashable ttdecode config for the fast key: None and ttdecode's own as they are; a
-    ttnn config converted once per object (``own_type.coerce``) and reused while a snapshot of the
-    fields the conversion reads (their reprs) is unchanged -- a mutated object is converted anew.
-    Returns `MISS` for anything else or a config the conversion refuses (the validating path names
-    the reason)."""
-    if value is None or isinstance(value, own_type):
-        return value
-    fields = _TTNN_CONFIG_FIELDS.get(type(value).__name__)
-    if fields is None:
-        return MISS
-    snapshot = tuple(repr(getattr(value, f, None)) for f in fields)
-    hit = _converted.get(id(value))
-    if hit is not None and hit[0] is value and hit[1] == snapshot:
-        return hit[2]
-    try:
-        own = own_type.coerce(value)
-    except (TypeError, ValueError):
-        return MISS
-    _converted[id(value)] = (value, snapshot, own)  # the object is held: its id is not reused meanwhile
-    while len(_converted) > STEP_CACHE_SIZE:
-        _converted.popitem(last=False)
-    return own
-
-
-def fast_key(q: Any, k: Any, v: Any, paged: bool, options: dict) -> Optional[tuple]:
-    """The key of a call that may skip validation, or None. Only device tensors (Q, K, V, the
-    cur_pos_tensor, the page table), no positions list, mask, sink or LSE; configs None, ttdecode's
-    frozen (hashable) ones or ttnn config objects (converted to ttdecode's, `_own_config`); the output
-    memory config by its repr. Then the call's options are in the key by value, and
-    `DecodeStep.run_fast` compares every tensor's TensorSpec (shape, dtype, layout, memory config) and
-    device with those of a validated call of the step: all that the validation of such a call looks at."""
-    from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-
-    if (options.get("cur_pos") is not None or options.get("attn_mask") is not None
-            or options.get("attention_sink") is not None or options.get("return_lse")):
-        return None
-    pcfg = _own_config(options.get("program_config"), SDPAProgramConfig)
-    ccfg = _own_config(options.get("compute_kernel_config"), ComputeKernelConfig)
-    if pcfg is MISS or ccfg is MISS:
-        return None
-    mem = options.get("memory_config")
-    if mem is not None and type(mem).__name__ != "MemoryConfig":
-        return None
-    try:
-        key = (v is None, paged, options.get("cur_pos_tensor") is None, options.get("page_table") is None,
-               tuple(options.get(name) for name in _FAST_OPTIONS), pcfg, ccfg, None if mem is None else repr(mem))
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def try_fast(q: Any, k: Any, v: Any, paged: bool, options: dict) -> Any:
-    """Run a cached call without validation (`fast_key`, `DecodeStep.run_fast`), or return `MISS`."""
-    key = fast_key(q, k, v, paged, options)
-    if key is None:
-        return MISS
-    steps = _fast.get(key)
-    if not steps:
-        return MISS
-    cur, table = options.get("cur_pos_tensor"), options.get("page_table")
-    for step in steps:
-        out = step.run_fast(q, k, v, cur, table)
-        if out is not MISS:
-            return out
-    return MISS
-
-
-def remember_fast(q: Any, k: Any, v: Any, paged: bool, options: dict, inputs: Any) -> None:
-    """After a validated device call: later calls of the same key and tensor specs take the fast path."""
-    key = fast_key(q, k, v, paged, options)
-    if key is None:
-        return
-    step = _steps.get(step_key(inputs, q.device()))
-    if step is None or not step.remember_specs(q, k, v, options.get("cur_pos_tensor"), options.get("page_table")):
-        return
-    steps = [step] + [s for s in _fast.get(key, []) if s is not step]
-    _fast[key] = steps[:FAST_STEPS_PER_KEY]
-    _fast.move_to_end(key)
-    while len(_fast) > STEP_CACHE_SIZE:
-        _fast.popitem(last=False)
-
-
-def cached_steps() -> int:
-    """How many decode steps are cached."""
-    return len(_steps)
-
-
-def run_decode(inputs: Any, compute: Any, make_plan: Callable[[Any], Any], *, output: Any = None) -> Any:
-    """Run FlashDecode for validated `inputs` on the Wormhole holding them, through the cached step of
-    their decode shape. Q, K, V (none with MLA) must be ttnn tensors on one device: K and V in
-    interleaved DRAM, Q in DRAM or L1 (interleaved or height-sharded: copied to DRAM on the device,
-    module doc); cur_pos_tensor and the page table on the device in DRAM or L1 likewise (a torch one is
-    uploaded); the output in `inputs.memory_config` (None: interleaved DRAM);
-    positions given as a list travel as runtime args. Returns the output (and the LSE ``[T, B, NH]`` as
-    float32 torch when `inputs.return_lse`: a read back)."""
-    q = inputs.q
-    # Q already on a device means a device is open (a card, or the mock N150 of ttdecode.testing,
-    # which has no /dev/tenstorrent*): only refuse when neither holds.
-    if not (q.kind == "ttnn" and _on_device(q.obj)) and not has_tenstorrent_device():
-        raise RuntimeError(
-            "backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); "
-            "use backend='host' to run the same kernels on the host runtime"
-        )
-    return get_step(inputs, compute, make_plan).run(inputs, output=output)
+    return q.obj.device()

@@ -1,5 +1,6 @@
-"""FlashDecode's run per backend: the plan of validated inputs, the kernels on the host runtime or a
-device, and the float64 reference. `ttdecode.api` calls these after validation and the backend choice."""
+"""FlashDecode's run per backend: the plan of validated inputs, the kernels on the host runtime and the
+float64 reference (the device's run: ``device_step.FlashDecodeStep``, kept per decode shape by
+``step_cache``). `ttdecode.api` calls these after validation and the backend choice."""
 
 from __future__ import annotations
 
@@ -66,19 +67,22 @@ def compute_settings(inputs: DecodeInputs) -> Any:
     )
 
 
-def run_kernels(backend: str, inputs: DecodeInputs, plan: Any = None) -> Result:
-    """Run the FlashDecode kernels on ``backend`` ("host" or "device"). `plan`: the host's plan (made
-    here when None); the device plans once per decode shape (its cached step) and ignores it."""
+def check_kernel_gaps(backend: str, inputs: DecodeInputs) -> None:
+    """Raise NotImplementedError naming the options the kernels do not implement (`kernel_gaps`) for a
+    kernel backend ("host" or "device")."""
     gaps = kernel_gaps(inputs)
     if gaps:
         raise NotImplementedError(
             f"backend '{backend}': the FlashDecode kernels do not implement {', '.join(gaps)} yet; "
             f"backend='reference' computes every option"
         )
-    if backend == "device":
-        from ttdecode.ops.flash_decode.device_step import run_decode
 
-        return run_decode(inputs, compute_settings(inputs), make_decode_plan)
+
+def run_host(inputs: DecodeInputs, plan: Any = None) -> Result:
+    """Run the FlashDecode kernels on the host runtime for validated `inputs` and their `plan`
+    (`make_decode_plan`; made here when None: the host plans each call, its positions included).
+    The device backend's run: ``ttdecode.ops.flash_decode.device_steps``."""
+    check_kernel_gaps("host", inputs)
     if plan is None:
         plan = make_decode_plan(inputs)
     from ttdecode.ops.flash_decode.program_factory import run_flash_decode

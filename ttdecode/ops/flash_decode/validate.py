@@ -56,6 +56,7 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.checks import TensorMeta, check_bool, check_int, describe, fail, int_values
 from ttdecode.core.program_description import MathFidelity
 from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES
+from ttdecode.ops.flash_decode.options import DecodeOptions
 
 __all__ = [
     "TILE",
@@ -444,44 +445,29 @@ class DecodeInputs:
     memory_config: Any
 
 
-def validate_decode(
-    q: object,
-    k: object,
-    v: object,
-    *,
-    page_table: object = None,
-    paged: bool = False,
-    is_causal: object = True,
-    attn_mask: object = None,
-    cur_pos: object = None,
-    cur_pos_tensor: object = None,
-    attention_sink: object = None,
-    scale: object = None,
-    sliding_window_size: object = None,
-    share_cache: object = False,
-    head_dim_v: object = None,
-    program_config: object = None,
-    compute_kernel_config: object = None,
-    memory_config: object = None,
-    return_lse: object = False,
-    validate_values: object = False,
-) -> DecodeInputs:
-    """Run every rule; return the checked inputs or raise TypeError/ValueError naming the argument.
+def validate_decode(q: object, k: object, v: object, options: DecodeOptions, *,
+                    read_values: Optional[bool] = None) -> DecodeInputs:
+    """Run every rule on Q, K, V and `options`; return the checked inputs or raise TypeError/ValueError
+    naming the argument.
 
     Values that live on the device (a ttnn device ``cur_pos_tensor`` or page table) are not read back
-    unless ``validate_values=True``: their ``positions`` / ``page_table_values`` are then None and the
-    kernels guard (a position outside ``-1..S-1`` or a page id outside the pool skips the user).
-    Host inputs (torch tensors, lists) are always checked.
+    unless `read_values` (None: ``options.validate_values``, checked to be a bool): their ``positions``
+    / ``page_table_values`` are then None and the kernels guard (a position outside ``-1..S-1`` or a
+    page id outside the pool skips the user). Host inputs (torch tensors, lists) are always checked.
+    ``options.backend`` is not looked at (the caller's choice).
 
     ``share_cache=None`` (ttnn's default) means False; an empty ``cur_pos`` list (ttnn's default)
     means "not given".
     """
-    causal = check_bool("is_causal", is_causal)
-    share = check_bool("share_cache", False if share_cache is None else share_cache)
-    lse = check_bool("return_lse", return_lse)
-    read = check_bool("validate_values", validate_values)
-    pconf = SDPAProgramConfig.coerce(program_config)
-    cconf = ComputeKernelConfig.coerce(compute_kernel_config)
+    o = options
+    paged, page_table, cur_pos, cur_pos_tensor = o.paged, o.page_table, o.cur_pos, o.cur_pos_tensor
+    causal = check_bool("is_causal", o.is_causal)
+    share = check_bool("share_cache", False if o.share_cache is None else o.share_cache)
+    lse = check_bool("return_lse", o.return_lse)
+    read = check_bool("validate_values", o.validate_values) if read_values is None else read_values
+    pconf = SDPAProgramConfig.coerce(o.program_config)
+    cconf = ComputeKernelConfig.coerce(o.compute_kernel_config)
+    memory_config = o.memory_config
     check_memory_config(memory_config)
     if isinstance(cur_pos, (list, tuple)) and len(cur_pos) == 0:
         cur_pos = None
@@ -498,7 +484,7 @@ def validate_decode(
     kv_dtype = check_kv_format(km, vm)
     check_head_dim(km, head_dim)
     nkv = check_gqa(num_heads, km)
-    dv = check_v(vm, km, head_dim, head_dim_v)
+    dv = check_v(vm, km, head_dim, o.head_dim_v)
 
     check_share_cache_not_paged(share, paged)
     table_meta, table = None, None
@@ -518,16 +504,16 @@ def validate_decode(
     if cur_pos_tensor is not None:
         pos_meta, positions = check_cur_pos_tensor(cur_pos_tensor, batch, seq_len, num_tokens, read)
 
-    window = check_sliding_window(sliding_window_size, causal)
+    window = check_sliding_window(o.sliding_window_size, causal)
     if table is not None:
         # the entries the users reach (non-causal: all S keys); unknown positions (a device cur_pos_tensor
         # not read back): the kernels guard the same entries
         reach_from = positions if causal else (seq_len - 1,) * batch
         if reach_from is not None:
             check_page_table_reach(table, reach_from, block_size, km.shape[0], window, num_tokens)
-    mask = check_attn_mask(attn_mask, causal, batch, num_heads, seq_len)
-    sink = check_attention_sink(attention_sink, num_heads)
-    scale_f = check_scale(scale, head_dim)
+    mask = check_attn_mask(o.attn_mask, causal, batch, num_heads, seq_len)
+    sink = check_attention_sink(o.attention_sink, num_heads)
+    scale_f = check_scale(o.scale, head_dim)
     check_k_chunk_size(pconf, seq_len)
 
     return DecodeInputs(
