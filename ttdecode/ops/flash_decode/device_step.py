@@ -42,8 +42,7 @@ from typing import Any, Optional
 
 from ttdecode.ttnn_backend.descriptor import DeviceError
 from ttdecode.ttnn_backend.prepared import PreparedProgram
-from ttdecode.ttnn_backend.step_cache import StepCache
-from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
+from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.program_description import Program
 from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps, compute_settings, make_decode_plan
 from ttdecode.ops.flash_decode.options import DecodeOptions

@@ -29,7 +29,7 @@ The chunk formulas here are mirrored in ``kernels/flash_decode/common.hpp`` (the
 cur_pos at run time, so a cur_pos_tensor read on the device needs no new program);
 ``tests/test_plan.py`` pins them together.
 
-The package: `make_plan` (here) checks the call (``validate.check_plan_*``), then runs the steps of its modules:
+The package: `make_plan` (here) checks the call (``plan_checks.check_plan_*``), then runs the steps of its modules:
 ``split_policy`` (the q rows' tiles and the split, taking the choices of ``split_choices``, which prices
 candidates through the perf model's ``pricing``), ``placement`` (where pieces run, the merge tree), ``buffers``
 (the circular buffers), ``resources`` (the L1 and runtime-args check, with the knob that makes a plan fit);
@@ -53,7 +53,7 @@ from ttdecode.ops.flash_decode.plan.resources import Replan, check_resources
 from ttdecode.ops.flash_decode.plan.split_policy import choose_split, q_rows
 from ttdecode.ops.flash_decode.plan.types import (RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE_BYTES, CBSpec,
                                                   DecodePlan, Piece, PlanError, ResourceError, cbs_bytes_per_core)
-from ttdecode.ops.flash_decode.validate import (check_plan_cache, check_plan_chunking, check_plan_positions,
+from ttdecode.ops.flash_decode.plan_checks import (check_plan_cache, check_plan_chunking, check_plan_positions,
                                                 check_plan_sizes)
 
 __all__ = ["make_plan", "format_plan", "power_of_two_scale", "DecodePlan", "Piece", "CBSpec", "PlanError",
@@ -78,7 +78,7 @@ def power_of_two_scale(scale: float) -> bool:
 
 
 # ---- make_plan's steps ----------------------------------------------------------------------
-# make_plan checks the call (validate.check_plan_*), then decides in turn: the q rows' tiles (q_rows), the split
+# make_plan checks the call (plan_checks.check_plan_*), then decides in turn: the q rows' tiles (q_rows), the split
 # (choose_split), the placement (place_pieces), the merge tree (build_tree), the buffers
 # (size_buffers), and last the resources (check_resources). The checks run in one fixed order: a call
 # with several faults is refused for the first.

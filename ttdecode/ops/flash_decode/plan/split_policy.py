@@ -16,7 +16,7 @@ from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chun
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
-from ttdecode.ops.flash_decode.validate import MAX_ROUNDS
+from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
 
 __all__ = ["q_rows", "choose_split", "key_row_most_pieces"]
 

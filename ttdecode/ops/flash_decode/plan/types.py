@@ -12,7 +12,7 @@ from ttdecode.core.program_description import CoreCoord
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 from ttdecode.core.split import TILE, PieceRange, piece_range, span_window
-from ttdecode.ops.flash_decode.validate import PlanError
+from ttdecode.ops.flash_decode.plan_checks import PlanError
 
 __all__ = ["TILE_BYTES", "PlanError", "ResourceError", "RUNTIME_ARGS_HEADER", "RUNTIME_ARGS_PER_PIECE", "Piece",
            "CBSpec", "DecodePlan", "cbs_bytes_per_core", "QRows", "Split"]
