@@ -46,7 +46,8 @@ SPAN = (0.25, 4.0)
 
 @dataclass(frozen=True)
 class Goal:
-    """A performance goal (perf/README.md, "Goals (model estimates)") at one point: `metric(c)` under constants c, met when `met(metric)`."""
+    """A performance goal (perf/README.md, "Goals (model estimates)") at one point: `metric(c)` under
+    constants c, met when `met(metric)`."""
 
     name: str
     metric: Callable[[CostConstants], float]

@@ -64,7 +64,8 @@ from ttdecode.runtime.results import RunCounters  # noqa: E402
 from ttdecode.core.tensor import TileTensor, from_torch  # noqa: E402
 
 KV = DataType.bfloat8_b
-#: tt-metal's published best FlashDecode K/V read rate (tt-metal tech_reports/FlashAttention/FlashDecode.md), drawn for comparison.
+#: tt-metal's published best FlashDecode K/V read rate (tt-metal tech_reports/FlashAttention/FlashDecode.md),
+#: drawn for comparison.
 TT_METAL_BEST_GBPS = 180.0
 #: The DRAM micro-benchmark's reached rate (tt-metal tech_reports/Saturating_DRAM_bandwidth), drawn for comparison.
 DRAM_MEASURED_GBPS = 267.0

@@ -61,8 +61,9 @@ COST_SOURCES: dict[str, str] = {
                            "documentation); charged once per read barrier",
     "dram_request_issue_cycles": "about one read request per 6.8 cycles at a DRAM endpoint per NoC (tt-metal issue "
                                  "#55898)",
-    "core_read_plateau_bytes_per_cycle": "22.3 B/cycle: one core's interleaved DRAM read plateau (data_movement "
-                                         "perf_plots 'DRAM Interleaved Packet Sizes', tt-metal tests/tt_metal/tt_metal/data_movement/documentation)",
+    "core_read_plateau_bytes_per_cycle": "22.3 B/cycle: one core's interleaved DRAM read plateau (tt-metal "
+                                         "tests/tt_metal/tt_metal/data_movement/documentation, perf_plots "
+                                         "'DRAM Interleaved Packet Sizes')",
     "dram_bank_local_efficiency": "267/288 = 92.7%: the DRAM micro-benchmark with one bank-local reader per bank "
                                   "(tech_reports/Saturating_DRAM_bandwidth)",
     "dram_interleaved_efficiency": "0.66 of the bank peak for interleaved reads from every core: 12 readers paired "

@@ -1,7 +1,8 @@
 """tt-metal's sdpa_decode (ttnn 0.81.1) written down as data for the cost model (`ttdecode.perf_model.evaluator`).
 
 Counts only, read from its compute kernel (`sdpa_flash_decode.cpp`), reader/writer and the work split
-in its program factory (ttnn/cpp/ttnn/operations/transformer/sdpa_decode/, rt_args_common.hpp); no code of it is reproduced. Per K chunk of `k` tiles on a core
+in its program factory (ttnn/cpp/ttnn/operations/transformer/sdpa_decode/, rt_args_common.hpp); no code
+of it is reproduced. Per K chunk of `k` tiles on a core
 (one q tile row, `d` = D/32 K tiles, `dv` = Dv/32 V tiles; with <= 16 q heads per KV head its
 Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e. 16 vector steps):
 
