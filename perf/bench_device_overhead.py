@@ -1,4 +1,5 @@
-"""Host overhead per decode-attention call on a mock Wormhole N150 (issue 28, item 7).
+"""Host overhead per decode-attention call on a mock Wormhole N150 (perf/README.md, "Host overhead through
+ttnn on the mock").
 
 Host-side time measured through ttnn 0.81.1 on a mock N150 (no device: no kernel time). The mock
 runs tt-metal's whole host side (validation, JIT, program cache, enqueue) but computes nothing, so

@@ -231,7 +231,7 @@ MOCK_LABEL = ("host-side time, real measurements of ttnn 0.81.1's host side on a
               "computes nothing, device/kernel time NOT measured)")
 MOCK_MARK = "BENCH_LLAMA_MOCK:"
 MOCK_BATCH = 32  # tt-metal's decode ops (nlp_create_qkv_heads_decode) are built around B = 32
-GOAL_LAYER_RATIO = 2.0  # issue 29: eager host time per layer within 2x the sum of ttnn's own ops' cached calls
+GOAL_LAYER_RATIO = 2.0  # goal: eager host time per layer within 2x the sum of ttnn's own ops' cached calls
 
 
 @dataclass(frozen=True)

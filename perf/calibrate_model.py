@@ -1,5 +1,5 @@
 """The cost model against every published Wormhole measurement of tt-metal's decode op, in cycles
-(perf/README.md, "Calibration against tt-metal's measurements"; issue 30 section 1).
+(tech_report/calibration.md).
 
 What the model predicts: tt-metal's DEVICE KERNEL DURATION, the first core's kernel start to the last
 core's kernel end over the op's cores. That figure holds the launch skew between cores (the model's
@@ -41,14 +41,15 @@ from ttdecode.perf_model.constants import COST, CostConstants  # noqa: E402
 from ttdecode.perf_model.evaluator import CoreWork, bank_floor_cycles, evaluate, reader_cycles  # noqa: E402
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
 
-#: |error| within which a point counts as reproduced, in % of the measured cycles (issue 30).
+#: |error| within which a point counts as reproduced, in % of the measured cycles.
 TOLERANCE_PCT = 20.0
-#: Clocks of the machines the figures were measured on (tt-umd #1268; REFERENCE.md section 4), Hz.
+#: Clocks of the machines the figures were measured on (tt-umd #1268), Hz.
 CLOCK_6U, CLOCK_4U, CLOCK_WH = 1.0e9, 0.9e9, 1.0e9
 
-#: The Galaxy Llama-70B decode SDPA per chip (REFERENCE.md section 4): B 8, 8q/1kv, D 128, S 4096, cur_pos
-#: 127, bf16 Q height-sharded in L1, bfloat8_b paged K/V (block 32), dynamic chunks, 8x4 cores, cur_pos and
-#: page table in L1, HiFi2, bf16 DST. One chunk of 4 key tiles per user: 8 of the 32 cores have work.
+#: The Galaxy Llama-70B decode SDPA per chip (tt-metal models/demos/llama3_70b_galaxy/tests/): B 8, 8q/1kv,
+#: D 128, S 4096, cur_pos 127, bf16 Q height-sharded in L1, bfloat8_b paged K/V (block 32), dynamic chunks,
+#: 8x4 cores, cur_pos and page table in L1, HiFi2, bf16 DST. One chunk of 4 key tiles per user: 8 of the 32
+#: cores have work.
 TG = TTMetalShape(8, 8, 1, 128, 127, 4096, grid=(8, 4), index_memory="l1", q_memory="l1")
 #: PR #26227 (2025, before the tree reduction): the same op with cur_pos and the page table in DRAM / L1.
 TG_2025_DRAM = dataclasses.replace(TG, index_memory="dram", reduction="linear")

@@ -1,5 +1,5 @@
-"""Which of issue 11's goals hang on the cost model's assumed constants (perf/README.md, "Goals and the
-assumed constants").
+"""Which of the performance goals hang on the cost model's assumed constants (perf/README.md, "Goals (model
+estimates)").
 
 Runs our kernels once per goal point on the host runtime (the plans and runs of
 `perf/sweep_flash_decode.py`), then prices the same counters (and tt-metal's structure, for the
@@ -46,7 +46,8 @@ SPAN = (0.25, 4.0)
 
 @dataclass(frozen=True)
 class Goal:
-    """A goal of issue 11 at one point: `metric(c)` under constants c, met when `met(metric)`."""
+    """A performance goal (perf/README.md, "Goals (model estimates)") at one point: `metric(c)` under
+    constants c, met when `met(metric)`."""
 
     name: str
     metric: Callable[[CostConstants], float]
@@ -152,7 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="skip the tech report's 128K key_row point")
     args = ap.parse_args(argv)
-    print("Goals of issue 11 under the model's unsourced constants (MODEL ESTIMATES; * = the verdict flips; "
+    print("Performance goals under the model's unsourced constants (MODEL ESTIMATES; * = the verdict flips; "
           "plans made under the nominal constants)\n")
     print(table(goals(args.quick)))
     return 0

@@ -1,5 +1,5 @@
-"""How far two structural changes could move issue 11's open T3K goals (perf/README.md, "What the
-open goals would need"; MODEL ESTIMATES).
+"""How far two structural changes could move the open T3K goals (perf/README.md, "Goals (model estimates)",
+"What the open goals would need"; MODEL ESTIMATES).
 
 1. The tree's shape. The kernels reduce a work's pieces with a binomial tree (plan.tree_children) and
    equal pieces. For the model's merge cost m and message cost n (setup, bytes, hops, semaphore) of

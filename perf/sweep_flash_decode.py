@@ -64,9 +64,10 @@ from ttdecode.runtime.results import RunCounters  # noqa: E402
 from ttdecode.core.tensor import TileTensor, from_torch  # noqa: E402
 
 KV = DataType.bfloat8_b
-#: tt-metal's published best FlashDecode K/V read rate (REFERENCE.md section 3), drawn for comparison.
+#: tt-metal's published best FlashDecode K/V read rate (tt-metal tech_reports/FlashAttention/FlashDecode.md),
+#: drawn for comparison.
 TT_METAL_BEST_GBPS = 180.0
-#: The DRAM micro-benchmark's reached rate (REFERENCE.md section 2), drawn for comparison.
+#: The DRAM micro-benchmark's reached rate (tt-metal tech_reports/Saturating_DRAM_bandwidth), drawn for comparison.
 DRAM_MEASURED_GBPS = 267.0
 #: The DRAM peak of the cost model's constants, bytes/s.
 DRAM_PEAK_BYTES_PER_S = COST.dram_peak_bytes_per_cycle * COST.clock_hz
@@ -100,7 +101,7 @@ class Point:
         return self.seq_len - 1 if self.cur_pos is None else self.cur_pos
 
 
-#: tt-metal's measured device times / rates (REFERENCE.md section 4), drawn and compared in the report.
+#: tt-metal's measured device times / rates (the PRs and tests named in each key), drawn and compared in the report.
 TG_LLAMA70B_MEASURED_US = {"PR #37004 (tree reduction)": 7.4, "perf unit test 6U": 8.18,
                            "decoder perf target 6U": 9.18, "decoder perf target 4U": 10.2}
 

@@ -235,7 +235,7 @@ def _fake_device(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
 @pytest.mark.parametrize("available", [True, False])
 def test_auto_sends_torch_inputs_to_the_host_even_with_a_device(monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture, available: bool) -> None:
-    """Issue 28: "auto" picks the device only for device tensors (tests/test_device_step.py); torch inputs go
+    """Backend "auto" picks the device only for device tensors (tests/test_device_step.py); torch inputs go
     to the host runtime whether or not a Wormhole is present, and the choice is logged with its reason."""
     _fake_device(monkeypatch, available)
     monkeypatch.setattr(api, "run_host", lambda inputs, plan: "host")

@@ -1,4 +1,4 @@
-"""tt-metal's nightly decode case "llama3.1-c-paged_64" with a bf16 DST (issue 30, section 2).
+"""tt-metal's nightly decode case "llama3.1-c-paged_64" with a bf16 DST (tech_report/flashdecode.md 9.1).
 
 With `fp32_dest_acc_en=False` every MVMUL rounds its DST tile to bf16. The kernel used to accumulate each
 chunk's P . V and P x ones onto the running O and l, so over 31K keys per core the small terms stopped

@@ -1,5 +1,5 @@
 """perf/calibrate_model.py: tt-metal's decode op, written as data, through the cost model lands within
-+-20% in cycles of every published Wormhole measurement (issue 30 section 1), or the point is in the
++-20% in cycles of every published Wormhole measurement (tech_report/calibration.md), or the point is in the
 script's documented list of explained misses. Runs the command as a user would (`--quick --csv`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "perf" / "calibrate_model.py"
-#: The points issue 30 names (at least these rows in the CSV).
+#: The published measurements the calibration must cover (at least these rows in the CSV).
 REQUIRED = ("isolated-op-6u", "isolated-op-4u", "in-model-6u", "pr26227-dram", "pr26227-l1", "mla-deepseek-v3",
             "techreport-180gbps", "dram-interleaved-noc0", "dram-interleaved-noc1", "dram-bank-local")
 

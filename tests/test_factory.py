@@ -39,7 +39,7 @@ def _inputs(b: int, nh: int, nkv: int, s: int, d: int, kv: DataType = DataType.b
     return q, k, v
 
 
-# ---- common.hpp mirrors plan.py -----------------------------------------------------------------
+# ---- common.hpp mirrors ttdecode/core/split.py --------------------------------------------------
 
 _DRIVER = textwrap.dedent(
     """

@@ -1,4 +1,4 @@
-"""Math fidelity reaches the FlashDecode kernels end to end (issue 9, section 6).
+"""Math fidelity reaches the FlashDecode kernels end to end.
 
 The host runtime runs MVMUL/ELWMUL fidelity phase by phase (SrcA 5 and SrcB 7 magnitude bits per
 phase, `tests/runtime/test_chip_fpu.py`), so the API's `math_fidelity` must change the kernels'

@@ -88,7 +88,7 @@ def test_the_models_split_takes_fewer_pieces_when_a_round_costs_more_than_it_sav
 def test_the_split_weighs_the_busiest_cores_reader_compute_overlap_as_the_model_does() -> None:
     """T3K 8q/1kv at 32K with 64 cores allowed: 32 pieces leave the busiest core's compute a little above
     the DRAM floor, 64 sit under it but add a tree round. Weighed as max(reader, compute) alone the two tie
-    within cycles (64 won, and its host run took 76.2 us against 72.3 for 32: perf/README, step 29); weighed
+    within cycles (64 won: tech_report/perf_history.md, step 29); weighed
     as perf_model.evaluator.evaluate prices a core, max + min / stages (the reader and compute overlap chunk by chunk),
     32 pay."""
     plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767],

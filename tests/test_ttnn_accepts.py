@@ -1,5 +1,5 @@
 """Inputs tt-metal's sdpa_decode (ttnn 0.81.1) accepts, run by ttdecode's kernels on the host runtime
-(issue 28 item 5; tests/mock/test_mock_accepts_ttnn_forms.py runs ttnn's own op and the device path on a mock N150).
+(tests/mock/test_mock_accepts_ttnn_forms.py runs ttnn's own op and the device path on a mock N150).
 
 Expected values come from the format definition (every bfloat8_b / bfloat4_b value is a bfloat16 value,
 so converting Q or a mask changes no value: the output must be bit-identical to the same values given

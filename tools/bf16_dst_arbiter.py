@@ -1,4 +1,4 @@
-"""An arbiter for the bf16-DST question (issue 30, section 2), independent of ttdecode's runtime.
+"""An arbiter for the bf16-DST question (tech_report/flashdecode.md 9.1), independent of ttdecode's runtime.
 
 A numpy model of the roundings two decode-attention algorithms make when the Wormhole DST is 16-bit
 (`fp32_dest_acc_en=False`), at the points where Tenstorrent's ISA documentation
@@ -31,7 +31,7 @@ The two algorithms, counts and order only:
 
 * ``ours`` = kernels/flash_decode/compute.cpp with a 16-bit DST as the factory builds it
   (ttdecode/ops/flash_decode/program_factory.py: every intermediate CB bf16), one piece per (user, KV head), chunks
-  of 16 key tiles from the first key. The defaults are the kernel before issue 30: per chunk,
+  of 16 key tiles from the first key. The defaults are the kernel before its bf16-DST fix: per chunk,
   S = Q.K^T (MVMULs into DST), S *= scale (SFPU, truncating store), masked keys -inf, m = max(m_old,
   rowmax S), alpha = exp(trunc(m_old - m)), P = exp(trunc(S - m)) (bf16), then in one DST block
   l = rne(l_old * alpha) and O = rne(O_old * alpha) (SFPU mul, bf16 template) onto which the MVMULs of
@@ -56,7 +56,7 @@ float64 reference; the model functions below import nothing from ttdecode):
     PYTHONPATH=. python tools/bf16_dst_arbiter.py --runtime        # llama3.1-c-paged_64, every KV head
     PYTHONPATH=. python tools/bf16_dst_arbiter.py --kv-heads 1 --q-heads 4 --grid 1 1 --seeds 8 --runtime
 
-Findings (issue 30; tech_report/flashdecode.md 9.1): the runtime agrees with the model of our kernel (before
+Findings (tech_report/flashdecode.md 9.1): the runtime agrees with the model of our kernel (before
 the fix: rel L2 0.1746 both, one KV group, seed 0); our kernel was the weaker algorithm (0.62 vs tt-metal's
 0.039 on the full case), because its chunk products accumulated onto the running O and l.
 """
@@ -197,9 +197,9 @@ def ours(q, k, v, *, scale, chunk_tiles=16, fidelity="HiFi4", rounding="rne", ac
     """Our compute kernel with a 16-bit DST for one (user, KV head) on one core: q [G, D] (bf16 values),
     k [N, D], v [N, Dv] (the attended keys). Returns out [G, Dv] (bf16 values). `scale_store` /
     `sub_store`: how the scaled scores and S - m reach the 16-bit DST: "rtz" = one SFPU multiply / subtract
-    and a plain SFPSTORE (truncation; the kernel before issue 30), "addcmul" = s + ((scale - 1) * s) * 1
+    and a plain SFPSTORE (truncation; the kernel before its bf16-DST fix), "addcmul" = s + ((scale - 1) * s) * 1
     rounded to nearest (ties away) before the store, "rne" = the subtraction rounded to nearest even
-    (DstRoundingMode::NearestEven) before the store (the kernel after issue 30)."""
+    (DstRoundingMode::NearestEven) before the store (the kernel after that fix)."""
     fpu = Fpu(PHASES[fidelity], ROUNDINGS[rounding])
     sm1 = f32(f32(scale) - 1.0)
     st_scale = {"rtz": lambda x: bf16_rtz(x * f32(scale)),
@@ -290,7 +290,7 @@ def pcc(a, r) -> float:
     return float(a @ r / np.sqrt((a @ a) * (r @ r)))
 
 
-#: Our kernel's bf16-DST path since issue 30 (the default of `ours` is the kernel before it).
+#: Our kernel's bf16-DST path since its bf16-DST fix (the default of `ours` is the kernel before it).
 OURS_NOW = dict(accumulate="fresh", scale_store="addcmul", sub_store="rne")
 
 

@@ -47,7 +47,7 @@ __all__ = [
 #: The host runtime's default compute grid (columns, rows): ttnn's Wormhole N150 grid (fast dispatch).
 WORMHOLE_GRID: tuple[int, int] = (8, 8)
 #: The host runtime's largest grid (columns, rows): a Wormhole board enables at most 72 of the 80
-#: Tensix cores (8 columns x 9 rows; REFERENCE.md section 2; a mock N150 with slow dispatch reports 8x9).
+#: Tensix cores (8 columns x 9 rows; tt-metal tech_reports/GEMM_FLOPS; a mock N150 with slow dispatch reports 8x9).
 WORMHOLE_MAX_GRID: tuple[int, int] = (8, 9)
 #: max_cores_per_head_batch when the user sets none (ttnn.SDPAProgramConfig's default).
 DEFAULT_MAX_CORES_PER_HEAD_BATCH = 16

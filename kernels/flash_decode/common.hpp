@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Shared by the three FlashDecode kernels (reader, compute, writer): the circular-buffer indices,
-// the chunk arithmetic and the merge tree. Every formula here mirrors ttdecode/plan.py, so the
-// kernels derive the same chunk ranges from cur_pos at run time as the planner does on the host;
+// the chunk arithmetic and the merge tree. Every formula here mirrors ttdecode/core/split.py (used by the
+// planner, ttdecode/ops/flash_decode/plan/), so the kernels derive the same chunk ranges from cur_pos at
+// run time as the planner does on the host;
 // tests/test_factory.py pins the two together.
 
 #pragma once

@@ -131,7 +131,7 @@ def test_host_kernels_sharded_over_devices_match_the_whole_cache_reference(devic
 
 
 def test_a_128k_token_cache_over_8_devices_matches_the_reference() -> None:
-    """128K positions, one KV head, two q heads, D = 32 (lean: ~1 s of kernels on the host runtime)."""
+    """128K positions, one KV head, two q heads, D = 32 (kept small for the host runtime)."""
     s = 128 * 1024
     q, k, v = cache(1, 2, 1, s, 32, BFP8, seed=7)
     pos = [s - 1]

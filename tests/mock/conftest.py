@@ -14,7 +14,7 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Every mock test is slow (its own process, 5-20 s): `make test` runs them, `make test-fast` does not."""
+    """Every mock test is slow (its own process, a JIT build): `make test` runs them, `make test-fast` does not."""
     here = Path(__file__).resolve().parent
     for item in items:
         if here in Path(str(item.fspath)).resolve().parents:

@@ -1,5 +1,5 @@
 """tt_transformers' call forms on ttdecode's FlashDecode device backend, on a mock N150 through the
-real ttnn (issue 28 item 4): Q height-sharded in L1 as ``ttnn.experimental.nlp_create_qkv_heads_decode``
+real ttnn: Q height-sharded in L1 as ``ttnn.experimental.nlp_create_qkv_heads_decode``
 makes it (one tile row of 32 padded heads per user on B cores, made anew each step like a model's
 QKV split) or interleaved in L1; cur_pos_tensor and page table in DRAM, L1 interleaved or
 height-sharded in L1; the output's ``memory_config`` None, DRAM, L1 or height-sharded L1 ``[32, Dv]``

@@ -1,5 +1,5 @@
 """What ttnn 0.81.1's own sdpa_decode accepts on a mock N150, and ttdecode's device path on the same
-inputs (issue 28 item 5), in one process: a bfloat8_b Q (one KV head: ttnn refuses a block-float Q with
+inputs, in one process: a bfloat8_b Q (one KV head: ttnn refuses a block-float Q with
 GQA) and bfloat8_b / bfloat4_b masks run through ttnn.typecast + generic_op; any q_chunk_size; the grid is
 the device's (8x8 on the fast-dispatch mock), a larger one refused naming it; a paged table padded with -1
 beyond the users' reach passes and one within is refused by name; ttnn's block_size 16 is refused by name. The mock

@@ -2,7 +2,7 @@
 ttnn 0.81.1 generic_op on a mock N150, in one subprocess: a paged FlashDecode step (every address a
 common arg) runs its first call with the full descriptor and then the `lean` one (every per-core list
 empty) without adding a program-cache entry; the full descriptor still runs after 50 lean runs (a
-resized cached per-core list would corrupt memory there: REFERENCE.md section 5); a cleared program
+resized cached per-core list would corrupt memory there); a cleared program
 cache makes the next call a full one again (the entry comes back, one entry after 10 more calls);
 any other program built between two runs makes the next one full; a lean run forced onto a cache
 miss raises DeviceError naming it; with the cache disabled every run is

@@ -2,7 +2,7 @@
 capture (`ttdecode.testing.step_graph`) on a mock N150: after two warm-up calls, a cached call issues
 only program-cache hits, moves no data between host and device, and allocates exactly one device buffer,
 the output (bfloat16 tiles: 2048 B a 32x32 tile, its padded shape). Trace capture itself crashes on the
-mock (REFERENCE.md section 5); a Wormhole user's traced loop is in the README."""
+mock; a Wormhole user's traced loop is in the README."""
 
 from __future__ import annotations
 

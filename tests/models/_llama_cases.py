@@ -82,7 +82,7 @@ def teacher_forced(decoder, hf: LlamaForCausalLM, sched: Schedule) -> list[tuple
 
 
 def assert_hf_agreement(results: list[tuple[float, bool]]) -> None:
-    """The issue's thresholds: rel L2 <= 5e-2 every step, <= 2e-2 mean, argmax equal >= 95%."""
+    """The agreement thresholds: rel L2 <= 5e-2 every step, <= 2e-2 mean, argmax equal >= 95%."""
     errs = [e for e, _ in results]
     agree = sum(a for _, a in results) / len(results)
     assert max(errs) <= 5e-2, f"max relative L2 {max(errs):.3g} > 5e-2"

@@ -1,4 +1,4 @@
-"""Context parallel Llama decode (issue 12): ``devices=N, context_parallel=C`` (TP N/C ways over heads
+"""Context parallel Llama decode: ``devices=N, context_parallel=C`` (TP N/C ways over heads
 times CP C ways over the sequence, the cache's blocks dealt round-robin over the CP ranks) against
 Hugging Face, teacher-forced with users joining and leaving, and against ``devices=1``.
 

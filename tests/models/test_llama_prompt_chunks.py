@@ -1,5 +1,5 @@
-"""LlamaDecoder.generate feeds prompts in multi-token steps of up to 32 tokens per user (issue 29
-item 5): step counts, Hugging Face's greedy tokens, prompts of different lengths in one batch, the
+"""LlamaDecoder.generate feeds prompts in multi-token steps of up to 32 tokens per user:
+step counts, Hugging Face's greedy tokens, prompts of different lengths in one batch, the
 last prompt token's logits whether the prompt went in 1 or 32 tokens per step, the progress bar."""
 
 from __future__ import annotations

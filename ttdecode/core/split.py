@@ -58,7 +58,7 @@ def dynamic_chunk_tiles(per_piece: int, min_chunk_tiles: int = 1, chunk_cap: int
     """A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
     min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece), above it
     c / 4, at least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles): a chunk
-    above 8 tiles only where the piece takes at least three. A chunk costs a fixed ~3k cycles (the
+    above 8 tiles only where the piece takes at least three. A chunk costs a fixed amount of compute (the
     row max reduction, alpha, the rescales; perf_model.op_counts.chunk_ops), and the first chunk's read (or the
     last one's compute) overlaps nothing: per the model, 16-tile chunks pay from ~3 per piece on."""
     c = _pow2ceil(max(per_piece, min_chunk_tiles))

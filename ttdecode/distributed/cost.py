@@ -30,8 +30,8 @@ own choices price a piece with (``plan.split_choices.split_costs``: ``tile_piece
 
 Checked against the same ``evaluate`` on the counters of host-runtime runs of the same plans (21
 shapes: 1-8 KV heads, 8-64 q heads per KV head, D 128, 4K-256K keys, B 1-32, caps 8 and 16; before
-the kernels' 16x32 q tiles, steps 25-26 of perf/README): within -2.8% to +3.2% on 19 of them, and a
-forced cap of 8 key tiles vs the plan's 16 (8q/1kv, 32K) moved both by the same 11.2 / 11.3 us;
+the kernels' 16x32 q tiles, steps 25-26 of tech_report/perf_history.md): within -2.8% to +3.2% on 19 of
+them, and a forced cap of 8 key tiles vs the plan's 16 (8q/1kv, 32K) moved both by the same amount;
 tests/distributed/test_cp_cost.py pins two shapes (within 5%) and that difference (within 10%) on
 the present kernels. It is high where every piece is one chunk of 4-8 key tiles with two q tile rows (64 q
 heads per KV head, B 32, 4K keys: +7% and +16%, a first chunk priced as a running one); its tree

@@ -54,15 +54,16 @@ class CostConstants:
 COST = CostConstants()
 
 COST_SOURCES: dict[str, str] = {
-    "clock_hz": "Wormhole AI clock 1 GHz (REFERENCE.md section 2)",
-    "dram_peak_bytes_per_cycle": "288 GB/s, 12 GDDR6 banks (REFERENCE.md section 2, tech_reports/Saturating_DRAM_bandwidth)",
-    "dram_banks": "12 GDDR6 banks (REFERENCE.md section 2)",
+    "clock_hz": "Wormhole AI clock 1 GHz (tt-metal tech_reports)",
+    "dram_peak_bytes_per_cycle": "288 GB/s, 12 GDDR6 banks (tt-metal tech_reports/Saturating_DRAM_bandwidth)",
+    "dram_banks": "12 GDDR6 banks (tt-metal tech_reports/Saturating_DRAM_bandwidth)",
     "dram_latency_cycles": "~384 cycles for a first small DRAM read (tt-metal tests/tt_metal/tt_metal/data_movement/"
-                           "documentation; REFERENCE.md section 4); charged once per read barrier",
+                           "documentation); charged once per read barrier",
     "dram_request_issue_cycles": "about one read request per 6.8 cycles at a DRAM endpoint per NoC (tt-metal issue "
-                                 "#55898; REFERENCE.md section 4)",
-    "core_read_plateau_bytes_per_cycle": "22.3 B/cycle: one core's interleaved DRAM read plateau (data_movement "
-                                         "perf_plots 'DRAM Interleaved Packet Sizes'; REFERENCE.md section 4)",
+                                 "#55898)",
+    "core_read_plateau_bytes_per_cycle": "22.3 B/cycle: one core's interleaved DRAM read plateau (tt-metal "
+                                         "tests/tt_metal/tt_metal/data_movement/documentation, perf_plots "
+                                         "'DRAM Interleaved Packet Sizes')",
     "dram_bank_local_efficiency": "267/288 = 92.7%: the DRAM micro-benchmark with one bank-local reader per bank "
                                   "(tech_reports/Saturating_DRAM_bandwidth)",
     "dram_interleaved_efficiency": "0.66 of the bank peak for interleaved reads from every core: 12 readers paired "
@@ -73,8 +74,8 @@ COST_SOURCES: dict[str, str] = {
     "dram_interleaved_efficiency_noc1": "82.1/288: the same benchmark's readers on NoC 1 (DRAMTile/README.md); only "
                                         "the calibration row uses it: tt-metal reads DRAM on NoC 0 on Wormhole "
                                         "(its preferred DRAM-read NoC) and so do our readers",
-    "noc_bytes_per_cycle": "32-byte flit per cycle per link (REFERENCE.md section 2)",
-    "noc_hop_cycles": "~9 cycles per router hop (REFERENCE.md section 2)",
+    "noc_bytes_per_cycle": "32-byte flit per cycle per link (Wormhole NoC documentation)",
+    "noc_hop_cycles": "~9 cycles per router hop (Wormhole NoC documentation)",
     "noc_write_setup_cycles": "ASSUMED: issuing one NoC write (command buffer setup) from a RISC-V, ~40 cycles",
     "semaphore_handshake_cycles": "ASSUMED: write barrier + semaphore increment + the receiver's poll, ~100 cycles",
     "cb_handshake_cycles": "ASSUMED: one CB push/wait pair between RISC-Vs (L1 pointer update + poll), ~20 cycles",
@@ -112,7 +113,7 @@ COST_SOURCES: dict[str, str] = {
                               "the LLK packs a tile's faces on as many packers at once (llk_pack.h: "
                               "PACK_SEL(num_faces)), so a pack takes a face's bytes / 16 cycles: a 16x32 tile's two "
                               "faces on two packers, a 32x32 tile's four on four",
-    "intermediate_tile_bytes": "bf16 tile = 2048 B (REFERENCE.md section 2)",
+    "intermediate_tile_bytes": "bf16 tile = 2048 B (tt-metal docs: 32x32 elements, 2 B each)",
     "matmul_tile_cycles_lofi": "32x32x32 tile 16/32/48/64 cycles at LoFi..HiFi4 (tech_reports/matrix_engine)",
     "matmul_min_rows": "the engine multiplies 8x16 by 16x16 per cycle: in0 under 8 rows costs 8 rows (GEMM_FLOPS)",
     "eltwise_tile_cycles": "eltwise 8x16 elements per cycle: 8 cycles per tile, mul x fidelity phases "

@@ -1,7 +1,8 @@
 """tt-metal's sdpa_decode (ttnn 0.81.1) written down as data for the cost model (`ttdecode.perf_model.evaluator`).
 
 Counts only, read from its compute kernel (`sdpa_flash_decode.cpp`), reader/writer and the work split
-described in REFERENCE.md section 3; no code of it is reproduced. Per K chunk of `k` tiles on a core
+in its program factory (ttnn/cpp/ttnn/operations/transformer/sdpa_decode/, rt_args_common.hpp); no code
+of it is reproduced. Per K chunk of `k` tiles on a core
 (one q tile row, `d` = D/32 K tiles, `dv` = Dv/32 V tiles; with <= 16 q heads per KV head its
 Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e. 16 vector steps):
 
@@ -18,8 +19,8 @@ Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e
   packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per tile
 Each tally counts tiles (a half tile is one tile of 16 vector steps) and the L1 bytes its unpackers fetch
 (a matmul: each in1 tile once, its in0 tile once per call; a binary FPU op and a reduce: both operands,
-the reduce's scaler a bf16 32x32 tile) or its packer writes; its q-row CBs are bf16 (REFERENCE.md
-section 3: statistics and intermediates in bf16), half tiles with <= 16 q heads per KV head.
+the reduce's scaler a bf16 32x32 tile) or its packer writes; its q-row CBs are bf16 (its
+program factory keeps statistics and intermediates in bf16), half tiles with <= 16 q heads per KV head.
 Tile calls: one per tile (pack_tile, exp_tile, copy_tile, reduce_tile, ...), one per matmul_block
 (per subblock and inner step); inits: one per op block (its reconfig included).
 The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or, before it, linear
@@ -88,7 +89,7 @@ class TTMetalShape:
 
 
 def split(s: TTMetalShape) -> tuple[int, int]:
-    """(cores per KV head, KV heads per core) of its program factory (REFERENCE.md section 3)."""
+    """(cores per KV head, KV heads per core) of its program factory (sdpa_decode's program factory)."""
     n = s.grid[0] * s.grid[1]
     per_batch = min(n, s.max_cores_per_head_batch * s.batch * s.num_kv_heads) // s.batch
     if per_batch < 1:

@@ -73,7 +73,7 @@ class PreparedProgram:
 
     Per-core args sent once: on a program-cache hit generic_op copies every non-empty per-core
     runtime-arg list of the descriptor into the cached program (per kernel and core; on a mesh once per
-    device, measured ~8x the N150 cost on a T3K 1x8) and leaves a core whose list is EMPTY as the cached
+    device, so a T3K 1x8 pays it eight times) and leaves a core whose list is EMPTY as the cached
     program has it. When no per-core arg is a buffer address (FlashDecode's addresses are all common
     args), the per-core args never change between runs, so after a run with the full descriptor has put
     the program in the device's cache the runs use `lean`: the same descriptor with every per-core list

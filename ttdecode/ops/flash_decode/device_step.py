@@ -17,11 +17,11 @@ A call whose tensors have the TensorSpecs of an earlier validated call of the st
 validation (`FlashDecodeStep.run_fast`: each tensor's TensorSpec and device compared, then
 `PreparedProgram.run_ordered`); anything different takes the validating path. The public functions'
 device backend keeps its steps in ``step_cache.DeviceSteps`` (bounded, least recently used out). On
-a mock N150 a cached call costs ~2.5x tt-metal's own op's host time (measured:
-perf/bench_device_overhead.py; the per-core runtime args go to ttnn once,
-`ttdecode.ttnn_backend.PreparedProgram`).
+a mock N150 a cached call's host time is measured against tt-metal's own op's by
+perf/bench_device_overhead.py (figures in perf/README.md, "Host overhead through ttnn on the mock"); the
+per-core runtime args go to ttnn once, `ttdecode.ttnn_backend.PreparedProgram`.
 
-Placements the kernels do not read (issue 28 item 4): the kernels read interleaved DRAM and the
+Placements the kernels do not read: the kernels read interleaved DRAM and the
 writer writes it. A Q, cur_pos_tensor, page table, attention mask or sink in L1 (interleaved, or height-sharded as
 ``ttnn.experimental.nlp_create_qkv_heads_decode`` makes Q: [32 padded heads, D] per user on B cores)
 is copied to interleaved DRAM by ``ttnn.to_memory_config`` before the program, and an output
@@ -29,10 +29,8 @@ is copied to interleaved DRAM by ``ttnn.to_memory_config`` before the program, a
 after it (the DRAM one then freed). So a step issues, in order: one ``to_memory_config`` per such
 input, ``generic_op``, one ``to_memory_config`` for such an output, then ``deallocate`` of each
 temporary. All are device ops (no host<->device data, traceable); the program, its runtime-arg count
-and its cache entry are the same whatever the placements. Host cost measured on the mock N150
-(B 4, S 2048, Llama-8B heads; median of 40 cached calls): 0.022 ms all-DRAM; 0.027 ms with ttnn
-config objects (their fields' reprs compared per call); 0.054 ms with height-sharded Q, L1
-cur_pos_tensor and a height-sharded output (three moves, three frees); tt-metal's own op 0.009 ms.
+and its cache entry are the same whatever the placements. Each such move and free adds host time
+to a cached call (perf/bench_device_overhead.py; figures in perf/README.md).
 """
 
 from __future__ import annotations
@@ -80,7 +78,7 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
 
 
-# ---- inputs the kernels take in another form: the device's grid, block-float Q / mask (issue 28) -------
+# ---- inputs the kernels take in another form: the device's grid, block-float Q / mask ------------------
 
 
 def with_device_grid(inputs: Any, device: Any) -> Any:
@@ -104,7 +102,7 @@ def as_bfloat16_on_device(ttnn: Any, tensor: Any) -> tuple[Any, bool]:
     return ttnn.typecast(tensor, ttnn.bfloat16), True
 
 
-# ---- placements the kernels do not read: moved on the device around the program (issue 28) -------
+# ---- placements the kernels do not read: moved on the device around the program ------------------
 
 
 def is_dram_interleaved(ttnn: Any, mem: Any) -> bool:
