@@ -73,6 +73,7 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
         ``(out [1, B, NH, Dv] bfloat16, lse [1, B, NH, 1] float32)`` mesh tensors, the same on every device.
     """
     from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
+
     if not isinstance(combine, str) or combine not in COMBINES:
         raise ValueError(f"device_combine: argument 'combine': expected one of {list(COMBINES)}, got {combine!r}")
     if combine == "all_to_all":

@@ -230,6 +230,7 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     whole call (``v`` None with MLA). Returns the merged output (a ttnn mesh tensor ``[1, B, NH, Dv]``
     bfloat16, the same on every device) and the merged LSE ``[1, B, NH]`` (float32 torch, device 0's)."""
     from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
+
     ttnn = require_ttnn()
     programs = mesh_programs(info, mesh)
     n, shape = mesh.devices, mesh.mesh_shape

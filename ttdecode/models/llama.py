@@ -207,6 +207,7 @@ class LlamaDecoder:
                       program_config: Any) -> int:
         """The decoder on a Wormhole (`ttdecode.models.llama_device.DeviceDecoder`); returns its cache bytes."""
         from ttdecode.models.llama_device import DeviceDecoder
+
         cp = self.context_parallel
         if cp not in (1, self.devices):
             raise fail("context_parallel", f"1 or devices={self.devices} with backend 'device' (context parallel "

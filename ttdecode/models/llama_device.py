@@ -401,7 +401,6 @@ class DeviceDecoder:
 
     def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...]) -> Any:
         """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)."""
-        from ttdecode.ops.rotary_append.program_factory import device_program
         grid = self.device.compute_with_storage_grid_size()
         program = device_program(batch=self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
                                  head_dim=self.spec.head_dim, cache_dtype=kv_dtype, cache_shape=cache_shape,

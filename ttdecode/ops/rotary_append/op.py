@@ -175,6 +175,7 @@ def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any
     """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device_step``): no rebuild
     per call, no upload of device inputs."""
     from ttdecode.ttnn_env import has_tenstorrent_device
+
     if not inp.device_tensors:
         if not has_tenstorrent_device():
             raise RuntimeError("backend 'device': no Tenstorrent device found (no /dev/tenstorrent*); use "
