@@ -22,6 +22,7 @@ import time
 from typing import Mapping, Optional, Sequence
 
 from ttdecode.config import PRESETS, WORMHOLE_GRID, WORMHOLE_MAX_GRID, SDPAProgramConfig, get_preset
+from ttdecode.models.cli import add_parser as add_llama_parser
 
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
 
@@ -144,7 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a Llama-3.1-8B decode step on the host runtime, checked against the reference",
                           description=DEMO_DESCRIPTION)
     demo.set_defaults(func=cmd_demo)
-    from ttdecode.models.cli import add_parser as add_llama_parser
 
     add_llama_parser(sub)
     parser.subcommands = sub  # type: ignore[attr-defined]

@@ -47,6 +47,7 @@ from ttdecode.core.checks import fail
 from ttdecode.ops.flash_decode.op import Result, make_decode_plan, run_host, run_reference
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import validate_decode
+from ttdecode.ops.flash_decode.device_steps import MISS, STEPS
 
 __all__ = [
     "BACKENDS",
@@ -170,8 +171,6 @@ def decode(q: Any, k: Any, v: Any, options: DecodeOptions) -> Result:
                    ValueError if isinstance(backend, str) else TypeError)
     if backend == "device" and not validate_values:
         # the device machinery (ttdecode.ttnn_backend) is imported by device calls only
-        from ttdecode.ops.flash_decode.device_steps import MISS, STEPS
-
         out = STEPS.run_cached(q, k, v, options)
         if out is not MISS:
             record("device")
@@ -183,6 +182,5 @@ def decode(q: Any, k: Any, v: Any, options: DecodeOptions) -> Result:
         return run_reference(inputs)
     if chosen == "host":  # the host runtime plans each call (its positions included)
         return run_host(inputs, make_decode_plan(inputs))
-    from ttdecode.ops.flash_decode.device_steps import STEPS
 
     return STEPS.run(q, k, v, options, inputs)  # the device plans once per decode shape (a kept step)

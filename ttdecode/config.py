@@ -33,6 +33,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ttdecode.ttnn_env import import_ttnn
+
 __all__ = [
     "WORMHOLE_GRID",
     "WORMHOLE_MAX_GRID",
@@ -374,8 +376,6 @@ class ComputeKernelConfig:
 
 def _import_ttnn() -> Any:
     """Import ttnn through the project's mock-cluster setup (raises if ttnn is missing)."""
-    from ttdecode.ttnn_env import import_ttnn
-
     ttnn = import_ttnn()
     if ttnn is None:
         raise RuntimeError("ttnn is not installed: to_ttnn() needs ttnn==0.81.1")

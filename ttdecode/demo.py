@@ -23,6 +23,8 @@ from ttdecode.ops.flash_decode.plan import format_plan, make_plan
 from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.reference import sdpa_decode_reference
 from ttdecode.core.tensor import dequantize, from_torch
+from ttdecode.perf_model.counters import work_from_counters
+from ttdecode.perf_model.evaluator import evaluate
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, SEQ = 32, 8, 128, 8192
 POSITIONS = [8191, 5000, 1234, 31, -1]
@@ -99,9 +101,6 @@ def main() -> int:
 def key_row_step(qt, kt, vt, scale: float, ref: torch.Tensor, tile_plan, tile_result) -> bool:
     """The step again with kv_pages "key_row" (12 pieces per KV head); its accuracy, how many cores read
     their K/V from a single bank, and both layouts' modelled step time."""
-    from ttdecode.perf_model.counters import work_from_counters
-    from ttdecode.perf_model.evaluator import evaluate
-
     plan = make_plan(batch=len(POSITIONS), num_q_heads=NUM_Q_HEADS, num_kv_heads=NUM_KV_HEADS, seq_len=SEQ,
                      head_dim=HEAD_DIM, kv_dtype=DataType.bfloat8_b, cur_pos=POSITIONS, return_lse=True,
                      max_cores_per_head_batch=12, kv_pages="key_row")

@@ -14,6 +14,8 @@ import operator
 
 import torch
 
+from ttdecode.core.tensor import TileTensor
+
 
 _OWNER = "ttdecode"
 _TORCH_FLOATS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16"}
@@ -56,10 +58,6 @@ def _is_ttnn_tensor(x: object) -> bool:
 
 
 def _is_tile_tensor(x: object) -> bool:
-    try:
-        from ttdecode.core.tensor import TileTensor
-    except ImportError:
-        return False
     return isinstance(x, TileTensor)
 
 

@@ -53,6 +53,18 @@ from ttdecode.distributed.sharding import (
     COMBINES, KV_LAYOUTS, ShardPlan, _local_positions, _shard_kv, _unit_positions, shard_groups, shard_plan,
 )
 from ttdecode.ops.flash_decode.options import DecodeOptions
+from ttdecode.reference import merge_partials
+from ttdecode.core.tensor import dequantize
+from ttdecode.core.checks import describe
+from ttdecode.ops.combine import run_combine
+from ttdecode.core.formats import DataType
+from ttdecode.ops.flash_decode.validate import validate_decode
+from ttdecode.backend import select_backend
+from ttdecode.distributed.device_combine import ALL_TO_ALL_ON_DEVICE
+from ttdecode.distributed.device_context import NOT_ON_A_MESH, mesh_shape_of
+from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
+from ttdecode.core.tensor import _is_ttnn_tensor
 
 __all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",
            "ShardPlan", "get_pool", "close_pools"]
@@ -80,8 +92,6 @@ def combine_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tens
         the largest LSE subtracted (no overflow for LSEs far apart); partials at ``-inf`` weigh
         nothing (their outputs may hold anything); all ``-inf`` gives zeros and ``-inf``.
     """
-    from ttdecode.reference import merge_partials
-
     for arg, t, ndim in (("outs", outs, 5), ("lses", lses, 4)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
@@ -106,9 +116,6 @@ def _mask_values(mask: Any, backend: str) -> Optional[torch.Tensor]:
     backends take bfloat16 masks only (``api.check_kernel_mask``): a block-float mask is refused."""
     if mask is None:
         return None
-    from ttdecode.core.tensor import dequantize
-    from ttdecode.core.checks import describe
-
     meta = describe("attn_mask", mask)
     if backend != "reference" and meta.storage_dtype != "bfloat16":
         raise _fail("attn_mask", "a bfloat16 mask (or a torch float tensor) for the kernel backends",
@@ -161,9 +168,6 @@ def merge_on_rank(outs: torch.Tensor, lses: torch.Tensor, merge: str) -> tuple[t
     """
     if merge == "reference":
         return combine_partials(outs[:, None].to(torch.float32), lses[:, None].to(torch.float32))
-    from ttdecode.ops.combine import run_combine
-    from ttdecode.core.formats import DataType
-
     fmt = DataType.bfloat16 if outs.dtype == torch.bfloat16 else DataType.float32
     out, lse = run_combine(outs, lses.to(torch.float32), in_dtype=fmt, out_dtype=fmt)
     return out.to(torch.float32), lse
@@ -305,8 +309,6 @@ def context_parallel_decode(
     it decides itself (_check_op_options), the op's validation, the sequence's units (_sequence_units);
     then the mesh (_decode_on_mesh) or one shard per worker (_rank_shards), run and merged by _cp_worker.
     """
-    from ttdecode.ops.flash_decode.validate import validate_decode
-
     backend = _check_choices(kv_layout, combine, backend, devices)
     n, mesh_shape = _device_count(devices, backend, combine, page_table, op_options)
     _check_op_options(op_options)
@@ -339,8 +341,6 @@ def _check_choices(kv_layout: Any, combine: Any, backend: Any, devices: Any) -> 
     if not isinstance(backend, str) or backend not in ("auto", "host", "reference", "device"):
         raise _fail("backend", "one of ['auto', 'host', 'reference', 'device']", repr(backend))
     if backend == "auto":
-        from ttdecode.backend import select_backend
-
         backend = select_backend()
         if backend == "device" and isinstance(devices, (int, WorkerPool)):
             backend = "host"  # a count or a pool names worker processes; a mesh is given as the MeshDevice
@@ -356,9 +356,6 @@ def _device_count(devices: Any, backend: str, combine: str, page_table: Any,
     mesh_shape = None
     if backend == "device":
         # The mesh path (ttdecode.distributed.device_context): devices is the ttnn.MeshDevice.
-        from ttdecode.distributed.device_combine import ALL_TO_ALL_ON_DEVICE
-        from ttdecode.distributed.device_context import NOT_ON_A_MESH, mesh_shape_of
-
         mesh_shape = mesh_shape_of(devices)
         n = mesh_shape[0] * mesh_shape[1]
         if combine == "all_to_all":
@@ -409,9 +406,6 @@ def _decode_on_mesh(info: Any, q: Any, k: Any, v: Any, devices: Any, mesh_shape:
     """backend "device": plans the shards over the mesh (plan_mesh_decode) and runs one FlashDecode
     program per device and the combine (run_on_mesh). One token per user only (refused otherwise).
     Returns the merged (output, LSE) as ttnn mesh tensors."""
-    from ttdecode.core.tensor import as_tile_tensor
-    from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
-
     if info.num_tokens != 1:
         raise NotImplementedError(f"{_NAME}: argument 'q': {info.num_tokens} tokens per user on a mesh "
                                   f"(backend 'device') is not built; expected one token")
@@ -429,8 +423,6 @@ def _rank_shards(info: Any, q: Any, k: Any, v: Any, n: int, num_units: int, unit
     position and window on it (_local_positions). The shards carry attention_sink, sliding_window_size,
     is_causal and attn_mask their own way (their `options` hold none of them but is_causal). Returns one
     (shard, combine, shape of an empty partial [1, B, NH, Dv]) per rank, for _cp_worker."""
-    from ttdecode.core.tensor import _is_ttnn_tensor, as_tile_tensor
-
     host = lambda x: as_tile_tensor(x) if _is_ttnn_tensor(x) else x  # noqa: E731 - picklable host copies
     q_h, k_h, v_h = host(q), host(k), host(v)
     sink = host(options.attention_sink)

@@ -73,6 +73,10 @@ from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediat
 from ttdecode.core.formats import DataType, tile_size
 from ttdecode.core.split import tree_children, tree_rounds
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan, power_of_two_scale
+from ttdecode.ops.combine import TILE, combine_op_counts
+from ttdecode.ops.combine import COMBINE_CBS
+from ttdecode.core.program_description import KernelKind
+from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ttdecode.runtime.results import RunCounters
@@ -215,8 +219,6 @@ def combine_kernel_seconds(partials: int, rows: int, head_dim_v: int = 128, core
     """Estimated time of the combine program merging ``partials`` partials of ``rows`` rows on one chip:
     its tile rows dealt over at most ``cores`` cores (``ttdecode.ops.combine.make_combine_plan``), each core
     priced from the kernels' op counts (``combine_op_counts``) through ``evaluate`` (launch included)."""
-    from ttdecode.ops.combine import TILE, combine_op_counts
-
     dv = head_dim_v // TILE
     tile_rows = math.ceil(rows / TILE)
     used = min(tile_rows, cores)
@@ -239,10 +241,6 @@ def combine_work_from_counters(counters: "RunCounters") -> list[CoreWork]:
     ``ttdecode.perf_model.counters.work_from_counters`` reads the op's: the reader's DRAM reads grouped by read
     barrier, its CB pushes (handshakes; the O pushes are the double-buffered chunks), every compute
     call with its tiles, the DRAM bytes per bank."""
-    from ttdecode.ops.combine import COMBINE_CBS
-    from ttdecode.core.program_description import KernelKind
-    from ttdecode.runtime.results import COMPUTE_OPS, EVENT_OPS
-
     op_code = {name: code for code, name in EVENT_OPS.items()}
     o_in = dict(COMBINE_CBS)["o_in"]
     by_core: dict[object, CoreWork] = {}

@@ -31,6 +31,8 @@ from typing import Any
 from ttdecode.ops.combine import CombinePlan, build_combine_program_for_device, make_combine_plan
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import Program
+from ttdecode.distributed.sharding import COMBINES
+from ttdecode.ttnn_backend.launching import launch
 
 __all__ = ["gathered_combine_program", "device_combine", "ALL_TO_ALL_ON_DEVICE"]
 
@@ -70,8 +72,6 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
     Returns:
         ``(out [1, B, NH, Dv] bfloat16, lse [1, B, NH, 1] float32)`` mesh tensors, the same on every device.
     """
-    from ttdecode.distributed.sharding import COMBINES
-    from ttdecode.ttnn_backend.launching import launch
     from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 
     if not isinstance(combine, str) or combine not in COMBINES:

@@ -65,8 +65,27 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ttdecode.distributed.sharding import ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan
+from ttdecode.distributed.sharding import (
+    ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan, device_step_positions,
+)
 from ttdecode.core.program_description import Program
+from ttdecode.ops.flash_decode.device_step import decode_program
+from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
+from ttdecode.core.tensor import TileTensor
+from ttdecode.core.tensor import to_torch
+from ttdecode.ops.flash_decode.device_step import to_torch_sink
+from ttdecode.distributed.device_combine import device_combine
+from ttdecode.ttnn_backend.launching import launch_mesh
+from ttdecode.ttnn_backend.descriptor import ttnn_data_type
+from ttdecode.ttnn_env import require_ttnn
+from ttdecode.core.formats import as_data_type
+from ttdecode.ttnn_backend.prepared import PreparedProgram
+from ttdecode.ops.rotary_append.program_factory import device_program
+from ttdecode.ops.flash_decode.device_step import FlashDecodeStep
+from ttdecode.ops.flash_decode.options import DecodeOptions
+from ttdecode.ops.flash_decode.validate import validate_decode
+from ttdecode.core.formats import DataType
+from ttdecode.ops.combine import CombineStep, make_combine_plan
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
            "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH",
@@ -158,9 +177,6 @@ def device_inputs(info: Any, mesh: MeshDecodePlan, launch: DeviceLaunch) -> Any:
 
 def mesh_programs(info: Any, mesh: MeshDecodePlan) -> list[dict[tuple[int, int], Program]]:
     """Per launch, per mesh coordinate: the FlashDecode program of the op on that device's shard."""
-    from ttdecode.ops.flash_decode.device_step import decode_program
-    from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
-
     out = []
     for launch in mesh.launches:
         progs = {}
@@ -173,8 +189,6 @@ def mesh_programs(info: Any, mesh: MeshDecodePlan) -> list[dict[tuple[int, int],
 
 def _pad_positions(t: Any, seq: int) -> Any:
     """A shard ``[A, NKV, s, D]`` padded with zero tiles to ``seq`` positions (TileTensor bytes kept)."""
-    from ttdecode.core.tensor import TileTensor
-
     a, h, s, dd = t.shape
     if s == seq:
         return t
@@ -191,8 +205,6 @@ def padded_shards(x: Any, mesh: MeshDecodePlan) -> list[Any]:
 
 def _ttnn_host(ttnn: Any, t: Any) -> Any:
     """A TileTensor as a host TILE ttnn tensor of the same format (its values are exact in it)."""
-    from ttdecode.core.tensor import to_torch
-
     return ttnn.from_torch(to_torch(t).to(torch.float32), dtype=getattr(ttnn, t.dtype.value), layout=ttnn.TILE_LAYOUT)
 
 
@@ -217,9 +229,6 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     """The whole chain (module doc) on ``mesh_device``. ``q``/``k``/``v``: host TileTensors of the
     whole call (``v`` None with MLA). Returns the merged output (a ttnn mesh tensor ``[1, B, NH, Dv]``
     bfloat16, the same on every device) and the merged LSE ``[1, B, NH]`` (float32 torch, device 0's)."""
-    from ttdecode.ops.flash_decode.device_step import to_torch_sink
-    from ttdecode.distributed.device_combine import device_combine
-    from ttdecode.ttnn_backend.launching import launch_mesh
     from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 
     ttnn = require_ttnn()
@@ -288,8 +297,6 @@ def step_rows(shards: ShardPlan, batch: int, local_blocks: int, prefix_width: in
     ``page_tables``: per device an int ``[B, local_blocks]`` table (local logical -> local physical block,
     e.g. ``ContextParallelAllocator.page_tables``); ``prefix``: int ``[prefix_width]``, the same on every
     device. ``append`` / ``attend``: `sharding.device_step_positions`."""
-    from ttdecode.distributed.sharding import device_step_positions
-
     n = shards.devices
     pos = [int(p) for p in positions]
     if len(pos) != batch or any(p < -1 for p in pos):
@@ -356,11 +363,6 @@ class ContextParallelDecode:
                  compute_kernel_config: Any = None, ttnn: Any = None) -> None:
         import math
 
-        from ttdecode.ttnn_backend.descriptor import ttnn_data_type
-        from ttdecode.ttnn_env import require_ttnn
-        from ttdecode.distributed.sharding import shard_plan
-        from ttdecode.core.formats import as_data_type
-
         ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.mesh = ttnn, mesh_device
         self.mesh_shape = _mesh_dims(mesh_device)
@@ -420,9 +422,6 @@ class ContextParallelDecode:
         self.page_table = op("reshape")(op("slice")(inp, [0, p + 2 * b], [1, self.row_width]), [b, self.local_blocks])
 
     def _prepare_rotary(self, kv: Any, cache_shape: tuple[int, ...]) -> Any:
-        from ttdecode.ttnn_backend.prepared import PreparedProgram
-        from ttdecode.ops.rotary_append.program_factory import device_program
-
         grid = self.mesh.compute_with_storage_grid_size()
         program = device_program(batch=self.batch, num_q_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                                  head_dim=self.head_dim, cache_dtype=kv, cache_shape=cache_shape,
@@ -433,10 +432,6 @@ class ContextParallelDecode:
     def _prepare_flash(self, scale: Optional[float], program_config: Any, compute_kernel_config: Any) -> Any:
         """FlashDecode on one shard: the op's own validation and plan of these device tensors (a q
         allocated, never written), its `FlashDecodeStep` (the prepared program) kept."""
-        from ttdecode.ops.flash_decode.device_step import FlashDecodeStep
-        from ttdecode.ops.flash_decode.options import DecodeOptions
-        from ttdecode.ops.flash_decode.validate import validate_decode
-
         ttnn = self.ttnn
         q = ttnn.allocate_tensor_on_device(ttnn.Shape([1, self.batch, self.num_heads, self.head_dim]), ttnn.bfloat16,
                                            ttnn.TILE_LAYOUT, self.mesh, ttnn.DRAM_MEMORY_CONFIG)
@@ -449,9 +444,6 @@ class ContextParallelDecode:
         return step
 
     def _prepare_combine(self) -> Any:
-        from ttdecode.core.formats import DataType
-        from ttdecode.ops.combine import CombineStep, make_combine_plan
-
         plan = make_combine_plan(partials=self.devices, groups=self.batch, heads=self.num_heads,
                                  head_dim_v=self.head_dim, in_dtype=DataType.bfloat16, out_dtype=DataType.bfloat16)
         return CombineStep(plan, self.mesh)

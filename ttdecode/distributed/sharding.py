@@ -9,6 +9,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from ttdecode.core.tensor import TileTensor
+
 #: How the key units are dealt over the devices.
 KV_LAYOUTS = ("contiguous", "interleaved")
 #: How the partials meet.
@@ -98,8 +100,6 @@ def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pag
     """A TileTensor ``[A, NKV, S, D]`` cut to the given units along dim 2 (``rows_of_unit`` tile rows
     each), or with ``outer_pages`` to the given indices of dim 0 (paged pools). Bytes are copied as they
     are (no re-quantization)."""
-    from ttdecode.core.tensor import TileTensor
-
     a, h, s, dd = t.shape
     tr, tc = t.padded_shape[2] // 32, t.padded_shape[3] // 32
     raw = np.frombuffer(t.data, dtype=np.uint8).reshape(a, h, tr, tc * t.page_size)
@@ -114,8 +114,6 @@ def _tile_rows_select(t: Any, rows_of_unit: int, units: Sequence[int], outer_pag
 def _shard_kv(x: Any, plan: ShardPlan, d: int, paged_blocks: Optional[np.ndarray]) -> Any:
     """Device d's part of K or V: the positions of its units (contiguous cache) or the blocks its page
     table rows reference (paged pool, ``paged_blocks`` sorted physical ids)."""
-    from ttdecode.core.tensor import TileTensor
-
     if x is None:
         return None
     if isinstance(x, TileTensor):

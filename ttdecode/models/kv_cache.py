@@ -32,6 +32,7 @@ import torch
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor
+from ttdecode.ops.rotary_append import op as rotary_op
 
 __all__ = ["append_rows", "BlockAllocator", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
            "KV_DTYPES", "check_positions"]
@@ -264,8 +265,6 @@ def append_rows(k_cache: PagedKVCache, v_cache: PagedKVCache, k_new: torch.Tenso
     or None; cur_pos: ``[B]`` positions to write (-1: no write for that user); page_table: int32
     ``[B, max_blocks]``; cos/sin: ``[B, D]`` in Hugging Face's layout. The caches take the op's
     result. Returns the rotated q ``[1, B, NH, D]`` (bfloat16) or None."""
-    from ttdecode.ops.rotary_append import op as rotary_op
-
     out = rotary_op.rotary_kv_append(
         k_new.unsqueeze(0), v_new.unsqueeze(0), k_cache.tile_tensor(), v_cache.tile_tensor(),
         cur_pos=list(cur_pos), cos=cos, sin=sin, page_table=page_table,

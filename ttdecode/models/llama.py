@@ -48,6 +48,9 @@ from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelA
 from ttdecode.models.llama_host import LlamaShard, StepInputs, worker_build, worker_step
 from ttdecode.models.llama_spec import MAX_TOKENS, LlamaSpec, fail
 from ttdecode.models.tensor_parallel import shard_weights
+from ttdecode.distributed import WorkerPool
+from ttdecode.core import formats
+from ttdecode.ttnn_env import require_ttnn
 
 __all__ = ["LlamaDecoder", "BACKENDS"]
 
@@ -150,8 +153,6 @@ class LlamaDecoder:
             self._shard = LlamaShard(spec, shard_weights(state, spec, 0, 1), rank=0, world=1, **options)
             per_device = [self._shard.cache_bytes]
         else:
-            from ttdecode.distributed import WorkerPool
-
             self._pool = WorkerPool(devices, label="device", timeout=timeout)
             options["context_parallel"] = context_parallel
             shards = [(spec, shard_weights(state, spec, r % tp, tp), options) for r in range(devices)]
@@ -205,7 +206,6 @@ class LlamaDecoder:
     def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,
                       program_config: Any) -> int:
         """The decoder on a Wormhole (`ttdecode.models.llama_device.DeviceDecoder`); returns its cache bytes."""
-        from ttdecode.core import formats
         from ttdecode.models.llama_device import DeviceDecoder
 
         cp = self.context_parallel
@@ -217,7 +217,6 @@ class LlamaDecoder:
             if self.devices != 1:
                 raise fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
                             f"{self.devices} with backend 'device'", "None", TypeError)
-            from ttdecode.ttnn_env import require_ttnn
 
             device = self._own_device = require_ttnn().open_device(device_id=0)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
@@ -240,8 +239,6 @@ class LlamaDecoder:
             self._device.close()
             self._device = None
         if self._own_device is not None:
-            from ttdecode.ttnn_env import require_ttnn
-
             require_ttnn().close_device(self._own_device)
             self._own_device = None
 

@@ -53,6 +53,18 @@ import torch
 
 from ttdecode.core.formats import DataType
 from ttdecode.models.llama_spec import LlamaSpec
+from ttdecode.ttnn_backend.descriptor import build_program_descriptor
+from ttdecode.ops.flash_decode.program_factory import build_program_for_device
+from ttdecode.ops.flash_decode.plan import make_plan
+from ttdecode.core.program_description import ComputeSettings, MathFidelity
+from ttdecode.ops.rotary_append import device_program
+from ttdecode.models import rope
+from ttdecode.ops.rotary_append.program_factory import column_angles
+from ttdecode.ttnn_backend.descriptor import ttnn_data_type
+from ttdecode.ttnn_env import require_ttnn
+from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
+from ttdecode.ttnn_backend.prepared import PreparedProgram
+from ttdecode.api import paged_scaled_dot_product_attention_decode
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
@@ -212,11 +224,6 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
     """(plan, ``ttnn.ProgramDescriptor``) of one layer's paged FlashDecode on one chip of a
     ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads), with the
     positions coming from the cur_pos tensor at run time."""
-    from ttdecode.ttnn_backend.descriptor import build_program_descriptor
-    from ttdecode.ops.flash_decode.program_factory import build_program_for_device
-    from ttdecode.ops.flash_decode.plan import make_plan
-    from ttdecode.core.program_description import ComputeSettings, MathFidelity
-
     max_blocks = math.ceil(max_seq_len / block_size)
     plan = make_plan(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=spec.num_kv_heads // devices,
                      seq_len=max_blocks * block_size, head_dim=spec.head_dim, kv_dtype=kv_dtype, cur_pos=None,
@@ -233,9 +240,6 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
     """(Program, ``ttnn.ProgramDescriptor``) of one layer's fused RoPE + paged cache append on one
     chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
     projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches."""
-    from ttdecode.ttnn_backend.descriptor import build_program_descriptor
-    from ttdecode.ops.rotary_append import device_program
-
     nkv = spec.num_kv_heads // devices
     max_blocks = math.ceil(max_seq_len / block_size)
     program = device_program(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=nkv,
@@ -254,9 +258,6 @@ def rope_tables(spec: LlamaSpec, positions: int) -> tuple[torch.Tensor, torch.Te
     per-column cos (sin) of position p for the interleaved-pair rotation of the permuted Q/K rows
     (``ttdecode.ops.rotary_append.program_factory.column_angles`` of Hugging Face's cos/sin), looked up on the
     device by ``ttnn.embedding`` (stored there in bfloat16, the table format ttnn.embedding takes)."""
-    from ttdecode.models import rope
-    from ttdecode.ops.rotary_append.program_factory import column_angles
-
     d = spec.head_dim
     freq = rope.inv_freq(d, spec.rope_theta, spec.rope_scaling)
     cos, sin = rope.cos_sin(freq, torch.arange(positions))
@@ -318,10 +319,6 @@ class DeviceDecoder:
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
                  weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None,
                  context_parallel: int = 1) -> None:
-        from ttdecode.ttnn_backend.descriptor import ttnn_data_type
-        from ttdecode.ttnn_env import require_ttnn
-        from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
-
         if spec.attention_bias or spec.mlp_bias:
             raise NotImplementedError("model: the device decoder implements Llama without biases (attention_bias and "
                                       "mlp_bias False), got a checkpoint with biases; use backend='host'")
@@ -404,9 +401,6 @@ class DeviceDecoder:
 
     def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...]) -> Any:
         """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)."""
-        from ttdecode.ttnn_backend.prepared import PreparedProgram
-        from ttdecode.ops.rotary_append.program_factory import device_program
-
         grid = self.device.compute_with_storage_grid_size()
         program = device_program(batch=self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
                                  head_dim=self.spec.head_dim, cache_dtype=kv_dtype, cache_shape=cache_shape,
@@ -434,8 +428,6 @@ class DeviceDecoder:
         """Paged FlashDecode, ``ttdecode.paged_scaled_dot_product_attention_decode`` on the device:
         positions and page table as device tensors; planned once per decode shape, a cached call
         checks metadata only."""
-        from ttdecode.api import paged_scaled_dot_product_attention_decode
-
         self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
         return paged_scaled_dot_product_attention_decode(q, k, v, page_table_tensor=page_table,
                                                          cur_pos_tensor=positions,

@@ -23,8 +23,9 @@ import numpy as np
 from ttdecode.core.program_description import (BufferAddress, CoreCoord, Kernel, KernelKind, NocX, NocY, NUM_DRAM_BANKS, Program,
                               check_unpack_to_dest)
 from ttdecode.runtime import build, layout
-from ttdecode.runtime.results import (EVENT_DTYPE, DeadlockError, KernelCounters, KernelError, KernelState,
-                                      RunCounters, RunResult)
+from ttdecode.runtime.results import (
+    EVENT_DTYPE, DeadlockError, KernelCounters, KernelError, KernelState, RunCounters, RunResult, COMPUTE_OPS,
+)
 
 _SLOT = {KernelKind.READER: 0, KernelKind.WRITER: 1, KernelKind.COMPUTE: 2}
 _FIDELITY = {"LoFi": 0, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
@@ -420,7 +421,6 @@ def _raise_failure(work: Path, proc: subprocess.CompletedProcess) -> None:
 def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple[CoreCoord, int]]) -> RunCounters:
     lines = (work / "counters.txt").read_text().splitlines()
     events = np.fromfile(work / "events.bin", dtype=EVENT_DTYPE)
-    from ttdecode.runtime.results import COMPUTE_OPS  # noqa: F401 (documented op names)
     per: list[dict] = [dict(reads=(0,) * 12, writes=(0,) * 12, nw={}, nr={}, si={}, tiles={}, waits=(0, 0, 0, 0),
                             nev=0) for _ in order]
     for line in lines:

@@ -25,6 +25,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 from ttdecode.core.program_description import KernelKind, Program
+from ttdecode.ttnn_backend.tensors import key_row_memory_config, tensor_dtype
+from ttdecode.ttnn_backend.launching import launch
+from ttdecode.testing.mock import open_mock_device
+from ttdecode.testing.mock import run_script
 
 #: Prefix of the line a child process prints its result on.
 RESULT_MARK = "TTDECODE_MOCK_RESULT:"
@@ -63,8 +67,6 @@ class DryRunReport:
 
 
 def _allocate_input(ttnn: Any, spec: Any, device: Any) -> Any:
-    from ttdecode.ttnn_backend.tensors import key_row_memory_config, tensor_dtype
-
     if spec.layout == "key_row":
         layout, mem = ttnn.TILE_LAYOUT, key_row_memory_config(ttnn, spec.shape[-1])
     elif spec.layout == "row_major":
@@ -80,16 +82,12 @@ def dry_run(program: Union[Program, Callable[[], Program]], device: Any = None, 
     and the program-cache entry counts."""
     import ttnn
 
-    from ttdecode.ttnn_backend.launching import launch
-
     prog = program() if callable(program) else program
     if not isinstance(prog, Program):
         raise TypeError(f"dry_run: expected a Program (or a callable returning one), got {type(prog).__name__}")
     kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value} for k in prog.kernels]
     own = device is None
     if own:
-        from ttdecode.testing.mock import open_mock_device
-
         device = open_mock_device()
     report = DryRunReport(kernels=kernels, accepted=False)
     try:
@@ -135,8 +133,6 @@ def run_isolated(code: str, system: str = "n150", timeout: float = 300, jit_log:
     """Run Python `code` in a fresh process on the mock (`system`), in a temp cwd, killed after
     `timeout` s (raises subprocess.TimeoutExpired). The code imports ttnn itself (the environment
     is set before it starts) and reports with `emit(...)`."""
-    from ttdecode.testing.mock import run_script
-
     t0 = time.perf_counter()
     proc = run_script(["-c", code], system=system, timeout=timeout, jit_log=jit_log, env=env)
     result = None

@@ -10,6 +10,7 @@ from ttdecode.core.formats import DataType
 from ttdecode.ops.combine.validate import _check_partials
 from ttdecode.ops.combine.program_factory import _decode, build_combine_program
 from ttdecode.ops.combine.plan import make_combine_plan
+from ttdecode.runtime import run_program
 
 __all__ = ["run_combine"]
 
@@ -30,8 +31,6 @@ def run_combine(outs: torch.Tensor, lses: torch.Tensor, *, in_dtype: DataType = 
         ``(out [1, G, H, Dv], lse [1, G, H])`` (out in torch.bfloat16 or float32, lse float32), and the
         runtime's ``RunResult`` too with ``return_result``.
     """
-    from ttdecode.runtime import run_program
-
     outs, lses = _check_partials(outs, lses)
     n, g, h, dv = outs.shape
     plan = make_combine_plan(partials=n, groups=g, heads=h, head_dim_v=dv, in_dtype=in_dtype,

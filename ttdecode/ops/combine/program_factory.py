@@ -50,6 +50,7 @@ from ttdecode.core.program_description import (
 from ttdecode.core.tensor import from_torch
 from ttdecode.ops.combine.plan import COMBINE_CBS, CombinePlan
 from ttdecode.ops.combine.validate import CombineError, _check_partials
+from ttdecode.core.paths import operator_kernels
 
 #: The combine's compute settings: fp32 DST (the statistics are fp32 on the SFPU), half-sync (4 tiles).
 COMBINE_COMPUTE = ComputeSettings(fp32_dest_acc_en=True, dst_full_sync_en=False)
@@ -60,8 +61,6 @@ _UNPACK_TO_DEST = ("lse_in", "max_a", "max_b", "sum_a", "sum_b", "acc_a", "acc_b
 
 def combine_kernel_sources() -> dict[str, Path]:
     """Paths of kernels/combine/{reader,compute,writer}.cpp (beside the imported package)."""
-    from ttdecode.core.paths import operator_kernels
-
     return operator_kernels("combine", CombineError)
 
 

@@ -44,7 +44,12 @@ from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.program_description import Program
 from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps, compute_settings, make_decode_plan
 from ttdecode.ops.flash_decode.options import DecodeOptions
-from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode
+from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode, sink_values, as_bfloat16_tiles
+from ttdecode.ops.flash_decode.program_factory import build_program_for_device
+from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS
+from ttdecode.ops.flash_decode.program_factory import mask_tiles
+from ttdecode.core.tensor import to_torch
+from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 
 __all__ = ["FlashDecodeStep", "plan_decode", "MISS", "step_key", "device_of", "decode_program", "with_device_grid"]
 
@@ -57,8 +62,6 @@ MISS = object()
 
 def to_torch_sink(inputs: Any) -> Any:
     """The attention sink as a float32 torch [NH, 32] (column 0 holds each head's logit)."""
-    from ttdecode.ops.flash_decode.validate import sink_values
-
     # the host kernels' own reading of the sink (a torch [NH] through bf16; dequantize() refuses rank 1)
     sink = sink_values(inputs.attention_sink)
     if sink.dim() == 1:
@@ -71,8 +74,6 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
     (``ttdecode.ops.flash_decode.op.make_decode_plan``), with the call's scale and exp mode; `compute` from
     ``ttdecode.ops.flash_decode.op.compute_settings``; `positions` given: positions_in_args (the reader's
     common runtime args). Used by `FlashDecodeStep` and by the mesh path of context parallelism."""
-    from ttdecode.ops.flash_decode.program_factory import build_program_for_device
-
     return build_program_for_device(
         plan, scale=inputs.scale, compute=compute, positions=positions,
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
@@ -214,7 +215,6 @@ class FlashDecodeStep:
         self.memory_config = inputs.memory_config
         q_shape = tuple(inputs.q.shape)
         check_output_placement(ttnn, self.memory_config, q_shape[:3] + (inputs.head_dim_v,), device)
-        from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS
 
         self._positions_base = READER_COMMON_ARGS
         self.calls = 0
@@ -294,10 +294,6 @@ class FlashDecodeStep:
                 if made:
                     temporaries.append(io["attn_mask"])
             else:
-                from ttdecode.ops.flash_decode.program_factory import mask_tiles
-                from ttdecode.ops.flash_decode.validate import as_bfloat16_tiles
-                from ttdecode.core.tensor import to_torch
-
                 values = to_torch(mask_tiles(plan, as_bfloat16_tiles(mask)))
                 io["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                                   device=self.device)
@@ -312,7 +308,6 @@ class FlashDecodeStep:
         out = outs[0] if output is not None else in_placement(ttnn, outs[0], self.memory_config)
         if not inputs.return_lse:
             return out
-        from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 
         return out, decode_lse_rows(plan, ttnn.to_torch(outs[1]))
 

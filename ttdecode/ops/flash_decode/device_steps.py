@@ -19,6 +19,7 @@ from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs
 from ttdecode.ttnn_backend.step_cache import StepCache
 from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
+from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
 
 __all__ = ["DeviceSteps", "STEPS", "MISS", "STEP_CACHE_SIZE", "FAST_STEPS_PER_KEY", "fast_key"]
 
@@ -78,8 +79,6 @@ def fast_key(v: Any, options: DecodeOptions, conversions: _Conversions) -> Optio
     ``FlashDecodeStep.run_fast`` compares every tensor's TensorSpec (shape, dtype, layout, memory
     config) and device with those of a validated call of the step: all that the validation of such a
     call looks at."""
-    from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-
     o = options
     if o.cur_pos is not None or o.attn_mask is not None or o.attention_sink is not None or o.return_lse:
         return None

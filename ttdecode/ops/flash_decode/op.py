@@ -9,7 +9,15 @@ from typing import Any, Union
 import torch
 
 from ttdecode.core.formats import DataType
-from ttdecode.ops.flash_decode.validate import DecodeInputs, as_bfloat16_tiles, dequantize_input, sink_values
+from ttdecode.ops.flash_decode.validate import (
+    DecodeInputs, as_bfloat16_tiles, dequantize_input, sink_values, reached_blocks,
+)
+from ttdecode.config import WORMHOLE_GRID, WORMHOLE_MAX_GRID
+from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
+from ttdecode.core.program_description import ComputeSettings, MathFidelity
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.reference import sdpa_decode_reference
 
 Result = Union[Any, tuple[Any, Any]]
 
@@ -19,10 +27,6 @@ def make_decode_plan(inputs: DecodeInputs) -> Any:
     without a grid plans on the host runtime's WORMHOLE_GRID, a given grid must lie within
     WORMHOLE_MAX_GRID (the device path resolves the device's grid first: device.with_device_grid).
     Q is planned as bfloat16, the format the kernels read (a block-float Q is converted first)."""
-    from ttdecode.config import WORMHOLE_GRID, WORMHOLE_MAX_GRID
-    from ttdecode.core.formats import DataType
-    from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
-
     pc = inputs.program_config.resolve_grid(
         WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the largest Wormhole worker grid (a board enables at most 8 columns "
         "x 9 rows of its Tensix cores; the host runtime's limit)")
@@ -57,8 +61,6 @@ def compute_settings(inputs: DecodeInputs) -> Any:
     """The compute-kernel settings of a call (ttdecode.core.program_description.ComputeSettings): the compute config's
     math_approx_mode becomes the kernels' APPROX (it selects recip_tile's mode); the softmax exp's mode
     (SDPAProgramConfig.exp_approx_mode) travels as a compile-time arg (exp_approx)."""
-    from ttdecode.core.program_description import ComputeSettings, MathFidelity
-
     cc = inputs.compute_kernel_config
     return ComputeSettings(
         math_fidelity=MathFidelity(cc.math_fidelity),
@@ -85,9 +87,6 @@ def run_host(inputs: DecodeInputs, plan: Any = None) -> Result:
     check_kernel_gaps("host", inputs)
     if plan is None:
         plan = make_decode_plan(inputs)
-    from ttdecode.ops.flash_decode.program_factory import run_flash_decode
-    from ttdecode.core.tensor import as_tile_tensor
-
     out, lse, _ = run_flash_decode(
         plan,
         q=as_bfloat16_tiles(inputs.q),  # a block-float Q converted exactly, as the device's typecast does
@@ -113,7 +112,6 @@ def _reached_table(inputs: DecodeInputs) -> Any:
     table = inputs.page_table_values
     if table is None or inputs.positions is None:
         return table
-    from ttdecode.ops.flash_decode.validate import reached_blocks
 
     out = torch.zeros_like(table)
     for b, pos in enumerate(inputs.positions):
@@ -124,8 +122,6 @@ def _reached_table(inputs: DecodeInputs) -> Any:
 
 def run_reference(inputs: DecodeInputs) -> Result:
     """Float64 reference on the dequantized inputs; bfloat16 output, float32 LSE."""
-    from ttdecode.reference import sdpa_decode_reference
-
     deq = lambda m: None if m is None else dequantize_input(m)  # noqa: E731
     out, lse = sdpa_decode_reference(
         deq(inputs.q), deq(inputs.k), deq(inputs.v),

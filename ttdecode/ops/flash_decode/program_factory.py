@@ -80,6 +80,9 @@ from ttdecode.core.program_description import (
     Semaphore,
 )
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch
+from ttdecode.core.paths import operator_kernels
+from ttdecode.ops.flash_decode.validate import reached_blocks
+from ttdecode.runtime import run_program
 
 __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
            "decode_lse_rows", "kernel_sources", "page_table_bytes"]
@@ -103,8 +106,6 @@ class FactoryError(ValueError):
 
 def kernel_sources() -> dict[str, Path]:
     """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/flash_decode/``)."""
-    from ttdecode.core.paths import operator_kernels
-
     return operator_kernels("flash_decode", FactoryError)
 
 
@@ -166,8 +167,6 @@ def page_table_bytes(plan: DecodePlan, page_table: Any) -> bytes:
         raise FactoryError(f"page_table[{b}, {j}]: expected an int32 value, got {int(table[b, j])}")
     # the entries the users' positions reach must be block ids; the kernels never read the others
     # (validate.reached_blocks); positions read by the kernels (plan.cur_pos None): the kernels guard
-    from ttdecode.ops.flash_decode.validate import reached_blocks
-
     for b, pos in enumerate(plan.cur_pos or ()):
         for j in reached_blocks(int(pos), plan.block_size, plan.sliding_window_size, plan.num_tokens):
             if not 0 <= int(table[b, j]) < plan.num_blocks:
@@ -571,7 +570,6 @@ def run_flash_decode(
                             attn_mask=attn_mask, positions_in_args=positions_in_args)
     if backend != "host":
         raise FactoryError(f"backend: run_flash_decode runs 'host' (the device path goes through ttdecode.ttnn_backend), got {backend!r}")
-    from ttdecode.runtime import run_program
 
     result = run_program(program, schedule_seed=schedule_seed)
     out, lse = decode_outputs(plan, result.tensors)

@@ -52,9 +52,11 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ttdecode.config import ComputeKernelConfig, SDPAProgramConfig
-from ttdecode.core.formats import DataType
+from ttdecode.core.formats import DataType, is_block_float
 from ttdecode.core.checks import TensorMeta, check_bool, check_int, describe, fail, int_values
 from ttdecode.ops.flash_decode.options import DecodeOptions
+from ttdecode.core.tensor import dequantize
+from ttdecode.core.tensor import as_tile_tensor, from_torch, to_torch
 
 __all__ = [
     "TILE",
@@ -529,8 +531,6 @@ def validate_decode(q: object, k: object, v: object, options: DecodeOptions, *,
 
 def dequantize_input(meta: TensorMeta) -> torch.Tensor:
     """The exact values the kernels would read, as float64 (torch floats pass through bfloat16)."""
-    from ttdecode.core.tensor import dequantize
-
     return dequantize(meta.obj, default_dtype=DataType.bfloat16)
 
 
@@ -540,9 +540,6 @@ def as_bfloat16_tiles(meta: TensorMeta) -> Any:
     one converted exactly (its decoded values are bfloat16 values: ``ttdecode.core.formats`` decodes a code to
     at most 6 fraction bits with its exponent; pinned by tests/test_formats.py). The host runtime's half
     of the conversion a device does with ``ttnn.typecast`` (Q, attn_mask)."""
-    from ttdecode.core.formats import is_block_float
-    from ttdecode.core.tensor import as_tile_tensor, from_torch, to_torch
-
     tiles = as_tile_tensor(meta.obj, DataType.bfloat16)
     if not is_block_float(tiles.dtype):
         return tiles

@@ -83,11 +83,14 @@ import torch
 
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
-from ttdecode.core.tensor import TileTensor
+from ttdecode.core.tensor import TileTensor, dequantize, as_tile_tensor
 from ttdecode import backend as backends
 from ttdecode.core.checks import fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE, validate
 from ttdecode.ops.rotary_append.program_factory import build_program, input_images, reference_rotate
+from ttdecode.runtime import run_program
+from ttdecode.ops.rotary_append.device_step import run_rotary
+from ttdecode.config import KV_PAGES
 
 __all__ = ["rotary_kv_append"]
 
@@ -96,8 +99,6 @@ __all__ = ["rotary_kv_append"]
 
 
 def _run_host(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Optional[torch.Tensor], TileTensor, TileTensor]:
-    from ttdecode.runtime import run_program
-
     result = run_program(build_program(inp, input_images(inp), grid))
     q_rot = None
     if inp.num_q_heads:
@@ -110,8 +111,6 @@ def _run_host(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Optional[torch.
 
 def _new_rows(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
     """The dequantized new rows: q [B, NH, D] (None), k [B, NKV, D], v [B, NKV, D], float64."""
-    from ttdecode.core.tensor import dequantize
-
     nh, nkv, d = inp.num_q_heads, inp.num_kv_heads, inp.head_dim
     if inp.packed:
         x = dequantize(inp.x["qkv"])[0].reshape(inp.batch, nh + 2 * nkv, d)
@@ -149,8 +148,6 @@ def cache_tile_index(inp: RotaryInputs, user: int, head: int, pos: int, j: int) 
 
 def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTensor, TileTensor]:
     """Float64 rotation; the rows rounded into the cache format by the host tilizer (ttnn's)."""
-    from ttdecode.core.tensor import as_tile_tensor
-
     q, k, v = _new_rows(inp)
     rd, il = inp.rotary_dim, inp.interleaved
     q_rot = None if q is None else reference_rotate(q, inp.cos, inp.sin, rd, il).unsqueeze(0).to(torch.bfloat16)
@@ -177,7 +174,6 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
 def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any]:
     """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device_step``): no rebuild
     per call, no upload of device inputs."""
-    from ttdecode.ops.rotary_append.device_step import run_rotary
     from ttdecode.ttnn_env import has_tenstorrent_device
 
     if not inp.device_tensors:
@@ -248,7 +244,6 @@ def rotary_kv_append(
         raise fail("grid", "a tuple (x, y) of ints >= 1", repr(grid))
     inp = validate(k_new, v_new, k_cache, v_cache, cur_pos=cur_pos, cos=cos, sin=sin, page_table=page_table, q=q,
                    qkv=qkv, num_q_heads=num_q_heads, rotary_interleaved=rotary_interleaved, rotary_dim=rotary_dim)
-    from ttdecode.config import KV_PAGES
 
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))

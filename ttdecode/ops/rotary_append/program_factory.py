@@ -13,21 +13,14 @@ import torch
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import (
-    kv_cache_tensor,
-    BufferAddress,
-    CircularBuffer,
-    ComputeSettings,
-    CoreCoord,
-    CoreRangeSet,
-    DramTensor,
-    Kernel,
-    KernelKind,
-    MathFidelity,
-    Program,
-    unpack_to_dest_modes,
+    kv_cache_tensor, BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet, DramTensor, Kernel,
+    KernelKind, MathFidelity, Program, unpack_to_dest_modes, L1_BYTES_PER_CORE,
 )
 from ttdecode.core.checks import fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
+from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
+from ttdecode.core.paths import kernels_dir
 
 #: Circular-buffer indices (kernels/rotary_append/common.hpp numbers them the same).
 ROTARY_CBS = {"cos": 0, "sin": 1, "x": 2, "trans": 3, "q_out": 4, "k_out": 5, "v_out": 6, "cache": 7, "pos": 8,
@@ -118,8 +111,6 @@ def _row_tiles(heads: int) -> int:
 
 def input_images(inp: RotaryInputs) -> dict[str, bytes]:
     """The byte images of every input tensor of the program (the host runtime's inputs)."""
-    from ttdecode.core.tensor import as_tile_tensor
-
     images = {name: as_tile_tensor(t, DataType.bfloat16).data for name, t in inp.x.items()}
     images.update(derived_images(inp))
     images["k_cache"] = as_tile_tensor(inp.k_cache).data
@@ -184,9 +175,6 @@ def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -
         cbs.append(CircularBuffer(cb["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
 
     # Resource limit: every CB of a core, 32-byte aligned, above the firmware and kernel-config area.
-    from ttdecode.core.program_description import L1_BYTES_PER_CORE
-    from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
-
     l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
     if l1 > L1_BYTES_PER_CORE:
         raise fail("k_cache", f"a head_dim whose circular buffers fit one core's L1 ({L1_BYTES_PER_CORE} B, CBs "
@@ -199,8 +187,6 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
     """The reader, writer and compute kernels on `where`: their compile-time args (tiles per head, heads,
     the rotate-half block pairs, the cache's geometry), as common runtime args the buffers each reads or
     writes, and per core its users (`users`: core -> user indices)."""
-    from ttdecode.core.paths import kernels_dir
-
     b, nh, nkv = inp.batch, inp.num_q_heads, inp.num_kv_heads
     dt, rt = inp.d_tiles, inp.rot_tiles
     has_q = nh > 0

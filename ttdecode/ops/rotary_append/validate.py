@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ttdecode.core.formats import DataType
-from ttdecode.core.tensor import TileTensor
+from ttdecode.core.tensor import TileTensor, ttnn_data_type
 from ttdecode.core.checks import fail
 
 TILE = 32
@@ -83,8 +83,6 @@ def _shape_dtype(name: str, x: Any) -> tuple[tuple[int, ...], Optional[DataType]
             raise fail(name, "a float tensor", f"a {x.dtype} tensor", TypeError)
         return tuple(int(d) for d in x.shape), None
     if _is_ttnn(x):
-        from ttdecode.core.tensor import ttnn_data_type
-
         return tuple(int(d) for d in x.shape), ttnn_data_type(x)
     raise fail(name, "a torch.Tensor, ttdecode TileTensor or ttnn.Tensor", type(x).__name__, TypeError)
 
