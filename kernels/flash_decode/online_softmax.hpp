@@ -9,6 +9,7 @@
 // OnlineSoftmax<Args> takes the kernel's compile-time constants as the static members of Args
 // (kernels/flash_decode/compute.cpp: the named compile-time args, the q tile rows' VectorModes, the
 // merge's constants); compute.cpp calls prescale_q per piece and process_chunk per chunk.
+// Over 600 lines because it is one template: the chunk's steps share Args' constants and its CB handles.
 
 #pragma once
 
