@@ -1,7 +1,7 @@
 """How far two structural changes could move the open T3K goals (perf/README.md, "Goals (model estimates)",
 "What the open goals would need"; MODEL ESTIMATES).
 
-1. The tree's shape. The kernels reduce a work's pieces with a binomial tree (plan.tree_children) and
+1. The tree's shape. The kernels reduce a work's pieces with a binomial tree (`ttdecode.core.split.tree_children`) and
    equal pieces. For the model's merge cost m and message cost n (setup, bytes, hops, semaphore) of
    the point, this computes the exposed reduction of
    - the binomial tree as the model prices it (perf_model.evaluator.reduction_cycles);
