@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from ttdecode import ttnn_env
+from ttdecode.testing.logs import log_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: A line of tt-metal's logger (``2026-.. | info | Device | Opening ...``) or ttnn's loguru logger (``| DEBUG |``).
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d .*\| *(trace|debug|info|warning|DEBUG|INFO|WARNING) *\|", re.M)
 
 #: A ttnn import through ttdecode and a tile conversion (which opens the mock cluster when no chip is present).
 IMPORT_AND_CONVERT = """\
@@ -40,9 +39,9 @@ def _run(code: str, **env: str) -> str:
 
 def test_ttnn_through_ttdecode_logs_nothing_by_default_and_everything_on_request(ttnn: Any) -> None:
     quiet = _run(IMPORT_AND_CONVERT)
-    assert "converted" in quiet and not LOG_LINE.search(quiet), quiet
+    assert "converted" in quiet and not log_lines(quiet), quiet
     loud = _run(IMPORT_AND_CONVERT, TT_LOGGER_LEVEL="info")
-    assert "converted" in loud and len(LOG_LINE.findall(loud)) >= 3, loud
+    assert "converted" in loud and len(log_lines(loud)) >= 3, loud
 
 
 def test_the_users_log_level_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,3 +113,11 @@ def test_sweep_help_promises_no_run_time(capsys: pytest.CaptureFixture[str]) -> 
         _sweep_module().main(["--help"])
     text = capsys.readouterr().out
     assert "figures" in text and not re.search(r"minute|seconds\)|< ?\d", text), text
+
+
+def test_log_lines_are_counted_coloured_or_not() -> None:
+    coloured = ("\x1b[90m2026-11-28 08:23:10.701\x1b[0m | info     | \x1b[35m         Device\x1b[0m | "
+                "\x1b[37mOpening user mode device driver\x1b[0m\n")
+    plain = "2026-11-28 08:40:56.898 | DEBUG    | ttnn:<module>:45 - Initial ttnn.CONFIG:\nConfig{...}\n"
+    assert log_lines(coloured + plain) == ["info", "DEBUG"]
+    assert log_lines("converted\n") == []

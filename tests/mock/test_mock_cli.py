@@ -4,17 +4,16 @@ tt-metal's info lines of the open and close stay out unless TT_LOGGER_LEVEL asks
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ttdecode.testing.logs import log_lines
 from ttdecode.ttnn_env import LOG_LEVEL_ENVS
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d .*\| *(trace|debug|info|warning) *\|", re.M)
 
 
 def _check(system: str, **env: str) -> subprocess.CompletedProcess:
@@ -36,4 +35,4 @@ def test_check_opens_each_system_and_prints_one_line(mock_run, system: str, open
 def test_check_is_loud_on_request(mock_run) -> None:
     r = _check("n150", TT_LOGGER_LEVEL="info")
     assert r.returncode == 0, r.stderr
-    assert len(LOG_LINE.findall(r.stdout)) >= 5 and "mock N150 open" in r.stdout, r.stdout
+    assert len(log_lines(r.stdout)) >= 5 and "mock N150 open" in r.stdout, r.stdout
