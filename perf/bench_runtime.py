@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "runtime"))
 
-from ttdecode.core.formats import DataType, num_tiles, tile_size  # noqa: E402
+from ttdecode.core.formats import DataType, tile_size  # noqa: E402
 from ttdecode.core.program_description import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, Kernel, KernelKind,  # noqa: E402
                               MathFidelity, Program)
 from ttdecode.runtime import run_program  # noqa: E402

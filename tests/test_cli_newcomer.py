@@ -3,7 +3,6 @@ texts without markup or internal references, the Makefile's comment, float64 inp
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 
 from ttdecode import ttnn_backend as dev
 from ttdecode.ttnn_env import has_tenstorrent_device
@@ -78,7 +77,7 @@ def test_paged_program_resolves_the_page_table_address_and_types_it_int32(ttnn: 
     dev.check_page_geometry(spec)  # one int32 row per user, as ttnn lays out [B, max_blocks]
     assert prog.tensor("k").shape == (2 * 128, 8, 64, 128)
     desc = dev.build_program_descriptor(prog, GridView())
-    reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
+    assert prog.kernels[0].kind is KernelKind.READER  # the descriptor keeps the kernels in order
     resolved = list(desc.kernels[0].common_runtime_args)
     assert resolved[:5] == [GridView().addresses[n] for n in ("q", "k", "v", "cur_pos", "page_table")]
     assert len(desc.cbs) == len(plan.circular_buffers) == 23  # 0..24 without the unused 22, + page table
@@ -95,7 +94,7 @@ def test_masked_program_streams_a_bf16_tile_mask_at_reader_common_arg_6(ttnn: An
     assert dev.tensor_dtype(ttnn, spec) == ttnn.bfloat16
     dev.check_page_geometry(spec)
     desc = dev.build_program_descriptor(prog, GridView())
-    reader = next(k for k in prog.kernels if k.kind is KernelKind.READER)
+    assert prog.kernels[0].kind is KernelKind.READER  # the descriptor keeps the kernels in order
     resolved = list(desc.kernels[0].common_runtime_args)
     assert resolved[6] == GridView().addresses["attn_mask"]
     assert any(cb.name == "attn_mask" for cb in plan.circular_buffers)

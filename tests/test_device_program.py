@@ -20,7 +20,6 @@ from ttdecode.core.program_description import (
     CircularBuffer,
     ComputeSettings,
     CoreCoord,
-    CoreRange,
     CoreRangeSet,
     DramTensor,
     Kernel,

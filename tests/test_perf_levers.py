@@ -9,7 +9,6 @@ and the child's message has arrived), and the best shape kept.
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import sys
 from functools import lru_cache
 from pathlib import Path

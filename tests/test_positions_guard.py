@@ -9,9 +9,7 @@ common runtime args (`positions_in_args`) with the same output bits as the cur_p
 from __future__ import annotations
 
 import dataclasses
-import struct
 
-import numpy as np
 import torch
 
 from ttdecode.core.formats import DataType

@@ -33,7 +33,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ttdecode.ttnn_env import import_ttnn
+from ttdecode.ttnn_env import require_ttnn
 
 __all__ = [
     "WORMHOLE_GRID",
@@ -258,7 +258,7 @@ class SDPAProgramConfig:
             raise _fail("SDPAProgramConfig.to_ttnn", "compute_with_storage_grid_size",
                         "a grid (columns, rows): ttnn.SDPAProgramConfig needs one (None means the device's grid: "
                         "pass device.compute_with_storage_grid_size())", None)
-        ttnn = _import_ttnn()
+        ttnn = require_ttnn()
         m = self.max_cores_per_head_batch
         kwargs: dict[str, Any] = dict(
             compute_with_storage_grid_size=ttnn.CoreCoord(*self.compute_with_storage_grid_size),
@@ -337,7 +337,7 @@ class ComputeKernelConfig:
 
     def to_ttnn(self) -> Any:
         """Build the equivalent ``ttnn.WormholeComputeKernelConfig``."""
-        ttnn = _import_ttnn()
+        ttnn = require_ttnn()
         return ttnn.WormholeComputeKernelConfig(
             math_fidelity=getattr(ttnn.MathFidelity, self.math_fidelity),
             math_approx_mode=self.math_approx_mode,
@@ -372,14 +372,6 @@ class ComputeKernelConfig:
         raise _fail("ttdecode", arg,
                     "None, ttdecode.config.ComputeKernelConfig or ttnn.WormholeComputeKernelConfig",
                     type(value).__name__, TypeError)
-
-
-def _import_ttnn() -> Any:
-    """Import ttnn through the project's mock-cluster setup (raises if ttnn is missing)."""
-    ttnn = import_ttnn()
-    if ttnn is None:
-        raise RuntimeError("ttnn is not installed: to_ttnn() needs ttnn==0.81.1")
-    return ttnn
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ttdecode.core.formats import DataType, num_tiles, pack_tiles, tile_size
-from ttdecode.core.program_description import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRange, CoreRangeSet,
+from ttdecode.core.program_description import (BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet,
                               unpack_to_dest_modes,
                               DramTensor, Kernel, KernelKind, MathFidelity, Program, Semaphore)
 

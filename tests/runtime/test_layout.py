@@ -1,6 +1,5 @@
 """The modelled machine uses Wormhole's real L1 map, NoC coordinates and DRAM page interleaving."""
 
-import re
 from pathlib import Path
 
 import pytest

@@ -45,7 +45,6 @@ collective with the dead one); any later ``run`` raises ``WorkerError`` saying t
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import shutil

@@ -24,7 +24,7 @@ from ttdecode.core.program_description import (BufferAddress, CoreCoord, Kernel,
                               check_unpack_to_dest)
 from ttdecode.runtime import build, layout
 from ttdecode.runtime.results import (
-    EVENT_DTYPE, DeadlockError, KernelCounters, KernelError, KernelState, RunCounters, RunResult, COMPUTE_OPS,
+    EVENT_DTYPE, DeadlockError, KernelCounters, KernelError, KernelState, RunCounters, RunResult,
 )
 
 _SLOT = {KernelKind.READER: 0, KernelKind.WRITER: 1, KernelKind.COMPUTE: 2}
@@ -218,7 +218,7 @@ def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) 
 
 def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optional[tuple[str, bool]]], work: Path,
                    watchdog: float, schedule_seed: int | None = None) -> Path:
-    out = [f"ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
+    out = ["ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
     if schedule_seed is not None:
         out.append(f"perturb {schedule_seed}")
     for b in range(NUM_DRAM_BANKS):
