@@ -251,20 +251,32 @@ def test_key_row_refuses_what_it_cannot_run() -> None:
 
 def test_the_key_row_memory_config_is_ttnn_nd_sharding_over_the_dram_banks(ttnn) -> None:
     # ttnn through the session fixture (the mock cluster descriptor): a bare import before it would leave
-    # ttnn without one, and later tests' ttnn.from_torch would find no chips
-    from ttdecode.ttnn_backend import DeviceError, check_key_row_memory_config, key_row_memory_config
+    # ttnn without one, and later tests' ttnn.from_torch would find no chips. The banks come from the
+    # device's dram_grid_size (12 x 1 on the mock N150; a stand-in device here, and an 8-bank one)
+    from types import SimpleNamespace
 
-    mem = key_row_memory_config(ttnn, 128)
+    from ttdecode.ttnn_backend import (DeviceError, check_key_row_memory_config, dram_banks,
+                                       is_key_row_memory_config, key_row_memory_config)
+
+    wormhole = SimpleNamespace(dram_grid_size=lambda: ttnn.CoreCoord(12, 1))
+    eight = SimpleNamespace(dram_grid_size=lambda: ttnn.CoreCoord(8, 1))
+    assert (dram_banks(wormhole), dram_banks(eight)) == (12, 8)
+    mem = key_row_memory_config(ttnn, wormhole, 128)
     assert mem.buffer_type == ttnn.BufferType.DRAM
     assert mem.memory_layout == ttnn.TensorMemoryLayout.ND_SHARDED
     spec = mem.nd_shard_spec
     assert list(spec.shard_shape) == [1, 1, 32, 128]
     assert spec.shard_distribution_strategy == ttnn.ShardDistributionStrategy.ROUND_ROBIN_1D
-    check_key_row_memory_config(ttnn, mem, 128, "k")
+    assert spec.grid.num_cores() == 12
+    assert key_row_memory_config(ttnn, eight, 128).nd_shard_spec.grid.num_cores() == 8
+    check_key_row_memory_config(ttnn, mem, wormhole, 128, "k")
+    assert not is_key_row_memory_config(key_row_memory_config(ttnn, eight, 128), mem)
     with pytest.raises(DeviceError, match="ND-sharded"):
-        check_key_row_memory_config(ttnn, ttnn.DRAM_MEMORY_CONFIG, 128, "k")
+        check_key_row_memory_config(ttnn, ttnn.DRAM_MEMORY_CONFIG, wormhole, 128, "k")
     with pytest.raises(DeviceError, match="ND-sharded"):
-        check_key_row_memory_config(ttnn, key_row_memory_config(ttnn, 64), 128, "k")
+        check_key_row_memory_config(ttnn, key_row_memory_config(ttnn, wormhole, 64), wormhole, 128, "k")
+    with pytest.raises(DeviceError, match="12 DRAM banks"):
+        check_key_row_memory_config(ttnn, key_row_memory_config(ttnn, eight, 128), wormhole, 128, "k")
 
 
 def test_the_api_runs_key_row_through_the_program_config() -> None:

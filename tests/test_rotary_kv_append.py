@@ -222,6 +222,28 @@ def test_contiguous_append_rows_0_31_and_middle_with_q_half_split(dtype: DataTyp
                interleaved=False)
 
 
+@pytest.mark.parametrize("dtype", [BF16, BFP8, BFP4], ids=lambda d: d.value)
+def test_paged_append_writes_the_bank_local_pool(dtype: DataType) -> None:
+    """kv_pages "key_row" with a paged cache (the bank-local pool: a key-tile row a page): positions on
+    the last row of a block, the first row of the next block, row 31 / 32 of a block (a tile-row
+    boundary inside it), a middle row, and a user at -1; both pools byte for byte against the
+    independent expectation (the key-row pool holds the tile-order bytes, so the expectation is the
+    tile pool's), and the same bytes as kv_pages "tile" gives."""
+    b, nkv, d, bs, nblocks = 6, 3, 64, 64, 13
+    g = torch.Generator().manual_seed(11)
+    k, v = (torch.randn(1, b, nkv, d, generator=g) * 2 for _ in range(2))
+    kc, vc = cache_pair((nblocks, nkv, bs, d), dtype, 12)
+    table = torch.randperm(nblocks, generator=g)[:b * 2].reshape(b, 2).to(torch.int32)
+    cos, sin = hf_angles(b, d, 13)
+    positions = [63, 64, 31, 32, -1, 100]
+    kwargs = dict(cur_pos=positions, cos=cos, sin=sin, page_table=table, backend="host")
+    out = ttdecode.rotary_kv_append(k, v, kc, vc, kv_pages="key_row", **kwargs)
+    check_call(out, q=None, k=k, v=v, kc=kc, vc=vc, positions=positions, cos=cos, sin=sin, rotary_dim=d,
+               interleaved=False, table=table)
+    tiles = ttdecode.rotary_kv_append(k, v, kc, vc, kv_pages="tile", **kwargs)
+    assert [t.data for t in out] == [t.data for t in tiles]
+
+
 def test_paged_interleaved_partial_rotary_dim_and_two_q_tile_rows() -> None:
     """bfloat8_b paged cache (block 64, shuffled blocks), interleaved pairs, rotary_dim 48 < D=64
     (a tile half rotated), 34 q heads (two tile rows); the result is the same under a perturbed

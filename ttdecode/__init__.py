@@ -10,6 +10,13 @@ Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``
       for _ in range(tokens):
           out = step.run(q, k, v, cur_pos_tensor=pos)   # pos advanced on the device between tokens
 - :func:`rotary_kv_append` (fused RoPE + KV-cache append, one program per decode step)
+- paged KV pools ``[num_blocks, NKV, block_size, D]``: :func:`allocate_kv_pool`, and the bank-local
+  layout (kv_pages "key_row": a key-tile row a page, dealt round robin over the DRAM banks)
+  :func:`to_bank_local` / :func:`to_tile_pages` / :func:`is_bank_local`::
+
+      k_pool = ttdecode.allocate_kv_pool(64, 8, 64, 128, dtype=ttdecode.bfloat8_b, device=device)
+      tiles = ttdecode.to_tile_pages(k_pool)     # ttnn's interleaved tile pages, and back:
+      k_pool = ttdecode.to_bank_local(tiles)
 - :func:`patch_ttnn` / :func:`unpatch_ttnn` (route ``ttnn.transformer``'s two decode-attention ops to
   this package for a whole model; a function or a context manager)
 - :func:`context_parallel_decode` (the KV cache split along the sequence over devices) and
@@ -36,6 +43,7 @@ if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecod
     from ttdecode.ops.flash_decode.device_step import FlashDecodeStep, plan_decode
     from ttdecode.ops.flash_decode.options import DecodeOptions
     from ttdecode.ops.rotary_append.op import rotary_kv_append
+    from ttdecode.kv_pool import allocate_kv_pool, is_bank_local, to_bank_local, to_tile_pages
     from ttdecode.patch import patch_ttnn, unpatch_ttnn
     from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
@@ -53,6 +61,10 @@ _HOMES = {
     "context_parallel_decode": "ttdecode.distributed.context",
     "DataType": "ttdecode.core.formats",
     "rotary_kv_append": "ttdecode.ops.rotary_append.op",
+    "allocate_kv_pool": "ttdecode.kv_pool",
+    "to_bank_local": "ttdecode.kv_pool",
+    "to_tile_pages": "ttdecode.kv_pool",
+    "is_bank_local": "ttdecode.kv_pool",
     "patch_ttnn": "ttdecode.patch",
     "unpatch_ttnn": "ttdecode.patch",
     "TileTensor": "ttdecode.core.tensor",
@@ -88,6 +100,10 @@ __all__ = [
     "context_parallel_decode",
     "combine_partials",
     "rotary_kv_append",
+    "allocate_kv_pool",
+    "to_bank_local",
+    "to_tile_pages",
+    "is_bank_local",
     "patch_ttnn",
     "unpatch_ttnn",
     "SDPAProgramConfig",

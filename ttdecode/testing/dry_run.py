@@ -67,7 +67,7 @@ class DryRunReport:
 
 def _allocate_input(ttnn: Any, spec: Any, device: Any) -> Any:
     if spec.layout == "key_row":
-        layout, mem = ttnn.TILE_LAYOUT, key_row_memory_config(ttnn, spec.shape[-1])
+        layout, mem = ttnn.TILE_LAYOUT, key_row_memory_config(ttnn, device, spec.shape[-1])
     elif spec.layout == "row_major":
         layout, mem = ttnn.ROW_MAJOR_LAYOUT, ttnn.DRAM_MEMORY_CONFIG
     else:

@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ttdecode.core.formats import TILE_DIM, num_tiles, tile_size
-from ttdecode.core.program_description import NUM_DRAM_BANKS, Program
+from ttdecode.core.program_description import Program
 from ttdecode.ttnn_backend.descriptor import DeviceError, ttnn_data_type
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -81,29 +81,45 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
         raise DeviceError(f"{what}: expected shape {tuple(spec.shape)}, got {tuple(tensor.shape)}")
     mem = tensor.memory_config()
     if spec.layout == "key_row":
-        check_key_row_memory_config(ttnn, mem, spec.shape[-1], what)
+        check_key_row_memory_config(ttnn, mem, tensor.device(), spec.shape[-1], what)
     elif mem.buffer_type != ttnn.BufferType.DRAM or mem.memory_layout != ttnn.TensorMemoryLayout.INTERLEAVED:
         raise DeviceError(f"{what}: expected an interleaved DRAM tensor, got {mem}")
 
 
-def key_row_memory_config(ttnn: ModuleType, last_dim: int) -> Any:
-    """The ttnn memory config of a K or V cache in kv_pages "key_row": a TILE tensor ND-sharded in
-    DRAM with [1, 1, 32, last_dim] shards (one key-tile row each) dealt round robin over the 12 banks,
-    so shard k -- the key-tile row k of the tile-order cache -- sits in bank k % 12, its tiles
-    contiguous (what the reader's key-row pages address). Not run on a device here."""
-    banks = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(NUM_DRAM_BANKS - 1, 0))])
+def dram_banks(device: Any) -> int:
+    """The DRAM bank count of `device` (a ttnn device or mesh device): its ``dram_grid_size()``, x * y
+    (12 x 1 on a Wormhole N150, the mock N150 included)."""
+    grid = device.dram_grid_size()
+    return int(grid.x) * int(grid.y)
+
+
+def key_row_memory_config(ttnn: ModuleType, device: Any, last_dim: int) -> Any:
+    """The ttnn memory config of a K or V cache (or paged pool) in kv_pages "key_row": a TILE tensor
+    ND-sharded in DRAM with [1, 1, 32, last_dim] shards (one key-tile row each) dealt round robin over
+    `device`'s DRAM banks (`dram_banks`: NB), so shard k -- the key-tile row k of the tile-order tensor
+    -- sits in bank k % NB, its tiles contiguous (what the kernels' key-row pages address). A tensor of
+    at most NB key-tile rows is held by ttnn as the equal legacy height-sharded config (one shard a
+    bank): compare with `is_key_row_memory_config`, not ``==``."""
+    grid = device.dram_grid_size()
+    banks = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(grid.x - 1, grid.y - 1))])
     spec = ttnn.NdShardSpec(ttnn.Shape([1, 1, TILE_DIM, last_dim]), banks, ttnn.ShardOrientation.ROW_MAJOR,
                             ttnn.ShardDistributionStrategy.ROUND_ROBIN_1D)
     return ttnn.MemoryConfig(ttnn.BufferType.DRAM, spec)
 
 
-def check_key_row_memory_config(ttnn: ModuleType, mem: Any, last_dim: int, what: str) -> None:
-    """`mem` must be key_row_memory_config(ttnn, last_dim): DRAM, ND shards [1, 1, 32, last_dim] over
-    the 12 banks in order, round robin."""
-    want = key_row_memory_config(ttnn, last_dim)
-    if mem != want:
+def is_key_row_memory_config(mem: Any, want: Any) -> bool:
+    """`mem` (a tensor's memory config) places pages as `want` (a `key_row_memory_config`): the same
+    buffer type and ND shard spec. ttnn reports a tensor of at most NB shards as legacy height
+    sharding with that ND spec kept, so the configs themselves may differ."""
+    return mem.buffer_type == want.buffer_type and mem.nd_shard_spec == want.nd_shard_spec
+
+
+def check_key_row_memory_config(ttnn: ModuleType, mem: Any, device: Any, last_dim: int, what: str) -> None:
+    """`mem` must be key_row_memory_config(ttnn, device, last_dim) (`is_key_row_memory_config`): DRAM,
+    ND shards [1, 1, 32, last_dim] over the device's banks in order, round robin."""
+    if not is_key_row_memory_config(mem, key_row_memory_config(ttnn, device, last_dim)):
         raise DeviceError(f"{what}: kv_pages='key_row' expects a DRAM tensor ND-sharded with [1, 1, {TILE_DIM}, "
-                          f"{last_dim}] shards round robin over the {NUM_DRAM_BANKS} banks "
+                          f"{last_dim}] shards round robin over the device's {dram_banks(device)} DRAM banks "
                           f"(ttdecode.ttnn_backend.key_row_memory_config), got {mem}")
 
 

@@ -41,7 +41,8 @@ nothing else is re-packed). Inputs are bfloat16 (``q``, ``k_new``, ``v_new`` ``[
 ``qkv [1, B, (NH + 2 NKV) * D]``); torch float tensors are taken as bfloat16, as the FlashDecode
 API does; ``cos``/``sin`` are taken as float32. Caches: ``[B, NKV, S, D]`` (contiguous) or
 ``[num_blocks, NKV, block_size, D]`` with ``page_table [B, max_blocks]`` (paged), in bfloat16,
-bfloat8_b or bfloat4_b.
+bfloat8_b or bfloat4_b, their DRAM pages tiles or key-tile rows (``kv_pages``; a paged cache in
+key-tile rows is the bank-local pool of ``ttdecode.kv_pool``).
 
 Program (`build_program`): cores of the grid each take users ``i, i + n, ...``; kernels
 ``kernels/rotary_append/{reader,compute,writer}.cpp`` with named compile-time args. Tensors:
@@ -227,7 +228,9 @@ def rotary_kv_append(
         grid: the compute grid the users are dealt over (a program setting; default 8x8).
         kv_pages: the caches' DRAM pages, as FlashDecode's ``SDPAProgramConfig.kv_pages``:
             "tile" (a tile a page) or "key_row" (a key-tile row a page, round robin over the
-            12 banks; contiguous caches only; on a device ``ttdecode.ttnn_backend.key_row_memory_config``).
+            device's DRAM banks; on a device ``ttdecode.ttnn_backend.key_row_memory_config``). With a
+            paged cache "key_row" is the bank-local pool (``ttdecode.to_bank_local``): the page of
+            block ``blk``, KV head h, tile row r is ``(blk * NKV + h) * block_size / 32 + r``.
         backend: "auto" | "host" | "device" | "reference" (as the FlashDecode API).
 
     Returns:
@@ -247,8 +250,6 @@ def rotary_kv_append(
 
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
-    if kv_pages == "key_row" and inp.paged:
-        raise fail("kv_pages", "'tile' with a paged cache (its blocks keep tile pages)", repr(kv_pages))
     inp.kv_pages = kv_pages
     chosen = backends.select_backend(k_new, v_new, k_cache, v_cache) if backend == "auto" else backend
     if chosen != "device" and inp.device_args:

@@ -1,0 +1,132 @@
+"""Paged KV pools ``[num_blocks, NKV, block_size, D]``: allocation, and the bank-local layout.
+
+A paged K (or V) pool keeps its DRAM pages in one of two layouts (``kv_pages``, as the operators'
+option of that name):
+
+* "tile": a tile a page, dealt over the DRAM banks as ttnn's interleaved DRAM tensors
+  (``ttnn.DRAM_MEMORY_CONFIG``; what ``ttnn.experimental.paged_update_cache`` and tt-transformers use);
+* "key_row", the **bank-local** pool: a key-tile row a page (the Dt = D / 32 tiles of 32 consecutive
+  positions of one (block, KV head)), page ``k = (block * NKV + h) * block_size / 32 + r`` in DRAM
+  bank ``k % NB`` (NB the device's bank count, ``ttdecode.ttnn_backend.dram_banks``); on a device the
+  ND-sharded ``ttdecode.ttnn_backend.key_row_memory_config`` applied to the pool's shape.
+
+On the host a pool is a `TileTensor` whose bytes are the tile-order image either way (tile order
+already keeps a key-tile row's Dt tiles together): the layout is said by the ``kv_pages`` option
+of the call that reads or writes it, so `to_bank_local` and `to_tile_pages` return a host pool as it
+is. On a device they move the pages with ``ttnn.to_memory_config`` (a device copy into a new tensor;
+the caller deallocates the old one when done, so both exist for a moment)::
+
+    import ttdecode
+    pool = ttdecode.allocate_kv_pool(64, 8, 64, 128, dtype=ttdecode.bfloat8_b)      # host, bank-local
+    k_pool = ttdecode.allocate_kv_pool(64, 8, 64, 128, device=device)              # device, zeros
+    tiles = ttdecode.to_tile_pages(k_pool)           # interleaved tile pages (e.g. for ttnn's ops)
+    k_pool = ttdecode.to_bank_local(tiles)           # and back
+    ttdecode.rotary_kv_append(k, v, k_pool, v_pool, page_table=table, kv_pages="key_row", ...)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ttdecode.core.checks import fail
+from ttdecode.core.formats import DataType, DTypeLike, as_data_type, num_tiles, tile_size
+from ttdecode.core.tensor import TileTensor, ttnn_data_type
+from ttdecode.ttnn_backend.tensors import is_key_row_memory_config, key_row_memory_config
+from ttdecode.ttnn_env import require_ttnn
+
+__all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local", "POOL_DTYPES"]
+
+#: Formats a pool may hold (the caches' formats of the operators that write it).
+POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
+KV_PAGES = ("tile", "key_row")
+
+
+def _check_dims(name: str, dims: tuple[int, ...]) -> None:
+    """[num_blocks, NKV, block_size, D]: positive ints, block_size and D multiples of 32."""
+    if len(dims) != 4 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in dims):
+        raise fail(name, "4 positive ints [num_blocks, NKV, block_size, D]", list(dims))
+    if dims[2] % 32 or dims[3] % 32:
+        raise fail(name, "block_size and D multiples of 32 (a key-tile row holds 32 positions)", list(dims))
+
+
+def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int, *,
+                     dtype: DTypeLike = DataType.bfloat8_b, kv_pages: str = "key_row",
+                     device: Optional[Any] = None) -> Any:
+    """A zero-filled paged pool ``[num_blocks, num_kv_heads, block_size, head_dim]`` in `dtype`.
+
+    Args:
+        num_blocks, num_kv_heads, block_size, head_dim: the pool's shape (block_size and head_dim
+            multiples of 32; elements).
+        dtype: bfloat16, bfloat8_b or bfloat4_b (a ttdecode DataType or its name).
+        kv_pages: "key_row" (bank-local, the default) or "tile" (ttnn's interleaved tile pages).
+        device: None for a host `TileTensor`; a ttnn device for a TILE ttnn tensor in DRAM
+            (``ttnn.zeros`` in `key_row_memory_config` or ``ttnn.DRAM_MEMORY_CONFIG``).
+    """
+    dims = (num_blocks, num_kv_heads, block_size, head_dim)
+    _check_dims("shape", dims)
+    dt = as_data_type(dtype, "dtype")
+    if dt not in POOL_DTYPES:
+        raise fail("dtype", f"one of {[d.value for d in POOL_DTYPES]}", dt.value, TypeError)
+    if kv_pages not in KV_PAGES:
+        raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
+    if device is None:
+        return TileTensor(dims, dt, bytes(num_tiles(dims) * tile_size(dt)))  # zero bytes: 0.0 in every format
+    ttnn = require_ttnn()
+    mem = key_row_memory_config(ttnn, device, head_dim) if kv_pages == "key_row" else ttnn.DRAM_MEMORY_CONFIG
+    return ttnn.zeros(list(dims), dtype=getattr(ttnn, dt.value), layout=ttnn.TILE_LAYOUT, device=device,
+                      memory_config=mem)
+
+
+def _pool_kind(pool: Any, name: str) -> str:
+    """"host" (a TileTensor) or "device" (a TILE ttnn tensor on a device in a pool format), checking the
+    shape [num_blocks, NKV, block_size, D]."""
+    if isinstance(pool, TileTensor):
+        _check_dims(name, pool.shape)
+        if pool.dtype not in POOL_DTYPES:
+            raise fail(name, f"one of {[d.value for d in POOL_DTYPES]}", pool.dtype.value, TypeError)
+        return "host"
+    cls = type(pool)
+    if cls.__name__ == "Tensor" and cls.__module__.startswith("ttnn"):
+        ttnn = require_ttnn()
+        if not ttnn.is_tensor_storage_on_device(pool) or pool.layout != ttnn.TILE_LAYOUT:
+            raise fail(name, "a TILE ttnn tensor on a device (or a host TileTensor)",
+                       f"{pool.layout} on the {'device' if ttnn.is_tensor_storage_on_device(pool) else 'host'}",
+                       TypeError)
+        _check_dims(name, tuple(int(v) for v in pool.shape))
+        if ttnn_data_type(pool) not in POOL_DTYPES:
+            raise fail(name, f"one of {[d.value for d in POOL_DTYPES]}", pool.dtype, TypeError)
+        return "device"
+    raise fail(name, "a TileTensor or a ttnn tensor [num_blocks, NKV, block_size, D]", type(pool).__name__,
+               TypeError)
+
+
+def is_bank_local(pool: Any) -> bool:
+    """A device pool in `key_row_memory_config` (its device's banks); a host pool: False (a host
+    TileTensor carries no page layout: the call's ``kv_pages`` says it)."""
+    if _pool_kind(pool, "pool") == "host":
+        return False
+    ttnn = require_ttnn()
+    return is_key_row_memory_config(pool.memory_config(), key_row_memory_config(ttnn, pool.device(),
+                                                                                 int(pool.shape[-1])))
+
+
+def to_bank_local(pool: Any) -> Any:
+    """`pool` in the bank-local layout (kv_pages "key_row"). Host TileTensor: `pool` itself (the same
+    bytes). Device: a new tensor, ``ttnn.to_memory_config(pool, key_row_memory_config(...))`` (a device
+    copy; `pool` itself when it is bank-local already); the caller deallocates the source."""
+    if _pool_kind(pool, "pool") == "host" or is_bank_local(pool):
+        return pool
+    ttnn = require_ttnn()
+    return ttnn.to_memory_config(pool, key_row_memory_config(ttnn, pool.device(), int(pool.shape[-1])))
+
+
+def to_tile_pages(pool: Any) -> Any:
+    """`pool` in ttnn's interleaved tile pages (kv_pages "tile"). Host TileTensor: `pool` itself.
+    Device: a new tensor, ``ttnn.to_memory_config(pool, ttnn.DRAM_MEMORY_CONFIG)`` (`pool` itself when
+    it is interleaved DRAM already); the caller deallocates the source."""
+    if _pool_kind(pool, "pool") == "host":
+        return pool
+    ttnn = require_ttnn()
+    if pool.memory_config() == ttnn.DRAM_MEMORY_CONFIG:
+        return pool
+    return ttnn.to_memory_config(pool, ttnn.DRAM_MEMORY_CONFIG)
