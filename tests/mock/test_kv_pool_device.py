@@ -48,7 +48,8 @@ for name, dims, dt in (("llama", (16, 8, 64, 128), "bfloat8_b"), ("small", (3, 1
 # a pool in tile pages from the start, and a tensor's contents put in the bank-local layout
 t = ttnn.from_torch(torch.randn(4, 2, 64, 64), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
 res["from_tile"] = ttdecode.is_bank_local(ttdecode.to_bank_local(t))
-res["tile_pool"] = ttdecode.allocate_kv_pool(4, 2, 64, 64, kv_pages="tile", device=d).memory_config() == ttnn.DRAM_MEMORY_CONFIG
+tile_pool = ttdecode.allocate_kv_pool(4, 2, 64, 64, kv_pages="tile", device=d)
+res["tile_pool"] = tile_pool.memory_config() == ttnn.DRAM_MEMORY_CONFIG
 emit(res)
 ttnn.close_device(d)
 """

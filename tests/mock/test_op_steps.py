@@ -1,8 +1,8 @@
 """rotary_kv_append and the combine as per-step device ops on a mock N150, through the real
-ttnn.generic_op: 20 steps each with every input a device tensor (the new rows, the caches, int32
-cur_pos and page table, the cos/sin in the kernels' per-column form; the combine's partials and
-LSEs) and positions advanced on the device. Pinned: no host <-> device move after the first step
-(`ttdecode.testing.transfers`; the rotary's first step uploads its constant rotate-half blocks), no
+ttnn.generic_op: 20 steps each with every input a device tensor (the new rows, the caches -- a paged one
+also as the bank-local pool, kv_pages "key_row" --, int32 cur_pos and page table, the cos/sin in the
+kernels' per-column form; the combine's partials and LSEs) and positions advanced on the device. Pinned:
+no host <-> device move after the first step (`ttdecode.testing.transfers`; the rotary's first step uploads its constant rotate-half blocks), no
 program-cache entry added after step 2, one cached step (one plan, one Program, one descriptor)
 serving all 20 calls, and the runtime-argument counts of that cached program the same after step 20
 as when it was built; the rotary's calls after the first launch PreparedProgram's lean descriptor (its
@@ -23,6 +23,7 @@ from ttdecode.testing.mock import open_mock_device
 from ttdecode.testing.transfers import count_transfers
 
 PAGED = {paged}
+PAGES = "{pages}"  # "key_row" with PAGED: the bank-local pool (ttdecode.to_bank_local)
 B, NH, NKV, D, S, BLOCK = 4, 8, 2, 128, 256, 64
 d = open_mock_device()
 tile, rm = ttnn.TILE_LAYOUT, ttnn.ROW_MAJOR_LAYOUT
@@ -31,6 +32,9 @@ qkv = put(torch.randn(1, B, (NH + 2 * NKV) * D), ttnn.bfloat16, tile)
 rows = B * S // BLOCK if PAGED else B
 kc = put(torch.zeros(rows, NKV, BLOCK if PAGED else S, D), ttnn.bfloat8_b, tile)
 vc = put(torch.zeros(rows, NKV, BLOCK if PAGED else S, D), ttnn.bfloat8_b, tile)
+if PAGES == "key_row":
+    kc, vc = ttdecode.to_bank_local(kc), ttdecode.to_bank_local(vc)
+    res_bank_local = [ttdecode.is_bank_local(kc), ttdecode.is_bank_local(vc)]
 table = put(torch.arange(rows, dtype=torch.int32).reshape(B, S // BLOCK), ttnn.int32, rm) if PAGED else None
 pos = put(torch.tensor([0, 7, 40, -1], dtype=torch.int32), ttnn.int32, rm)
 one = put(torch.ones(B, dtype=torch.int32), ttnn.int32, rm)
@@ -38,7 +42,7 @@ freq = 1.0 / 10000 ** (torch.arange(0, D, 2) / D)
 ang = torch.arange(B)[:, None] * freq[None]
 cos, sin = rd.angles_to_device(torch.cat([ang.cos()] * 2, 1), torch.cat([ang.sin()] * 2, 1), device=d,
                                rotary_interleaved=True)
-res = {{"moves": [], "entries": {{}}, "shapes": []}}
+res = {{"moves": [], "entries": {{}}, "shapes": [], "bank_local": res_bank_local if PAGES == "key_row" else None}}
 launched = []  # the descriptor of each generic_op call
 _generic_op = ttnn.generic_op
 def _record(tensors, desc):
@@ -50,7 +54,7 @@ with count_transfers() as log:
         log.clear()
         q_rot, k2, v2 = ttdecode.rotary_kv_append(qkv=qkv, k_cache=kc, v_cache=vc, cur_pos=pos, cos=cos, sin=sin,
                                                   page_table=table, num_q_heads=NH, rotary_interleaved=True,
-                                                  backend="device")
+                                                  kv_pages=PAGES, backend="device")
         res["moves"].append(log.counts())
         res["shapes"].append(list(q_rot.shape))
         assert k2 is kc and v2 is vc
@@ -68,7 +72,7 @@ torch_table = torch.arange(rows, dtype=torch.int32).reshape(B, S // BLOCK) if PA
 with count_transfers() as log:
     q_rot, _, _ = ttdecode.rotary_kv_append(qkv=qkv, k_cache=kc, v_cache=vc, cur_pos=[1, 2, 3, -1], cos=hf[0],
                                             sin=hf[1], page_table=torch_table, num_q_heads=NH,
-                                            rotary_interleaved=True, backend="device")
+                                            rotary_interleaved=True, kv_pages=PAGES, backend="device")
     res["host_input_moves"] = log.counts()
     ttnn.deallocate(q_rot)
 step = next(iter(rd._steps.values()))
@@ -118,12 +122,14 @@ def _check_common(res: dict) -> None:
     assert res["counts_same"], "the cached program's runtime-argument counts changed"
 
 
-@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-def test_rotary_kv_append_20_device_steps_move_nothing_after_the_first(run_mock, paged: bool) -> None:
-    r = run_mock(ROTARY.format(paged=paged), timeout=300)
+@pytest.mark.parametrize("paged,pages", [(False, "tile"), (True, "tile"), (True, "key_row")],
+                         ids=["contiguous", "paged", "paged-bank-local"])
+def test_rotary_kv_append_20_device_steps_move_nothing_after_the_first(run_mock, paged: bool, pages: str) -> None:
+    r = run_mock(ROTARY.format(paged=paged, pages=pages), timeout=300)
     assert r.returncode == 0 and r.result is not None, r.describe()
     res = r.result
     _check_common(res)
+    assert res["bank_local"] in (None, [True, True]), res["bank_local"]
     # step 1: the step's rotate-half blocks, its one constant input, uploaded once
     assert res["moves"][0] == {"from_torch": 1}, res["moves"][0]
     assert res["shapes"] == [[1, 4, 8, 128]] * 20
