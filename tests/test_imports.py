@@ -34,7 +34,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.perf_model.op_counts",),
     ("ttdecode.perf_model.counters", "ttdecode.perf_model.pricing", "ttdecode.perf_model.ttmetal_structure"),
     ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing", "ttdecode.kv_pool"),
-    ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append"),
+    ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append",
+     "ttdecode.ops.paged_fill"),
     ("ttdecode.api",),
     ("ttdecode.patch",),  # ttnn's decode-attention ops routed to the public API
     ("ttdecode.distributed",),

@@ -17,6 +17,8 @@ Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``
       k_pool = ttdecode.allocate_kv_pool(64, 8, 64, 128, dtype=ttdecode.bfloat8_b, device=device)
       tiles = ttdecode.to_tile_pages(k_pool)     # ttnn's interleaved tile pages, and back:
       k_pool = ttdecode.to_bank_local(tiles)
+- :func:`paged_fill_cache` (a prompt's K or V into a paged pool through one user's page-table row, as
+  ``ttnn.experimental.paged_fill_cache``; tile pages or bank-local)
 - :func:`patch_ttnn` / :func:`unpatch_ttnn` (route ``ttnn.transformer``'s two decode-attention ops to
   this package for a whole model; a function or a context manager)
 - :func:`context_parallel_decode` (the KV cache split along the sequence over devices) and
@@ -44,6 +46,7 @@ if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecod
     from ttdecode.ops.flash_decode.options import DecodeOptions
     from ttdecode.ops.rotary_append.op import rotary_kv_append
     from ttdecode.kv_pool import allocate_kv_pool, is_bank_local, to_bank_local, to_tile_pages
+    from ttdecode.ops.paged_fill.op import paged_fill_cache
     from ttdecode.patch import patch_ttnn, unpatch_ttnn
     from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
@@ -65,6 +68,7 @@ _HOMES = {
     "to_bank_local": "ttdecode.kv_pool",
     "to_tile_pages": "ttdecode.kv_pool",
     "is_bank_local": "ttdecode.kv_pool",
+    "paged_fill_cache": "ttdecode.ops.paged_fill.op",
     "patch_ttnn": "ttdecode.patch",
     "unpatch_ttnn": "ttdecode.patch",
     "TileTensor": "ttdecode.core.tensor",
@@ -104,6 +108,7 @@ __all__ = [
     "to_bank_local",
     "to_tile_pages",
     "is_bank_local",
+    "paged_fill_cache",
     "patch_ttnn",
     "unpatch_ttnn",
     "SDPAProgramConfig",

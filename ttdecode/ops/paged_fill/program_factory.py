@@ -1,0 +1,87 @@
+"""paged_fill_cache's program description: the key-tile rows dealt over the cores, the CBs, the two
+kernels' arguments (one `Program` for the host runtime and the device)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ttdecode.core import formats
+from ttdecode.core.checks import fail
+from ttdecode.core.paths import kernels_dir
+from ttdecode.core.program_description import (
+    BufferAddress, CircularBuffer, CoreCoord, CoreRangeSet, DramTensor, Kernel, KernelKind, L1_BYTES_PER_CORE,
+    Program, kv_cache_tensor,
+)
+from ttdecode.core.formats import DataType
+from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.ops.paged_fill.validate import FillInputs, TILE
+from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
+
+#: Circular-buffer indices (kernels/paged_fill/common.hpp numbers them the same).
+FILL_CBS = {"rows": 0, "page_table": 1}
+#: Common runtime-arg counts: reader the rows' address; writer the pool, the page table, the user.
+READER_COMMON_ARGS = 1
+WRITER_COMMON_ARGS = 3
+#: The writer's common arg holding the user (batch_idx), patched per call on a device.
+USER_ARG = 2
+#: Key-tile rows in flight per core (cb_rows slots).
+ROW_SLOTS = 2
+
+
+def core_rows(num_rows: int, grid: tuple[int, int]) -> dict[CoreCoord, tuple[int, int]]:
+    """`num_rows` key-tile rows dealt in consecutive runs over the first min(rows, cores) cores of the
+    grid (row-major): core -> (first row, row count), the counts differing by at most one."""
+    gx, gy = grid
+    n = min(num_rows, gx * gy)
+    out, first = {}, 0
+    for i in range(n):
+        count = num_rows // n + (1 if i < num_rows % n else 0)
+        out[CoreCoord(i % gx, i // gx)] = (first, count)
+        first += count
+    return out
+
+
+def input_images(inp: FillInputs) -> dict[str, bytes]:
+    """The byte images of the program's inputs (the host runtime's): the rows, the page table, the pool."""
+    return {"input": as_tile_tensor(inp.fill).data,
+            "page_table": inp.page_table.numpy().astype("<i4").tobytes(),
+            "cache": as_tile_tensor(inp.cache).data}
+
+
+def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None, grid: tuple[int, int] = (8, 8)) -> Program:
+    """The one program of a call; `images` None describes it without input bytes (the device path).
+    The pool is written in place; the rows, NKV x ceil(S / 32) key-tile rows of D / 32 tiles, are dealt
+    over the cores (`core_rows`)."""
+    nkv, dt, st = inp.num_kv_heads, inp.d_tiles, inp.seq_tiles
+    tile = formats.tile_size(inp.cache_dtype)
+    rows = core_rows(nkv * st, grid)
+    where = CoreRangeSet.of(list(rows))
+    table_bytes = -(-4 * inp.max_blocks // 32) * 32
+    cbs = [CircularBuffer(FILL_CBS["rows"], where, inp.cache_dtype, tile, ROW_SLOTS * dt),
+           CircularBuffer(FILL_CBS["page_table"], where, DataType.float32, table_bytes, 1)]
+    l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
+    if l1 > L1_BYTES_PER_CORE:
+        raise fail("cache_tensor", f"a head_dim and page-table width whose circular buffers fit one core's L1 "
+                   f"({L1_BYTES_PER_CORE} B)", f"D={inp.cache_shape[3]}, {inp.max_blocks} blocks needing {l1} B")
+    src = kernels_dir() / "paged_fill"
+    per_core = {c: [first, count] for c, (first, count) in rows.items()}
+    writer_ct = {"d_tiles": dt, "tile_bytes": tile, "seq_tiles": st, "num_kv_heads": nkv,
+                 "block_size": inp.block_size, "max_blocks": inp.max_blocks,
+                 "key_row_pages": int(inp.kv_pages == "key_row")}
+    writer_common = [BufferAddress("cache"), BufferAddress("page_table"), inp.batch_idx]
+    assert len(writer_common) == WRITER_COMMON_ARGS
+    kernels = [
+        Kernel("fill_reader", src / "reader.cpp", KernelKind.READER, where, runtime_args=per_core,
+               common_runtime_args=[BufferAddress("input")], named_compile_time_args={"d_tiles": dt, "tile_bytes": tile}),
+        Kernel("fill_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=dict(per_core),
+               common_runtime_args=writer_common, named_compile_time_args=writer_ct),
+    ]
+    image = (lambda name: None) if images is None else images.__getitem__
+    rows_shape = (1, nkv, inp.fill_len, inp.cache_shape[3])
+    tensors = [
+        DramTensor("input", inp.cache_dtype, tile, formats.num_tiles(rows_shape), rows_shape, "tile", image("input")),
+        DramTensor("page_table", DataType.float32, 4 * inp.max_blocks, inp.batch, (inp.batch, inp.max_blocks),
+                   "row_major", image("page_table"), element_type="int32"),
+        kv_cache_tensor("cache", inp.cache_dtype, inp.cache_shape, inp.kv_pages, image("cache"), in_place=True),
+    ]
+    return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=tensors)
