@@ -1,13 +1,14 @@
 """Prompt fill of a paged KV pool: ``ttdecode.paged_fill_cache``, one Metalium program per call.
 
 What it does (``ttnn.experimental.paged_fill_cache``'s job, as tt-transformers calls it after a prefill,
-once for K and once for V, with its argument names): a prompt's K (or V) rows ``input_tensor [1, NKV, S,
-D]`` of user ``batch_idx`` go into the pool ``cache_tensor [num_blocks, NKV, block_size, D]`` through the user's page-table row: position
-p of KV head h lands on row ``p % block_size`` of block ``page_table[batch_idx, p // block_size]``.
-Tiles are copied whole (no rounding: ``input_tensor`` is in the pool's format; a torch float one on the
-host is packed in it first, as ``ttdecode.from_torch`` does): the ``ceil(S / 32)`` tile rows of each
-head, the last one with the input's padding rows (zeros) past S when S is not a multiple of 32 -- rows
-a later decode step overwrites. Nothing else of the pool changes.
+once for K and once for V, with its argument names): a prompt's K (or V) rows ``input_tensor [1, NKV,
+S, D]`` of user ``batch_idx`` go into the pool ``cache_tensor [num_blocks, NKV, block_size, D]``
+through the user's page-table row: position p of KV head h lands on row ``p % block_size`` of block
+``page_table[batch_idx, p // block_size]``. Tiles are copied whole (no rounding: ``input_tensor`` is in
+the pool's format; a torch float one on the host is packed in it first, as ``ttdecode.from_torch``
+does): the ``ceil(S / 32)`` tile rows of each head, the last one with the input's padding rows (zeros)
+past S when S is not a multiple of 32 -- rows a later decode step overwrites. Nothing else of the pool
+changes.
 
 The pool's DRAM pages are tiles (``kv_pages="tile"``, ttnn's interleaved pool) or key-tile rows
 (``kv_pages="key_row"``, the bank-local pool of ``ttdecode.kv_pool``): the writer writes a key-tile
@@ -77,7 +78,8 @@ def paged_fill_cache(cache_tensor: Any, input_tensor: Any, page_table: Any, *, b
         cache_tensor: the pool ``[num_blocks, NKV, block_size, D]``: a TileTensor, or a TILE ttnn device tensor
             (interleaved DRAM for kv_pages "tile"; ``ttdecode.to_bank_local`` for "key_row"), in bfloat16
             / bfloat8_b / bfloat4_b.
-        input_tensor: the prompt's rows ``[1, NKV, S, D]`` in the pool's format (host: also a torch float tensor, packed in it).
+        input_tensor: the prompt's rows ``[1, NKV, S, D]`` in the pool's format (host: also a torch
+            float tensor, packed in it).
         page_table: ``[B, max_blocks]`` int (a torch tensor, or an int32 ROW_MAJOR ttnn device tensor).
         batch_idx: the user (a row of page_table) whose blocks receive the prompt.
         kv_pages: the pool's DRAM pages: "tile" or "key_row" (bank-local).

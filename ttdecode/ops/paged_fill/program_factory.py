@@ -14,7 +14,7 @@ from ttdecode.core.program_description import (
 )
 from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import as_tile_tensor
-from ttdecode.ops.paged_fill.validate import FillInputs, TILE
+from ttdecode.ops.paged_fill.validate import FillInputs
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 #: Circular-buffer indices (kernels/paged_fill/common.hpp numbers them the same).
@@ -48,7 +48,8 @@ def input_images(inp: FillInputs) -> dict[str, bytes]:
             "cache": as_tile_tensor(inp.cache).data}
 
 
-def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None, grid: tuple[int, int] = (8, 8)) -> Program:
+def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None,
+                  grid: tuple[int, int] = (8, 8)) -> Program:
     """The one program of a call; `images` None describes it without input bytes (the device path).
     The pool is written in place; the rows, NKV x ceil(S / 32) key-tile rows of D / 32 tiles, are dealt
     over the cores (`core_rows`)."""
@@ -72,7 +73,8 @@ def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None, gr
     assert len(writer_common) == WRITER_COMMON_ARGS
     kernels = [
         Kernel("fill_reader", src / "reader.cpp", KernelKind.READER, where, runtime_args=per_core,
-               common_runtime_args=[BufferAddress("input")], named_compile_time_args={"d_tiles": dt, "tile_bytes": tile}),
+               common_runtime_args=[BufferAddress("input")],
+               named_compile_time_args={"d_tiles": dt, "tile_bytes": tile}),
         Kernel("fill_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=dict(per_core),
                common_runtime_args=writer_common, named_compile_time_args=writer_ct),
     ]

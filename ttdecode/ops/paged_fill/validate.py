@@ -54,8 +54,8 @@ class FillInputs:
 def _pool(cache: TensorMeta) -> tuple[tuple[int, int, int, int], DataType]:
     """The pool: a TileTensor or ttnn device tensor [num_blocks, NKV, block_size, D] in a pool format."""
     if cache.kind == "torch":
-        raise fail("cache_tensor", "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the pool's format)",
-                   "a torch tensor", TypeError)
+        raise fail("cache_tensor", "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the pool's "
+                   "format)", "a torch tensor", TypeError)
     if len(cache.shape) != 4 or cache.shape[2] % TILE or cache.shape[3] % TILE or min(cache.shape) < 1:
         raise fail("cache_tensor", "shape [num_blocks, NKV, block_size, D] (block_size and D multiples of 32)",
                    list(cache.shape))
@@ -74,8 +74,8 @@ def _rows(fill: TensorMeta, nkv: int, d: int, dtype: DataType) -> Any:
             raise fail("input_tensor", "a float tensor", fill.dtype, TypeError)
         return from_torch(fill.obj, dtype)
     if fill.dtype != dtype.value:
-        raise fail("input_tensor", f"the pool's format {dtype.value} (the fill copies tiles; typecast first)", fill.dtype,
-                   TypeError)
+        raise fail("input_tensor", f"the pool's format {dtype.value} (the fill copies tiles; typecast first)",
+                   fill.dtype, TypeError)
     return fill.obj
 
 
@@ -114,9 +114,9 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
     rows = _rows(rows_meta, shape[1], shape[3], dtype)
     table, b, width, user, device_args = _table(page_table, batch_idx)
     s = rows_meta.shape[2]
-    if -(-s // TILE) * TILE > width * shape[2]:
-        raise fail("input_tensor", f"S <= {width * shape[2]} positions (page_table's {width} blocks of {shape[2]}, whole "
-                   "tiles)", s)
+    if s > width * shape[2]:
+        raise fail("input_tensor", f"S <= {width * shape[2]} positions (page_table's {width} blocks of "
+                   f"{shape[2]})", s)
     if table is not None:
         for i in range(-(-s // shape[2])):
             blk = int(table[user, i])
@@ -124,7 +124,8 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
                 raise fail(f"page_table[{user}, {i}]", f"a block id in 0..{shape[0] - 1} (the prompt fills it)", blk)
     kinds = {describe("cache_tensor", cache).kind, "tile" if isinstance(rows, TileTensor) else "ttnn"}
     if len(kinds) > 1:
-        raise fail("cache_tensor", "the pool and input both on the device (ttnn) or both on the host", "a mix", TypeError)
+        raise fail("cache_tensor", "the pool and input_tensor both on the device (ttnn) or both on the host", "a mix",
+                   TypeError)
     on_device = kinds == {"ttnn"}
     if on_device:
         import ttnn  # ttnn tensors came in, so ttnn is imported already
