@@ -3,8 +3,8 @@ into a bank-local pool (ttdecode.allocate_kv_pool, kv_pages "key_row") and into 
 pool, for several users through a page table on the device. Pinned: the reader and writer JIT-compile and
 ttnn accepts the program with the ND-sharded pool; one cached step serves every user (the user is a common
 runtime arg patched per call: no program-cache entry after the first call, no host <-> device move with
-device inputs, one upload for a torch page table); a pool whose pages are not the kv_pages asked for is
-refused before launch. The mock computes nothing (the bytes: tests/test_paged_fill.py on the host runtime)."""
+device inputs, one upload for a torch page table); a pool of at most 12 key-tile rows (ttnn holds it as
+legacy height sharding) runs too; a pool whose pages are not the kv_pages asked for is refused before launch. The mock computes nothing (the bytes: tests/test_paged_fill.py on the host runtime)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ try:
     res["refused"] = None
 except DeviceError as exc:
     res["refused"] = str(exc)
+# a pool of at most 12 key-tile rows, which ttnn holds as legacy height sharding: accepted and run too
+small = ttdecode.allocate_kv_pool(3, 1, 32, D, dtype="bfloat8_b", kv_pages=PAGES, device=d)
+short = ttnn.from_torch(torch.randn(1, 1, 40, D), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=d)
+res["small_layout"] = str(small.memory_config().memory_layout)
+res["small_ran"] = ttdecode.paged_fill_cache(small, short, torch.tensor([[2, 0]]), batch_idx=0, kv_pages=PAGES,
+                                             backend="device") is small
 emit(res)
 ttnn.close_device(d)
 """
@@ -71,6 +77,9 @@ def test_paged_fill_on_the_mock_one_step_for_every_user(run_mock, tmp_path, page
     assert len(set(res["entries"])) == 1, res["entries"]  # the first call's program serves the others
     assert res["host_table_moves"] == {"from_torch": 1}, res["host_table_moves"]
     assert res["steps"] == 1 and res["calls"] == 4, res
-    assert res["users"] == [0, 1, 3, 2], res["users"]
+    assert res["users"][:4] == [0, 1, 3, 2], res["users"]  # then the small pool's launch
+    assert res["small_ran"], res
+    assert res["small_layout"] == ("TensorMemoryLayout.HEIGHT_SHARDED" if pages == "key_row"
+                                   else "TensorMemoryLayout.INTERLEAVED"), res["small_layout"]
     want = "ND-sharded" if pages == "key_row" else "interleaved DRAM"
     assert res["refused"] is not None and want in res["refused"], res["refused"]
