@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ttdecode.config import KV_PAGES
 from ttdecode.core.checks import fail
 from ttdecode.core.formats import DataType, DTypeLike, as_data_type, num_tiles, tile_size
 from ttdecode.core.tensor import TileTensor, ttnn_data_type
@@ -38,7 +39,6 @@ __all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local"
 
 #: Formats a pool may hold (the caches' formats of the operators that write it).
 POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
-KV_PAGES = ("tile", "key_row")
 
 
 def _check_dims(name: str, dims: tuple[int, ...]) -> None:

@@ -11,7 +11,8 @@ import torch
 from ttdecode.core.checks import TensorMeta, check_int, describe, fail
 from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.core.tensor import TileTensor, from_torch
-from ttdecode.kv_pool import POOL_DTYPES, KV_PAGES
+from ttdecode.config import KV_PAGES
+from ttdecode.kv_pool import POOL_DTYPES
 
 TILE = 32
 
