@@ -230,11 +230,12 @@ def sinks(nh: int) -> torch.Tensor:
 
 
 def test_sliding_window_of_n_blocks_is_exact_per_shard(ttnn, monkeypatch):
-    """1 x 2 mesh, W = 64 = 2 x 32: every shard runs window 32; positions 60..75 cross the window's
-    start past block 0 and the block boundary at 64 (device 0 then holds keys 32 apart)."""
+    """1 x 2 mesh, W = 64 = 2 x 32: every shard runs window 32; positions from 120 on: the window's
+    first key crosses the block boundary at 64 and the newest the one at 128 (a device's window keys
+    then sit in two of its blocks)."""
     case = Case(ttnn, monkeypatch, (1, 2), batch=3, window=64)
     assert case.loop.options.local_window == 32
-    case.fill(60)
+    case.fill(120)
     for s in range(16):
         case.step(case.next_positions([True, s % 3 != 0, s % 5 != 1]))
 
