@@ -20,9 +20,14 @@ computed) tests/mock/test_context_parallel_device.py runs the context-parallel L
 2 x 4 mesh (FABRIC_1D): every op accepted, one write and one read per step, no program-cache entry
 after step 2. The numbers of the dataflow (rows, views, LSE rows to tiles, gathers, merge) are checked
 on a torch twin of ttnn with the combine kernels on the host runtime (tests/distributed/test_cp_loop.py);
-the numerics of context parallelism are the host backend's (``context.py``, backend "host"). Not built
-in the loop: tensor x context parallelism on one mesh (TP along one axis, CP along the other), a
-sliding window or attention sink, multi-token steps (the host backend has them), the all_to_all
+the numerics of context parallelism are the host backend's (``context.py``, backend "host"). The
+loop's options (``ttdecode.distributed.loop_options``, each exact, why there): a sliding window (a
+multiple of n x block_size: the local window W / n on every shard), an attention sink (the combine's
+extra partial), T <= 32 tokens per user per step (R = T B one-token query rows), MLA (no V cache);
+checked against the float64 reference on the twin with the FlashDecode kernels on the host runtime
+(tests/distributed/test_cp_loop_options.py) and dry-run on a mock N300
+(tests/mock/test_cp_loop_options_device.py). Not built in the loop: tensor x context parallelism on
+one mesh (TP along one axis, CP along the other), other windows, the MLA append, the all_to_all
 combine (`device_combine.ALL_TO_ALL_ON_DEVICE`); no chip has run it.
 
 **The one-shot call** (``context_parallel_decode(..., backend="device")``: a whole contiguous cache
@@ -86,6 +91,7 @@ from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import validate_decode
 from ttdecode.core.formats import DataType
 from ttdecode.ops.combine import CombineStep, make_combine_plan
+from ttdecode.distributed.loop_options import MLA_APPEND, loop_options, sink_partial, token_positions
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
            "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH",
@@ -355,12 +361,20 @@ class ContextParallelDecode:
     the merged ``[1, B, NH, D]`` on every device. Nothing is planned, built or uploaded after the
     build; the mesh needs ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
     `ops` counts the ttnn calls of the last `write` and the `append` / `attend` calls since.
+
+    Options (`loop_options`): ``tokens`` T (the row carries R = T B query rows, token t of user b at
+    row t B + b: positions, attention positions and the page table repeated per token; `append` runs
+    the one-token program once per token; `attend` runs the R rows as one-token users),
+    ``sliding_window_size`` W (FlashDecode's window W / n on every shard), ``attention_sink`` (``[NH]``:
+    the combine's n + 1-th partial, `sink_parts`), ``head_dim_v`` (MLA: ``caches[layer] = (K, None)``,
+    no `append`).
     """
 
     def __init__(self, mesh_device: Any, *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: Any = "bfloat8_b", layers: int = 1,
                  prefix: int = 0, scale: Optional[float] = None, program_config: Any = None,
-                 compute_kernel_config: Any = None, ttnn: Any = None) -> None:
+                 compute_kernel_config: Any = None, tokens: int = 1, sliding_window_size: Optional[int] = None,
+                 attention_sink: Any = None, head_dim_v: Optional[int] = None, ttnn: Any = None) -> None:
         import math
 
         ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
@@ -384,20 +398,30 @@ class ContextParallelDecode:
             raise ValueError(f"ContextParallelDecode: argument 'max_seq_len': expected at least one block of "
                              f"{block_size} per device ({n} devices: >= {n * block_size}), got {max_seq_len}")
         kv = as_data_type(kv_dtype, "kv_dtype")
+        self.options = loop_options(devices=n, block_size=block_size, num_heads=num_heads, head_dim=head_dim,
+                                    tokens=tokens, sliding_window_size=sliding_window_size,
+                                    attention_sink=attention_sink, head_dim_v=head_dim_v)
         self.batch, self.num_heads, self.num_kv_heads, self.head_dim = batch, num_heads, num_kv_heads, head_dim
+        self.tokens, self.rows = tokens, tokens * batch  # query rows: token t of user b is row t * B + b
+        self.head_dim_v = head_dim if head_dim_v is None else head_dim_v
         self.block_size, self.num_blocks, self.prefix = block_size, num_blocks, prefix
         self.shards = shard_plan(max_blocks, block_size, n, "interleaved")
         self.local_blocks = max(len(us) for us in self.shards.units)
-        self.row_width = prefix + 2 * batch + batch * self.local_blocks
+        self.row_width = prefix + 2 * self.rows + self.rows * self.local_blocks
         self.axes = gather_axes(self.mesh_shape)
         dram = ttnn.DRAM_MEMORY_CONFIG
         rep = ttnn.ReplicateTensorToMesh(mesh_device)
         self._shard_rows = ttnn.ShardTensorToMesh(mesh_device, dim=0)
         shape = (num_blocks, num_kv_heads, block_size, head_dim)
         cache_dt = ttnn_data_type(ttnn, kv)
-        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT,
-                                             device=mesh_device, memory_config=dram, mesh_mapper=rep)
-                             for _ in range(2)) for _ in range(layers)]
+        put = dict(device=mesh_device, memory_config=dram, mesh_mapper=rep)
+        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)
+                             if i == 0 or head_dim_v is None else None for i in range(2)) for _ in range(layers)]
+        self.sink_parts = None  # the sink as the combine's extra partial (loop_options.sink_partial)
+        if self.options.sink is not None:
+            out, lse = sink_partial(self.options.sink, scale or 1.0 / math.sqrt(head_dim), self.rows, self.head_dim_v)
+            self.sink_parts = (ttnn.from_torch(out, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, **put),
+                               ttnn.from_torch(lse, dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, **put))
         self.inputs = ttnn.from_torch(torch.zeros(n, self.row_width, dtype=torch.int32), dtype=ttnn.int32,
                                       layout=ttnn.ROW_MAJOR_LAYOUT, device=mesh_device, memory_config=dram,
                                       mesh_mapper=self._shard_rows)
@@ -415,13 +439,21 @@ class ContextParallelDecode:
         return getattr(self.ttnn, name)
 
     def _views(self) -> None:
-        """The device views of this step's row (``slice`` + ``reshape``: the same ops every step)."""
-        op, b, p, inp = self._op, self.batch, self.prefix, self.inputs
-        self.append_pos = op("reshape")(op("slice")(inp, [0, p], [1, p + b]), [b])
-        self.attend_pos = op("reshape")(op("slice")(inp, [0, p + b], [1, p + 2 * b]), [b])
-        self.page_table = op("reshape")(op("slice")(inp, [0, p + 2 * b], [1, self.row_width]), [b, self.local_blocks])
+        """The device views of this step's row (``slice`` + ``reshape``: the same ops every step):
+        ``append_pos`` (token t's ``append_rows[t]``, ``[B]``), ``attend_pos`` ``[R]``, ``page_table``
+        (the users' ``[B, local_blocks]``) and ``attend_table`` (the rows' ``[R, local_blocks]``)."""
+        op, b, r, p, inp, lb = self._op, self.batch, self.rows, self.prefix, self.inputs, self.local_blocks
+        self.append_rows = [op("reshape")(op("slice")(inp, [0, p + t * b], [1, p + (t + 1) * b]), [b])
+                            for t in range(self.tokens)]
+        self.append_pos = self.append_rows[0]
+        self.attend_pos = op("reshape")(op("slice")(inp, [0, p + r], [1, p + 2 * r]), [r])
+        self.attend_table = op("reshape")(op("slice")(inp, [0, p + 2 * r], [1, self.row_width]), [r, lb])
+        self.page_table = self.attend_table if r == b else \
+            op("reshape")(op("slice")(inp, [0, p + 2 * r], [1, p + 2 * r + b * lb]), [b, lb])
 
     def _prepare_rotary(self, kv: Any, cache_shape: tuple[int, ...]) -> Any:
+        if self.options.head_dim_v is not None:
+            return None  # MLA: no fused append (loop_options.MLA_APPEND)
         grid = self.mesh.compute_with_storage_grid_size()
         program = device_program(batch=self.batch, num_q_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                                  head_dim=self.head_dim, cache_dtype=kv, cache_shape=cache_shape,
@@ -433,27 +465,38 @@ class ContextParallelDecode:
         """FlashDecode on one shard: the op's own validation and plan of these device tensors (a q
         allocated, never written), its `FlashDecodeStep` (the prepared program) kept."""
         ttnn = self.ttnn
-        q = ttnn.allocate_tensor_on_device(ttnn.Shape([1, self.batch, self.num_heads, self.head_dim]), ttnn.bfloat16,
+        q = ttnn.allocate_tensor_on_device(ttnn.Shape([1, self.rows, self.num_heads, self.head_dim]), ttnn.bfloat16,
                                            ttnn.TILE_LAYOUT, self.mesh, ttnn.DRAM_MEMORY_CONFIG)
         k, v = self.caches[0]
-        options = DecodeOptions(paged=True, page_table=self.page_table, cur_pos_tensor=self.attend_pos, scale=scale,
+        options = DecodeOptions(paged=True, page_table=self.attend_table, cur_pos_tensor=self.attend_pos, scale=scale,
                                 program_config=program_config, compute_kernel_config=compute_kernel_config,
+                                sliding_window_size=self.options.local_window, head_dim_v=self.options.head_dim_v,
                                 return_lse=True)
         step = FlashDecodeStep(options, validate_decode(q, k, v, options), self.mesh)
         ttnn.deallocate(q)
         return step
 
     def _prepare_combine(self) -> Any:
-        plan = make_combine_plan(partials=self.devices, groups=self.batch, heads=self.num_heads,
-                                 head_dim_v=self.head_dim, in_dtype=DataType.bfloat16, out_dtype=DataType.bfloat16)
+        plan = make_combine_plan(partials=self.devices + (self.sink_parts is not None), groups=self.rows,
+                                 heads=self.num_heads, head_dim_v=self.head_dim_v, in_dtype=DataType.bfloat16,
+                                 out_dtype=DataType.bfloat16)
         return CombineStep(plan, self.mesh)
 
     # ---- a step --------------------------------------------------------------------------------
 
     def host_rows(self, positions: Sequence[int], page_tables: Sequence[Any],
                   prefix: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The n devices' rows of one step, int32 ``[n, row_width]`` (`step_rows` of this loop's shards)."""
-        return step_rows(self.shards, self.batch, self.local_blocks, self.prefix, positions, page_tables, prefix)
+        """The n devices' rows of one step, int32 ``[n, row_width]``: `step_rows` of this loop's shards over
+        the R query rows (``positions [B]``: each user's newest token, `loop_options.token_positions`; each
+        device's ``[B, local_blocks]`` page table repeated for the T tokens)."""
+        if self.tokens == 1:
+            return step_rows(self.shards, self.batch, self.local_blocks, self.prefix, positions, page_tables, prefix)
+        if len(positions) != self.batch:
+            raise ValueError(f"ContextParallelDecode: argument 'positions': expected {self.batch} ints >= -1, got "
+                             f"{list(positions)}")
+        tables = [torch.as_tensor(t).repeat(self.tokens, 1) for t in page_tables]
+        return step_rows(self.shards, self.rows, self.local_blocks, self.prefix,
+                         token_positions(positions, self.tokens), tables, prefix)
 
     def write(self, positions: Sequence[int], page_tables: Sequence[Any], prefix: Optional[torch.Tensor] = None) -> None:
         """Start a step: the n rows of `host_rows` in one host -> device write into ``inputs``, and the
@@ -467,44 +510,72 @@ class ContextParallelDecode:
         self._views()
 
     def append(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any) -> Any:
-        """The fused RoPE + append of one layer: ``qkv`` ``[1, B, (NH + 2 NKV) D]`` (packed, interleaved
-        pairs), ``cos`` / ``sin`` ``[B, ceil(D/32)*32]`` float32 tiles of each user's global position,
-        ``trans`` the rotate-half blocks. K/V rows go into ``caches[layer]`` on the device owning each
-        position only (``append_pos``); q is rotated on every device. Returns q ``[1, B, NH, D]``."""
+        """The fused RoPE + append of one layer: ``qkv`` ``[T, B, (NH + 2 NKV) D]`` (packed, interleaved
+        pairs), ``cos`` / ``sin`` float32 tiles of each token's global position, ``[B, ceil(D/32)*32]``
+        (T = 1) or ``[T, B, ceil(D/32)*32]``, ``trans`` the rotate-half blocks. K/V rows go into
+        ``caches[layer]`` on the device owning each position only (``append_rows``), one launch per
+        token; q is rotated on every device. Returns q ``[T, B, NH, D]``. Refused with MLA (`MLA_APPEND`)."""
+        if self.options.head_dim_v is not None:
+            raise NotImplementedError(f"ContextParallelDecode.append: {MLA_APPEND}")
+        if self.tokens == 1:
+            return self._rotary_run(layer, qkv, cos, sin, trans, self.append_pos)
+        op, b = self._op, self.batch
+        qs = []
+        for t in range(self.tokens):
+            x = op("slice")(qkv, [t, 0, 0], [t + 1, b, qkv.shape[-1]])
+            c, s = (op("reshape")(op("slice")(a, [t, 0, 0], [t + 1, b, a.shape[-1]]), [b, a.shape[-1]])
+                    for a in (cos, sin))
+            qs.append(self._rotary_run(layer, x, c, s, trans, self.append_rows[t]))
+        return op("concat")(qs, dim=0)
+
+    def _rotary_run(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any, pos: Any) -> Any:
+        """One launch of the fused append for one token of every user (``pos``: its append positions)."""
         kc, vc = self.caches[layer]
         self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
-        return self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": trans, "cur_pos": self.append_pos,
+        return self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": trans, "cur_pos": pos,
                                 "page_table": self.page_table, "k_cache": kc, "v_cache": vc})[0]
 
     def attend(self, layer: int, q: Any) -> Any:
-        """Decode attention of ``q`` ``[1, B, NH, D]`` (bfloat16 tiles, the same on every device) over
-        the whole sharded cache of ``layer``: the merged output ``[1, B, NH, D]`` bfloat16 on every device."""
-        op = self._op
+        """Decode attention of ``q`` ``[T, B, NH, D]`` (bfloat16 tiles, the same on every device) over
+        the whole sharded cache of ``layer``: the merged output ``[T, B, NH, Dv]`` bfloat16 on every
+        device. The R query rows run as one-token users (``reshape`` to ``[1, R, NH, D]`` and back for
+        T > 1); with a sink, its partial joins the gathered ones (``concat``) before the combine."""
+        op, r = self._op, self.rows
         self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
+        if self.tokens > 1:
+            q = op("reshape")(q, [1, r, self.num_heads, self.head_dim])
         out, rows = self._flash_run(layer, q)
-        lse = lse_rows_to_tiles(self.ttnn, rows, self.batch, self.num_heads, self.num_kv_heads, op=op)
+        lse = lse_rows_to_tiles(self.ttnn, rows, r, self.num_heads, self.num_kv_heads, op=op)
         for axis in self.axes:
             extra = {} if axis is None else {"cluster_axis": axis}
             out = op("all_gather")(out, dim=0, **extra)
             lse = op("all_gather")(lse, dim=0, **extra)
+        if self.sink_parts is not None:
+            out = op("concat")([out, self.sink_parts[0]], dim=0)
+            lse = op("concat")([lse, self.sink_parts[1]], dim=0)
         self.ops["combine"] = self.ops.get("combine", 0) + 1
-        return self._combine_run(out, lse)
+        merged = self._combine_run(out, lse)
+        if self.tokens > 1:
+            merged = op("reshape")(merged, [self.tokens, self.batch, self.num_heads, self.head_dim_v])
+        return merged
 
     def _flash_run(self, layer: int, q: Any) -> tuple[Any, Any]:
-        """FlashDecode on every device's shard of ``layer``: (out ``[1, B, NH, D]`` bfloat16 tiles, the
-        LSE rows ``[B*NKV, 32]`` float32 row-major), per device."""
+        """FlashDecode on every device's shard of ``layer``: (out ``[1, R, NH, Dv]`` bfloat16 tiles, the
+        LSE rows ``[R*NKV, 32]`` float32 row-major), per device."""
         kc, vc = self.caches[layer]
-        out, rows = self.flash.prepared.run({"q": q, "k": kc, "v": vc, "cur_pos": self.attend_pos,
-                                             "page_table": self.page_table})
-        return out, rows
+        io = {"q": q, "k": kc, "cur_pos": self.attend_pos, "page_table": self.attend_table}
+        if vc is not None:
+            io["v"] = vc
+        return self.flash.prepared.run(io)
 
     def _combine_run(self, outs: Any, lses: Any) -> Any:
-        """The combine of the gathered ``[n, B, NH, D]`` / ``[n, B, NH, 1]``: the merged ``[1, B, NH, D]``."""
+        """The combine of the gathered ``[P, R, NH, Dv]`` / ``[P, R, NH, 1]`` (P: n, or n + 1 with the
+        sink): the merged ``[1, R, NH, Dv]``."""
         merged, _ = self.combine.run(outs, lses)
         return merged
 
     def close(self) -> None:
         """Free the device tensors (the mesh is the caller's)."""
-        for t in [*(c for kv in self.caches for c in kv), self.inputs]:
+        for t in [*(c for kv in self.caches for c in kv if c is not None), self.inputs, *(self.sink_parts or ())]:
             self.ttnn.deallocate(t)
         self.caches = []
