@@ -51,7 +51,8 @@ from ttdecode.ops.flash_decode.program_factory import mask_tiles
 from ttdecode.core.tensor import to_torch
 from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 
-__all__ = ["FlashDecodeStep", "plan_decode", "MISS", "step_key", "device_of", "decode_program", "with_device_grid"]
+__all__ = ["FlashDecodeStep", "plan_decode", "MISS", "step_key", "device_of", "decode_program", "with_device_grid",
+           "device_dram_banks"]
 
 #: Returned by `FlashDecodeStep.run_fast` when the call must take the validating path.
 MISS = object()
@@ -91,6 +92,13 @@ def with_device_grid(inputs: Any, device: Any) -> Any:
     pc = inputs.program_config.resolve_grid(grid, grid, f"the device's compute grid {grid[0]}x{grid[1]} "
                                             "(device.compute_with_storage_grid_size())")
     return inputs if pc is inputs.program_config else dataclasses.replace(inputs, program_config=pc)
+
+
+def device_dram_banks(device: Any) -> int:
+    """The DRAM banks of `device` (``device.dram_grid_size()``: 12 x 1 on Wormhole), which interleaved and
+    key-row pages are dealt over."""
+    g = device.dram_grid_size()
+    return int(g.x) * int(g.y)
 
 
 def as_bfloat16_on_device(ttnn: Any, tensor: Any) -> tuple[Any, bool]:
@@ -205,7 +213,8 @@ class FlashDecodeStep:
         compute = compute_settings(inputs)
         inputs = with_device_grid(inputs, device)
         self.positions_in_args = inputs.cur_pos_tensor is None  # a list, or non-causal (S - 1 for all)
-        self.plan = make_decode_plan(dataclasses.replace(inputs, cur_pos=None, positions=None))
+        self.plan = make_decode_plan(dataclasses.replace(inputs, cur_pos=None, positions=None),
+                                     dram_banks=device_dram_banks(device))
         self.batch = inputs.batch
         self.seq_len = inputs.seq_len
         placeholder = [0] * inputs.batch if self.positions_in_args else None
