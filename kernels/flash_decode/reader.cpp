@@ -401,11 +401,12 @@ void kernel_main() {
                 }
             }
             if constexpr (bank_local) {
+                const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
+                const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
                 BankView v{};
                 if (positions[user] >= 0) {
-                    v = banks.view(row, positions[user], get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1),
-                                   get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2), pieces_per_work,
-                                   fixed_chunk_tiles, window, min_chunk_tiles, chunk_cap, token_window, tokens);
+                    v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
+                                   min_chunk_tiles, chunk_cap, token_window, tokens);
                 }
                 views[p] = v;
                 writer_views[p] = v;

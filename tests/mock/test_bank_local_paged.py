@@ -1,13 +1,16 @@
 """The bank-local paged FlashDecode (kv_pages "key_row" with a paged pool) through ttnn on a mock N150:
 the K/V pool is a device tensor in ttdecode.ttnn_backend.key_row_memory_config ([1, 1, 32, D] ND shards
 round robin over the DRAM banks) of the pool's shape [num_blocks, NKV, block_size, D]; a planned step
-(plan_decode) is accepted by tt-metal, the JIT compiles its three kernels, and its steps after the first,
+(plan_decode) is accepted by tt-metal, the JIT compiles its three kernels (GCC 12 too), and its steps after the first,
 with a device page table and device positions, move nothing between host and device and, from the second
 on, add no program-cache entry. The plan takes the device's DRAM banks (device.dram_grid_size()). The mock
 computes nothing (the numbers are checked on the host runtime: tests/test_flash_decode_bank_paged.py)."""
 
 from __future__ import annotations
 
+import os
+
+from ttdecode.testing import gcc_front_end as gfe
 from ttdecode.testing.dry_run import check_jit, jit_records
 
 STEPS = r"""
@@ -68,6 +71,12 @@ def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock
     problems = check_jit(res["kernels"], jit_records(mock_run["jit_log"]))
     assert not problems, "\n".join(problems)
     assert sorted(k["kind"] for k in res["kernels"]) == ["compute", "reader", "writer"]
+    # GCC 12 (the second front end, tests/mock/test_gcc_front_end.py) takes the bank-local builds too
+    ours = {os.path.realpath(k["source"]) for k in res["kernels"]}
+    builds = [b for b in gfe.kernel_builds(gfe.read_log(mock_run["jit_log"])) if set(b.kernels) <= ours]
+    assert builds, "no JIT build of the bank-local kernels in the log"
+    failed = [r.describe() for r in gfe.compile_all(builds) if not r.ok]
+    assert not failed, "GCC 12 rejects:\n" + "\n".join(failed)
     assert res["moves"] == [], f"host<->device moves after the first step: {res['moves']}"
     # after step 2 (the FlashDecode program and the positions' ttnn.add are cached by then) no new entry
     assert len(set(res["entries"][1:])) == 1, f"program-cache entries per step: {res['entries']}"

@@ -170,9 +170,9 @@ def make_plan(
     rows past the heads hold none).
 
     `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
-    UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores' L1 and runtime
-    args (e.g. DeepSeek-V3's absorbed MLA, 128 q heads of D 576, fits only with 1); if none fits, the
-    error of 16. A value given is used as given: an overflowing plan is refused naming the knob.
+    UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores'
+    L1 and runtime args (e.g. DeepSeek-V3's absorbed MLA, 128 q heads of D 576, fits only with 1); if none fits,
+    the error of 16. A value given is used as given: an overflowing plan is refused naming the knob.
 
     The steps, in order (each a function saying what it decides): check the call (check_plan_sizes,
     check_plan_chunking, check_plan_cache, check_plan_positions); the q rows' tiles (q_rows); the split
