@@ -22,8 +22,9 @@ from ttdecode.core.formats import DataType, tile_size
 from ttdecode.core.program_description import ComputeSettings, KernelKind
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 from ttdecode.ops.flash_decode.plan import DecodePlan, PlanError, make_plan
-from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.ops.flash_decode.program_factory import build_program, run_flash_decode
 from ttdecode.reference import sdpa_decode_reference
+from ttdecode.runtime import run_program
 
 from tests.test_flash_decode import randn_with_outliers
 
@@ -190,13 +191,15 @@ def test_bank_local_pool_equals_the_reference(kv, block, nh, nkv, table_kind, po
     assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"bank-local {kv.value}, blocks of {block}")
 
 
-@pytest.mark.parametrize("feature", ["multi_token", "window_sink", "mla", "attn_mask", "fixed_chunk"])
+@pytest.mark.parametrize("feature", ["multi_token", "window_sink", "multi_token_window", "mla", "attn_mask",
+                                     "fixed_chunk"])
 def test_bank_local_features_equal_the_reference(feature: str) -> None:
-    """Multi-token decode (3 tokens), a sliding window with an attention sink, MLA (V = K[..., :Dv]), a
-    non-causal attn_mask and fixed chunks, each over a shuffled bank-local pool."""
+    """Multi-token decode (3 tokens), a sliding window with an attention sink, both (split floor 1: every piece
+    with keys, masked tiles at both ends of several pieces), MLA (V = K[..., :Dv]), a non-causal attn_mask
+    and fixed chunks, each over a shuffled bank-local pool."""
     b, nh, nkv, s, d, block, kv = 4, 8, 2, 512, 64, 64, BFP8
     gen = torch.Generator().manual_seed(7)
-    tokens = 3 if feature == "multi_token" else 1
+    tokens = 3 if feature.startswith("multi_token") else 1
     pos = [-1, 2, 64, 511] if tokens > 1 else [-1, 0, 64, 511]
     max_blocks, num_blocks = s // block, b * (s // block) + 2
     table = shuffled_table(b, max_blocks, num_blocks, seed=7)
@@ -207,6 +210,8 @@ def test_bank_local_features_equal_the_reference(feature: str) -> None:
     if feature == "window_sink":
         args.update(sliding_window_size=100, attention_sink=True)
         sink = 3 * torch.randn(nh, generator=gen)
+    if feature == "multi_token_window":
+        args.update(sliding_window_size=130, min_chunk_tiles=1)
     if feature == "attn_mask":
         args.update(is_causal=False, attn_mask_batch=b)
         keep = torch.rand(b, 1, nh, s, generator=gen) >= 0.3
@@ -259,6 +264,35 @@ def test_a_page_id_outside_the_pool_skips_only_its_user() -> None:
     for u in ok:
         check_close(out[:, u], ref[:, u], f"user {u}")
         check_lse(lse[:, u], ref_lse[:, u], f"user {u} LSE")
+
+
+# ---- another bank count ------------------------------------------------------------------------------
+
+
+def test_the_plan_takes_the_devices_bank_count_and_the_host_runtime_models_twelve() -> None:
+    """make_plan(dram_banks=8) (a Blackhole P150's banks): R_h is recounted over 8 banks (NKV 8 with blocks of
+    32 keys reach one bank each, of 64 two, of 256 all 8) and piece i sits near bank R_h[i]; the host runtime,
+    which models Wormhole's 12 banks, refuses such a program by name."""
+    base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=2048, head_dim=64, cur_pos=[2000],
+                kv_pages="key_row", num_blocks=64, dram_banks=8, max_cores_per_head_batch=16)
+    for block, reach in ((32, 1), (64, 2), (256, 8)):
+        plan = make_plan(**base, block_size=block)
+        assert (plan.pieces_per_work, plan.dram_banks) == (reach, 8)
+        row = list(range(2048 // block))
+        for h in range(8):
+            banks = {((row[t // (block // 32)] * 8 + h) * (block // 32) + t % (block // 32)) % 8 for t in range(2000 // 32 + 1)}
+            held = sorted(banks)
+            for i in range(reach):
+                assert plan.bank_local_view(2000, row, h, i).banks == tuple(held[i::reach])
+    plan = make_plan(**dict(base, num_blocks=16), block_size=128)
+    gen = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 32, 64, generator=gen), BF16)
+    k = from_torch(torch.randn(16, 8, 128, 64, generator=gen), BFP8)
+    program = build_program(plan, q=q, k=k, v=k, cur_pos_source=None, scale=0.125, compute=ComputeSettings(),
+                            page_table=torch.arange(16, dtype=torch.int32).reshape(1, 16))
+    assert program.dram_banks == 8
+    with pytest.raises(ValueError, match="dram_banks=8, but the host runtime models a Wormhole's 12 DRAM banks"):
+        run_program(program)
 
 
 # ---- refusals ---------------------------------------------------------------------------------------

@@ -64,9 +64,9 @@ __all__ = ["make_plan", "format_plan", "power_of_two_scale", "DecodePlan", "Piec
 
 #: max_cores_per_head_batch=None ("not set"): the pieces per (user, KV head) tried in order, ttnn's
 #: default first; the first whose plan fits is taken (kv_pages "key_row" with a contiguous cache needs at least a
-#: piece per DRAM bank).
+#: piece per DRAM bank: 16, then the plan's dram_banks).
 UNSET_MAX_CORES_TRIES = (16, 8, 4, 2, 1)
-UNSET_MAX_CORES_TRIES_KEY_ROW = (16, 12)
+UNSET_MAX_CORES_TRIES_KEY_ROW = (16, WORMHOLE_DRAM_BANKS)
 
 
 def power_of_two_scale(scale: float) -> bool:
@@ -300,7 +300,8 @@ def _plan_steps(
 def _plan_fitting_pieces(call: dict[str, Any], *, advise: bool) -> DecodePlan:
     """make_plan with max_cores_per_head_batch not set: the first of the tries whose plan raises no
     ResourceError (module constants UNSET_MAX_CORES_TRIES*); the first try's error when none fits."""
-    tries = UNSET_MAX_CORES_TRIES_KEY_ROW if call.get("kv_pages") == "key_row" else UNSET_MAX_CORES_TRIES
+    tries = ((UNSET_MAX_CORES_TRIES_KEY_ROW[0], call["dram_banks"]) if call.get("kv_pages") == "key_row"
+             else UNSET_MAX_CORES_TRIES)
     first_error: ResourceError | None = None
     for m in tries:
         try:
