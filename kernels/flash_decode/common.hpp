@@ -345,6 +345,24 @@ struct BankView {
 };
 static_assert(sizeof(BankView) == VIEW_WORDS * sizeof(uint32_t), "a view is VIEW_WORDS words");
 
+// Views cross kernels in L1: word by word through `words` (a volatile L1 pointer), slot p of the view page.
+template <typename Words>
+inline void store_view(Words words, uint32_t p, const BankView& v) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(&v);
+    for (uint32_t w = 0; w < VIEW_WORDS; ++w) {
+        words[p * VIEW_WORDS + w] = src[w];
+    }
+}
+template <typename Words>
+inline BankView load_view(Words words, uint32_t p) {
+    BankView v{};
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&v);
+    for (uint32_t w = 0; w < VIEW_WORDS; ++w) {
+        dst[w] = words[p * VIEW_WORDS + w];
+    }
+    return v;
+}
+
 // A view's chunks as a PieceRange (num_chunks, chunk_tiles, num_tiles; its tiles are not a stride: the reader
 // walks them).
 inline PieceRange view_range(const BankView& v) {

@@ -252,15 +252,12 @@ bool has_work(int32_t cur_pos, uint32_t index) {
                           Args::min_chunk_tiles, Args::cyclic_split, Args::chunk_cap, Args::dram_banks);
 }
 
-// Bank-local: the view of the core's piece `p` (the reader's page, VIEW_WORDS words a piece), word by word.
-BankView view_of(uint32_t p) {
-    BankView v{};
-    uint32_t* words = reinterpret_cast<uint32_t*>(&v);
-    for (uint32_t w = 0; w < 5 + 2 * MAX_MASKED_TILES; ++w) {
-        words[w] = read_tile_value(cb_view_compute, 0, p * VIEW_WORDS + w);
-    }
-    return v;
-}
+// Bank-local: the view of the core's piece `p` (the reader's page, VIEW_WORDS words a piece), word by word
+// (read_tile_value hands each word to the three compute threads).
+struct ViewWords {
+    uint32_t operator[](uint32_t i) const { return read_tile_value(cb_view_compute, 0, i); }
+};
+BankView view_of(uint32_t p) { return load_view(ViewWords{}, p); }
 
 }  // namespace
 

@@ -367,13 +367,13 @@ void kernel_main() {
         }
     }
     // Bank-local: the same pass builds each piece's view (its banks, tiles, chunk and masks) from the row.
-    BankView* views = nullptr;
-    BankView* writer_views = nullptr;
+    volatile tt_l1_ptr uint32_t* views = nullptr;
+    volatile tt_l1_ptr uint32_t* writer_views = nullptr;
     if constexpr (bank_local) {
         cb_reserve_back(cb_view_compute, 1);
         cb_reserve_back(cb_view_writer, 1);
-        views = reinterpret_cast<BankView*>(get_write_ptr(cb_view_compute));
-        writer_views = reinterpret_cast<BankView*>(get_write_ptr(cb_view_writer));
+        views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_compute));
+        writer_views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_writer));
     }
     BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> banks;
     if constexpr (paged) {
@@ -408,8 +408,8 @@ void kernel_main() {
                     v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
                                    min_chunk_tiles, chunk_cap, token_window, tokens);
                 }
-                views[p] = v;
-                writer_views[p] = v;
+                store_view(views, p, v);
+                store_view(writer_views, p, v);
             }
         }
     }
@@ -462,7 +462,11 @@ void kernel_main() {
         const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const int32_t cur_pos = positions[user];
-        const PieceRange range = bank_local ? view_range(views[p])
+        BankView view{};  // bank-local: the piece's view (built above)
+        if constexpr (bank_local) {
+            view = load_view(views, p);
+        }
+        const PieceRange range = bank_local ? view_range(view)
                                             : piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
                                                           min_chunk_tiles, cyclic_split, chunk_cap, dram_banks);
         if (range.empty()) {
@@ -520,7 +524,7 @@ void kernel_main() {
             const uint32_t tiles = range.tiles_in_chunk(c);
             if constexpr (bank_local) {
                 for (uint32_t t = 0; t < tiles; ++t) {
-                    while (!((views[p].own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u)) {
+                    while (!((view.own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u)) {
                         ++cursor;
                     }
                     chunk_keys[t] = cursor++;

@@ -131,10 +131,10 @@ void kernel_main() {
 
     cb_wait_front(cb_pos_writer, 1);
     volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_read_ptr(cb_pos_writer));
-    const BankView* views = nullptr;
+    volatile tt_l1_ptr uint32_t* views = nullptr;
     if constexpr (bank_local) {
         cb_wait_front(cb_view_writer, 1);
-        views = reinterpret_cast<const BankView*>(get_read_ptr(cb_view_writer));
+        views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_view_writer));
     }
 
     // Children's partials land at fixed addresses: area a starts at the partial_in base (the same L1
@@ -150,7 +150,7 @@ void kernel_main() {
         const uint32_t height = tree_height(index, pieces_per_work);
         if (height > 0) {
             expected_at_level[height - 1] +=
-                bank_local ? view_children_with_work(views[p], index, pieces_per_work)
+                bank_local ? view_children_with_work(load_view(views, p), index, pieces_per_work)
                            : children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window,
                                                 min_chunk_tiles, cyclic_split, chunk_cap, dram_banks);
         }
@@ -165,7 +165,11 @@ void kernel_main() {
         const uint32_t parent_y = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 4);
         const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
         const int32_t cur_pos = positions[user];
-        const PieceRange range = bank_local ? view_range(views[p])
+        BankView view{};  // bank-local: the piece's view from the reader
+        if constexpr (bank_local) {
+            view = load_view(views, p);
+        }
+        const PieceRange range = bank_local ? view_range(view)
                                             : piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
                                                           min_chunk_tiles, cyclic_split, chunk_cap, dram_banks);
         const bool has_work = !range.empty();
@@ -177,7 +181,7 @@ void kernel_main() {
         // Pushed first, so the compute kernel can run all its chunks while the children still work.
         // The CB holds exactly one piece's pages (masked_tiles_bound x q_tiles, the unused ones left
         // as they are), so every piece's masks start at the CB's first page.
-        const PieceMasks masks = bank_local ? view_masks(views[p]) : piece_masks(cur_pos, range, token_window, tokens);
+        const PieceMasks masks = bank_local ? view_masks(view) : piece_masks(cur_pos, range, token_window, tokens);
         if (masks.any()) {
             cb_reserve_back(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
             const uint32_t mask_l1 = get_write_ptr(cb_mask);
