@@ -68,6 +68,9 @@ class Dev:
     def compute_with_storage_grid_size(self) -> Any:
         return self.ttnn.CoreCoord(8, 8)
 
+    def dram_grid_size(self) -> Any:  # Wormhole's 12 DRAM banks
+        return self.ttnn.CoreCoord(12, 1)
+
     def worker_core_from_logical_core(self, c: Any) -> Any:
         return self.ttnn.CoreCoord(c.x + 18, c.y + 18)
 

@@ -57,11 +57,11 @@ _DRIVER = textwrap.dedent(
                 if (fixed && (floor > 1 || cap > 8)) continue;
                 for (unsigned pieces : {1u, 2u, 3u, 5u, 7u, 8u, 16u, 33u, 64u}) {
                     for (unsigned i = 0; i < pieces; ++i) {
-                        PieceRange r = piece_range(pos, fixed, pieces, i, window, floor, false, cap);
+                        PieceRange r = piece_range(pos, fixed, pieces, i, window, floor, false, cap, 12u);
                         std::printf("%d %u %u %u %u %u %u %u %u %u %u %u %u %u %u\\n", pos, fixed, pieces, i,
                                     r.first_chunk, r.num_chunks, r.chunk_tiles, r.first_tile, r.num_tiles,
                                     tree_height(i, pieces), i ? tree_parent(i) : 0u,
-                                    children_with_work(pos, fixed, pieces, i, window, floor, false, cap), window,
+                                    children_with_work(pos, fixed, pieces, i, window, floor, false, cap, 12u), window,
                                     floor, cap);
                     }
                 }
@@ -117,13 +117,15 @@ def test_common_hpp_circular_buffer_indices_equal_plan_names() -> None:
     in_kernels = {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr uint32_t cb_(\w+) = (\d+);", text)}
     specs = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                       kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2, max_blocks=4,
-                                      attention_sink=True, attn_mask=True, prescale_q=True)
+                                      attention_sink=True, attn_mask=True, prescale_q=True, piece_views=3)
     assert in_kernels == {cb.name: cb.index for cb in specs}
     # a contiguous cache without a sink or a mask has every buffer but the page-table row, the sink
-    # tiles and the attn_mask slots; a scale other than +-2^k has no scaled Q
+    # tiles and the attn_mask slots; a scale other than +-2^k has no scaled Q; a plan that is not bank-local
+    # no piece views
     contiguous = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                            kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2)
-    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table", "sink", "attn_mask", "q_scaled"}
+    assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table", "sink", "attn_mask", "q_scaled",
+                                                                    "view_compute", "view_writer"}
 
 
 # ---- the program ----------------------------------------------------------------------------------

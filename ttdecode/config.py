@@ -126,9 +126,10 @@ class SDPAProgramConfig:
             round robin over the 12 banks); "key_row" (a ttdecode option, not in ttnn's config: one
             page per key-tile row of D / 32 tiles, round robin over the banks -- on a device a TILE
             tensor ND-sharded in DRAM with [1, 1, 32, D] shards, ``ttdecode.ttnn_backend.key_row_memory_config``).
-            With "key_row" each (user, KV head) takes a multiple of 12 pieces (at most
-            max_cores_per_head_batch, which must then be >= 12), piece i reading the key tiles
-            t % p' == i, all from one bank.
+            With "key_row" each (user, KV head) of a contiguous cache takes a multiple of 12 pieces (at
+            most max_cores_per_head_batch, which must then be >= 12), piece i reading the key tiles
+            t % p' == i, all from one bank; of a paged pool (bank-local) one piece per bank its key tiles
+            can sit in, each reading the tiles of its own banks as the page table puts them.
         chunk_cap: the largest dynamic chunk in key tiles (a ttdecode option, not in ttnn's config):
             None = the cost model's choice for the shape (8, 16 or 32; ``ttdecode.ops.flash_decode.plan.make_plan``), or
             8, 16 or 32; with k_chunk_size 0 only. A plan that would not fit L1 with the model's cap

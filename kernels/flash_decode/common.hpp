@@ -44,6 +44,8 @@ constexpr uint32_t cb_q_scaled = 22;     // power-of-two scales only: the q rows
 constexpr uint32_t cb_page_table = 23;   // paged cache only: the reader's copy of one user's page-table row
 constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sink logits (bf16, column 0)
 constexpr uint32_t cb_attn_mask = 25;    // attn_mask only: the group's mask rows of a chunk, [q tile row][key tile]
+constexpr uint32_t cb_view_compute = 26; // bank-local only: the views of the core's pieces (BankView), for compute
+constexpr uint32_t cb_view_writer = 27;  // the same page, for the writer
 
 // Deepest merge tree (64 pieces per work); one semaphore per tree height level.
 constexpr uint32_t MAX_ROUNDS = 6;
@@ -130,27 +132,27 @@ struct PieceRange {
     uint32_t tile_at(uint32_t k) const { return first_tile + k * stride; }
 };
 
-// The DRAM banks key-row pages are dealt over (page k in bank k % 12).
-constexpr uint32_t DRAM_BANKS = 12;
-
-// The cyclic split (plan.kv_pages "key_row"): of a user's T attended key tiles, piece i of the p'
-// pieces that get keys takes every p'-th tile, the tiles t with t % p' == i (t counted from the start
-// of the sequence, not of the window). p' = min(pieces, max(1, T / floor)), floor = the fixed chunk, else
-// the split floor (min_chunk_tiles), rounded down to a multiple of 12 from 12 on: with key-row pages
-// dealt round robin over the 12 DRAM banks all of a piece's tiles then sit in one bank. Chunks are runs
-// of consecutive tiles of the piece, of the dynamic size dynamic_chunk_tiles(T / p', floor, chunk_cap).
-inline uint32_t cyclic_pieces(uint32_t t, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t min_chunk_tiles) {
+// The cyclic split (plan.kv_pages "key_row", a contiguous cache): of a user's T attended key tiles, piece i
+// of the p' pieces that get keys takes every p'-th tile, the tiles t with t % p' == i (t counted from the
+// start of the sequence, not of the window). p' = min(pieces, max(1, T / floor)), floor = the fixed chunk,
+// else the split floor (min_chunk_tiles), rounded down to a multiple of the DRAM banks (the compile-time arg
+// dram_banks) from that many on: with key-row pages dealt round robin over the banks all of a piece's tiles
+// then sit in one bank. Chunks are runs of consecutive tiles of the piece, of the dynamic size
+// dynamic_chunk_tiles(T / p', floor, chunk_cap).
+inline uint32_t cyclic_pieces(uint32_t t, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t min_chunk_tiles,
+                              uint32_t dram_banks) {
     const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
     const uint32_t by_floor = t / floor > 1 ? t / floor : 1;
     const uint32_t used = by_floor < pieces ? by_floor : pieces;
-    // 12 or more: a multiple of 12, so that every piece still reads one bank
-    return used >= DRAM_BANKS ? used - used % DRAM_BANKS : used;
+    // a piece per bank or more: a multiple of the banks, so that every piece still reads one bank
+    return used >= dram_banks ? used - used % dram_banks : used;
 }
 
 inline PieceRange cyclic_piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                                     uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap) {
+                                     uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap,
+                                     uint32_t dram_banks) {
     const uint32_t t = valid_tiles(cur_pos, window);
-    const uint32_t used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles);
+    const uint32_t used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles, dram_banks);
     const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap);
     PieceRange r{0, 0, c, 0, 0, used};
     if (t == 0 || index >= used) {
@@ -167,9 +169,11 @@ inline PieceRange cyclic_piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles
 // end, the first n % pieces of them one chunk more than the others (`cyclic`: cyclic_piece_range). Chunks count from the first
 // attended tile, so with a sliding window the pieces cover exactly the window's tiles.
 inline PieceRange piece_range(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                              uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap) {
+                              uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap,
+                              uint32_t dram_banks) {
     if (cyclic) {
-        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap);
+        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap,
+                                  dram_banks);
     }
     const uint32_t t = valid_tiles(cur_pos, window);
     const uint32_t c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap);
@@ -273,10 +277,11 @@ inline bool row_attends(int32_t cur_pos, uint32_t window, uint32_t tokens, uint3
 // A piece holds chunks exactly when its index is below the number of chunks (pieces are filled in
 // index order; cyclic: below the pieces that get keys), so empty pieces only ever have empty children.
 inline bool piece_has_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                           uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap) {
+                           uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap,
+                           uint32_t dram_banks) {
     if (cyclic) {
         const uint32_t t = valid_tiles(cur_pos, window);
-        return t > 0 && index < cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles);
+        return t > 0 && index < cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles, dram_banks);
     }
     return index < num_chunks(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap) && index < pieces;
 }
@@ -305,12 +310,84 @@ inline uint32_t tree_parent(uint32_t index) { return index & (index - 1); }
 
 // Children of `index` that hold chunks for this user (each sends exactly one partial).
 inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, uint32_t pieces, uint32_t index,
-                                   uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap) {
+                                   uint32_t window, uint32_t min_chunk_tiles, bool cyclic, uint32_t chunk_cap,
+                                   uint32_t dram_banks) {
     uint32_t count = 0;
     for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
         if (tree_has_child(index, r, pieces) &&
             piece_has_work(cur_pos, fixed_chunk_tiles, pieces, index + (1u << r), window, min_chunk_tiles, cyclic,
-                           chunk_cap)) {
+                           chunk_cap, dram_banks)) {
+            ++count;
+        }
+    }
+    return count;
+}
+
+// ---- the bank-local split (plan.bank_local: key_row pages of a paged cache; core/split.py bank_local_view) ---
+// Key tile t of (user, KV head h) is page (pt[t / bt] * NKV + h) * bt + t % bt of the pool, in DRAM bank
+// page % dram_banks. Of the banks holding the user's attended tiles, L (ascending bank id), used =
+// min(|L|, pieces, max(1, T / floor)) pieces get keys (floor: the fixed chunk, else the split floor): piece
+// i < used owns the banks L[j] with j % used == i and reads their tiles in ascending order, in chunks of the
+// fixed size or dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap). The pieces with keys are a prefix,
+// so empty pieces only have empty children. The reader derives every piece's view from the page table and
+// pushes the core's views once (one page, VIEW_WORDS words a piece in the core's piece order) to the
+// compute kernel and the writer, which take their chunk ranges, masks and children from it.
+constexpr uint32_t VIEW_WORDS = 16;
+struct BankView {
+    uint32_t used;         // pieces of the (user, KV head) with keys; 0 for a skipped user
+    uint32_t own_banks;    // bit b: the piece reads the tiles in bank b
+    uint32_t num_tiles;    // the piece's own tiles
+    uint32_t chunk_tiles;  // its chunk
+    uint32_t mask_count;   // the piece's masked tiles (PieceMasks), increasing
+    uint32_t mask_tiles[MAX_MASKED_TILES];
+    uint32_t mask_at[MAX_MASKED_TILES];
+    uint32_t unused[VIEW_WORDS - 5 - 2 * MAX_MASKED_TILES];
+};
+static_assert(sizeof(BankView) == VIEW_WORDS * sizeof(uint32_t), "a view is VIEW_WORDS words");
+
+// Views cross kernels in L1: word by word through `words` (a volatile L1 pointer), slot p of the view page.
+template <typename Words>
+inline void store_view(Words words, uint32_t p, const BankView& v) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(&v);
+    for (uint32_t w = 0; w < VIEW_WORDS; ++w) {
+        words[p * VIEW_WORDS + w] = src[w];
+    }
+}
+template <typename Words>
+inline BankView load_view(Words words, uint32_t p) {
+    BankView v{};
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&v);
+    for (uint32_t w = 0; w < VIEW_WORDS; ++w) {
+        dst[w] = words[p * VIEW_WORDS + w];
+    }
+    return v;
+}
+
+// A view's chunks as a PieceRange (num_chunks, chunk_tiles, num_tiles; its tiles are not a stride: the reader
+// walks them).
+inline PieceRange view_range(const BankView& v) {
+    PieceRange r{0, 0, v.chunk_tiles, 0, 0, 0};
+    if (v.num_tiles > 0) {
+        r.num_tiles = v.num_tiles;
+        r.num_chunks = (v.num_tiles + v.chunk_tiles - 1) / v.chunk_tiles;
+    }
+    return r;
+}
+
+inline PieceMasks view_masks(const BankView& v) {
+    PieceMasks m{v.mask_count, {0, 0, 0, 0}, {0, 0, 0, 0}};
+    for (uint32_t i = 0; i < v.mask_count; ++i) {
+        m.tiles[i] = v.mask_tiles[i];
+        m.at[i] = v.mask_at[i];
+    }
+    return m;
+}
+
+// Children of `index` holding keys: the tree's children below the view's used.
+inline uint32_t view_children_with_work(const BankView& v, uint32_t index, uint32_t pieces) {
+    uint32_t count = 0;
+    for (uint32_t r = 0; r < MAX_ROUNDS; ++r) {
+        if (tree_has_child(index, r, pieces) && index + (1u << r) < v.used) {
             ++count;
         }
     }

@@ -73,6 +73,10 @@ struct Args {
     static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");
     // a piece takes every p'-th key tile
     static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;
+    // the device's DRAM banks (the cyclic split's multiple)
+    static constexpr uint32_t dram_banks = get_named_compile_time_arg_val("dram_banks");
+    // key_row pages of a paged cache: the pieces' chunks, masks and children come in the reader's views
+    static constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     // 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
     // of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
     // half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
@@ -241,12 +245,19 @@ void send_partial(const Running& set) {
 // The split of the piece `index` of a user at cur_pos (common.hpp), with this program's split constants.
 PieceRange range_of(int32_t cur_pos, uint32_t index) {
     return piece_range(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work, index, Args::window,
-                       Args::min_chunk_tiles, Args::cyclic_split, Args::chunk_cap);
+                       Args::min_chunk_tiles, Args::cyclic_split, Args::chunk_cap, Args::dram_banks);
 }
 bool has_work(int32_t cur_pos, uint32_t index) {
     return piece_has_work(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work, index, Args::window,
-                          Args::min_chunk_tiles, Args::cyclic_split, Args::chunk_cap);
+                          Args::min_chunk_tiles, Args::cyclic_split, Args::chunk_cap, Args::dram_banks);
 }
+
+// Bank-local: the view of the core's piece `p` (the reader's page, VIEW_WORDS words a piece), word by word
+// (read_tile_value hands each word to the three compute threads).
+struct ViewWords {
+    uint32_t operator[](uint32_t i) const { return read_tile_value(cb_view_compute, 0, i); }
+};
+BankView view_of(uint32_t p) { return load_view(ViewWords{}, p); }
 
 }  // namespace
 
@@ -260,12 +271,19 @@ void kernel_main() {
     // Constant tiles from the writer and the positions from the reader stay for the whole kernel.
     cb_wait_front(cb_ones, 1);
     cb_wait_front(cb_pos_compute, 1);
+    if constexpr (Args::bank_local) {
+        cb_wait_front(cb_view_compute, 1);
+    }
 
     for (uint32_t p = 0; p < num_pieces; ++p) {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const int32_t cur_pos = (int32_t)read_tile_value(cb_pos_compute, 0, user);
-        const PieceRange range = range_of(cur_pos, index);
+        BankView view{};
+        if constexpr (Args::bank_local) {
+            view = view_of(p);
+        }
+        const PieceRange range = Args::bank_local ? view_range(view) : range_of(cur_pos, index);
         const uint32_t height = tree_height(index, Args::pieces_per_work);
 
         if (range.empty()) {
@@ -279,7 +297,8 @@ void kernel_main() {
         }
 
         // The piece's masks (writer.cpp): one page per (masked tile, q tile row).
-        const PieceMasks masks = piece_masks(cur_pos, range, Args::token_window, Args::tokens);
+        const PieceMasks masks =
+            Args::bank_local ? view_masks(view) : piece_masks(cur_pos, range, Args::token_window, Args::tokens);
         constexpr uint32_t mask_pages = masked_tiles_bound(Args::token_window, Args::tokens) * q_tiles;
         if (masks.any()) {
             cb_wait_front(cb_mask, mask_pages);  // one piece's pages fill the CB
@@ -289,10 +308,12 @@ void kernel_main() {
             Softmax::prescale_q();
         }
         // The root with no child holding keys and no sink finishes inside its last chunk.
-        const bool fold =
-            index == 0 && !Args::has_sink &&
-            children_with_work(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work, index, Args::window,
-                               Args::min_chunk_tiles, Args::cyclic_split, Args::chunk_cap) == 0;
+        const uint32_t children =
+            Args::bank_local ? view_children_with_work(view, index, Args::pieces_per_work)
+                             : children_with_work(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work, index,
+                                                  Args::window, Args::min_chunk_tiles, Args::cyclic_split,
+                                                  Args::chunk_cap, Args::dram_banks);
+        const bool fold = index == 0 && !Args::has_sink && children == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
@@ -316,7 +337,7 @@ void kernel_main() {
         if (height > 0) {
             uint32_t with_work = 0;  // bit r: the child of round r has keys
             for (uint32_t r = 0; r < height; ++r) {
-                if (has_work(cur_pos, index + (1u << r))) {
+                if (Args::bank_local ? index + (1u << r) < view.used : has_work(cur_pos, index + (1u << r))) {
                     with_work |= 1u << r;
                 }
             }

@@ -22,6 +22,7 @@
 // compile-check-named: q_tile_rows=32
 #include "api/dataflow/dataflow_api.h"
 #include "api/debug/assert.h"
+#include "bank_local.hpp"
 #include "common.hpp"
 
 using namespace flash_decode;
@@ -169,6 +170,10 @@ void kernel_main() {
     // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_pages "key_row":
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
     constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
+    constexpr uint32_t dram_banks = get_named_compile_time_arg_val("dram_banks");  // the device's DRAM banks
+    // key_row pages of a paged cache: each piece reads the tiles of its own banks (common.hpp BankView)
+    constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
+    static_assert(!bank_local || (paged && key_row_pages), "the bank-local split reads a paged key-row pool");
     static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
     constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");  // blocks in the K/V pool (paged only)
     // the B positions come as common runtime args (cur_pos given as a list) instead of the cur_pos tensor
@@ -246,27 +251,56 @@ void kernel_main() {
             positions[b] = -1;
         }
     }
+    // Bank-local: the same pass builds each piece's view (its banks, tiles, chunk and masks) from the row.
+    volatile tt_l1_ptr uint32_t* views = nullptr;
+    volatile tt_l1_ptr uint32_t* writer_views = nullptr;
+    if constexpr (bank_local) {
+        cb_reserve_back(cb_view_compute, 1);
+        cb_reserve_back(cb_view_writer, 1);
+        views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_compute));
+        writer_views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_writer));
+    }
+    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> banks;
     if constexpr (paged) {
         volatile tt_l1_ptr int32_t* row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table));
         uint32_t checked = batch;  // the user whose row was checked last
         for (uint32_t p = 0; p < num_pieces; ++p) {
             const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
             const int32_t pos = positions[user];
-            if (user == checked || pos < 0) {
-                continue;
-            }
-            checked = user;
-            noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table), page_table_row_bytes);
-            noc_async_read_barrier();
-            const uint32_t first_block = window_first_key(pos, window) / (block_tiles * TILE);
-            const uint32_t last_block = (uint32_t)pos / (block_tiles * TILE);
-            for (uint32_t j = first_block; j <= last_block; ++j) {
-                if (row[j] < 0 || row[j] >= (int32_t)num_blocks) {
-                    positions[user] = -1;
-                    break;
+            if (user != checked && pos >= 0) {
+                checked = user;
+                noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table), page_table_row_bytes);
+                noc_async_read_barrier();
+                const uint32_t first_block = window_first_key(pos, window) / (block_tiles * TILE);
+                const uint32_t last_block = (uint32_t)pos / (block_tiles * TILE);
+                for (uint32_t j = first_block; j <= last_block; ++j) {
+                    if (row[j] < 0 || row[j] >= (int32_t)num_blocks) {
+                        positions[user] = -1;
+                        break;
+                    }
+                }
+                if constexpr (bank_local) {
+                    if (positions[user] >= 0) {
+                        banks.count_user(row, window_first_tile(pos, window), (uint32_t)pos / TILE);
+                    }
                 }
             }
+            if constexpr (bank_local) {
+                const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
+                const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
+                BankView v{};
+                if (positions[user] >= 0) {
+                    v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
+                                   min_chunk_tiles, chunk_cap, token_window, tokens);
+                }
+                store_view(views, p, v);
+                store_view(writer_views, p, v);
+            }
         }
+    }
+    if constexpr (bank_local) {
+        cb_push_back(cb_view_compute, 1);
+        cb_push_back(cb_view_writer, 1);
     }
     for (uint32_t b = 0; b < batch; ++b) {
         writer_positions[b] = positions[b];
@@ -313,8 +347,13 @@ void kernel_main() {
         const uint32_t kv_head = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 1);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const int32_t cur_pos = positions[user];
-        const PieceRange range =
-            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split, chunk_cap);
+        BankView view{};  // bank-local: the piece's view (built above)
+        if constexpr (bank_local) {
+            view = load_view(views, p);
+        }
+        const PieceRange range = bank_local ? view_range(view)
+                                            : piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
+                                                          min_chunk_tiles, cyclic_split, chunk_cap, dram_banks);
         if (range.empty()) {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
@@ -361,9 +400,29 @@ void kernel_main() {
         // K/V tile (row, d) is page row * Dt + d (kv_tile_row); with share_cache every user reads
         // KV batch 0.
         const uint32_t kv_batch = share_cache ? 0 : user;
+        // Bank-local: a cursor over the user's attended tiles, stopping at the piece's own (the view's banks);
+        // each chunk's key tiles are listed once, for K, V, the mask rows and the stale rows.
+        uint32_t cursor = window_first_tile(cur_pos, window);
+        uint32_t chunk_keys[bank_local ? max_chunk_tiles : 1];
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t chunk_first = c * range.chunk_tiles;  // the chunk's first tile is the piece's tile_at(chunk_first)
             const uint32_t tiles = range.tiles_in_chunk(c);
+            if constexpr (bank_local) {
+                for (uint32_t t = 0; t < tiles; ++t) {
+                    while (!((view.own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u)) {
+                        ++cursor;
+                    }
+                    chunk_keys[t] = cursor++;
+                }
+            }
+            // the key tile that is the chunk's t-th
+            const auto key_tile = [&](uint32_t t) -> uint32_t {
+                if constexpr (bank_local) {
+                    return chunk_keys[t];
+                } else {
+                    return range.tile_at(chunk_first + t);
+                }
+            };
             // Every chunk takes a whole slot, even a short last one, so the two slots keep their
             // addresses; the compute kernel uses only the first `tiles` rows of tiles.
             // The rows of key tiles to zero: the tile holding cur_pos (the root's last, or with the
@@ -380,7 +439,7 @@ void kernel_main() {
                                        uint32_t t_stride, uint32_t d_stride) {
                 for (uint32_t t = 0; t < tiles; ++t) {
                     const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
-                        page_table_row, kv_batch, kv_head, range.tile_at(chunk_first + t));
+                        page_table_row, kv_batch, kv_head, key_tile(t));
                     for (uint32_t d = 0; d < row_tiles; ++d) {
                         const uint64_t src = key_row_pages ? gen.get_noc_addr(row, d * kv_tile_bytes)
                                                            : gen.get_noc_addr(row * row_tiles + d);
@@ -390,7 +449,7 @@ void kernel_main() {
             };
             const auto zero_stale = [&](uint32_t slot, uint32_t row_tiles, uint32_t t_stride, uint32_t d_stride) {
                 for (uint32_t t = 0; t < tiles; ++t) {
-                    const uint32_t tile = range.tile_at(chunk_first + t);
+                    const uint32_t tile = key_tile(t);
                     if (tile == last_tile && first_stale_row < TILE) {
                         zero_slot_rows<kv_tile_bytes>(slot, row_tiles, t, t_stride, d_stride, first_stale_row, TILE);
                     }
@@ -414,12 +473,12 @@ void kernel_main() {
             if constexpr (has_attn_mask) {
                 cb_reserve_back(cb_attn_mask, mask_slot_tiles);
                 // Contiguous chunks take their columns in one run; the cyclic split's tiles one at a time.
-                const uint32_t run = range.stride == 1 ? tiles : 1;
+                const uint32_t run = !bank_local && range.stride == 1 ? tiles : 1;
                 for (uint32_t t = 0; t < tiles; t += run) {
                     for (uint32_t j = 0; j < tokens; ++j) {  // every token of a user takes the same mask rows
                         read_group_rows<q_tile_rows>(mask_gen, get_write_ptr(cb_attn_mask) + t * q_cb_tile_bytes,
                                         mask_broadcast ? 0 : user, kv_head, group_size, nh_tiles,
-                                        TileColumns{seq_tiles, range.tile_at(chunk_first + t), run, max_chunk_tiles},
+                                        TileColumns{seq_tiles, key_tile(t), run, max_chunk_tiles},
                                         j * group_size);
                     }
                 }

@@ -86,6 +86,9 @@ void kernel_main() {
     constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
     constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");  // largest dynamic chunk (plan.chunk_cap)
     constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
+    constexpr uint32_t dram_banks = get_named_compile_time_arg_val("dram_banks");  // the device's DRAM banks
+    // key_row pages of a paged cache: the pieces' work, masks and children come in the reader's views
+    constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     constexpr uint32_t window = span_window(token_window, tokens);
     constexpr uint32_t q_rows = tokens * group_size;  // q rows in use: token-major, g heads per token
@@ -128,6 +131,11 @@ void kernel_main() {
 
     cb_wait_front(cb_pos_writer, 1);
     volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_read_ptr(cb_pos_writer));
+    volatile tt_l1_ptr uint32_t* views = nullptr;
+    if constexpr (bank_local) {
+        cb_wait_front(cb_view_writer, 1);
+        views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_read_ptr(cb_view_writer));
+    }
 
     // Children's partials land at fixed addresses: area a starts at the partial_in base (the same L1
     // address on every core) + a * partial_bytes. Taken before any push moves the write pointer.
@@ -141,8 +149,10 @@ void kernel_main() {
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const uint32_t height = tree_height(index, pieces_per_work);
         if (height > 0) {
-            expected_at_level[height - 1] += children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window,
-                                                                 min_chunk_tiles, cyclic_split, chunk_cap);
+            expected_at_level[height - 1] +=
+                bank_local ? view_children_with_work(load_view(views, p), index, pieces_per_work)
+                           : children_with_work(positions[user], fixed_chunk_tiles, pieces_per_work, index, window,
+                                                min_chunk_tiles, cyclic_split, chunk_cap, dram_banks);
         }
     }
     bool level_arrived[MAX_ROUNDS] = {false};
@@ -155,8 +165,13 @@ void kernel_main() {
         const uint32_t parent_y = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 4);
         const uint32_t parent_area = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 5);
         const int32_t cur_pos = positions[user];
-        const PieceRange range =
-            piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window, min_chunk_tiles, cyclic_split, chunk_cap);
+        BankView view{};  // bank-local: the piece's view from the reader
+        if constexpr (bank_local) {
+            view = load_view(views, p);
+        }
+        const PieceRange range = bank_local ? view_range(view)
+                                            : piece_range(cur_pos, fixed_chunk_tiles, pieces_per_work, index, window,
+                                                          min_chunk_tiles, cyclic_split, chunk_cap, dram_banks);
         const bool has_work = !range.empty();
         const uint32_t height = tree_height(index, pieces_per_work);
         const bool is_root = index == 0;
@@ -166,7 +181,7 @@ void kernel_main() {
         // Pushed first, so the compute kernel can run all its chunks while the children still work.
         // The CB holds exactly one piece's pages (masked_tiles_bound x q_tiles, the unused ones left
         // as they are), so every piece's masks start at the CB's first page.
-        const PieceMasks masks = piece_masks(cur_pos, range, token_window, tokens);
+        const PieceMasks masks = bank_local ? view_masks(view) : piece_masks(cur_pos, range, token_window, tokens);
         if (masks.any()) {
             cb_reserve_back(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
             const uint32_t mask_l1 = get_write_ptr(cb_mask);

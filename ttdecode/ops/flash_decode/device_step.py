@@ -39,6 +39,7 @@ import dataclasses
 from typing import Any, Optional
 
 from ttdecode.ttnn_backend.descriptor import DeviceError
+from ttdecode.ttnn_backend.tensors import dram_banks
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.program_description import Program
@@ -205,7 +206,8 @@ class FlashDecodeStep:
         compute = compute_settings(inputs)
         inputs = with_device_grid(inputs, device)
         self.positions_in_args = inputs.cur_pos_tensor is None  # a list, or non-causal (S - 1 for all)
-        self.plan = make_decode_plan(dataclasses.replace(inputs, cur_pos=None, positions=None))
+        self.plan = make_decode_plan(dataclasses.replace(inputs, cur_pos=None, positions=None),
+                                     dram_banks=dram_banks(device))
         self.batch = inputs.batch
         self.seq_len = inputs.seq_len
         placeholder = [0] * inputs.batch if self.positions_in_args else None

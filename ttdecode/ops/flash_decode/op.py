@@ -14,7 +14,7 @@ from ttdecode.ops.flash_decode.validate import (
 )
 from ttdecode.config import WORMHOLE_GRID, WORMHOLE_MAX_GRID
 from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
-from ttdecode.core.program_description import ComputeSettings, MathFidelity
+from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS, ComputeSettings, MathFidelity
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.core.tensor import as_tile_tensor
 from ttdecode.reference import sdpa_decode_reference
@@ -22,10 +22,11 @@ from ttdecode.reference import sdpa_decode_reference
 Result = Union[Any, tuple[Any, Any]]
 
 
-def make_decode_plan(inputs: DecodeInputs) -> Any:
+def make_decode_plan(inputs: DecodeInputs, dram_banks: int = WORMHOLE_DRAM_BANKS) -> Any:
     """The FlashDecode plan for these inputs (`plan.make_plan`; raises PlanError). A program config
     without a grid plans on the host runtime's WORMHOLE_GRID, a given grid must lie within
     WORMHOLE_MAX_GRID (the device path resolves the device's grid first: device.with_device_grid).
+    `dram_banks`: the DRAM banks K/V pages are dealt over (the device's, ttnn_backend.dram_banks).
     Q is planned as bfloat16, the format the kernels read (a block-float Q is converted first)."""
     pc = inputs.program_config.resolve_grid(
         WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the largest Wormhole worker grid (a board enables at most 8 columns "
@@ -44,7 +45,7 @@ def make_decode_plan(inputs: DecodeInputs) -> Any:
         mla=inputs.v is None, is_causal=inputs.is_causal,
         attn_mask_batch=0 if inputs.attn_mask is None else inputs.attn_mask.shape[0],
         num_tokens=inputs.num_tokens, kv_pages=pc.kv_pages, chunk_cap=pc.chunk_cap,
-        prescale_q=power_of_two_scale(inputs.scale),
+        prescale_q=power_of_two_scale(inputs.scale), dram_banks=dram_banks,
     )
 
 

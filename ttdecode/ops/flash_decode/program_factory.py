@@ -251,6 +251,8 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         min_chunk_tiles=plan.min_chunk_tiles,      # split floor of dynamic chunks
         chunk_cap=plan.chunk_cap,                  # largest dynamic chunk in tiles
         cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_pages "key_row")
+        bank_local=int(plan.bank_local),           # key_row pages of a paged cache: the reader's views
+        dram_banks=plan.dram_banks,                # the DRAM banks pages are dealt over
         token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
         q_tile_rows=plan.q_tile_rows,              # rows of the q-row CBs' tiles: 16 (16x32 tiles) or 32
@@ -518,7 +520,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         row = plan.q_tiles * TILE
         tensors.append(DramTensor("lse", DataType.float32, 4 * row, b * nkv, (b * nkv, row), "row_major",
                                   None, is_output=True))
-    return Program(kernels=kernels, circular_buffers=cbs, semaphores=semaphores, tensors=tensors)
+    return Program(kernels=kernels, circular_buffers=cbs, semaphores=semaphores, tensors=tensors,
+                   dram_banks=plan.dram_banks)
 
 
 # ---- outputs ------------------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The FlashDecode reader's side of the bank-local split (kv_pages "key_row" with a paged pool, common.hpp
+// BankView): each piece's view, from the user's page-table row in L1. Mirrors ttdecode/core/split.py
+// bank_local_view (tests/test_flash_decode_bank_paged.py checks the tiles each reader fetches).
+
+#pragma once
+
+#include <stdint.h>
+
+#include "api/dataflow/dataflow_api.h"
+#include "common.hpp"
+
+namespace flash_decode {
+
+// The bank-local split's view of each piece (common.hpp BankView), from the user's page-table row. The DRAM
+// bank of a key tile is a product and a modulus by compile-time constants (no division at run time).
+template <uint32_t num_kv_heads, uint32_t block_tiles, uint32_t dram_banks>
+struct BankLocal {
+    static_assert(dram_banks <= 32, "a piece's banks are a 32-bit mask");
+    // The user's attended tiles first..last: the whole blocks full_first..end_block - 1 counted by their first
+    // row's bank (hist), the loose tiles of the partial first and last blocks one by one.
+    uint32_t first, last, full_first, end_block;
+    uint32_t hist[dram_banks];
+
+    static uint32_t bank(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t t) {
+        return ((uint32_t)row[t / block_tiles] * (num_kv_heads * block_tiles) + kv_head * block_tiles +
+                t % block_tiles) % dram_banks;
+    }
+
+    // One pass over the user's attended page-table entries (already checked inside the pool).
+    void count_user(volatile tt_l1_ptr int32_t* row, uint32_t first_tile, uint32_t last_tile) {
+        first = first_tile;
+        last = last_tile;
+        full_first = (first + block_tiles - 1) / block_tiles;
+        end_block = (last + 1) / block_tiles;
+        for (uint32_t b = 0; b < dram_banks; ++b) {
+            hist[b] = 0;
+        }
+        for (uint32_t j = full_first; j < end_block; ++j) {
+            ++hist[((uint32_t)row[j] * (num_kv_heads * block_tiles)) % dram_banks];
+        }
+    }
+
+    // Tiles of KV head `kv_head` in each bank.
+    void head_counts(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t* counts) const {
+        for (uint32_t b = 0; b < dram_banks; ++b) {
+            counts[b] = 0;
+        }
+        if (full_first < end_block) {
+            for (uint32_t base = 0; base < dram_banks; ++base) {
+                if (hist[base] != 0) {
+                    for (uint32_t r = 0; r < block_tiles; ++r) {
+                        counts[(base + kv_head * block_tiles + r) % dram_banks] += hist[base];
+                    }
+                }
+            }
+            for (uint32_t t = first; t < full_first * block_tiles; ++t) {
+                ++counts[bank(row, kv_head, t)];
+            }
+            for (uint32_t t = end_block * block_tiles; t <= last; ++t) {
+                ++counts[bank(row, kv_head, t)];
+            }
+        } else {
+            for (uint32_t t = first; t <= last; ++t) {
+                ++counts[bank(row, kv_head, t)];
+            }
+        }
+    }
+
+    // Own tiles of a piece (banks `own`) in [from, to).
+    static uint32_t own_between(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t own, uint32_t from,
+                                uint32_t to) {
+        uint32_t n = 0;
+        for (uint32_t t = from; t < to; ++t) {
+            n += (own >> bank(row, kv_head, t)) & 1u;
+        }
+        return n;
+    }
+
+    // The view of piece `index` of (user at cur_pos, kv_head); `window` is the span's, `token_window` each
+    // token's (the masks, as piece_masks).
+    BankView view(volatile tt_l1_ptr int32_t* row, int32_t cur_pos, uint32_t kv_head, uint32_t index, uint32_t pieces,
+                  uint32_t fixed_chunk_tiles, uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap,
+                  uint32_t token_window, uint32_t tokens) const {
+        BankView v{};
+        uint32_t counts[dram_banks];
+        head_counts(row, kv_head, counts);
+        uint32_t held[dram_banks];
+        uint32_t num_held = 0;
+        for (uint32_t b = 0; b < dram_banks; ++b) {
+            if (counts[b] != 0) {
+                held[num_held++] = b;
+            }
+        }
+        const uint32_t t = last + 1 - first;
+        const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
+        uint32_t used = t / floor > 1 ? t / floor : 1;
+        used = used < pieces ? used : pieces;
+        used = used < num_held ? used : num_held;
+        v.used = used;
+        v.chunk_tiles = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap);
+        if (index >= used) {
+            return v;
+        }
+        for (uint32_t j = index; j < num_held; j += used) {
+            v.own_banks |= 1u << held[j];
+            v.num_tiles += counts[held[j]];
+        }
+        // the masked tiles the piece owns (piece_masks' tiles), with their places in its own list
+        const int32_t oldest = token_last_key(cur_pos, tokens, 0);
+        uint32_t window_end = 0;
+        if (token_window != 0) {
+            window_end = (window_first_key(cur_pos, token_window) + TILE - 1) / TILE;
+            for (uint32_t k = window_first_key(oldest, token_window) / TILE; k < window_end; ++k) {
+                if ((v.own_banks >> bank(row, kv_head, k)) & 1u) {
+                    v.mask_tiles[v.mask_count] = k;
+                    v.mask_at[v.mask_count++] = own_between(row, kv_head, v.own_banks, first, k);
+                }
+            }
+        }
+        for (uint32_t k = (uint32_t)(oldest + 1) / TILE; k <= last; ++k) {
+            if (k >= window_end && ((v.own_banks >> bank(row, kv_head, k)) & 1u)) {
+                v.mask_tiles[v.mask_count] = k;
+                v.mask_at[v.mask_count++] = v.num_tiles - 1 - own_between(row, kv_head, v.own_banks, k + 1, last + 1);
+            }
+        }
+        return v;
+    }
+};
+
+}  // namespace flash_decode

@@ -1,0 +1,310 @@
+"""Bank-local paged KV: kv_pages "key_row" with a paged pool, on the host runtime.
+
+The pool ``[num_blocks, NKV, block_size, D]`` holds one DRAM page per key-tile row, page k in bank k % 12.
+Each (user, KV head) has up to one piece per bank its tiles can reach; piece i owns every used-th bank of
+those holding the user's attended tiles and reads their tiles. The ownership rule is re-derived here from
+the page table alone (``design_owned_tiles``), independently of the planner's and the kernels' code, and
+checked against the tiles each core's reader actually fetched. Accuracy: the float64 reference with the
+project's thresholds (``ttdecode.accuracy``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Optional, Sequence
+
+import pytest
+import torch
+
+from ttdecode.accuracy import check_close, check_lse
+from ttdecode.core.formats import DataType, tile_size
+from ttdecode.core.program_description import ComputeSettings, KernelKind
+from ttdecode.core.tensor import TileTensor, from_torch, to_torch
+from ttdecode.ops.flash_decode.plan import DecodePlan, PlanError, make_plan
+from ttdecode.ops.flash_decode.program_factory import build_program, run_flash_decode
+from ttdecode.reference import sdpa_decode_reference
+from ttdecode.runtime import run_program
+
+from tests.test_flash_decode import randn_with_outliers
+
+BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
+BANKS = 12  # Wormhole's DRAM banks, the plan's default
+
+
+# ---- the design's rule, re-derived from the page table ----------------------------------------------
+
+
+def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: int, pieces: int, floor: int,
+                       window: int = 0) -> list[list[int]]:
+    """Per piece, the logical key tiles it owns: tile t of head h is pool page (row[t // bt] * nkv + h) * bt
+    + t % bt, in bank page % 12; of the banks holding attended tiles (ascending), used = min(their count,
+    pieces, max(1, T // floor)); piece i owns the banks at places i, i + used, ...; its tiles ascend."""
+    if pos < 0:
+        return [[] for _ in range(pieces)]
+    bt = block // 32
+    first = max(0, pos - window + 1) // 32 if window else 0
+    tiles = range(first, pos // 32 + 1)
+    bank_of = {t: ((int(row[t // bt]) * nkv + h) * bt + t % bt) % BANKS for t in tiles}
+    held = sorted(set(bank_of.values()))
+    used = min(len(held), pieces, max(1, len(tiles) // floor))
+    return [[t for t in tiles if i < used and bank_of[t] in held[i::used]] for i in range(pieces)]
+
+
+def shuffled_table(batch: int, max_blocks: int, num_blocks: int, seed: int) -> torch.Tensor:
+    """Distinct random block ids [B, max_blocks] out of num_blocks."""
+    perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed))
+    return perm[: batch * max_blocks].reshape(batch, max_blocks).to(torch.int32)
+
+
+def sequential_table(batch: int, max_blocks: int) -> torch.Tensor:
+    """User b's blocks are b * max_blocks .. (b + 1) * max_blocks - 1, in order."""
+    return torch.arange(batch * max_blocks, dtype=torch.int32).reshape(batch, max_blocks)
+
+
+def pool(gen: torch.Generator, num_blocks: int, nkv: int, block: int, d: int, kv: DataType) -> TileTensor:
+    return from_torch(randn_with_outliers((num_blocks, nkv, block, d), gen), kv)
+
+
+def run(plan_args: dict, q: TileTensor, k: TileTensor, v: Optional[TileTensor], pos: Sequence[int],
+        table: torch.Tensor, block: int, *, sink: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None,
+        pos_as_tensor: bool = False, schedule_seed: Optional[int] = None):
+    """Plan (bank-local) and run one program (`schedule_seed`: the host runtime's perturbed schedule); returns
+    (plan, out, lse, RunResult)."""
+    plan = make_plan(cur_pos=None if pos_as_tensor else list(pos), return_lse=True, kv_pages="key_row",
+                     block_size=block, num_blocks=k.shape[0], **plan_args)
+    assert plan.bank_local
+    source = torch.tensor(list(pos), dtype=torch.int32) if pos_as_tensor else None
+    out, lse, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=source, page_table=table,
+                                        scale=1.0 / math.sqrt(plan.head_dim), compute=ComputeSettings(),
+                                        attention_sink=sink, attn_mask=mask, schedule_seed=schedule_seed)
+    return plan, out, lse, result
+
+
+def reference(plan: DecodePlan, q, k, v, pos, table, *, sink=None, mask=None):
+    return sdpa_decode_reference(
+        to_torch(q).double(), to_torch(k).double(), None if v is None else to_torch(v).double(),
+        cur_pos=list(pos) if plan.is_causal else None, page_table=table, return_lse=True,
+        scale=1.0 / math.sqrt(plan.head_dim), sliding_window_size=plan.sliding_window_size or None,
+        head_dim_v=plan.head_dim_v, is_causal=plan.is_causal, attn_mask=None if mask is None else mask.double(),
+        attention_sink=None if sink is None else sink.to(torch.bfloat16).double())
+
+
+def assert_matches(out, lse, ref, ref_lse, pos: Sequence[int], what: str) -> None:
+    for u, p in enumerate(pos):
+        if p < 0:
+            assert torch.count_nonzero(out[:, u]) == 0, f"{what}: skipped user {u} must output zeros"
+        else:
+            check_close(out[:, u], ref[:, u], f"{what}: user {u} (cur_pos {p})")
+            check_lse(lse[:, u], ref_lse[:, u], f"{what}: user {u} LSE")
+
+
+# ---- which banks a piece reads ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nkv, block, reach", [(8, 32, 3), (8, 64, 6), (8, 128, 12), (1, 32, 12), (2, 32, 6)])
+def test_a_kv_head_gets_one_piece_per_bank_its_tiles_can_reach(nkv: int, block: int, reach: int) -> None:
+    """|R_h| from the design (Llama-8B's 8 KV heads: 3 banks with blocks of 32, 6 of 64, 12 of 128; one KV
+    head: 12); the plan gives each (user, KV head) that many pieces, piece i near bank R_h[i]."""
+    plan = make_plan(batch=2, num_q_heads=4 * nkv, num_kv_heads=nkv, seq_len=2048, head_dim=64, cur_pos=[100, 2000],
+                     kv_pages="key_row", block_size=block, num_blocks=64, max_cores_per_head_batch=16)
+    assert plan.pieces_per_work == reach
+    fewer = make_plan(batch=1, num_q_heads=4 * nkv, num_kv_heads=nkv, seq_len=2048, head_dim=64, cur_pos=[100],
+                      kv_pages="key_row", block_size=block, num_blocks=64, key_row_pieces=2)
+    assert fewer.pieces_per_work == 2
+
+
+def test_each_reader_fetches_exactly_the_tiles_its_pieces_own() -> None:
+    """Per core and bank, the K/V tiles the reader fetched equal the tiles of the banks its pieces own
+    (design_owned_tiles), with a random page table, -1 users and block-boundary positions."""
+    b, nh, nkv, s, d, block = 6, 8, 2, 1024, 64, 64
+    pos = [-1, 63, 64, 0, 1023, 700]
+    gen = torch.Generator().manual_seed(5)
+    max_blocks, num_blocks = s // block, b * (s // block) + 9
+    table = shuffled_table(b, max_blocks, num_blocks, seed=5)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, BF16), pool(gen, num_blocks, nkv, block, d, BF16)
+    plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
+                                      kv_dtype=BF16), q, k, v, pos, table, block)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "bank-local bf16")
+    tile_bytes, bt = tile_size(BF16), block // 32
+    for core, pieces in plan.core_pieces.items():
+        if not pieces:
+            continue
+        want: Counter = Counter()
+        for pc in pieces:
+            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
+                                       plan.pieces_per_work, plan.min_chunk_tiles)[pc.index]
+            for t in owned:
+                page = (int(table[pc.user, t // bt]) * nkv + pc.kv_head) * bt + t % bt
+                want[page % BANKS] += plan.d_tiles + plan.dv_tiles  # K then V: D / 32 tiles each
+        reader = result.counters.kernel(core, KernelKind.READER)
+        got: Counter = Counter()
+        for e in reader.events:  # read_dram events of one K/V tile each (`count` repeats)
+            if int(e["op"]) == 1 and int(e["amount"]) == tile_bytes:
+                got[int(e["peer"])] += int(e["count"])
+        assert got == want, f"core ({core.x},{core.y}): K/V tiles per bank {dict(got)}, design {dict(want)}"
+
+
+def test_plan_views_follow_the_design_rule() -> None:
+    """DecodePlan.bank_local_view gives every piece the tiles design_owned_tiles derives, and the pieces with
+    tiles are a prefix that covers each attended tile once."""
+    nkv, block, s = 8, 32, 4096
+    plan = make_plan(batch=1, num_q_heads=32, num_kv_heads=nkv, seq_len=s, head_dim=128, cur_pos=[0],
+                     kv_pages="key_row", block_size=block, num_blocks=512, sliding_window_size=1000)
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(20):
+        row = torch.randperm(512, generator=gen)[: s // block].tolist()
+        pos = int(torch.randint(0, s, (1,), generator=gen))
+        for h in range(nkv):
+            want = design_owned_tiles(pos, row, h, nkv, block, plan.pieces_per_work, plan.min_chunk_tiles, 1000)
+            got = [list(plan.bank_local_view(pos, row, h, i).tiles) for i in range(plan.pieces_per_work)]
+            assert got == want, f"trial {trial}, pos {pos}, head {h}"
+            with_tiles = [i for i, tiles in enumerate(got) if tiles]
+            assert with_tiles == list(range(len(with_tiles)))
+            assert sorted(t for tiles in got for t in tiles) == list(range(max(0, pos - 999) // 32, pos // 32 + 1))
+
+
+# ---- against the reference --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kv, block, nh, nkv, table_kind, pos_as_tensor",
+    [
+        (BFP8, 32, 8, 2, "shuffled", False),   # GQA, blocks of one tile
+        (BF16, 64, 4, 4, "sequential", True),  # MHA, positions read on the device
+        (BFP4, 128, 8, 1, "shuffled", False),  # MQA: 12 pieces
+        (BFP8, 512, 16, 2, "shuffled", False),  # a large block
+    ],
+)
+def test_bank_local_pool_equals_the_reference(kv, block, nh, nkv, table_kind, pos_as_tensor) -> None:
+    b, s, d = 7, 1024, 64
+    pos = [-1, 0, 31, 32, block - 1, block, s - 1]
+    gen = torch.Generator().manual_seed(block + nkv)
+    max_blocks = s // block
+    num_blocks = b * max_blocks + 3
+    table = (shuffled_table(b, max_blocks, num_blocks, seed=block) if table_kind == "shuffled"
+             else sequential_table(b, max_blocks))
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, _ = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv),
+                            q, k, v, pos, table, block, pos_as_tensor=pos_as_tensor)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"bank-local {kv.value}, blocks of {block}")
+
+
+@pytest.mark.parametrize("feature", ["multi_token", "window_sink", "multi_token_window", "mla", "attn_mask",
+                                     "fixed_chunk"])
+def test_bank_local_features_equal_the_reference(feature: str) -> None:
+    """Multi-token decode (3 tokens), a sliding window with an attention sink, both (split floor 1: every piece
+    with keys, masked tiles at both ends of several pieces), MLA (V = K[..., :Dv]), a non-causal attn_mask
+    and fixed chunks, each over a shuffled bank-local pool."""
+    b, nh, nkv, s, d, block, kv = 4, 8, 2, 512, 64, 64, BFP8
+    gen = torch.Generator().manual_seed(7)
+    tokens = 3 if feature.startswith("multi_token") else 1
+    pos = [-1, 2, 64, 511] if tokens > 1 else [-1, 0, 64, 511]
+    max_blocks, num_blocks = s // block, b * (s // block) + 2
+    table = shuffled_table(b, max_blocks, num_blocks, seed=7)
+    dv = 32 if feature == "mla" else d
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, head_dim_v=dv, kv_dtype=kv,
+                num_tokens=tokens, mla=feature == "mla")
+    sink = mask = None
+    if feature == "window_sink":
+        args.update(sliding_window_size=100, attention_sink=True)
+        sink = 3 * torch.randn(nh, generator=gen)
+    if feature == "multi_token_window":
+        args.update(sliding_window_size=130, min_chunk_tiles=1)
+    if feature == "attn_mask":
+        args.update(is_causal=False, attn_mask_batch=b)
+        keep = torch.rand(b, 1, nh, s, generator=gen) >= 0.3
+        mask = torch.where(keep, 2 * torch.randn(b, 1, nh, s, generator=gen), float("-inf")).to(torch.bfloat16).float()
+        pos = [s - 1] * b
+    if feature == "fixed_chunk":
+        args.update(k_chunk_size=64)
+    q = from_torch(randn_with_outliers((tokens, b, nh, d), gen), BF16)
+    k = pool(gen, num_blocks, nkv, block, d, kv)
+    v = None if feature == "mla" else pool(gen, num_blocks, nkv, block, dv, kv)
+    plan, out, lse, _ = run(args, q, k, v, pos if args.get("is_causal", True) else pos, table, block, sink=sink,
+                            mask=mask)
+    ref, ref_lse = reference(plan, q, k, v, pos, table, sink=sink, mask=mask)
+    assert_matches(out, lse, ref, ref_lse, pos, f"bank-local {feature}")
+
+
+def test_a_users_output_ignores_the_other_users_positions_and_page_tables() -> None:
+    """Batch invariance: user 0's output bits stay the same when the other users' positions and page-table
+    rows change (the second run on a perturbed schedule of the cores' threads)."""
+    b, nh, nkv, s, d, block = 4, 8, 2, 1024, 64, 64
+    gen = torch.Generator().manual_seed(3)
+    max_blocks, num_blocks = s // block, b * (s // block) + 4
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, BFP8), pool(gen, num_blocks, nkv, block, d, BFP8)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8)
+    first = shuffled_table(b, max_blocks, num_blocks, seed=1)
+    second = shuffled_table(b, max_blocks, num_blocks, seed=2)
+    second[0] = first[0]
+    _, out_a, lse_a, _ = run(args, q, k, v, [700, 5, 1023, -1], first, block)
+    _, out_b, lse_b, _ = run(args, q, k, v, [700, 1000, -1, 64], second, block, schedule_seed=11)
+    assert torch.equal(out_a[:, 0], out_b[:, 0]) and torch.equal(lse_a[:, 0], lse_b[:, 0])
+
+
+def test_a_page_id_outside_the_pool_skips_only_its_user() -> None:
+    """The reader's guard (positions read on the device, so the host cannot check the table): a user whose
+    attended blocks name a block outside the pool outputs zeros (LSE -inf); the other users are unaffected."""
+    b, nh, nkv, s, d, block = 3, 8, 2, 512, 64, 64
+    gen = torch.Generator().manual_seed(4)
+    max_blocks, num_blocks = s // block, b * (s // block)
+    table = shuffled_table(b, max_blocks, num_blocks, seed=4)
+    table[1, 2] = num_blocks + 5  # attended by user 1 (cur_pos 300)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, BFP8), pool(gen, num_blocks, nkv, block, d, BFP8)
+    pos = [511, 300, 100]
+    plan, out, lse, _ = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8),
+                            q, k, v, pos, table, block, pos_as_tensor=True)  # positions unknown to the host
+    assert torch.count_nonzero(out[:, 1]) == 0 and torch.isneginf(lse[:, 1]).all()
+    ok = [0, 2]
+    ref, ref_lse = reference(plan, q, k, v, [511, -1, 100], table.clamp(max=num_blocks - 1))
+    for u in ok:
+        check_close(out[:, u], ref[:, u], f"user {u}")
+        check_lse(lse[:, u], ref_lse[:, u], f"user {u} LSE")
+
+
+# ---- another bank count ------------------------------------------------------------------------------
+
+
+def test_the_plan_takes_the_devices_bank_count_and_the_host_runtime_models_twelve() -> None:
+    """make_plan(dram_banks=8) (a Blackhole P150's banks): R_h is recounted over 8 banks (NKV 8 with blocks of
+    32 keys reach one bank each, of 64 two, of 256 all 8) and piece i sits near bank R_h[i]; the host runtime,
+    which models Wormhole's 12 banks, refuses such a program by name."""
+    base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=2048, head_dim=64, cur_pos=[2000],
+                kv_pages="key_row", num_blocks=64, dram_banks=8, max_cores_per_head_batch=16)
+    for block, reach in ((32, 1), (64, 2), (256, 8)):
+        plan = make_plan(**base, block_size=block)
+        assert (plan.pieces_per_work, plan.dram_banks) == (reach, 8)
+        row = list(range(2048 // block))
+        for h in range(8):
+            banks = {((row[t // (block // 32)] * 8 + h) * (block // 32) + t % (block // 32)) % 8 for t in range(2000 // 32 + 1)}
+            held = sorted(banks)
+            for i in range(reach):
+                assert plan.bank_local_view(2000, row, h, i).banks == tuple(held[i::reach])
+    plan = make_plan(**dict(base, num_blocks=16), block_size=128)
+    gen = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 32, 64, generator=gen), BF16)
+    k = from_torch(torch.randn(16, 8, 128, 64, generator=gen), BFP8)
+    program = build_program(plan, q=q, k=k, v=k, cur_pos_source=None, scale=0.125, compute=ComputeSettings(),
+                            page_table=torch.arange(16, dtype=torch.int32).reshape(1, 16))
+    assert program.dram_banks == 8
+    with pytest.raises(ValueError, match="dram_banks=8, but the host runtime models a Wormhole's 12 DRAM banks"):
+        run_program(program)
+
+
+# ---- refusals ---------------------------------------------------------------------------------------
+
+
+def test_bank_local_refuses_blocks_below_a_key_tile_and_more_pieces_than_banks() -> None:
+    base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=1024, head_dim=64, cur_pos=[100],
+                kv_pages="key_row", num_blocks=64)
+    with pytest.raises(PlanError, match="block_size: expected a multiple of 32"):
+        make_plan(**base, block_size=16)
+    with pytest.raises(PlanError, match="key_row_pieces: expected None or 1 to 3 with a paged cache"):
+        make_plan(**base, block_size=32, key_row_pieces=4)
+    with pytest.raises(PlanError, match="bank-local plan"):
+        make_plan(**base, block_size=32).range_at(100, 0)
