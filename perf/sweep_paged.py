@@ -233,12 +233,13 @@ def plot(rows: list[dict[str, object]], path: Path) -> Path:
     return path
 
 
-def main_paged(quick: bool, out: Path, draw: bool) -> int:
-    """Run the paged sweep: CSV (COLUMNS) in `out`, the plot when `draw`, the rows and a PASS/FAIL line per
-    goal on stdout. Returns 0 (a goal that fails is reported, not an error)."""
+def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPoint]] = None) -> int:
+    """Run the paged sweep (`points`, default paged_points(quick)): CSV (COLUMNS) in `out`, the plot when
+    `draw`, the rows and a PASS/FAIL line per goal on stdout. Returns 0 (a goal that fails is reported, not
+    an error)."""
     t0 = time.perf_counter()
     rows = []
-    for r in run_paged(paged_points(quick)):
+    for r in run_paged(paged_points(quick) if points is None else points):
         print(f"  {r['point']:<16} {r['kernel']:<8} {r['layout']:<24} B={r['batch']:<2} S={r['seq']:<6} "
               f"block={r['block']:<3} {r['page_table']:<10} {r['us']:>9} us {r['gbps']:>6} GB/s "
               f"x{r['ratio_vs_ttmetal']}", flush=True)
