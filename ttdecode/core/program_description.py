@@ -17,8 +17,9 @@ from ttdecode.core.formats import DataType, num_tiles, tile_size
 
 #: Wormhole L1 per Tensix core, bytes.
 L1_BYTES_PER_CORE = 1464 * 1024
-#: Number of DRAM banks on Wormhole.
-NUM_DRAM_BANKS = 12
+#: DRAM banks of a Wormhole chip: the default of a program's and a plan's `dram_banks` (a device reports its own,
+#: `device.dram_grid_size()`).
+WORMHOLE_DRAM_BANKS = 12
 #: Most runtime args a kernel may take on a core, its unique and common args together (tt-metal 0.81.1:
 #: 4094 accepted, 4095 refused "Max allowable is 4094", measured through generic_op on the mock N150).
 MAX_RUNTIME_ARGS = 4094
@@ -334,6 +335,8 @@ class Program:
     circular_buffers: list[CircularBuffer]
     semaphores: list[Semaphore]
     tensors: list[DramTensor]
+    #: the DRAM banks the program's interleaved and key-row pages are dealt over (page k in bank k % dram_banks)
+    dram_banks: int = WORMHOLE_DRAM_BANKS
 
     def tensor(self, name: str) -> DramTensor:
         for t in self.tensors:

@@ -8,9 +8,11 @@ two together).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Sequence
 
-from ttdecode.core.program_description import NUM_DRAM_BANKS as DRAM_BANKS
+from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS
 
 TILE = 32
 #: Dynamic chunks (k_chunk_size = 0) of up to this many tiles may hold a whole piece; larger ones (up
@@ -110,23 +112,25 @@ class PieceRange:
         return range(self.first_tile, self.first_tile + self.num_tiles * self.stride, self.stride)
 
 
-def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: int) -> int:
+def cyclic_pieces(t: int, fixed_chunk_tiles: int, pieces: int, min_chunk_tiles: int,
+                  dram_banks: int = WORMHOLE_DRAM_BANKS) -> int:
     """Pieces that get keys in the cyclic split: min(pieces, max(1, T // floor)), floor = the fixed
-    chunk or the split floor, rounded down to a multiple of 12 from 12 on (every piece then reads one
-    bank; below 12 pieces a short context reads several)."""
+    chunk or the split floor, rounded down to a multiple of the DRAM banks from that many on (every piece
+    then reads one bank; below a piece per bank a short context reads several)."""
     floor = fixed_chunk_tiles if fixed_chunk_tiles > 0 else min_chunk_tiles
     used = min(pieces, max(1, t // floor))
-    return used - used % DRAM_BANKS if used >= DRAM_BANKS else used
+    return used - used % dram_banks if used >= dram_banks else used
 
 
 def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                       min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> PieceRange:
+                       min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES,
+                       dram_banks: int = WORMHOLE_DRAM_BANKS) -> PieceRange:
     """The cyclic split (kv_pages "key_row"): of the T attended tiles, piece i of the p' pieces
     that get keys (cyclic_pieces) takes the tiles t with t % p' == i (t counted from the start of
-    the sequence, so with p' a multiple of 12 all its tiles sit in one DRAM bank); chunks are runs
-    of consecutive tiles of the piece, dynamic_chunk_tiles(T / p', floor, chunk_cap) tiles or fixed."""
+    the sequence, so with p' a multiple of the `dram_banks` banks all its tiles sit in one DRAM bank); chunks are
+    runs of consecutive tiles of the piece, dynamic_chunk_tiles(T / p', floor, chunk_cap) tiles or fixed."""
     t = valid_tiles(cur_pos, window)
-    used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles)
+    used = cyclic_pieces(t, fixed_chunk_tiles, pieces, min_chunk_tiles, dram_banks)
     c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap)
     if t == 0 or index >= used:
         return PieceRange(0, 0, c, 0, 0, used)
@@ -137,14 +141,16 @@ def cyclic_piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index:
 
 
 def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, window: int = 0,
-                min_chunk_tiles: int = 1, cyclic: bool = False, chunk_cap: int = SMALL_CHUNK_TILES) -> PieceRange:
+                min_chunk_tiles: int = 1, cyclic: bool = False, chunk_cap: int = SMALL_CHUNK_TILES,
+                dram_banks: int = WORMHOLE_DRAM_BANKS) -> PieceRange:
     """The chunks of piece `index` (0 = root, owning the last chunk) of a user at cur_pos
     (`cyclic`: cyclic_piece_range).
 
     Chunks are counted from the first attended tile (window_first_tile), so with a sliding window
     the pieces cover exactly the window's tiles."""
     if cyclic:
-        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap)
+        return cyclic_piece_range(cur_pos, fixed_chunk_tiles, pieces, index, window, min_chunk_tiles, chunk_cap,
+                                  dram_banks)
     t = valid_tiles(cur_pos, window)
     c = chunk_tiles_for(cur_pos, fixed_chunk_tiles, pieces, window, min_chunk_tiles, chunk_cap)
     n = -(-t // c)
@@ -160,6 +166,82 @@ def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, w
     first_tile = first_chunk * c
     last_tile = min(end_chunk * c, t)
     return PieceRange(first_chunk, count, c, start + first_tile, last_tile - first_tile)
+
+
+# ---- the bank-local split (kv_pages "key_row" with a paged cache; mirrored in kernels/flash_decode/common.hpp) ----
+#: int32 words of one piece's view in the reader's view page (common.hpp VIEW_WORDS): used, its banks (a bit
+#: mask), its own tiles, the chunk, the masked tiles' count, their key tiles and their places (4 each), padding.
+VIEW_WORDS = 16
+
+
+def bank_local_banks(kv_head: int, num_kv_heads: int, block_tiles: int, dram_banks: int) -> tuple[int, ...]:
+    """R_h, ascending: the DRAM banks the key tiles of KV head `kv_head` can sit in, whatever the page table.
+    Key tile t of a user is page (pt[t // bt] * NKV + h) * bt + t % bt (bt = `block_tiles`, block_size / 32),
+    in bank page % `dram_banks`; with g = gcd(NKV * bt, NB) those are (h * bt + r + g * k) % NB, r < bt."""
+    g = math.gcd(num_kv_heads * block_tiles, dram_banks)
+    return tuple(sorted({(kv_head * block_tiles + r + g * k) % dram_banks
+                         for r in range(block_tiles) for k in range(dram_banks // g)}))
+
+
+def bank_local_reach(num_kv_heads: int, block_tiles: int, dram_banks: int) -> int:
+    """|R_h|, the same for every KV head: the most pieces a (user, KV head) takes in the bank-local split
+    (one piece per bank at most)."""
+    return len(bank_local_banks(0, num_kv_heads, block_tiles, dram_banks))
+
+
+@dataclass(frozen=True)
+class BankLocalView:
+    """The key tiles one piece of the bank-local split reads: `tiles` (ascending, the piece's own), in chunks
+    of `chunk_tiles`; `used` pieces of the (user, KV head) have keys; `banks` are the piece's DRAM banks."""
+
+    used: int
+    banks: tuple[int, ...]
+    tiles: tuple[int, ...]
+    chunk_tiles: int
+
+    @property
+    def num_tiles(self) -> int:
+        return len(self.tiles)
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-len(self.tiles) // self.chunk_tiles)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tiles
+
+    def tile_at(self, k: int) -> int:
+        """The key tile that is the piece's k-th."""
+        return self.tiles[k]
+
+
+def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, index: int, *, pieces: int,
+                    num_kv_heads: int, block_tiles: int, dram_banks: int, fixed_chunk_tiles: int = 0,
+                    window: int = 0, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> BankLocalView:
+    """Piece `index` of the bank-local split of (user at cur_pos, `kv_head`), from the user's page-table row:
+    L = the banks of R_h holding attended tiles (ascending); used = min(|L|, pieces, max(1, T // floor))
+    (floor = the fixed chunk or the split floor); piece i < used owns the banks L[j] with j % used == i and
+    reads their tiles in ascending order, in chunks of the fixed size or dynamic_chunk_tiles(ceil(T / used),
+    floor, chunk_cap); pieces i >= used are empty. `window`: the key span's (span_window)."""
+    t = valid_tiles(cur_pos, window)
+    if t == 0:
+        return BankLocalView(0, (), (), fixed_chunk_tiles or 1)
+    first = window_first_tile(cur_pos, window)
+    nkv_bt = num_kv_heads * block_tiles
+
+    def bank(k: int) -> int:
+        return (page_table_row[k // block_tiles] * nkv_bt + kv_head * block_tiles + k % block_tiles) % dram_banks
+
+    attended = range(first, first + t)
+    held = sorted({bank(k) for k in attended})
+    floor = fixed_chunk_tiles if fixed_chunk_tiles > 0 else min_chunk_tiles
+    used = min(len(held), pieces, max(1, t // floor))
+    chunk = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap)
+    if index >= used:
+        return BankLocalView(used, (), (), chunk)
+    own = tuple(b for j, b in enumerate(held) if j % used == index)
+    return BankLocalView(used, own, tuple(k for k in attended if bank(k) in own), chunk)
 
 
 # ---- the reduction tree -------------------------------------------------------------------

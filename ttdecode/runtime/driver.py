@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from ttdecode.core.program_description import (BufferAddress, CoreCoord, Kernel, KernelKind, NocX, NocY, NUM_DRAM_BANKS, Program,
+from ttdecode.core.program_description import (BufferAddress, CoreCoord, Kernel, KernelKind, NocX, NocY, Program,
                               check_unpack_to_dest)
 from ttdecode.runtime import build, layout
 from ttdecode.runtime.results import (
@@ -66,7 +66,7 @@ def _config_header(kernel: Kernel, cb_formats: dict[int, layout.CbPlacement]) ->
     sizes = [cb_formats[i].tile_size if i in cb_formats else 0 for i in range(_NUM_CBS)]
     fmts = [cb_formats[i].tt_format if i in cb_formats else 255 for i in range(_NUM_CBS)]
     rows = [cb_formats[i].tile_rows if i in cb_formats else 0 for i in range(_NUM_CBS)]
-    banks = range(NUM_DRAM_BANKS)
+    banks = range(layout.DRAM_BANKS)
     cs = kernel.compute
     u2d = _unpack_to_dest_mask(kernel)
     lines = [
@@ -76,9 +76,9 @@ def _config_header(kernel: Kernel, cb_formats: dict[int, layout.CbPlacement]) ->
         f"constexpr uint32_t ttrt_cb_tile_size[32] = {{{', '.join(map(str, sizes))}}};",
         f"constexpr uint8_t ttrt_cb_data_format[32] = {{{', '.join(map(str, fmts))}}};",
         f"constexpr uint8_t ttrt_cb_tile_rows[32] = {{{', '.join(map(str, rows))}}};",
-        f"constexpr uint32_t ttrt_dram_bank_offset[12] = {{{', '.join(str(layout.dram_bank_offset(b)) for b in banks)}}};",
-        f"constexpr uint8_t ttrt_dram_bank_noc_x[12] = {{{', '.join(str(layout.dram_bank_noc(b)[0]) for b in banks)}}};",
-        f"constexpr uint8_t ttrt_dram_bank_noc_y[12] = {{{', '.join(str(layout.dram_bank_noc(b)[1]) for b in banks)}}};",
+        f"constexpr uint32_t ttrt_dram_bank_offset[{layout.DRAM_BANKS}] = {{{', '.join(str(layout.dram_bank_offset(b)) for b in banks)}}};",
+        f"constexpr uint8_t ttrt_dram_bank_noc_x[{layout.DRAM_BANKS}] = {{{', '.join(str(layout.dram_bank_noc(b)[0]) for b in banks)}}};",
+        f"constexpr uint8_t ttrt_dram_bank_noc_y[{layout.DRAM_BANKS}] = {{{', '.join(str(layout.dram_bank_noc(b)[1]) for b in banks)}}};",
         f"#define TTRT_FP32_DEST_ACC_EN {'true' if cs and cs.fp32_dest_acc_en else 'false'}",
         f"#define TTRT_MATH_APPROX_MODE {'true' if cs and cs.math_approx_mode else 'false'}",
         f"#define TTRT_MATH_FIDELITY {_FIDELITY[cs.math_fidelity.value] if cs else 4}",
@@ -139,7 +139,10 @@ class _Layout:
         names = [t.name for t in program.tensors]
         if len(set(names)) != len(names):
             raise ValueError(f"tensor names must be unique, got {names}")
-        self.tensors = {p.name: p for p in layout.place_tensors(program.tensors)}
+        if program.dram_banks != layout.DRAM_BANKS:
+            raise ValueError(f"program: dram_banks={program.dram_banks}, but the host runtime models a Wormhole's "
+                             f"{layout.DRAM_BANKS} DRAM banks")
+        self.tensors = {p.name: p for p in layout.place_tensors(program.tensors, program.dram_banks)}
 
     def kernel_cb_formats(self, kernel: Kernel) -> dict[int, layout.CbPlacement]:
         """The CB formats a kernel build bakes in; its cores must agree on them."""
@@ -221,7 +224,7 @@ def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optio
     out = ["ttrt 1", f"out_dir {_enc(str(work))}", f"watchdog {watchdog!r}"]
     if schedule_seed is not None:
         out.append(f"perturb {schedule_seed}")
-    for b in range(NUM_DRAM_BANKS):
+    for b in range(program.dram_banks):
         x, y = layout.dram_bank_noc(b)
         out.append(f"bank {b} {x} {y} {layout.dram_bank_offset(b)}")
     for i, t in enumerate(program.tensors):
@@ -236,15 +239,17 @@ def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optio
 
 def _bank_image(data: bytes, p: layout.TensorPlacement) -> np.ndarray:
     """The tensor's DRAM banks as the runner holds them: bank b's `bytes_per_bank` bytes at
-    b * bytes_per_bank, page k of the page-order image `data` in bank k % 12 at (k // 12) * aligned_page,
+    b * bytes_per_bank, page k of the page-order image `data` in bank k % NB at (k // NB) * aligned_page (NB =
+    p.dram_banks),
     zeros between pages and after the last."""
-    n, rounds = p.num_pages, -(-p.num_pages // NUM_DRAM_BANKS)
-    banks = np.zeros((NUM_DRAM_BANKS, rounds, p.aligned_page), dtype=np.uint8)
+    nb = p.dram_banks
+    n, rounds = p.num_pages, -(-p.num_pages // nb)
+    banks = np.zeros((nb, rounds, p.aligned_page), dtype=np.uint8)
     pages = np.frombuffer(data, dtype=np.uint8).reshape(n, p.page_size)
-    full = n // NUM_DRAM_BANKS
-    banks[:, :full, :p.page_size] = pages[:full * NUM_DRAM_BANKS].reshape(full, NUM_DRAM_BANKS, p.page_size).swapaxes(0, 1)
-    for k in range(full * NUM_DRAM_BANKS, n):
-        banks[k % NUM_DRAM_BANKS, k // NUM_DRAM_BANKS, :p.page_size] = pages[k]
+    full = n // nb
+    banks[:, :full, :p.page_size] = pages[:full * nb].reshape(full, nb, p.page_size).swapaxes(0, 1)
+    for k in range(full * nb, n):
+        banks[k % nb, k // nb, :p.page_size] = pages[k]
     return banks
 
 
@@ -421,7 +426,7 @@ def _raise_failure(work: Path, proc: subprocess.CompletedProcess) -> None:
 def _read_counters(program: Program, lay: _Layout, work: Path, order: list[tuple[CoreCoord, int]]) -> RunCounters:
     lines = (work / "counters.txt").read_text().splitlines()
     events = np.fromfile(work / "events.bin", dtype=EVENT_DTYPE)
-    per: list[dict] = [dict(reads=(0,) * 12, writes=(0,) * 12, nw={}, nr={}, si={}, tiles={}, waits=(0, 0, 0, 0),
+    per: list[dict] = [dict(reads=(0,) * layout.DRAM_BANKS, writes=(0,) * layout.DRAM_BANKS, nw={}, nr={}, si={}, tiles={}, waits=(0, 0, 0, 0),
                             nev=0) for _ in order]
     for line in lines:
         f = line.split()

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ttdecode.core.formats import DataType, tile_size
-from ttdecode.core.program_description import CoreCoord, NUM_DRAM_BANKS, L1_BYTES_PER_CORE
+from ttdecode.core.program_description import CoreCoord, L1_BYTES_PER_CORE
 
 #: End of the firmware memory map of a Wormhole Tensix core (tt-metal 0.81.1 dev_mem_map.h MEM_MAP_END).
 MEM_MAP_END = 0x8960
@@ -55,6 +55,8 @@ WORKER_NOC_ORIGIN = 18
 MAX_GRID = (8, 10)
 #: Translated NoC (x, y) of the six GDDR channels (one endpoint each); bank b is on channel b // 2.
 DRAM_CHANNEL_NOC = ((16, 16), (16, 21), (17, 16), (17, 19), (17, 20), (17, 21))
+#: DRAM banks the host runtime models (Wormhole's: two per GDDR channel); a program's `dram_banks` must match.
+DRAM_BANKS = 2 * len(DRAM_CHANNEL_NOC)
 #: Bank offset inside the channel's address space.
 DRAM_BANK_HALF = 1 << 30
 
@@ -131,10 +133,11 @@ class TensorPlacement:
     page_size: int
     aligned_page: int
     num_pages: int
+    dram_banks: int  # the banks its pages are dealt over (page k in bank k % dram_banks)
 
     @property
     def bytes_per_bank(self) -> int:
-        return self.aligned_page * -(-self.num_pages // NUM_DRAM_BANKS)
+        return self.aligned_page * -(-self.num_pages // self.dram_banks)
 
 
 def place_cbs(core: CoreCoord, cbs) -> list[CbPlacement]:
@@ -157,13 +160,13 @@ def place_cbs(core: CoreCoord, cbs) -> list[CbPlacement]:
     return out
 
 
-def place_tensors(tensors) -> list[TensorPlacement]:
-    """DRAM base addresses: every tensor at the same address range in all 12 banks, in order."""
+def place_tensors(tensors, dram_banks: int) -> list[TensorPlacement]:
+    """DRAM base addresses: every tensor at the same address range in all `dram_banks` banks, in order."""
     out: list[TensorPlacement] = []
     addr = DRAM_BASE
     for t in tensors:
         aligned = round_up(t.page_size, DRAM_ALIGNMENT)
-        p = TensorPlacement(t.name, addr, t.page_size, aligned, t.num_pages)
+        p = TensorPlacement(t.name, addr, t.page_size, aligned, t.num_pages, dram_banks)
         out.append(p)
         addr = round_up(addr + p.bytes_per_bank + DRAM_GAP, DRAM_ALIGNMENT)
         if addr >= DRAM_BANK_HALF:

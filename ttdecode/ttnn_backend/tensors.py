@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ttdecode.core.formats import TILE_DIM, num_tiles, tile_size
-from ttdecode.core.program_description import NUM_DRAM_BANKS, Program
+from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS, Program
 from ttdecode.ttnn_backend.descriptor import DeviceError, ttnn_data_type
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -91,7 +91,7 @@ def key_row_memory_config(ttnn: ModuleType, last_dim: int) -> Any:
     DRAM with [1, 1, 32, last_dim] shards (one key-tile row each) dealt round robin over the 12 banks,
     so shard k -- the key-tile row k of the tile-order cache -- sits in bank k % 12, its tiles
     contiguous (what the reader's key-row pages address). Not run on a device here."""
-    banks = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(NUM_DRAM_BANKS - 1, 0))])
+    banks = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(WORMHOLE_DRAM_BANKS - 1, 0))])
     spec = ttnn.NdShardSpec(ttnn.Shape([1, 1, TILE_DIM, last_dim]), banks, ttnn.ShardOrientation.ROW_MAJOR,
                             ttnn.ShardDistributionStrategy.ROUND_ROBIN_1D)
     return ttnn.MemoryConfig(ttnn.BufferType.DRAM, spec)
@@ -103,7 +103,7 @@ def check_key_row_memory_config(ttnn: ModuleType, mem: Any, last_dim: int, what:
     want = key_row_memory_config(ttnn, last_dim)
     if mem != want:
         raise DeviceError(f"{what}: kv_pages='key_row' expects a DRAM tensor ND-sharded with [1, 1, {TILE_DIM}, "
-                          f"{last_dim}] shards round robin over the {NUM_DRAM_BANKS} banks "
+                          f"{last_dim}] shards round robin over the {WORMHOLE_DRAM_BANKS} banks "
                           f"(ttdecode.ttnn_backend.key_row_memory_config), got {mem}")
 
 

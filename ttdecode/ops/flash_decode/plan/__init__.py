@@ -42,7 +42,7 @@ import math
 from typing import Any, Sequence
 
 from ttdecode.core.formats import DataType
-from ttdecode.core.program_description import L1_BYTES_PER_CORE
+from ttdecode.core.program_description import L1_BYTES_PER_CORE, WORMHOLE_DRAM_BANKS
 from ttdecode.core.split import TILE
 from ttdecode.ops.flash_decode.plan.buffers import (CHUNK_BUFFER_BUDGET, fitting_chunk_cap, flash_decode_cbs,
                                                     size_buffers)
@@ -63,7 +63,8 @@ __all__ = ["make_plan", "format_plan", "power_of_two_scale", "DecodePlan", "Piec
            "UNSET_MAX_CORES_TRIES_KEY_ROW"]
 
 #: max_cores_per_head_batch=None ("not set"): the pieces per (user, KV head) tried in order, ttnn's
-#: default first; the first whose plan fits is taken (kv_pages "key_row" needs at least 12).
+#: default first; the first whose plan fits is taken (kv_pages "key_row" with a contiguous cache needs at least a
+#: piece per DRAM bank).
 UNSET_MAX_CORES_TRIES = (16, 8, 4, 2, 1)
 UNSET_MAX_CORES_TRIES_KEY_ROW = (16, 12)
 
@@ -119,6 +120,7 @@ def make_plan(
     prescale_q: bool = False,
     q_tile_rows: int | None = None,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
+    dram_banks: int = WORMHOLE_DRAM_BANKS,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
 
@@ -146,13 +148,17 @@ def make_plan(
     `math_fidelity`: the fidelity the cost model prices the split at (the compute config's; the kernels
     take theirs from the compute settings at launch).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
-    the 12 DRAM banks: ttnn ND sharding of [1, 1, 32, D] shards over the banks); each (user, KV head)
-    then has a multiple of 12 pieces up to max_cores_per_head_batch (>= 12; the model's choice for the
+    the `dram_banks` DRAM banks, the device's count, 12 on Wormhole: ttnn ND sharding of [1, 1, 32, D] shards over
+    the banks). With a paged cache (bank-local): each (user, KV head) has up to one piece per bank its key tiles
+    can sit in (core.split.bank_local_reach, at most max_cores_per_head_batch; `key_row_pieces` fewer), piece i
+    running near bank R_h[i]; the kernels find each piece's tiles from the page table (bank_local_view). With a
+    contiguous cache each (user, KV head)
+    then has a multiple of the banks in pieces up to max_cores_per_head_batch (>= the banks; the model's choice for the
     shape, split_choices.key_row_pieces: enough for one user to cover the cores, no more rounds than that)
     taking the key tiles cyclically, so every piece reads one bank, and the pieces of a bank run on
     the cores kept for that bank, as many as the bank's share of the work (key tiles, chunks and
     merges: every user's tree puts its merges in the same banks) asks (key_row_deal). `key_row_pieces` (kv_pages "key_row" only): that
-    many pieces per (user, KV head) instead of the model's choice (a multiple of 12 up to the most).
+    many pieces per (user, KV head) instead of the model's choice (a multiple of the banks up to the most).
     `prescale_q`: the softmax scale will be a power of two (+-2^k; the factory checks it), so the
     compute kernel multiplies each piece's Q by it once, exactly (a bf16 element only changes its
     exponent), instead of every score: the same fp32 scores bit for bit (scaling by 2^k commutes with
@@ -164,7 +170,7 @@ def make_plan(
     rows past the heads hold none).
 
     `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
-    UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": 16, 12) whose plan fits the cores' L1 and runtime
+    UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores' L1 and runtime
     args (e.g. DeepSeek-V3's absorbed MLA, 128 q heads of D 576, fits only with 1); if none fits, the
     error of 16. A value given is used as given: an overflowing plan is refused naming the knob.
 
@@ -227,6 +233,7 @@ def _plan_steps(
     prescale_q: bool,
     q_tile_rows: int | None,
     l1_bytes_per_core: int,
+    dram_banks: int,
 ) -> DecodePlan:
     """make_plan's steps for a call with max_cores_per_head_batch set (the arguments are make_plan's, all
     given), in order: check the call, the q rows' tiles, the split, the placement, the tree, the buffers, the
@@ -261,16 +268,18 @@ def _plan_steps(
                          min_chunk_tiles=min_chunk_tiles, max_cores_per_head_batch=max_cores_per_head_batch,
                          kv_pages=kv_pages, key_row_pieces=key_row_pieces, block_size=block_size,
                          num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
-                         mla=mla, attn_mask_batch=attn_mask_batch, cores=cores, rows=rows, shape=shape, kv=kv)
+                         mla=mla, attn_mask_batch=attn_mask_batch, cores=cores, rows=rows, shape=shape, kv=kv,
+                         dram_banks=dram_banks)
     placed = place_pieces(cores=cores, works=works, split=split, kv_pages=kv_pages, share_cache=share_cache,
                           num_kv_heads=num_kv_heads, seq_len=seq_len, window=window, num_tokens=num_tokens,
-                          shape=shape, kv_dtype=kv_dtype)
+                          shape=shape, kv_dtype=kv_dtype, block_size=block_size, dram_banks=dram_banks)
     pieces, core_pieces, recv_areas = build_tree(placed, pieces=split.pieces, cores=cores)
     cb_args, cbs = size_buffers(rows=rows, split=split, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
                                 batch=batch, seq_len=seq_len, block_size=block_size, attention_sink=attention_sink,
                                 mla=mla, attn_mask_batch=attn_mask_batch, window=window, num_tokens=num_tokens,
                                 prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, recv_areas=recv_areas,
-                                core_pieces=core_pieces, l1_bytes_per_core=l1_bytes_per_core)
+                                core_pieces=core_pieces, l1_bytes_per_core=l1_bytes_per_core,
+                                bank_local=kv_pages == "key_row" and block_size is not None)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
@@ -282,6 +291,7 @@ def _plan_steps(
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
         num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
+        dram_banks=dram_banks,
     )
     check_resources(plan, l1_bytes_per_core, cb_args, replan)
     return plan

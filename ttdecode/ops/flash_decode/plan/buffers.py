@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import CoreCoord
-from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE
+from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, VIEW_WORDS
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, CBSpec, Piece, PlanError, QRows, Split, cbs_bytes_per_core
 
 __all__ = ["CHUNK_BUFFER_BUDGET", "CHUNK_SIZED_CBS", "QROW_CBS", "MAX_MASKED_TILES", "masked_tiles_bound",
@@ -40,6 +40,7 @@ def flash_decode_cbs(
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
     tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
     prescale_q: bool = False, q_tile_rows: int = 32, im_dtype: DataType = DataType.float32,
+    piece_views: int = 0,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -51,6 +52,8 @@ def flash_decode_cbs(
     keeps one page of partial_in, whose address the writer takes at start; at D = 576 with 128 q
     heads per KV head the two partial buffers alone take 576 KiB.
     `attn_mask` two slots of a chunk's mask tiles ([q tile row][key tile], bf16).
+    `piece_views` > 0 (bank-local paged pages): the reader's page of that many pieces' views
+    (common.hpp BankView, VIEW_WORDS int32 each), one copy for the compute kernel and one for the writer.
     `window` (each token's sliding window in keys, 0 = none) and `tokens` (T) size the writer's
     mask pages (masked_tiles_bound per q tile row).
     `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
@@ -118,6 +121,11 @@ def flash_decode_cbs(
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
     if prescale_q:
         specs.append((22, "q_scaled", bf16, 2048, q_tiles * d_tiles))  # the piece's Q x scale (exact)
+    if piece_views:
+        # bank-local: the views of the core's pieces (which key tiles each owns), built by the reader
+        view_page = max(32, -(-4 * VIEW_WORDS * piece_views // 32) * 32)
+        specs.append((26, "view_compute", f32, view_page, 1))
+        specs.append((27, "view_writer", f32, view_page, 1))
     if attn_mask:
         # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
         specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))
@@ -146,7 +154,7 @@ def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: Da
 def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, kv_dtype: DataType, batch: int,
                  seq_len: int, block_size: int | None, attention_sink, mla: bool, attn_mask_batch: int, window: int,
                  num_tokens: int, prescale_q: bool, fp32_dest_acc_en: bool, recv_areas: dict[CoreCoord, int],
-                 core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int
+                 core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int, bank_local: bool = False
                  ) -> tuple[dict, tuple[CBSpec, ...]]:
     """Decides the circular buffers (flash_decode_cbs; the same on every core, sized for the busiest):
     scratch areas for the most partials any core receives, the chunk slots for the largest chunk, and a
@@ -162,6 +170,7 @@ def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, k
         q_slots=2 if max((len(v) for v in core_pieces.values()), default=0) > 1 else 1,
         prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
         im_dtype=DataType.float32 if fp32_dest_acc_en else DataType.bfloat16,
+        piece_views=max((len(v) for v in core_pieces.values()), default=0) if bank_local else 0,
     )
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit

@@ -11,8 +11,9 @@ from typing import Mapping, Sequence
 
 from ttdecode.core.formats import DataType
 from ttdecode.core.noc_geometry import dram_return_hops, noc_hops
-from ttdecode.core.program_description import MAX_RUNTIME_ARGS, NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord
-from ttdecode.core.split import cyclic_piece_range, span_window, tree_children, tree_parent
+from ttdecode.core.program_description import MAX_RUNTIME_ARGS, WORMHOLE_DRAM_BANKS, CoreCoord
+from ttdecode.core.split import (TILE, bank_local_banks, cyclic_piece_range, span_window, tree_children,
+                                 tree_parent)
 from ttdecode.ops.flash_decode.plan.split_choices import split_costs
 from ttdecode.ops.flash_decode.plan.types import (RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE_BYTES, Piece,
                                                   PlanError, Split)
@@ -48,29 +49,42 @@ def _heights(pieces: int) -> dict[int, int]:
 
 def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]], split: Split, kv_pages: str,
                  share_cache: bool, num_kv_heads: int, seq_len: int, window: int, num_tokens: int, shape: dict,
-                 kv_dtype: DataType) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+                 kv_dtype: DataType, block_size: int | None, dram_banks: int
+                 ) -> dict[CoreCoord, list[tuple[int, int, int]]]:
     """Decides where every piece (user, KV head, index) runs: core -> its pieces (every core a key, in
     `cores` order). Tile pages: work-major over the cores, each further wave shifted by one core so the
     roots spread; key_row pages: on cores kept for the piece's DRAM bank (key_row_deal, weighing each
     piece's work in cycles: tiles, chunks and merges priced by the model). Then each work's pieces are
-    relabeled to shorten the tree's NoC paths (_short_hop_placement). Only where, never a number."""
+    relabeled to shorten the tree's NoC paths (_short_hop_placement). Bank-local (key_row pages of a paged
+    cache, `block_size`): piece i of KV head h on a core kept for bank R_h[i] (bank_local_banks), its weight
+    a piece's share ceil(S / 32 / pieces) of a full cache; not relabeled (each piece keeps its bank)."""
     pieces = split.pieces
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
+    if kv_pages == "key_row" and block_size is not None:
+        costs = split_costs(**shape, kv_tile_bytes=TILE_BYTES[kv_dtype])
+        n = -(-split.seq_tiles // pieces)
+        chunk = split.fixed or min(split.cap, n)
+        weights = [n * costs.tile + -(-n // chunk) * costs.chunk + len(tree_children(i, pieces)) * costs.round
+                   for i in range(pieces)]
+        reach = [bank_local_banks(h, num_kv_heads, block_size // TILE, dram_banks) for h in range(num_kv_heads)]
+        bank = {it: reach[it[1]][it[2]] for it in flat}
+        placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}, dram_banks))
+        return placed
     if kv_pages == "key_row":
-        # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % 12 == r)
+        # -- the pieces of bank r (key tile rows (kv_batch * NKV + h) * S/32 + t with that row % banks == r)
         # run on cores kept for bank r, as many as the bank's work (chunks and merges) asks
         costs = split_costs(**shape, kv_tile_bytes=TILE_BYTES[kv_dtype])
         span = span_window(window, num_tokens)
 
         def weight(i: int) -> float:
-            r = cyclic_piece_range(seq_len - 1, split.fixed, pieces, i, span, split.floor, split.cap)
+            r = cyclic_piece_range(seq_len - 1, split.fixed, pieces, i, span, split.floor, split.cap, dram_banks)
             return r.num_tiles * costs.tile + r.num_chunks * costs.chunk + len(tree_children(i, pieces)) * costs.round
 
         weights = [weight(i) for i in range(pieces)]
         st = split.seq_tiles
-        bank = {it: (((0 if share_cache else it[0]) * num_kv_heads + it[1]) * st + it[2]) % DRAM_BANKS for it in flat}
-        placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}))
+        bank = {it: (((0 if share_cache else it[0]) * num_kv_heads + it[1]) * st + it[2]) % dram_banks for it in flat}
+        placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}, dram_banks))
     else:
         # -- place pieces: work-major over the cores; each further wave of pieces is shifted by one
         # core so that roots (which receive the most partials) spread evenly; each core then runs its
@@ -78,7 +92,7 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
         n_cores = len(cores)
         for g, item in enumerate(flat):
             placed[cores[(g + g // n_cores) % n_cores]].append(item)
-    return _short_hop_placement(placed, works, pieces, _heights(pieces), DRAM_BANKS if kv_pages == "key_row" else 1)
+    return _short_hop_placement(placed, works, pieces, _heights(pieces), dram_banks if kv_pages == "key_row" else 1)
 
 
 def build_tree(placed: dict[CoreCoord, list[tuple[int, int, int]]], *, pieces: int, cores: Sequence[CoreCoord]
@@ -182,7 +196,7 @@ def _short_hop_placement(placed: dict[CoreCoord, list[tuple[int, int, int]]], wo
                          pieces: int, heights: dict[int, int], modulus: int) -> dict[CoreCoord, list[tuple[int, int, int]]]:
     """The placement with every work's pieces relabeled by short_hop_order (tuned on the first work's
     cores): piece i of a work runs where piece order[i] of that work was placed, so each core keeps
-    its number of pieces and (order[i] = i mod 12 with key_row pages) each piece its bank. Kept only
+    its number of pieces and (order[i] = i mod the banks with key_row pages) each piece its bank. Kept only
     if no core then needs more partial areas than before (the CB is sized by the busiest core). Where
     pieces run changes no number (every piece and merge computes the same), only the NoC paths."""
     if pieces < 2 or not works:
@@ -201,18 +215,20 @@ def _short_hop_placement(placed: dict[CoreCoord, list[tuple[int, int, int]]], wo
     return moved if areas(moved) <= areas(placed) else placed
 
 
-def key_row_placement(cores: Sequence[CoreCoord], per_bank: int | Sequence[int]) -> list[list[CoreCoord]]:
-    """The cores kept for each DRAM bank: `per_bank` each (or per_bank[r] for bank r), the banks in
+def key_row_placement(cores: Sequence[CoreCoord], per_bank: int | Sequence[int],
+                      dram_banks: int = WORMHOLE_DRAM_BANKS) -> list[list[CoreCoord]]:
+    """The cores kept for each of the `dram_banks` DRAM banks: `per_bank` each (or per_bank[r] for bank r, one per
+    bank), the banks in
     turn taking the free core with the fewest NoC 0 hops from the bank's DRAM tiles (the data's way
     back; WormholeB0 NoC map, noc_geometry.dram_return_hops) until each has its count. Only where the
     pieces run; the numbers do not depend on it."""
-    counts = [per_bank] * DRAM_BANKS if isinstance(per_bank, int) else list(per_bank)
+    counts = [per_bank] * dram_banks if isinstance(per_bank, int) else list(per_bank)
     if sum(counts) > len(cores):
         raise PlanError(f"key_row placement: {sum(counts)} cores asked of a grid of {len(cores)}")
     free = list(cores)
-    out: list[list[CoreCoord]] = [[] for _ in range(DRAM_BANKS)]
+    out: list[list[CoreCoord]] = [[] for _ in counts]
     for k in range(max(counts, default=0)):
-        for bank in range(DRAM_BANKS):
+        for bank in range(len(counts)):
             if counts[bank] > k:
                 best = min(free, key=lambda c: (dram_return_hops(bank, c), c.y, c.x))
                 out[bank].append(best)
@@ -236,10 +252,11 @@ def bank_core_counts(bank_weights: Sequence[float], bank_pieces: Sequence[int], 
     the parents' tiles (every user's tree puts its merges in the same banks) get more. Too few cores
     for the pieces is left to the plan's resource checks (a core over the runtime args' limit)."""
     most = per_core if per_core is not None else _pieces_per_core_limit()
-    if cores < DRAM_BANKS:
-        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
+    banks = len(bank_pieces)
+    if cores < banks:
+        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({banks}), the grid "
                         f"gives {cores} cores")
-    counts = [max(1, min(-(-n // most), cores // DRAM_BANKS)) if n else 0 for n in bank_pieces]
+    counts = [max(1, min(-(-n // most), cores // banks)) if n else 0 for n in bank_pieces]
     for _ in range(cores - sum(counts)):
         open_ = [r for r in range(len(counts)) if counts[r] < bank_pieces[r]]
         if not open_:
@@ -250,19 +267,20 @@ def bank_core_counts(bank_weights: Sequence[float], bank_pieces: Sequence[int], 
 
 
 def key_row_deal(cores: Sequence[CoreCoord], items: Sequence[tuple[int, int, int]], bank: Mapping[tuple[int, int, int], int],
-                 weight: Mapping[tuple[int, int, int], float]) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+                 weight: Mapping[tuple[int, int, int], float], dram_banks: int = WORMHOLE_DRAM_BANKS
+                 ) -> dict[CoreCoord, list[tuple[int, int, int]]]:
     """Where the pieces `items` ((user, KV head, index)) of kv_pages "key_row" run: each runs on a core
     kept for the bank its tiles sit in (`bank`), the banks' cores counted by bank_core_counts from the
     pieces' work (`weight`, cycles: key tiles, chunks and merges priced by the model), and each bank's
     pieces, heaviest first, going to its least loaded core (ties to the earlier core) among those under
     the runtime args' limit while the bank's cores can hold its pieces that way. Depends on the batch
     (where pieces run), never a number."""
-    bank_items: list[list[tuple[int, int, int]]] = [[] for _ in range(DRAM_BANKS)]
+    bank_items: list[list[tuple[int, int, int]]] = [[] for _ in range(dram_banks)]
     for it in items:
         bank_items[bank[it]].append(it)
     counts = bank_core_counts([sum(weight[it] for it in its) for its in bank_items],
                               [len(its) for its in bank_items], len(cores))
-    groups = key_row_placement(cores, counts)
+    groups = key_row_placement(cores, counts, dram_banks)
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {}
     for r, its in enumerate(bank_items):
         # no core past the runtime args' limit while the bank's cores can take its pieces evenly

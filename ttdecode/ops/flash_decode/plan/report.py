@@ -35,7 +35,9 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
         for p in plan.core_pieces.get(core, ()):
             if rows >= max_rows:
                 break
-            if plan.cur_pos is not None:
+            if plan.bank_local:
+                chunks = keys = "page table"  # a piece's tiles follow the page table (bank_local_view)
+            elif plan.cur_pos is not None:
                 r = plan.range_at(plan.cur_pos[p.user], p.index)
                 chunks = "-" if r.empty else f"{r.first_chunk}..{r.first_chunk + r.num_chunks - 1}"
                 last = r.tile_at(r.num_tiles - 1)

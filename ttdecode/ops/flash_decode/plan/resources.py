@@ -52,11 +52,16 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict[str, Any], replan:
                     flash_decode_cbs(**dict(cb_args, max_chunk_tiles=min(cap, plan.seq_len // TILE)))) <= l1_bytes:
                 return (f"Set chunk_cap={cap} (SDPAProgramConfig / make_plan; the cost model took dynamic chunks of "
                         f"up to {plan.chunk_cap} key tiles for this shape).")
+    if plan.bank_local:
+        fewer = (f"Lower key_row_pieces (now {plan.pieces_per_work} pieces per head): fewer pieces per core and "
+                 f"partials to receive" if plan.pieces_per_work > 1 else "Use kv_pages='tile'")
+        return f"{fewer}, or a smaller batch per program."
     if plan.cyclic_split:
-        # key_row: every piece reads one bank; fewer pieces per head (>= 12) mean fewer partials per core
+        # key_row: every piece reads one bank; fewer pieces per head (>= the banks) mean fewer partials per core
+        banks = plan.dram_banks
         fewer = (f"Lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head; kv_pages='key_row' "
-                 f"takes a multiple of 12, at least 12): fewer pieces per core and partials to receive"
-                 if plan.pieces_per_work > 12 else "Use kv_pages='tile'")
+                 f"takes a multiple of {banks}, at least {banks}): fewer pieces per core and partials to receive"
+                 if plan.pieces_per_work > banks else "Use kv_pages='tile'")
         return f"{fewer}, or a smaller batch per program."
     now = f"now {plan.fixed_chunk_tiles * TILE if plan.fixed_chunk_tiles else 'dynamic, up to'} " \
           f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()

@@ -196,7 +196,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     best: tuple[float, int, int] | None = None
     for cap, pieces in sorted(options):
         if cyclic:  # every piece takes every used-th key tile: ceil(T / used) each
-            used = cyclic_pieces(seq_tiles, 0, pieces, floor_tiles)
+            used = cyclic_pieces(seq_tiles, 0, pieces, floor_tiles, banks)
             busiest = -(-(num_kv_heads * used) // (banks * max(1, cores // banks)))
             chunk = dynamic_chunk_tiles(-(-seq_tiles // used), floor_tiles, cap)
             n = -(-seq_tiles // used)

@@ -9,8 +9,8 @@ import functools
 from typing import Sequence
 
 from ttdecode.core.formats import DataType
-from ttdecode.core.program_description import NUM_DRAM_BANKS as DRAM_BANKS, CoreCoord
-from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, tree_rounds
+from ttdecode.core.program_description import CoreCoord
+from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, bank_local_reach, tree_rounds
 from ttdecode.ops.flash_decode.plan.buffers import fitting_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
@@ -18,7 +18,7 @@ from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
 from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
 
-__all__ = ["q_rows", "choose_split", "key_row_most_pieces"]
+__all__ = ["q_rows", "choose_split", "key_row_most_pieces", "bank_local_most_pieces"]
 
 
 def q_rows(*, num_q_heads: int, num_kv_heads: int, num_tokens: int, fp32_dest_acc_en: bool,
@@ -58,19 +58,27 @@ def _chunk_bounds(*, fixed: int, chunk_cap: int | None, min_chunk_tiles: int | N
 
 
 def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[CoreCoord],
-                 max_cores_per_head_batch: int, block_size: int | None, num_kv_heads: int, max_chunks: int) -> int:
+                 max_cores_per_head_batch: int, block_size: int | None, num_kv_heads: int, max_chunks: int,
+                 dram_banks: int) -> int:
     """Decides the most pieces per (user, KV head) the split may use: with tile pages
     min(max_cores_per_head_batch, cores / NKV, chunks of the cache), at least 1; with key_row pages the
-    largest multiple of 12 allowed (key_row_most_pieces). Refuses an unknown `kv_pages` and a
-    `key_row_pieces` that is not a multiple of 12 from 12 to that most (or given with tile pages)."""
+    largest multiple of the DRAM banks allowed (key_row_most_pieces), or with a paged cache (bank-local) the
+    banks a KV head reaches (bank_local_most_pieces). Refuses an unknown `kv_pages` and a `key_row_pieces`
+    outside what that allows (or given with tile pages)."""
     if key_row_pieces is not None and kv_pages != "key_row":
         raise PlanError(f"key_row_pieces: applies to kv_pages='key_row' only, got {key_row_pieces!r} with "
                         f"kv_pages={kv_pages!r}")
-    if kv_pages == "key_row":
-        most = key_row_most_pieces(cores, max_cores_per_head_batch, block_size)
-        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < DRAM_BANKS
-                                           or key_row_pieces % DRAM_BANKS or key_row_pieces > most):
-            raise PlanError(f"key_row_pieces: expected None or a multiple of {DRAM_BANKS} from {DRAM_BANKS} to "
+    if kv_pages == "key_row" and block_size is not None:
+        most = bank_local_most_pieces(cores, max_cores_per_head_batch, block_size, num_kv_heads, dram_banks)
+        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or not 1 <= key_row_pieces <= most):
+            raise PlanError(f"key_row_pieces: expected None or 1 to {most} with a paged cache (one piece per DRAM "
+                            f"bank a KV head's tiles reach, max_cores_per_head_batch={max_cores_per_head_batch}), "
+                            f"got {key_row_pieces!r}")
+    elif kv_pages == "key_row":
+        most = key_row_most_pieces(cores, max_cores_per_head_batch, dram_banks)
+        if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < dram_banks
+                                           or key_row_pieces % dram_banks or key_row_pieces > most):
+            raise PlanError(f"key_row_pieces: expected None or a multiple of {dram_banks} from {dram_banks} to "
                             f"{most} (max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
     elif kv_pages == "tile":
         most = max(1, min(max_cores_per_head_batch, len(cores) // num_kv_heads, max_chunks))
@@ -81,11 +89,16 @@ def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[C
 
 def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int | None, fixed: int,
                     min_chunk_tiles: int | None, most: int, floor: int, num_kv_heads: int, num_cores: int,
-                    seq_tiles: int, shape: dict, kv: dict) -> int:
+                    seq_tiles: int, bank_local: bool, shape: dict, kv: dict) -> int:
     """Pieces per (user, KV head) with dynamic chunks capped at chunk_cap_tiles (or the fixed chunk):
-    key_row pages: the caller's key_row_pieces, else the model's (split_choices.key_row_pieces); tile pages:
-    `most` with fixed chunks or a caller's split floor, else the model's (split_choices.tile_pieces: the split
-    floor and, below the most allowed, the pieces that pay their rounds). Never depends on the batch."""
+    bank-local (key_row pages of a paged cache): the caller's key_row_pieces, else `most`, one piece per bank the
+    KV head reaches (the model prices no bank-local split yet: the split floor then leaves short contexts fewer
+    pieces with keys, in the kernels); key_row pages: the caller's key_row_pieces, else the model's
+    (split_choices.key_row_pieces); tile pages: `most` with fixed chunks or a caller's split floor, else the
+    model's (split_choices.tile_pieces: the split floor and, below the most allowed, the pieces that pay their
+    rounds). Never depends on the batch."""
+    if bank_local:
+        return most if key_row_pieces is None else key_row_pieces
     if kv_pages == "key_row":
         if key_row_pieces is not None:
             return key_row_pieces
@@ -102,7 +115,8 @@ def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int 
 def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_chunk_tiles: int | None,
                  max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
                  num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
-                 attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict) -> Split:
+                 attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict,
+                 dram_banks: int) -> Split:
     """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
     cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
     no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
@@ -115,10 +129,11 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                                attn_mask_batch=attn_mask_batch, shape=shape)
     most = _most_pieces(kv_pages=kv_pages, key_row_pieces=key_row_pieces, cores=cores,
                         max_cores_per_head_batch=max_cores_per_head_batch, block_size=block_size,
-                        num_kv_heads=num_kv_heads, max_chunks=max_chunks)
+                        num_kv_heads=num_kv_heads, max_chunks=max_chunks, dram_banks=dram_banks)
     split = functools.partial(_pieces_for_cap, kv_pages=kv_pages, key_row_pieces=key_row_pieces, fixed=fixed,
                               min_chunk_tiles=min_chunk_tiles, most=most, floor=floor, num_kv_heads=num_kv_heads,
-                              num_cores=len(cores), seq_tiles=st, shape=shape, kv=kv)
+                              num_cores=len(cores), seq_tiles=st, bank_local=kv_pages == "key_row" and bool(block_size),
+                              shape=shape, kv=kv)
     if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
         pieces = split(cap)
     else:
@@ -131,20 +146,32 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                   max_chunk_tiles=fixed if fixed else min(cap, st))
 
 
-def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_size: int | None) -> int:
-    """The most pieces per work for kv_pages "key_row".
+def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, dram_banks: int) -> int:
+    """The most pieces per work for kv_pages "key_row" with a contiguous cache.
 
-    The most pieces per (user, KV head): the largest multiple of 12 up to max_pieces (and 60: the
-    tree is at most 64 wide), so every piece reads one bank (make_plan then lets the model choose
+    The most pieces per (user, KV head): the largest multiple of `dram_banks` up to max_pieces (and the
+    tree's width, 64), so every piece reads one bank (make_plan then lets the model choose
     fewer, split_choices.key_row_pieces); like the interleaved split they depend on the config alone,
     never on the batch (batch invariance). Where they run: key_row_deal."""
-    if block_size is not None:
-        raise PlanError("kv_pages: 'key_row' needs a contiguous cache (a paged cache's blocks keep tile pages), "
-                        "got a paged cache (block_size / num_blocks)")
-    if len(cores) < DRAM_BANKS:
-        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({DRAM_BANKS}), the grid "
+    if len(cores) < dram_banks:
+        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({dram_banks}), the grid "
                         f"gives {len(cores)} cores")
-    if max_pieces < DRAM_BANKS:
-        raise PlanError(f"max_cores_per_head_batch: expected at least {DRAM_BANKS} with kv_pages='key_row' "
-                        f"(each (user, KV head) takes a multiple of {DRAM_BANKS} pieces, one bank each), got {max_pieces}")
-    return min(max_pieces, 1 << MAX_ROUNDS) // DRAM_BANKS * DRAM_BANKS
+    if max_pieces < dram_banks:
+        raise PlanError(f"max_cores_per_head_batch: expected at least {dram_banks} with kv_pages='key_row' "
+                        f"(each (user, KV head) takes a multiple of {dram_banks} pieces, one bank each), got {max_pieces}")
+    return min(max_pieces, 1 << MAX_ROUNDS) // dram_banks * dram_banks
+
+
+def bank_local_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_size: int, num_kv_heads: int,
+                           dram_banks: int) -> int:
+    """The most pieces per work for kv_pages "key_row" with a paged cache (bank-local): one per DRAM bank a KV
+    head's key tiles can sit in (core.split.bank_local_reach: |R_h|, from NKV, block_size / 32 and the banks),
+    at most max_pieces and the cores. Refuses a block that is not a multiple of 32 keys (a key-row page is 32
+    keys) and a grid with fewer cores than the banks."""
+    if block_size % TILE:
+        raise PlanError(f"block_size: expected a multiple of {TILE} with kv_pages='key_row' (a page holds one "
+                        f"key-tile row of {TILE} keys), got {block_size}")
+    if len(cores) < dram_banks:
+        raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({dram_banks}), the grid "
+                        f"gives {len(cores)} cores")
+    return max(1, min(max_pieces, bank_local_reach(num_kv_heads, block_size // TILE, dram_banks), len(cores)))

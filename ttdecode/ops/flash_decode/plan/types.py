@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ttdecode.core.formats import DataType
-from ttdecode.core.program_description import CoreCoord
+from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS, CoreCoord
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
-from ttdecode.core.split import TILE, PieceRange, piece_range, span_window
+from ttdecode.core.split import TILE, BankLocalView, PieceRange, bank_local_view, piece_range, span_window
 from ttdecode.ops.flash_decode.plan_checks import PlanError
 
 __all__ = ["TILE_BYTES", "PlanError", "ResourceError", "RUNTIME_ARGS_HEADER", "RUNTIME_ARGS_PER_PIECE", "Piece",
@@ -122,8 +122,11 @@ class DecodePlan:
     # an additive attn_mask [attn_mask_batch, 1, NH, S] (bf16 tiles) streamed with K; 0 = none, else 1 or B
     attn_mask_batch: int = 0
     # K/V DRAM pages: "tile" (one tile a page: an interleaved tensor) or "key_row" (one key-tile row of D / 32 tiles a
-    # page, round robin over the 12 banks; the pieces then take key tiles cyclically, one bank each)
+    # page, round robin over the DRAM banks; the pieces then take key tiles cyclically, one bank each, or with a
+    # paged cache, bank-local: each piece the tiles of its own banks, as the page table puts them)
     kv_pages: str = "tile"
+    # the DRAM banks pages are dealt over (page k in bank k % dram_banks): the device's count
+    dram_banks: int = WORMHOLE_DRAM_BANKS
     # the scale is a power of two: Q x scale once per piece (cb_q_scaled) instead of every score
     prescale_q: bool = False
     # rows of the q-row tiles (Q, scores, probabilities, statistics, O, partials, output): 16 (16x32
@@ -132,8 +135,15 @@ class DecodePlan:
 
     @property
     def cyclic_split(self) -> bool:
-        """Pieces take every p'-th key tile (cyclic_piece_range) instead of a contiguous run."""
-        return self.kv_pages == "key_row"
+        """Pieces take every p'-th key tile (cyclic_piece_range) instead of a contiguous run: key_row pages of a
+        contiguous cache."""
+        return self.kv_pages == "key_row" and self.block_size is None
+
+    @property
+    def bank_local(self) -> bool:
+        """key_row pages of a paged cache: each piece reads the key tiles of its own DRAM banks, found from the
+        page table by the kernels (bank_local_view)."""
+        return self.kv_pages == "key_row" and self.block_size is not None
 
     @property
     def has_attn_mask(self) -> bool:
@@ -198,9 +208,21 @@ class DecodePlan:
 
     def range_at(self, cur_pos: int, index: int) -> PieceRange:
         """The key tiles piece `index` reads for a user at cur_pos (the kernels' piece_range with
-        this plan's chunking: fixed chunk, pieces, the tokens' key window, split floor)."""
+        this plan's chunking: fixed chunk, pieces, the tokens' key window, split floor). Refused for a
+        bank-local plan, whose pieces follow the page table (bank_local_view)."""
+        if self.bank_local:
+            raise PlanError("bank-local plan (kv_pages 'key_row' with a paged cache): a piece's key tiles follow "
+                            "the page table; use DecodePlan.bank_local_view")
         return piece_range(cur_pos, self.fixed_chunk_tiles, self.pieces_per_work, index, self.key_window,
-                           self.min_chunk_tiles, self.cyclic_split, self.chunk_cap)
+                           self.min_chunk_tiles, self.cyclic_split, self.chunk_cap, self.dram_banks)
+
+    def bank_local_view(self, cur_pos: int, page_table_row: Sequence[int], kv_head: int, index: int) -> BankLocalView:
+        """The key tiles piece `index` of (a user at cur_pos with that page-table row, `kv_head`) reads in a
+        bank-local plan (core.split.bank_local_view with this plan's chunking; the kernels' rule)."""
+        return bank_local_view(cur_pos, page_table_row, kv_head, index, pieces=self.pieces_per_work,
+                               num_kv_heads=self.num_kv_heads, block_tiles=self.block_size // TILE,
+                               dram_banks=self.dram_banks, fixed_chunk_tiles=self.fixed_chunk_tiles,
+                               window=self.key_window, min_chunk_tiles=self.min_chunk_tiles, chunk_cap=self.chunk_cap)
 
 
 def cbs_bytes_per_core(cbs: Sequence[CBSpec]) -> int:
