@@ -2,9 +2,9 @@
 tt-metal's sdpa_decode structure on its standard (interleaved tile-page) pool, both through the Wormhole
 cost model. ALL TIMES ARE MODEL ESTIMATES.
 
-Ours: `ttdecode.perf_model.bank_paged` in closed form from a concrete page table (every user's row),
-the compute fields (q tiles, DST tiles, chunk cap, split floor) taken from make_plan on the same shape
-with contiguous kv_pages "key_row" (they do not depend on the paging). tt-metal's: its structure
+Ours: `ttdecode.perf_model.bank_paged` in closed form from a concrete page table (every user's row), for
+our planner's bank-local plan of the point (make_plan with kv_pages "key_row" and the paged cache): its
+pieces per (user, KV head), their cores, q tiles, DST tiles, chunk cap and split floor. tt-metal's: its structure
 (`ttmetal_structure`) reading cur_pos and the page-table row from DRAM. Both at tt_transformers' decode
 numerics: HiFi2, math_approx_mode True, fp32_dest_acc_en True, packer_l1_acc True (ours does not use it),
 exp_approx_mode False (ours: the accurate fp32 exp; tt-metal's structure: its kernel's own exp path).
@@ -31,7 +31,7 @@ import numpy as np
 
 from ttdecode.core.formats import DataType
 from ttdecode.models.kv_cache import BlockAllocator
-from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
+from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, power_of_two_scale
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, random_page_table,
                                             sequential_page_table)
 from ttdecode.perf_model.constants import COST
@@ -74,16 +74,24 @@ def paged_points(quick: bool) -> list[PagedPoint]:
     return llama + t3k + galaxy
 
 
-def piece_compute(p: PagedPoint) -> PieceCompute:
-    """Our kernels' compute fields at p's shape: make_plan with contiguous key_row pages (batch 1: the
-    split's choices are batch invariant) at tt_transformers' numerics."""
-    plan = make_plan(batch=1, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq, head_dim=128,
-                     kv_dtype=DataType.bfloat8_b, cur_pos=[p.cur_pos], max_cores_per_head_batch=12, grid=p.grid,
-                     kv_pages="key_row", prescale_q=power_of_two_scale(1 / math.sqrt(128)),
+def bank_local_plan(p: PagedPoint, block: int) -> DecodePlan:
+    """Our planner's bank-local plan at p (make_plan with kv_pages "key_row" and a paged cache of `block`,
+    a pool twice the need) at tt_transformers' numerics: its pieces per (user, KV head), placement, chunk
+    cap and split floor are what the model prices."""
+    blocks = -(-p.seq // block)
+    return make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq,
+                     head_dim=128, kv_dtype=DataType.bfloat8_b, cur_pos=[p.cur_pos] * p.batch, grid=p.grid,
+                     kv_pages="key_row", block_size=block, num_blocks=2 * p.batch * blocks,
+                     dram_banks=COST.dram_banks, prescale_q=power_of_two_scale(1 / math.sqrt(128)),
                      fp32_dest_acc_en=True, math_fidelity="HiFi2")
+
+
+def piece_compute(plan: DecodePlan) -> PieceCompute:
+    """The plan's fields the closed forms take, at tt_transformers' numerics."""
     return PieceCompute(q_tiles=plan.q_tiles, head_rows=min(32, plan.group_size), q_tile_rows=plan.q_tile_rows,
                         dst_tiles=plan.dst_tiles, prescale_q=plan.prescale_q, fp32_dest_acc_en=True, exp_approx=False,
-                        fidelity="HiFi2", chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles)
+                        fidelity="HiFi2", chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles,
+                        fixed_chunk_tiles=plan.fixed_chunk_tiles)
 
 
 def allocator_page_table(batch: int, blocks: int, block: int, num_kv_heads: int, seed: int = 0) -> np.ndarray:
@@ -126,8 +134,10 @@ def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
               tables: tuple[str, ...] = PAGE_TABLES) -> Iterator[dict[str, object]]:
     """Every row of the sweep (COLUMNS, plus `compute_over_reader` of ours), tt-metal's first per block."""
     for p in points:
-        pc = piece_compute(p)
         for block in blocks:
+            plan = bank_local_plan(p, block)
+            pc = piece_compute(plan)
+            placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
             tm, tm_gbps = ttmetal_us(p, block)
             yield _row(p, "tt-metal", "interleaved tile pages", block, "-", tm, tm_gbps, 1.0, float("nan"))
             shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
@@ -136,8 +146,9 @@ def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
                 pt = page_table(kind, p, block)
                 variants = [("bank-local", 1)] + ([("bank-local x4 (what-if)", WHAT_IF_PER_BANK)]
                                                   if kind == "sequential" else [])
-                for layout, per_bank in variants:
-                    b, _ = evaluate_paged(shape, pc, pt, per_bank=per_bank)
+                for layout, per_bank in variants:  # the plan's pieces and placement; the what-if its own
+                    b, _ = evaluate_paged(shape, pc, pt, plan.pieces_per_work * per_bank, per_bank=per_bank,
+                                          placement=placed if per_bank == 1 else None)
                     comp = sum(b.compute_us.values())
                     yield _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
                                comp / b.reader_us if b.reader_us else float("inf"))

@@ -12,14 +12,13 @@ import torch
 
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import ComputeSettings, MathFidelity
-from ttdecode.core.split import valid_tiles
+from ttdecode.core.split import bank_local_banks, bank_local_view, valid_tiles
 from ttdecode.core.tensor import from_torch
 from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.perf_model.counters import work_from_counters
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, bank_counts, evaluate_paged, paged_work,
-                                            piece_imbalance, piece_ownership, random_page_table, reachable_banks,
-                                            sequential_page_table)
+                                            piece_imbalance, piece_ownership, random_page_table, sequential_page_table)
 from ttdecode.perf_model.constants import COST
 from ttdecode.perf_model.evaluator import CoreWork, shared_bank_floors, sum_ops
 
@@ -34,7 +33,7 @@ def page_bank(block: int, head: int, row: int, nkv: int, bt: int, nb: int) -> in
 def test_reachable_banks_are_every_bank_some_block_puts_a_row_of_the_head_in(nkv, bt, nb, size):
     for h in range(nkv):
         seen = {page_bank(blk, h, r, nkv, bt, nb) for blk in range(4 * nb) for r in range(bt)}
-        assert reachable_banks(h, nkv, bt, nb) == tuple(sorted(seen))
+        assert bank_local_banks(h, nkv, bt, nb) == tuple(sorted(seen))
         assert len(seen) == size
 
 
@@ -74,6 +73,21 @@ def test_piece_ownership_partitions_the_banks_and_matches_the_rule(seed):
     owned = [b for bk in own.banks for b in bk]
     assert sorted(owned) == [b for b in reach if counts[b]]  # every live bank exactly once
     assert all(own.banks[i] for i in range(own.used)) and not any(own.banks[own.used:])  # work is a prefix
+
+
+@pytest.mark.parametrize("nkv,block,pos", [(8, 32, 2000), (8, 64, 700), (1, 32, 3000), (1, 32, 200), (8, 128, 90)])
+def test_piece_ownership_is_the_kernels_rule_on_random_tables(nkv, block, pos):
+    """The model's split from bank counts against core.split.bank_local_view (the rule the kernels mirror)."""
+    bt = block // 32
+    row = random_page_table(1, -(-(pos + 1) // block), seed=pos, num_blocks=500)[0].tolist()
+    pieces = len(bank_local_banks(0, nkv, bt, 12))
+    for h in range(nkv):
+        reach = bank_local_banks(h, nkv, bt, 12)
+        own = piece_ownership(bank_counts(row, valid_tiles(pos), h, nkv, bt, 12), reach, pieces, 4)
+        for i in range(pieces):
+            view = bank_local_view(pos, row, h, i, pieces=pieces, num_kv_heads=nkv, block_tiles=bt, dram_banks=12,
+                                   min_chunk_tiles=4)
+            assert (view.used, view.banks, view.num_tiles) == (own.used, own.banks[i], own.tiles[i])
 
 
 def test_more_readers_per_bank_split_each_bank_evenly():

@@ -5,10 +5,10 @@ piece of a (user, KV head) reading its own banks.
 Page k = (block * NKV + h) * bt + r of the pool (bt = block_size / 32, r the row inside the block) lives in
 bank k % NB, so logical key tile t of head h of a user with page-table row pt sits in bank
 (pt[t // bt] * NKV * bt + h * bt + t % bt) % NB (`tile_banks`). With g = gcd(NKV * bt, NB) head h reaches
-the banks R_h = {(h * bt + r + g * k) % NB} (`reachable_banks`): Llama-8B (NKV 8) block 32: 3 banks, block
+the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32: 3 banks, block
 64: 6, block 128: 12; one KV head: 12. Of P <= |R_h| pieces, used = min(|L|, P, max(1, T // floor)) get
 keys (L: the banks of R_h holding attended tiles, ascending); piece i < used owns the banks L[j] with
-j % used == i and reads their tiles (`piece_ownership`). A piece's time follows its own tile count n_i, so a
+j % used == i and reads their tiles (`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile count n_i, so a
 page table that crowds a head's tiles into few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
@@ -25,18 +25,18 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from ttdecode.core.noc_geometry import dram_return_hops, noc_hops
 from ttdecode.core.program_description import CoreCoord
-from ttdecode.core.split import TILE, dynamic_chunk_tiles, tree_children, valid_tiles
+from ttdecode.core.split import TILE, bank_local_banks, dynamic_chunk_tiles, tree_children, valid_tiles
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
 from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
 
-__all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "reachable_banks", "tile_banks", "bank_counts",
+__all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
            "piece_ownership", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",
            "paged_work", "bank_rate", "evaluate_paged"]
 
@@ -112,13 +112,6 @@ class PieceOwnership:
         return tuple(sum(t) for t in self.bank_tiles)
 
 
-def reachable_banks(head: int, num_kv_heads: int, block_tiles: int, banks: int) -> tuple[int, ...]:
-    """R_h, ascending: the banks KV head `head`'s key tiles can sit in, whatever the page table."""
-    g = math.gcd(num_kv_heads * block_tiles, banks)
-    return tuple(sorted({(head * block_tiles + r + g * k) % banks for r in range(block_tiles)
-                         for k in range(banks // g)}))
-
-
 def tile_banks(pt_row: Sequence[int], first_tile: int, tiles: int, head: int, num_kv_heads: int, block_tiles: int,
                banks: int) -> np.ndarray:
     """The bank of each logical key tile first_tile .. first_tile + tiles - 1 of head `head` (int64 [tiles])."""
@@ -178,7 +171,7 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
         if t == 0:
             continue
         for h in range(s.num_kv_heads):
-            reach = reachable_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
             counts = bank_counts(page_table[user], t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
             p = per_bank * len(reach) if pieces is None else min(pieces, per_bank * len(reach))
             out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, per_bank), counts, reach)
@@ -254,19 +247,21 @@ def _piece_reads(s: PagedShape, pc: PieceCompute, n: int, chunk: int, entries: i
 
 
 def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
-               c: CostConstants = COST, per_bank: int = 1) -> tuple[list[CoreWork], Reduction, dict[str, float]]:
+               c: CostConstants = COST, per_bank: int = 1,
+               placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None) -> tuple[list[CoreWork], Reduction, dict[str, float]]:
     """(per-core work, the merge trees, counts) of one bank-local paged step whose users' blocks are
     `page_table` ([batch, >= entries]); `pieces`: P per (user, KV head), None = |R_h| (x `per_bank`, the
     what-if of piece_ownership). A piece of one bank runs on one of that bank's cores (bank_cores, dealt
     round robin), a piece over several banks (a short context: used < |L|) on the core holding the fewest
     pieces; each core's reader first reads cur_pos and each of its users' page-table rows and passes over
-    them (setup_cycles). counts: the most pieces with keys of a (user, KV head), the worst and mean piece
+    them (setup_cycles). `placement`: (user, KV head, piece) -> core, a plan's (DecodePlan.pieces), in place
+    of that rule. counts: the most pieces with keys of a (user, KV head), the worst and mean piece
     imbalance, the cores."""
     d, kv, nb = s.d_tiles, s.kv_tile_bytes, s.dram_banks
     groups = bank_cores(s.grid, nb)
     dealt = [0] * nb
     everyone = [core for group in groups for core in group]
-    load: dict[CoreCoord, int] = {core: 0 for core in everyone}
+    load: dict[CoreCoord, int] = defaultdict(int, {core: 0 for core in everyone})
     works: dict[CoreCoord, CoreWork] = {}
     users: dict[CoreCoord, set[int]] = defaultdict(set)
     trees: set[Tree] = set()
@@ -281,7 +276,9 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
         most = max(most, own.used)
         where: list[CoreCoord] = []
         for i in range(own.used):
-            if len(own.banks[i]) == 1:  # one bank: the next of its cores
+            if placement is not None:
+                core = placement[(user, h, i)]
+            elif len(own.banks[i]) == 1:  # one bank: the next of its cores
                 anchor = own.banks[i][0]
                 core = groups[anchor][dealt[anchor] % len(groups[anchor])]
                 dealt[anchor] += 1
@@ -324,9 +321,11 @@ def bank_rate(c: CostConstants = COST) -> float:
 
 
 def evaluate_paged(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
-                   c: CostConstants = COST, per_bank: int = 1) -> tuple[Breakdown, dict[str, float]]:
+                   c: CostConstants = COST, per_bank: int = 1,
+                   placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None
+                   ) -> tuple[Breakdown, dict[str, float]]:
     """The step estimate (MODEL ESTIMATE, µs) of `paged_work`, every bank shared fairly by its readers at
     `bank_rate`; the launch skew over the cores with work. Returns (breakdown, paged_work's counts)."""
-    works, red, counts = paged_work(s, pc, page_table, pieces, c, per_bank)
+    works, red, counts = paged_work(s, pc, page_table, pieces, c, per_bank, placement)
     b = evaluate(works, red, pc.fidelity, c, floors=shared_bank_floors(works, bank_rate(c)))
     return b, counts
