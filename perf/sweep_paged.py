@@ -32,8 +32,8 @@ import numpy as np
 from ttdecode.core.formats import DataType
 from ttdecode.models.kv_cache import BlockAllocator
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, power_of_two_scale
-from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, random_page_table,
-                                            sequential_page_table)
+from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, piece_imbalance,
+                                            random_page_table, sequential_page_table)
 from ttdecode.perf_model.constants import COST
 from ttdecode.perf_model.evaluator import evaluate
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
@@ -94,10 +94,12 @@ def piece_compute(plan: DecodePlan) -> PieceCompute:
                         fixed_chunk_tiles=plan.fixed_chunk_tiles)
 
 
-def allocator_page_table(batch: int, blocks: int, block: int, num_kv_heads: int, seed: int = 0) -> np.ndarray:
-    """The balanced allocator's table after the users grew in random interleaved rounds (each round every
-    unfinished user takes 0-8 blocks) from a pool twice the need (int64 [batch, blocks])."""
-    alloc = BlockAllocator(batch, blocks * block, block, 2 * batch * blocks, policy="balanced",
+def allocator_page_table(batch: int, blocks: int, block: int, num_kv_heads: int, seed: int = 0,
+                         policy: str = "balanced") -> np.ndarray:
+    """The allocator's table (`policy`: "balanced", or "first_free" to compare) after the users grew in
+    random interleaved rounds (each round every unfinished user takes 0-8 blocks) from a pool twice the
+    need (int64 [batch, blocks])."""
+    alloc = BlockAllocator(batch, blocks * block, block, 2 * batch * blocks, policy=policy,
                            num_kv_heads=num_kv_heads, dram_banks=COST.dram_banks)
     rng = np.random.default_rng(seed)
     have = [0] * batch
@@ -244,6 +246,28 @@ def plot(rows: list[dict[str, object]], path: Path) -> Path:
     return path
 
 
+def imbalance_rows(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64)) -> list[tuple[str, ...]]:
+    """Piece imbalance max(n_i) / mean(n_i) (worst and mean over the (user, KV head)s) of each page table
+    at each point with more than one user and at least 32K keys (a single user's random draw is the same
+    arithmetic): random, the first_free allocator and the balanced one after the same interleaved growth."""
+    out = []
+    for p in points:
+        if p.batch == 1 or p.seq < 32768:
+            continue
+        for block in blocks:
+            plan = bank_local_plan(p, block)
+            shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
+                               COST.dram_banks)
+            n = -(-p.seq // block)
+            tables = {"random": page_table("random", p, block),
+                      "first_free allocator": allocator_page_table(p.batch, n, block, p.num_kv_heads, policy="first_free"),
+                      "balanced allocator": page_table("allocator", p, block)}
+            for kind, pt in tables.items():
+                worst, mean = piece_imbalance(shape, piece_compute(plan), pt, plan.pieces_per_work)
+                out.append((p.point, str(p.batch), str(p.seq), str(block), kind, f"{worst:.3f}", f"{mean:.3f}"))
+    return out
+
+
 def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPoint]] = None) -> int:
     """Run the paged sweep (`points`, default paged_points(quick)): CSV (COLUMNS) in `out`, the plot when
     `draw`, the rows and a PASS/FAIL line per goal on stdout. Returns 0 (a goal that fails is reported, not
@@ -263,6 +287,13 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     made = [plot(rows, out / f"fd_paged_gbps_vs_seq{'_quick' if quick else ''}.png")] if draw else []
     print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s (MODEL ESTIMATES); wrote {path}"
           + "".join(f", {m}" for m in made))
+    imb = imbalance_rows(paged_points(quick) if points is None else points)
+    if imb:
+        print("\npiece imbalance max(n_i) / mean(n_i), worst / mean over (user, KV head) (MODEL ARITHMETIC):")
+        print("| point | B | S | block | page table | worst | mean |\n|---|---:|---:|---:|---|---:|---:|")
+        for r in imb:
+            print("| " + " | ".join(r) + " |")
+    print()
     for goal, met, why in goals(rows):
         print(f"{'PASS' if met else 'FAIL'}: {goal} ({why})")
     return 0
