@@ -207,7 +207,8 @@ def goals(rows: list[dict[str, object]]) -> list[tuple[str, bool, str]]:
                     f"worst {s:.3f}x at {k[0]} B {k[1]} S {k[2]} block {k[3]}"))
     if t3k:
         hi = max(t3k, key=lambda r: float(r["compute_over_reader"]))
-        out.append(("compute / reader <= 1 at the T3K 32K points", all(float(r["compute_over_reader"]) <= 1 for r in t3k),
+        out.append(("compute / reader <= 1 at the T3K 32K points",
+                    all(float(r["compute_over_reader"]) <= 1 for r in t3k),
                     f"highest {float(hi['compute_over_reader']):.2f} at B {hi['batch']} block {hi['block']} "
                     f"{hi['page_table']}"))
     return out
@@ -224,7 +225,8 @@ def plot(rows: list[dict[str, object]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.0, 4.4))
     for batch, mark in ((1, "o"), (8, "^"), (32, "s")):
         for block, ls in ((32, "-"), (64, "--")):
-            for kernel, layout, table in (("ttdecode", "bank-local", "sequential"), ("tt-metal", "interleaved tile pages", "-")):
+            for kernel, layout, table in (("ttdecode", "bank-local", "sequential"),
+                                          ("tt-metal", "interleaved tile pages", "-")):
                 rs = sorted((r for r in rows if r["point"] == "llama8b-n150" and r["batch"] == batch
                              and r["block"] == block and r["layout"] == layout and r["page_table"] == table),
                             key=lambda r: int(r["seq"]))
@@ -260,7 +262,8 @@ def imbalance_rows(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64))
                                COST.dram_banks)
             n = -(-p.seq // block)
             tables = {"random": page_table("random", p, block),
-                      "first_free allocator": allocator_page_table(p.batch, n, block, p.num_kv_heads, policy="first_free"),
+                      "first_free allocator": allocator_page_table(p.batch, n, block, p.num_kv_heads,
+                                                                   policy="first_free"),
                       "balanced allocator": page_table("allocator", p, block)}
             for kind, pt in tables.items():
                 worst, mean = piece_imbalance(shape, piece_compute(plan), pt, plan.pieces_per_work)

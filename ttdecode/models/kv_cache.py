@@ -39,7 +39,8 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor
 from ttdecode.ops.rotary_append import op as rotary_op
 
-__all__ = ["append_rows", "BlockAllocator", "POLICIES", "policy_for", "residue_classes", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
+__all__ = ["append_rows", "BlockAllocator", "POLICIES", "policy_for", "residue_classes",
+           "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
            "KV_DTYPES", "check_positions"]
 
 #: KV formats the Llama decoder stores (the op also reads bfloat4_b; the decoder keeps to these two).
@@ -86,7 +87,8 @@ class BlockAllocator:
         if policy == "balanced" and (num_kv_heads is None or dram_banks is None):
             raise ValueError("policy 'balanced': expected num_kv_heads and dram_banks, got None")
         self.policy = policy
-        self.classes = 1 if policy == "first_free" else residue_classes(num_kv_heads, block_size, dram_banks)  # type: ignore[arg-type]
+        self.classes = (1 if num_kv_heads is None or dram_banks is None
+                        else residue_classes(num_kv_heads, block_size, dram_banks))
         self.name = name  # how errors name this pool
         self.batch = batch
         self.max_seq_len = max_seq_len

@@ -5,11 +5,12 @@ piece of a (user, KV head) reading its own banks.
 Page k = (block * NKV + h) * bt + r of the pool (bt = block_size / 32, r the row inside the block) lives in
 bank k % NB, so logical key tile t of head h of a user with page-table row pt sits in bank
 (pt[t // bt] * NKV * bt + h * bt + t % bt) % NB (`tile_banks`). With g = gcd(NKV * bt, NB) head h reaches
-the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32: 3 banks, block
-64: 6, block 128: 12; one KV head: 12. Of P <= |R_h| pieces, used = min(|L|, P, max(1, T // floor)) get
+the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32:
+3 banks, block 64: 6, block 128: 12; one KV head: 12. Of P <= |R_h| pieces, used = min(|L|, P, max(1, T // floor)) get
 keys (L: the banks of R_h holding attended tiles, ascending); piece i < used owns the banks L[j] with
-j % used == i and reads their tiles (`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile count n_i, so a
-page table that crowds a head's tiles into few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
+j % used == i and reads their tiles (`piece_ownership`: core.split.bank_local_view's rule, from bank
+counts). A piece's time follows its own tile count n_i, so a page table that crowds a head's tiles into
+few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
@@ -226,7 +227,8 @@ def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> di
     ops: dict[str, list[OpTally]] = {}
     _add_ops(ops, _scaled(chunk_tile_ops(pc.q_tiles, d, d, running=False, **args), first))  # type: ignore[arg-type]
     if n > first:
-        _add_ops(ops, _scaled(chunk_tile_ops(pc.q_tiles, d, d, running=True, **args), n - first))  # type: ignore[arg-type]
+        running = chunk_tile_ops(pc.q_tiles, d, d, running=True, **args)  # type: ignore[arg-type]
+        _add_ops(ops, _scaled(running, n - first))
         _add_ops(ops, _scaled(chunk_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.q_tile_rows, False, im), chunks - 1))
     return ops
 
@@ -246,9 +248,35 @@ def _piece_reads(s: PagedShape, pc: PieceCompute, n: int, chunk: int, entries: i
     return groups
 
 
+class _Placer:
+    """Where paged_work's pieces run: a plan's placement when given, else a piece of one bank on the next
+    of that bank's cores (bank_cores), a piece over several banks on the core holding the fewest pieces."""
+
+    def __init__(self, grid: tuple[int, int], banks: int,
+                 placement: Optional[Mapping[tuple[int, int, int], CoreCoord]]) -> None:
+        self.groups = bank_cores(grid, banks)
+        self.dealt = [0] * banks
+        self.everyone = [core for group in self.groups for core in group]
+        self.load: dict[CoreCoord, int] = defaultdict(int, {core: 0 for core in self.everyone})
+        self.placement = placement
+
+    def core(self, user: int, head: int, index: int, banks: tuple[int, ...]) -> CoreCoord:
+        if self.placement is not None:
+            core = self.placement[(user, head, index)]
+        elif len(banks) == 1:
+            group = self.groups[banks[0]]
+            core = group[self.dealt[banks[0]] % len(group)]
+            self.dealt[banks[0]] += 1
+        else:
+            core = min(self.everyone, key=lambda k: self.load[k])
+        self.load[core] += 1
+        return core
+
+
 def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
                c: CostConstants = COST, per_bank: int = 1,
-               placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None) -> tuple[list[CoreWork], Reduction, dict[str, float]]:
+               placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None
+               ) -> tuple[list[CoreWork], Reduction, dict[str, float]]:
     """(per-core work, the merge trees, counts) of one bank-local paged step whose users' blocks are
     `page_table` ([batch, >= entries]); `pieces`: P per (user, KV head), None = |R_h| (x `per_bank`, the
     what-if of piece_ownership). A piece of one bank runs on one of that bank's cores (bank_cores, dealt
@@ -258,10 +286,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     of that rule. counts: the most pieces with keys of a (user, KV head), the worst and mean piece
     imbalance, the cores."""
     d, kv, nb = s.d_tiles, s.kv_tile_bytes, s.dram_banks
-    groups = bank_cores(s.grid, nb)
-    dealt = [0] * nb
-    everyone = [core for group in groups for core in group]
-    load: dict[CoreCoord, int] = defaultdict(int, {core: 0 for core in everyone})
+    placer = _Placer(s.grid, nb, placement)
     works: dict[CoreCoord, CoreWork] = {}
     users: dict[CoreCoord, set[int]] = defaultdict(set)
     trees: set[Tree] = set()
@@ -276,15 +301,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
         most = max(most, own.used)
         where: list[CoreCoord] = []
         for i in range(own.used):
-            if placement is not None:
-                core = placement[(user, h, i)]
-            elif len(own.banks[i]) == 1:  # one bank: the next of its cores
-                anchor = own.banks[i][0]
-                core = groups[anchor][dealt[anchor] % len(groups[anchor])]
-                dealt[anchor] += 1
-            else:  # a short context's piece over several banks: the core holding the fewest pieces
-                core = min(everyone, key=lambda k: load[k])
-            load[core] += 1
+            core = placer.core(user, h, i, own.banks[i])
             where.append(core)
             n = own.tiles[i]
             w = works.setdefault(core, CoreWork([], np.zeros(nb), {}, {}, 0, 0, 0, bank_local=True))
