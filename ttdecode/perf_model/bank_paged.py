@@ -23,7 +23,6 @@ the slowest piece, its core and its tree bound the step. All figures are MODEL E
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
