@@ -31,6 +31,11 @@ and figures.
     PYTHONPATH=. python perf/sweep_flash_decode.py            # full
     PYTHONPATH=. python perf/sweep_flash_decode.py --quick --out DIR   # the Galaxy Llama-70B points, both kernels
     PYTHONPATH=. python perf/sweep_flash_decode.py --update-committed  # full, into tech_report/figures/
+    PYTHONPATH=. python perf/sweep_flash_decode.py --paged [--quick]    # the paged sweep (perf/sweep_paged.py)
+
+``--paged`` runs the paged sweep instead (perf/sweep_paged.py: bank-local paged pools beside tt-metal's
+structure on its tile-page pool, closed-form model estimates, PASS/FAIL per goal): sweep_paged[_quick].csv
+and fd_paged_gbps_vs_seq[_quick].png in --out.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from ttdecode.ops.flash_decode.plan import DecodePlan, PlanError, make_plan, pow
 from ttdecode.core.program_description import ComputeSettings, MathFidelity  # noqa: E402
 from ttdecode.runtime.results import RunCounters  # noqa: E402
 from ttdecode.core.tensor import TileTensor, from_torch  # noqa: E402
+from perf.sweep_paged import main_paged  # noqa: E402
 
 KV = DataType.bfloat8_b
 #: tt-metal's published best FlashDecode K/V read rate (tt-metal tech_reports/FlashAttention/FlashDecode.md),
@@ -448,6 +454,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="directory for the CSV and figures (default: build/perf/, untracked)")
     ap.add_argument("--update-committed", action="store_true",
                     help="write into tech_report/figures/, replacing the committed CSV and figures (full run only)")
+    ap.add_argument("--paged", action="store_true",
+                    help="the paged sweep (bank-local paged vs tt-metal's structure, goals); with --quick its subset")
     ap.add_argument("--max-seq", type=int, default=131072, help="longest S of the seq sweep (default: 131072)")
     ap.add_argument("--long-limit", type=float, default=60.0,
                     help="seconds: after a run at S >= 64K taking longer, the longer S are skipped (default: 60)")
@@ -463,6 +471,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"sweep_flash_decode: no figures, the CSV only: {no_figures}", file=sys.stderr)
     args.out = COMMITTED if args.update_committed else (args.out or BUILD_OUT)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.paged:
+        if args.update_committed:
+            ap.error("--paged writes into --out only")
+        return main_paged(args.quick, args.out, draw=no_figures is None)
     points = tg_llama70b_points()
     if not args.quick:
         points += (tech_report_points() + llama_seq_points(False, args.max_seq) + t3k_core_points(False) + batch_points(False)

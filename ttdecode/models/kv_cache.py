@@ -14,7 +14,12 @@ shared-exponent groups, so every other byte of the cache stays as it was.
 `BlockAllocator` hands out blocks per user: a user gets block ``p // block_size`` when its position
 first enters it, gives them all back when it starts again at position 0, and gives back the blocks
 past a position it rewinds to. `BlockAllocator.plan` checks a whole step (and raises) before
-anything changes, so a refused step leaves allocator and caches exactly as they were.
+anything changes, so a refused step leaves allocator and caches exactly as they were. Its policy
+"first_free" hands out the lowest free block; "balanced" (`policy_for` a bank-local "key_row" pool)
+keeps each user's rows even over the DRAM banks: a key-tile row page k = (block * NKV + h) * bt + r lives
+in bank k % NB, so a block's banks follow its residue class block mod (NB / gcd(NKV * bt, NB))
+(`residue_classes`), and user b's logical block j takes a block of class (b + j) mod that count when one
+is free (else the next class with a free block).
 
 `ContextParallelAllocator` does the same over C context-parallel ranks, each with its own pool of
 local blocks: a user's block j lives on rank ``j mod C`` as local block ``j div C``, so each rank's
@@ -34,11 +39,26 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor
 from ttdecode.ops.rotary_append import op as rotary_op
 
-__all__ = ["append_rows", "BlockAllocator", "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
+__all__ = ["append_rows", "BlockAllocator", "POLICIES", "policy_for", "residue_classes",
+           "ContextParallelAllocator", "ContextParallelPlan", "StepPlan", "PagedKVCache",
            "KV_DTYPES", "check_positions"]
 
 #: KV formats the Llama decoder stores (the op also reads bfloat4_b; the decoder keeps to these two).
 KV_DTYPES = (DataType.bfloat16, DataType.bfloat8_b)
+#: Block allocation policies of `BlockAllocator`.
+POLICIES = ("first_free", "balanced")
+
+
+def policy_for(kv_pages: str) -> str:
+    """The allocation policy of a pool whose pages are `kv_pages`: "balanced" for a bank-local "key_row"
+    pool (its rows' banks follow the blocks), "first_free" otherwise."""
+    return "balanced" if kv_pages == "key_row" else "first_free"
+
+
+def residue_classes(num_kv_heads: int, block_size: int, dram_banks: int) -> int:
+    """NB / gcd(NKV * bt, NB): the classes block mod that count whose blocks put a head's rows in the same
+    banks (bt = block_size / 32 key-tile rows per block)."""
+    return dram_banks // math.gcd(num_kv_heads * (block_size // 32), dram_banks)
 
 
 @dataclass(frozen=True)
@@ -55,10 +75,20 @@ class StepPlan:
 
 
 class BlockAllocator:
-    """Per-user block lists over a pool of ``num_blocks`` blocks of ``block_size`` positions."""
+    """Per-user block lists over a pool of ``num_blocks`` blocks of ``block_size`` positions. ``policy``
+    (POLICIES): "first_free", or "balanced", which needs the pool's ``num_kv_heads`` and the device's
+    ``dram_banks`` (module docstring)."""
 
     def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int,
-                 name: str = "block pool") -> None:
+                 name: str = "block pool", policy: str = "first_free", num_kv_heads: Optional[int] = None,
+                 dram_banks: Optional[int] = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy: expected one of {POLICIES}, got {policy!r}")
+        if policy == "balanced" and (num_kv_heads is None or dram_banks is None):
+            raise ValueError("policy 'balanced': expected num_kv_heads and dram_banks, got None")
+        self.policy = policy
+        self.classes = (1 if num_kv_heads is None or dram_banks is None
+                        else residue_classes(num_kv_heads, block_size, dram_banks))
         self.name = name  # how errors name this pool
         self.batch = batch
         self.max_seq_len = max_seq_len
@@ -110,10 +140,29 @@ class BlockAllocator:
                 f"build the decoder with more num_blocks or fewer users)"
             )
         pool = self._free + [blk for f in reversed(free) for blk in reversed(f)]
+        if self.policy == "balanced":
+            return StepPlan(tuple(free), self._balanced(pool, need), tuple(lengths))
         alloc = []
         for n in need:
             alloc.append(tuple((i, pool.pop()) for i in n))
         return StepPlan(tuple(free), tuple(alloc), tuple(lengths))
+
+    def _balanced(self, pool: list[int], need: Sequence[Sequence[int]]) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The balanced policy's picks from `pool` (handed out from its end, as "first_free"): user b's
+        logical block i a block of class (b + i) mod classes, else the next class with a free block."""
+        k = self.classes
+        by_class: list[list[int]] = [[] for _ in range(k)]
+        for blk in pool:
+            by_class[blk % k].append(blk)
+        alloc = []
+        for b, n in enumerate(need):
+            picks = []
+            for i in n:
+                want = (b + i) % k
+                cls = next(want + j for j in range(k) if by_class[(want + j) % k]) % k
+                picks.append((i, by_class[cls].pop()))
+            alloc.append(tuple(picks))
+        return tuple(alloc)
 
     def commit(self, plan: StepPlan) -> None:
         """Apply a plan made by `plan` for the current state."""
@@ -121,12 +170,15 @@ class BlockAllocator:
             if fr:
                 self.blocks[b] = self.blocks[b][: len(self.blocks[b]) - len(fr)]
                 self._free.extend(reversed(fr))
+        taken: set[int] = set()
         for b, (al, n) in enumerate(zip(plan.alloc, plan.lengths)):
             for i, blk in al:
                 assert i == len(self.blocks[b]), (b, i, self.blocks[b])
                 self.blocks[b].append(blk)
-                self._free.remove(blk)
+                taken.add(blk)
             self.lengths[b] = n
+        if taken:  # the free list without the blocks taken, in its order (one pass)
+            self._free = [blk for blk in self._free if blk not in taken]
 
     def page_table(self, plan: Optional[StepPlan] = None) -> torch.Tensor:
         """int32 ``[batch, max_blocks]``; entries past a user's blocks are 0 (the op never reads them).
@@ -169,16 +221,20 @@ class ContextParallelAllocator:
     ``ttdecode.distributed.context``). Each rank's `BlockAllocator` has ``num_blocks`` blocks and a
     page table ``[batch, ceil(ceil(max_seq_len / block_size) / C)]`` of local physical blocks; a
     user's local positions on rank c are its positions held there, in order. A step is planned on
-    every rank before anything changes: an exhausted pool refuses the whole step."""
+    every rank before anything changes: an exhausted pool refuses the whole step. ``policy``,
+    ``num_kv_heads``, ``dram_banks``: every rank's (`BlockAllocator`)."""
 
-    def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int, context_parallel: int) -> None:
+    def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int, context_parallel: int,
+                 policy: str = "first_free", num_kv_heads: Optional[int] = None,
+                 dram_banks: Optional[int] = None) -> None:
         self.batch, self.block_size, self.cp = batch, block_size, context_parallel
         self.max_blocks = math.ceil(max_seq_len / block_size)  # global blocks per user
         self.local_max_blocks = math.ceil(self.max_blocks / context_parallel)
         self.num_blocks = num_blocks
         self.ranks = [
             BlockAllocator(batch, self.local_max_blocks * block_size, block_size, num_blocks,
-                           name=f"num_blocks (the block pool of context-parallel rank {c} of {context_parallel})")
+                           name=f"num_blocks (the block pool of context-parallel rank {c} of {context_parallel})",
+                           policy=policy, num_kv_heads=num_kv_heads, dram_banks=dram_banks)
             for c in range(context_parallel)
         ]
         self.lengths: list[int] = [0] * batch

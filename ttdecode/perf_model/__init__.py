@@ -22,7 +22,10 @@ A core is described by `CoreWork`; `evaluate(works, reduction, c)` gives a `Brea
 - ``pricing``: the prices of a split candidate (a key tile, a chunk, a tree round, a reader, the DRAM floor),
   the narrow interface the FlashDecode planner chooses its split with (`ttdecode.ops.flash_decode.plan.split_choices`):
   the model prices, the planner decides. The model reads plans by their fields and never imports the planner;
-- ``ttmetal_structure``: tt-metal's decode op written down as data.
+- ``ttmetal_structure``: tt-metal's decode op written down as data;
+- ``bank_paged``: our kernels on a bank-local paged pool in closed form from a concrete page table (which
+  banks a head reaches, which tiles each piece owns, the reader's page-table pass), its banks shared fairly
+  by their readers (`evaluator.shared_bank_floors`).
 
 The NoC geometry (hops between cores and from DRAM banks) is ``ttdecode.core.noc_geometry``'s, shared with
 the planner.

@@ -20,6 +20,10 @@ class CostConstants:
     dram_request_issue_cycles: float = 6.8
     core_read_plateau_bytes_per_cycle: float = 22.3
     dram_bank_local_efficiency: float = 267.0 / 288.0
+    dram_bank_reader_bytes_per_cycle: float = 22.2  # sourced: one reader alone on one bank (DRAMTile)
+    dram_bank_local_readers_efficiency: float = 265.5 / 288.0  # sourced: 12 readers, one per bank (DRAMTile)
+    page_table_pass_entry_cycles: float = 20.0  # ESTIMATE: the reader's up-front pass, per page-table entry
+    page_table_walk_entry_cycles: float = 10.0  # ESTIMATE: a piece's lazy walk, per page-table entry
     dram_interleaved_efficiency: float = 0.66  # sourced: 189.8 / 288 = 0.659 (DRAMTile README), see sources
     dram_interleaved_efficiency_noc1: float = 82.1 / 288.0  # sourced, the same benchmark on NoC 1 (not used by reads)
     noc_bytes_per_cycle: float = 32.0
@@ -66,6 +70,27 @@ COST_SOURCES: dict[str, str] = {
                                          "'DRAM Interleaved Packet Sizes')",
     "dram_bank_local_efficiency": "267/288 = 92.7%: the DRAM micro-benchmark with one bank-local reader per bank "
                                   "(tech_reports/Saturating_DRAM_bandwidth)",
+    "dram_bank_reader_bytes_per_cycle": "22.2 B/cycle: one Tensix reading 1 MiB from one DRAM channel, NoC 0 "
+                                        "(tt-isa-documentation WormholeB0/DRAMTile/README.md: 22.2 GB/s, 92.5%); 12 or "
+                                        "48 readers on that one channel reach 22.3 GB/s in all: readers beyond one per "
+                                        "bank share the bank's rate (the bank-local paged model's fair share)",
+    "dram_bank_local_readers_efficiency": "265.5/288 = 92.2%: 12 Tensix readers carefully paired one per DRAM "
+                                          "channel, NoC 0 (tt-isa-documentation WormholeB0/DRAMTile/README.md; 48 "
+                                          "such readers: 267.5 GB/s). A bank's rate in the bank-local paged model "
+                                          "(265.5 / 12 = 22.1 B/cycle); dram_bank_local_efficiency (267/288, the "
+                                          "tech report) stays the contiguous key_row floor the planner prices with",
+    "page_table_pass_entry_cycles": "ESTIMATE (not measured): the bank-local reader's up-front pass over a user's "
+                                    "page-table row, per entry, on an in-order RV32IM core at 1 GHz (tt-isa-"
+                                    "documentation WormholeB0/TensixTile/BabyRISCV/README.md): the entry's L1 load "
+                                    "(>= 8 cycles latency, not hidden: the next steps depend on it), the out-of-pool "
+                                    "guard (compare, branch: 2), the block's base bank pt * NKV * bt mod NB by a "
+                                    "multiply-shift modulus (3 multiplies of 2 cycles, a subtract: 7), the "
+                                    "histogram bump in core-local RAM (load 2, add, store: 4) and the loop (2): "
+                                    "~23, rounded to 20 as the compiler overlaps a few; serial before the first read",
+    "page_table_walk_entry_cycles": "ESTIMATE (not measured): a piece's lazy walk over the page-table row, per "
+                                    "entry: the L1 load (8, overlapped with the reads in flight), the block's base "
+                                    "bank by an incremental residue (2), the owned-bank test and branch (2): ~10; "
+                                    "charged on the reader's issue side beside its read requests",
     "dram_interleaved_efficiency": "0.66 of the bank peak for interleaved reads from every core: 12 readers paired "
                                    "randomly with banks reach 189.8 GB/s on NoC 0 (tt-isa-documentation WormholeB0/"
                                    "DRAMTile/README.md; 189.8/288 = 0.659, kept at 0.66, the value it had when it was "

@@ -16,7 +16,7 @@ from ttdecode.perf_model.constants import COST, CostConstants
 __all__ = ["SFPU_OPS", "OpTally", "CoreWork", "Tree", "Reduction", "Breakdown", "op_class", "sfpu_tile_cycles",
            "op_cycles", "tally_l1_bytes", "sum_ops", "reader_cycles", "bank_floor_cycles", "message_cycles",
            "critical_path", "tree_cycles", "reduction_cycles", "core_cycles", "index_read_cycles",
-           "start_spread_cycles", "evaluate"]
+           "start_spread_cycles", "shared_bank_floors", "evaluate"]
 
 SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar", "ternary")
 
@@ -69,6 +69,7 @@ class CoreWork:
     kv_bytes: int
     bank_local: bool = False
     index_reads: tuple[tuple[str, int], ...] = ()
+    setup_cycles: float = 0.0
 
 
 #: A merge tree as data: a node is the tuple of its children in merge order, each child
@@ -272,6 +273,20 @@ def index_read_cycles(reads: Sequence[tuple[str, int]], c: CostConstants = COST)
     return t
 
 
+def shared_bank_floors(works: Sequence[CoreWork], bank_rate: float) -> list[float]:
+    """Per work, when its DRAM reads can end if every bank serves its readers in fair shares of
+    `bank_rate` bytes/cycle (readers beyond one per bank share the bank's rate): a reader of x bytes on
+    bank b ends at sum_j min(x_j, x) / bank_rate over the readers j of b (processor sharing, all
+    starting together), the latest over the banks it reads. Equals the busiest bank's load / rate for
+    equal readers, its own bytes / rate for a reader alone."""
+    loads = np.array([np.asarray(w.bank_bytes, float) for w in works]) if works else np.zeros((0, 0))
+    out = []
+    for x in loads:
+        ends = [np.minimum(loads[:, b], x[b]).sum() / bank_rate for b in np.nonzero(x > 0)[0]]
+        out.append(float(max(ends, default=0.0)))
+    return out
+
+
 def start_spread_cycles(cores: int, c: CostConstants = COST) -> float:
     """The launch skew of an op on `cores` cores: the first-to-last kernel start (COST_SOURCES
     "start_spread_cycles"): none on one core, the published spread on more."""
@@ -279,18 +294,20 @@ def start_spread_cycles(cores: int, c: CostConstants = COST) -> float:
 
 
 def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
-             c: CostConstants = COST, cores: Optional[int] = None) -> Breakdown:
+             c: CostConstants = COST, cores: Optional[int] = None,
+             floors: Optional[Sequence[float]] = None) -> Breakdown:
     """The step estimate for cores `works` and the tree `reduction` (see the module docstring): tt-metal's
     DEVICE KERNEL DURATION. `cores`: the cores the op starts (the launch skew spreads over them; None = the
-    cores with work, len(works))."""
-    floor = bank_floor_cycles(works, c)
+    cores with work, len(works)). `floors`: per work, the cycles its reads take at least (shared_bank_floors);
+    None = the busiest bank's floor for every work (bank_floor_cycles)."""
+    floor = bank_floor_cycles(works, c) if floors is None else max(floors, default=0.0)
     best: tuple[float, float, dict[str, float]] = (0.0, 0.0, {})
     busiest = 0.0  # the longest core with the merges it runs counted as its compute
-    for w in works:
+    for i, w in enumerate(works):
         # the index reads (cur_pos, the page table) come first: the reader needs them for its first
         # address and the compute for its chunk count, so nothing overlaps them
-        idx = index_read_cycles(w.index_reads, c)
-        rd = max(reader_cycles(w.read_groups, c), floor)
+        idx = index_read_cycles(w.index_reads, c) + w.setup_cycles
+        rd = max(reader_cycles(w.read_groups, c), floor if floors is None else floors[i])
         comp = sum_ops(w.compute, fidelity, c)
         if comp:  # the compute kernel's own init, once per core
             comp["startup"] = c.compute_startup_cycles

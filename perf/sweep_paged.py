@@ -1,0 +1,302 @@
+"""The paged sweep (`perf/sweep_flash_decode.py --paged`): our kernels on a bank-local paged pool beside
+tt-metal's sdpa_decode structure on its standard (interleaved tile-page) pool, both through the Wormhole
+cost model. ALL TIMES ARE MODEL ESTIMATES.
+
+Ours: `ttdecode.perf_model.bank_paged` in closed form from a concrete page table (every user's row), for
+our planner's bank-local plan of the point (make_plan with kv_pages "key_row" and the paged cache): its
+pieces per (user, KV head), their cores, q tiles, DST tiles, chunk cap and split floor. tt-metal's: its structure
+(`ttmetal_structure`) reading cur_pos and the page-table row from DRAM. Both at tt_transformers' decode
+numerics: HiFi2, math_approx_mode True, fp32_dest_acc_en True, packer_l1_acc True (ours does not use it),
+exp_approx_mode False (ours: the accurate fp32 exp; tt-metal's structure: its kernel's own exp path).
+
+Points: Llama-3.1-8B N150 (32q/8kv, D 128) B 1/8/32 x S 4K/8K/32K/128K; Llama-3.1-70B T3K chip (8q/1kv)
+B 1 and 32 at 32K; Galaxy Llama-70B chip (B 8, cur_pos 127, 8x4 grid); blocks 32 and 64; page tables
+"sequential", "random" (distinct blocks drawn from a pool twice the need, seed 0) and "allocator" (the
+balanced BlockAllocator of ttdecode.models.kv_cache filling the users in random interleaved rounds from a
+pool twice the need). Besides the layout's own rows ("bank-local", the design: at most one piece per bank
+of R_h), a what-if row "bank-local x4" (up to 4 readers per bank) at the sequential tables shows what
+more pieces would buy where the compute binds; the goals judge "bank-local" only.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+from ttdecode.core.formats import DataType
+from ttdecode.models.kv_cache import BlockAllocator
+from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, power_of_two_scale
+from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, piece_imbalance,
+                                            random_page_table, sequential_page_table)
+from ttdecode.perf_model.constants import COST
+from ttdecode.perf_model.evaluator import evaluate
+from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
+
+COLUMNS = ["point", "kernel", "layout", "batch", "seq", "block", "page_table", "us", "gbps", "ratio_vs_ttmetal"]
+PAGE_TABLES = ("sequential", "random", "allocator")
+PEAK_GBPS = COST.dram_peak_bytes_per_cycle * COST.clock_hz / 1e9
+BANK_LOCAL_GBPS = 265.5  # DRAMTile: 12 readers, one per bank (COST_SOURCES "dram_bank_local_readers_efficiency")
+WHAT_IF_PER_BANK = 4
+
+
+@dataclass(frozen=True)
+class PagedPoint:
+    """One model shape of the paged sweep; `pos` None = every user at seq - 1."""
+
+    point: str
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    seq: int
+    grid: tuple[int, int] = (8, 8)
+    max_cores: int = 16  # tt-metal's max_cores_per_head_batch
+    pos: Optional[int] = None
+
+    @property
+    def cur_pos(self) -> int:
+        return self.seq - 1 if self.pos is None else self.pos
+
+
+def paged_points(quick: bool) -> list[PagedPoint]:
+    """The sweep's shapes (`quick`: a subset that runs in about a minute here)."""
+    seqs = (4096, 32768) if quick else (4096, 8192, 32768, 131072)
+    batches = (1, 8) if quick else (1, 8, 32)
+    llama = [PagedPoint("llama8b-n150", b, 32, 8, s) for b in batches for s in seqs
+             if not (quick and b == 8 and s > 4096)]
+    t3k = [PagedPoint("llama70b-t3k", b, 8, 1, 32768) for b in (1, 32)]
+    galaxy = [PagedPoint("galaxy-llama70b", 8, 8, 1, 128, (8, 4), 4, 127)]
+    return llama + t3k + galaxy
+
+
+def bank_local_plan(p: PagedPoint, block: int) -> DecodePlan:
+    """Our planner's bank-local plan at p (make_plan with kv_pages "key_row" and a paged cache of `block`,
+    a pool twice the need) at tt_transformers' numerics: its pieces per (user, KV head), placement, chunk
+    cap and split floor are what the model prices."""
+    blocks = -(-p.seq // block)
+    return make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq,
+                     head_dim=128, kv_dtype=DataType.bfloat8_b, cur_pos=[p.cur_pos] * p.batch, grid=p.grid,
+                     kv_pages="key_row", block_size=block, num_blocks=2 * p.batch * blocks,
+                     dram_banks=COST.dram_banks, prescale_q=power_of_two_scale(1 / math.sqrt(128)),
+                     fp32_dest_acc_en=True, math_fidelity="HiFi2")
+
+
+def piece_compute(plan: DecodePlan) -> PieceCompute:
+    """The plan's fields the closed forms take, at tt_transformers' numerics."""
+    return PieceCompute(q_tiles=plan.q_tiles, head_rows=min(32, plan.group_size), q_tile_rows=plan.q_tile_rows,
+                        dst_tiles=plan.dst_tiles, prescale_q=plan.prescale_q, fp32_dest_acc_en=True, exp_approx=False,
+                        fidelity="HiFi2", chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles,
+                        fixed_chunk_tiles=plan.fixed_chunk_tiles)
+
+
+def allocator_page_table(batch: int, blocks: int, block: int, num_kv_heads: int, seed: int = 0,
+                         policy: str = "balanced") -> np.ndarray:
+    """The allocator's table (`policy`: "balanced", or "first_free" to compare) after the users grew in
+    random interleaved rounds (each round every unfinished user takes 0-8 blocks) from a pool twice the
+    need (int64 [batch, blocks])."""
+    alloc = BlockAllocator(batch, blocks * block, block, 2 * batch * blocks, policy=policy,
+                           num_kv_heads=num_kv_heads, dram_banks=COST.dram_banks)
+    rng = np.random.default_rng(seed)
+    have = [0] * batch
+    while min(have) < blocks:
+        grow = [min(blocks, h + int(rng.integers(0, 9))) for h in have]
+        plan = alloc.plan_blocks([(False, g) if g > h else None for g, h in zip(grow, have)],
+                                 [g * block for g in grow])
+        alloc.commit(plan)
+        have = grow
+    return alloc.page_table().numpy().astype(np.int64)
+
+
+def page_table(kind: str, p: PagedPoint, block: int) -> np.ndarray:
+    blocks = -(-p.seq // block)
+    if kind == "sequential":
+        return sequential_page_table(p.batch, blocks)
+    if kind == "random":
+        return random_page_table(p.batch, blocks, seed=0, num_blocks=2 * p.batch * blocks)
+    if kind == "allocator":
+        return allocator_page_table(p.batch, blocks, block, p.num_kv_heads)
+    raise ValueError(f"page_table: expected one of {PAGE_TABLES}, got {kind!r}")
+
+
+def ttmetal_us(p: PagedPoint, block: int) -> tuple[float, float]:
+    """(µs, GB/s) of tt-metal's structure on its interleaved paged pool (MODEL ESTIMATE)."""
+    shape = TTMetalShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, p.cur_pos, p.seq, p.grid, p.max_cores,
+                         fp32_dest_acc=True, index_memory="dram", block_size=block)
+    works, red, _ = ttmetal_work(shape)
+    b = evaluate(works, red, "HiFi2")
+    return b.total_us, b.achieved_gbps
+
+
+def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
+              tables: tuple[str, ...] = PAGE_TABLES) -> Iterator[dict[str, object]]:
+    """Every row of the sweep (COLUMNS, plus `compute_over_reader` of ours), tt-metal's first per block."""
+    for p in points:
+        for block in blocks:
+            plan = bank_local_plan(p, block)
+            pc = piece_compute(plan)
+            placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
+            tm, tm_gbps = ttmetal_us(p, block)
+            yield _row(p, "tt-metal", "interleaved tile pages", block, "-", tm, tm_gbps, 1.0, float("nan"))
+            shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
+                               COST.dram_banks)
+            for kind in tables:
+                pt = page_table(kind, p, block)
+                variants = [("bank-local", 1)] + ([("bank-local x4 (what-if)", WHAT_IF_PER_BANK)]
+                                                  if kind == "sequential" else [])
+                for layout, per_bank in variants:  # the plan's pieces and placement; the what-if its own
+                    b, _ = evaluate_paged(shape, pc, pt, plan.pieces_per_work * per_bank, per_bank=per_bank,
+                                          placement=placed if per_bank == 1 else None)
+                    comp = sum(b.compute_us.values())
+                    yield _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
+                               comp / b.reader_us if b.reader_us else float("inf"))
+
+
+def _row(p: PagedPoint, kernel: str, layout: str, block: int, table: str, us: float, gbps: float, ratio: float,
+         cr: float) -> dict[str, object]:
+    return {"point": p.point, "kernel": kernel, "layout": layout, "batch": p.batch, "seq": p.seq, "block": block,
+            "page_table": table, "us": round(us, 2), "gbps": round(gbps, 1), "ratio_vs_ttmetal": round(ratio, 3),
+            "compute_over_reader": round(cr, 3)}
+
+
+def goals(rows: list[dict[str, object]]) -> list[tuple[str, bool, str]]:
+    """(goal, met, the figure that decides it) of each goal, over the "bank-local" rows."""
+    ours = [r for r in rows if r["layout"] == "bank-local"]
+    tm = {(r["point"], r["batch"], r["seq"], r["block"]): float(r["us"]) for r in rows if r["kernel"] == "tt-metal"}
+
+    def key(r: dict[str, object]) -> tuple[object, ...]:
+        return r["point"], r["batch"], r["seq"], r["block"]
+
+    def worst(rs: list[dict[str, object]]) -> str:
+        r = min(rs, key=lambda r: float(r["ratio_vs_ttmetal"]))
+        return (f"lowest {float(r['ratio_vs_ttmetal']):.2f}x at {r['point']} B {r['batch']} S {r['seq']} "
+                f"block {r['block']} {r['page_table']}")
+
+    long_tm = [r for r in ours if tm[key(r)] >= 200]
+    short = [r for r in ours if tm[key(r)] < 200 and int(r["seq"]) >= 4096]
+    bw = [r for r in ours if int(r["seq"]) >= 32768 and int(r["batch"]) in (1, 32)]
+    pairs = {}
+    for r in ours:
+        pairs.setdefault(key(r), {})[r["page_table"]] = float(r["us"])
+    spread = [(max(v[k] for k in v if k != "sequential") / v["sequential"], k) for k, v in pairs.items()
+              if "sequential" in v and len(v) > 1]
+    t3k = [r for r in ours if r["point"] == "llama70b-t3k"]
+    out = []
+    if long_tm:
+        out.append(("ours >= 1.3x tt-metal where its step >= 200 us",
+                    all(float(r["ratio_vs_ttmetal"]) >= 1.3 for r in long_tm), worst(long_tm)))
+    if short:
+        out.append(("ours >= 1.15x tt-metal at the other paged points with S >= 4K",
+                    all(float(r["ratio_vs_ttmetal"]) >= 1.15 for r in short), worst(short)))
+    for family in sorted({str(r["point"]) for r in bw}):  # one line per model: their K/V per step differ 8x
+        rs = [r for r in bw if r["point"] == family]
+        low = min(rs, key=lambda r: float(r["gbps"]))
+        out.append((f">= 85% of 288 GB/s at S >= 32K, B 1 and B 32, {family}",
+                    all(float(r["gbps"]) >= 0.85 * PEAK_GBPS for r in rs),
+                    f"lowest {100 * float(low['gbps']) / PEAK_GBPS:.1f}% at B {low['batch']} S {low['seq']} "
+                    f"block {low['block']} {low['page_table']}"))
+    out.append(("never slower than tt-metal's structure", all(float(r["ratio_vs_ttmetal"]) >= 1.0 for r in ours),
+                worst(ours)))
+    if spread:
+        s, k = max(spread)
+        out.append(("random page tables within 10% of sequential", s <= 1.10,
+                    f"worst {s:.3f}x at {k[0]} B {k[1]} S {k[2]} block {k[3]}"))
+    if t3k:
+        hi = max(t3k, key=lambda r: float(r["compute_over_reader"]))
+        out.append(("compute / reader <= 1 at the T3K 32K points",
+                    all(float(r["compute_over_reader"]) <= 1 for r in t3k),
+                    f"highest {float(hi['compute_over_reader']):.2f} at B {hi['batch']} block {hi['block']} "
+                    f"{hi['page_table']}"))
+    return out
+
+
+def plot(rows: list[dict[str, object]], path: Path) -> Path:
+    """GB/s against S for Llama-3.1-8B N150 at B 1 and B 32: ours (sequential tables) and tt-metal's
+    structure, with the 288 GB/s peak and the 265.5 GB/s bank-local rate drawn in."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    for batch, mark in ((1, "o"), (8, "^"), (32, "s")):
+        for block, ls in ((32, "-"), (64, "--")):
+            for kernel, layout, table in (("ttdecode", "bank-local", "sequential"),
+                                          ("tt-metal", "interleaved tile pages", "-")):
+                rs = sorted((r for r in rows if r["point"] == "llama8b-n150" and r["batch"] == batch
+                             and r["block"] == block and r["layout"] == layout and r["page_table"] == table),
+                            key=lambda r: int(r["seq"]))
+                if rs:
+                    ax.plot([int(r["seq"]) for r in rs], [float(r["gbps"]) for r in rs], mark + ls,
+                            color="C0" if kernel == "ttdecode" else "C1", ms=5,
+                            label=f"{kernel} {layout}, B {batch}, block {block}")
+    ax.axhline(PEAK_GBPS, color="k", lw=1, label="DRAM peak 288 GB/s")
+    ax.axhline(BANK_LOCAL_GBPS, color="k", ls=":", lw=1, label="bank-local readers 265.5 GB/s (DRAMTile)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length S (keys)")
+    ax.set_ylabel("K/V GB/s (MODEL ESTIMATES)")
+    ax.set_title("Llama-3.1-8B N150 paged decode, bfloat8_b K/V: bank-local paged vs tt-metal's structure", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=5.5, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def imbalance_rows(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64)) -> list[tuple[str, ...]]:
+    """Piece imbalance max(n_i) / mean(n_i) (worst and mean over the (user, KV head)s) of each page table
+    at each point with more than one user and at least 32K keys (a single user's random draw is the same
+    arithmetic): random, the first_free allocator and the balanced one after the same interleaved growth."""
+    out = []
+    for p in points:
+        if p.batch == 1 or p.seq < 32768:
+            continue
+        for block in blocks:
+            plan = bank_local_plan(p, block)
+            shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
+                               COST.dram_banks)
+            n = -(-p.seq // block)
+            tables = {"random": page_table("random", p, block),
+                      "first_free allocator": allocator_page_table(p.batch, n, block, p.num_kv_heads,
+                                                                   policy="first_free"),
+                      "balanced allocator": page_table("allocator", p, block)}
+            for kind, pt in tables.items():
+                worst, mean = piece_imbalance(shape, piece_compute(plan), pt, plan.pieces_per_work)
+                out.append((p.point, str(p.batch), str(p.seq), str(block), kind, f"{worst:.3f}", f"{mean:.3f}"))
+    return out
+
+
+def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPoint]] = None) -> int:
+    """Run the paged sweep (`points`, default paged_points(quick)): CSV (COLUMNS) in `out`, the plot when
+    `draw`, the rows and a PASS/FAIL line per goal on stdout. Returns 0 (a goal that fails is reported, not
+    an error)."""
+    t0 = time.perf_counter()
+    rows = []
+    for r in run_paged(paged_points(quick) if points is None else points):
+        print(f"  {r['point']:<16} {r['kernel']:<8} {r['layout']:<24} B={r['batch']:<2} S={r['seq']:<6} "
+              f"block={r['block']:<3} {r['page_table']:<10} {r['us']:>9} us {r['gbps']:>6} GB/s "
+              f"x{r['ratio_vs_ttmetal']}", flush=True)
+        rows.append(r)
+    path = out / f"sweep_paged{'_quick' if quick else ''}.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    made = [plot(rows, out / f"fd_paged_gbps_vs_seq{'_quick' if quick else ''}.png")] if draw else []
+    print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s (MODEL ESTIMATES); wrote {path}"
+          + "".join(f", {m}" for m in made))
+    imb = imbalance_rows(paged_points(quick) if points is None else points)
+    if imb:
+        print("\npiece imbalance max(n_i) / mean(n_i), worst / mean over (user, KV head) (MODEL ARITHMETIC):")
+        print("| point | B | S | block | page table | worst | mean |\n|---|---:|---:|---:|---|---:|---:|")
+        for r in imb:
+            print("| " + " | ".join(r) + " |")
+    print()
+    for goal, met, why in goals(rows):
+        print(f"{'PASS' if met else 'FAIL'}: {goal} ({why})")
+    return 0

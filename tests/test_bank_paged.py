@@ -1,0 +1,177 @@
+"""The bank-local paged model (ttdecode.perf_model.bank_paged): which banks a head reaches, which tiles a
+piece owns and the imbalance, each pinned against an independent count (tile by tile, page index by page
+index); the fair bank share; the closed form's compute against a real run of the kernels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import ComputeSettings, MathFidelity
+from ttdecode.core.split import bank_local_banks, bank_local_view, valid_tiles
+from ttdecode.core.tensor import from_torch
+from ttdecode.ops.flash_decode.plan import make_plan
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.perf_model.counters import work_from_counters
+from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, bank_counts, evaluate_paged, paged_work,
+                                            piece_imbalance, piece_ownership, random_page_table, sequential_page_table)
+from ttdecode.perf_model.constants import COST
+from ttdecode.perf_model.evaluator import CoreWork, shared_bank_floors, sum_ops
+
+
+def page_bank(block: int, head: int, row: int, nkv: int, bt: int, nb: int) -> int:
+    """The pool's layout written out: page (block * NKV + h) * bt + r, dealt round robin over the banks."""
+    return ((block * nkv + head) * bt + row) % nb
+
+
+@pytest.mark.parametrize("nkv,bt,nb,size", [(8, 1, 12, 3), (8, 2, 12, 6), (8, 4, 12, 12), (1, 1, 12, 12),
+                                            (4, 1, 8, 2), (2, 2, 7, 7)])
+def test_reachable_banks_are_every_bank_some_block_puts_a_row_of_the_head_in(nkv, bt, nb, size):
+    for h in range(nkv):
+        seen = {page_bank(blk, h, r, nkv, bt, nb) for blk in range(4 * nb) for r in range(bt)}
+        assert bank_local_banks(h, nkv, bt, nb) == tuple(sorted(seen))
+        assert len(seen) == size
+
+
+@pytest.mark.parametrize("nkv,block,tiles", [(8, 32, 37), (8, 64, 41), (1, 32, 50), (2, 128, 29)])
+def test_bank_counts_match_a_tile_by_tile_count(nkv, block, tiles):
+    bt = block // 32
+    row = random_page_table(1, -(-tiles // bt), seed=5, num_blocks=300)[0]
+    for h in range(nkv):
+        count = np.zeros(12, dtype=int)
+        for t in range(tiles):
+            count[page_bank(int(row[t // bt]), h, t % bt, nkv, bt, 12)] += 1
+        assert bank_counts(row, tiles, h, nkv, bt, 12).tolist() == count.tolist()
+
+
+def owners_by_hand(counts: np.ndarray, reach: tuple[int, ...], pieces: int, floor: int) -> list[int]:
+    """Tiles per piece from the design's rule, bank by bank."""
+    live = [b for b in reach if counts[b]]
+    t = int(sum(counts[b] for b in reach))
+    used = min(len(live), pieces, max(1, t // floor))
+    per = [0] * pieces
+    for j, b in enumerate(live):
+        per[j % used] += int(counts[b])
+    return per
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_piece_ownership_partitions_the_banks_and_matches_the_rule(seed):
+    rng = np.random.default_rng(seed)
+    reach = tuple(sorted(rng.choice(12, size=int(rng.integers(1, 13)), replace=False).tolist()))
+    counts = np.zeros(12, dtype=int)
+    counts[list(reach)] = rng.integers(0, 6, size=len(reach))
+    if counts.sum() == 0:
+        counts[reach[0]] = 1
+    pieces, floor = int(rng.integers(1, 13)), int(rng.choice([1, 2, 4, 8]))
+    own = piece_ownership(counts, reach, pieces, floor)
+    assert list(own.tiles) == owners_by_hand(counts, reach, pieces, floor)
+    owned = [b for bk in own.banks for b in bk]
+    assert sorted(owned) == [b for b in reach if counts[b]]  # every live bank exactly once
+    assert all(own.banks[i] for i in range(own.used)) and not any(own.banks[own.used:])  # work is a prefix
+
+
+@pytest.mark.parametrize("nkv,block,pos", [(8, 32, 2000), (8, 64, 700), (1, 32, 3000), (1, 32, 200), (8, 128, 90)])
+def test_piece_ownership_is_the_kernels_rule_on_random_tables(nkv, block, pos):
+    """The model's split from bank counts against core.split.bank_local_view (the rule the kernels mirror)."""
+    bt = block // 32
+    row = random_page_table(1, -(-(pos + 1) // block), seed=pos, num_blocks=500)[0].tolist()
+    pieces = len(bank_local_banks(0, nkv, bt, 12))
+    for h in range(nkv):
+        reach = bank_local_banks(h, nkv, bt, 12)
+        own = piece_ownership(bank_counts(row, valid_tiles(pos), h, nkv, bt, 12), reach, pieces, 4)
+        for i in range(pieces):
+            view = bank_local_view(pos, row, h, i, pieces=pieces, num_kv_heads=nkv, block_tiles=bt, dram_banks=12,
+                                   min_chunk_tiles=4)
+            assert (view.used, view.banks, view.num_tiles) == (own.used, own.banks[i], own.tiles[i])
+
+
+def test_more_readers_per_bank_split_each_bank_evenly():
+    counts = np.zeros(12, dtype=int)
+    counts[[0, 4, 8]] = [10, 11, 9]
+    own = piece_ownership(counts, (0, 4, 8), pieces=12, floor=1, per_bank=4)
+    assert own.used == 12 and sum(own.tiles) == 30
+    for b in (0, 4, 8):
+        shares = [t[0] for bk, t in zip(own.banks, own.bank_tiles) if bk == (b,)]
+        assert len(shares) == 4 and sum(shares) == counts[b] and max(shares) - min(shares) <= 1
+
+
+def test_imbalance_of_a_random_table_against_an_independent_count():
+    s = PagedShape(3, 8, 1, 128, 32, (2047, 1500, 900))
+    pc = PieceCompute(floor_tiles=1)  # every user's 29+ tiles give all 12 pieces keys
+    table = random_page_table(3, 64, seed=2, num_blocks=400)
+    ratios = []
+    for b, pos in enumerate(s.cur_pos):
+        per = [0] * 12  # one KV head, one row per block: piece i owns bank i when every bank holds tiles
+        for t in range(valid_tiles(pos)):
+            per[page_bank(int(table[b][t]), 0, 0, 1, 1, 12)] += 1
+        assert min(per) > 0
+        ratios.append(max(per) / (sum(per) / 12))
+    worst, mean = piece_imbalance(s, pc, table)
+    assert worst == pytest.approx(max(ratios)) and mean == pytest.approx(np.mean(ratios))
+    assert piece_imbalance(s, pc, sequential_page_table(3, 64))[0] <= 1 + 12 / valid_tiles(900)
+
+
+def test_fair_bank_share():
+    def work(*loads: float) -> CoreWork:
+        return CoreWork([], np.array(loads, float), {}, {}, 1, 0, 0)
+
+    floors = shared_bank_floors([work(100, 0), work(300, 0), work(0, 50)], bank_rate=10.0)
+    # bank 0: the small reader ends once both moved 100 (20 cycles), the big one at all 400 (40); bank 1 alone
+    assert floors == pytest.approx([20.0, 40.0, 5.0])
+
+
+def test_paged_work_moves_every_key_tile_once_from_its_bank():
+    s = PagedShape(2, 32, 8, 128, 64, (4095, 3000), (8, 8))
+    table = random_page_table(2, 64, seed=0, num_blocks=256)
+    works, red, counts = paged_work(s, PieceCompute(q_tile_rows=8, head_rows=4, floor_tiles=4), table)
+    key_bytes = 2 * 4 * 1088
+    total = sum(valid_tiles(p) for p in s.cur_pos) * 8 * key_bytes
+    assert sum(w.kv_bytes for w in works) == total == pytest.approx(sum(w.bank_bytes.sum() for w in works))
+    expected = np.zeros(12)
+    for b, pos in enumerate(s.cur_pos):
+        for h in range(8):
+            for t in range(valid_tiles(pos)):
+                expected[page_bank(int(table[b][t // 2]), h, t % 2, 8, 2, 12)] += key_bytes
+    assert sum(w.bank_bytes for w in works).tolist() == pytest.approx(expected.tolist())
+    assert counts["pieces_with_keys"] == 6 and red.trees
+
+
+def test_a_sequential_one_head_step_reads_at_the_bank_local_rate_when_the_banks_bind():
+    """B 32, one KV head, 32K: the readers of a bank share it, so the floor is the busiest bank's load at
+    DRAMTile's 12-reader rate, and the step is no faster."""
+    s = PagedShape(32, 8, 1, 128, 32, (32767,) * 32)
+    b, _ = evaluate_paged(s, PieceCompute(q_tile_rows=8, head_rows=8, floor_tiles=4, chunk_cap=16),
+                          sequential_page_table(32, 1024))
+    rate = 288 / 12 * COST.dram_bank_local_readers_efficiency
+    busiest = np.bincount([(u * 1024 + t) % 12 for u in range(32) for t in range(1024)]).max()
+    assert b.dram_floor_us == pytest.approx(busiest * 2 * 4 * 1088 / rate / 1e3, rel=1e-9)
+    assert b.achieved_gbps < 265.5
+
+
+def test_closed_form_compute_is_near_a_real_run_of_the_kernels():
+    """One KV head, blocks of one tile row, a sequential table: piece i owns bank i = key tiles t % 12 == i,
+    the cyclic split of contiguous key_row pages the kernels run today. The closed form's busiest core
+    is within 15% of the counters' (it leaves out the per-piece setup and finish)."""
+    seq = 4096
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=seq, head_dim=128, kv_dtype=DataType.bfloat8_b,
+                     cur_pos=[seq - 1], max_cores_per_head_batch=12, kv_pages="key_row")
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 8, 128, generator=g))
+    k = from_torch(torch.randn(1, 1, seq, 128, generator=g), DataType.bfloat8_b)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=k, cur_pos_source=None, scale=1 / math.sqrt(128),
+                                    compute=ComputeSettings(math_fidelity=MathFidelity("HiFi2"), fp32_dest_acc_en=True),
+                                    exp_approx=False)
+    works, _, fid = work_from_counters(plan, result.counters)
+    real = max(sum(sum_ops(w.compute, fid, COST).values()) for w in works)
+    pc = PieceCompute(q_tiles=plan.q_tiles, head_rows=8, q_tile_rows=plan.q_tile_rows, dst_tiles=plan.dst_tiles,
+                      prescale_q=plan.prescale_q, chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles,
+                      fidelity=fid)
+    ours, _, _ = paged_work(PagedShape(1, 8, 1, 128, 32, (seq - 1,)), pc, sequential_page_table(1, seq // 32))
+    closed = max(sum(sum_ops(w.compute, fid, COST).values()) for w in ours)
+    assert plan.pieces_per_work == 12
+    assert closed == pytest.approx(real, rel=0.15)

@@ -1,0 +1,347 @@
+"""The bank-local paged layout priced in closed form: a paged K/V pool whose key-tile rows (one DRAM page
+each, the Dt tiles of 32 positions of one (block, KV head)) are dealt round robin over the DRAM banks, every
+piece of a (user, KV head) reading its own banks.
+
+Page k = (block * NKV + h) * bt + r of the pool (bt = block_size / 32, r the row inside the block) lives in
+bank k % NB, so logical key tile t of head h of a user with page-table row pt sits in bank
+(pt[t // bt] * NKV * bt + h * bt + t % bt) % NB (`tile_banks`). With g = gcd(NKV * bt, NB) head h reaches
+the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32:
+3 banks, block 64: 6, block 128: 12; one KV head: 12. Of P <= |R_h| pieces, used = min(|L|, P, max(1, T // floor)) get
+keys (L: the banks of R_h holding attended tiles, ascending); piece i < used owns the banks L[j] with
+j % used == i and reads their tiles (`piece_ownership`: core.split.bank_local_view's rule, from bank
+counts). A piece's time follows its own tile count n_i, so a page table that crowds a head's tiles into
+few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
+
+`paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
+chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
+walk over the page-table row on the issue side), its bytes per bank; per core the reader's up-front pass
+over each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE); the
+merge trees over each (user, KV head)'s pieces. `evaluate_paged` prices it with every bank shared fairly
+by its readers (`evaluator.shared_bank_floors` at a bank's bank-local rate, DRAMTile's 265.5 / 12 GB/s):
+the slowest piece, its core and its tree bound the step. All figures are MODEL ESTIMATES.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ttdecode.core.noc_geometry import dram_return_hops, noc_hops
+from ttdecode.core.program_description import CoreCoord
+from ttdecode.core.split import TILE, bank_local_banks, dynamic_chunk_tiles, tree_children, valid_tiles
+from ttdecode.perf_model.constants import COST, CostConstants
+from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
+from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
+
+__all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
+           "piece_ownership", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",
+           "paged_work", "bank_rate", "evaluate_paged"]
+
+
+@dataclass(frozen=True)
+class PagedShape:
+    """One decode step on a bank-local paged pool: `cur_pos` per user (-1: skipped), blocks of `block_size`
+    keys, `dram_banks` banks (12 on Wormhole), the op's `grid` of cores, K/V tiles of `kv_tile_bytes`."""
+
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    cur_pos: tuple[int, ...]
+    grid: tuple[int, int] = (8, 8)
+    dram_banks: int = 12
+    kv_tile_bytes: int = 1088  # bfloat8_b
+
+    @property
+    def block_tiles(self) -> int:
+        return self.block_size // TILE
+
+    @property
+    def d_tiles(self) -> int:
+        return self.head_dim // TILE
+
+    def entries(self, user: int) -> int:
+        """Page-table entries the user's attended keys span (0 for a skipped user)."""
+        pos = self.cur_pos[user]
+        return 0 if pos < 0 else pos // self.block_size + 1
+
+
+@dataclass(frozen=True)
+class PieceCompute:
+    """The plan's fields the closed forms take (a DecodePlan's q_tiles, dst_tiles, q_tile_rows, prescale_q,
+    chunk_cap, min_chunk_tiles, fixed_chunk_tiles; head_rows = min(q heads per KV head, 32)) and the
+    compute config."""
+
+    q_tiles: int = 1
+    head_rows: int = 32
+    q_tile_rows: int = 32
+    dst_tiles: int = 4
+    prescale_q: bool = False
+    fp32_dest_acc_en: bool = True
+    exp_approx: bool = False
+    fidelity: str = "HiFi2"
+    chunk_cap: int = 8
+    floor_tiles: int = 1
+    fixed_chunk_tiles: int = 0
+
+    @property
+    def exp(self) -> str:
+        return "exp_approx" if self.exp_approx else softmax_exp(self.fp32_dest_acc_en)
+
+    @property
+    def floor(self) -> int:
+        """The fewest tiles a piece with keys takes: the fixed chunk or the split floor."""
+        return self.fixed_chunk_tiles if self.fixed_chunk_tiles > 0 else self.floor_tiles
+
+
+@dataclass(frozen=True)
+class PieceOwnership:
+    """One (user, KV head)'s split: `used` pieces get keys; per piece its banks, the tiles it reads in each
+    (`bank_tiles`, parallel to `banks`) and its tile count n_i (`tiles`)."""
+
+    used: int
+    banks: tuple[tuple[int, ...], ...]
+    bank_tiles: tuple[tuple[int, ...], ...]
+
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        return tuple(sum(t) for t in self.bank_tiles)
+
+
+def tile_banks(pt_row: Sequence[int], first_tile: int, tiles: int, head: int, num_kv_heads: int, block_tiles: int,
+               banks: int) -> np.ndarray:
+    """The bank of each logical key tile first_tile .. first_tile + tiles - 1 of head `head` (int64 [tiles])."""
+    t = np.arange(first_tile, first_tile + tiles, dtype=np.int64)
+    blocks = np.asarray(pt_row, dtype=np.int64)[t // block_tiles]
+    return (blocks * num_kv_heads * block_tiles + head * block_tiles + t % block_tiles) % banks
+
+
+def bank_counts(pt_row: Sequence[int], tiles: int, head: int, num_kv_heads: int, block_tiles: int,
+                banks: int) -> np.ndarray:
+    """counts[b]: attended key tiles 0 .. tiles - 1 of head `head` in bank b (int64 [banks])."""
+    return np.bincount(tile_banks(pt_row, 0, tiles, head, num_kv_heads, block_tiles, banks), minlength=banks)
+
+
+def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
+                    per_bank: int = 1) -> PieceOwnership:
+    """The split of one (user, KV head) over `pieces` pieces from its bank counts: used = min(|L|, P,
+    max(1, T // floor)); piece i < used owns L[j] for j % used == i; pieces i >= used are empty.
+    `per_bank` k > 1 (a what-if beyond the design: several readers share a bank): up to k x |L| pieces,
+    used rounded down to a multiple k' of |L| above |L|, piece i reading every k'-th tile of bank
+    L[i % |L|] (sub-piece i // |L|)."""
+    live = [b for b in reach if counts[b] > 0]
+    total = int(sum(int(counts[b]) for b in reach))
+    used = min(per_bank * len(live), pieces, max(1, total // max(1, floor))) if total else 0
+    if used > len(live):
+        k = used // len(live)
+        used = k * len(live)
+        banks = tuple((live[i % len(live)],) if i < used else () for i in range(pieces))
+        shares = tuple((int(counts[bk[0]]) // k + (i // len(live) < int(counts[bk[0]]) % k),) if bk else ()
+                       for i, bk in enumerate(banks))
+        return PieceOwnership(used, banks, shares)
+    banks = tuple(tuple(live[j] for j in range(len(live)) if j % used == i) if i < used else ()
+                  for i in range(pieces))
+    return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks))
+
+
+def sequential_page_table(batch: int, blocks_per_user: int) -> np.ndarray:
+    """User b holds blocks b * m .. b * m + m - 1 in order (int64 [batch, m])."""
+    return np.arange(batch * blocks_per_user, dtype=np.int64).reshape(batch, blocks_per_user)
+
+
+def random_page_table(batch: int, blocks_per_user: int, seed: int, num_blocks: Optional[int] = None) -> np.ndarray:
+    """Distinct blocks drawn at random from a pool of `num_blocks` (default batch * m) (int64 [batch, m])."""
+    n = batch * blocks_per_user if num_blocks is None else num_blocks
+    if n < batch * blocks_per_user:
+        raise ValueError(f"random_page_table: a pool of {n} blocks cannot hold {batch} x {blocks_per_user}")
+    perm = np.random.default_rng(seed).permutation(n)[: batch * blocks_per_user]
+    return perm.reshape(batch, blocks_per_user).astype(np.int64)
+
+
+def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int],
+                per_bank: int = 1) -> dict[tuple[int, int], tuple[PieceOwnership, np.ndarray, tuple[int, ...]]]:
+    """Per (user, KV head) with keys: its ownership, bank counts and R_h."""
+    out = {}
+    for user, pos in enumerate(s.cur_pos):
+        t = valid_tiles(pos)
+        if t == 0:
+            continue
+        for h in range(s.num_kv_heads):
+            reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            counts = bank_counts(page_table[user], t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            p = per_bank * len(reach) if pieces is None else min(pieces, per_bank * len(reach))
+            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, per_bank), counts, reach)
+    return out
+
+
+def piece_imbalance(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
+                    per_bank: int = 1) -> tuple[float, float]:
+    """(worst, mean) over the (user, KV head)s of max(n_i) / mean(n_i) over the pieces that get keys."""
+    owns = _ownerships(s, pc, page_table, pieces, per_bank).values()
+    ratios = [max(o.tiles) / (sum(o.tiles) / o.used) for o, _, _ in owns]
+    return (max(ratios), float(np.mean(ratios))) if ratios else (1.0, 1.0)
+
+
+def bank_cores(grid: tuple[int, int], banks: int) -> list[list[CoreCoord]]:
+    """Per bank the grid's cores that read it: cores // banks each (at least one; a grid with fewer cores
+    than banks shares them round robin), each bank in turn taking the free cores nearest it (NoC 0 hops
+    from its DRAM tiles, dram_return_hops)."""
+    cores = [CoreCoord(x, y) for y in range(grid[1]) for x in range(grid[0])]
+    per = max(1, len(cores) // banks)
+    if len(cores) < banks:
+        return [[cores[b % len(cores)]] for b in range(banks)]
+    free, out = list(cores), []
+    for b in range(banks):
+        near = sorted(free, key=lambda core: (dram_return_hops(b % 12, core), core.y, core.x))[:per]
+        out.append(near)
+        free = [core for core in free if core not in near]
+    return out
+
+
+def _scaled(ops: dict[str, list[OpTally]], k: float) -> dict[str, list[OpTally]]:
+    """`ops` k times over (tiles, calls, bytes and unpacks scaled)."""
+    return {op: [replace(t, tiles=t.tiles * k, calls=t.calls * k,  # type: ignore[arg-type]
+                         l1_bytes=None if t.l1_bytes is None else t.l1_bytes * k,
+                         unpacks=None if t.unpacks is None else t.unpacks * k) for t in ts]
+            for op, ts in ops.items()}
+
+
+def _add_ops(into: dict[str, list[OpTally]], ops: dict[str, list[OpTally]]) -> None:
+    for op, ts in ops.items():
+        into.setdefault(op, []).extend(ts)
+
+
+def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> dict[str, list[OpTally]]:
+    """A piece's compute: its first chunk's tiles without a running set, the rest running, chunk_ops per
+    chunk after the first."""
+    first = min(n, chunk)
+    chunks = -(-n // chunk)
+    im = intermediate_bytes(pc.fp32_dest_acc_en)
+    args = dict(dst_tiles=pc.dst_tiles, exp=pc.exp, head_rows=pc.head_rows, prescale_q=pc.prescale_q,
+                q_tile_rows=pc.q_tile_rows, kv_tile_bytes=kv_tile, im_bytes=im)
+    ops: dict[str, list[OpTally]] = {}
+    _add_ops(ops, _scaled(chunk_tile_ops(pc.q_tiles, d, d, running=False, **args), first))  # type: ignore[arg-type]
+    if n > first:
+        running = chunk_tile_ops(pc.q_tiles, d, d, running=True, **args)  # type: ignore[arg-type]
+        _add_ops(ops, _scaled(running, n - first))
+        _add_ops(ops, _scaled(chunk_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.q_tile_rows, False, im), chunks - 1))
+    return ops
+
+
+def _piece_reads(s: PagedShape, pc: PieceCompute, n: int, chunk: int, entries: int,
+                 c: CostConstants) -> list[tuple[int, int]]:
+    """A piece's read groups (bytes, requests): its Q, then per chunk its K pages (one request per key-tile
+    row) with its share of the lazy walk over the page-table row as requests' worth of issue time, then
+    its V pages."""
+    d, kv = s.d_tiles, s.kv_tile_bytes
+    groups = [(pc.q_tiles * d * 2048, pc.q_tiles * d)]
+    chunks = -(-n // chunk)
+    walk = entries * c.page_table_walk_entry_cycles / c.dram_request_issue_cycles / chunks
+    for j in range(chunks):
+        tiles = min(chunk, n - j * chunk)
+        groups += [(tiles * d * kv, tiles + round(walk)), (tiles * d * kv, tiles)]
+    return groups
+
+
+class _Placer:
+    """Where paged_work's pieces run: a plan's placement when given, else a piece of one bank on the next
+    of that bank's cores (bank_cores), a piece over several banks on the core holding the fewest pieces."""
+
+    def __init__(self, grid: tuple[int, int], banks: int,
+                 placement: Optional[Mapping[tuple[int, int, int], CoreCoord]]) -> None:
+        self.groups = bank_cores(grid, banks)
+        self.dealt = [0] * banks
+        self.everyone = [core for group in self.groups for core in group]
+        self.load: dict[CoreCoord, int] = defaultdict(int, {core: 0 for core in self.everyone})
+        self.placement = placement
+
+    def core(self, user: int, head: int, index: int, banks: tuple[int, ...]) -> CoreCoord:
+        if self.placement is not None:
+            core = self.placement[(user, head, index)]
+        elif len(banks) == 1:
+            group = self.groups[banks[0]]
+            core = group[self.dealt[banks[0]] % len(group)]
+            self.dealt[banks[0]] += 1
+        else:
+            core = min(self.everyone, key=lambda k: self.load[k])
+        self.load[core] += 1
+        return core
+
+
+def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
+               c: CostConstants = COST, per_bank: int = 1,
+               placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None
+               ) -> tuple[list[CoreWork], Reduction, dict[str, float]]:
+    """(per-core work, the merge trees, counts) of one bank-local paged step whose users' blocks are
+    `page_table` ([batch, >= entries]); `pieces`: P per (user, KV head), None = |R_h| (x `per_bank`, the
+    what-if of piece_ownership). A piece of one bank runs on one of that bank's cores (bank_cores, dealt
+    round robin), a piece over several banks (a short context: used < |L|) on the core holding the fewest
+    pieces; each core's reader first reads cur_pos and each of its users' page-table rows and passes over
+    them (setup_cycles). `placement`: (user, KV head, piece) -> core, a plan's (DecodePlan.pieces), in place
+    of that rule. counts: the most pieces with keys of a (user, KV head), the worst and mean piece
+    imbalance, the cores."""
+    d, kv, nb = s.d_tiles, s.kv_tile_bytes, s.dram_banks
+    placer = _Placer(s.grid, nb, placement)
+    works: dict[CoreCoord, CoreWork] = {}
+    users: dict[CoreCoord, set[int]] = defaultdict(set)
+    trees: set[Tree] = set()
+    im = intermediate_bytes(pc.fp32_dest_acc_en)
+    msg = pc.q_tiles * (d + 2) * 1024 * im * pc.q_tile_rows // 32
+    merge = merge_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.dst_tiles, pc.q_tile_rows, im)
+    owns = _ownerships(s, pc, page_table, pieces, per_bank)
+    most = 0
+    for (user, h), (own, _, _) in owns.items():
+        t = valid_tiles(s.cur_pos[user])
+        chunk = pc.fixed_chunk_tiles or dynamic_chunk_tiles(-(-t // own.used), pc.floor_tiles, pc.chunk_cap)
+        most = max(most, own.used)
+        where: list[CoreCoord] = []
+        for i in range(own.used):
+            core = placer.core(user, h, i, own.banks[i])
+            where.append(core)
+            n = own.tiles[i]
+            w = works.setdefault(core, CoreWork([], np.zeros(nb), {}, {}, 0, 0, 0, bank_local=True))
+            w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
+            _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
+            for b, tiles in zip(own.banks[i], own.bank_tiles[i]):
+                w.bank_bytes[b] += tiles * 2 * d * kv
+            w.kv_bytes += n * 2 * d * kv
+            w.chunks += 2 * -(-n // chunk)
+            w.cb_handshakes += 4 * -(-n // chunk) + 2
+            users[core].add(user)
+
+        def node(i: int) -> Tree:
+            return tuple((msg, noc_hops(where[ch], where[i]), node(ch)) for _, ch in tree_children(i, own.used))
+
+        trees.add(node(0))
+        for i in range(own.used):
+            for _ in tree_children(i, own.used):
+                _add_ops(works[where[i]].merge, merge)
+    for core, w in works.items():
+        w.index_reads = (("dram", 4 * s.batch),) + tuple(("dram", 4 * s.entries(u)) for u in sorted(users[core]))
+        w.setup_cycles = sum(s.entries(u) for u in users[core]) * c.page_table_pass_entry_cycles
+    worst, mean = piece_imbalance(s, pc, page_table, pieces, per_bank)
+    counts_out = {"pieces_with_keys": float(most), "imbalance_worst": worst, "imbalance_mean": mean,
+                  "cores": float(len(works))}
+    return list(works.values()), Reduction((), dict(merge), tuple(sorted(trees, key=repr))), counts_out
+
+
+def bank_rate(c: CostConstants = COST) -> float:
+    """Bytes/cycle one bank serves its bank-local readers: its peak x the 12-reader efficiency (DRAMTile
+    265.5 GB/s / 12), no more than one reader alone reaches (22.2 GB/s)."""
+    return min(c.dram_peak_bytes_per_cycle / c.dram_banks * c.dram_bank_local_readers_efficiency,
+               c.dram_bank_reader_bytes_per_cycle)
+
+
+def evaluate_paged(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
+                   c: CostConstants = COST, per_bank: int = 1,
+                   placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None
+                   ) -> tuple[Breakdown, dict[str, float]]:
+    """The step estimate (MODEL ESTIMATE, µs) of `paged_work`, every bank shared fairly by its readers at
+    `bank_rate`; the launch skew over the cores with work. Returns (breakdown, paged_work's counts)."""
+    works, red, counts = paged_work(s, pc, page_table, pieces, c, per_bank, placement)
+    b = evaluate(works, red, pc.fidelity, c, floors=shared_bank_floors(works, bank_rate(c)))
+    return b, counts
