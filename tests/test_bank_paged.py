@@ -75,12 +75,15 @@ def test_piece_ownership_partitions_the_banks_and_matches_the_rule(seed):
     assert all(own.banks[i] for i in range(own.used)) and not any(own.banks[own.used:])  # work is a prefix
 
 
-@pytest.mark.parametrize("nkv,block,pos", [(8, 32, 2000), (8, 64, 700), (1, 32, 3000), (1, 32, 200), (8, 128, 90)])
-def test_piece_ownership_is_the_kernels_rule_on_random_tables(nkv, block, pos):
-    """The model's split from bank counts against core.split.bank_local_view (the rule the kernels mirror)."""
+@pytest.mark.parametrize("per_bank", [1, 2, 4])
+@pytest.mark.parametrize("nkv,block,pos", [(8, 32, 2000), (8, 64, 700), (1, 32, 3000), (1, 32, 200), (8, 128, 90),
+                                           (8, 32, 150)])
+def test_piece_ownership_is_the_kernels_rule_on_random_tables(nkv, block, pos, per_bank):
+    """The model's split from bank counts against core.split.bank_local_view (the rule the kernels mirror),
+    with one to four readers per bank."""
     bt = block // 32
     row = random_page_table(1, -(-(pos + 1) // block), seed=pos, num_blocks=500)[0].tolist()
-    pieces = len(bank_local_banks(0, nkv, bt, 12))
+    pieces = per_bank * len(bank_local_banks(0, nkv, bt, 12))
     for h in range(nkv):
         reach = bank_local_banks(h, nkv, bt, 12)
         own = piece_ownership(bank_counts(row, valid_tiles(pos), h, nkv, bt, 12), reach, pieces, 4)
@@ -93,7 +96,7 @@ def test_piece_ownership_is_the_kernels_rule_on_random_tables(nkv, block, pos):
 def test_more_readers_per_bank_split_each_bank_evenly():
     counts = np.zeros(12, dtype=int)
     counts[[0, 4, 8]] = [10, 11, 9]
-    own = piece_ownership(counts, (0, 4, 8), pieces=12, floor=1, per_bank=4)
+    own = piece_ownership(counts, (0, 4, 8), pieces=12, floor=1)
     assert own.used == 12 and sum(own.tiles) == 30
     for b in (0, 4, 8):
         shares = [t[0] for bk, t in zip(own.banks, own.bank_tiles) if bk == (b,)]

@@ -38,8 +38,10 @@ BANKS = 12  # Wormhole's DRAM banks, the plan's default
 def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: int, pieces: int, floor: int,
                        window: int = 0) -> list[list[int]]:
     """Per piece, the logical key tiles it owns: tile t of head h is pool page (row[t // bt] * nkv + h) * bt
-    + t % bt, in bank page % 12; of the banks holding attended tiles (ascending), used = min(their count,
-    pieces, max(1, T // floor)); piece i owns the banks at places i, i + used, ...; its tiles ascend."""
+    + t % bt, in bank page % 12; of the banks holding attended tiles (ascending, nb of them), used =
+    min(pieces, max(1, T // floor), nb x the fewest tiles a held bank has). used <= nb: piece i owns the banks
+    at places i, i + used, ...; used > nb: the readers of the bank at place r are the pieces r, r + nb, ...
+    below used, dealt the bank's tiles in turn. A piece's tiles ascend."""
     if pos < 0:
         return [[] for _ in range(pieces)]
     bt = block // 32
@@ -47,8 +49,16 @@ def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: in
     tiles = range(first, pos // 32 + 1)
     bank_of = {t: ((int(row[t // bt]) * nkv + h) * bt + t % bt) % BANKS for t in tiles}
     held = sorted(set(bank_of.values()))
-    used = min(len(held), pieces, max(1, len(tiles) // floor))
-    return [[t for t in tiles if i < used and bank_of[t] in held[i::used]] for i in range(pieces)]
+    per_bank = {b: [t for t in tiles if bank_of[t] == b] for b in held}
+    used = min(pieces, max(1, len(tiles) // floor), len(held) * min(len(v) for v in per_bank.values()))
+    if used <= len(held):
+        return [[t for t in tiles if i < used and bank_of[t] in held[i::used]] for i in range(pieces)]
+    owned: list[list[int]] = [[] for _ in range(pieces)]
+    for r, b in enumerate(held):
+        readers = list(range(r, used, len(held)))
+        for o, t in enumerate(per_bank[b]):
+            owned[readers[o % len(readers)]].append(t)
+    return owned
 
 
 def shuffled_table(batch: int, max_blocks: int, num_blocks: int, seed: int) -> torch.Tensor:
@@ -267,6 +277,121 @@ def test_a_page_id_outside_the_pool_skips_only_its_user() -> None:
         check_lse(lse[:, u], ref_lse[:, u], f"user {u} LSE")
 
 
+# ---- several readers per bank (sub-pieces) --------------------------------------------------------------
+
+
+def fetched_per_bank(result, core, tile_bytes: int) -> Counter:
+    """K/V tiles the core's reader fetched, per DRAM bank (read_dram events, `count` repeats)."""
+    got: Counter = Counter()
+    for e in result.counters.kernel(core, KernelKind.READER).events:
+        if int(e["op"]) == 1 and int(e["amount"]) == tile_bytes:
+            got[int(e["peer"])] += int(e["count"])
+    return got
+
+
+@pytest.mark.parametrize("per_bank", [2, 4])
+def test_sub_piece_views_follow_the_design_rule(per_bank: int) -> None:
+    """P = 2 |R_h| and 4 |R_h| (Llama-8B's 8 KV heads, blocks of 32: 6 and 12 pieces over 3 banks): every
+    piece's tiles are design_owned_tiles', the pieces with tiles a prefix covering each attended tile once,
+    under random page tables, with and without a sliding window, at any split floor."""
+    nkv, block, s, reach = 8, 32, 4096, 3
+    gen = torch.Generator().manual_seed(per_bank)
+    for window, floor in ((0, 1), (1000, 1), (0, 8)):
+        plan = make_plan(batch=1, num_q_heads=32, num_kv_heads=nkv, seq_len=s, head_dim=128, cur_pos=[0],
+                         kv_pages="key_row", block_size=block, num_blocks=512, sliding_window_size=window,
+                         key_row_pieces=per_bank * reach, min_chunk_tiles=floor)
+        assert plan.pieces_per_work == per_bank * reach
+        for trial in range(12):
+            row = torch.randperm(512, generator=gen)[: s // block].tolist()
+            pos = int(torch.randint(0, s, (1,), generator=gen))
+            for h in range(nkv):
+                want = design_owned_tiles(pos, row, h, nkv, block, plan.pieces_per_work, plan.min_chunk_tiles, window)
+                got = [list(plan.bank_local_view(pos, row, h, i).tiles) for i in range(plan.pieces_per_work)]
+                assert got == want, f"window {window}, trial {trial}, pos {pos}, head {h}"
+                with_tiles = [i for i, tiles in enumerate(got) if tiles]
+                assert with_tiles == list(range(len(with_tiles)))
+                first = max(0, pos - window + 1) // 32 if window else 0
+                assert sorted(t for tiles in got for t in tiles) == list(range(first, pos // 32 + 1))
+
+
+def test_a_bank_with_fewer_tiles_than_its_readers_caps_the_pieces_with_keys() -> None:
+    """12 pieces over 3 banks, 5 attended tiles, one bank holding a single tile: used = 3 banks x 1 tile = 3,
+    one piece per bank (no reader of a bank without a tile of its own)."""
+    nkv, block = 8, 32
+    plan = make_plan(batch=1, num_q_heads=32, num_kv_heads=nkv, seq_len=1024, head_dim=64, cur_pos=[0],
+                     kv_pages="key_row", block_size=block, num_blocks=64, key_row_pieces=12, min_chunk_tiles=1)
+    # head 0's tile t sits in bank (row[t] * 8) % 12: blocks 0, 3, 6 -> bank 0; 1 -> 8; 2 -> 4
+    row = [0, 3, 0 + 6, 1, 2] + list(range(9, 9 + 27))
+    views = [plan.bank_local_view(4 * 32 + 5, row, 0, i) for i in range(12)]
+    assert {v.used for v in views} == {3}
+    assert [v.tiles for v in views[:3]] == [(0, 1, 2), (4,), (3,)]
+    assert all(v.empty for v in views[3:])
+
+
+SUB_CASES = [
+    (2, "causal"),              # P = 6: two readers per bank
+    (4, "causal"),              # P = 12: four readers per bank
+    (4, "multi_token_window"),  # 3 tokens, a window: masked tiles at both ends land in sub-pieces
+    (2, "window_sink"),
+]
+
+
+@pytest.mark.parametrize("per_bank, feature", SUB_CASES)
+def test_sub_pieces_fetch_their_own_tiles_and_equal_the_reference(per_bank: int, feature: str) -> None:
+    """Host runtime, Llama-8B-like heads (8 KV heads, blocks of 32: |R_h| = 3) with key_row_pieces = per_bank x 3
+    and a split floor of 1: the output equals the float64 reference, and per core and bank the K/V tiles its
+    reader fetched are those of the tiles its pieces own by design_owned_tiles (re-derived from the page table
+    here, counted per core per bank)."""
+    b, nh, nkv, s, d, block, kv = 4, 8, 8, 512, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(10 * per_bank + len(feature))
+    tokens = 3 if feature.startswith("multi_token") else 1
+    pos = [-1, 2, 333, 511] if tokens > 1 else [-1, 0, 333, 511]
+    max_blocks, num_blocks = s // block, b * (s // block) + 5
+    table = shuffled_table(b, max_blocks, num_blocks, seed=per_bank)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv, num_tokens=tokens,
+                key_row_pieces=3 * per_bank, min_chunk_tiles=1)
+    sink = None
+    if feature == "multi_token_window":
+        args.update(sliding_window_size=130)
+    if feature == "window_sink":
+        args.update(sliding_window_size=200, attention_sink=True)
+        sink = 3 * torch.randn(nh, generator=gen)
+    q = from_torch(randn_with_outliers((tokens, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block, sink=sink)
+    assert plan.pieces_per_work == 3 * per_bank
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table, sink=sink), pos, f"sub-pieces {feature}")
+    span = plan.key_window
+    used = max(plan.bank_local_view(pos[u], table[u].tolist(), h, 0).used for u in range(b) for h in range(nkv))
+    assert used > 3, "the case must put several readers on a bank"
+    for core, pieces in plan.core_pieces.items():
+        want: Counter = Counter()
+        for pc in pieces:
+            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
+                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
+            for t in owned:
+                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
+        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+
+
+def test_sub_pieces_keep_a_users_output_whatever_the_other_users() -> None:
+    """Batch invariance with 4 readers per bank: user 0's output bits stay the same when the other users'
+    positions and page-table rows change (the second run on a perturbed schedule)."""
+    b, nh, nkv, s, d, block = 3, 8, 8, 512, 64, 32
+    gen = torch.Generator().manual_seed(13)
+    max_blocks, num_blocks = s // block, b * (s // block) + 4
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, BFP8), pool(gen, num_blocks, nkv, block, d, BFP8)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8, key_row_pieces=12,
+                min_chunk_tiles=1)
+    first = shuffled_table(b, max_blocks, num_blocks, seed=1)
+    second = shuffled_table(b, max_blocks, num_blocks, seed=2)
+    second[0] = first[0]
+    _, out_a, lse_a, _ = run(args, q, k, v, [400, 5, -1], first, block)
+    _, out_b, lse_b, _ = run(args, q, k, v, [400, 511, 64], second, block, schedule_seed=11)
+    assert torch.equal(out_a[:, 0], out_b[:, 0]) and torch.equal(lse_a[:, 0], lse_b[:, 0])
+
+
 # ---- another bank count ------------------------------------------------------------------------------
 
 
@@ -299,12 +424,14 @@ def test_the_plan_takes_the_devices_bank_count_and_the_host_runtime_models_twelv
 # ---- refusals ---------------------------------------------------------------------------------------
 
 
-def test_bank_local_refuses_blocks_below_a_key_tile_and_more_pieces_than_banks() -> None:
+def test_bank_local_refuses_blocks_below_a_key_tile_and_more_than_four_readers_per_bank() -> None:
     base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=1024, head_dim=64, cur_pos=[100],
                 kv_pages="key_row", num_blocks=64)
     with pytest.raises(PlanError, match="block_size: expected a multiple of 32"):
         make_plan(**base, block_size=16)
-    with pytest.raises(PlanError, match="key_row_pieces: expected None or 1 to 3 with a paged cache"):
-        make_plan(**base, block_size=32, key_row_pieces=4)
+    with pytest.raises(PlanError, match="key_row_pieces: expected None or 1 to 12 with a paged cache"):
+        make_plan(**base, block_size=32, key_row_pieces=13, max_cores_per_head_batch=16)
+    with pytest.raises(PlanError, match="key_row_pieces: expected None or 1 to 8 with a paged cache"):
+        make_plan(**base, block_size=32, key_row_pieces=9, max_cores_per_head_batch=8)
     with pytest.raises(PlanError, match="bank-local plan"):
         make_plan(**base, block_size=32).range_at(100, 0)

@@ -79,7 +79,8 @@ struct BankLocal {
     }
 
     // The view of piece `index` of (user at cur_pos, kv_head); `window` is the span's, `token_window` each
-    // token's (the masks, as piece_masks).
+    // token's (the masks, as piece_masks). With more pieces than banks held, a bank's readers (sub-pieces)
+    // take its tiles in turn (common.hpp BankView).
     BankView view(volatile tt_l1_ptr int32_t* row, int32_t cur_pos, uint32_t kv_head, uint32_t index, uint32_t pieces,
                   uint32_t fixed_chunk_tiles, uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap,
                   uint32_t token_window, uint32_t tokens) const {
@@ -88,44 +89,64 @@ struct BankLocal {
         head_counts(row, kv_head, counts);
         uint32_t held[dram_banks];
         uint32_t num_held = 0;
+        uint32_t fewest = 0xffffffffu;  // the fewest tiles of a bank held
         for (uint32_t b = 0; b < dram_banks; ++b) {
             if (counts[b] != 0) {
                 held[num_held++] = b;
+                fewest = counts[b] < fewest ? counts[b] : fewest;
             }
         }
         const uint32_t t = last + 1 - first;
         const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
         uint32_t used = t / floor > 1 ? t / floor : 1;
         used = used < pieces ? used : pieces;
-        used = used < num_held ? used : num_held;
+        used = used < num_held * fewest ? used : num_held * fewest;
         v.used = used;
         v.chunk_tiles = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap);
         if (index >= used) {
             return v;
         }
-        for (uint32_t j = index; j < num_held; j += used) {
-            v.own_banks |= 1u << held[j];
-            v.num_tiles += counts[held[j]];
+        v.subs = 1;
+        uint32_t own_total = 0;  // the tiles of the piece's banks (all its bank's readers' with subs > 1)
+        if (used <= num_held) {
+            for (uint32_t j = index; j < num_held; j += used) {
+                v.own_banks |= 1u << held[j];
+                own_total += counts[held[j]];
+            }
+        } else {
+            const uint32_t r = index % num_held;
+            v.sub = index / num_held;
+            v.subs = (used - r + num_held - 1) / num_held;
+            v.own_banks = 1u << held[r];
+            own_total = counts[held[r]];
         }
-        // the masked tiles the piece owns (piece_masks' tiles), with their places in its own list
+        v.num_tiles = (own_total - v.sub + v.subs - 1) / v.subs;
+        // the masked tiles the piece owns (piece_masks' tiles), with their places in its own list: the tile's
+        // ordinal o among its banks' tiles, taken when o % subs == sub, at o / subs
         const int32_t oldest = token_last_key(cur_pos, tokens, 0);
         uint32_t window_end = 0;
         if (token_window != 0) {
             window_end = (window_first_key(cur_pos, token_window) + TILE - 1) / TILE;
             for (uint32_t k = window_first_key(oldest, token_window) / TILE; k < window_end; ++k) {
                 if ((v.own_banks >> bank(row, kv_head, k)) & 1u) {
-                    v.mask_tiles[v.mask_count] = k;
-                    v.mask_at[v.mask_count++] = own_between(row, kv_head, v.own_banks, first, k);
+                    add_mask(v, k, own_between(row, kv_head, v.own_banks, first, k));
                 }
             }
         }
         for (uint32_t k = (uint32_t)(oldest + 1) / TILE; k <= last; ++k) {
             if (k >= window_end && ((v.own_banks >> bank(row, kv_head, k)) & 1u)) {
-                v.mask_tiles[v.mask_count] = k;
-                v.mask_at[v.mask_count++] = v.num_tiles - 1 - own_between(row, kv_head, v.own_banks, k + 1, last + 1);
+                add_mask(v, k, own_total - 1 - own_between(row, kv_head, v.own_banks, k + 1, last + 1));
             }
         }
         return v;
+    }
+
+    // Masked tile k, the `ordinal`-th of the view's banks' tiles: the view's when its sub-piece takes it.
+    static void add_mask(BankView& v, uint32_t k, uint32_t ordinal) {
+        if (ordinal % v.subs == v.sub) {
+            v.mask_tiles[v.mask_count] = k;
+            v.mask_at[v.mask_count++] = ordinal / v.subs;
+        }
     }
 };
 

@@ -400,17 +400,25 @@ void kernel_main() {
         // K/V tile (row, d) is page row * Dt + d (kv_tile_row); with share_cache every user reads
         // KV batch 0.
         const uint32_t kv_batch = share_cache ? 0 : user;
-        // Bank-local: a cursor over the user's attended tiles, stopping at the piece's own (the view's banks);
-        // each chunk's key tiles are listed once, for K, V, the mask rows and the stale rows.
+        // Bank-local: a cursor over the user's attended tiles, stopping at the piece's own (the view's banks'
+        // tiles whose ordinal o has o % subs == sub; `turn` is o % subs, kept without a division); each
+        // chunk's key tiles are listed once, for K, V, the mask rows and the stale rows.
         uint32_t cursor = window_first_tile(cur_pos, window);
+        uint32_t turn = 0;
         uint32_t chunk_keys[bank_local ? max_chunk_tiles : 1];
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t chunk_first = c * range.chunk_tiles;  // the chunk's first tile is the piece's tile_at(chunk_first)
             const uint32_t tiles = range.tiles_in_chunk(c);
             if constexpr (bank_local) {
                 for (uint32_t t = 0; t < tiles; ++t) {
-                    while (!((view.own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u)) {
-                        ++cursor;
+                    for (;; ++cursor) {
+                        if ((view.own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u) {
+                            const bool mine = turn == view.sub;
+                            turn = turn + 1 == view.subs ? 0 : turn + 1;
+                            if (mine) {
+                                break;
+                            }
+                        }
                     }
                     chunk_keys[t] = cursor++;
                 }

@@ -170,7 +170,7 @@ def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, w
 
 # ---- the bank-local split (kv_pages "key_row" with a paged cache; mirrored in kernels/flash_decode/common.hpp) ----
 #: int32 words of one piece's view in the reader's view page (common.hpp VIEW_WORDS): used, its banks (a bit
-#: mask), its own tiles, the chunk, the masked tiles' count, their key tiles and their places (4 each), padding.
+#: mask), the readers sharing its bank and which it is, its own tiles, the chunk, the masked tiles' count, their key tiles and their places (4 each), padding.
 VIEW_WORDS = 16
 
 
@@ -220,10 +220,13 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
                     num_kv_heads: int, block_tiles: int, dram_banks: int, fixed_chunk_tiles: int = 0,
                     window: int = 0, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> BankLocalView:
     """Piece `index` of the bank-local split of (user at cur_pos, `kv_head`), from the user's page-table row:
-    L = the banks of R_h holding attended tiles (ascending); used = min(|L|, pieces, max(1, T // floor))
-    (floor = the fixed chunk or the split floor); piece i < used owns the banks L[j] with j % used == i and
-    reads their tiles in ascending order, in chunks of the fixed size or dynamic_chunk_tiles(ceil(T / used),
-    floor, chunk_cap); pieces i >= used are empty. `window`: the key span's (span_window)."""
+    L = the banks of R_h holding attended tiles (ascending, nb of them, c_b tiles in bank b); used =
+    min(pieces, max(1, T // floor), nb * min c_b) (floor = the fixed chunk or the split floor). With used <= nb
+    piece i < used owns the banks L[j] with j % used == i and reads their tiles in ascending order. With
+    used > nb (several readers per bank) piece i reads bank L[i % nb] as sub-piece i // nb of
+    subs = ceil((used - i % nb) / nb): the bank's o-th attended tile (ascending, o from 0) when o % subs ==
+    i // nb. Chunks of the fixed size or dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap); pieces
+    i >= used are empty. `window`: the key span's (span_window)."""
     t = valid_tiles(cur_pos, window)
     if t == 0:
         return BankLocalView(0, (), (), fixed_chunk_tiles or 1)
@@ -234,14 +237,23 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
         return (page_table_row[k // block_tiles] * nkv_bt + kv_head * block_tiles + k % block_tiles) % dram_banks
 
     attended = range(first, first + t)
-    held = sorted({bank(k) for k in attended})
+    counts: dict[int, int] = {}
+    for k in attended:
+        counts[bank(k)] = counts.get(bank(k), 0) + 1
+    held = sorted(counts)
+    nb = len(held)
     floor = fixed_chunk_tiles if fixed_chunk_tiles > 0 else min_chunk_tiles
-    used = min(len(held), pieces, max(1, t // floor))
+    used = min(pieces, max(1, t // floor), nb * min(counts.values()))
     chunk = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap)
     if index >= used:
         return BankLocalView(used, (), (), chunk)
-    own = tuple(b for j, b in enumerate(held) if j % used == index)
-    return BankLocalView(used, own, tuple(k for k in attended if bank(k) in own), chunk)
+    if used <= nb:
+        own = tuple(b for j, b in enumerate(held) if j % used == index)
+        return BankLocalView(used, own, tuple(k for k in attended if bank(k) in own), chunk)
+    r, sub = index % nb, index // nb
+    subs = -(-(used - r) // nb)
+    of_bank = [k for k in attended if bank(k) == held[r]]
+    return BankLocalView(used, (held[r],), tuple(of_bank[sub::subs]), chunk)
 
 
 # ---- the reduction tree -------------------------------------------------------------------

@@ -6,10 +6,10 @@ Page k = (block * NKV + h) * bt + r of the pool (bt = block_size / 32, r the row
 bank k % NB, so logical key tile t of head h of a user with page-table row pt sits in bank
 (pt[t // bt] * NKV * bt + h * bt + t % bt) % NB (`tile_banks`). With g = gcd(NKV * bt, NB) head h reaches
 the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32:
-3 banks, block 64: 6, block 128: 12; one KV head: 12. Of P <= |R_h| pieces, used = min(|L|, P, max(1, T // floor)) get
-keys (L: the banks of R_h holding attended tiles, ascending); piece i < used owns the banks L[j] with
-j % used == i and reads their tiles (`piece_ownership`: core.split.bank_local_view's rule, from bank
-counts). A piece's time follows its own tile count n_i, so a page table that crowds a head's tiles into
+3 banks, block 64: 6, block 128: 12; one KV head: 12. Of P pieces (up to 4 |R_h|), used = min(P,
+max(1, T // floor), |L| x min c_b) get keys (L: the banks of R_h holding attended tiles, ascending, c_b
+tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| reads every subs-th
+tile of bank L[i % |L|] (`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile count n_i, so a page table that crowds a head's tiles into
 few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
@@ -126,24 +126,25 @@ def bank_counts(pt_row: Sequence[int], tiles: int, head: int, num_kv_heads: int,
     return np.bincount(tile_banks(pt_row, 0, tiles, head, num_kv_heads, block_tiles, banks), minlength=banks)
 
 
-def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
-                    per_bank: int = 1) -> PieceOwnership:
-    """The split of one (user, KV head) over `pieces` pieces from its bank counts: used = min(|L|, P,
-    max(1, T // floor)); piece i < used owns L[j] for j % used == i; pieces i >= used are empty.
-    `per_bank` k > 1 (a what-if beyond the design: several readers share a bank): up to k x |L| pieces,
-    used rounded down to a multiple k' of |L| above |L|, piece i reading every k'-th tile of bank
-    L[i % |L|] (sub-piece i // |L|)."""
+def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int) -> PieceOwnership:
+    """The split of one (user, KV head) over `pieces` pieces from its bank counts (core.split.bank_local_view's
+    rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for j % used == i; with used > |L| piece
+    i reads bank L[i % |L|] as sub-piece i // |L| of subs = ceil((used - i % |L|) / |L|), every subs-th of
+    the bank's tiles; pieces i >= used are empty."""
     live = [b for b in reach if counts[b] > 0]
     total = int(sum(int(counts[b]) for b in reach))
-    used = min(per_bank * len(live), pieces, max(1, total // max(1, floor))) if total else 0
-    if used > len(live):
-        k = used // len(live)
-        used = k * len(live)
-        banks = tuple((live[i % len(live)],) if i < used else () for i in range(pieces))
-        shares = tuple((int(counts[bk[0]]) // k + (i // len(live) < int(counts[bk[0]]) % k),) if bk else ()
+    if not total:
+        return PieceOwnership(0, tuple(() for _ in range(pieces)), tuple(() for _ in range(pieces)))
+    nb = len(live)
+    fewest = min(int(counts[b]) for b in live)
+    used = min(pieces, max(1, total // max(1, floor)), nb * fewest)
+    if used > nb:
+        banks = tuple((live[i % nb],) if i < used else () for i in range(pieces))
+        subs = [-(-(used - r) // nb) for r in range(nb)]
+        shares = tuple((-(-(int(counts[bk[0]]) - i // nb) // subs[i % nb]),) if bk else ()
                        for i, bk in enumerate(banks))
         return PieceOwnership(used, banks, shares)
-    banks = tuple(tuple(live[j] for j in range(len(live)) if j % used == i) if i < used else ()
+    banks = tuple(tuple(live[j] for j in range(nb) if j % used == i) if i < used else ()
                   for i in range(pieces))
     return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks))
 
@@ -173,8 +174,8 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
         for h in range(s.num_kv_heads):
             reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
             counts = bank_counts(page_table[user], t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
-            p = per_bank * len(reach) if pieces is None else min(pieces, per_bank * len(reach))
-            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, per_bank), counts, reach)
+            p = per_bank * len(reach) if pieces is None else pieces
+            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor), counts, reach)
     return out
 
 
@@ -277,8 +278,8 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
                placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None
                ) -> tuple[list[CoreWork], Reduction, dict[str, float]]:
     """(per-core work, the merge trees, counts) of one bank-local paged step whose users' blocks are
-    `page_table` ([batch, >= entries]); `pieces`: P per (user, KV head), None = |R_h| (x `per_bank`, the
-    what-if of piece_ownership). A piece of one bank runs on one of that bank's cores (bank_cores, dealt
+    `page_table` ([batch, >= entries]); `pieces`: P per (user, KV head), None = |R_h| x `per_bank` (readers per
+    bank). A piece of one bank runs on one of that bank's cores (bank_cores, dealt
     round robin), a piece over several banks (a short context: used < |L|) on the core holding the fewest
     pieces; each core's reader first reads cur_pos and each of its users' page-table rows and passes over
     them (setup_cycles). `placement`: (user, KV head, piece) -> core, a plan's (DecodePlan.pieces), in place

@@ -149,9 +149,10 @@ def make_plan(
     take theirs from the compute settings at launch).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
     the `dram_banks` DRAM banks, the device's count, 12 on Wormhole: ttnn ND sharding of [1, 1, 32, D] shards over
-    the banks). With a paged cache (bank-local): each (user, KV head) has up to one piece per bank its key tiles
-    can sit in (core.split.bank_local_reach, at most max_cores_per_head_batch; `key_row_pieces` fewer), piece i
-    running near bank R_h[i]; the kernels find each piece's tiles from the page table (bank_local_view). With a
+    the banks). With a paged cache (bank-local): each (user, KV head) has one piece per bank its key tiles
+    can sit in (core.split.bank_local_reach, at most max_cores_per_head_batch; `key_row_pieces` fewer, or up to
+    four readers per bank, sub-pieces that take the bank's tiles in turn), piece i running near bank
+    R_h[i % |R_h|]; the kernels find each piece's tiles from the page table (bank_local_view). With a
     contiguous cache each (user, KV head)
     then has a multiple of the banks in pieces up to max_cores_per_head_batch (>= the banks; the model's choice for the
     shape, split_choices.key_row_pieces: enough for one user to cover the cores, no more rounds than that)

@@ -56,7 +56,7 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
     roots spread; key_row pages: on cores kept for the piece's DRAM bank (key_row_deal, weighing each
     piece's work in cycles: tiles, chunks and merges priced by the model). Then each work's pieces are
     relabeled to shorten the tree's NoC paths (_short_hop_placement). Bank-local (key_row pages of a paged
-    cache, `block_size`): piece i of KV head h on a core kept for bank R_h[i] (bank_local_banks), its weight
+    cache, `block_size`): piece i of KV head h on a core kept for bank R_h[i % |R_h|] (bank_local_banks), its weight
     a piece's share ceil(S / 32 / pieces) of a full cache; not relabeled (each piece keeps its bank)."""
     pieces = split.pieces
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
@@ -68,7 +68,7 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
         weights = [n * costs.tile + -(-n // chunk) * costs.chunk + len(tree_children(i, pieces)) * costs.round
                    for i in range(pieces)]
         reach = [bank_local_banks(h, num_kv_heads, block_size // TILE, dram_banks) for h in range(num_kv_heads)]
-        bank = {it: reach[it[1]][it[2]] for it in flat}
+        bank = {it: reach[it[1]][it[2] % len(reach[it[1]])] for it in flat}
         placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}, dram_banks))
         return placed
     if kv_pages == "key_row":

@@ -18,7 +18,10 @@ from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
 from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
 
-__all__ = ["q_rows", "choose_split", "key_row_most_pieces", "bank_local_most_pieces"]
+__all__ = ["q_rows", "choose_split", "key_row_most_pieces", "bank_local_most_pieces", "READERS_PER_BANK"]
+
+#: The most readers (pieces of one (user, KV head)) sharing one DRAM bank in the bank-local split.
+READERS_PER_BANK = 4
 
 
 def q_rows(*, num_q_heads: int, num_kv_heads: int, num_tokens: int, fp32_dest_acc_en: bool,
@@ -71,9 +74,9 @@ def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[C
     if kv_pages == "key_row" and block_size is not None:
         most = bank_local_most_pieces(cores, max_cores_per_head_batch, block_size, num_kv_heads, dram_banks)
         if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or not 1 <= key_row_pieces <= most):
-            raise PlanError(f"key_row_pieces: expected None or 1 to {most} with a paged cache (one piece per DRAM "
-                            f"bank a KV head's tiles reach, max_cores_per_head_batch={max_cores_per_head_batch}), "
-                            f"got {key_row_pieces!r}")
+            raise PlanError(f"key_row_pieces: expected None or 1 to {most} with a paged cache (up to "
+                            f"{READERS_PER_BANK} pieces per DRAM bank a KV head's tiles reach, "
+                            f"max_cores_per_head_batch={max_cores_per_head_batch}), got {key_row_pieces!r}")
     elif kv_pages == "key_row":
         most = key_row_most_pieces(cores, max_cores_per_head_batch, dram_banks)
         if key_row_pieces is not None and (not isinstance(key_row_pieces, int) or key_row_pieces < dram_banks
@@ -89,16 +92,16 @@ def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[C
 
 def _pieces_for_cap(chunk_cap_tiles: int, *, kv_pages: str, key_row_pieces: int | None, fixed: int,
                     min_chunk_tiles: int | None, most: int, floor: int, num_kv_heads: int, num_cores: int,
-                    seq_tiles: int, bank_local: bool, shape: dict, kv: dict) -> int:
+                    seq_tiles: int, bank_local: bool, bank_reach: int, shape: dict, kv: dict) -> int:
     """Pieces per (user, KV head) with dynamic chunks capped at chunk_cap_tiles (or the fixed chunk):
-    bank-local (key_row pages of a paged cache): the caller's key_row_pieces, else `most`, one piece per bank the
-    KV head reaches (the model prices no bank-local split yet: the split floor then leaves short contexts fewer
+    bank-local (key_row pages of a paged cache): the caller's key_row_pieces, else one piece per bank the
+    KV head reaches (`bank_reach`, at most `most`) (the model prices no bank-local split yet: the split floor then leaves short contexts fewer
     pieces with keys, in the kernels); key_row pages: the caller's key_row_pieces, else the model's
     (split_choices.key_row_pieces); tile pages: `most` with fixed chunks or a caller's split floor, else the
     model's (split_choices.tile_pieces: the split floor and, below the most allowed, the pieces that pay their
     rounds). Never depends on the batch."""
     if bank_local:
-        return most if key_row_pieces is None else key_row_pieces
+        return min(most, bank_reach) if key_row_pieces is None else key_row_pieces
     if kv_pages == "key_row":
         if key_row_pieces is not None:
             return key_row_pieces
@@ -133,6 +136,8 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
     split = functools.partial(_pieces_for_cap, kv_pages=kv_pages, key_row_pieces=key_row_pieces, fixed=fixed,
                               min_chunk_tiles=min_chunk_tiles, most=most, floor=floor, num_kv_heads=num_kv_heads,
                               num_cores=len(cores), seq_tiles=st, bank_local=kv_pages == "key_row" and bool(block_size),
+                              bank_reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks)
+                              if kv_pages == "key_row" and block_size else 0,
                               shape=shape, kv=kv)
     if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
         pieces = split(cap)
@@ -164,9 +169,9 @@ def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, dram_banks:
 
 def bank_local_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_size: int, num_kv_heads: int,
                            dram_banks: int) -> int:
-    """The most pieces per work for kv_pages "key_row" with a paged cache (bank-local): one per DRAM bank a KV
-    head's key tiles can sit in (core.split.bank_local_reach: |R_h|, from NKV, block_size / 32 and the banks),
-    at most max_pieces and the cores. Refuses a block that is not a multiple of 32 keys (a key-row page is 32
+    """The most pieces per work for kv_pages "key_row" with a paged cache (bank-local): READERS_PER_BANK per
+    DRAM bank a KV head's key tiles can sit in (core.split.bank_local_reach: |R_h|, from NKV, block_size / 32
+    and the banks), at most max_pieces, the cores and the tree's width. Refuses a block that is not a multiple of 32 keys (a key-row page is 32
     keys) and a grid with fewer cores than the banks."""
     if block_size % TILE:
         raise PlanError(f"block_size: expected a multiple of {TILE} with kv_pages='key_row' (a page holds one "
@@ -174,4 +179,5 @@ def bank_local_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_si
     if len(cores) < dram_banks:
         raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({dram_banks}), the grid "
                         f"gives {len(cores)} cores")
-    return max(1, min(max_pieces, bank_local_reach(num_kv_heads, block_size // TILE, dram_banks), len(cores)))
+    reach = bank_local_reach(num_kv_heads, block_size // TILE, dram_banks)
+    return max(1, min(max_pieces, READERS_PER_BANK * reach, len(cores), 1 << MAX_ROUNDS))
