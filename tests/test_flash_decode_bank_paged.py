@@ -115,10 +115,14 @@ def assert_matches(out, lse, ref, ref_lse, pos: Sequence[int], what: str) -> Non
 @pytest.mark.parametrize("nkv, block, reach", [(8, 32, 3), (8, 64, 6), (8, 128, 12), (1, 32, 12), (2, 32, 6)])
 def test_a_kv_head_gets_one_piece_per_bank_its_tiles_can_reach(nkv: int, block: int, reach: int) -> None:
     """|R_h| from the design (Llama-8B's 8 KV heads: 3 banks with blocks of 32, 6 of 64, 12 of 128; one KV
-    head: 12); the plan gives each (user, KV head) that many pieces, piece i near bank R_h[i]."""
+    head: 12); the plan gives each (user, KV head) 1 to 4 pieces per bank (at most max_cores_per_head_batch),
+    its pieces placed near bank R_h[i % |R_h|]; key_row_pieces fixes them."""
     plan = make_plan(batch=2, num_q_heads=4 * nkv, num_kv_heads=nkv, seq_len=2048, head_dim=64, cur_pos=[100, 2000],
                      kv_pages="key_row", block_size=block, num_blocks=64, max_cores_per_head_batch=16)
-    assert plan.pieces_per_work == reach
+    assert plan.pieces_per_work in {min(16, s * reach) for s in (1, 2, 3, 4)}
+    one = make_plan(batch=2, num_q_heads=4 * nkv, num_kv_heads=nkv, seq_len=2048, head_dim=64, cur_pos=[100, 2000],
+                    kv_pages="key_row", block_size=block, num_blocks=64, key_row_pieces=reach)
+    assert one.pieces_per_work == reach
     fewer = make_plan(batch=1, num_q_heads=4 * nkv, num_kv_heads=nkv, seq_len=2048, head_dim=64, cur_pos=[100],
                       kv_pages="key_row", block_size=block, num_blocks=64, key_row_pieces=2)
     assert fewer.pieces_per_work == 2
@@ -392,6 +396,27 @@ def test_sub_pieces_keep_a_users_output_whatever_the_other_users() -> None:
     assert torch.equal(out_a[:, 0], out_b[:, 0]) and torch.equal(lse_a[:, 0], lse_b[:, 0])
 
 
+def test_the_plan_prices_readers_per_bank_from_the_config_shape_and_batch_size() -> None:
+    """Without key_row_pieces the planner takes s = 1 to 4 readers per bank, the P = s |R_h| the model prices
+    shortest (pricing.bank_local_step_cycles, a sequential page table at the cache's length): Llama-8B's 3
+    banks per KV head leave one user compute-bound at 32K (more readers), a batch of 32 at 4K bank-bound (one
+    reader each). The choice never depends on the positions (batch invariance)."""
+    llama = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, kv_dtype=BFP8, kv_pages="key_row", block_size=32)
+    one = make_plan(batch=1, seq_len=32768, cur_pos=[32767], num_blocks=2048, **llama)
+    assert one.pieces_per_work > 3 and one.pieces_per_work % 3 == 0
+    many = make_plan(batch=32, seq_len=4096, cur_pos=[4095] * 32, num_blocks=8192, **llama)
+    assert many.pieces_per_work == 3
+    gen = torch.Generator().manual_seed(0)
+    for batch, seq in ((1, 32768), (8, 4096)):
+        base = make_plan(batch=batch, seq_len=seq, cur_pos=None, num_blocks=2 * batch * seq // 32, **llama)
+        for _ in range(2):
+            pos = torch.randint(-1, seq, (batch,), generator=gen).tolist()
+            other = make_plan(batch=batch, seq_len=seq, cur_pos=pos, num_blocks=2 * batch * seq // 32, **llama)
+            assert other.pieces_per_work == base.pieces_per_work
+            assert [(q.user, q.kv_head, q.index, q.core) for q in other.pieces] == \
+                [(q.user, q.kv_head, q.index, q.core) for q in base.pieces]
+
+
 # ---- another bank count ------------------------------------------------------------------------------
 
 
@@ -402,7 +427,8 @@ def test_the_plan_takes_the_devices_bank_count_and_the_host_runtime_models_twelv
     base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=2048, head_dim=64, cur_pos=[2000],
                 kv_pages="key_row", num_blocks=64, dram_banks=8, max_cores_per_head_batch=16)
     for block, reach in ((32, 1), (64, 2), (256, 8)):
-        plan = make_plan(**base, block_size=block)
+        assert make_plan(**base, block_size=block).pieces_per_work in {s * reach for s in (1, 2, 3, 4)}
+        plan = make_plan(**base, block_size=block, key_row_pieces=reach)
         assert (plan.pieces_per_work, plan.dram_banks) == (reach, 8)
         row = list(range(2048 // block))
         for h in range(8):

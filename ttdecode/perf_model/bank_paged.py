@@ -23,6 +23,7 @@ the slowest piece, its core and its tree bound the step. All figures are MODEL E
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
@@ -216,9 +217,10 @@ def _add_ops(into: dict[str, list[OpTally]], ops: dict[str, list[OpTally]]) -> N
         into.setdefault(op, []).extend(ts)
 
 
+@functools.lru_cache(maxsize=4096)
 def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> dict[str, list[OpTally]]:
     """A piece's compute: its first chunk's tiles without a running set, the rest running, chunk_ops per
-    chunk after the first."""
+    chunk after the first (remembered: the same piece recurs over the users; read, never changed)."""
     first = min(n, chunk)
     chunks = -(-n // chunk)
     im = intermediate_bytes(pc.fp32_dest_acc_en)

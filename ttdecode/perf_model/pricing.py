@@ -1,16 +1,20 @@
 """The model's prices of a split candidate, in cycles (1 GHz): the narrow interface the FlashDecode planner
 chooses its split with (the model prices, the planner decides). Closed forms of our kernels (`op_counts`)
 through the evaluator's op costs (`evaluator.sum_ops`), and the DRAM and reader terms `evaluate` charges,
-for one key tile, one running chunk's fixed work, one tree round, one core's reader and the DRAM floor."""
+for one key tile, one running chunk's fixed work, one tree round, one core's reader and the DRAM floor; and a
+whole bank-local paged step (`bank_local_step_cycles`, through bank_paged)."""
 
 from __future__ import annotations
 
+import functools
+
+from ttdecode.perf_model.bank_paged import PagedShape, PieceCompute, evaluate_paged, sequential_page_table
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.evaluator import sum_ops
 from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
 
 __all__ = ["key_tile_cycles", "chunk_cycles", "round_cycles", "core_reader_cycles", "interleaved_floor_cycles",
-           "bank_local_floor_cycles"]
+           "bank_local_floor_cycles", "bank_local_step_cycles"]
 
 
 def key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
@@ -59,3 +63,40 @@ def bank_local_floor_cycles(nbytes: int, c: CostConstants = COST) -> float:
     """The DRAM floor of `nbytes` bytes spread evenly over the banks, each read bank-locally: one bank's
     share at one bank's peak times the bank-local efficiency."""
     return nbytes / c.dram_banks / (c.dram_peak_bytes_per_cycle / c.dram_banks * c.dram_bank_local_efficiency)
+
+
+def bank_local_step_cycles(*, batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
+                           seq_len: int, pieces: int, grid: tuple[int, int], dram_banks: int, kv_tile_bytes: int,
+                           q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int, prescale_q: bool,
+                           fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
+                           fixed_chunk_tiles: int, c: CostConstants = COST) -> float:
+    """A bank-local paged step (bank_paged.evaluate_paged) in cycles: `batch` users, each at the cache's
+    length (cur_pos seq_len - 1) over a sequential page table (each user's blocks in order: every bank of
+    R_h evenly loaded), `pieces` per (user, KV head), the model's own placement over the `grid`. Depends on
+    the config, the shape and the batch size only (remembered for the default constants)."""
+    args = dict(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                block_size=block_size, seq_len=seq_len, pieces=pieces, grid=tuple(grid), dram_banks=dram_banks,
+                kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
+                dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
+                chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles)
+    return _remembered_step_cycles(**args) if c is COST else _step_cycles(c, **args)
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_step_cycles(**args) -> float:
+    return _step_cycles(COST, **args)
+
+
+def _step_cycles(c: CostConstants, *, batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                 block_size: int, seq_len: int, pieces: int, grid: tuple[int, int], dram_banks: int,
+                 kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int,
+                 prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
+                 fixed_chunk_tiles: int) -> float:
+    shape = PagedShape(batch, num_q_heads, num_kv_heads, head_dim, block_size, (seq_len - 1,) * batch, grid,
+                       dram_banks, kv_tile_bytes)
+    pc = PieceCompute(q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows, dst_tiles=dst_tiles,
+                      prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
+                      chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles)
+    table = sequential_page_table(batch, -(-seq_len // block_size))
+    breakdown, _ = evaluate_paged(shape, pc, table, pieces, c)
+    return breakdown.cycles

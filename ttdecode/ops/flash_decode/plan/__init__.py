@@ -270,7 +270,7 @@ def _plan_steps(
                          kv_pages=kv_pages, key_row_pieces=key_row_pieces, block_size=block_size,
                          num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
                          mla=mla, attn_mask_batch=attn_mask_batch, cores=cores, rows=rows, shape=shape, kv=kv,
-                         dram_banks=dram_banks)
+                         dram_banks=dram_banks, batch=batch, num_q_heads=num_q_heads, grid=grid)
     placed = place_pieces(cores=cores, works=works, split=split, kv_pages=kv_pages, share_cache=share_cache,
                           num_kv_heads=num_kv_heads, seq_len=seq_len, window=window, num_tokens=num_tokens,
                           shape=shape, kv_dtype=kv_dtype, block_size=block_size, dram_banks=dram_banks)

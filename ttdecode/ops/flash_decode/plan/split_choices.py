@@ -4,10 +4,12 @@ candidate through `ttdecode.perf_model.pricing`; the planner decides here).
 - `split_floor_tiles`: the split floor of dynamic chunks (the fewest key tiles a piece is worth its tree round);
 - `tile_pieces`: pieces per (user, KV head) of tile pages with dynamic chunks;
 - `key_row_pieces`: pieces per (user, KV head) of key_row pages (a multiple of 12);
+- `bank_local_pieces`: pieces per (user, KV head) of the bank-local split (1 to 4 readers per bank);
 - `chunk_cap`: the cap of dynamic chunks and its pieces;
 - `split_costs`: the prices of one key tile, one chunk and one tree round they weigh (also key_row_deal's).
 
-Each depends on the config and the cache's length only, never on the batch (batch invariance). Cycles of
+Each depends on the config and the cache's length only (bank_local_pieces also on the batch size), never on
+the users' positions or data (batch invariance). Cycles of
 the model's 1 GHz clock; sizes in key tiles (32 keys).
 """
 
@@ -18,11 +20,11 @@ from typing import Sequence
 
 from ttdecode.core.split import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 from ttdecode.perf_model.constants import COST, CostConstants
-from ttdecode.perf_model.pricing import (bank_local_floor_cycles, chunk_cycles, core_reader_cycles,
-                                         interleaved_floor_cycles, key_tile_cycles, round_cycles)
+from ttdecode.perf_model.pricing import (bank_local_floor_cycles, bank_local_step_cycles, chunk_cycles,
+                                         core_reader_cycles, interleaved_floor_cycles, key_tile_cycles, round_cycles)
 
 __all__ = ["SplitCosts", "split_costs", "piece_chunks", "tile_paged_busiest", "split_floor_tiles", "key_row_pieces",
-           "tile_pieces", "chunk_cap"]
+           "bank_local_pieces", "tile_pieces", "chunk_cap"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,29 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
             best = (key, p)
     if best is None:
         raise ValueError(f"key_row_pieces: max_pieces: expected at least {banks}, got {max_pieces}")
+    return best[1]
+
+
+def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: int, num_q_heads: int,
+                      num_kv_heads: int, head_dim: int, block_size: int, seq_len: int, grid: tuple[int, int],
+                      dram_banks: int, kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int,
+                      dst_tiles: int, prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int,
+                      floor_tiles: int, fixed_chunk_tiles: int, c: CostConstants = COST) -> int:
+    """Pieces per (user, KV head) of the bank-local split: of P = min(s x `reach`, `most`) for s = 1 ..
+    `readers_per_bank` readers per bank, the one the model prices shortest (pricing.bank_local_step_cycles:
+    the batch at the cache's length over a sequential page table), ties to fewer pieces. Depends on the
+    config, the shape and the batch size only."""
+    best: tuple[float, int] | None = None
+    for p in sorted({min(s * reach, most) for s in range(1, readers_per_bank + 1)}):
+        cycles = bank_local_step_cycles(
+            batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            block_size=block_size, seq_len=seq_len, pieces=p, grid=grid, dram_banks=dram_banks,
+            kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
+            dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
+            chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles, c=c)
+        if best is None or cycles < best[0]:
+            best = (cycles, p)
+    assert best is not None
     return best[1]
 
 

@@ -13,6 +13,7 @@ from ttdecode.core.program_description import CoreCoord
 from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, bank_local_reach, tree_rounds
 from ttdecode.ops.flash_decode.plan.buffers import fitting_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chunk_cap
+from ttdecode.ops.flash_decode.plan.split_choices import bank_local_pieces as model_bank_local_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
@@ -119,11 +120,13 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                  max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
                  num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
                  attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict,
-                 dram_banks: int) -> Split:
+                 dram_banks: int, batch: int, num_q_heads: int, grid: tuple[int, int]) -> Split:
     """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
     cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
     no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
-    user at the cache's length (split_choices.chunk_cap), among the caps up to the one L1 allows."""
+    user at the cache's length (split_choices.chunk_cap), among the caps up to the one L1 allows. Bank-local
+    without a caller's key_row_pieces: at that cap, 1 to READERS_PER_BANK readers per bank, the model's choice
+    for the `batch` size on the `grid` (split_choices.bank_local_pieces; never the positions)."""
     fixed = k_chunk_size // TILE
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
@@ -147,6 +150,15 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
         cap, pieces = model_chunk_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
                                       options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
                                       **shape, **kv)
+    if kv_pages == "key_row" and block_size and key_row_pieces is None:
+        pieces = model_bank_local_pieces(
+            reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks), most=most,
+            readers_per_bank=READERS_PER_BANK, batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+            head_dim=head_dim, block_size=block_size, seq_len=seq_len, grid=tuple(grid), dram_banks=dram_banks,
+            kv_tile_bytes=kv["kv_tile_bytes"], q_tiles=shape["q_tiles"], head_rows=shape["head_rows"],
+            q_tile_rows=shape["q_tile_rows"], dst_tiles=shape["dst_tiles"], prescale_q=shape["prescale_q"],
+            fp32_dest_acc_en=shape["fp32_dest_acc_en"], fidelity=shape["fidelity"], chunk_cap=cap,
+            floor_tiles=floor, fixed_chunk_tiles=fixed)
     return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
                   max_chunk_tiles=fixed if fixed else min(cap, st))
 
