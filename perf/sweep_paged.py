@@ -13,9 +13,9 @@ Points: Llama-3.1-8B N150 (32q/8kv, D 128) B 1/8/32 x S 4K/8K/32K/128K; Llama-3.
 B 1 and 32 at 32K; Galaxy Llama-70B chip (B 8, cur_pos 127, 8x4 grid); blocks 32 and 64; page tables
 "sequential", "random" (distinct blocks drawn from a pool twice the need, seed 0) and "allocator" (the
 balanced BlockAllocator of ttdecode.models.kv_cache filling the users in random interleaved rounds from a
-pool twice the need). Besides the layout's own rows ("bank-local", the design: at most one piece per bank
-of R_h), a what-if row "bank-local x4" (up to 4 readers per bank) at the sequential tables shows what
-more pieces would buy where the compute binds; the goals judge "bank-local" only.
+pool twice the need). Besides the layout's own rows ("bank-local": the plan's P, 1 to 4 readers per bank of
+R_h as the planner prices it for the batch size), a what-if row "bank-local x4" (always 4 readers per bank,
+the model's own placement) at the sequential tables; the goals judge "bank-local" only.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ttdecode.core.formats import DataType
+from ttdecode.core.split import bank_local_reach
 from ttdecode.models.kv_cache import BlockAllocator
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, power_of_two_scale
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, piece_imbalance,
@@ -38,7 +39,8 @@ from ttdecode.perf_model.constants import COST
 from ttdecode.perf_model.evaluator import evaluate
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
 
-COLUMNS = ["point", "kernel", "layout", "batch", "seq", "block", "page_table", "us", "gbps", "ratio_vs_ttmetal"]
+COLUMNS = ["point", "kernel", "layout", "batch", "seq", "block", "page_table", "us", "gbps", "ratio_vs_ttmetal",
+           "pieces"]
 PAGE_TABLES = ("sequential", "random", "allocator")
 PEAK_GBPS = COST.dram_peak_bytes_per_cycle * COST.clock_hz / 1e9
 BANK_LOCAL_GBPS = 265.5  # DRAMTile: 12 readers, one per bank (COST_SOURCES "dram_bank_local_readers_efficiency")
@@ -144,23 +146,24 @@ def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
             yield _row(p, "tt-metal", "interleaved tile pages", block, "-", tm, tm_gbps, 1.0, float("nan"))
             shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
                                COST.dram_banks)
+            reach = bank_local_reach(p.num_kv_heads, block // 32, COST.dram_banks)
             for kind in tables:
                 pt = page_table(kind, p, block)
                 variants = [("bank-local", 1)] + ([("bank-local x4 (what-if)", WHAT_IF_PER_BANK)]
                                                   if kind == "sequential" else [])
                 for layout, per_bank in variants:  # the plan's pieces and placement; the what-if its own
-                    b, _ = evaluate_paged(shape, pc, pt, plan.pieces_per_work * per_bank, per_bank=per_bank,
-                                          placement=placed if per_bank == 1 else None)
+                    pieces = plan.pieces_per_work if per_bank == 1 else per_bank * reach
+                    b, _ = evaluate_paged(shape, pc, pt, pieces, placement=placed if per_bank == 1 else None)
                     comp = sum(b.compute_us.values())
                     yield _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
-                               comp / b.reader_us if b.reader_us else float("inf"))
+                               comp / b.reader_us if b.reader_us else float("inf"), pieces)
 
 
 def _row(p: PagedPoint, kernel: str, layout: str, block: int, table: str, us: float, gbps: float, ratio: float,
-         cr: float) -> dict[str, object]:
+         cr: float, pieces: int = 0) -> dict[str, object]:
     return {"point": p.point, "kernel": kernel, "layout": layout, "batch": p.batch, "seq": p.seq, "block": block,
             "page_table": table, "us": round(us, 2), "gbps": round(gbps, 1), "ratio_vs_ttmetal": round(ratio, 3),
-            "compute_over_reader": round(cr, 3)}
+            "compute_over_reader": round(cr, 3), "pieces": pieces}
 
 
 def goals(rows: list[dict[str, object]]) -> list[tuple[str, bool, str]]:
@@ -280,7 +283,7 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     for r in run_paged(paged_points(quick) if points is None else points):
         print(f"  {r['point']:<16} {r['kernel']:<8} {r['layout']:<24} B={r['batch']:<2} S={r['seq']:<6} "
               f"block={r['block']:<3} {r['page_table']:<10} {r['us']:>9} us {r['gbps']:>6} GB/s "
-              f"x{r['ratio_vs_ttmetal']}", flush=True)
+              f"x{r['ratio_vs_ttmetal']} P={r['pieces']}", flush=True)
         rows.append(r)
     path = out / f"sweep_paged{'_quick' if quick else ''}.csv"
     with path.open("w", newline="") as f:
