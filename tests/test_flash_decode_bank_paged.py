@@ -417,6 +417,18 @@ def test_the_plan_prices_readers_per_bank_from_the_config_shape_and_batch_size()
                 [(q.user, q.kv_head, q.index, q.core) for q in base.pieces]
 
 
+def test_a_short_cache_spreads_the_pieces_with_keys_one_per_core() -> None:
+    """Galaxy's Llama-70B chip (one KV head, B 8, a 128-key cache, an 8x4 grid): one piece per (user, head)
+    can ever hold keys (4 tiles under the split floor); every user's piece 0 sits on its own core, not near
+    bank R_h[0] two to a core."""
+    for block in (32, 64):
+        plan = make_plan(batch=8, num_q_heads=8, num_kv_heads=1, seq_len=128, head_dim=128, kv_dtype=BFP8,
+                         cur_pos=[127] * 8, grid=(8, 4), kv_pages="key_row", block_size=block, num_blocks=64)
+        assert plan.seq_len // 32 // plan.min_chunk_tiles <= 1
+        roots = [q.core for q in plan.pieces if q.index == 0]
+        assert len(roots) == 8 and len(set(roots)) == 8
+
+
 # ---- another bank count ------------------------------------------------------------------------------
 
 

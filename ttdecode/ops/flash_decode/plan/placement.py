@@ -57,17 +57,23 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
     piece's work in cycles: tiles, chunks and merges priced by the model). Then each work's pieces are
     relabeled to shorten the tree's NoC paths (_short_hop_placement). Bank-local (key_row pages of a paged
     cache, `block_size`): piece i of KV head h on a core kept for bank R_h[i % |R_h|] (bank_local_banks), its weight
-    a piece's share ceil(S / 32 / pieces) of a full cache; not relabeled (each piece keeps its bank)."""
+    a piece's share ceil(S / 32 / pieces) of a full cache; not relabeled (each piece keeps its bank). A cache
+    so short that fewer pieces than |R_h| ever get keys (S / 32 / floor; each then reads several banks): the
+    pieces that can get keys one per core first, over every core (_spread)."""
     pieces = split.pieces
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
     if kv_pages == "key_row" and block_size is not None:
+        reach = [bank_local_banks(h, num_kv_heads, block_size // TILE, dram_banks) for h in range(num_kv_heads)]
+        live = max(1, split.seq_tiles // (split.fixed or split.floor))  # the most pieces with keys at any position
+        if live < len(reach[0]):
+            placed.update(_spread(cores, flat, live))
+            return placed
         costs = split_costs(**shape, kv_tile_bytes=TILE_BYTES[kv_dtype])
         n = -(-split.seq_tiles // pieces)
         chunk = split.fixed or min(split.cap, n)
         weights = [n * costs.tile + -(-n // chunk) * costs.chunk + len(tree_children(i, pieces)) * costs.round
                    for i in range(pieces)]
-        reach = [bank_local_banks(h, num_kv_heads, block_size // TILE, dram_banks) for h in range(num_kv_heads)]
         bank = {it: reach[it[1]][it[2] % len(reach[it[1]])] for it in flat}
         placed.update(key_row_deal(cores, flat, bank, {it: weights[it[2]] for it in flat}, dram_banks))
         return placed
@@ -93,6 +99,18 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
         for g, item in enumerate(flat):
             placed[cores[(g + g // n_cores) % n_cores]].append(item)
     return _short_hop_placement(placed, works, pieces, _heights(pieces), dram_banks if kv_pages == "key_row" else 1)
+
+
+def _spread(cores: Sequence[CoreCoord], flat: Sequence[tuple[int, int, int]], live: int
+            ) -> dict[CoreCoord, list[tuple[int, int, int]]]:
+    """Bank-local pieces of a short cache: the pieces that can get keys (index < `live`, in `flat` order),
+    then the rest, dealt round robin over the cores, so no core holds two pieces with keys before every core
+    holds one."""
+    placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
+    order = [it for it in flat if it[2] < live] + [it for it in flat if it[2] >= live]
+    for g, item in enumerate(order):
+        placed[cores[g % len(cores)]].append(item)
+    return placed
 
 
 def build_tree(placed: dict[CoreCoord, list[tuple[int, int, int]]], *, pieces: int, cores: Sequence[CoreCoord]
