@@ -50,11 +50,11 @@ dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, block_size=32, backend="
 build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
 steps = join_leave_steps(dec, device, 4, log)  # the default joins and leaves
+kernels = our_kernels(dec)  # the decode steps' programs (generate's 32-token step adds its own)
 # generate: the prompts in one step of 32 tokens per user (tests/mock/test_llama_prompt_chunks.py has more)
 entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
 gen_moves = list(moves)
-kernels = our_kernels(dec)
 dec.close()
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
       "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,

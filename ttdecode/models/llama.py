@@ -11,8 +11,9 @@ verification of T speculative draft tokens: token t's logits predict token t + 1
 cache serves all T, causal among them); a rejected draft is dropped by rewinding: the next step
 starts at the first position to redo. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's
 position and the cache update (one row per user into its block) in one program,
-``ttdecode.rotary_kv_append`` (see ``kv_cache.append_rows``; one call per token index with T > 1)
--> FlashDecode through
+``ttdecode.rotary_kv_append`` (see ``kv_cache.append_rows``; on the host backends one call per token
+index with T > 1, since the op refuses two rows of one cache tile in a call; on the device backend one
+call of the T B rows, see ``llama_device.chunk_grid``) -> FlashDecode (one call for the T tokens) through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
 residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
 
@@ -388,7 +389,9 @@ class LlamaDecoder:
         padded rows stay within the cache blocks the user holds at the end anyway; its next step
         rewinds over them); a user whose prompt is done idles (position -1) until every prompt is
         in, then all decode one token per step at their own positions. ``self.generate_steps`` is
-        then (prompt steps, decode steps) of the call.
+        then (prompt steps, decode steps) of the call. Each step reads the argmax ids alone
+        (`next_tokens`; on the device backend the argmax runs there), the logits only with
+        ``return_logits``.
 
         ``progress``: a progress bar on stderr (tqdm when installed) for the prompt and for the
         generation; None (default): only for those longer than 64 tokens (per user), True: always,

@@ -330,6 +330,13 @@ class DeviceDecoder:
     rest replicated): each chip runs its NH/N q and NKV/N KV heads (its own caches), the O and down
     projections' partial sums meet in ``ttnn.all_reduce``, the LM head's vocabulary slices in
     ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
+
+    T > 1 tokens per user (a prompt chunk, draft tokens; tensor parallel only) run as one step of T B
+    rows, token-major (row ``j * B + b``): the row of `step_row` (made on the device at the first step
+    of each T: one ``from_torch``), every op on T B rows, per layer one rotary append of the T B rows
+    (planned per T on `chunk_grid`'s cores, each row's page-table row its user's) and one multi-token
+    FlashDecode (Q ``[T, B, NH, D]`` a reshape of the append's ``[1, T B, NH, D]``, each user at its
+    last token's position).
     The input row is written replicated (one ``copy_host_to_device_tensor``). The mesh needs
     ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
 
