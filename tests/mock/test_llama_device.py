@@ -51,7 +51,7 @@ build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
 steps = join_leave_steps(dec, device, 4, log)  # the default joins and leaves
 kernels = our_kernels(dec)  # the decode steps' programs (generate's 32-token step adds its own)
-# generate: the prompts in one step of 32 tokens per user (tests/mock/test_llama_prompt_chunks.py has more)
+# generate: the prompts in one step of 32 tokens per user (tests/mock/test_llama_device_prompts.py has more)
 entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
 gen_moves = list(moves)
