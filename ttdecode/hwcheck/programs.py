@@ -48,8 +48,9 @@ def ttnn_dtype(ttnn: Any, name: str) -> Any:
 
 
 def _read(ttnn: Any, t: Any, shape: tuple[int, ...]) -> torch.Tensor:
-    """A device tensor read back as float32 of the reference's `shape` (an LSE's trailing column dropped)."""
-    x = ttnn.to_torch(t).float()
+    """A device tensor (or a torch tensor the op read back itself, such as the LSE) as float32 of the
+    reference's `shape` (an LSE's trailing column dropped)."""
+    x = (t if isinstance(t, torch.Tensor) else ttnn.to_torch(t)).float()
     if tuple(x.shape) != shape and x.numel() != torch.Size(shape).numel():
         x = x[..., 0]
     return x.reshape(shape)

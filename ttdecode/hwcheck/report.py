@@ -131,12 +131,21 @@ def _fig(x: Any, fmt: str) -> str:
     return "–" if x is None else str(x)
 
 
+def _worst(metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The largest rel L2 and the smallest PCC over a call's outputs (an LSE has neither)."""
+    rel = [m["rel_l2"] for m in metrics.values() if "rel_l2" in m]
+    pcc = [m["pcc"] for m in metrics.values() if "pcc" in m]
+    nums = all(isinstance(x, (int, float)) for x in rel + pcc)
+    return {"rel_l2": (max(rel) if nums else rel[0]) if rel else None,
+            "pcc": (min(pcc) if nums else pcc[0]) if pcc else None}
+
+
 def _program_row(e: dict[str, Any]) -> str:
     calls = e.get("calls") or []
-    last = calls[-1]["metrics"].get("out", {}) if calls else {}
-    first = calls[0]["metrics"].get("out", {}) if calls else {}
+    last = _worst(calls[-1]["metrics"]) if calls else {}
+    first = _worst(calls[0]["metrics"]) if calls else {}
     theirs = e.get("ttnn_op") or {}
-    t_out = (theirs.get("metrics") or {}).get("out", {})
+    t_out = _worst(theirs.get("metrics") or {})
     paths = "/".join(c["path"] for c in calls) or "–"
     note = e.get("verdict") or e.get("error") or ""
     return (f"| `{e['name']}` | {e['status']} | {_fig(first.get('rel_l2'), '.2e')} | {_fig(last.get('rel_l2'), '.2e')} "
@@ -156,7 +165,9 @@ def markdown(report: dict[str, Any]) -> str:
         h = report["hang"]
         out += ["", f"**HANG** in {h['section']} `{h['name']}` ({h['config']}): no answer in {h['seconds']:.0f} s. "
                 "Reset the board (`tt-smi -r`) before the next run."]
-    out += ["", "| program | status | rel L2 call 1 | rel L2 last call | PCC last call | paths | ttnn's op rel L2 | verdict |",
+    out += ["", "Worst output of each call (rel L2: largest, PCC: smallest); paths: each call's descriptor (full: per-core "
+            "args sent; lean: held back, the cached program's used).", "",
+            "| program | status | rel L2 call 1 | rel L2 last call | PCC last call | paths | ttnn's op rel L2 | verdict |",
             "|---|---|---:|---:|---:|---|---:|---|"]
     out += [_program_row(e) for e in report["programs"]]
     out += ["", "| timing point | ours us/call | ttnn us/call | ours profiler us | ttnn profiler us | note |",
@@ -168,8 +179,9 @@ def markdown(report: dict[str, Any]) -> str:
                    f"{_fig(o.get('profiler_us'), '.2f')} | {_fig(n.get('profiler_us'), '.2f')} | {note[:160]} |")
     loop = report["readme_loop"]
     if loop:
-        out += ["", f"README traced loop: {loop['status']}" + (f", {_fig(loop.get('seconds'), '.3f')} s"
-                                                              if loop.get("seconds") is not None else "")]
+        took = loop.get("seconds")
+        out += ["", f"README traced loop: {loop['status']}" + (f", {took:.3f} s" if isinstance(took, float) else
+                                                              f" ({loop.get('note') or loop.get('error') or took})")]
     return "\n".join(out) + "\n"
 
 

@@ -94,13 +94,16 @@ class _Lines:
         return line.decode(errors="replace") + "\n"
 
 
-def run_worker(plan: dict[str, Any], guard: Guard, log: Any = None) -> dict[str, Any]:
-    """Run the plan under the watchdog. Returns ``device`` (the worker's device event or None), ``entries``
+def run_worker(plan: dict[str, Any], guard: Guard, log: Any = None, worker: Optional[list[str]] = None
+               ) -> dict[str, Any]:
+    """Run the plan under the watchdog (`worker`: the worker's command before the plan, default
+    ``python -m ttdecode.hwcheck.worker``; `log`: a stream for one line per item started). Returns ``device`` (the worker's device event or None), ``entries``
     ({section: [entries]}), ``hang`` (None, or the item, its configuration and the limit), ``exit``
     (the worker's exit code, or "killed") and ``stderr_tail``."""
     cwd = tempfile.mkdtemp(prefix="hwcheck-", dir=str(mock_home()) if plan.get("mock") else None)
     err = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "ttdecode.hwcheck.worker", json.dumps(plan)], cwd=cwd,
+    argv = (worker or [sys.executable, "-m", "ttdecode.hwcheck.worker"]) + [json.dumps(plan)]
+    proc = subprocess.Popen(argv, cwd=cwd,
                             env=worker_env(plan, guard), stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     out: dict[str, Any] = {"device": None, "entries": {"programs": [], "timing": [], "readme_loop": []}, "hang": None}
     lines, current = _Lines(proc.stdout), {"section": "device", "name": "open", "config": "the device's open"}

@@ -12,6 +12,7 @@ process starts (the runner does).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import sys
 import time
@@ -45,10 +46,17 @@ def _open(ttnn: Any, mock: str | None) -> Any:
     return ttnn.open_device(device_id=0, trace_region_size=TRACE_REGION_BYTES)
 
 
+def _ttnn_version() -> str:
+    try:
+        return importlib.metadata.version("ttnn")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (no ttnn distribution metadata)"
+
+
 def _device_info(ttnn: Any, device: Any, mock: str | None) -> dict[str, Any]:
     grid = device.compute_with_storage_grid_size()
     return {"mock": mock, "arch": str(device.arch()), "grid": [grid.x, grid.y],
-            "devices": int(ttnn.GetNumAvailableDevices()), "ttnn_version": getattr(ttnn, "__version__", "unknown"),
+            "devices": int(ttnn.GetNumAvailableDevices()), "ttnn_version": _ttnn_version(),
             "profiler": profiler_on()}
 
 
