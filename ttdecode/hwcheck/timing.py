@@ -5,7 +5,8 @@ wall time of the replays (one synchronize at the end) over their count, in micro
 between replays the device is the bottleneck, so this is the device time per call plus the trace's own
 dispatch. When the installed tt-metal has its device profiler and the check runs with ``--profiler``
 (``TT_METAL_DEVICE_PROFILER=1`` and the two variables that make ttnn post-process in the run), the
-profiler's DEVICE KERNEL DURATION of the replays is reported too (median over the programs read).
+profiler's DEVICE KERNEL DURATION is reported too: the median over `PROFILED_CALLS` untraced calls (the
+profiler's buffer holds a bounded number of programs; the kernels' duration does not depend on the trace).
 
 The mock device captures no trace (capture crashes there) and times nothing: each call runs once untraced
 (the path is exercised) and every figure is ``check.MOCK``.
@@ -30,6 +31,8 @@ __all__ = ["PROFILER_ENV", "traced_us", "profiler_us", "time_point"]
 PROFILER_ENV = {"TT_METAL_DEVICE_PROFILER": "1", "TT_METAL_PROFILER_MID_RUN_DUMP": "1",
                 "TT_METAL_PROFILER_CPP_POST_PROCESS": "1"}
 _DURATION = "DEVICE KERNEL DURATION"
+#: Untraced calls the profiler reads per op (a few: its buffer holds a bounded number of programs).
+PROFILED_CALLS = 8
 
 
 def traced_us(ttnn: Any, device: Any, call: Callable[[], Any], replays: int) -> float:
@@ -53,11 +56,15 @@ def profiler_on() -> bool:
     return all(os.environ.get(k) == v for k, v in PROFILER_ENV.items())
 
 
-def profiler_us(ttnn: Any, device: Any) -> Optional[float]:
-    """The median DEVICE KERNEL DURATION (us) of the programs the profiler read since its last read, or None
-    when it has none (a build without the device profiler, or ``--profiler`` not given)."""
+def profiler_us(ttnn: Any, device: Any, call: Callable[[], Any], calls: int = PROFILED_CALLS) -> Optional[float]:
+    """The median DEVICE KERNEL DURATION (us) over `calls` untraced calls, read from tt-metal's device profiler;
+    None when it has none (a build without the device profiler, or ``--profiler`` not given)."""
     if not profiler_on():
         return None
+    ttnn.ReadDeviceProfiler(device)  # what ran before is not this op's
+    for _ in range(calls):
+        ttnn.deallocate(call())
+    ttnn.synchronize_device(device)
     ttnn.ReadDeviceProfiler(device)
     found = []
     for programs in ttnn.profiler.get_latest_programs_perf_data().values():
@@ -75,10 +82,8 @@ def _timed(ttnn: Any, device: Any, call: Optional[Callable[[], Any]], replays: i
         if mock:
             ttnn.deallocate(call())
             return {"us_per_call": MOCK, "profiler_us": MOCK, "error": None}
-        if profiler_on():
-            ttnn.ReadDeviceProfiler(device)  # what ran before is not this op's
         us = traced_us(ttnn, device, call, replays)
-        return {"us_per_call": us, "profiler_us": profiler_us(ttnn, device), "error": None}
+        return {"us_per_call": us, "profiler_us": profiler_us(ttnn, device, call), "error": None}
     except Exception as exc:  # a refused configuration: named in the report, the next point runs
         return {"us_per_call": None, "profiler_us": None, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
 

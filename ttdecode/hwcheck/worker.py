@@ -60,14 +60,15 @@ def _device_info(ttnn: Any, device: Any, mock: str | None) -> dict[str, Any]:
             "profiler": profiler_on()}
 
 
-def _guarded(section: str, name: str, config: Any, run: Callable[[], dict[str, Any]]) -> None:
-    """Announce, run and report one item; an exception becomes the entry's error (the next item runs)."""
+def _guarded(section: str, name: str, config: Any, run: Callable[[], dict[str, Any]], **known: Any) -> None:
+    """Announce, run and report one item; an exception becomes the entry's error, with the `known` fields
+    (the next item runs)."""
     emit("start", section=section, name=name, config=config)
     t0 = time.perf_counter()
     try:
         entry = run()
     except Exception as exc:
-        entry = {"name": name, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
+        entry = {"name": name, **known, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
                  "traceback": traceback.format_exc()[-4000:], "seconds": round(time.perf_counter() - t0, 3)}
     emit("done", section=section, name=name, entry=entry)
 
@@ -92,7 +93,8 @@ def run(plan: dict[str, Any]) -> int:
     for name in plan["kinds"]:
         kind = kinds[name]
         _guarded("programs", name, kind.config(),
-                 lambda: check_kind(kind, ttnn, device, bool(mock), plan.get("calls", 3)))
+                 lambda: check_kind(kind, ttnn, device, bool(mock), plan.get("calls", 3)),
+                 family=kind.family, config=kind.config())
     for name in plan["timing"]:
         _guarded("timing", name, points[name].label,
                  lambda: time_point(points[name], ttnn, device, bool(mock), plan.get("replays", 200)))
