@@ -32,7 +32,7 @@ def _run(programs: list[dict], mock: bool = True) -> dict:
                 "ttnn_op": None} for n in programs]
     device = {"mock": "n150" if mock else None, "arch": "Arch.WORMHOLE_B0", "grid": [8, 8], "devices": 1,
               "ttnn_version": "0.81.1", "profiler": False}
-    return {"device": device, "entries": {"programs": entries, "timing": [], "readme_loop": []}, "hang": None,
+    return {"device": device, "entries": {"programs": entries, "timing": [], "readme_loop": []}, "hang": None, "crash": None,
             "exit": 0, "stderr_tail": "", "not_run": []}
 
 
@@ -120,3 +120,24 @@ def test_the_command_refuses_to_run_without_a_device_or_mock() -> None:
     r = subprocess.run([sys.executable, "-m", "ttdecode", "hwcheck"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and "no Tenstorrent device found" in r.stderr and "--mock" in r.stderr, r.stderr
+
+
+def test_a_worker_that_dies_mid_program_is_named_in_the_report(tmp_path: Path) -> None:
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent("""
+        import json, sys
+        print("HWCHECK_EVENT " + json.dumps({"event": "start", "section": "programs", "name": "mask",
+                                             "config": {"mask": True}}), flush=True)
+        print("Segmentation fault (a stand-in)", file=sys.stderr)
+        sys.exit(139)
+    """))
+    plan = {"mock": None, "kinds": ["mask", "lse"], "timing": [], "readme_loop": False}
+    out = run_worker(plan, Guard(item_seconds=60), worker=[sys.executable, str(worker)])
+    assert out["hang"] is None and out["exit"] == 139
+    assert out["crash"] == {"section": "programs", "name": "mask", "config": {"mask": True},
+                            "error": "the worker process died (exit 139) while running it"}
+    rep = R.assemble(out, plan, Guard().to_json(), "0.1.0")
+    assert R.validate(rep) == [] and not rep["summary"]["ok"]
+    assert [(p["name"], p["status"]) for p in rep["programs"]] == [("lse", "not run"), ("mask", "error")]
+    md = R.markdown(rep)
+    assert "**The worker process exited with 139**" in md and "Segmentation fault (a stand-in)" in md

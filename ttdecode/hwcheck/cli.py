@@ -35,6 +35,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a few program kinds and the first timing point only")
     p.add_argument("--only", nargs="+", metavar="KIND", help=f"these program kinds only (of {len(KINDS)})")
     p.add_argument("--no-timing", action="store_true", help="skip the timing points")
+    p.add_argument("--timing", nargs="+", metavar="POINT", choices=[t.name for t in TIMING_POINTS],
+                   help="these timing points only (default: all; --quick: the first; --only: none)")
     p.add_argument("--replays", type=int, default=200, help="trace replays per timing point (default: 200)")
     p.add_argument("--calls", type=int, default=CALLS, help=f"calls per program, at least 3 (default: {CALLS})")
     p.add_argument("--timeout", type=float, default=900.0,
@@ -58,7 +60,10 @@ def plan_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.replays < 1:
         raise ValueError(f"hwcheck: argument '--replays': expected a positive count, got {args.replays}")
     kinds = [k.name for k in select(args.quick, args.only)]
-    timing = [] if args.no_timing or args.only else [t.name for t in TIMING_POINTS if t.quick or not args.quick]
+    if args.timing:
+        timing = [t.name for t in TIMING_POINTS if t.name in args.timing]
+    else:
+        timing = [] if args.no_timing or args.only else [t.name for t in TIMING_POINTS if t.quick or not args.quick]
     return {"mock": args.mock, "kinds": kinds, "timing": timing, "readme_loop": not args.only,
             "replays": args.replays, "calls": args.calls}
 

@@ -102,12 +102,18 @@ def assemble(run: dict[str, Any], selection: dict[str, Any], guard: dict[str, An
         target = programs if n["section"] == "programs" else timing
         if n["section"] != "readme_loop":
             target.append({"name": n["name"], "status": "not run"})
-    if hang and hang["section"] in ("programs", "timing"):
-        (programs if hang["section"] == "programs" else timing).append(
-            {"name": hang["name"], "status": "hang", "error": f"no answer within {hang['seconds']:.0f} s (watchdog)"})
+    crash = run.get("crash")
+    stopped = None
+    if hang:
+        stopped = {"name": hang["name"], "status": "hang", "error": f"no answer within {hang['seconds']:.0f} s (watchdog)"}
+    elif crash:
+        stopped = {"name": crash["name"], "status": "error", "error": crash["error"]}
+    where = (hang or crash or {}).get("section")
+    if stopped and where in ("programs", "timing"):
+        (programs if where == "programs" else timing).append(stopped)
     loop = (run["entries"]["readme_loop"] or [None])[0]
     if loop is None and selection.get("readme_loop"):
-        loop = {"name": "readme_loop", "status": "hang" if hang and hang["section"] == "readme_loop" else "not run"}
+        loop = stopped if where == "readme_loop" else {"name": "readme_loop", "status": "not run"}
     device = run["device"] or {"mock": selection.get("mock"), "arch": "unknown (the device did not open)",
                                "grid": [0, 0], "devices": 0, "ttnn_version": "unknown"}
     report = {
@@ -161,6 +167,10 @@ def markdown(report: dict[str, Any]) -> str:
            f"{report['created']}. Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items())) + ".",
            f"Bar: rel L2 <= {report['thresholds']['max_rel_l2']:.0e}, PCC >= {report['thresholds']['min_pcc']}, "
            f"LSE within {report['thresholds']['max_lse_abs']:.0e} of the float64 reference."]
+    if report["worker_exit"] not in (0, "killed"):
+        tail = "\n".join(report["stderr_tail"].strip().splitlines()[-12:])
+        out += ["", f"**The worker process exited with {report['worker_exit']}**; the end of its stderr:", "",
+                "```", tail, "```"]
     if report["hang"]:
         h = report["hang"]
         out += ["", f"**HANG** in {h['section']} `{h['name']}` ({h['config']}): no answer in {h['seconds']:.0f} s. "

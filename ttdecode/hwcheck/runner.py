@@ -98,8 +98,9 @@ def run_worker(plan: dict[str, Any], guard: Guard, log: Any = None, worker: Opti
                ) -> dict[str, Any]:
     """Run the plan under the watchdog (`worker`: the worker's command before the plan, default
     ``python -m ttdecode.hwcheck.worker``; `log`: a stream for one line per item started). Returns ``device`` (the worker's device event or None), ``entries``
-    ({section: [entries]}), ``hang`` (None, or the item, its configuration and the limit), ``exit``
-    (the worker's exit code, or "killed") and ``stderr_tail``."""
+    ({section: [entries]}), ``hang`` (None, or the item, its configuration and the limit), ``crash`` (None,
+    or the item the worker died in: a segfault, an abort), ``not_run``, ``exit`` (the worker's exit code, or
+    "killed") and ``stderr_tail``."""
     cwd = tempfile.mkdtemp(prefix="hwcheck-", dir=str(mock_home()) if plan.get("mock") else None)
     err = tempfile.TemporaryFile()
     argv = (worker or [sys.executable, "-m", "ttdecode.hwcheck.worker"]) + [json.dumps(plan)]
@@ -136,6 +137,10 @@ def run_worker(plan: dict[str, Any], guard: Guard, log: Any = None, worker: Opti
         err.close()
         shutil.rmtree(cwd, ignore_errors=True)
     out["exit"] = "killed" if out["hang"] else code
+    started = (current["section"], current["name"])
+    out["crash"] = (None if out["hang"] or code == 0 or started in done
+                    else {**current, "error": f"the worker process died (exit {code}) while running it"})
+    stopped = out["hang"] or out["crash"]
     out["not_run"] = [{"section": s, "name": n} for s, n in _items(plan) if (s, n) not in done
-                      and not (out["hang"] and (out["hang"]["section"], out["hang"]["name"]) == (s, n))]
+                      and not (stopped and (stopped["section"], stopped["name"]) == (s, n))]
     return out

@@ -60,10 +60,10 @@ def _device_info(ttnn: Any, device: Any, mock: str | None) -> dict[str, Any]:
             "profiler": profiler_on()}
 
 
-def _guarded(section: str, name: str, config: Any, run: Callable[[], dict[str, Any]], **known: Any) -> None:
+def _guarded(section: str, name: str, described: Any, run: Callable[[], dict[str, Any]], **known: Any) -> None:
     """Announce, run and report one item; an exception becomes the entry's error, with the `known` fields
     (the next item runs)."""
-    emit("start", section=section, name=name, config=config)
+    emit("start", section=section, name=name, config=described)
     t0 = time.perf_counter()
     try:
         entry = run()
