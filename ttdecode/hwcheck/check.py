@@ -23,7 +23,7 @@ from ttdecode.hwcheck.kinds import CALLS, Kind
 from ttdecode.hwcheck.programs import Outputs, build
 from ttdecode.ttnn_backend.prepared import RUN_COUNTS
 
-__all__ = ["MOCK", "check_kind", "metrics", "passes"]
+__all__ = ["MOCK", "check_kind", "metrics", "passes", "short_error"]
 
 #: A figure the mock device cannot give.
 MOCK = "mock: not computed"
@@ -89,6 +89,15 @@ def _verdict(ok: list[bool], identical: bool, paths: list[str]) -> tuple[str, st
     return "fail", f"calls 1 and {len(ok)} both meet the bar but differ: the kernels are meant to be deterministic"
 
 
+def short_error(exc: BaseException, limit: int = 400) -> str:
+    """``Type: first line``, and tt-metal's ``info:`` line when the message has one (its reason)."""
+    lines = str(exc).splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if "info:" in lines and lines.index("info:") + 1 < len(lines):
+        text += " -- " + lines[lines.index("info:") + 1]
+    return text[:limit]
+
+
 def _theirs(case: Any, ours_first: Outputs, mock: bool) -> dict[str, Any] | None:
     if case.theirs is None:
         return None
@@ -96,7 +105,7 @@ def _theirs(case: Any, ours_first: Outputs, mock: bool) -> dict[str, Any] | None
     try:
         got = case.theirs()
     except Exception as exc:  # ttnn's refusal of a configuration ours takes: recorded, not ours' failure
-        entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:400] if str(exc) else ''}"
+        entry["error"] = short_error(exc)
         return entry
     m = metrics(got, {"out": case.reference["out"]})
     entry["metrics"] = _masked(m, mock)

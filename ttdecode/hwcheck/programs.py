@@ -51,8 +51,10 @@ def _read(ttnn: Any, t: Any, shape: tuple[int, ...]) -> torch.Tensor:
     """A device tensor (or a torch tensor the op read back itself, such as the LSE) as float32 of the
     reference's `shape` (an LSE's trailing column dropped)."""
     x = (t if isinstance(t, torch.Tensor) else ttnn.to_torch(t)).float()
-    if tuple(x.shape) != shape and x.numel() != torch.Size(shape).numel():
+    if x.dim() == len(shape) + 1:
         x = x[..., 0]
+    if x.dim() == len(shape) and tuple(x.shape) != shape:  # heads padded to a tile's rows (ttnn's MLA op)
+        x = x[tuple(slice(0, n) for n in shape)]
     return x.reshape(shape)
 
 
@@ -131,9 +133,10 @@ def decode_device_call(p: Decode, d: dict[str, Any]) -> Callable[[], Any]:
 
 def ttnn_decode_call(p: Decode, d: dict[str, Any], ttnn: Any, numerics: Optional[tuple[str, bool]] = None
                      ) -> Optional[Callable[[], Any]]:
-    """ttnn's own decode op on the same device tensors (tile pages), or None where it has none (MLA,
-    multi-token, an LSE). `numerics`: (fidelity, fp32 DST) for ttnn's op (default: the kind's)."""
-    if p.dv or p.t > 1 or p.lse:
+    """ttnn's own decode op on the same device tensors (tile pages): its SDPA decode, or its multi-latent
+    attention decode for MLA; None where it has none (multi-token, an LSE). `numerics`: (fidelity, fp32 DST)
+    for ttnn's op (default: the kind's)."""
+    if p.t > 1 or p.lse:
         return None
     pc, ck = _configs(p)
     if numerics is not None:
@@ -145,6 +148,11 @@ def ttnn_decode_call(p: Decode, d: dict[str, Any], ttnn: Any, numerics: Optional
     if not p.mask:
         kw["cur_pos_tensor"] = d["pos"]
     op = ttnn.transformer
+    if p.dv and p.paged:
+        return lambda: op.paged_flash_multi_latent_attention_decode(d["q"], d["k"], head_dim_v=p.dv,
+                                                                     page_table_tensor=d["table"], **kw)
+    if p.dv:
+        return lambda: op.flash_multi_latent_attention_decode(d["q"], d["k"], head_dim_v=p.dv, **kw)
     if p.paged:
         return lambda: op.paged_scaled_dot_product_attention_decode(d["q"], d["k"], d["v"],
                                                                      page_table_tensor=d["table"], **kw)
@@ -166,7 +174,8 @@ def _build_decode(kind: Kind, p: Decode, ttnn: Any, device: Any) -> Case:
     theirs_call = ttnn_decode_call(p, theirs_d, ttnn)
     if theirs_call is None:
         return Case(ref, ours)
-    name = "ttnn.transformer." + ("paged_" if p.paged else "") + "scaled_dot_product_attention_decode"
+    name = "ttnn.transformer." + ("paged_" if p.paged else "") + (
+        "flash_multi_latent_attention_decode" if p.dv else "scaled_dot_product_attention_decode")
     return Case(ref, ours, lambda: {"out": _read(ttnn, theirs_call(), tuple(ref["out"].shape))}, name)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ttdecode.hwcheck.check import MOCK
+from ttdecode.hwcheck.check import MOCK, short_error
 from ttdecode.hwcheck.kinds import TimingPoint
 from ttdecode.hwcheck.programs import decode_device_tensors, decode_host_tensors, decode_device_call, ttnn_decode_call
 
@@ -85,7 +85,7 @@ def _timed(ttnn: Any, device: Any, call: Optional[Callable[[], Any]], replays: i
         us = traced_us(ttnn, device, call, replays)
         return {"us_per_call": us, "profiler_us": profiler_us(ttnn, device, call), "error": None}
     except Exception as exc:  # a refused configuration: named in the report, the next point runs
-        return {"us_per_call": None, "profiler_us": None, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+        return {"us_per_call": None, "profiler_us": None, "error": short_error(exc)}
 
 
 def time_point(point: TimingPoint, ttnn: Any, device: Any, mock: bool, replays: int) -> dict[str, Any]:
