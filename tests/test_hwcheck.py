@@ -141,3 +141,9 @@ def test_a_worker_that_dies_mid_program_is_named_in_the_report(tmp_path: Path) -
     assert [(p["name"], p["status"]) for p in rep["programs"]] == [("lse", "not run"), ("mask", "error")]
     md = R.markdown(rep)
     assert "**The worker process exited with 139**" in md and "Segmentation fault (a stand-in)" in md
+
+
+def test_the_readme_states_the_quick_selection_as_it_is() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick_points = [t for t in TIMING_POINTS if t.quick]
+    assert f"--quick: {len(select(quick=True))} programs, {len(quick_points)} timing point" in readme

@@ -4,7 +4,7 @@ configuration in the report.
 
 Two guards: tt-metal's own operation timeout (``TT_METAL_OPERATION_TIMEOUT_SECONDS``, read by ttnn
 0.81.1: a launch that does not complete in time raises inside the worker, and the item's entry carries the
-error) and this watchdog (`Guard.item_seconds` per item, the device's open and the first JIT builds
+error; set on a chip only, the mock waits on no device) and this watchdog (`Guard.item_seconds` per item, the device's open and the first JIT builds
 included), for a hang the first does not catch. After a hang the board may need a reset (``tt-smi -r``)
 before the next run; the items not reached are listed as ``not run``.
 """
