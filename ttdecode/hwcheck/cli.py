@@ -31,10 +31,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("hwcheck", help="check every program on a Wormhole (or the mock) and write a report",
                        description=DESCRIPTION)
     p.add_argument("--mock", nargs="?", const="n150", choices=("n150", "n300", "t3k"), default=None,
-                   help="run on the mock Wormhole SYSTEM instead of a chip (default system: n150)")
-    p.add_argument("--quick", action="store_true", help="a few program kinds and the first timing point only")
-    p.add_argument("--only", nargs="+", metavar="KIND", help=f"these program kinds only (of {len(KINDS)})")
-    p.add_argument("--no-timing", action="store_true", help="skip the timing points")
+                   help="run on the mock Wormhole SYSTEM instead of a chip (default: a chip; SYSTEM n150 when not named)")
+    p.add_argument("--quick", action="store_true", help="a few program kinds and the first timing point only (default: all of both)")
+    p.add_argument("--only", nargs="+", metavar="KIND", help=f"these program kinds only, no timing (default: all {len(KINDS)})")
+    p.add_argument("--no-timing", action="store_true", help="skip the timing points (default: timed)")
     p.add_argument("--timing", nargs="+", metavar="POINT", choices=[t.name for t in TIMING_POINTS],
                    help="these timing points only (default: all; --quick: the first; --only: none)")
     p.add_argument("--replays", type=int, default=200, help="trace replays per timing point (default: 200)")
@@ -44,10 +44,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--op-timeout", type=int, default=60,
                    help="tt-metal's operation timeout in seconds (TT_METAL_OPERATION_TIMEOUT_SECONDS; default: 60)")
     p.add_argument("--watcher", nargs="?", type=int, const=10, default=0, metavar="SECONDS",
-                   help="run tt-metal's watcher, polling every SECONDS (default when given: 10)")
+                   help="run tt-metal's watcher, polling every SECONDS (default: off; SECONDS 10 when not given)")
     p.add_argument("--profiler", action="store_true",
-                   help="tt-metal's device profiler: DEVICE KERNEL DURATION beside the traced times")
-    p.add_argument("--out", type=Path, default=Path("hwcheck_report.json"), help="the JSON report (default: %(default)s)")
+                   help="tt-metal's device profiler: DEVICE KERNEL DURATION beside the traced times (default: off)")
+    p.add_argument("--out", type=Path, default=Path("hwcheck_report.json"), help="the JSON report (default: hwcheck_report.json)")
     p.add_argument("--md", type=Path, default=None, help="the markdown summary (default: the report's path, .md)")
     p.set_defaults(func=cmd_hwcheck, flags={})
     return p
