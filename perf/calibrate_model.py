@@ -15,10 +15,13 @@ host runtime, their counters through the same model) beside tt-metal's structure
 and at our default numerics (HiFi4, fp32 DST); then the isolated op point under each assumed constant
 x0.5 / x2. All model figures are MODEL ESTIMATES.
 
-    PYTHONPATH=. python perf/calibrate_model.py [--csv FILE] [--quick]
+    PYTHONPATH=. python perf/calibrate_model.py [--csv FILE] [--quick] [--measured REPORT]
 
 --csv FILE: one row per point (point, measured_cycles, model_cycles, error_pct, ...). --quick: no host run
-of our kernels at the tech report's 128K point (the rest of our rows take seconds).
+of our kernels at the tech report's 128K point (the rest of our rows take seconds). --measured REPORT: a
+``python -m ttdecode hwcheck`` report: per timing point, the device time measured on a Wormhole beside the
+model's, ours and tt-metal's, with the error (the profiler's DEVICE KERNEL DURATION when the report has it,
+else the traced time per call, which also holds the trace's dispatch).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ttdecode.perf_model.constants import COST, CostConstants  # noqa: E402
 from ttdecode.perf_model.evaluator import CoreWork, bank_floor_cycles, evaluate, reader_cycles  # noqa: E402
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work  # noqa: E402
+from ttdecode.hwcheck.report import load_report  # noqa: E402
 
 #: |error| within which a point counts as reproduced, in % of the measured cycles.
 TOLERANCE_PCT = 20.0
@@ -343,9 +347,104 @@ def headline_rows() -> list[str]:
     return out
 
 
+def hwcheck_points() -> dict[str, tuple[TTMetalShape, Callable[[Numerics], float]]]:
+    """The hardware check's timing points (ttdecode.hwcheck.kinds.TIMING_POINTS) -> tt-metal's structure at that
+    call (Q, cur_pos and the page table in DRAM: the check's tensors) and our kernels' model us at numerics."""
+    dram = dict(index_memory="dram", q_memory="dram")
+    return {
+        "tg": (dataclasses.replace(TG, **dram),
+               lambda num: run_ours(8, 8, 1, 128, 4096, [127] * 8, (8, 4), num, max_cores=4)[0]),
+        "mla": (dataclasses.replace(MLA, **dram), lambda num: first_fitting(
+            lambda cap: run_ours(4, 128, 1, 576, 1024, [0, 170, 341, 512], (8, 8), num, cap, 128, 512, "bfloat16"),
+            (16, 8, 4, 2, 1))[0]),
+        "techreport": (dataclasses.replace(TECH_REPORT, **dram),
+                       lambda num: run_ours(8, 8, 1, 128, 131072, [131071] * 8, (8, 8), num, k_chunk=512)[0]),
+    }
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One side of a timing point: the measured us (None: not measured), what it is, the model's us."""
+
+    point: str
+    side: str
+    measured_us: Optional[float]
+    source: str
+    model_us: Optional[float]
+    invented: bool = False
+
+    @property
+    def error_pct(self) -> Optional[float]:
+        if self.measured_us is None or self.model_us is None or self.measured_us <= 0:
+            return None
+        return 100.0 * (self.model_us - self.measured_us) / self.measured_us
+
+
+def _measured_figure(timed: dict) -> tuple[Optional[float], str]:
+    """(us, source) of a report's timed side: the profiler's figure first, then the traced time."""
+    for key, source in (("profiler_us", "profiler DEVICE KERNEL DURATION"), ("us_per_call", "traced loop per call")):
+        value = timed.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), source
+    text = next((v for v in (timed.get("error"), timed.get("us_per_call")) if isinstance(v, str)), "not measured")
+    return None, text
+
+
+def measured(report: dict, quick: bool) -> list[Measured]:
+    """Each timing point of a hwcheck report, ours and tt-metal's: measured beside the model (us at 1 GHz; ours
+    at the package default numerics, tt-metal's at the numerics the check ran ttnn's op with). --quick: no host
+    run of our kernels at the 128K point."""
+    points, us = hwcheck_points(), COST.clock_hz / 1e6
+    rows = []
+    for entry in report["timing"]:
+        if entry["name"] not in points or "ours" not in entry:
+            continue
+        shape, ours_model = points[entry["name"]]
+        num = entry["ttnn_numerics"]
+        tt_model = ttmetal_cycles(dataclasses.replace(shape, fp32_dest_acc=num["fp32_dest_acc_en"]),
+                                  num["math_fidelity"]) / us
+        skip = quick and entry["name"] == "techreport"
+        invented = bool(entry.get("invented"))
+        rows.append(Measured(entry["name"], "ours", *_measured_figure(entry["ours"]),
+                             None if skip else ours_model(DEFAULT), invented))
+        rows.append(Measured(entry["name"], "tt-metal", *_measured_figure(entry["ttnn"]), tt_model, invented))
+    return rows
+
+
+def measured_table(rows: list[Measured]) -> list[str]:
+    out = ["| point | kernels | measured us | measured as | model us | error |", "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        m = f"{r.measured_us:.2f}" if r.measured_us is not None else "–"
+        mod = f"{r.model_us:.2f}" if r.model_us is not None else "– (--quick)"
+        err = f"{r.error_pct:+.1f}%" if r.error_pct is not None else "–"
+        source = r.source + (" (INVENTED)" if r.invented else "")
+        out.append(f"| {r.point} | {r.side} | {m} | {source} | {mod} | {err} |")
+    return out
+
+
 SENSITIVE = ("start_spread_cycles", "compute_startup_cycles", "init_cycles", "tile_call_cycles",
              "l1_index_read_cycles", "core_read_plateau_bytes_per_cycle", "dram_latency_cycles",
              "unpack_bytes_per_cycle", "packer_bytes_per_cycle", "cb_handshake_cycles")
+
+
+def print_measured(path: Path, quick: bool) -> int:
+    """--measured: the report's device times beside the model's, per point; 2 when it is no hwcheck report."""
+    try:
+        report = load_report(path)
+    except ValueError as exc:
+        print(f"calibrate_model.py: argument '--measured': {exc}", file=sys.stderr)
+        return 2
+    system = report["system"]
+    where = f"the mock {system['mock']}" if system["mock"] else f"{system['arch']} ({system['devices']} device(s))"
+    print(f"Measured on {where}, {report['created']} (ttnn {system['ttnn_version']}) beside the MODEL ESTIMATES:")
+    if report.get("note"):
+        print(f"NOTE: {report['note']}")
+    invented = [e["name"] for e in report["timing"] if e.get("invented")]
+    if invented:
+        print(f"INVENTED device times (not measured) at: {', '.join(invented)}")
+    print()
+    print("\n".join(measured_table(measured(report, quick))))
+    return 0
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -355,8 +454,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--no-ours", action="store_true", help="tt-metal's structure only (no kernel runs)")
     ap.add_argument("--headlines", action="store_true",
                     help="also the README's headline sweep points at HiFi2 and at the package default (minutes)")
+    ap.add_argument("--measured", type=Path, metavar="REPORT",
+                    help="a `python -m ttdecode hwcheck` report: measured device times beside the model's")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.measured:
+        return print_measured(args.measured, args.quick)
     ps = points()
     print("Calibration (MODEL ESTIMATES of tt-metal's DEVICE KERNEL DURATION, in cycles; measured time x its "
           "machine's clock):")

@@ -70,3 +70,28 @@ def test_the_launch_skew_is_a_start_spread_over_the_ops_cores() -> None:
     from ttdecode.perf_model.evaluator import start_spread_cycles
     assert start_spread_cycles(1) == 0.0
     assert start_spread_cycles(2) == start_spread_cycles(64) == COST.start_spread_cycles == 2315.9
+
+
+def test_measured_prints_a_reports_device_times_beside_the_model_with_the_error(tmp_path: Path) -> None:
+    """--measured REPORT on tests/fixtures/hwcheck_invented_times.json, whose device times are INVENTED (the
+    fixture says so in its note and in each timing point): each point's ours and tt-metal's rows, the
+    profiler's figure preferred over the traced time, the error against the model, the invention shown."""
+    fixture = REPO / "tests" / "fixtures" / "hwcheck_invented_times.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--measured", str(fixture), "--quick"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "INVENTED device times (not measured) at: tg, mla, techreport" in proc.stdout
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| point")}
+    assert set(rows) == {(p, s) for p in ("tg", "mla", "techreport") for s in ("ours", "tt-metal")}
+    measured, source, model, error = rows[("tg", "ours")]
+    assert measured == "10.00" and source == "profiler DEVICE KERNEL DURATION (INVENTED)"
+    assert error == f"{100 * (float(model) - 10.0) / 10.0:+.1f}%"
+    assert rows[("mla", "tt-metal")][:2] == ["200.00", "traced loop per call (INVENTED)"]  # no profiler figure
+    assert rows[("techreport", "ours")][2:] == ["– (--quick)", "–"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"timing": []}')
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--measured", str(bad)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 2 and "not a hwcheck report" in proc.stderr, proc.stderr

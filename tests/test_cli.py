@@ -164,7 +164,7 @@ def test_help_of_each_subcommand_states_every_option_and_its_default(command: st
 def test_help_imports_no_torch() -> None:
     """`python -m ttdecode ... --help` answers at once: nothing imports torch until a command runs."""
     code = ("import sys\nfrom ttdecode.__main__ import main\n"
-            "for argv in ([], ['plan'], ['reference'], ['demo'], ['llama']):\n"
+            "for argv in ([], ['plan'], ['reference'], ['demo'], ['llama'], ['hwcheck']):\n"
             "    try:\n        main(argv + ['--help'])\n    except SystemExit as e:\n        assert e.code == 0\n"
             "heavy = sorted(m for m in ('torch', 'numpy', 'transformers', 'ttnn') if m in sys.modules)\n"
             "assert not heavy, heavy\n")

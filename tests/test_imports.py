@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.patch",),  # ttnn's decode-attention ops routed to the public API
     ("ttdecode.distributed",),
     ("ttdecode.models",),
-    ("ttdecode.demo",),
+    ("ttdecode.demo", "ttdecode.hwcheck"),  # the hardware check runs every operator
     ("ttdecode.__main__",),
     ("ttdecode",),  # the package's public face (ttdecode/__init__.py) is the top: nothing inside imports it
 )

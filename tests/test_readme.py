@@ -50,3 +50,22 @@ def test_readme_block_runs_as_written(line: int, code: str, runnable: bool, tmp_
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=900)
     assert run.returncode == 0, f"README.md:{line} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+
+
+def test_the_readme_traced_loop_is_the_one_hwcheck_runs() -> None:
+    """The README's traced loop (after its ``ttnn.open_device`` line) is, line for line, the body of
+    ``ttdecode.hwcheck.readme_loop.readme_traced_loop`` between its markers: the hardware check runs the
+    user's loop, not a copy that could drift."""
+    import textwrap
+
+    from ttdecode.hwcheck import readme_loop
+
+    block = next(code for _, code, _ in BLOCKS if "begin_trace_capture" in code)
+    lines = block.splitlines()
+    opened = next(i for i, line in enumerate(lines) if line.startswith("device = ttnn.open_device("))
+    source = Path(readme_loop.__file__).read_text().splitlines()
+    begin = next(i for i, line in enumerate(source) if line.strip() == readme_loop.BEGIN)
+    end = next(i for i, line in enumerate(source) if line.strip() == readme_loop.END)
+    body = textwrap.dedent("\n".join(source[begin + 1:end])).splitlines()
+    assert lines[opened + 1:] == body
+    assert "trace_region_size=8 << 20" in lines[opened]

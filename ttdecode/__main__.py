@@ -1,6 +1,6 @@
 """Command line: ``python -m ttdecode {plan,reference} --preset NAME --batch B --seq S ...``,
-``python -m ttdecode demo`` and ``python -m ttdecode llama [--preset tiny] [--devices N]`` (see
-``ttdecode.models.cli``).
+``python -m ttdecode demo``, ``python -m ttdecode llama [--preset tiny] [--devices N]`` (see
+``ttdecode.models.cli``) and ``python -m ttdecode hwcheck`` (see ``ttdecode.hwcheck``).
 
 * ``plan`` prints the FlashDecode plan table (``ttdecode.ops.flash_decode.plan.make_plan`` + ``format_plan``) and
   exits 2 with the planner's message when the plan is refused.
@@ -22,6 +22,7 @@ import time
 from typing import Mapping, Optional, Sequence
 
 from ttdecode.config import PRESETS, WORMHOLE_GRID, WORMHOLE_MAX_GRID, SDPAProgramConfig, get_preset
+from ttdecode.hwcheck.cli import add_parser as add_hwcheck_parser
 from ttdecode.models.cli import add_parser as add_llama_parser
 
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     add_llama_parser(sub)
+    add_hwcheck_parser(sub)
     parser.subcommands = sub  # type: ignore[attr-defined]
     return parser
 

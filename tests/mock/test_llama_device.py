@@ -50,11 +50,11 @@ dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=64, block_size=32, backend="
 build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
 steps = join_leave_steps(dec, device, 4, log)  # the default joins and leaves
-# generate (prompts in multi-token steps: one-token device steps on this backend) adds no program
+kernels = our_kernels(dec)  # the decode steps' programs (generate's 32-token step adds its own)
+# generate: the prompts in one step of 32 tokens per user (tests/mock/test_llama_device_prompts.py has more)
 entries = int(device.num_program_cache_entries())
-gen = dec.generate(torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]), 3, progress=False)
+gen = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
 gen_moves = list(moves)
-kernels = our_kernels(dec)
 dec.close()
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
       "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
@@ -170,9 +170,10 @@ def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read
     assert r.returncode == 0 and r.result is not None, r.describe()
     _check_steps(r.result, layers=2, batch=4, vocab=256, jit_log=mock_run["jit_log"])
     gen = r.result["generate"]
-    # 2 prompts of 5 tokens + 3 new: one-token device steps (5 for the prompts, 2 more), no new program
-    assert gen["shape"] == [2, 8] and gen["new_entries"] == 0
-    assert gen["writes"] == 7 and gen["moves"] == 14
+    # 2 prompts of 32 tokens + 3 new: one device step for the prompts (its input row made on the device
+    # once: one from_torch), 2 more; one write and one read a step
+    assert gen["shape"] == [2, 35]
+    assert gen["writes"] == 3 and gen["moves"] == 7
 
 
 @pytest.mark.slow

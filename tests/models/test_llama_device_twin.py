@@ -23,7 +23,7 @@ import torch
 from ttdecode.models import LlamaDecoder
 from ttdecode.models import llama_device as ld
 
-from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teacher_forced
+from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, multi_token_drafts, teacher_forced
 
 
 class TwinTensor:
@@ -127,7 +127,8 @@ class TwinDecoder(ld.DeviceDecoder):
         return None
 
     def _rotary_append(self, qkv, cos, sin, pos, table, kc, vc):
-        b, nh, nkv, d = self.batch, self.nh, self.nkv, self.spec.head_dim
+        self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
+        b, nh, nkv, d = qkv.shape[1], self.nh, self.nkv, self.spec.head_dim  # b: the T B rows
         bs, real = self.block_size, self.real_ttnn
         out = []
         for dev in range(len(qkv.ts)):
@@ -152,19 +153,22 @@ class TwinDecoder(ld.DeviceDecoder):
     def _attention(self, q, k, v, positions, page_table):
         self.ops["flash_decode"] = self.ops.get("flash_decode", 0) + 1
         b, nh, nkv, d, bs = self.batch, self.nh, self.nkv, self.spec.head_dim, self.block_size
+        t = q.shape[0]  # tokens per user: token j of user u at positions[u] - (t - 1 - j)
         outs = []
         for dev in range(len(q.ts)):
-            out = torch.zeros(1, b, nh, d)
+            out = torch.zeros(t, b, nh, d)
             for u in range(b):
-                p = int(positions.ts[dev][u])
-                if p < 0:
+                last = int(positions.ts[dev][u])
+                if last < 0:
                     continue
-                blocks = page_table.ts[dev][u, : p // bs + 1].long()
-                keys = k.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
-                vals = v.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
-                qh = q.ts[dev][0, u].reshape(nkv, nh // nkv, d)
-                w = torch.softmax(qh @ keys.transpose(1, 2) / math.sqrt(d), dim=-1)
-                out[0, u] = (w @ vals).reshape(nh, d)
+                for j in range(t):
+                    p = last - (t - 1 - j)
+                    blocks = page_table.ts[dev][u, : p // bs + 1].long()
+                    keys = k.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
+                    vals = v.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
+                    qh = q.ts[dev][j, u].reshape(nkv, nh // nkv, d)
+                    w = torch.softmax(qh @ keys.transpose(1, 2) / math.sqrt(d), dim=-1)
+                    out[j, u] = (w @ vals).reshape(nh, d)
             outs.append(out)
         return TwinTensor(outs)
 
@@ -220,3 +224,45 @@ def test_tensor_parallel_device_step_dataflow_matches_hf_teacher_forced(ttnn, mo
     ids = dec2.next_tokens(tokens, positions)
     logits = dec.step(tokens, positions)
     assert ids.tolist()[:2] == logits.argmax(-1).tolist()[:2] and ids[2] == -1
+
+
+def test_multi_token_device_steps_match_hf(ttnn, monkeypatch):
+    """T tokens per user as one device step of T B rows (token-major: the rotary append's rows and
+    FlashDecode's Q [T, B, NH, D]; FlashDecode at each user's last position, the append's page table
+    repeated per token): the host backends' multi-token case meets Hugging Face with their thresholds."""
+    monkeypatch.setattr(TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(ld, "DeviceDecoder", TwinDecoder)
+    hf = hf_llama(8, 2, 64, layers=2)
+    dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=64, kv_dtype="bfloat8_b", block_size=32, backend="device",
+                               device=TwinDevice(1))
+    assert_hf_agreement(multi_token_drafts(dec, hf))
+    # greedy: the ids of every row (the device's argmax), -1 for an idle user
+    tokens, positions = torch.tensor([[3, 5, 7], [1, 2, 4]]), torch.tensor([37, -1])
+    ids = dec.next_tokens(tokens, positions)
+    # one rotary append and one FlashDecode per layer for the step's T tokens, then the argmax
+    ops = dec._device.ops
+    assert (ops["rotary_kv_append"], ops["flash_decode"], ops["argmax"]) == (2, 2, 1), ops
+    dec.step(tokens[:, :1], torch.tensor([37, -1]))  # rewinds user 0 to 37: the same rows again
+    logits = dec.step(tokens, positions)
+    assert ids.shape == (2, 3) and ids[1].tolist() == [-1, -1, -1]
+    assert ids[0].tolist() == logits[0].argmax(-1).tolist()
+
+
+def test_generate_on_the_device_twin_equals_the_host_backend(ttnn, monkeypatch):
+    """generate's prompts in chunks of up to 32 tokens per user on the device path: the tokens of the
+    host backend, in as many steps."""
+    monkeypatch.setattr(TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(ld, "DeviceDecoder", TwinDecoder)
+    hf = hf_llama(8, 2, 64, layers=1)
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(0, hf.config.vocab_size, (n,), generator=g) for n in (5, 40)]
+    got = {}
+    for backend, device in (("host", None), ("device", TwinDevice(1))):
+        dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=64, kv_dtype="bfloat16", block_size=32, backend=backend,
+                                   device=device)
+        got[backend] = (dec.generate(prompts, 4, progress=False), dec.generate_steps)
+    assert got["device"][1] == got["host"][1] == (2, 3)
+    for b in range(2):
+        assert torch.equal(got["device"][0][b], got["host"][0][b])

@@ -6,6 +6,7 @@ original ones, and the step's input row holds ids, positions and page table in o
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ttdecode.models import LlamaSpec
@@ -79,3 +80,20 @@ def test_step_row_holds_ids_positions_and_page_table_in_order():
     row = ld.step_row(torch.tensor([5, 6, 0]), [4, 40, -1], table)
     assert row.dtype == torch.int32
     assert row.tolist() == [5, 6, 0, 4, 40, -1, 3, 0, 1, 2, 0, 0]
+
+
+def test_step_row_of_t_tokens_is_token_major_with_the_table_per_row():
+    table = torch.tensor([[3, 0], [1, 2]], dtype=torch.int32)
+    row = ld.step_row(torch.tensor([[5, 6], [7, 8]]), [30, -1], table)
+    # ids token-major, the append's positions per row, FlashDecode's last positions, the table per row
+    assert row.tolist() == [5, 7, 6, 8] + [30, -1, 31, -1] + [31, -1] + [3, 0, 1, 2] * 2
+
+
+@pytest.mark.parametrize("batch, grid, cores", [(1, (8, 8), (1, 1)), (4, (8, 8), (4, 1)), (32, (8, 8), (8, 4)),
+                                                (64, (8, 8), (8, 8)), (96, (8, 8), (8, 6)), (13, (8, 8), (1, 1)),
+                                                (26, (8, 7), (2, 1))])
+def test_chunk_grid_gives_every_user_one_core(batch, grid, cores):
+    # n = x * y divides B, so row j * B + b lands on core (j * B + b) mod n = b mod n for every token j
+    assert ld.chunk_grid(batch, grid) == cores
+    n = cores[0] * cores[1]
+    assert batch % n == 0 and cores[0] <= grid[0] and cores[1] <= grid[1]

@@ -10,7 +10,7 @@ import torch
 import ttdecode
 from ttdecode.models import LlamaDecoder
 
-from _llama_cases import assert_hf_agreement, hf_llama
+from _llama_cases import assert_hf_agreement, hf_llama, multi_token_drafts
 
 
 def _t(*values: int) -> torch.Tensor:
@@ -20,43 +20,9 @@ def _t(*values: int) -> torch.Tensor:
 @pytest.mark.slow
 def test_multi_token_steps_match_hf_and_a_rewind_drops_rejected_drafts():
     hf = hf_llama(8, 2, 64, layers=2)
-    g = torch.Generator().manual_seed(4)
-    seqs = torch.randint(0, hf.config.vocab_size, (2, 40), generator=g)
-    alt = torch.randint(0, hf.config.vocab_size, (2, 40), generator=g)  # drafts that get rejected
-    with torch.no_grad():
-        ref = hf(seqs).logits.double()  # [2, 40, vocab]
     dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=64, kv_dtype=ttdecode.bfloat8_b, backend="host",
                                block_size=32)
-    results = []
-
-    def compare(logits: torch.Tensor, start: list[int], t: int, users=(0, 1)) -> None:
-        assert logits.shape == (2, t, hf.config.vocab_size)
-        for b in users:
-            if start[b] < 0:
-                assert torch.all(logits[b] == 0)
-                continue
-            for j in range(t):
-                r, x = ref[b, start[b] + j], logits[b, j].double()
-                results.append((float((x - r).norm() / r.norm()), bool(x.argmax() == r.argmax())))
-
-    # prefill: 8 tokens at positions 0..7 in one step (user 1 only 6 tokens later: idle now)
-    compare(dec.step(seqs[:, :8], _t(0, -1)), [0, -1], 8)
-    # user 0's tokens 8..13, user 1's prefill 0..5
-    compare(dec.step(torch.stack([seqs[0, 8:14], seqs[1, :6]]), _t(8, 0)), [8, 0], 6)
-    # user 0 verifies drafts at 14..18 of which only the first two are right: rewind to 16
-    drafts = seqs[0, 14:19].clone()
-    drafts[2:] = alt[0, 16:19]
-    tokens = torch.stack([drafts, seqs[1, 6:11]])
-    logits = dec.step(tokens, _t(14, 6))
-    compare(logits[:, :2], [14, 6], 2, users=(0,))  # the accepted prefix (later rows saw the wrong drafts)
-    compare(logits, [14, 6], 5, users=(1,))
-    # rewind user 0 to position 16: two tokens, so its rejected row 18 stays in the cache, unattended
-    compare(dec.step(torch.stack([seqs[0, 16:18], seqs[1, 11:13]]), _t(16, 11)), [16, 11], 2)
-    # 18 tokens each, across the block boundary at 32
-    compare(dec.step(torch.stack([seqs[0, 18:36], seqs[1, 13:31]]), _t(18, 13)), [18, 13], 18)
-    compare(dec.step(seqs[:, 36], _t(36, -1)).unsqueeze(1), [36, -1], 1)  # back to one token per step
-    assert len(results) == 8 + 6 + 6 + 2 + 5 + 2 * 2 + 2 * 18 + 1
-    assert_hf_agreement(results)
+    assert_hf_agreement(multi_token_drafts(dec, hf))
 
 
 @pytest.mark.parametrize("tokens, positions, exc, pattern", [

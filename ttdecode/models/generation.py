@@ -1,5 +1,7 @@
-"""Greedy generation over a decoder's `step` (``LlamaDecoder.generate``): the prompts in multi-token
-steps, then one token per user a step, with a progress bar on stderr."""
+"""Greedy generation over a decoder's steps (``LlamaDecoder.generate``): the prompts in multi-token
+steps, then one token per user a step, with a progress bar on stderr. Each step reads the argmax ids
+alone (``next_tokens``; on the device backend the argmax runs there), or the logits when they are
+asked for (``return_logits``)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ PROGRESS_MIN_TOKENS = 64
 class StepModel(Protocol):
     """What generation needs of a decoder: its slots, cache sizes, spec and one decode step
     (``LlamaDecoder.step``: tokens int64 ``[batch]`` or ``[batch, T]``, positions int64 ``[batch]``,
-    -1 idle -> float32 logits ``[batch, vocab]`` or ``[batch, T, vocab]``)."""
+    -1 idle -> float32 logits ``[batch, vocab]`` or ``[batch, T, vocab]``; ``LlamaDecoder.next_tokens``:
+    the same step's argmax ids int64 ``[batch]`` or ``[batch, T]``, -1 idle)."""
 
     batch: int
     max_seq_len: int
@@ -28,6 +31,8 @@ class StepModel(Protocol):
     spec: LlamaSpec
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor: ...
+
+    def next_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor: ...
 
 
 def check_prompts(input_ids: object) -> tuple[list[torch.Tensor], bool]:
@@ -83,17 +88,18 @@ def _check_generate(model: StepModel, input_ids: object, max_new_tokens: object,
     return prompts, ragged
 
 
-def _feed_prompts(model: StepModel, prompts: list[torch.Tensor], chunk: int, n_new: int,
-                  bar: "Progress") -> tuple[list[torch.Tensor], int]:
+def _feed_prompts(model: StepModel, prompts: list[torch.Tensor], chunk: int, n_new: int, bar: "Progress",
+                  logits: bool) -> tuple[list[torch.Tensor], int]:
     """The prompts through steps of up to ``chunk`` tokens per user (slots 0..len(prompts)-1; a shorter
-    chunk is padded with the user's last token, a user whose prompt is in idles). Returns each user's
-    logits ``[vocab]`` of its last prompt token and the number of steps."""
+    chunk is padded with the user's last token, a user whose prompt is in idles). Returns per user
+    what its last prompt token gave -- its logits ``[vocab]`` (``logits``) or its greedy next id (a
+    0-d int64: `StepModel.next_tokens`, the ids alone are read) -- and the number of steps."""
     nb, lens = len(prompts), [len(p) for p in prompts]
     # a padded chunk stays below the end of the last cache block the user will hold anyway
     bs = model.block_size
     ends = [min(model.max_seq_len, -(-max(n + n_new - 1, n) // bs) * bs) for n in lens]
     fed = [0] * nb  # prompt tokens in the cache
-    last: list[Optional[torch.Tensor]] = [None] * nb  # logits of each user's last prompt token
+    last: list[Optional[torch.Tensor]] = [None] * nb  # what each user's last prompt token gave
     steps = 0
     while True:
         left = [lens[b] - fed[b] for b in range(nb)]
@@ -111,33 +117,37 @@ def _feed_prompts(model: StepModel, prompts: list[torch.Tensor], chunk: int, n_n
             tokens[b, :n] = prompts[b][p:p + n]
             tokens[b, n:] = prompts[b][p + n - 1]  # padding (rewound by the user's next step)
             positions[b] = p
-        logits = model.step(tokens, positions)  # [batch, t, vocab]
+        out = (model.step if logits else model.next_tokens)(tokens, positions)  # [batch, t(, vocab)]
         steps += 1
         for b in users:
             n = min(t, left[b])
             fed[b] += n
             if fed[b] == lens[b]:
-                last[b] = logits[b, n - 1]
+                last[b] = out[b, n - 1]
         bar.update(sum(min(t, left[b]) for b in users))
     return [x for x in last if x is not None], steps
 
 
 def _decode(model: StepModel, last: list[torch.Tensor], lens: list[int], n_new: int,
-            eos_token_id: Optional[int], bar: "Progress") -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
-    """Up to ``n_new`` greedy tokens per user from each user's last prompt logits ``last``: the new
-    tokens ``[B', 1]`` a step, the logits ``[B', vocab]`` each was chosen from, and the decode steps."""
+            eos_token_id: Optional[int], bar: "Progress",
+            logits: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """Up to ``n_new`` greedy tokens per user from what each user's last prompt token gave (``last``:
+    logits, or ids without ``logits``): the new tokens ``[B', 1]`` a step, the logits ``[B', vocab]``
+    each was chosen from (none without ``logits``: then every step reads the ids alone), and the
+    decode steps."""
     nb = len(lens)
     out: list[torch.Tensor] = []
     done = torch.zeros(nb, dtype=torch.bool)
     tokens1 = torch.zeros(model.batch, dtype=torch.int64)
     positions1 = torch.full((model.batch,), -1, dtype=torch.int64)
     start = torch.tensor(lens, dtype=torch.int64)
-    logits1 = torch.stack(last)  # [nb, vocab]
+    got = torch.stack(last)  # [nb, vocab] logits or [nb] ids
     chosen_from = []
     steps = 0
     for n in range(n_new):
-        chosen_from.append(logits1)
-        nxt = logits1.argmax(-1)
+        if logits:
+            chosen_from.append(got)
+        nxt = got.argmax(-1) if logits else got
         if eos_token_id is not None:
             nxt = torch.where(done, torch.tensor(eos_token_id), nxt)
             done |= nxt == eos_token_id
@@ -147,7 +157,7 @@ def _decode(model: StepModel, last: list[torch.Tensor], lens: list[int], n_new: 
             break
         tokens1[:nb] = nxt
         positions1[:nb] = torch.where(done, -1, start + n)
-        logits1 = model.step(tokens1, positions1)[:nb]
+        got = (model.step if logits else model.next_tokens)(tokens1, positions1)[:nb]
         steps += 1
     return out, chosen_from, steps
 
@@ -162,12 +172,14 @@ def generate(model: StepModel, input_ids: Any, max_new_tokens: int, eos_token_id
     lens = [len(p) for p in prompts]
     bar = Progress(sum(lens), "prompt", show(max(lens)))
     try:
-        last, prompt_steps = _feed_prompts(model, prompts, min(prompt_chunk, max_chunk), max_new_tokens, bar)
+        last, prompt_steps = _feed_prompts(model, prompts, min(prompt_chunk, max_chunk), max_new_tokens, bar,
+                                           return_logits)
     finally:
         bar.close()
     bar = Progress(max_new_tokens, "generate", show(max_new_tokens))
     try:
-        out, chosen_from, decode_steps = _decode(model, last, lens, max_new_tokens, eos_token_id, bar)
+        out, chosen_from, decode_steps = _decode(model, last, lens, max_new_tokens, eos_token_id, bar,
+                                                 return_logits)
     finally:
         bar.close()
     nb = len(prompts)

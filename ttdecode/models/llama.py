@@ -11,8 +11,9 @@ verification of T speculative draft tokens: token t's logits predict token t + 1
 cache serves all T, causal among them); a rejected draft is dropped by rewinding: the next step
 starts at the first position to redo. Per layer: RMSNorm -> Q/K/V projections -> RoPE at each user's
 position and the cache update (one row per user into its block) in one program,
-``ttdecode.rotary_kv_append`` (see ``kv_cache.append_rows``; one call per token index with T > 1)
--> FlashDecode through
+``ttdecode.rotary_kv_append`` (see ``kv_cache.append_rows``; on the host backends one call per token
+index with T > 1, since the op refuses two rows of one cache tile in a call; on the device backend one
+call of the T B rows, see ``llama_device.chunk_grid``) -> FlashDecode (one call for the T tokens) through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
 residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
 
@@ -288,26 +289,18 @@ class LlamaDecoder:
         return tok, tuple(int(p) for p in pos)
 
     def next_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """One greedy decode step of one token per user (``tokens``, ``positions`` int64 ``[batch]`` as
-        in `step`): the argmax of each user's logits, int64 ``[batch]`` (-1 for idle slots). On the
-        device backend the argmax runs on the device and only the ids are read back."""
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1:
-            raise fail("tokens", f"an int64 tensor [{self.batch}] (one token per user)",
-                        f"{type(tokens).__name__} {list(getattr(tokens, 'shape', []))}", TypeError)
+        """A greedy decode step (``tokens``, ``positions`` as in `step`: ``[batch]`` or ``[batch, T]``):
+        the argmax of each row's logits, int64 ``[batch]`` or ``[batch, T]`` (-1 for idle slots). On
+        the device backend the argmax runs on the device and only the ids are read back."""
         return self._step(tokens, positions, greedy=True)
 
-    def _device_steps(self, tok: torch.Tensor, pos: tuple[int, ...], table: Any,
-                      greedy: bool) -> torch.Tensor:
-        """Tokens ``[B, T]`` at positions ``pos`` through the device decoder, one token index a step:
-        logits ``[B, T, vocab]`` (idle rows zero) or, greedy (T = 1), the argmax ids ``[B]`` (-1 idle)."""
+    def _device_step(self, tok: torch.Tensor, pos: tuple[int, ...], table: Any, greedy: bool) -> torch.Tensor:
+        """Tokens ``[B, T]`` at positions ``pos`` in one device step (T B rows, token-major): logits
+        ``[B, T, vocab]`` (idle rows zero) or, greedy, the argmax ids ``[B, T]`` (-1 idle)."""
         active = torch.tensor(pos) >= 0
-        outs = []
-        for j in range(tok.shape[1]):
-            ids = torch.where(active, tok[:, j], 0)
-            at = [p + j if p >= 0 else -1 for p in pos]
-            out = self._device.step(ids, at, table, greedy=greedy)
-            outs.append(torch.where(active, out, -1) if greedy else torch.where(active[:, None], out, 0.0))
-        return outs[0] if greedy else torch.stack(outs, dim=1)
+        ids = torch.where(active[:, None], tok, 0)
+        out = self._device.step(ids, list(pos), table, greedy=greedy)
+        return torch.where(active[:, None], out, -1) if greedy else torch.where(active[:, None, None], out, 0.0)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One decode step. ``tokens`` int64 ``[batch]`` (one token per user) or ``[batch, T]`` (T <= 32
@@ -319,7 +312,8 @@ class LlamaDecoder:
         Returns float32 logits ``[batch, vocab]``, or ``[batch, T, vocab]`` for 2-D tokens (row t
         predicts the token after token t). Every check runs before any cache is written.
 
-        On the device backend T tokens per user run as T one-token device steps (one allocation)."""
+        On the device backend T tokens per user run as one device step of T B rows: one rotary append
+        and one multi-token FlashDecode per layer."""
         return self._step(tokens, positions)
 
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -334,14 +328,16 @@ class LlamaDecoder:
                 [None if p < 0 else (p == 0, (p + t - 1) // bs + 1) for p in pos],
                 [self.allocator.lengths[b] if p < 0 else p + t for b, p in enumerate(pos)])
         shape = (self.batch, self.spec.vocab_size) if tokens.dim() == 1 else (self.batch, t, self.spec.vocab_size)
+        if greedy:
+            shape = shape[:-1]
         if all(p < 0 for p in pos):
-            return torch.full((self.batch,), -1, dtype=torch.int64) if greedy else torch.zeros(shape)
+            return torch.full(shape, -1, dtype=torch.int64) if greedy else torch.zeros(shape)
         if self._device is not None:
             # context parallel: one page table per device (its pool's local blocks)
             table = self.allocator.page_table(plan) if cp == 1 else self.allocator.page_tables(plan)
-            out = self._device_steps(tok, pos, table, greedy)
+            out = self._device_step(tok, pos, table, greedy)
             self.allocator.commit(plan)
-            return out if greedy else out.reshape(shape)
+            return out.reshape(shape)
         if cp == 1:
             tables: tuple[torch.Tensor, ...] = (self.allocator.page_table(plan),)
             local = (tuple(p + t - 1 if p >= 0 else -1 for p in pos),)  # each user's last token
@@ -365,7 +361,8 @@ class LlamaDecoder:
             logits = self._pool.run_all(worker_step, s)[0]
         self.allocator.commit(plan)
         if greedy:
-            return torch.where(torch.tensor(pos) >= 0, logits.argmax(-1), -1)
+            ids = torch.where(torch.tensor(pos)[:, None] >= 0, logits.reshape(self.batch, t, -1).argmax(-1), -1)
+            return ids.reshape(shape)
         return logits.reshape(shape)
 
     def _max_step_tokens(self) -> int:
@@ -392,7 +389,9 @@ class LlamaDecoder:
         padded rows stay within the cache blocks the user holds at the end anyway; its next step
         rewinds over them); a user whose prompt is done idles (position -1) until every prompt is
         in, then all decode one token per step at their own positions. ``self.generate_steps`` is
-        then (prompt steps, decode steps) of the call.
+        then (prompt steps, decode steps) of the call. Each step reads the argmax ids alone
+        (`next_tokens`; on the device backend the argmax runs there), the logits only with
+        ``return_logits``.
 
         ``progress``: a progress bar on stderr (tqdm when installed) for the prompt and for the
         generation; None (default): only for those longer than 64 tokens (per user), True: always,

@@ -68,7 +68,7 @@ from ttdecode.api import paged_scaled_dot_product_attention_decode
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
-           "rope_tables", "step_row"]
+           "rope_tables", "step_row", "chunk_grid"]
 
 #: The ttnn calls of one tensor-parallel decode step (embedding, per layer, final norm, LM head, argmax).
 DECODE_STEP_OPS = (
@@ -266,10 +266,37 @@ def rope_tables(spec: LlamaSpec, positions: int) -> tuple[torch.Tensor, torch.Te
 
 
 def step_row(tokens: torch.Tensor, positions: Sequence[int], page_table: torch.Tensor) -> torch.Tensor:
-    """A device step's one input: int32 ``[2 B + B * max_blocks]``, the token ids, the positions (-1:
-    idle) and the page table row by row (the device slices it back into the three)."""
-    return torch.cat([tokens.to(torch.int32).reshape(-1), torch.tensor(list(positions), dtype=torch.int32),
-                      page_table.to(torch.int32).reshape(-1)])
+    """A device step's one input, int32. One token per user (``tokens`` ``[B]`` or ``[B, 1]``):
+    ``[2 B + B * max_blocks]``, the token ids, the positions (-1: idle) and the page table row by row
+    (the device slices it back into the three). T > 1 tokens per user (``tokens [B, T]``, ``positions``
+    each user's first): ``[2 T B + B + T B * max_blocks]``, rows token-major (row ``j * B + b`` is
+    user b's token j, as FlashDecode's Q ``[T, B, NH, D]``): the T B token ids, the T B positions of
+    the rotary append (``positions[b] + j``, -1 for an idle user), FlashDecode's B positions (each
+    user's last token, -1 idle) and the page table repeated T times (row r's table row is its user's)."""
+    tok = tokens.to(torch.int32).reshape(len(positions), -1)
+    t = tok.shape[1]
+    pos = torch.tensor(list(positions), dtype=torch.int32)
+    table = page_table.to(torch.int32)
+    if t == 1:
+        return torch.cat([tok.reshape(-1), pos, table.reshape(-1)])
+    rows = torch.where(pos[None, :] >= 0, pos[None, :] + torch.arange(t, dtype=torch.int32)[:, None], -1)
+    last = torch.where(pos >= 0, pos + t - 1, -1)
+    return torch.cat([tok.T.reshape(-1), rows.reshape(-1), last, table.repeat(t, 1).reshape(-1)])
+
+
+def chunk_grid(batch: int, grid: tuple[int, int]) -> tuple[int, int]:
+    """The rotary append's grid for T-token rows ``j * batch + b``: n cores (``(x, y)``, x * y = n) with
+    n the largest divisor of ``batch`` that fits ``grid``. The program deals row r to core ``r mod n``
+    (``ttdecode.ops.rotary_append.program_factory``), so every row of user b lands on core ``b mod n``,
+    which writes them one after the other: the rows of one user that share a cache tile are never
+    written by two cores at once."""
+    gx, gy = grid
+    for n in range(min(batch, gx * gy), 0, -1):
+        if batch % n == 0:
+            for x in range(min(n, gx), 0, -1):
+                if n % x == 0 and n // x <= gy:
+                    return x, n // x
+    return 1, 1
 
 
 class DeviceDecoder:
@@ -303,6 +330,13 @@ class DeviceDecoder:
     rest replicated): each chip runs its NH/N q and NKV/N KV heads (its own caches), the O and down
     projections' partial sums meet in ``ttnn.all_reduce``, the LM head's vocabulary slices in
     ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
+
+    T > 1 tokens per user (a prompt chunk, draft tokens; tensor parallel only) run as one step of T B
+    rows, token-major (row ``j * B + b``): the row of `step_row` (made on the device at the first step
+    of each T: one ``from_torch``), every op on T B rows, per layer one rotary append of the T B rows
+    (planned per T on `chunk_grid`'s cores, each row's page-table row its user's) and one multi-token
+    FlashDecode (Q ``[T, B, NH, D]`` a reshape of the append's ``[1, T B, NH, D]``, each user at its
+    last token's position).
     The input row is written replicated (one ``copy_host_to_device_tensor``). The mesh needs
     ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
 
@@ -396,24 +430,37 @@ class DeviceDecoder:
             self.inputs = ttnn.from_torch(torch.zeros(1, self.step_width, dtype=torch.int32), dtype=ttnn.int32,
                                           layout=ttnn.ROW_MAJOR_LAYOUT, **put)
             self.rotary = self._prepare_rotary(kv_dtype, shape)
+        self.kv_dtype, self.cache_shape = kv_dtype, shape
+        # T > 1 tokens per user (tensor parallel only): per T, the input row and the rotary append of T B rows
+        self.chunk_inputs: dict[int, Any] = {}
+        self.chunk_rotary: dict[int, Any] = {}
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
 
-    def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...]) -> Any:
-        """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run)."""
+    def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...], tokens: int = 1) -> Any:
+        """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run):
+        B rows on the device's grid, or (``tokens`` T > 1) T B rows token-major on `chunk_grid`'s cores."""
         grid = self.device.compute_with_storage_grid_size()
-        program = device_program(batch=self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
+        cores = (int(grid.x), int(grid.y)) if tokens == 1 else chunk_grid(self.batch, (int(grid.x), int(grid.y)))
+        program = device_program(batch=tokens * self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
                                  head_dim=self.spec.head_dim, cache_dtype=kv_dtype, cache_shape=cache_shape,
-                                 max_blocks=self.max_blocks, interleaved=True, packed=True,
-                                 grid=(int(grid.x), int(grid.y)))
+                                 max_blocks=self.max_blocks, interleaved=True, packed=True, grid=cores)
         return PreparedProgram(program, self.device)
 
     def _rotary_append(self, qkv: Any, cos: Any, sin: Any, pos: Any, table: Any, kc: Any, vc: Any) -> Any:
         """RoPE on the packed qkv's q and k (interleaved pairs), k and v into the paged caches in place;
-        returns q rotated ``[1, B, NH, D]``."""
+        qkv ``[1, R, W]`` with R = T B rows (token-major), ``pos`` ``[R]``, ``table`` ``[R, max_blocks]``.
+        Returns q rotated ``[1, R, NH, D]``."""
         self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
-        return self.rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": self.trans, "cur_pos": pos,
-                                "page_table": table, "k_cache": kc, "v_cache": vc})[0]
+        t = qkv.shape[1] // self.batch
+        if t == 1:
+            rotary = self.rotary
+        else:
+            if t not in self.chunk_rotary:
+                self.chunk_rotary[t] = self._prepare_rotary(self.kv_dtype, self.cache_shape, t)
+            rotary = self.chunk_rotary[t]
+        return rotary.run({"qkv": qkv, "cos": cos, "sin": sin, "trans": self.trans, "cur_pos": pos,
+                           "page_table": table, "k_cache": kc, "v_cache": vc})[0]
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -433,54 +480,86 @@ class DeviceDecoder:
                                                          cur_pos_tensor=positions,
                                                          program_config=self.program_config, backend="device")
 
-    def step(self, tokens: torch.Tensor, positions: Sequence[int], page_table: Any,
-             greedy: bool = False) -> torch.Tensor:
-        """One decode step: ``tokens`` int ``[B]`` (any id for idle users), ``positions`` ``[B]`` (-1:
-        idle), ``page_table`` int32 ``[B, max_blocks]`` after the step's allocation (context parallel:
-        one ``[B, local_blocks]`` table per device, ``ContextParallelAllocator.page_tables``). Returns the
-        float32 logits ``[B, vocab]`` (rows of idle users as the device left them) or, ``greedy``, the
-        argmax ids int64 ``[B]`` computed on the device."""
-        ttnn, spec, w = self.ttnn, self.spec, self.w
-        b, nh, d = self.batch, self.nh, spec.head_dim
-        eps = spec.rms_norm_eps
-        self.ops = {}
-        op = self._op
-        inp = self.inputs
+    def _inputs(self, tokens: torch.Tensor, positions: Sequence[int], page_table: Any, t: int) -> tuple[Any, ...]:
+        """The step's one host -> device write (`step_row`; context parallel: every device's row) and
+        its device views: token ids uint32 ``[1, R]`` (R = T B rows), the RoPE positions row ``[1, R]``,
+        then (None with context parallelism) the rotary append's positions ``[R]`` and page table ``[R,
+        max_blocks]`` and FlashDecode's positions ``[B]`` and page table ``[B, max_blocks]`` (the same
+        tensors with T = 1)."""
+        ttnn, op, b, mb = self.ttnn, self._op, self.batch, self.max_blocks
+        r = t * b
         if self.cp is not None:
             # one write: every device's row (token ids, global positions, its own positions and page table)
             head = torch.cat([tokens.to(torch.int32).reshape(-1), torch.tensor(list(positions), dtype=torch.int32)])
             self.cp.write(positions, page_table, head)
             self.writes = self.cp.writes
+            inp = self.inputs
         else:
             row = step_row(tokens, positions, page_table)
+            if t == 1:
+                inp = self.inputs
+            elif t in self.chunk_inputs:
+                inp = self.chunk_inputs[t]
+            else:  # the first step of T tokens per user makes its row on the device (one move, once)
+                inp = self.chunk_inputs[t] = ttnn.from_torch(torch.zeros(1, len(row), dtype=torch.int32),
+                                                             dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                                                             device=self.device, memory_config=self.dram,
+                                                             mesh_mapper=self._rep)
             # the step's one host -> device write
             ttnn.copy_host_to_device_tensor(ttnn.from_torch(row[None], dtype=ttnn.int32,
-                                                            layout=ttnn.ROW_MAJOR_LAYOUT, mesh_mapper=self._rep),
-                                            self.inputs)
+                                                            layout=ttnn.ROW_MAJOR_LAYOUT, mesh_mapper=self._rep), inp)
             self.writes = 1
-        tok = op("typecast")(op("slice")(inp, [0, 0], [1, b]), ttnn.uint32)
-        pos_row = op("slice")(inp, [0, b], [1, 2 * b])  # the global positions (RoPE)
-        if self.cp is None:
+        tok = op("typecast")(op("slice")(inp, [0, 0], [1, r]), ttnn.uint32)
+        pos_row = op("slice")(inp, [0, r], [1, 2 * r])  # the global positions (RoPE)
+        if self.cp is not None:
+            return tok, pos_row, None, None, None, None
+        if t == 1:
             pos = op("reshape")(pos_row, [b])
-            table = op("reshape")(op("slice")(inp, [0, 2 * b], [1, self.step_width]), [b, self.max_blocks])
-        # RoPE rows at each user's position (idle users: position 0; they write nothing)
+            table = op("reshape")(op("slice")(inp, [0, 2 * b], [1, self.step_width]), [b, mb])
+            return tok, pos_row, pos, table, pos, table
+        start = 2 * r + b
+        attn_pos = op("reshape")(op("slice")(inp, [0, 2 * r], [1, start]), [b])
+        rows_table = op("reshape")(op("slice")(inp, [0, start], [1, start + r * mb]), [r, mb])
+        attn_table = op("reshape")(op("slice")(inp, [0, start], [1, start + b * mb]), [b, mb])
+        return tok, pos_row, op("reshape")(pos_row, [r]), rows_table, attn_pos, attn_table
+
+    def step(self, tokens: torch.Tensor, positions: Sequence[int], page_table: Any,
+             greedy: bool = False) -> torch.Tensor:
+        """One decode step: ``tokens`` int ``[B]`` or ``[B, T]`` (T <= 32 new tokens per user, tensor
+        parallel only; any id for idle users), ``positions`` ``[B]`` (each user's first token's; -1:
+        idle), ``page_table`` int32 ``[B, max_blocks]`` after the step's allocation (context parallel:
+        one ``[B, local_blocks]`` table per device, ``ContextParallelAllocator.page_tables``). T tokens
+        run as T B rows in every op: one rotary append of the T B rows and one multi-token FlashDecode
+        per layer. Returns the float32 logits ``[B, vocab]`` (``[B, T, vocab]`` for 2-D tokens; rows of
+        idle users as the device left them) or, ``greedy``, the argmax ids int64 ``[B]`` (``[B, T]``)
+        computed on the device: then only the ids are read."""
+        ttnn, spec, w = self.ttnn, self.spec, self.w
+        t = 1 if tokens.dim() == 1 else tokens.shape[1]
+        b, nh, d, r = self.batch, self.nh, spec.head_dim, t * self.batch
+        eps = spec.rms_norm_eps
+        self.ops = {}
+        op = self._op
+        tok, pos_row, rows_pos, rows_table, attn_pos, attn_table = self._inputs(tokens, positions, page_table, t)
+        # RoPE rows at each row's position (idle users: position 0; they write nothing)
         idx = op("typecast")(op("relu")(pos_row), ttnn.uint32)
-        cos, sin = (op("reshape")(op("embedding")(idx, t, layout=ttnn.TILE_LAYOUT, dtype=ttnn.float32,
-                                                   memory_config=self.dram), [b, t.shape[-1]])
-                    for t in self.rope_tables)
+        cos, sin = (op("reshape")(op("embedding")(idx, table, layout=ttnn.TILE_LAYOUT, dtype=ttnn.float32,
+                                                   memory_config=self.dram), [r, table.shape[-1]])
+                    for table in self.rope_tables)
         x = op("reshape")(op("embedding")(tok, w["embedding"], layout=ttnn.TILE_LAYOUT,
-                                          memory_config=self.dram), [1, 1, b, spec.hidden_size])
+                                          memory_config=self.dram), [1, 1, r, spec.hidden_size])
         for i, (kc, vc) in enumerate(self.caches):
             h = op("rms_norm")(x, weight=w[f"{i}.attention_norm"], epsilon=eps)
             qkv = op("linear")(h, w[f"{i}.wqkv"])
-            qkv = op("reshape")(qkv, [1, b, qkv.shape[-1]])
+            qkv = op("reshape")(qkv, [1, r, qkv.shape[-1]])
             if self.cp is not None:  # K/V written on the device owning the position; attention over all shards
                 q_rot = self.cp.append(i, qkv, cos, sin, self.trans)
                 attn = self.cp.attend(i, q_rot)
             else:
-                q_rot = self._rotary_append(qkv, cos, sin, pos, table, kc, vc)
-                attn = self._attention(q_rot, kc, vc, pos, table)
-            attn = op("reshape")(attn, [1, 1, b, nh * d])
+                q_rot = self._rotary_append(qkv, cos, sin, rows_pos, rows_table, kc, vc)
+                if t > 1:  # [1, T B, NH, D] token-major is FlashDecode's Q [T, B, NH, D]
+                    q_rot = op("reshape")(q_rot, [t, b, nh, d])
+                attn = self._attention(q_rot, kc, vc, attn_pos, attn_table)
+            attn = op("reshape")(attn, [1, 1, r, nh * d])
             x = op("add")(x, self._all_reduce(op("linear")(attn, w[f"{i}.wo"])))
             h = op("rms_norm")(x, weight=w[f"{i}.ffn_norm"], epsilon=eps)
             gate = op("linear")(h, w[f"{i}.w_gate"], activation="silu")
@@ -489,16 +568,30 @@ class DeviceDecoder:
         if self.cp is not None:  # the CP object's calls of this step (its row views, append, attention)
             for name, count in self.cp.ops.items():
                 self.ops[name] = self.ops.get(name, 0) + count
-        h = op("rms_norm")(x, weight=w["norm"], epsilon=eps)
-        logits = op("linear")(h, w["lm_head"])
+        return self._read(self._head(x, r), t, greedy, tokens.dim())
+
+    def _head(self, x: Any, rows: int) -> Any:
+        """The final norm and the LM head: logits ``[1, 1, rows, vocab]`` (gathered over the mesh)."""
+        op, spec = self._op, self.spec
+        h = op("rms_norm")(x, weight=self.w["norm"], epsilon=spec.rms_norm_eps)
+        logits = op("linear")(h, self.w["lm_head"])
         if self.tp > 1:
             logits = op("all_gather")(logits, dim=3)  # the vocabulary slices, on every device
             if logits.shape[-1] != spec.vocab_size:  # the last slice's zero padding must not win the argmax
-                logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, b, spec.vocab_size])
+                logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, rows, spec.vocab_size])
+        return logits
+
+    def _read(self, logits: Any, t: int, greedy: bool, dims: int) -> torch.Tensor:
+        """The step's one device -> host read: the argmax ids (``greedy``: int64 ``[B]``, or ``[B, T]``
+        for ``dims`` 2) or the float32 logits ``[B, vocab]`` (``[B, T, vocab]``)."""
+        ttnn, b = self.ttnn, self.batch
         if greedy:
-            ids = op("argmax")(logits, dim=-1)  # [1, 1, B] uint32
-            return ttnn.to_torch(self._first(ids)).reshape(b).to(torch.int64)
-        return ttnn.to_torch(self._first(logits)).reshape(b, -1)[:, : spec.vocab_size].to(torch.float32)
+            ids = self._op("argmax")(logits, dim=-1)  # [1, 1, T B] uint32
+            out = ttnn.to_torch(self._first(ids)).reshape(t, b).T.to(torch.int64)  # [B, T]
+        else:
+            out = ttnn.to_torch(self._first(logits)).reshape(t, b, -1)[..., : self.spec.vocab_size]
+            out = out.transpose(0, 1).to(torch.float32)  # [B, T, vocab]
+        return out[:, 0] if dims == 1 else out
 
     def _all_reduce(self, x: Any) -> Any:
         """Sum of the row-parallel partials over the mesh (nothing on one chip)."""
@@ -513,7 +606,7 @@ class DeviceDecoder:
         ttnn = self.ttnn
         if self.cp is not None:
             self.cp.close()  # the caches and the step row
-        for t in [*self.w.values(), *self.rope_tables, self.trans,
+        for t in [*self.w.values(), *self.rope_tables, self.trans, *self.chunk_inputs.values(),
                   *(() if self.cp is not None else (*(c for kv in self.caches for c in kv), self.inputs))]:
             ttnn.deallocate(t)
         self.w, self.caches = {}, []

@@ -26,6 +26,10 @@ from ttdecode.ttnn_backend.tensors import (
 )
 from ttdecode.ttnn_env import require_ttnn
 
+#: Runs of every PreparedProgram in this process by descriptor: "full" (per-core args sent) or "lean"
+#: (held back, the cached program's kept); the hardware check reads them to name the path a call took.
+RUN_COUNTS: dict[str, int] = {"full": 0, "lean": 0}
+
 
 def _without_per_core_args(program: Program) -> Program:
     """`program` with every kernel's per-core runtime-arg list empty (cores, common args, all else kept)."""
@@ -195,6 +199,7 @@ class PreparedProgram:
         if common_args:
             self._patch_common(common_args, common)
         ttnn.generic_op(list(tensors), desc)
+        RUN_COUNTS["lean" if lean else "full"] += 1
         if self.lean is not None:
             after = int(self.device.num_program_cache_entries())
             if not lean:  # no entry after a full run: the cache is disabled, so never lean
