@@ -50,7 +50,7 @@ from ttdecode.ops.flash_decode.plan.placement import (bank_core_counts, build_tr
                                                       key_row_placement, place_pieces, short_hop_order, tree_hops)
 from ttdecode.ops.flash_decode.plan.report import format_plan
 from ttdecode.ops.flash_decode.plan.resources import Replan, check_resources
-from ttdecode.ops.flash_decode.plan.split_policy import choose_split, q_rows
+from ttdecode.ops.flash_decode.plan.split_policy import READERS_PER_BANK, choose_split, q_rows
 from ttdecode.ops.flash_decode.plan.types import (RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE_BYTES, CBSpec,
                                                   DecodePlan, Piece, PlanError, ResourceError, cbs_bytes_per_core)
 from ttdecode.ops.flash_decode.plan_checks import (check_plan_cache, check_plan_chunking, check_plan_positions,
@@ -64,7 +64,9 @@ __all__ = ["make_plan", "format_plan", "power_of_two_scale", "DecodePlan", "Piec
 
 #: max_cores_per_head_batch=None ("not set"): the pieces per (user, KV head) tried in order, ttnn's
 #: default first; the first whose plan fits is taken (kv_pages "key_row" with a contiguous cache needs at least a
-#: piece per DRAM bank: 16, then the plan's dram_banks).
+#: piece per DRAM bank: 16, then the plan's dram_banks). A bank-local pool (key_row with a paged cache), our own
+#: layout, first tries READERS_PER_BANK readers on every bank (48 on Wormhole; the planner's pricing then picks 1
+#: to 4 readers per bank, so a batch that fills the cores keeps one), then the same tries as key_row.
 UNSET_MAX_CORES_TRIES = (16, 8, 4, 2, 1)
 UNSET_MAX_CORES_TRIES_KEY_ROW = (16, WORMHOLE_DRAM_BANKS)
 
@@ -301,8 +303,11 @@ def _plan_steps(
 def _plan_fitting_pieces(call: dict[str, Any], *, advise: bool) -> DecodePlan:
     """make_plan with max_cores_per_head_batch not set: the first of the tries whose plan raises no
     ResourceError (module constants UNSET_MAX_CORES_TRIES*); the first try's error when none fits."""
-    tries = ((UNSET_MAX_CORES_TRIES_KEY_ROW[0], call["dram_banks"]) if call.get("kv_pages") == "key_row"
-             else UNSET_MAX_CORES_TRIES)
+    tries: tuple[int, ...] = UNSET_MAX_CORES_TRIES
+    if call.get("kv_pages") == "key_row":
+        tries = (UNSET_MAX_CORES_TRIES_KEY_ROW[0], call["dram_banks"])
+        if call.get("block_size") is not None:  # bank-local
+            tries = (READERS_PER_BANK * call["dram_banks"],) + tries
     first_error: ResourceError | None = None
     for m in tries:
         try:
