@@ -133,6 +133,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("paged_block32", Decode(b=8, nkv=1, d=128, s=4096, paged=True, block=32, pos=(127,) * 8)),
     Kind("key_row", Decode(b=1, s=1536, pos=(1500,), pages="key_row"), quick=True),
     Kind("key_row_mask", Decode(b=1, s=1536, pages="key_row", mask=True, k_chunk=128)),
+    Kind("bank_local_paged", Decode(paged=True, block=64, pos=(640, 1000), pages="key_row"), quick=True),
     Kind("mla_d576", Decode(b=1, nh=16, nkv=1, d=576, dv=512, s=512, pos=(500,))),
     Kind("mla_d192_paged_bf16", Decode(nh=16, nkv=1, d=192, dv=128, paged=True, kv_dtype="bfloat16", pos=(511, 900))),
     Kind("mask", Decode(**_MASKED)),

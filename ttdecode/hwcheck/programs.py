@@ -108,7 +108,7 @@ def _decode_reference(p: Decode, h: dict[str, Any]) -> Outputs:
 
 def decode_device_tensors(p: Decode, h: dict[str, Any], ttnn: Any, device: Any, tile_pages: bool = False) -> dict[str, Any]:
     """The call's tensors on `device`; K/V in key-row pages for a key_row kind unless `tile_pages`."""
-    mem = key_row_memory_config(ttnn, p.d) if p.pages == "key_row" and not tile_pages else ttnn.DRAM_MEMORY_CONFIG
+    mem = key_row_memory_config(ttnn, device, p.d) if p.pages == "key_row" and not tile_pages else ttnn.DRAM_MEMORY_CONFIG
     kv = dict(dtype=ttnn_dtype(ttnn, p.kv_dtype), layout=ttnn.TILE_LAYOUT, device=device, memory_config=mem)
     tile = dict(dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
     ints = dict(dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
