@@ -8,7 +8,7 @@ the argument, what was expected and what came: ``"ttdecode: argument 'k': expect
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import operator
 
@@ -101,3 +101,18 @@ def check_int(arg: str, value: object) -> int:
         return operator.index(value)
     except TypeError:
         raise fail(arg, "an integer", repr(value), TypeError) from None
+
+
+def check_choice(arg: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` is one of the strings ``choices`` (ValueError for another string, TypeError otherwise)."""
+    if not isinstance(value, str) or value not in choices:
+        raise fail(arg, f"one of {list(choices)}", repr(value), ValueError if isinstance(value, str) else TypeError)
+    return value
+
+
+def check_grid(arg: str, grid: object) -> tuple[int, int]:
+    """``grid`` is a tuple (x, y) of ints >= 1 (bools refused)."""
+    if (not isinstance(grid, tuple) or len(grid) != 2
+            or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in grid)):
+        raise fail(arg, "a tuple (x, y) of ints >= 1", repr(grid))
+    return grid

@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from ttdecode import backend as backends
-from ttdecode.core.checks import fail
+from ttdecode.core.checks import check_choice, check_grid, fail
 from ttdecode.core.formats import tile_size
 from ttdecode.core.tensor import TileTensor, as_tile_tensor
 from ttdecode.ops.paged_fill.device_step import run_fill
@@ -89,12 +89,8 @@ def paged_fill_cache(cache_tensor: Any, input_tensor: Any, page_table: Any, *, b
         The pool with the prompt written: host and reference a new TileTensor (`cache_tensor` unchanged);
         the device writes `cache_tensor` in place and returns it.
     """
-    if not isinstance(backend, str) or backend not in backends.BACKENDS:
-        raise fail("backend", f"one of {list(backends.BACKENDS)}", repr(backend),
-                   ValueError if isinstance(backend, str) else TypeError)
-    if (not isinstance(grid, tuple) or len(grid) != 2
-            or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in grid)):
-        raise fail("grid", "a tuple (x, y) of ints >= 1", repr(grid))
+    check_choice("backend", backend, backends.BACKENDS)
+    check_grid("grid", grid)
     inp = validate(cache_tensor, input_tensor, page_table, batch_idx, kv_pages)
     chosen = backends.select_backend(cache_tensor, input_tensor) if backend == "auto" else backend
     if chosen == "device" and not inp.device_tensors:

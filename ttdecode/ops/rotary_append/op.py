@@ -86,7 +86,7 @@ from ttdecode.core import formats
 from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor, dequantize, as_tile_tensor
 from ttdecode import backend as backends
-from ttdecode.core.checks import fail
+from ttdecode.core.checks import check_choice, check_grid, fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE, validate
 from ttdecode.ops.rotary_append.program_factory import build_program, input_images, reference_rotate
 from ttdecode.runtime import run_program
@@ -239,12 +239,8 @@ def rotary_kv_append(
         torch.bfloat16 ``[1, B, NH, D]``; the device updates the caller's caches in place and
         returns them, with ``q_rot`` as a ttnn tensor.
     """
-    if not isinstance(backend, str) or backend not in backends.BACKENDS:
-        raise fail("backend", f"one of {list(backends.BACKENDS)}", repr(backend),
-                   ValueError if isinstance(backend, str) else TypeError)
-    if (not isinstance(grid, tuple) or len(grid) != 2
-            or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in grid)):
-        raise fail("grid", "a tuple (x, y) of ints >= 1", repr(grid))
+    check_choice("backend", backend, backends.BACKENDS)
+    check_grid("grid", grid)
     inp = validate(k_new, v_new, k_cache, v_cache, cur_pos=cur_pos, cos=cos, sin=sin, page_table=page_table, q=q,
                    qkv=qkv, num_q_heads=num_q_heads, rotary_interleaved=rotary_interleaved, rotary_dim=rotary_dim)
 
