@@ -16,8 +16,14 @@ bfloat8_b in DRAM, Q bfloat16 on the device, positions in a device int32 ``cur_p
   (``ttdecode.testing.transfers.count_transfers``: ttnn's transfer functions wrapped and counted:
   expect 0), and the program-cache entries after step 2 and after step 20 (expect equal).
 
+Beside them, ttdecode's ``rotary_kv_append(..., backend="device")`` at the same B (packed qkv
+``[1, B, (32 + 16) * 128]``, interleaved pairs, cos/sin in the kernels' device form, appended into the
+same K/V at S / 2): with ``cur_pos`` the device tensor, and with the positions a host list (the
+writer's runtime args, no upload).
+
 Goals (PASS/FAIL): ours <= 0.25 ms per cached call and <= 6x tt-metal's; zero moves; no new
-program-cache entry after step 2.
+program-cache entry after step 2; each rotary row <= 2x our FlashDecode's host time per cached call,
+zero moves, no new program-cache entry after step 2.
 
     PYTHONPATH=. .venv/bin/python perf/bench_device_overhead.py [--calls 50] [--out DIR]
 
@@ -40,6 +46,10 @@ SHAPES = ((1, 8192), (32, 4096))  # (B, S)
 NQH, NKV, D = 32, 8, 128
 GOAL_MS = 0.25
 GOAL_RATIO = 6.0
+#: The rotary append's rows (cur_pos a device tensor; positions a host list: the writer's runtime args)
+ROTARY_OPS = ("rotary (pos tensor)", "rotary (pos list)")
+#: Goal: a cached rotary_kv_append call at most this many times our FlashDecode call's host time.
+ROTARY_GOAL_RATIO = 2.0
 RESULT_MARK = "BENCH_DEVICE_OVERHEAD:"
 
 
@@ -51,6 +61,7 @@ def _child(calls: int, steps: int) -> dict:
     import ttnn
 
     import ttdecode
+    from ttdecode.ops.rotary_append.device_step import angles_to_device
     from ttdecode.testing.mock import open_mock_device
     from ttdecode.testing.transfers import count_transfers
 
@@ -78,7 +89,20 @@ def _child(calls: int, steps: int) -> dict:
                 def ours():
                     return ttdecode.scaled_dot_product_attention_decode(q, k, v, cur_pos_tensor=pos, backend="device")
 
-                for op, fn in (("tt-metal", theirs), ("ttdecode", ours)):
+                qkv = ttnn.from_torch(torch.randn(1, B, (NQH + 2 * NKV) * D), dtype=ttnn.bfloat16,
+                                      layout=ttnn.TILE_LAYOUT, device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+                ang = torch.arange(B)[:, None] * (1.0 / 10000 ** (torch.arange(0, D, 2) / D))[None]
+                cos, sin = angles_to_device(torch.cat([ang.cos()] * 2, 1), torch.cat([ang.sin()] * 2, 1),
+                                            device=device, rotary_interleaved=True)
+                host_pos = [S // 2] * B
+
+                def rotary(positions):
+                    return lambda: ttdecode.rotary_kv_append(
+                        qkv=qkv, k_cache=k, v_cache=v, cur_pos=positions, cos=cos, sin=sin, num_q_heads=NQH,
+                        rotary_interleaved=True, backend="device")[0]
+
+                for op, fn in (("tt-metal", theirs), ("ttdecode", ours), (ROTARY_OPS[0], rotary(pos)),
+                               (ROTARY_OPS[1], rotary(host_pos))):
                     row = {"op": op, "B": B, "S": S}
                     try:
                         row.update(_measure(fn, device, calls, steps, log))
@@ -87,7 +111,7 @@ def _child(calls: int, steps: int) -> dict:
                         log.counting = False
                     out["rows"].append(row)
                     print(RESULT_MARK + json.dumps(row), flush=True)
-                for t in (q, k, v, pos):
+                for t in (q, k, v, pos, qkv, cos, sin):
                     ttnn.deallocate(t)
     finally:
         ttnn.close_device(device)
@@ -127,27 +151,51 @@ def _measure(fn, device, calls: int, steps: int, log) -> dict:
 # ---- the parent: table and goals ----------------------------------------------------------------
 
 
+def _rotary_goals(by: dict, B: int, S: int) -> list[dict]:
+    """The rotary rows' goals at one shape: <= ROTARY_GOAL_RATIO x our FlashDecode's host time per cached
+    call, zero moves, no new program-cache entry after step 2."""
+    flash = by.get(("ttdecode", B, S), {})
+    goals = []
+    for op in ROTARY_OPS:
+        r = by.get((op, B, S))
+        ok = r is not None and "error" not in r and bool(flash.get("median_ms"))
+        ratio = r["median_ms"] / flash["median_ms"] if ok else float("nan")
+        goals += [
+            {"B": B, "S": S, "goal": f"{op} <= {ROTARY_GOAL_RATIO:g}x our FlashDecode's",
+             "value": f"{ratio:.2f}x ({r['median_ms']:.3f} ms)" if ok else "failed",
+             "pass": ok and ratio <= ROTARY_GOAL_RATIO},
+            {"B": B, "S": S, "goal": f"{op}: zero moves, no new cache entry after step 2",
+             "value": f"{r['moves']}; {r['entries_2']} -> {r['entries_20']}" if ok else "failed",
+             "pass": ok and r["moves"] == 0 and r["entries_2"] == r["entries_20"]},
+        ]
+    return goals
+
+
 def _table(rows: list[dict], steps: int, calls: int) -> tuple[str, list[dict]]:
     lines = [f"# {LABEL}",
              f"# Llama-3.1-8B: {NQH} q heads / {NKV} KV heads, D {D}; K/V bfloat8_b DRAM, Q bf16, device cur_pos_tensor; "
+             f"rotary: packed qkv, interleaved pairs, device cos/sin, appended into the same K/V; "
              f"median of {calls} cached calls after 2 warm-up calls; moves and cache entries over steps 3..{steps}",
              "",
-             "| B | S | op | first call ms | ms per cached call | x tt-metal | moves steps 3..20 | cache entries step 2 / 20 |",
-             "|---:|---:|---|---:|---:|---:|---:|---|"]
+             "| B | S | op | first call ms | ms per cached call | x tt-metal | x our FlashDecode | moves steps 3..20 "
+             "| cache entries step 2 / 20 |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     goals = []
     by = {(r["op"], r["B"], r["S"]): r for r in rows}
     for B, S in SHAPES:
         base = by.get(("tt-metal", B, S), {})
-        for op in ("tt-metal", "ttdecode"):
+        flash = by.get(("ttdecode", B, S), {})
+        for op in ("tt-metal", "ttdecode", *ROTARY_OPS):
             r = by.get((op, B, S))
             if r is None:
                 continue
             if "error" in r:
-                lines.append(f"| {B} | {S} | {op} | FAILED: {r['error']} | | | | |")
+                lines.append(f"| {B} | {S} | {op} | FAILED: {r['error']} | | | | | |")
                 continue
             ratio = r["median_ms"] / base["median_ms"] if base.get("median_ms") else float("nan")
+            ours = r["median_ms"] / flash["median_ms"] if flash.get("median_ms") else float("nan")
             lines.append(f"| {B} | {S} | {op} | {r['first_ms']:.1f} | {r['median_ms']:.3f} | {ratio:.1f}x | "
-                         f"{r['moves']}{' ' + ','.join(r['move_kinds']) if r['move_kinds'] else ''} | "
+                         f"{ours:.2f}x | {r['moves']}{' ' + ','.join(r['move_kinds']) if r['move_kinds'] else ''} | "
                          f"{r['entries_2']} / {r['entries_20']} |")
         ours = by.get(("ttdecode", B, S))
         ok = ours is not None and "error" not in ours
@@ -163,6 +211,7 @@ def _table(rows: list[dict], steps: int, calls: int) -> tuple[str, list[dict]]:
              "value": f"{ours['entries_2']} -> {ours['entries_20']}" if ok else "failed",
              "pass": ok and ours["entries_2"] == ours["entries_20"]},
         ]
+        goals += _rotary_goals(by, B, S)
     lines += ["", "| B | S | goal | ours | result |", "|---:|---:|---|---:|---|"]
     lines += [f"| {g['B']} | {g['S']} | {g['goal']} | {g['value']} | {'PASS' if g['pass'] else 'FAIL'} |" for g in goals]
     return "\n".join(lines), goals
@@ -202,7 +251,7 @@ def main(argv=None) -> int:
             w.writerow([r["op"], r["B"], r["S"], r.get("first_ms"), r.get("median_ms"), r.get("min_ms"),
                         r.get("moves"), r.get("entries_2"), r.get("entries_20"), r.get("error", "")])
     print(f"\n(csv: {path})")
-    all_ok = proc.returncode == 0 and len(rows) == 2 * len(SHAPES) and all(g["pass"] for g in goals)
+    all_ok = proc.returncode == 0 and len(rows) == (2 + len(ROTARY_OPS)) * len(SHAPES) and all(g["pass"] for g in goals)
     return 0 if all_ok else 1
 
 

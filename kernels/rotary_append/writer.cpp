@@ -6,7 +6,9 @@
 // replaced by the head's row of the packed result, and the tile is written back: in bfloat16 the
 // row's 2 x 32 bytes, in bfloat8_b / bfloat4_b its two shared exponents and codes (a block-float
 // group is one face row, so the row packed among other heads has the bytes it has in the cache).
-// A user at -1 writes no cache byte.
+// A user at -1 writes no cache byte. The writer never reads or writes outside a tensor: a position at
+// or beyond the cache's capacity (S, or the page table's max_blocks x block_size) or a page-table entry
+// outside the pool's num_blocks writes nothing (values on the device are not checked on the host).
 
 #include <stdint.h>
 
@@ -25,6 +27,11 @@ constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
 constexpr uint32_t seq_tiles = get_named_compile_time_arg_val("seq_tiles");      // contiguous: S / 32
 constexpr uint32_t block_size = get_named_compile_time_arg_val("block_size");    // paged only
 constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");    // paged only
+constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");    // paged only: the pool's blocks
+// 1: the positions are common runtime args (after the addresses), not read from the cur_pos tensor.
+constexpr bool positions_in_args = get_named_compile_time_arg_val("positions_in_args") == 1;
+// Positions a user's cache holds: S (contiguous) or max_blocks x block_size (paged).
+constexpr uint32_t capacity = paged ? max_blocks * block_size : seq_tiles * TILE;
 // A cache page is one tile, or (kv_pages "key_row") one key-tile row of d_tiles tiles.
 constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
 constexpr uint32_t cache_tile_bytes = get_named_compile_time_arg_val("cache_tile_bytes");
@@ -57,7 +64,7 @@ void replace_row(uint32_t dst, uint32_t dst_row, uint32_t src, uint32_t src_row)
 void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint32_t r, uint32_t user, int32_t pos,
                 volatile tt_l1_ptr int32_t* page_table_row) {
     cb_wait_front(out_cb, d_tiles);
-    if (pos >= 0) {
+    if (pos >= 0 && (uint32_t)pos < capacity) {
         const uint32_t scratch = get_write_ptr(cb_cache);
         const uint32_t src = get_read_ptr(out_cb);
         const uint32_t p = (uint32_t)pos;
@@ -67,6 +74,9 @@ void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint
             uint32_t tile_row;  // tile row (32 positions) of this head's cache holding pos
             if constexpr (paged) {
                 const uint32_t block = (uint32_t)page_table_row[p / block_size];
+                if (block >= num_blocks) {
+                    continue;  // a block id outside the pool (a negative one too): nothing written
+                }
                 tile_row = (block * num_kv_heads + head) * (block_size / TILE) + (p % block_size) / TILE;
             } else {
                 tile_row = (user * num_kv_heads + head) * seq_tiles + p / TILE;
@@ -88,8 +98,9 @@ void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint
 }  // namespace
 
 void kernel_main() {
-    // Common runtime args (the same on every core): q_rot (0 without q), k_cache, v_cache, cur_pos,
-    // page_table (0 without paging). Per-core runtime args: num_users, then the users.
+    // Common runtime args (the same on every core): q_rot (0 without q), k_cache, v_cache, cur_pos (0 with
+    // positions_in_args), page_table (0 without paging), then (positions_in_args) the batch's positions as
+    // int32 words. Per-core runtime args: num_users, then the users.
     const uint32_t q_rot_addr = get_common_arg_val<uint32_t>(0);
     const uint32_t k_cache_addr = get_common_arg_val<uint32_t>(1);
     const uint32_t v_cache_addr = get_common_arg_val<uint32_t>(2);
@@ -97,6 +108,7 @@ void kernel_main() {
     const uint32_t page_table_addr = get_common_arg_val<uint32_t>(4);
     const uint32_t num_users = get_arg_val<uint32_t>(0);
     constexpr uint32_t users_base = 1;
+    constexpr uint32_t positions_base = 5;  // common args before the positions (WRITER_COMMON_ARGS)
     constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
 
@@ -109,10 +121,13 @@ void kernel_main() {
                                                      .page_size = page_table_row_bytes};
 
     // The writer's own scratch pages (never pushed): positions, and one user's page-table row.
-    const uint32_t pos_l1 = get_write_ptr(cb_pos);
-    noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
-    noc_async_read_barrier();
-    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+    volatile tt_l1_ptr int32_t* positions = nullptr;
+    if constexpr (!positions_in_args) {
+        const uint32_t pos_l1 = get_write_ptr(cb_pos);
+        noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
+        noc_async_read_barrier();
+        positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+    }
     uint32_t page_table_l1 = 0;
     if constexpr (paged) {
         page_table_l1 = get_write_ptr(cb_page_table);
@@ -121,9 +136,14 @@ void kernel_main() {
 
     for (uint32_t u = 0; u < num_users; ++u) {
         const uint32_t user = get_arg_val<uint32_t>(users_base + u);
-        const int32_t pos = positions[user];
+        int32_t pos;
+        if constexpr (positions_in_args) {
+            pos = (int32_t)get_common_arg_val<uint32_t>(positions_base + user);
+        } else {
+            pos = positions[user];
+        }
         if constexpr (paged) {
-            if (pos >= 0) {
+            if (pos >= 0 && (uint32_t)pos < capacity) {
                 noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
                 noc_async_read_barrier();
             }

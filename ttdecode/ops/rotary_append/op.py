@@ -56,7 +56,8 @@ qkv          [1, B, (NH + 2 NKV) D] (packed only)   tile        bfloat16
 cos, sin     [B, rot_tiles * 32], 1 / 0 padded      tile        float32
 trans        [pairs * 32, 32]: the rotate-half      tile        bfloat16
              blocks, one per (output tile, source)
-cur_pos      [B] int32                              row-major   4-byte words
+cur_pos      [B] int32 (unless the positions are    row-major   4-byte words
+             the writer's runtime args)
 page_table   [B, max_blocks] int32 (paged only)     row-major   4-byte words
 k_cache,     the caches, updated in place           tile        the cache's format
 v_cache
@@ -65,15 +66,21 @@ q_rot        [1, B, NH, D] (output, with q / qkv)   tile        bfloat16
 
 Every check (shapes, dtypes, positions beyond the cache, a page table too short, two users
 writing one cache tile) runs before any cache byte is written -- on values the host holds; values
-given as device tensors (below) are not read back, and so not checked.
+given as device tensors (below) are not read back, and so not checked: the kernels guard instead (a
+position at or beyond the cache's capacity, or a page-table entry outside the pool, writes nothing;
+no kernel reads or writes outside a tensor).
 
 On a device (``backend="device"``, ``ttdecode.ops.rotary_append.device_step``): the program is planned
 once per shape (a cached ``RotaryStep``: Program, ttnn descriptor, the rotate-half blocks uploaded
 once) and each call patches addresses only. ``cur_pos`` and ``page_table`` may be int32 ROW_MAJOR
 ttnn device tensors and ``cos`` / ``sin`` float32 TILE ttnn device tensors ``[B, rot_tiles * 32]``
 holding the per-column angles above (``device.angles_to_device``; what the device decoder looks up
-from its RoPE tables): then a step moves no data. Host values (a list or torch positions, a torch
-page table, HF-layout torch cos / sin) are uploaded, one move each per call.
+from its RoPE tables): then a step moves no data. Host positions (a list or torch ints) are the
+writer's common runtime args, patched per call (no move); other host values (a torch page table,
+HF-layout torch cos / sin) are uploaded, one move each per call. A call whose device tensors have the
+TensorSpecs of an earlier validated call of the same options (and host positions, if any, B ints in
+[-1, capacity)) skips the validation: tensor metadata only (``device_step.run_cached``), as
+FlashDecode's cached call.
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ from ttdecode.core.checks import check_choice, check_grid, fail
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE, validate
 from ttdecode.ops.rotary_append.program_factory import build_program, input_images, reference_rotate
 from ttdecode.runtime import run_program
-from ttdecode.ops.rotary_append.device_step import run_rotary
+from ttdecode.ops.rotary_append import device_step
 from ttdecode.config import KV_PAGES
 
 __all__ = ["rotary_kv_append"]
@@ -172,9 +179,11 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
     return q_rot, images[0], images[1]
 
 
-def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any]:
+def _run_device(inp: RotaryInputs, grid: tuple[int, int], key: Optional[tuple],
+                tensors: Optional[dict[str, Any]]) -> tuple[Any, Any, Any]:
     """Through the cached step of the call's shape (``ttdecode.ops.rotary_append.device_step``): no rebuild
-    per call, no upload of device inputs."""
+    per call, no upload of device inputs; with the call's fast `key` and `tensors` the step is kept for
+    the cached-call path."""
     from ttdecode.ttnn_env import has_tenstorrent_device
 
     if not inp.device_tensors:
@@ -183,7 +192,7 @@ def _run_device(inp: RotaryInputs, grid: tuple[int, int]) -> tuple[Any, Any, Any
                                "backend='host' to run the same kernels on the host runtime")
         raise fail("k_cache", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
     # tensors already on a device mean one is open (a card, or the mock N150 of ttdecode.testing)
-    q_rot = run_rotary(inp, grid)
+    q_rot = device_step.run_rotary(inp, grid, key, tensors)
     return q_rot, inp.k_cache, inp.v_cache
 
 
@@ -241,6 +250,17 @@ def rotary_kv_append(
     """
     check_choice("backend", backend, backends.BACKENDS)
     check_grid("grid", grid)
+    key = tensors = None
+    if backend == "device":
+        # a call whose device tensors have the TensorSpecs of an earlier validated call of these options
+        # checks those only (device_step.run_cached)
+        tensors = {"qkv": qkv, "q": q, "k_new": k_new, "v_new": v_new, "cos": cos, "sin": sin, "cur_pos": cur_pos,
+                   "page_table": page_table, "k_cache": k_cache, "v_cache": v_cache}
+        key = device_step.fast_key(repr((num_q_heads, rotary_interleaved, rotary_dim, grid, kv_pages)), tensors)
+        q_rot = device_step.run_cached(key, tensors)
+        if q_rot is not device_step.MISS:
+            backends.record("device")
+            return (k_cache, v_cache) if q_rot is None else (q_rot, k_cache, v_cache)
     inp = validate(k_new, v_new, k_cache, v_cache, cur_pos=cur_pos, cos=cos, sin=sin, page_table=page_table, q=q,
                    qkv=qkv, num_q_heads=num_q_heads, rotary_interleaved=rotary_interleaved, rotary_dim=rotary_dim)
 
@@ -256,7 +276,7 @@ def rotary_kv_append(
     if chosen == "reference":
         q_rot, kc, vc = _run_reference(inp)
     elif chosen == "device":
-        q_rot, kc, vc = _run_device(inp, grid)
+        q_rot, kc, vc = _run_device(inp, grid, key, tensors)
     else:
         q_rot, kc, vc = _run_host(inp, grid)
     return (kc, vc) if q_rot is None else (q_rot, kc, vc)

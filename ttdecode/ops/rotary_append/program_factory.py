@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -137,23 +137,33 @@ def derived_images(inp: RotaryInputs) -> dict[str, bytes]:
 
 
 def build_program(inp: RotaryInputs, images: Optional[dict[str, bytes]] = None,
-                  grid: tuple[int, int] = (8, 8)) -> Program:
+                  grid: tuple[int, int] = (8, 8), positions_in_args: bool = False) -> Program:
     """The one program of a call; `images` None describes it without input bytes (the device path).
+    `positions_in_args`: the B positions are the writer's common runtime args (`positions_args`; no
+    ``cur_pos`` tensor) instead of a DRAM tensor the writer reads.
 
     Steps: the users dealt over the cores (_core_users), the circular buffers and their L1 check
     (_circular_buffers), the three kernels and their arguments (_kernels), the DRAM tensors (_tensors)."""
     blocks = rotate_half_blocks(inp.head_dim, inp.rotary_dim, inp.interleaved)
     users = _core_users(inp.batch, grid)
     where = CoreRangeSet.of(list(users))
-    cbs = _circular_buffers(inp, where, len(blocks))
-    kernels = _kernels(inp, users, where, blocks)
-    return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=_tensors(inp, len(blocks), images))
+    cbs = _circular_buffers(inp, where, len(blocks), positions_in_args)
+    kernels = _kernels(inp, users, where, blocks, positions_in_args)
+    tensors = _tensors(inp, len(blocks), images, positions_in_args)
+    return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=tensors)
 
 
-def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -> list[CircularBuffer]:
+def positions_args(positions: Sequence[int]) -> list[int]:
+    """The writer's common-arg words after its WRITER_COMMON_ARGS addresses for B positions (-1: skip the
+    user): each an int32 as a uint32 word (two's complement)."""
+    return [int(p) & 0xFFFFFFFF for p in positions]
+
+
+def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int,
+                      positions_in_args: bool) -> list[CircularBuffer]:
     """The CBs on every core of `where` (pages: tiles; sizes in bytes): two slots of a user's rows of cos,
     sin, x and the rotated outputs, the `num_blocks` rotate-half blocks, one cache tile, the positions
-    and (paged) one page-table row. Refuses a head_dim whose CBs exceed one core's L1."""
+    (unless in args) and (paged) one page-table row. Refuses a head_dim whose CBs exceed one core's L1."""
     b, nh, d = inp.batch, inp.num_q_heads, inp.head_dim
     dt, rt = inp.d_tiles, inp.rot_tiles
     cache_tile = formats.tile_size(inp.cache_dtype)
@@ -167,8 +177,9 @@ def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -
         CircularBuffer(cb["k_out"], where, inp.cache_dtype, cache_tile, 2 * dt),
         CircularBuffer(cb["v_out"], where, inp.cache_dtype, cache_tile, 2 * dt),
         CircularBuffer(cb["cache"], where, inp.cache_dtype, cache_tile, 1),
-        CircularBuffer(cb["pos"], where, f32, -(-4 * b // 32) * 32, 1),
     ]
+    if not positions_in_args:
+        cbs.append(CircularBuffer(cb["pos"], where, f32, -(-4 * b // 32) * 32, 1))
     if nh > 0:
         cbs.append(CircularBuffer(cb["q_out"], where, bf16, 2048, 2 * dt))
     if inp.paged:
@@ -183,10 +194,11 @@ def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int) -
 
 
 def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRangeSet,
-             blocks: tuple[tuple[int, int, torch.Tensor], ...]) -> list[Kernel]:
+             blocks: tuple[tuple[int, int, torch.Tensor], ...], positions_in_args: bool) -> list[Kernel]:
     """The reader, writer and compute kernels on `where`: their compile-time args (tiles per head, heads,
     the rotate-half block pairs, the cache's geometry), as common runtime args the buffers each reads or
-    writes, and per core its users (`users`: core -> user indices)."""
+    writes (and, `positions_in_args`, the writer the B positions), and per core its users (`users`: core ->
+    user indices)."""
     b, nh, nkv = inp.batch, inp.num_q_heads, inp.num_kv_heads
     dt, rt = inp.d_tiles, inp.rot_tiles
     has_q = nh > 0
@@ -198,8 +210,9 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
                   "num_pairs": len(blocks)}
     writer_ct = {"d_tiles": dt, "q_row_tiles": _row_tiles(nh), "num_kv_heads": nkv, "batch": b,
                  "paged": int(inp.paged), "seq_tiles": seq_tiles, "block_size": inp.block_size,
-                 "max_blocks": inp.max_blocks, "cache_tile_bytes": formats.tile_size(inp.cache_dtype),
-                 "key_row_pages": int(inp.kv_pages == "key_row")}
+                 "max_blocks": inp.max_blocks, "num_blocks": inp.cache_shape[0] if inp.paged else 0,
+                 "positions_in_args": int(positions_in_args),
+                 "cache_tile_bytes": formats.tile_size(inp.cache_dtype), "key_row_pages": int(inp.kv_pages == "key_row")}
     if inp.packed:
         x_args: list = [BufferAddress("qkv"), 0, 0]
     else:
@@ -210,8 +223,11 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
     # address and ttdecode.ttnn_backend.PreparedProgram launches its lean descriptor once the program is cached.
     reader_common = [*x_args, BufferAddress("cos"), BufferAddress("sin"), BufferAddress("trans")]
     writer_common = [BufferAddress("q_rot") if has_q else 0, BufferAddress("k_cache"), BufferAddress("v_cache"),
-                     BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0]
+                     0 if positions_in_args else BufferAddress("cur_pos"),
+                     BufferAddress("page_table") if inp.paged else 0]
     assert len(reader_common) == READER_COMMON_ARGS and len(writer_common) == WRITER_COMMON_ARGS
+    if positions_in_args:  # each call patches them (the count, B, is fixed)
+        writer_common += positions_args(inp.positions if inp.positions is not None else [-1] * b)
     reader_rt = {c: [len(u), *u] for c, u in users.items()}
     compute_rt = {c: [len(u), *pairs] for c, u in users.items()}
     writer_rt = {c: [len(u), *u] for c, u in users.items()}
@@ -225,10 +241,12 @@ def _kernels(inp: RotaryInputs, users: dict[CoreCoord, list[int]], where: CoreRa
     ]
 
 
-def _tensors(inp: RotaryInputs, num_blocks: int, images: Optional[dict[str, bytes]]) -> list[DramTensor]:
+def _tensors(inp: RotaryInputs, num_blocks: int, images: Optional[dict[str, bytes]],
+             positions_in_args: bool) -> list[DramTensor]:
     """The DRAM tensors (shapes in elements): the new rows (qkv, or q, k_new, v_new), cos, sin, the
-    `num_blocks` rotate-half blocks, the positions, (paged) the page table, the two caches written in
-    place, and (with q) the rotated q out; their bytes from `images` (None: described without bytes)."""
+    `num_blocks` rotate-half blocks, the positions (unless in args), (paged) the page table, the two
+    caches written in place, and (with q) the rotated q out; their bytes from `images` (None: described
+    without bytes)."""
     b, nh, nkv, d = inp.batch, inp.num_q_heads, inp.num_kv_heads, inp.head_dim
     rt = inp.rot_tiles
     f32, bf16 = DataType.float32, DataType.bfloat16
@@ -249,8 +267,9 @@ def _tensors(inp: RotaryInputs, num_blocks: int, images: Optional[dict[str, byte
         tile("cos", (b, rt * TILE), f32),
         tile("sin", (b, rt * TILE), f32),
         tile("trans", (num_blocks * TILE, TILE), bf16),
-        DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
+    if not positions_in_args:
+        tensors.append(DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"))
     if inp.paged:
         tensors.append(DramTensor("page_table", f32, 4 * inp.max_blocks, b, (b, inp.max_blocks), "row_major",
                                   image("page_table"), element_type="int32"))
