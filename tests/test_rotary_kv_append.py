@@ -269,6 +269,65 @@ def test_paged_interleaved_partial_rotary_dim_and_two_q_tile_rows() -> None:
     assert seeded.tensors["k_cache"] == out[1].data and seeded.tensors["v_cache"] == out[2].data
 
 
+def _run_caches(inp, positions_in_args: bool) -> tuple[bytes, bytes]:
+    """The caches after the program of validated `inp` on the host runtime (positions as the writer's
+    runtime args, or the cur_pos tensor it reads)."""
+    from ttdecode.ops.rotary_append import op as rotary
+    from ttdecode.runtime import run_program
+
+    program = rotary.build_program(inp, rotary.input_images(inp), grid=(2, 2), positions_in_args=positions_in_args)
+    assert ("cur_pos" in {t.name for t in program.tensors}) is not positions_in_args
+    result = run_program(program)
+    return result.tensors["k_cache"], result.tensors["v_cache"]
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_positions_as_runtime_args_write_what_the_positions_tensor_writes(paged: bool) -> None:
+    """The writer's positions_in_args variant (the device path's host positions) against the cur_pos
+    tensor variant and the op's result: the same cache bytes."""
+    from ttdecode.ops.rotary_append import op as rotary
+
+    kw = _paged() if paged else _good()
+    kw["cur_pos"] = [33, -1] if paged else [63, 0]
+    inp = rotary.validate(kw["k_new"] + 1, kw["v_new"] - 2, kw["k_cache"], kw["v_cache"], cur_pos=kw["cur_pos"],
+                          cos=kw["cos"], sin=kw["sin"], page_table=kw.get("page_table"), q=None, qkv=None,
+                          num_q_heads=None, rotary_interleaved=False, rotary_dim=None)
+    in_args = _run_caches(inp, True)
+    assert in_args == _run_caches(inp, False)
+    out = ttdecode.rotary_kv_append(kw["k_new"] + 1, kw["v_new"] - 2, kw["k_cache"], kw["v_cache"],
+                                    **{n: kw[n] for n in ("cur_pos", "cos", "sin", "backend")},
+                                    page_table=kw.get("page_table"))
+    assert in_args == (out[0].data, out[1].data) and in_args[0] != kw["k_cache"].data
+
+
+@pytest.mark.parametrize("positions_in_args", [False, True], ids=["pos-tensor", "pos-args"])
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_the_writer_skips_positions_beyond_the_cache_and_blocks_outside_the_pool(paged: bool,
+                                                                               positions_in_args: bool) -> None:
+    """Values on the device are not checked on the host, so the writer guards: a position at or beyond
+    the capacity (S, or max_blocks x block_size) or a page-table entry outside the pool (negative too)
+    writes no cache byte; the other user's row is written as usual. The program is run with values the
+    validation would refuse (set after it)."""
+    import dataclasses
+
+    from ttdecode.ops.rotary_append import op as rotary
+
+    kw = _paged() if paged else _good()
+    inp = rotary.validate(kw["k_new"] + 1, kw["v_new"] + 1, kw["k_cache"], kw["v_cache"], cur_pos=[1, 2],
+                          cos=kw["cos"], sin=kw["sin"], page_table=kw.get("page_table"), q=None, qkv=None,
+                          num_q_heads=None, rotary_interleaved=False, rotary_dim=None)
+    cases = [(64, 5), (1000, 5), (2 ** 31 - 1, 5)]  # (user 0's position, user 1's): 64 = the capacity
+    if paged:
+        bad = torch.tensor([[0, 99], [2, 3]])
+        cases += [((40, 5), bad), ((40, 5), torch.tensor([[0, -3], [2, 3]]))]  # user 0's block 1 outside the pool
+    want = _run_caches(dataclasses.replace(inp, positions=(-1, 5)), positions_in_args)
+    assert want[0] != kw["k_cache"].data  # user 1 wrote
+    for case in cases:
+        positions, table = (case, inp.page_table) if not isinstance(case[1], torch.Tensor) else case
+        got = _run_caches(dataclasses.replace(inp, positions=positions, page_table=table), positions_in_args)
+        assert got == want, (positions, table)
+
+
 @pytest.mark.parametrize("interleaved", [False, True], ids=["half-split", "interleaved"])
 def test_packed_qkv_is_unpacked_rotated_and_appended_in_one_program(interleaved: bool) -> None:
     """qkv [1, B, (NH + 2 NKV) D] gives exactly what separate q / k_new / v_new give (and the
@@ -583,7 +642,8 @@ def _fake_device(ttnn, monkeypatch: pytest.MonkeyPatch) -> dict:
 def test_device_steps_plan_once_and_read_device_inputs_in_place(ttnn, monkeypatch: pytest.MonkeyPatch) -> None:
     """20 calls with device cur_pos / cos / sin: one step (Program, descriptor), one upload (the
     rotate-half blocks, when the step is made), the same runtime-arg counts on every call and the
-    writer reading each call's cur_pos tensor where it lies; host positions and angles are uploaded."""
+    writer reading each call's cur_pos tensor where it lies; host angles are uploaded, host positions
+    are the writer's runtime args."""
     f = _fake_device(ttnn, monkeypatch)
     t, rec, rd, T, dev = f["t"], f["rec"], f["rd"], f["Tensor"], f["device"]
     positions = []
@@ -601,12 +661,16 @@ def test_device_steps_plan_once_and_read_device_inputs_in_place(ttnn, monkeypatc
     # writer common args: q_rot, k_cache, v_cache, cur_pos, page_table (0); per core: 1 user, the user
     assert [c[3][3] for c in calls] == positions
     assert calls[-1][3][1:3] == [t["k_cache"].address, t["v_cache"].address] and calls[-1][2][1] == [1, 1]
-    # host inputs on the same step: cos, sin and cur_pos uploaded (one move each), no new step
+    # host inputs: cos and sin uploaded (one move each); host positions are the writer's common runtime
+    # args (no upload; a step of its own: no cur_pos tensor, the positions after the 5 addresses)
     cos, sin = hf_angles(2, 64, 3)
-    ttdecode.rotary_kv_append(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], cur_pos=[5, 6], cos=cos,
-                              sin=sin, num_q_heads=2, rotary_interleaved=True, backend="device")
-    assert rd.cached_steps() == 1 and len(calls) == 21
-    assert rec["uploads"][1:] == [((2, 64), ttnn.float32), ((2, 64), ttnn.float32), ((2,), ttnn.int32)]
+    for positions in ([5, 6], [-1, 9]):
+        ttdecode.rotary_kv_append(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], cur_pos=positions,
+                                  cos=cos, sin=sin, num_q_heads=2, rotary_interleaved=True, backend="device")
+    assert rd.cached_steps() == 2 and len(calls) == 22
+    assert rec["uploads"][1:] == [((64, 32), ttnn.bfloat16)] + [((2, 64), ttnn.float32)] * 4
+    assert [c[3][3:] for c in calls[-2:]] == [[0, 0, 5, 6], [0, 0, 0xFFFFFFFF, 9]]
+    assert calls[-1][1] == calls[-2][1]  # the same runtime-arg counts
 
 
 def test_device_forms_are_refused_by_name_when_they_do_not_fit(ttnn, monkeypatch: pytest.MonkeyPatch) -> None:
