@@ -107,8 +107,11 @@ def test_bad_config_values_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--k-chunk-size", "100"]) == 2
     assert "argument '--k-chunk-size': expected 0 (dynamic) or a power of two" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--grid", "9x8"]) == 2
-    assert "argument '--grid': expected a grid within the largest Wormhole " \
-        "worker grid (the host runtime's limit): at most 8 columns x 9 rows, got (9, 8)" in capsys.readouterr().err
+    assert "argument '--grid': expected a grid within the largest Wormhole worker grid of a n150 chip, the board " \
+        "the host runtime models (TTDECODE_BOARD: one of galaxy, n150, n300, t3k): at most 8 columns x 9 rows, " \
+        "got (9, 8)" in capsys.readouterr().err
+    assert main(["plan", "--preset", "llama-3.1-8b-n150", "--seq", "4096", "--grid", "8x10", "--board", "galaxy"]) == 0
+    assert "grid=8x10" in capsys.readouterr().out
     assert main(["plan", "--preset", "llama-3.1-8b-n150", "--batch", "2", "--seq", "64", "--cur-pos", "1,2,3"]) == 2
     assert "argument '--cur-pos': expected 1 or B=2 positions, got 3" in capsys.readouterr().err
 

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Mapping, Optional, Sequence
 
-from ttdecode.config import PRESETS, WORMHOLE_GRID, WORMHOLE_MAX_GRID, SDPAProgramConfig, get_preset
+from ttdecode.config import BOARD_GRIDS, PRESETS, WORMHOLE_GRID, SDPAProgramConfig, get_preset, host_grid_limit
 from ttdecode.hwcheck.cli import add_parser as add_hwcheck_parser
 from ttdecode.models.cli import add_parser as add_llama_parser
 
@@ -30,7 +30,8 @@ KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
 #: The planner's and the program config's parameter names -> the flags of `plan` and `reference`.
 SHAPE_FLAGS = {
     "program_config.compute_with_storage_grid_size": "--grid", "compute_with_storage_grid_size": "--grid",
-    "grid": "--grid", "seq_len": "--seq", "batch": "--batch", "cur_pos": "--cur-pos", "kv_dtype": "--kv-dtype",
+    "grid": "--grid", "board": "--board", "seq_len": "--seq", "batch": "--batch", "cur_pos": "--cur-pos",
+    "kv_dtype": "--kv-dtype",
     "k_chunk_size": "--k-chunk-size", "max_cores_per_head_batch": "--max-cores-per-head-batch",
     "kv_pages": "--kv-pages", "chunk_cap": "--chunk-cap",
 }
@@ -120,6 +121,9 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
                    help="what a K/V DRAM page holds: a tile, or a key-tile row (bank-local pieces) "
                         "(default: tile)")
     p.add_argument("--grid", type=parse_grid, default=None, help="core grid COLUMNSxROWS such as 8x8 (default: the preset's)")
+    p.add_argument("--board", choices=sorted(BOARD_GRIDS), default=None,
+                   help="the board whose chip the host runtime models, which bounds --grid: 8x9 on n150 / n300 / "
+                        "t3k, 8x10 on galaxy (default: $TTDECODE_BOARD, else n150)")
     p.add_argument("--chunk-cap", type=int, default=None,
                    help="largest dynamic chunk in key tiles, 8/16/32 (default: the cost model's choice)")
 
@@ -155,13 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _program_config(args: argparse.Namespace) -> SDPAProgramConfig:
     preset = get_preset(args.preset)
+    limit, where = host_grid_limit(args.board)
     return SDPAProgramConfig(
         compute_with_storage_grid_size=args.grid or preset.grid,
         k_chunk_size=args.k_chunk_size,
         max_cores_per_head_batch=args.max_cores_per_head_batch,
         kv_pages=args.kv_pages,
         chunk_cap=args.chunk_cap,
-    ).resolve_grid(WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the largest Wormhole worker grid (the host runtime's limit)")
+    ).resolve_grid(limit, WORMHOLE_GRID, where)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -8,10 +8,12 @@ validate every field on construction and convert to and from the ttnn objects
 Grid (decided from the reference sheet, section 2, and ttnn's own op): ``compute_with_storage_grid_size``
 None (the default) means "the device's grid", as in tt-metal's decode op without a program config
 (``device.compute_with_storage_grid_size()``; 8x8 on an N150 with fast dispatch, 8x9 with slow
-dispatch). On a device a grid (or sub-core rectangle) beyond the device's grid is refused when the
-call is planned; on the host runtime the default grid is ``WORMHOLE_GRID`` (8x8, an N150's) and the
-limit ``WORMHOLE_MAX_GRID`` (8x9: a Wormhole board enables at most 72 of the chip's 80 Tensix cores).
-Use `SDPAProgramConfig.resolve_grid` for the grid in force.
+dispatch; 8x10 on a Galaxy's unharvested chips). On a device a grid (or sub-core rectangle) beyond the
+device's grid is refused when the call is planned; on the host runtime the default grid is
+``WORMHOLE_GRID`` (8x8, an N150's) and the limit the worker grid of one chip of the board it models
+(`host_grid_limit`: ``BOARD_GRIDS``, the board named by the ``TTDECODE_BOARD`` environment variable,
+default N150: 8x9, ``WORMHOLE_MAX_GRID``, as an N150 / N300 / T3K chip enables at most 72 of its 80 Tensix
+cores; a Galaxy's chips are not harvested: 8x10). Use `SDPAProgramConfig.resolve_grid` for the grid in force.
 
 ``max_cores_per_head_batch`` None (the default) means "not set": ttnn's default 16 pieces per (user,
 KV head), or, when that plan does not fit a core's L1 (e.g. DeepSeek-V3's absorbed MLA, 128 q heads
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -38,6 +41,10 @@ from ttdecode.ttnn_env import require_ttnn
 __all__ = [
     "WORMHOLE_GRID",
     "WORMHOLE_MAX_GRID",
+    "BOARD_GRIDS",
+    "BOARD_ENV",
+    "host_board",
+    "host_grid_limit",
     "MATH_FIDELITIES",
     "SDPAProgramConfig",
     "ComputeKernelConfig",
@@ -48,9 +55,17 @@ __all__ = [
 
 #: The host runtime's default compute grid (columns, rows): ttnn's Wormhole N150 grid (fast dispatch).
 WORMHOLE_GRID: tuple[int, int] = (8, 8)
-#: The host runtime's largest grid (columns, rows): a Wormhole board enables at most 72 of the 80
+#: The largest grid (columns, rows) of a harvested Wormhole chip (N150, N300, T3K): at most 72 of the 80
 #: Tensix cores (8 columns x 9 rows; tt-metal tech_reports/GEMM_FLOPS; a mock N150 with slow dispatch reports 8x9).
 WORMHOLE_MAX_GRID: tuple[int, int] = (8, 9)
+#: The worker grid (columns, rows) of one chip of each board the host runtime models: harvested chips on
+#: N150, N300 and T3K boards; a Galaxy's chips unharvested, every Tensix core of the 8 x 10 (tt-metal's
+#: Galaxy Llama passes ``sub_core_grids`` over rows 0-9, e.g. ``((1, 0), (3, 9))``).
+BOARD_GRIDS: dict[str, tuple[int, int]] = {"n150": WORMHOLE_MAX_GRID, "n300": WORMHOLE_MAX_GRID,
+                                           "t3k": WORMHOLE_MAX_GRID, "galaxy": (8, 10)}
+#: The environment variable naming the board the host runtime models (a key of BOARD_GRIDS; default n150).
+BOARD_ENV = "TTDECODE_BOARD"
+DEFAULT_BOARD = "n150"
 #: max_cores_per_head_batch when the user sets none (ttnn.SDPAProgramConfig's default).
 DEFAULT_MAX_CORES_PER_HEAD_BATCH = 16
 #: Math fidelities of the matrix engine, fastest first.
@@ -92,6 +107,24 @@ def _pair(owner: str, arg: str, value: object) -> tuple[int, int]:
     return (_int(owner, f"{arg}[0]", a), _int(owner, f"{arg}[1]", b))
 
 
+def host_board(board: Optional[str] = None) -> str:
+    """The board the host runtime models: `board`, else the ``TTDECODE_BOARD`` environment variable, else
+    n150. Raises ValueError naming where an unknown name came from."""
+    where = "board" if board is not None else BOARD_ENV
+    name = board if board is not None else os.environ.get(BOARD_ENV, "").strip().lower() or DEFAULT_BOARD
+    if name not in BOARD_GRIDS:
+        raise _fail("ttdecode", where, f"one of {sorted(BOARD_GRIDS)} (the board the host runtime models)", name)
+    return name
+
+
+def host_grid_limit(board: Optional[str] = None) -> tuple[tuple[int, int], str]:
+    """The host runtime's grid limit (columns, rows) for the board it models (`host_board`) and the words
+    naming it in a refusal (`SDPAProgramConfig.resolve_grid`'s `where`)."""
+    name = host_board(board)
+    return BOARD_GRIDS[name], (f"the largest Wormhole worker grid of a {name} chip, the board the host runtime "
+                               f"models ({BOARD_ENV}: one of {', '.join(sorted(BOARD_GRIDS))})")
+
+
 def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -107,7 +140,7 @@ class SDPAProgramConfig:
     Fields:
         compute_with_storage_grid_size: None = the device's grid (the host runtime: WORMHOLE_GRID), or
             (columns, rows) of the worker grid, at least 1 x 1; checked against the device's grid (the host
-            runtime: WORMHOLE_MAX_GRID) by `resolve_grid` when the call is planned.
+            runtime: the modelled board's, `host_grid_limit`) by `resolve_grid` when the call is planned.
         sub_core_grids: None, or a list of inclusive rectangles ``((x0, y0), (x1, y1))`` of
             worker cores to use instead of the full grid; rectangles lie inside
             ``compute_with_storage_grid_size`` (which must then be given) and do not overlap (stored as a
@@ -218,7 +251,7 @@ class SDPAProgramConfig:
     def resolve_grid(self, limit: tuple[int, int], default: tuple[int, int], where: str) -> "SDPAProgramConfig":
         """This config with its grid in force: `default` when the grid is None, else the grid given, which
         (and every sub-core rectangle) must lie within `limit` (columns, rows): the device's
-        ``compute_with_storage_grid_size()`` on a device, WORMHOLE_MAX_GRID on the host runtime; `where`
+        ``compute_with_storage_grid_size()`` on a device, `host_grid_limit` on the host runtime; `where`
         names the limit in the error (ValueError naming ``program_config.compute_with_storage_grid_size``)."""
         grid = self.compute_with_storage_grid_size
         if grid is None:

@@ -10,7 +10,8 @@ timing). This module builds what that needs and opens devices:
   stand-in compiler `runtime/sfpi/compiler/bin/riscv-tt-elf-g++` (`toolchain/riscv_tt_elf_gxx.py`:
   clang-19 + ld.lld-19; strict for our kernels, stubs for ttnn's own that clang cannot build; TRISC
   builds against the stand-in `sfpi/sfpi.h`);
-* mock cluster descriptors (`clusters/`): `n150` (one chip), `n300` (1x2), `t3k` (8 chips: 1x8 or 2x4);
+* mock cluster descriptors (`clusters/`): `n150` (one chip), `n300` (1x2), `t3k` (8 chips: 1x8 or 2x4),
+  `galaxy` (one unharvested Galaxy chip, opened with ETH dispatch: an 8x10 worker grid);
 * `mock_env(system)`: the environment variables (one `TT_METAL_CACHE` per system and dispatch type,
   reused across processes; not the cache `ttdecode.ttnn_env` uses for host-only conversions);
 * `open_mock_device()` / `open_mock_mesh(shape)`: set the environment (before `import ttnn`) and open.
@@ -65,18 +66,22 @@ APT_PACKAGES = ("clang-19", "lld-19", "g++-riscv64-linux-gnu")
 
 @dataclass(frozen=True)
 class MockSystem:
-    """A mock cluster: its descriptor file and the mesh shapes it opens as."""
+    """A mock cluster: its descriptor file, the mesh shapes it opens as and the dispatch core type
+    `open_mock_device` opens it with ("worker", ttnn's default for one chip, or "eth")."""
 
     name: str
     descriptor: str
     chips: int
     mesh_shapes: tuple[tuple[int, int], ...]
+    dispatch: str = "default"
 
 
 SYSTEMS: dict[str, MockSystem] = {
     "n150": MockSystem("n150", "n150.yaml", 1, ((1, 1),)),
     "n300": MockSystem("n300", "n300.yaml", 2, ((1, 2), (1, 1))),
     "t3k": MockSystem("t3k", "t3k.yaml", 8, ((1, 8), (2, 4), (1, 2), (1, 1))),
+    # one unharvested Galaxy chip: ETH dispatch leaves every Tensix row to the workers (an 8x10 grid)
+    "galaxy": MockSystem("galaxy", "galaxy.yaml", 1, ((1, 1),), dispatch="eth"),
 }
 
 
@@ -302,10 +307,14 @@ def _ttnn() -> Any:
 
 
 def open_mock_device(system: str = "n150", **kwargs: Any) -> Any:
-    """A mock Wormhole N150 (`ttnn.open_device(device_id=0)`); close it with `ttnn.close_device`."""
+    """A mock Wormhole N150 (`ttnn.open_device(device_id=0)`), or the first chip of `system` (a Galaxy
+    chip with ETH dispatch: its 8x10 worker grid); close it with `ttnn.close_device`."""
     if os.environ.get(SYSTEM_ENV) != system:
-        setup(system)
-    return _ttnn().open_device(device_id=0, **kwargs)
+        setup(system, "eth" if SYSTEMS[system].dispatch == "eth" else "worker")
+    ttnn = _ttnn()
+    if SYSTEMS[system].dispatch == "eth":
+        kwargs.setdefault("dispatch_core_config", ttnn.DispatchCoreConfig(ttnn.DispatchCoreType.ETH))
+    return ttnn.open_device(device_id=0, **kwargs)
 
 
 def open_mock_mesh(shape: Sequence[int] = (1, 2), system: Optional[str] = None, fabric: bool = False,
@@ -440,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("script", help="the Python script to run")
     r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     r.set_defaults(fn=_cmd_run)
-    c = sub.add_parser("check", help="open the mock system (N150: a device; N300, T3K: a mesh) and print its grid")
+    c = sub.add_parser("check", help="open the mock system (N150, Galaxy chip: a device; N300, T3K: a mesh) and "
+                                     "print its grid")
     c.add_argument("--system", default="n150", choices=systems, help=system_help)
     c.add_argument("--timeout", type=float, default=300,
                    help="seconds before the check's process is killed (default: 300)")

@@ -83,14 +83,20 @@ def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[lis
 # ---- inputs the kernels take in another form: the device's grid, block-float Q / mask ------------------
 
 
+def device_grid_limit(device: Any) -> tuple[tuple[int, int], str]:
+    """The grid limit on `device` (its ``compute_with_storage_grid_size()``: 8x8 on an N150, 8x10 on a
+    Galaxy's unharvested chips) and the words naming it in a refusal."""
+    g = device.compute_with_storage_grid_size()
+    grid = (int(g.x), int(g.y))
+    return grid, f"the device's compute grid {grid[0]}x{grid[1]} (device.compute_with_storage_grid_size())"
+
+
 def with_device_grid(inputs: Any, device: Any) -> Any:
     """`inputs` with the program config's grid in force on `device`: its
     ``compute_with_storage_grid_size()`` when the config names none (tt-metal's rule without a program
     config), else the grid given, refused by name when beyond the device's grid."""
-    g = device.compute_with_storage_grid_size()
-    grid = (int(g.x), int(g.y))
-    pc = inputs.program_config.resolve_grid(grid, grid, f"the device's compute grid {grid[0]}x{grid[1]} "
-                                            "(device.compute_with_storage_grid_size())")
+    grid, where = device_grid_limit(device)
+    pc = inputs.program_config.resolve_grid(grid, grid, where)
     return inputs if pc is inputs.program_config else dataclasses.replace(inputs, program_config=pc)
 
 
@@ -207,7 +213,7 @@ class FlashDecodeStep:
         inputs = with_device_grid(inputs, device)
         self.positions_in_args = inputs.cur_pos_tensor is None  # a list, or non-causal (S - 1 for all)
         self.plan = make_decode_plan(dataclasses.replace(inputs, cur_pos=None, positions=None),
-                                     dram_banks=dram_banks(device))
+                                     dram_banks=dram_banks(device), grid_limit=device_grid_limit(device))
         self.batch = inputs.batch
         self.seq_len = inputs.seq_len
         placeholder = [0] * inputs.batch if self.positions_in_args else None

@@ -4,7 +4,7 @@ float64 reference (the device's run: ``device_step.FlashDecodeStep``, kept per d
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -12,7 +12,7 @@ from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.validate import (
     DecodeInputs, as_bfloat16_tiles, dequantize_input, sink_values, reached_blocks,
 )
-from ttdecode.config import WORMHOLE_GRID, WORMHOLE_MAX_GRID
+from ttdecode.config import WORMHOLE_GRID, host_grid_limit
 from ttdecode.ops.flash_decode.plan import make_plan, power_of_two_scale
 from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS, ComputeSettings, MathFidelity
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
@@ -22,15 +22,17 @@ from ttdecode.reference import sdpa_decode_reference
 Result = Union[Any, tuple[Any, Any]]
 
 
-def make_decode_plan(inputs: DecodeInputs, dram_banks: int = WORMHOLE_DRAM_BANKS) -> Any:
+def make_decode_plan(inputs: DecodeInputs, dram_banks: int = WORMHOLE_DRAM_BANKS,
+                     grid_limit: Optional[tuple[tuple[int, int], str]] = None) -> Any:
     """The FlashDecode plan for these inputs (`plan.make_plan`; raises PlanError). A program config
-    without a grid plans on the host runtime's WORMHOLE_GRID, a given grid must lie within
-    WORMHOLE_MAX_GRID (the device path resolves the device's grid first: device.with_device_grid).
+    without a grid plans on the host runtime's WORMHOLE_GRID, a given grid must lie within the worker
+    grid of a chip of the board the host runtime models (``config.host_grid_limit``: 8x9, or 8x10 on a
+    Galaxy), or `grid_limit` (the limit (columns, rows) and the words naming it: the device path passes
+    the device's grid, ``device_step.device_grid_limit``, having resolved the grid first: with_device_grid).
     `dram_banks`: the DRAM banks K/V pages are dealt over (the device's, ttnn_backend.dram_banks).
     Q is planned as bfloat16, the format the kernels read (a block-float Q is converted first)."""
-    pc = inputs.program_config.resolve_grid(
-        WORMHOLE_MAX_GRID, WORMHOLE_GRID, "the largest Wormhole worker grid (a board enables at most 8 columns "
-        "x 9 rows of its Tensix cores; the host runtime's limit)")
+    limit, where = host_grid_limit() if grid_limit is None else grid_limit
+    pc = inputs.program_config.resolve_grid(limit, WORMHOLE_GRID, where)
     cc = inputs.compute_kernel_config
     return make_plan(
         batch=inputs.batch, num_q_heads=inputs.num_heads, num_kv_heads=inputs.num_kv_heads,

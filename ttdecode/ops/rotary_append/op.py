@@ -98,7 +98,7 @@ from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE, validate
 from ttdecode.ops.rotary_append.program_factory import build_program, input_images, reference_rotate
 from ttdecode.runtime import run_program
 from ttdecode.ops.rotary_append import device_step
-from ttdecode.config import KV_PAGES
+from ttdecode.config import KV_PAGES, host_grid_limit
 
 __all__ = ["rotary_kv_append"]
 
@@ -196,6 +196,19 @@ def _run_device(inp: RotaryInputs, grid: tuple[int, int], key: Optional[tuple],
     return q_rot, inp.k_cache, inp.v_cache
 
 
+def _check_grid_limit(grid: tuple[int, int], backend: str, inp: RotaryInputs) -> None:
+    """`grid` within the worker grid the call runs on: the device's ``compute_with_storage_grid_size()``
+    (8x10 on a Galaxy's unharvested chips), or on the host runtime a chip of the board it models
+    (``ttdecode.config.host_grid_limit``). Raises ValueError naming ``grid``."""
+    if backend == "device" and inp.device_tensors:
+        g = inp.k_cache.device().compute_with_storage_grid_size()
+        limit, where = (int(g.x), int(g.y)), "the device's compute grid (device.compute_with_storage_grid_size())"
+    else:
+        limit, where = host_grid_limit()
+    if grid[0] > limit[0] or grid[1] > limit[1]:
+        raise fail("grid", f"a grid within {where}: at most {limit[0]} columns x {limit[1]} rows", grid)
+
+
 # ---- the API -------------------------------------------------------------------------------------
 
 
@@ -234,7 +247,9 @@ def rotary_kv_append(
         qkv: ``[1, B, (NH + 2 NKV) D]`` packed instead of q / k_new / v_new (``num_q_heads``, if
             given, is checked against it). rotary_interleaved: pairs (2i, 2i+1) instead of
             (i, i + rotary_dim/2). rotary_dim: rotated columns (even, <= D; default D).
-        grid: the compute grid the users are dealt over (a program setting; default 8x8).
+        grid: the compute grid the users are dealt over (a program setting; default 8x8), within the
+            device's grid (8x10 on a Galaxy chip) or, on the host runtime, the modelled board's
+            (``ttdecode.config.host_grid_limit``).
         kv_pages: the caches' DRAM pages, as FlashDecode's ``SDPAProgramConfig.kv_pages``:
             "tile" (a tile a page) or "key_row" (a key-tile row a page, round robin over the
             device's DRAM banks; on a device ``ttdecode.ttnn_backend.key_row_memory_config``). With a
@@ -272,6 +287,8 @@ def rotary_kv_append(
         name = next(iter(inp.device_args))
         raise fail(name, f"a host value (torch tensor or list) for backend {chosen!r} (device tensors are "
                    "the device backend's form)", "a ttnn tensor on a device", TypeError)
+    if chosen != "reference":
+        _check_grid_limit(grid, chosen, inp)
     backends.record(chosen)
     if chosen == "reference":
         q_rot, kc, vc = _run_reference(inp)
