@@ -673,6 +673,39 @@ def test_device_steps_plan_once_and_read_device_inputs_in_place(ttnn, monkeypatc
     assert calls[-1][1] == calls[-2][1]  # the same runtime-arg counts
 
 
+def test_cached_calls_skip_validation_only_for_the_specs_of_a_validated_call(ttnn, monkeypatch) -> None:
+    """With TensorSpecs on the (fake) device tensors: a validated call's step is kept; later calls of the
+    same options and specs run without validation (device positions, or host positions patched into the
+    writer's args); a changed spec, a position beyond the cache or a torch angle takes the validating
+    path again (and is refused there by name)."""
+    from ttdecode.ops.rotary_append import op as rotary_op
+
+    f = _fake_device(ttnn, monkeypatch)
+    t, rec, T, dev = f["t"], f["rec"], f["Tensor"], f["device"]
+    T.spec = property(lambda self: (str(self.dtype), str(self.layout), self.shape))
+    T.is_allocated = lambda self: True
+    validated = []
+    real = rotary_op.validate
+    monkeypatch.setattr(rotary_op, "validate", lambda *a, **k: validated.append(1) or real(*a, **k))
+    kw = dict(qkv=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], cos=t["cos"], sin=t["sin"], num_q_heads=2,
+              rotary_interleaved=True, backend="device")
+    for _ in range(3):
+        ttdecode.rotary_kv_append(cur_pos=t["cur_pos"], **kw)
+    assert len(validated) == 1 and len(rec["generic_op"]) == 3
+    for positions in ([3, 4], [-1, 63], [5, 6]):
+        ttdecode.rotary_kv_append(cur_pos=positions, **kw)
+    assert len(validated) == 2 and [c[3][5:] for c in rec["generic_op"][-3:]] == [[3, 4], [0xFFFFFFFF, 63], [5, 6]]
+    with pytest.raises(ValueError, match=r"argument 'cur_pos\[1\]': expected a position < S=64"):
+        ttdecode.rotary_kv_append(cur_pos=[1, 64], **kw)
+    with pytest.raises(TypeError, match="argument 'cos': expected a float32 TILE ttnn tensor"):
+        ttdecode.rotary_kv_append(cur_pos=[1, 2], **{**kw, "cos": T(ttnn.bfloat16, ttnn.TILE_LAYOUT, (2, 64), dev)})
+    assert len(validated) == 4 and len(rec["generic_op"]) == 6
+    cos, sin = hf_angles(2, 64, 3)  # torch angles: validated (and uploaded) every call
+    for _ in range(2):
+        ttdecode.rotary_kv_append(cur_pos=[1, 2], **{**kw, "cos": cos, "sin": sin})
+    assert len(validated) == 6 and len(rec["generic_op"]) == 8
+
+
 def test_device_forms_are_refused_by_name_when_they_do_not_fit(ttnn, monkeypatch: pytest.MonkeyPatch) -> None:
     f = _fake_device(ttnn, monkeypatch)
     t, T, dev = f["t"], f["Tensor"], f["device"]

@@ -229,11 +229,11 @@ def run_rotary(inp: RotaryInputs, grid: tuple[int, int], fast_key: Optional[tupl
 
 def fast_key(options: Any, tensors: dict[str, Any]) -> Optional[tuple]:
     """The key of a call that may skip validation, or None: `options` the call's settings in a hashable
-    form (the repr of num_q_heads, rotary_interleaved, rotary_dim, grid, kv_pages), and which tensor arguments are
-    given (`tensors` by program name) and whether cur_pos is host values (a list or tuple)."""
+    form (the repr of num_q_heads, rotary_interleaved, rotary_dim, grid, kv_pages) and the type of each
+    tensor argument (`tensors` by program name: None, a ttnn tensor, a list of positions, a torch
+    tensor ...), so a call meets only steps remembered from calls that gave the same kinds."""
     try:
-        key = (options, tuple(tensors[n] is not None for n in FAST_TENSORS),
-               isinstance(tensors["cur_pos"], (list, tuple)))
+        key = (options, tuple(type(tensors[n]) for n in FAST_TENSORS))
         hash(key)
     except TypeError:
         return None
