@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "api/compute/common.h"
 #include "api/compute/compute_kernel_api.h"
 #include "api/compute/compute_kernel_hw_startup.h"
 #include "api/compute/cb_api.h"
