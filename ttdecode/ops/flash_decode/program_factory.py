@@ -104,6 +104,10 @@ class FactoryError(ValueError):
     """Inputs that do not match the plan; the message names the argument."""
 
 
+#: Q held height-sharded in L1: (the holder cores in shard order, tiles per shard). None: interleaved DRAM.
+QShards = Optional[tuple[tuple[CoreCoord, ...], int]]
+
+
 def kernel_sources() -> dict[str, Path]:
     """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/flash_decode/``)."""
     return operator_kernels("flash_decode", FactoryError)
@@ -383,10 +387,11 @@ def build_program(
     attention_sink: Optional[torch.Tensor] = None,
     attn_mask: Any = None,
     positions_in_args: bool = False,
+    q_shards: QShards = None,
 ) -> Program:
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
     `positions_in_args`: the positions travel as the reader's common runtime args (the device form of a
-    list), not as the cur_pos tensor; the same outputs.
+    list), not as the cur_pos tensor; the same outputs. `q_shards`: Q height-sharded in L1 (`_program`).
 
     q/k/v: tile tensors in the plan's shapes and formats (paged: [num_blocks, NKV, block_size, D]);
     v is None for an MLA plan (V = k[..., :Dv], read out of K by the kernels);
@@ -418,15 +423,39 @@ def build_program(
     elif attn_mask is not None:
         raise FactoryError("attn_mask: expected None (the plan has no mask), got a tensor")
     positions = list(struct.unpack(f"<{plan.batch}i", pos_image)) if positions_in_args else None
-    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images, positions=positions)
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images, positions=positions,
+                    q_shards=q_shards)
 
 
 def build_program_for_device(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
-                             exp_approx: bool = False, positions: Optional[Sequence[int]] = None) -> Program:
-    """The same program without input bytes: on a device the inputs already live in DRAM.
+                             exp_approx: bool = False, positions: Optional[Sequence[int]] = None,
+                             q_shards: QShards = None) -> Program:
+    """The same program without input bytes: on a device the inputs already live in DRAM (or, with
+    `q_shards`, Q in the L1 shards of its holders).
     `positions` (B ints): positions_in_args, the positions travel as the reader's common runtime args
     (no cur_pos tensor; a cached program patches them per call); None: the kernels read the cur_pos tensor."""
-    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None, positions=positions)
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None, positions=positions,
+                    q_shards=q_shards)
+
+
+def _q_tensor(plan: DecodePlan, data: Optional[bytes], q_shards: QShards) -> DramTensor:
+    """Q [T, B, NH, D] bf16 tiles: interleaved in DRAM, or height-sharded in L1 on `q_shards`' holders."""
+    bf16 = DataType.bfloat16
+    shape = (plan.num_tokens, plan.batch, plan.num_q_heads, plan.head_dim)
+    cores, pages = q_shards if q_shards is not None else ((), 0)
+    return DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(shape), shape, "tile", data,
+                      shard_cores=tuple(cores), shard_pages=pages)
+
+
+def _q_shard_defines(q_shards: QShards, reader_common: list[Arg]) -> dict[str, str]:
+    """With Q in L1 shards: the reader's defines (shard count, tiles per shard, the common-arg index of the
+    holders' NoC coordinates) and those coordinates appended to `reader_common` (x, y per holder)."""
+    if q_shards is None:
+        return {}
+    cores, pages = q_shards
+    first = len(reader_common)
+    reader_common += [a for c in cores for a in (NocX(c), NocY(c))]
+    return {"Q_SHARDS": str(len(cores)), "Q_SHARD_PAGES": str(pages), "Q_SHARD_ARGS": str(first)}
 
 
 #: The CBs the compute kernel reads only with copy_tile / unary_bcast: unpacked straight to the fp32
@@ -449,7 +478,8 @@ def compute_settings_for(plan: DecodePlan, compute: ComputeSettings) -> ComputeS
 
 
 def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_approx: bool,
-             images: Optional[dict[str, bytes]], positions: Optional[Sequence[int]] = None) -> Program:
+             images: Optional[dict[str, bytes]], positions: Optional[Sequence[int]] = None,
+             q_shards: QShards = None) -> Program:
     if not isinstance(compute, ComputeSettings):
         raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
     compute = compute_settings_for(plan, compute)
@@ -472,9 +502,11 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     ct = _compile_args(plan, float(scale), compute, exp_approx, positions_in_args=positions is not None)
     rt = {c: _runtime_args(plan, c) for c in cores}
     common = _common_args(plan, positions)
+    reader_defines = _q_shard_defines(q_shards, common["reader"])
     kernels = [
         Kernel("reader", sources["reader"], KernelKind.READER, core_set, named_compile_time_args=ct["reader"],
-               runtime_args={c: rt[c]["reader"] for c in cores}, common_runtime_args=common["reader"]),
+               runtime_args={c: rt[c]["reader"] for c in cores}, common_runtime_args=common["reader"],
+               defines=reader_defines),
         Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, named_compile_time_args=ct["writer"],
                runtime_args={c: rt[c]["writer"] for c in cores}, common_runtime_args=common["writer"]),
         Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, named_compile_time_args=ct["compute"],
@@ -487,12 +519,11 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
 
     b, nkv = plan.batch, plan.num_kv_heads
-    q_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim)
     k_shape, v_shape = _kv_shapes(plan)
     image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
     tensors = [
-        DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
+        _q_tensor(plan, image("q"), q_shards),
         kv_cache_tensor("k", plan.kv_dtype, k_shape, plan.kv_pages, image("k")),
     ]
     if positions is None:
