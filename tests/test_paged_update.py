@@ -98,3 +98,22 @@ def test_paged_update_refuses_before_writing() -> None:
         run(cache, rows, update_idxs=[0, 1], page_table=table, kv_pages="rows", backend="host")
     with pytest.raises(TypeError, match="'cache_tensor': expected ttnn tensors on the device"):
         run(cache, rows, update_idxs=[0, 1], page_table=table, backend="device")
+
+
+def test_rows_read_from_their_l1_shards_give_the_dram_bytes() -> None:
+    """nlp_create_qkv_heads_decode's placement: user b's [32 padded heads, D] on its own core (here cores
+    that run no update kernel too): the reader reads the rows where they lie."""
+    from ttdecode.core.program_description import CoreCoord
+    from ttdecode.ops.paged_update import build_program, validate
+    from ttdecode.ops.paged_update.program_factory import input_images
+    from ttdecode.runtime import run_program
+
+    g = torch.Generator().manual_seed(5)
+    cache = ttdecode.from_torch(torch.randn(8, 2, 32, 64, generator=g), dtype=BFP8)
+    rows = torch.randn(1, 3, 2, 64, generator=g)
+    table = torch.tensor([[0, 1], [2, 3], [4, 5]], dtype=torch.int32)
+    inp = validate(cache, rows, update_idxs=[5, 40, 63], page_table=table, kv_pages="key_row")
+    want = run_program(build_program(inp, input_images(inp), (2, 1))).tensors["cache"]
+    holders = (CoreCoord(0, 0), CoreCoord(6, 2), CoreCoord(1, 0))
+    got = run_program(build_program(inp, input_images(inp), (2, 1), (holders, 2))).tensors["cache"]
+    assert got == want and got != bytes(ttdecode.to_torch(cache).numel())

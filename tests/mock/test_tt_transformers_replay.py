@@ -241,6 +241,14 @@ def test_tt_transformers_decode_attention_replays_with_ttdecode_patched_in(run_m
     assert steps[0]["attn"]["shape"] == [1, 8, 32, 128] and steps[0]["attn"]["dtype"] == "DataType.BFLOAT16"
     assert steps[0]["cat"]["shape"][-1] == 32 * 128
     ops = steps[2]["ops"]  # ttnn's graph capture of step 3: every op the step issued at the top level
+    # the attention op reads Q where nlp_create_qkv_heads_decode left it (height-sharded in L1): our step
+    # is an output allocation and the program; the one to_memory_config is the model's own, after it
+    rotary = len(ops) - 1 - ops[::-1].index("ttnn.experimental.rotary_embedding_llama")
+    sdpa = ops.index("ttnn.allocate_tensor_on_device", rotary)
+    assert ops[sdpa:sdpa + 3] == ["ttnn.allocate_tensor_on_device", "ttnn.generic_op", "ttnn.to_memory_config"], ops
+    if pool == "bank_local":  # the two cache updates: one program each, reading K / V where they lie too
+        assert ops[rotary + 1:sdpa] == ["ttnn.deallocate"] * 2 + ["ttnn.generic_op"] * 2 + ["ttnn.deallocate"] * 2, ops
+    assert ops.count("ttnn.to_memory_config") == 1, ops
     if pool == "bank_local":
         # the prompt fill and both cache updates are ttdecode's programs (generic_op), the pool never leaves
         # the bank-local layout (no to_memory_config of K or V), and ttnn's paged_update_cache is not called

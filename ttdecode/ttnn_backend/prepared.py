@@ -18,6 +18,7 @@ from ttdecode.ttnn_backend.descriptor import DeviceError, TtnnDeviceView, build_
 from ttdecode.ttnn_backend.tensors import (
     check_input_tensor,
     check_page_geometry,
+    holds_shards,
     is_key_row_memory_config,
     key_row_memory_config,
     tensor_dtype,
@@ -124,7 +125,8 @@ class PreparedProgram:
         self._expect = []
         for spec in self.inputs:
             layout = tensor_layout(ttnn, spec.layout, f"tensor {spec.name!r}")
-            mem = (key_row_memory_config(ttnn, device, spec.shape[-1]) if spec.layout == "key_row"
+            mem = (None if spec.sharded  # compared with holds_shards
+                   else key_row_memory_config(ttnn, device, spec.shape[-1]) if spec.layout == "key_row"
                    else ttnn.DRAM_MEMORY_CONFIG)
             self._expect.append((spec, tensor_dtype(ttnn, spec), layout, tuple(spec.shape), mem))
         self._out_alloc = [(spec.name, ttnn.Shape(list(spec.shape)), tensor_dtype(ttnn, spec),
@@ -175,7 +177,8 @@ class PreparedProgram:
             raise DeviceError(f"io_tensors: expected exactly {[s.name for s, *_ in self._expect]}, got {sorted(io_tensors)}")
         for spec, dtype, layout, shape, mem in self._expect:
             t = io_tensors[spec.name]
-            placed = (is_key_row_memory_config(t.memory_config(), mem) if spec.layout == "key_row"
+            placed = (holds_shards(ttnn, t.memory_config(), spec) if spec.sharded
+                      else is_key_row_memory_config(t.memory_config(), mem) if spec.layout == "key_row"
                       else t.memory_config() == mem)
             if (t.dtype != dtype or t.layout != layout or tuple(t.shape) != shape
                     or not ttnn.is_tensor_storage_on_device(t) or not placed):

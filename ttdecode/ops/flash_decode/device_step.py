@@ -39,14 +39,15 @@ import dataclasses
 from typing import Any, Optional
 
 from ttdecode.ttnn_backend.descriptor import DeviceError
-from ttdecode.ttnn_backend.tensors import dram_banks
+from ttdecode.ttnn_backend.tensors import dram_banks, l1_shards
+from ttdecode.core.formats import num_tiles
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.program_description import Program
 from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps, compute_settings, make_decode_plan
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode, sink_values, as_bfloat16_tiles
-from ttdecode.ops.flash_decode.program_factory import build_program_for_device
+from ttdecode.ops.flash_decode.program_factory import QShards, build_program_for_device
 from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS
 from ttdecode.ops.flash_decode.program_factory import mask_tiles
 from ttdecode.core.tensor import to_torch
@@ -70,14 +71,32 @@ def to_torch_sink(inputs: Any) -> Any:
     return sink
 
 
-def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[list[int]] = None) -> Program:
+def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[list[int]] = None,
+                   q_shards: QShards = None) -> Program:
     """The FlashDecode `Program` (no input bytes) the device runs for validated `inputs` and their `plan`
     (``ttdecode.ops.flash_decode.op.make_decode_plan``), with the call's scale and exp mode; `compute` from
     ``ttdecode.ops.flash_decode.op.compute_settings``; `positions` given: positions_in_args (the reader's
-    common runtime args). Used by `FlashDecodeStep` and by the mesh path of context parallelism."""
+    common runtime args); `q_shards`: Q read from its L1 shards (`q_shards_of`). Used by `FlashDecodeStep`
+    and by the mesh path of context parallelism."""
     return build_program_for_device(
-        plan, scale=inputs.scale, compute=compute, positions=positions,
+        plan, scale=inputs.scale, compute=compute, positions=positions, q_shards=q_shards,
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
+
+
+def q_shards_of(ttnn: Any, q: Any, head_dim: int) -> QShards:
+    """Where the reader reads a device Q in place: a bfloat16 tile Q height-sharded in L1 (ROW_MAJOR
+    orientation, shards of whole tile rows, D wide: ``nlp_create_qkv_heads_decode``'s placement) gives
+    (its holders in shard order, tiles per shard); any other Q None (it is moved to interleaved DRAM)."""
+    if q.dtype != ttnn.bfloat16 or q.layout != ttnn.TILE_LAYOUT:
+        return None
+    found = l1_shards(ttnn, q.memory_config(), head_dim)
+    if found is None:
+        return None
+    holders, rows = found
+    pages = rows * (head_dim // 32)
+    if -(-num_tiles(tuple(q.shape)) // pages) > len(holders):
+        return None
+    return holders, pages
 
 
 # ---- inputs the kernels take in another form: the device's grid, block-float Q / mask ------------------
@@ -211,9 +230,11 @@ class FlashDecodeStep:
         self.batch = inputs.batch
         self.seq_len = inputs.seq_len
         placeholder = [0] * inputs.batch if self.positions_in_args else None
-        self.program = decode_program(inputs, self.plan, compute, positions=placeholder)
-        self.prepared = PreparedProgram(self.program, device)
         ttnn = require_ttnn()
+        #: Q read where it lies, from its L1 shards (else moved to interleaved DRAM per call)
+        self.q_shards = q_shards_of(ttnn, inputs.q.obj, inputs.head_dim)
+        self.program = decode_program(inputs, self.plan, compute, positions=placeholder, q_shards=self.q_shards)
+        self.prepared = PreparedProgram(self.program, device)
         self.memory_config = inputs.memory_config
         q_shape = tuple(inputs.q.shape)
         check_output_placement(ttnn, self.memory_config, q_shape[:3] + (inputs.head_dim_v,), device)
@@ -266,9 +287,12 @@ class FlashDecodeStep:
                 raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a "
                                   f"{meta.kind} tensor")
         temporaries: list[Any] = []
-        q, made = as_bfloat16_on_device(ttnn, in_dram(ttnn, inputs.q.obj, temporaries))
-        if made:
-            temporaries.append(q)
+        if self.q_shards is not None:
+            q = inputs.q.obj
+        else:
+            q, made = as_bfloat16_on_device(ttnn, in_dram(ttnn, inputs.q.obj, temporaries))
+            if made:
+                temporaries.append(q)
         io = {"q": q, "k": inputs.k.obj}
         if inputs.v is not None:
             io["v"] = inputs.v.obj
@@ -333,7 +357,11 @@ class FlashDecodeStep:
         ttnn = require_ttnn()
         self._fast_names = names
         self._fast_specs = specs
-        self._fast_moved = [not is_dram_interleaved(ttnn, sp.memory_config) for sp in specs]
+        # what `launch` moves to interleaved DRAM: Q (unless read from its L1 shards), the positions and the
+        # page table held elsewhere; K and V are read where they lie (interleaved or bank-local pages)
+        moves = {"cur_pos", "page_table"} | ({"q"} if self.q_shards is None else set())
+        self._fast_moved = [n in moves and not is_dram_interleaved(ttnn, sp.memory_config)
+                            for n, sp in zip(names, specs)]
         return True
 
     def run_fast(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> Any:

@@ -5,10 +5,11 @@ An `UpdateStep` is made once per *shape* -- the device, the grid, the cache's sh
 never the positions, the page table's contents or the rows. It holds the `Program` and its ttnn
 descriptor (`PreparedProgram`); each call checks tensor metadata, patches the buffer addresses and
 calls ``ttnn.generic_op``. Positions and a page table given as int32 ROW_MAJOR device tensors are used
-where they lie; host values are uploaded (one move each). New rows held anywhere but interleaved DRAM
-(``ttnn.experimental.nlp_create_qkv_heads_decode`` leaves them height-sharded in L1: each user's NKV
-heads, padded to 32 rows, on one core) are copied to interleaved DRAM by ``ttnn.to_memory_config``
-before the program (a device op) and that copy deallocated after it.
+where they lie; host values are uploaded (one move each). New rows height-sharded in L1 with whole tile
+rows a shard (``ttnn.experimental.nlp_create_qkv_heads_decode``'s placement: each user's NKV heads,
+padded to 32 rows, on one core) are read where they lie, from their holders' L1; rows held any other
+way but interleaved DRAM are copied there by ``ttnn.to_memory_config`` before the program (a device op)
+and that copy deallocated after it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import torch
 
 from ttdecode.core.checks import fail
-from ttdecode.ops.paged_update.program_factory import build_program
+from ttdecode.core.formats import num_tiles
+from ttdecode.ops.paged_update.program_factory import RowShards, build_program
 from ttdecode.ops.paged_update.validate import UpdateInputs
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.ttnn_backend.step_cache import StepCache
+from ttdecode.ttnn_backend.tensors import l1_shards
 from ttdecode.ttnn_env import require_ttnn
 
 __all__ = ["UpdateStep", "run_update", "clear_steps", "cached_steps", "STEP_CACHE_SIZE"]
@@ -52,12 +55,26 @@ def _in_dram(ttnn: Any, t: Any, temporaries: list[Any]) -> Any:
     return moved
 
 
+def rows_shards_of(ttnn: Any, inp: UpdateInputs) -> RowShards:
+    """Where the reader reads device rows in place: height-sharded in L1, ROW_MAJOR, whole tile rows of
+    D columns a shard -> (holders in shard order, tiles per shard); otherwise None (moved to DRAM)."""
+    found = l1_shards(ttnn, inp.rows.memory_config(), inp.head_dim)
+    if found is None:
+        return None
+    holders, rows = found
+    pages = rows * inp.d_tiles
+    if -(-num_tiles((1, inp.batch, inp.num_kv_heads, inp.head_dim)) // pages) > len(holders):
+        return None
+    return holders, pages
+
+
 class UpdateStep:
     """paged_update_cache planned once for one shape on one device, run per call (module doc)."""
 
     def __init__(self, inp: UpdateInputs, grid: tuple[int, int], device: Any) -> None:
         self.device = device
-        self.program = build_program(inp, None, grid)
+        self.rows_shards = rows_shards_of(require_ttnn(), inp)
+        self.program = build_program(inp, None, grid, self.rows_shards)
         self.prepared = PreparedProgram(self.program, device)
         self.calls = 0
 
@@ -73,7 +90,8 @@ class UpdateStep:
         """Write `inp`'s rows into its cache in place."""
         ttnn = require_ttnn()
         temporaries: list[Any] = []
-        io = {"rows": _in_dram(ttnn, inp.rows, temporaries), "cur_pos": self._ints(inp, "cur_pos", inp.positions),
+        rows = inp.rows if self.rows_shards is not None else _in_dram(ttnn, inp.rows, temporaries)
+        io = {"rows": rows, "cur_pos": self._ints(inp, "cur_pos", inp.positions),
               "cache": inp.cache}
         if inp.paged:
             io["page_table"] = self._ints(inp, "page_table", inp.page_table)

@@ -13,7 +13,7 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.paths import kernels_dir
 from ttdecode.core.program_description import (
     BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet, DramTensor, Kernel, KernelKind,
-    L1_BYTES_PER_CORE, Program, kv_cache_tensor,
+    L1_BYTES_PER_CORE, NocX, NocY, Program, kv_cache_tensor,
 )
 from ttdecode.core.tensor import as_tile_tensor
 from ttdecode.ops.paged_update.validate import TILE, UpdateInputs
@@ -70,10 +70,15 @@ def _circular_buffers(inp: UpdateInputs, where: CoreRangeSet) -> list[CircularBu
     return cbs
 
 
+#: New rows held height-sharded in L1: (the holder cores in shard order, tiles per shard). None: DRAM.
+RowShards = Optional[tuple[tuple[CoreCoord, ...], int]]
+
+
 def build_program(inp: UpdateInputs, images: Optional[dict[str, bytes]] = None,
-                  grid: tuple[int, int] = (8, 8)) -> Program:
+                  grid: tuple[int, int] = (8, 8), rows_shards: RowShards = None) -> Program:
     """The one program of a call; `images` None describes it without input bytes (the device path). The
-    cache is written in place; the users are dealt over the cores (`core_users`)."""
+    cache is written in place; the users are dealt over the cores (`core_users`). `rows_shards`: the new
+    rows read from their L1 shards (the holders' NoC coordinates follow the reader's common arg)."""
     users = core_users(inp.batch, grid)
     where = CoreRangeSet.of(list(users))
     dt, nkv, rt = inp.d_tiles, inp.num_kv_heads, kv_row_tiles(inp)
@@ -85,9 +90,16 @@ def build_program(inp: UpdateInputs, images: Optional[dict[str, bytes]] = None,
     writer_common = [BufferAddress("cache"), BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0]
     assert len(writer_common) == WRITER_COMMON_ARGS
     per_core = {c: [len(u), *u] for c, u in users.items()}
+    reader_common: list = [BufferAddress("rows")]
+    defines = {}
+    if rows_shards is not None:
+        holders, pages = rows_shards
+        defines = {"ROWS_SHARDS": str(len(holders)), "ROWS_SHARD_PAGES": str(pages),
+                   "ROWS_SHARD_ARGS": str(len(reader_common))}
+        reader_common += [a for c in holders for a in (NocX(c), NocY(c))]
     kernels = [
         Kernel("update_reader", src / "reader.cpp", KernelKind.READER, where, runtime_args=per_core,
-               common_runtime_args=[BufferAddress("rows")],
+               common_runtime_args=reader_common, defines=defines,
                named_compile_time_args={"d_tiles": dt, "kv_row_tiles": rt}),
         Kernel("update_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=dict(per_core),
                common_runtime_args=writer_common, named_compile_time_args=writer_ct),
@@ -96,17 +108,19 @@ def build_program(inp: UpdateInputs, images: Optional[dict[str, bytes]] = None,
                named_compile_time_args={"d_tiles": dt, "kv_row_tiles": rt}),
     ]
     return Program(kernels=kernels, circular_buffers=_circular_buffers(inp, where), semaphores=[],
-                   tensors=_tensors(inp, images))
+                   tensors=_tensors(inp, images, rows_shards))
 
 
-def _tensors(inp: UpdateInputs, images: Optional[dict[str, bytes]]) -> list[DramTensor]:
-    """The DRAM tensors: the new rows [1, B, NKV, D] bf16, the positions, (paged) the page table, the cache
-    written in place; their bytes from `images` (None: described without bytes)."""
+def _tensors(inp: UpdateInputs, images: Optional[dict[str, bytes]], rows_shards: RowShards) -> list[DramTensor]:
+    """The tensors: the new rows [1, B, NKV, D] bf16 (in DRAM or L1 shards), the positions, (paged) the page
+    table, the cache written in place; their bytes from `images` (None: described without bytes)."""
     image: Any = (lambda name: None) if images is None else images.__getitem__
     b, rows_shape = inp.batch, (1, inp.batch, inp.num_kv_heads, inp.head_dim)
     f32 = DataType.float32
     tensors = [
-        DramTensor("rows", DataType.bfloat16, 2048, formats.num_tiles(rows_shape), rows_shape, "tile", image("rows")),
+        DramTensor("rows", DataType.bfloat16, 2048, formats.num_tiles(rows_shape), rows_shape, "tile", image("rows"),
+                   shard_cores=() if rows_shards is None else tuple(rows_shards[0]),
+                   shard_pages=0 if rows_shards is None else rows_shards[1]),
         DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
     ]
     if inp.paged:
