@@ -1,6 +1,7 @@
-"""FlashDecode with Q height-sharded in L1 on the host runtime: the reader reads each user's Q tiles from
-the L1 shard of the core holding them (NoC coordinates of the holders, as on the chip), and the output is
-bit for bit the one of the same call with Q interleaved in DRAM. Q [1, B, NH <= 32, D] in
+"""FlashDecode with Q and the output height-sharded in L1 on the host runtime: the reader reads each
+user's Q tiles from the L1 shard of the core holding them and the writer writes each user's output rows
+into the L1 shard of its holder (NoC coordinates of the holders, as on the chip); the output is bit for
+bit the one of the same call with Q and the output interleaved in DRAM. Q [1, B, NH <= 32, D] in
 ``nlp_create_qkv_heads_decode``'s placement: one user's [32 padded heads, D] a shard, on B cores of the
 batch grid -- here on holders that run no FlashDecode piece too. A read of the shards' address on a core
 that holds no shard is refused by the host runtime (no region there), as the chip would read another
@@ -57,3 +58,15 @@ def test_a_shard_read_from_a_core_that_does_not_hold_it_is_refused() -> None:
     reader.common_runtime_args[first + 2:first + 4] = [NocX(CoreCoord(3, 0)), NocY(CoreCoord(3, 0))]
     with pytest.raises(KernelError, match="outside its CBs and semaphores"):
         run_program(program, watchdog_seconds=1.0)
+
+
+@pytest.mark.parametrize("with_q", [False, True])
+def test_the_output_written_to_its_l1_shards_is_the_dram_output(with_q: bool) -> None:
+    """SCORES_BATCHED_MM_OUTPUT_MEMCFG's placement: user b's [32 padded heads, Dv] on core (b, 0)."""
+    plan, args = _case()
+    want = run_program(build_program(plan, **args)).tensors["out"]
+    holders = tuple(CoreCoord(b, 0) for b in range(B))
+    q_shards = ((CoreCoord(6, 5), CoreCoord(7, 5), CoreCoord(0, 4)), D // 32) if with_q else None
+    program = build_program(plan, q_shards=q_shards, out_shards=(holders, D // 32), **args)
+    assert program.tensor("out").sharded and program.kernels[1].defines["OUT_SHARDS"] == str(B)
+    assert run_program(program).tensors["out"] == want

@@ -107,11 +107,14 @@ def form(t):
     return {"shape": list(t.shape), "padded": list(t.padded_shape), "dtype": str(t.dtype), "layout": str(t.layout),
             "memory_config": repr(t.memory_config())}
 
+OUT = "__OUT__"  # "dram": the model's call; "sharded": the output asked for where the model moves it
+OUT_MEMCFG = ttnn.DRAM_MEMORY_CONFIG if OUT == "dram" else SCORES_BATCHED_MM_OUTPUT_MEMCFG
+
 def sdpa(q):
     return ttnn.transformer.paged_scaled_dot_product_attention_decode(
         q, keys, values, cur_pos_tensor=current_pos, page_table_tensor=page_table, scale=D ** -0.5,
         program_config=SDPA_DECODE_PROGCFG, compute_kernel_config=SDPA_DECODE_COMPUTE_PROGCFG,
-        memory_config=ttnn.DRAM_MEMORY_CONFIG)
+        memory_config=OUT_MEMCFG)
 
 class Refused(Exception):
     pass
@@ -146,10 +149,13 @@ def forward_decode():
     attn = run("paged_scaled_dot_product_attention_decode", lambda: sdpa(q))
     backend = ttdecode.last_backend()
     attn_form = form(attn)
-    attn_11BH = run("to_memory_config", lambda: ttnn.to_memory_config(attn, memory_config=SCORES_BATCHED_MM_OUTPUT_MEMCFG))
+    if OUT == "dram":
+        attn_11BH = run("to_memory_config", lambda: ttnn.to_memory_config(attn, memory_config=SCORES_BATCHED_MM_OUTPUT_MEMCFG))
+        ttnn.deallocate(attn)
+    else:
+        attn_11BH = attn
     cat = run("nlp_concat_heads_decode", lambda: ttnn.experimental.nlp_concat_heads_decode(attn_11BH, num_heads=NH))
     ttnn.deallocate(attn_11BH)
-    ttnn.deallocate(attn)
     dense = run("linear(o)", lambda: ttnn.linear(cat, wo, memory_config=cat.memory_config()))
     cat_form = form(cat)
     ttnn.deallocate(cat)
@@ -200,7 +206,11 @@ ttnn_form = None
 if q is not None and refused is None:
     if POOL == "bank_local":  # ttnn's own op reads interleaved tile pages: the same pools moved there
         keys, values = ttdecode.to_tile_pages(keys), ttdecode.to_tile_pages(values)
-    ttnn_form = form(sdpa(q))  # ttnn's own op (unpatched) on the last step's inputs
+    if OUT == "dram":
+        ttnn_form = form(sdpa(q))  # ttnn's own op (unpatched) on the last step's inputs
+    else:  # ttnn's paged op refuses a sharded output (TT_FATAL): its DRAM output moved there, as the model does
+        OUT_MEMCFG = ttnn.DRAM_MEMORY_CONFIG
+        ttnn_form = form(ttnn.to_memory_config(sdpa(q), memory_config=SCORES_BATCHED_MM_OUTPUT_MEMCFG))
 from pathlib import Path
 from ttdecode.ops.flash_decode.device_steps import STEPS
 from ttdecode.ops.paged_fill import device_step as fill_steps
@@ -215,9 +225,10 @@ emit({"steps": steps, "refused": refused, "restored": restored, "ttnn_form": ttn
 ttnn.close_device(d)
 """
 
-@pytest.mark.parametrize("pool", ["tile", "bank_local"])
-def test_tt_transformers_decode_attention_replays_with_ttdecode_patched_in(run_mock, mock_run, pool: str) -> None:
-    r = run_mock(REPLAY.replace("__POOL__", pool), timeout=400)
+@pytest.mark.parametrize("pool, out", [("tile", "dram"), ("bank_local", "sharded")])
+def test_tt_transformers_decode_attention_replays_with_ttdecode_patched_in(run_mock, mock_run, pool: str,
+                                                                           out: str) -> None:
+    r = run_mock(REPLAY.replace("__POOL__", pool).replace("__OUT__", out), timeout=400)
     assert r.returncode == 0 and r.result is not None, r.describe()
     res = r.result
     assert res["restored"], "ttnn's ops not restored after the block"
@@ -235,20 +246,23 @@ def test_tt_transformers_decode_attention_replays_with_ttdecode_patched_in(run_m
         assert s["moves"] == [], f"host<->device moves in step {s['step']}: {s['moves']}"
     assert all(s["entries"] == steps[1]["entries"] for s in steps[1:]), [s["entries"] for s in steps]
     # our output is what ttnn's op returns for the same call (shape [1, B, NH, D], padded, bf16, tile,
-    # the requested DRAM interleaved config): the form to_memory_config + nlp_concat_heads_decode take
+    # the requested memory config): the form to_memory_config / nlp_concat_heads_decode take
     for s in steps:
         assert s["attn"] == res["ttnn_form"], (s["attn"], res["ttnn_form"])
     assert steps[0]["attn"]["shape"] == [1, 8, 32, 128] and steps[0]["attn"]["dtype"] == "DataType.BFLOAT16"
     assert steps[0]["cat"]["shape"][-1] == 32 * 128
     ops = steps[2]["ops"]  # ttnn's graph capture of step 3: every op the step issued at the top level
     # the attention op reads Q where nlp_create_qkv_heads_decode left it (height-sharded in L1): our step
-    # is an output allocation and the program; the one to_memory_config is the model's own, after it
+    # is an output allocation and the program. With the DRAM output the one to_memory_config is the model's
+    # own, after it; with the output asked for in SCORES_BATCHED_MM_OUTPUT_MEMCFG the writer writes it
+    # there (its L1 shards) and nlp_concat_heads_decode takes it as it comes: no to_memory_config at all
     rotary = len(ops) - 1 - ops[::-1].index("ttnn.experimental.rotary_embedding_llama")
     sdpa = ops.index("ttnn.allocate_tensor_on_device", rotary)
-    assert ops[sdpa:sdpa + 3] == ["ttnn.allocate_tensor_on_device", "ttnn.generic_op", "ttnn.to_memory_config"], ops
+    after = "ttnn.to_memory_config" if out == "dram" else "ttnn.experimental.nlp_concat_heads_decode"
+    assert ops[sdpa:sdpa + 3] == ["ttnn.allocate_tensor_on_device", "ttnn.generic_op", after], ops
     if pool == "bank_local":  # the two cache updates: one program each, reading K / V where they lie too
         assert ops[rotary + 1:sdpa] == ["ttnn.deallocate"] * 2 + ["ttnn.generic_op"] * 2 + ["ttnn.deallocate"] * 2, ops
-    assert ops.count("ttnn.to_memory_config") == 1, ops
+    assert ops.count("ttnn.to_memory_config") == (1 if out == "dram" else 0), ops
     if pool == "bank_local":
         # the prompt fill and both cache updates are ttdecode's programs (generic_op), the pool never leaves
         # the bank-local layout (no to_memory_config of K or V), and ttnn's paged_update_cache is not called

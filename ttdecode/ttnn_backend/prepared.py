@@ -253,12 +253,15 @@ class PreparedProgram:
         self._launch(ordered, common_args)
         return [allocated[s.name] for s in self.outputs]
 
-    def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None) -> list[Any]:
+    def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None,
+                    outputs: Sequence[Any] | None = None) -> list[Any]:
         """`run` without the checks, for a caller that has checked the inputs' metadata itself (the
         cached-call path of ``ttdecode.ops.flash_decode.device_step``): `inputs` the input tensors in
-        `self.inputs` order; the outputs allocated in DRAM and returned in program order."""
+        `self.inputs` order; `outputs` the caller's output tensors in program order (else allocated in
+        DRAM); returns the outputs in program order."""
         ttnn = require_ttnn()
-        outs = [ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)
-                for _, shape, dtype, layout in self._out_alloc]
+        outs = list(outputs) if outputs is not None else [
+            ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)
+            for _, shape, dtype, layout in self._out_alloc]
         self._launch(list(inputs) + outs, common_args)
         return outs

@@ -72,14 +72,15 @@ def to_torch_sink(inputs: Any) -> Any:
 
 
 def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[list[int]] = None,
-                   q_shards: QShards = None) -> Program:
+                   q_shards: QShards = None, out_shards: QShards = None) -> Program:
     """The FlashDecode `Program` (no input bytes) the device runs for validated `inputs` and their `plan`
     (``ttdecode.ops.flash_decode.op.make_decode_plan``), with the call's scale and exp mode; `compute` from
     ``ttdecode.ops.flash_decode.op.compute_settings``; `positions` given: positions_in_args (the reader's
-    common runtime args); `q_shards`: Q read from its L1 shards (`q_shards_of`). Used by `FlashDecodeStep`
-    and by the mesh path of context parallelism."""
+    common runtime args); `q_shards`: Q read from its L1 shards (`q_shards_of`); `out_shards`: the output
+    written to L1 shards (`out_shards_of`). Used by `FlashDecodeStep` and by the mesh path of context
+    parallelism."""
     return build_program_for_device(
-        plan, scale=inputs.scale, compute=compute, positions=positions, q_shards=q_shards,
+        plan, scale=inputs.scale, compute=compute, positions=positions, q_shards=q_shards, out_shards=out_shards,
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
 
 
@@ -95,6 +96,22 @@ def q_shards_of(ttnn: Any, q: Any, head_dim: int) -> QShards:
     holders, rows = found
     pages = rows * (head_dim // 32)
     if -(-num_tiles(tuple(q.shape)) // pages) > len(holders):
+        return None
+    return holders, pages
+
+
+def out_shards_of(ttnn: Any, memory_config: Any, out_shape: tuple[int, ...], plan_lse: bool) -> QShards:
+    """Where the writer writes the output [T, B, NH, Dv] in place: a height-sharded L1 `memory_config`
+    (ROW_MAJOR, whole tile rows Dv wide, shards enough: `check_output_placement`) gives (holders, tiles per
+    shard); None (interleaved, or another sharding: the DRAM output is moved by ``to_memory_config``)."""
+    if memory_config is None or plan_lse:
+        return None
+    found = l1_shards(ttnn, memory_config, out_shape[-1])
+    if found is None:
+        return None
+    holders, rows = found
+    pages = rows * (out_shape[-1] // 32)
+    if -(-num_tiles(out_shape) // pages) > len(holders):
         return None
     return holders, pages
 
@@ -233,11 +250,15 @@ class FlashDecodeStep:
         ttnn = require_ttnn()
         #: Q read where it lies, from its L1 shards (else moved to interleaved DRAM per call)
         self.q_shards = q_shards_of(ttnn, inputs.q.obj, inputs.head_dim)
-        self.program = decode_program(inputs, self.plan, compute, positions=placeholder, q_shards=self.q_shards)
-        self.prepared = PreparedProgram(self.program, device)
         self.memory_config = inputs.memory_config
         q_shape = tuple(inputs.q.shape)
-        check_output_placement(ttnn, self.memory_config, q_shape[:3] + (inputs.head_dim_v,), device)
+        self.out_shape = q_shape[:3] + (inputs.head_dim_v,)
+        check_output_placement(ttnn, self.memory_config, self.out_shape, device)
+        #: the output written where the memory config puts it, to its L1 shards (else DRAM, then moved)
+        self.out_shards = out_shards_of(ttnn, self.memory_config, self.out_shape, plan_lse=inputs.return_lse)
+        self.program = decode_program(inputs, self.plan, compute, positions=placeholder, q_shards=self.q_shards,
+                                      out_shards=self.out_shards)
+        self.prepared = PreparedProgram(self.program, device)
 
         self._positions_base = READER_COMMON_ARGS
         self.calls = 0
@@ -323,6 +344,11 @@ class FlashDecodeStep:
                 values = to_torch(mask_tiles(plan, as_bfloat16_tiles(mask)))
                 io["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                                   device=self.device)
+        if output is not None and self.out_shards is not None:
+            raise DeviceError("output: this step writes the output to the L1 shards of its memory_config; pass no "
+                              "output tensor (or plan the step with an interleaved memory_config)")
+        if self.out_shards is not None:
+            output = self._sharded_output(ttnn)
         outs = self.prepared.run(io, common_args=common, outputs=None if output is None else {"out": output})
         for t in temporaries:
             ttnn.deallocate(t)
@@ -387,11 +413,17 @@ class FlashDecodeStep:
         temporaries: list[Any] = []
         if any(self._fast_moved):
             ordered = [in_dram(ttnn, t, temporaries) if m else t for t, m in zip(ordered, self._fast_moved)]
-        outs = self.prepared.run_ordered(ordered, common)
+        outs = self.prepared.run_ordered(ordered, common,
+                                         None if self.out_shards is None else [self._sharded_output(ttnn)])
         for t in temporaries:
             ttnn.deallocate(t)
         self.calls += 1
-        return in_placement(ttnn, outs[0], self.memory_config)
+        return outs[0] if self.out_shards is not None else in_placement(ttnn, outs[0], self.memory_config)
+
+    def _sharded_output(self, ttnn: Any) -> Any:
+        """The output [T, B, NH, Dv] bf16 tiles allocated in the call's height-sharded L1 memory config."""
+        return ttnn.allocate_tensor_on_device(ttnn.Shape(list(self.out_shape)), ttnn.bfloat16, ttnn.TILE_LAYOUT,
+                                              self.device, self.memory_config)
 
 
 def _device_tensor(ttnn: Any, meta: Any, dtype: Any, layout: Any, device: Any) -> Any:
