@@ -21,14 +21,18 @@ the tensor handed to nlp_create_qkv_heads_decode is the same L1 interleaved bf16
 the hidden size is 1024 instead of 4096 (the weights' size, not the heads'), random cos/sin tables
 (the mock computes nothing) and no trace (trace capture segfaults on the mock).
 
-Checked over 5 steps: every op accepted; our program ran (``last_backend() == 'device'``, our
-reader/compute/writer kernels compiled by the JIT for every core kind: check_jit); no host<->device
-move in steps 2..5 (ttdecode.testing.transfers.count_transfers: ttnn's transfer functions and Tensor.cpu /
-Tensor.to wrapped and counted); no new
-program-cache entry after step 2; our output has the shape, padded shape, dtype, layout and memory
-config of ttnn's own op on the same inputs (what to_memory_config + nlp_concat_heads_decode take), and
-the patch is gone after the block. (Our device backend takes nlp_create_qkv_heads_decode's height-sharded
-L1 Q as it comes since 24d6816: it moves it to DRAM with ttnn.to_memory_config inside the step, a device op.)
+Checked over 5 steps, in two variants: the model as it is (tile-page pools, the SDPA output in DRAM), and
+the model switched to the bank-local layout (its pools allocated by ``ttdecode.allocate_kv_pool``; under
+patch_ttnn ttnn.experimental.paged_fill_cache / paged_update_cache then run ttdecode's ops) with the SDPA
+output asked for in SCORES_BATCHED_MM_OUTPUT_MEMCFG (where the model moves it next; ttnn's own paged op
+refuses a sharded output). Every op accepted; our programs ran (``last_backend() == 'device'``, our
+kernels compiled by the JIT for every core kind: check_jit); no host<->device move in steps 2..5
+(ttdecode.testing.transfers.count_transfers: ttnn's transfer functions and Tensor.cpu / Tensor.to wrapped
+and counted); no new program-cache entry after step 2; our output has the shape, padded shape, dtype, layout
+and memory config of ttnn's own op on the same inputs (moved to the sharded config in the second variant),
+and the patch is gone after the block. ttnn's graph capture of step 3 pins what a step issues: Q read where
+nlp_create_qkv_heads_decode left it (height-sharded in L1) and, bank-local, K / V read there by the cache
+updates: no ``to_memory_config`` of ours (the one left in the first variant is the model's own).
 """
 
 from __future__ import annotations

@@ -21,16 +21,19 @@ a mock N150 a cached call's host time is measured against tt-metal's own op's by
 perf/bench_device_overhead.py (figures in perf/README.md, "Host overhead through ttnn on the mock"); the
 per-core runtime args go to ttnn once, `ttdecode.ttnn_backend.PreparedProgram`.
 
-Placements the kernels do not read: the kernels read interleaved DRAM and the
-writer writes it. A Q, cur_pos_tensor, page table, attention mask or sink in L1 (interleaved, or height-sharded as
-``ttnn.experimental.nlp_create_qkv_heads_decode`` makes Q: [32 padded heads, D] per user on B cores)
-is copied to interleaved DRAM by ``ttnn.to_memory_config`` before the program, and an output
-``memory_config`` other than interleaved DRAM is met by ``ttnn.to_memory_config`` of the DRAM output
-after it (the DRAM one then freed). So a step issues, in order: one ``to_memory_config`` per such
-input, ``generic_op``, one ``to_memory_config`` for such an output, then ``deallocate`` of each
-temporary. All are device ops (no host<->device data, traceable); the program, its runtime-arg count
-and its cache entry are the same whatever the placements. Each such move and free adds host time
-to a cached call (perf/bench_device_overhead.py; figures in perf/README.md).
+Placements. The kernels read K, V, the positions, the page table, the mask and the sink in DRAM
+(interleaved, or K/V in bank-local pages), and Q in interleaved DRAM or where
+``ttnn.experimental.nlp_create_qkv_heads_decode`` leaves it: height-sharded in L1 ([32 padded heads, D]
+per user on B cores; `q_shards_of`), read from the shards' holders over the NoC. The writer writes an
+interleaved DRAM output, or one height-sharded in L1 as the call's ``memory_config`` asks (tt_transformers'
+SCORES_BATCHED_MM_OUTPUT_MEMCFG: [32, Dv] per user; `out_shards_of`), into its holders' shards. Any other
+placement of an input (L1 interleaved, another sharding) is copied to interleaved DRAM by
+``ttnn.to_memory_config`` before the program, and another output placement is met by
+``ttnn.to_memory_config`` of the DRAM output after it (the DRAM one then freed). So a step issues, in
+order: one ``to_memory_config`` per such input, ``generic_op``, one ``to_memory_config`` for such an
+output, then ``deallocate`` of each temporary; with tt_transformers' placements, ``generic_op`` alone. All
+are device ops (no host<->device data, traceable). Each such move and free adds host time to a cached call
+(perf/bench_device_overhead.py; figures in perf/README.md).
 """
 
 from __future__ import annotations
