@@ -94,8 +94,12 @@ def fake(ttnn: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         raise AssertionError("a host<->device move inside a step")
 
     monkeypatch.setattr(ttnn, "generic_op", generic_op)
-    monkeypatch.setattr(ttnn, "allocate_tensor_on_device",
-                        lambda shape, dtype, layout, dev_, mem: Tensor(ttnn, dtype, layout, tuple(shape), dev_))
+    def allocate(shape: Any, dtype: Any, layout: Any, dev_: Any, mem: Any) -> Any:  # in `mem`, as ttnn's
+        out = Tensor(ttnn, dtype, layout, tuple(shape), dev_)
+        out._mem = mem
+        return out
+
+    monkeypatch.setattr(ttnn, "allocate_tensor_on_device", allocate)
     monkeypatch.setattr(ttnn, "is_tensor_storage_on_device", lambda t: isinstance(t, Tensor))
 
     def to_memory_config(t: Any, mem: Any) -> Any:  # a device op: a new tensor in `mem`, no data to the host
@@ -262,20 +266,30 @@ def test_ttnn_config_objects_take_the_fast_path_and_a_mutated_one_or_a_changed_s
     assert all(c == counts[0] for c in counts)  # moves around the program never change its arg count
 
 
-def test_an_output_memory_config_is_met_by_a_device_move_of_the_output(fake: dict[str, Any], ttnn: Any) -> None:
+def test_an_output_memory_config_is_met_by_a_device_move_or_written_in_its_shards(fake: dict[str, Any],
+                                                                                   ttnn: Any) -> None:
     t, calls = fake["t"], fake["calls"]
     grid = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(B - 1, 0))])
     sharded = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1,
                                 ttnn.ShardSpec(grid, [32, D], ttnn.ShardOrientation.ROW_MAJOR))
-    for mem in (ttnn.L1_MEMORY_CONFIG, sharded, sharded):
+    # L1 interleaved: the program writes a DRAM tensor, moved then freed
+    out = ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
+                                                       memory_config=ttnn.L1_MEMORY_CONFIG, backend="device")
+    assert out.memory_config() == ttnn.L1_MEMORY_CONFIG
+    written = calls["generic_op"][-1][5][-1]
+    assert calls["device_ops"] == [("to_memory_config", written, ttnn.L1_MEMORY_CONFIG), ("deallocate", written, None)]
+    # height-sharded [32 padded heads, Dv] per user (tt_transformers' SCORES_BATCHED_MM_OUTPUT_MEMCFG): the
+    # writer writes the output in its L1 shards (validating and fast path alike), nothing moved
+    for _ in range(3):
         out = ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
-                                                           memory_config=mem, backend="device")
-        assert out.memory_config() == mem
-        written = calls["generic_op"][-1][5][-1]  # the program wrote a DRAM tensor, moved then freed
-        assert calls["device_ops"][-2:] == [("to_memory_config", written, mem), ("deallocate", written, None)]
+                                                           memory_config=sharded, backend="device")
+        assert out.memory_config() == sharded and calls["generic_op"][-1][5][-1] == out.address
+        writer = calls["generic_op"][-1][4]  # its common args: out, lse, then the holders' NoC (x, y)
+        assert writer[2:] == [v for b in range(B) for v in (18 + b, 18)]
+    assert len(calls["device_ops"]) == 2
     out = ttdecode.scaled_dot_product_attention_decode(t["q"], t["k"], t["v"], cur_pos_tensor=t["cur_pos"],
                                                        memory_config=ttnn.DRAM_MEMORY_CONFIG, backend="device")
-    assert out.memory_config() == ttnn.DRAM_MEMORY_CONFIG and len(calls["device_ops"]) == 6
+    assert out.memory_config() == ttnn.DRAM_MEMORY_CONFIG and len(calls["device_ops"]) == 2
     too_few = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.HEIGHT_SHARDED, ttnn.BufferType.L1,
                                 ttnn.ShardSpec(ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(0, 0),
                                                                                  ttnn.CoreCoord(1, 0))]),

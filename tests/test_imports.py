@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.perf_model.pricing",),
     ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing", "ttdecode.kv_pool"),
     ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append",
-     "ttdecode.ops.paged_fill"),
+     "ttdecode.ops.paged_fill", "ttdecode.ops.paged_update"),
     ("ttdecode.api",),
     ("ttdecode.patch",),  # ttnn's decode-attention ops routed to the public API
     ("ttdecode.distributed",),

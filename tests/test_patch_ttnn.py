@@ -1,4 +1,5 @@
-"""ttdecode.patch_ttnn: ttnn.transformer's two decode-attention ops routed to ttdecode and back.
+"""ttdecode.patch_ttnn: ttnn.transformer's two decode-attention ops and ttnn.experimental's two paged
+cache ops routed to ttdecode and back.
 
 The signatures are pinned against the installed ttnn's own (its nanobind signature strings), so a
 keyword ttnn accepts that the patch neither passes through nor refuses by name fails here.
@@ -26,14 +27,15 @@ def tr(ttnn):
     """ttnn.transformer with ttnn's own ops in place before and after the test (the test's patches
     are all released, whatever it did)."""
     mod = ttnn.transformer
-    originals = {n: getattr(mod, n) for n in P.ROUTED}
+    targets = [(mod, n) for n in P.ROUTED] + [(ttnn.experimental, n) for n in P.ROUTED_CACHE]
+    originals = {(m, n): getattr(m, n) for m, n in targets}
     assert all(type(op).__name__ == "FastOperation" for op in originals.values()), originals
     yield mod
     P.unpatch_ttnn()
-    for n, op in originals.items():
-        if getattr(mod, n) is not op:  # a test left a foreign replacement: put ttnn's op back, then fail
-            setattr(mod, n, op)
-            pytest.fail(f"ttnn.transformer.{n} was not restored")
+    for (m, n), op in originals.items():
+        if getattr(m, n) is not op:  # a test left a foreign replacement: put ttnn's op back, then fail
+            setattr(m, n, op)
+            pytest.fail(f"{m.__name__}.{n} was not restored")
 
 
 def ttnn_parameters(op: Any) -> list[tuple[str, str, Any]]:
@@ -67,11 +69,16 @@ def our_parameters(fn: Any) -> list[tuple[str, str, Any]]:
     return [(p.name, kinds[p.kind], p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-@pytest.mark.parametrize("name", P.ROUTED)
-def test_the_routed_signature_is_ttnns(tr, name: str) -> None:
+def ttnn_op(ttnn: Any, name: str) -> Any:
+    """ttnn's own op of a routed name (not patched at the time)."""
+    return getattr(ttnn.transformer if name in P.ROUTED else ttnn.experimental, name)
+
+
+@pytest.mark.parametrize("name", P.ROUTED + P.ROUTED_CACHE)
+def test_the_routed_signature_is_ttnns(tr, ttnn, name: str) -> None:
     """Same names, order, positional/keyword kinds and defaults as ttnn 0.81.1's op (ttnn's ``cur_pos=[]``
-    is our ``()``: both mean no list)."""
-    theirs = ttnn_parameters(getattr(tr, name))
+    and ``update_idxs=[]`` are our ``()``: both mean no list)."""
+    theirs = ttnn_parameters(ttnn_op(ttnn, name))
     ours = our_parameters(getattr(P, name))
     assert [(n, k) for n, k, _ in ours] == [(n, k) for n, k, _ in theirs]
     for (n, _, mine), (_, _, want) in zip(ours, theirs):
@@ -253,3 +260,67 @@ def test_the_contiguous_op_through_the_patched_name_with_a_positions_list(tr, tt
     # share_cache reached the kernels: without it a [1, ...] cache for B = 2 users is refused
     with ttdecode.patch_ttnn(), pytest.raises(ValueError, match="argument 'k': expected batch .dim 0. B=2 like q"):
         tr.scaled_dot_product_attention_decode(q, k, v, cur_pos=[S - 1, 70])
+
+
+# ---- ttnn.experimental's paged cache ops ---------------------------------------------------------
+
+
+_CACHE_POSITIONAL = {"paged_update_cache": ("cache", "rows"), "paged_fill_cache": ("cache", "rows", "table")}
+
+
+@pytest.mark.parametrize("name", P.ROUTED_CACHE)
+def test_a_cache_op_on_a_tile_page_cache_is_ttnns_own_call(tr, ttnn, monkeypatch, name: str) -> None:
+    """Not bank-local: ttnn's op gets the call unchanged (every keyword, its values as sent)."""
+    seen: dict[str, Any] = {}
+    params = ttnn_parameters(ttnn_op(ttnn, name))
+    keywords = {n: f"value-{n}" for n, k, _ in params if k == "keyword"}
+    if "update_idxs" in keywords:
+        keywords["update_idxs"] = [3, 4]
+    with ttdecode.patch_ttnn():
+        saved = P._originals[name]
+        P._originals[name] = lambda *a, **kw: seen.update(args=a, kw=kw) or "ttnn"
+        try:
+            assert getattr(ttnn.experimental, name)(*_CACHE_POSITIONAL[name], **keywords) == "ttnn"
+        finally:
+            P._originals[name] = saved
+    assert seen["args"] == _CACHE_POSITIONAL[name] and seen["kw"] == keywords
+
+
+@pytest.mark.parametrize("name", P.ROUTED_CACHE)
+def test_a_cache_op_on_a_bank_local_pool_runs_ttdecodes_op_and_refuses_by_name(tr, ttnn, monkeypatch,
+                                                                               name: str) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(P, "bank_local", lambda t: t == "cache")
+    monkeypatch.setattr(P, "update_cache", lambda *a, **kw: seen.update(args=a, kw=kw) or "ours")
+    monkeypatch.setattr(P, "fill_cache", lambda *a, **kw: seen.update(args=a, kw=kw) or "ours")
+    fn = getattr(P, name)
+    positional = _CACHE_POSITIONAL[name]
+    if name == "paged_update_cache":
+        assert fn(*positional, update_idxs_tensor="pos", page_table="table", share_cache=False,
+                  compute_kernel_config="cc") == "ours"
+        assert seen["args"] == positional
+        assert seen["kw"] == dict(update_idxs=None, update_idxs_tensor="pos", page_table="table", kv_pages="key_row",
+                                  grid=P.CACHE_GRID, backend="device")
+        assert fn(*positional, update_idxs=[5, 6]) == "ours" and seen["kw"]["update_idxs"] == [5, 6]
+    else:
+        assert fn(*positional, batch_idx=2, compute_kernel_config="cc") == "ours"
+        assert seen["args"] == positional
+        assert seen["kw"] == dict(batch_idx=2, kv_pages="key_row", grid=P.CACHE_GRID, backend="device")
+    refused = P.REFUSED[name]
+    assert set(refused) <= {n for n, _, _ in ttnn_parameters(ttnn_op(ttnn, name))}
+    for n in refused:
+        with pytest.raises(ValueError, match=rf"argument '{n}'.*does not implement {n}"):
+            fn(*positional, **{n: 7})
+
+
+def test_the_attention_ops_read_a_bank_local_k_with_key_row_pages(tr, monkeypatch) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(api, "decode", lambda q, k, v, options: seen.append(options.program_config))
+    monkeypatch.setattr(P, "bank_local", lambda t: t == "pool")
+    P.paged_scaled_dot_product_attention_decode("q", "pool", "pool", "table")
+    P.scaled_dot_product_attention_decode("q", "k", "v", program_config="pc")
+    pc = ttdecode.SDPAProgramConfig(compute_with_storage_grid_size=(4, 4))
+    P.scaled_dot_product_attention_decode("q", "pool", "pool", program_config=pc)
+    assert seen[0] == ttdecode.SDPAProgramConfig(kv_pages="key_row")
+    assert seen[1] == "pc"  # an interleaved K: the config as given
+    assert seen[2] == ttdecode.SDPAProgramConfig(compute_with_storage_grid_size=(4, 4), kv_pages="key_row")

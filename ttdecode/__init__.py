@@ -19,6 +19,8 @@ Public API (drop-in for ``ttnn.transformer.scaled_dot_product_attention_decode``
       k_pool = ttdecode.to_bank_local(tiles)
 - :func:`paged_fill_cache` (a prompt's K or V into a paged pool through one user's page-table row, as
   ``ttnn.experimental.paged_fill_cache``; tile pages or bank-local)
+- :func:`paged_update_cache` (one decode step's K or V row per user into a cache at its position, as
+  ``ttnn.experimental.paged_update_cache``; tile pages or bank-local)
 - :func:`patch_ttnn` / :func:`unpatch_ttnn` (route ``ttnn.transformer``'s two decode-attention ops to
   this package for a whole model; a function or a context manager)
 - :func:`context_parallel_decode` (the KV cache split along the sequence over devices) and
@@ -47,6 +49,7 @@ if TYPE_CHECKING:  # the names below, imported on first use (``python -m ttdecod
     from ttdecode.ops.rotary_append.op import rotary_kv_append
     from ttdecode.kv_pool import allocate_kv_pool, is_bank_local, to_bank_local, to_tile_pages
     from ttdecode.ops.paged_fill.op import paged_fill_cache
+    from ttdecode.ops.paged_update.op import paged_update_cache
     from ttdecode.patch import patch_ttnn, unpatch_ttnn
     from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 
@@ -69,6 +72,7 @@ _HOMES = {
     "to_tile_pages": "ttdecode.kv_pool",
     "is_bank_local": "ttdecode.kv_pool",
     "paged_fill_cache": "ttdecode.ops.paged_fill.op",
+    "paged_update_cache": "ttdecode.ops.paged_update.op",
     "patch_ttnn": "ttdecode.patch",
     "unpatch_ttnn": "ttdecode.patch",
     "TileTensor": "ttdecode.core.tensor",
@@ -109,6 +113,7 @@ __all__ = [
     "to_tile_pages",
     "is_bank_local",
     "paged_fill_cache",
+    "paged_update_cache",
     "patch_ttnn",
     "unpatch_ttnn",
     "SDPAProgramConfig",

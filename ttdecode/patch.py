@@ -1,17 +1,36 @@
-"""Route ttnn's decode-attention ops to ttdecode for a whole model: :func:`patch_ttnn`.
+"""Route ttnn's decode-attention and KV-cache ops to ttdecode for a whole model: :func:`patch_ttnn`.
 
 While patched, ``ttnn.transformer.scaled_dot_product_attention_decode`` and
-``ttnn.transformer.paged_scaled_dot_product_attention_decode`` are ttdecode functions with ttnn
-0.81.1's exact signatures (same parameter names, order, positional/keyword kinds and defaults). Each
-call builds the call's ``DecodeOptions`` and runs it through the public API's ``ttdecode.api.decode`` (the
-body of ``ttdecode.scaled_dot_product_attention_decode``) with ``backend="device"`` when Q, K or V is a ttnn
-device tensor (else ``backend="auto"``: host inputs run on the host runtime). Every keyword ttnn takes
-is either passed through or, when ttdecode does not implement it and a non-default value comes,
-refused by name (never dropped):
+``ttnn.transformer.paged_scaled_dot_product_attention_decode`` (`ROUTED`), and
+``ttnn.experimental.paged_update_cache`` and ``ttnn.experimental.paged_fill_cache`` (`ROUTED_CACHE`), are
+ttdecode functions with ttnn 0.81.1's exact signatures (same parameter names, order, positional/keyword
+kinds and defaults).
+
+* The two attention ops build the call's ``DecodeOptions`` and run it through the public API's
+  ``ttdecode.api.decode`` (the body of ``ttdecode.scaled_dot_product_attention_decode``) with
+  ``backend="device"`` when Q, K or V is a ttnn device tensor (else ``backend="auto"``: host inputs run
+  on the host runtime). K/V's page layout comes from K's memory config: a bank-local cache
+  (``ttdecode.ttnn_backend.key_row_memory_config``, e.g. a pool from ``ttdecode.allocate_kv_pool``) is read
+  with ``kv_pages="key_row"`` (the program config converted to ttdecode's and that field set).
+* The two cache ops run ttdecode's ``paged_update_cache`` / ``paged_fill_cache`` (``kv_pages="key_row"``)
+  when the cache tensor is bank-local, and pass the call to ttnn's own op, unchanged, otherwise (ttnn's
+  interleaved tile-page caches). So the smallest change that switches a model to the bank-local
+  layout is to allocate its pools through ``ttdecode.allocate_kv_pool`` (or ``ttdecode.to_bank_local``)
+  and run it under ``patch_ttnn()``.
+
+Every keyword ttnn takes is either passed through or, when ttdecode does not implement it and a
+non-default value comes, refused by name (never dropped; `REFUSED`):
 
 * ``paged_cache_geometry`` (not None), ``cache_position_modulo`` (not None) and
-  ``spec_multi_pos_tiles`` (not 0) of the paged op: ValueError naming the argument.
-* ttnn's ``cur_pos=[]`` default is "no list given"; ``share_cache=None`` is ``False``.
+  ``spec_multi_pos_tiles`` (not 0) of the paged attention op: ValueError naming the argument.
+* on a bank-local cache: ``share_cache``, ``batch_offset``, ``mesh_coords``, ``block_size``,
+  ``num_kv_heads`` and ``cache_position_modulo`` of paged_update_cache, ``batch_idx_tensor``,
+  ``mesh_coords``, ``block_size``, ``cache_position_modulo`` and ``valid_seq_len_tensor`` of
+  paged_fill_cache, other than ttnn's defaults. Their ``compute_kernel_config`` is taken and has no
+  effect: ttdecode's update copies bf16 rows through DST (exact in any DST mode) to the packer, the fill
+  copies tiles (no arithmetic for a fidelity or accumulation setting to change).
+* ttnn's ``cur_pos=[]`` / ``update_idxs=[]`` defaults are "no list given"; ``share_cache=None`` is
+  ``False``.
 
 Use as a function (patched until :func:`unpatch_ttnn` or the handle's ``restore()``) or as a context
 manager (restored on exit, exceptions included)::
@@ -27,19 +46,27 @@ patching (``from ttnn.transformer import ...``) keeps ttnn's op: only the module
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from typing import Any, Callable, Optional, Sequence
 
 from ttdecode import api
 from ttdecode.backend import on_device
+from ttdecode.config import SDPAProgramConfig
 from ttdecode.core.checks import fail
 from ttdecode.ops.flash_decode.options import DecodeOptions
+from ttdecode.ops.paged_fill.op import paged_fill_cache as fill_cache
+from ttdecode.ops.paged_update.op import paged_update_cache as update_cache
+from ttdecode.ttnn_backend.tensors import is_key_row_memory_config, key_row_memory_config
+from ttdecode.ttnn_env import require_ttnn
 
-__all__ = ["PatchHandle", "patch_ttnn", "unpatch_ttnn", "is_patched", "ROUTED", "REFUSED"]
+__all__ = ["PatchHandle", "patch_ttnn", "unpatch_ttnn", "is_patched", "ROUTED", "ROUTED_CACHE", "REFUSED"]
 
-#: ttnn.transformer attribute -> the ttdecode function it is routed to while patched
+#: ttnn.transformer attributes routed to the ttdecode functions of the same name while patched
 ROUTED = ("scaled_dot_product_attention_decode", "paged_scaled_dot_product_attention_decode")
+#: ttnn.experimental attributes routed to the ttdecode functions of the same name while patched
+ROUTED_CACHE = ("paged_update_cache", "paged_fill_cache")
 
 #: ttnn keywords ttdecode does not implement -> the one value accepted (ttnn's default)
 REFUSED = {
@@ -48,7 +75,25 @@ REFUSED = {
         "cache_position_modulo": None,
         "spec_multi_pos_tiles": 0,
     },
+    "paged_update_cache": {
+        "share_cache": None,
+        "batch_offset": 0,
+        "mesh_coords": None,
+        "block_size": None,
+        "num_kv_heads": None,
+        "cache_position_modulo": None,
+    },
+    "paged_fill_cache": {
+        "batch_idx_tensor": None,
+        "mesh_coords": None,
+        "block_size": None,
+        "cache_position_modulo": None,
+        "valid_seq_len_tensor": None,
+    },
 }
+
+#: grid the cache ops deal their work over (ttdecode's default; inside any Wormhole's compute grid)
+CACHE_GRID = (8, 8)
 
 _lock = threading.RLock()
 _originals: dict[str, Any] = {}  # attribute -> ttnn's op, while patched
@@ -59,6 +104,26 @@ _open: list["PatchHandle"] = []  # handles not yet restored
 def _backend(*tensors: Any) -> str:
     """"device" when any of the tensors is a ttnn device tensor, else "auto"."""
     return "device" if any(on_device(t) for t in tensors if t is not None) else "auto"
+
+
+def bank_local(tensor: Any) -> bool:
+    """`tensor` is a ttnn device tensor in the bank-local page layout (kv_pages "key_row":
+    ``key_row_memory_config`` of its device and last dim); interleaved tensors answer at the first test."""
+    if tensor is None or not on_device(tensor):
+        return False
+    mem = tensor.memory_config()
+    if mem.nd_shard_spec is None:
+        return False
+    return is_key_row_memory_config(mem, key_row_memory_config(require_ttnn(), tensor.device(),
+                                                                int(tensor.shape[-1])))
+
+
+def _pages_config(program_config: Any, k: Any) -> Any:
+    """The program config for K's page layout: a bank-local K gets ttdecode's config of `program_config`
+    with kv_pages "key_row"; otherwise `program_config` as given."""
+    if not bank_local(k):
+        return program_config
+    return dataclasses.replace(SDPAProgramConfig.coerce(program_config), kv_pages="key_row")
 
 
 def _refuse(op: str, given: dict[str, Any]) -> None:
@@ -95,8 +160,9 @@ def scaled_dot_product_attention_decode(
     return api.decode(input_tensor_q, input_tensor_k, input_tensor_v, DecodeOptions(
         is_causal=is_causal, attn_mask=attn_mask, cur_pos=positions, cur_pos_tensor=cur_pos_tensor,
         attention_sink=attention_sink, scale=scale, sliding_window_size=sliding_window_size,
-        share_cache=bool(share_cache), program_config=program_config, compute_kernel_config=compute_kernel_config,
-        memory_config=memory_config, backend=_backend(input_tensor_q, input_tensor_k, input_tensor_v),
+        share_cache=bool(share_cache), program_config=_pages_config(program_config, input_tensor_k),
+        compute_kernel_config=compute_kernel_config, memory_config=memory_config,
+        backend=_backend(input_tensor_q, input_tensor_k, input_tensor_v),
     ))
 
 
@@ -130,15 +196,77 @@ def paged_scaled_dot_product_attention_decode(
     return api.decode(input_tensor_q, input_tensor_k, input_tensor_v, DecodeOptions(
         paged=True, page_table=page_table_tensor, is_causal=is_causal, attn_mask=attn_mask,
         cur_pos_tensor=cur_pos_tensor, attention_sink=attention_sink, scale=scale,
-        sliding_window_size=sliding_window_size, program_config=program_config,
+        sliding_window_size=sliding_window_size, program_config=_pages_config(program_config, input_tensor_k),
         compute_kernel_config=compute_kernel_config, memory_config=memory_config,
         backend=_backend(input_tensor_q, input_tensor_k, input_tensor_v),
     ))
 
 
+def paged_update_cache(
+    cache_tensor: Any,
+    input_tensor: Any,
+    *,
+    update_idxs: Sequence[int] = (),
+    update_idxs_tensor: Any = None,
+    share_cache: Optional[bool] = None,
+    page_table: Any = None,
+    batch_offset: int = 0,
+    compute_kernel_config: Any = None,
+    mesh_coords: Any = None,
+    block_size: Optional[int] = None,
+    num_kv_heads: Optional[int] = None,
+    cache_position_modulo: Optional[int] = None,
+) -> Any:
+    """``ttnn.experimental.paged_update_cache`` (ttnn 0.81.1 signature). A bank-local `cache_tensor`:
+    ``ttdecode.paged_update_cache`` (new rows ``[1, B, NKV, D]`` bf16 written at each user's position,
+    in place; returns the cache). Any other cache: ttnn's own op with the call's arguments."""
+    if not bank_local(cache_tensor):
+        return _originals["paged_update_cache"](
+            cache_tensor, input_tensor, update_idxs=list(update_idxs), update_idxs_tensor=update_idxs_tensor,
+            share_cache=share_cache, page_table=page_table, batch_offset=batch_offset,
+            compute_kernel_config=compute_kernel_config, mesh_coords=mesh_coords, block_size=block_size,
+            num_kv_heads=num_kv_heads, cache_position_modulo=cache_position_modulo)
+    _refuse("paged_update_cache",
+            {"share_cache": share_cache or None, "batch_offset": batch_offset, "mesh_coords": mesh_coords,
+             "block_size": block_size, "num_kv_heads": num_kv_heads, "cache_position_modulo": cache_position_modulo})
+    return update_cache(cache_tensor, input_tensor, update_idxs=list(update_idxs) or None,
+                        update_idxs_tensor=update_idxs_tensor, page_table=page_table, kv_pages="key_row",
+                        grid=CACHE_GRID, backend="device")
+
+
+def paged_fill_cache(
+    cache_tensor: Any,
+    input_tensor: Any,
+    page_table: Any,
+    *,
+    batch_idx_tensor: Any = None,
+    batch_idx: int = 0,
+    compute_kernel_config: Any = None,
+    mesh_coords: Any = None,
+    block_size: Optional[int] = None,
+    cache_position_modulo: Optional[int] = None,
+    valid_seq_len_tensor: Any = None,
+) -> Any:
+    """``ttnn.experimental.paged_fill_cache`` (ttnn 0.81.1 signature). A bank-local `cache_tensor`:
+    ``ttdecode.paged_fill_cache`` (a prompt's rows ``[1, NKV, S, D]`` in the pool's format through user
+    `batch_idx`'s page-table row, in place; returns the pool). Any other cache: ttnn's own op."""
+    if not bank_local(cache_tensor):
+        return _originals["paged_fill_cache"](
+            cache_tensor, input_tensor, page_table, batch_idx_tensor=batch_idx_tensor, batch_idx=batch_idx,
+            compute_kernel_config=compute_kernel_config, mesh_coords=mesh_coords, block_size=block_size,
+            cache_position_modulo=cache_position_modulo, valid_seq_len_tensor=valid_seq_len_tensor)
+    _refuse("paged_fill_cache",
+            {"batch_idx_tensor": batch_idx_tensor, "mesh_coords": mesh_coords, "block_size": block_size,
+             "cache_position_modulo": cache_position_modulo, "valid_seq_len_tensor": valid_seq_len_tensor})
+    return fill_cache(cache_tensor, input_tensor, page_table, batch_idx=batch_idx, kv_pages="key_row",
+                      grid=CACHE_GRID, backend="device")
+
+
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "scaled_dot_product_attention_decode": scaled_dot_product_attention_decode,
     "paged_scaled_dot_product_attention_decode": paged_scaled_dot_product_attention_decode,
+    "paged_update_cache": paged_update_cache,
+    "paged_fill_cache": paged_fill_cache,
 }
 
 
@@ -169,17 +297,20 @@ class PatchHandle:
         return f"<ttdecode.patch_ttnn handle {'active' if self.active else 'restored'}>"
 
 
-def _transformer() -> Any:
-    """``ttnn.transformer`` (ttnn is imported here, at patch time)."""
-    return importlib.import_module("ttnn.transformer")
+def _targets() -> list[tuple[Any, str]]:
+    """(module, attribute) of every routed op: ``ttnn.transformer``'s `ROUTED`, ``ttnn.experimental``'s
+    `ROUTED_CACHE` (ttnn is imported here, at patch time)."""
+    transformer = importlib.import_module("ttnn.transformer")
+    experimental = importlib.import_module("ttnn.experimental")
+    return [(transformer, n) for n in ROUTED] + [(experimental, n) for n in ROUTED_CACHE]
 
 
 def _install() -> None:
-    """Replace ttnn's two ops by ours, keeping the originals."""
-    mod = _transformer()
-    for name in ROUTED:
+    """Replace ttnn's ops by ours, keeping the originals."""
+    targets = _targets()
+    for mod, name in targets:
         _originals[name] = getattr(mod, name)
-    for name in ROUTED:
+    for mod, name in targets:
         fn = _FUNCTIONS[name]
         setattr(mod, name, fn)
         _routed[name] = fn
@@ -188,12 +319,13 @@ def _install() -> None:
 def _restore_all() -> None:
     """Put ttnn's ops back. Raises RuntimeError (restoring nothing) when someone replaced one of the
     patched attributes meanwhile: overwriting their replacement would silently undo it."""
-    mod = _transformer()
-    foreign = [n for n in ROUTED if getattr(mod, n) is not _routed[n]]
+    targets = _targets()
+    foreign = [(mod, n) for mod, n in targets if getattr(mod, n) is not _routed[n]]
     if foreign:
-        raise RuntimeError(f"ttdecode.patch_ttnn: cannot restore ttnn.transformer.{', '.join(foreign)}: the "
-                           f"attribute was replaced by someone else while patched (now {getattr(mod, foreign[0])!r})")
-    for name in ROUTED:
+        mod, first = foreign[0]
+        raise RuntimeError(f"ttdecode.patch_ttnn: cannot restore {', '.join(f'{m.__name__}.{n}' for m, n in foreign)}: "
+                           f"the attribute was replaced by someone else while patched (now {getattr(mod, first)!r})")
+    for mod, name in targets:
         setattr(mod, name, _originals.pop(name))
         del _routed[name]
 
@@ -220,5 +352,5 @@ def unpatch_ttnn() -> None:
 
 
 def is_patched() -> bool:
-    """True while ttnn's decode-attention ops are routed to ttdecode."""
+    """True while ttnn's decode-attention and cache ops are routed to ttdecode."""
     return bool(_open)

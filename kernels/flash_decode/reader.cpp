@@ -24,6 +24,7 @@
 #include "api/debug/assert.h"
 #include "bank_local.hpp"
 #include "common.hpp"
+#include "../shared/sharded_tiles.hpp"
 
 using namespace flash_decode;
 
@@ -209,7 +210,11 @@ void kernel_main() {
     constexpr uint32_t piece_args_base = 1;
     constexpr uint32_t args_per_piece = 3;
 
+#ifdef Q_SHARDS  // Q height-sharded in L1 (nlp_create_qkv_heads_decode's placement): read from its holders
+    const ShardedTiles<Q_SHARD_PAGES, q_tile_bytes> q_gen = {q_addr, Q_SHARD_ARGS};
+#else
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_addr, .page_size = q_tile_bytes};
+#endif
     const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_addr,
                                             .page_size = key_row_pages ? d_tiles * kv_tile_bytes : kv_tile_bytes};
     const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_addr,

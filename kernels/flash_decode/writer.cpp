@@ -15,6 +15,7 @@
 // compile-check-named: q_tile_rows=32
 #include "api/dataflow/dataflow_api.h"
 #include "common.hpp"
+#include "../shared/sharded_tiles.hpp"
 
 using namespace flash_decode;
 
@@ -113,7 +114,11 @@ void kernel_main() {
     constexpr uint32_t piece_args_base = 1;
     constexpr uint32_t args_per_piece = 6;
 
+#ifdef OUT_SHARDS  // the output height-sharded in L1 (the memory_config asked): written to its holders
+    const ShardedTiles<OUT_SHARD_PAGES, BF16_TILE_BYTES> out_gen = {out_addr, OUT_SHARD_ARGS};
+#else
     const InterleavedAddrGen<true> out_gen = {.bank_base_address = out_addr, .page_size = BF16_TILE_BYTES};
+#endif
     const InterleavedAddrGen<true> lse_gen = {.bank_base_address = lse_addr, .page_size = lse_row_bytes};
 
     // Constant tiles for the compute kernel.

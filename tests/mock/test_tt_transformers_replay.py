@@ -21,17 +21,23 @@ the tensor handed to nlp_create_qkv_heads_decode is the same L1 interleaved bf16
 the hidden size is 1024 instead of 4096 (the weights' size, not the heads'), random cos/sin tables
 (the mock computes nothing) and no trace (trace capture segfaults on the mock).
 
-Checked over 5 steps: every op accepted; our program ran (``last_backend() == 'device'``, our
-reader/compute/writer kernels compiled by the JIT for every core kind: check_jit); no host<->device
-move in steps 2..5 (ttdecode.testing.transfers.count_transfers: ttnn's transfer functions and Tensor.cpu /
-Tensor.to wrapped and counted); no new
-program-cache entry after step 2; our output has the shape, padded shape, dtype, layout and memory
-config of ttnn's own op on the same inputs (what to_memory_config + nlp_concat_heads_decode take), and
-the patch is gone after the block. (Our device backend takes nlp_create_qkv_heads_decode's height-sharded
-L1 Q as it comes since 24d6816: it moves it to DRAM with ttnn.to_memory_config inside the step, a device op.)
+Checked over 5 steps, in two variants: the model as it is (tile-page pools, the SDPA output in DRAM), and
+the model switched to the bank-local layout (its pools allocated by ``ttdecode.allocate_kv_pool``; under
+patch_ttnn ttnn.experimental.paged_fill_cache / paged_update_cache then run ttdecode's ops) with the SDPA
+output asked for in SCORES_BATCHED_MM_OUTPUT_MEMCFG (where the model moves it next; ttnn's own paged op
+refuses a sharded output). Every op accepted; our programs ran (``last_backend() == 'device'``, our
+kernels compiled by the JIT for every core kind: check_jit); no host<->device move in steps 2..5
+(ttdecode.testing.transfers.count_transfers: ttnn's transfer functions and Tensor.cpu / Tensor.to wrapped
+and counted); no new program-cache entry after step 2; our output has the shape, padded shape, dtype, layout
+and memory config of ttnn's own op on the same inputs (moved to the sharded config in the second variant),
+and the patch is gone after the block. ttnn's graph capture of step 3 pins what a step issues: Q read where
+nlp_create_qkv_heads_decode left it (height-sharded in L1) and, bank-local, K / V read there by the cache
+updates: no ``to_memory_config`` of ours (the one left in the first variant is the model's own).
 """
 
 from __future__ import annotations
+
+import pytest
 
 from ttdecode.testing.dry_run import check_jit, jit_records
 
@@ -54,8 +60,14 @@ tile = dict(layout=ttnn.TILE_LAYOUT, device=d)
 x = ttnn.from_torch(torch.randn(1, 1, B, DIM, generator=g), dtype=ttnn.bfloat16, **tile)
 wqkv = ttnn.from_torch(torch.randn(1, 1, DIM, (NH + 2 * NKV) * D, generator=g) * 0.02, dtype=ttnn.bfloat8_b, **tile)
 wo = ttnn.from_torch(torch.randn(1, 1, NH * D, DIM, generator=g) * 0.02, dtype=ttnn.bfloat8_b, **tile)
-keys = ttnn.from_torch(torch.zeros(NBLOCKS, NKV, BLOCK, D), dtype=ttnn.bfloat8_b, memory_config=DRAM, **tile)
-values = ttnn.from_torch(torch.zeros(NBLOCKS, NKV, BLOCK, D), dtype=ttnn.bfloat8_b, memory_config=DRAM, **tile)
+POOL = "__POOL__"
+if POOL == "bank_local":  # the one change that switches the model: its pools allocated through ttdecode
+    keys = ttdecode.allocate_kv_pool(NBLOCKS, NKV, BLOCK, D, dtype="bfloat8_b", device=d)
+    values = ttdecode.allocate_kv_pool(NBLOCKS, NKV, BLOCK, D, dtype="bfloat8_b", device=d)
+else:
+    keys = ttnn.from_torch(torch.zeros(NBLOCKS, NKV, BLOCK, D), dtype=ttnn.bfloat8_b, memory_config=DRAM, **tile)
+    values = ttnn.from_torch(torch.zeros(NBLOCKS, NKV, BLOCK, D), dtype=ttnn.bfloat8_b, memory_config=DRAM, **tile)
+pools_bank_local = [ttdecode.is_bank_local(keys), ttdecode.is_bank_local(values)]
 page_table = ttnn.from_torch(torch.randperm(NBLOCKS, generator=g).reshape(B, NBLOCKS // B).to(torch.int32),
                              dtype=ttnn.int32, device=d, memory_config=DRAM)
 start = torch.tensor([0, 5, 17, 63, 64, 200, 511, 1000])
@@ -99,11 +111,14 @@ def form(t):
     return {"shape": list(t.shape), "padded": list(t.padded_shape), "dtype": str(t.dtype), "layout": str(t.layout),
             "memory_config": repr(t.memory_config())}
 
+OUT = "__OUT__"  # "dram": the model's call; "sharded": the output asked for where the model moves it
+OUT_MEMCFG = ttnn.DRAM_MEMORY_CONFIG if OUT == "dram" else SCORES_BATCHED_MM_OUTPUT_MEMCFG
+
 def sdpa(q):
     return ttnn.transformer.paged_scaled_dot_product_attention_decode(
         q, keys, values, cur_pos_tensor=current_pos, page_table_tensor=page_table, scale=D ** -0.5,
         program_config=SDPA_DECODE_PROGCFG, compute_kernel_config=SDPA_DECODE_COMPUTE_PROGCFG,
-        memory_config=ttnn.DRAM_MEMORY_CONFIG)
+        memory_config=OUT_MEMCFG)
 
 class Refused(Exception):
     pass
@@ -138,61 +153,126 @@ def forward_decode():
     attn = run("paged_scaled_dot_product_attention_decode", lambda: sdpa(q))
     backend = ttdecode.last_backend()
     attn_form = form(attn)
-    attn_11BH = run("to_memory_config", lambda: ttnn.to_memory_config(attn, memory_config=SCORES_BATCHED_MM_OUTPUT_MEMCFG))
+    if OUT == "dram":
+        attn_11BH = run("to_memory_config", lambda: ttnn.to_memory_config(attn, memory_config=SCORES_BATCHED_MM_OUTPUT_MEMCFG))
+        ttnn.deallocate(attn)
+    else:
+        attn_11BH = attn
     cat = run("nlp_concat_heads_decode", lambda: ttnn.experimental.nlp_concat_heads_decode(attn_11BH, num_heads=NH))
     ttnn.deallocate(attn_11BH)
-    ttnn.deallocate(attn)
     dense = run("linear(o)", lambda: ttnn.linear(cat, wo, memory_config=cat.memory_config()))
     cat_form = form(cat)
     ttnn.deallocate(cat)
     return q, dense, backend, attn_form, cat_form
 
-steps, refused, q = [], None, None
+def prefill_fill():
+    # Attention.forward_prefill's cache fill: one user's prompt K and V through its page-table row
+    prompt = ttnn.from_torch(torch.randn(1, NKV, 2 * BLOCK, D, generator=g), dtype=ttnn.bfloat8_b, **tile)
+    for cache in (keys, values):
+        run("paged_fill_cache", lambda: ttnn.experimental.paged_fill_cache(cache, prompt, page_table, batch_idx=3))
+    ttnn.deallocate(prompt)
+
+def top_level_ops(graph):
+    # the ops a step issued at the top level (ttnn::... names, in order)
+    names, depth = [], 0
+    for node in graph:
+        if node["node_type"] == "function_start":
+            if depth == 0:
+                names.append(node["params"]["name"])
+            depth += 1
+        elif node["node_type"] == "function_end":
+            depth -= 1
+    return names
+
+steps, refused, q, fill_backend = [], None, None, None
 try:
     with count_transfers() as log, ttdecode.patch_ttnn():
+        prefill_fill()
+        fill_backend = ttdecode.last_backend()
         for step in range(1, STEPS + 1):
             log.clear()
             if q is not None:
                 ttnn.deallocate(q)
+            if step == 3:
+                ttnn.graph.begin_graph_capture(ttnn.graph.RunMode.NORMAL)
             q, dense, backend, attn_form, cat_form = forward_decode()
+            ops = top_level_ops(ttnn.graph.end_graph_capture()) if step == 3 else None
             ttnn.deallocate(dense)
             run("plus_one", lambda: (ttnn.plus_one(current_pos), ttnn.plus_one(rot_idxs)))
             steps.append({"step": step, "backend": backend, "moves": list(log.moves), "attn": attn_form,
-                          "cat": cat_form, "entries": int(d.num_program_cache_entries())})
+                          "cat": cat_form, "entries": int(d.num_program_cache_entries()), "ops": ops})
 except Refused as e:
     refused = {"op": e.args[0], "error": e.args[1]}
-restored = type(ttnn.transformer.paged_scaled_dot_product_attention_decode).__name__ == "FastOperation"
+restored = all(type(op).__name__ == "FastOperation" for op in (
+    ttnn.transformer.paged_scaled_dot_product_attention_decode, ttnn.experimental.paged_update_cache,
+    ttnn.experimental.paged_fill_cache))
 ttnn_form = None
 if q is not None and refused is None:
-    ttnn_form = form(sdpa(q))  # ttnn's own op (unpatched) on the last step's inputs
+    if POOL == "bank_local":  # ttnn's own op reads interleaved tile pages: the same pools moved there
+        keys, values = ttdecode.to_tile_pages(keys), ttdecode.to_tile_pages(values)
+    if OUT == "dram":
+        ttnn_form = form(sdpa(q))  # ttnn's own op (unpatched) on the last step's inputs
+    else:  # ttnn's paged op refuses a sharded output (TT_FATAL): its DRAM output moved there, as the model does
+        OUT_MEMCFG = ttnn.DRAM_MEMORY_CONFIG
+        ttnn_form = form(ttnn.to_memory_config(sdpa(q), memory_config=SCORES_BATCHED_MM_OUTPUT_MEMCFG))
 from pathlib import Path
 from ttdecode.ops.flash_decode.device_steps import STEPS
-kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
-           for s in STEPS.steps() for k in s.program.kernels]
-emit({"steps": steps, "refused": refused, "restored": restored, "ttnn_form": ttnn_form, "kernels": kernels})
+from ttdecode.ops.paged_fill import device_step as fill_steps
+from ttdecode.ops.paged_update import device_step as update_steps
+def kernels_of(programs):
+    return [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
+            for p in programs for k in p.kernels]
+kernels = kernels_of(s.program for s in STEPS.steps())
+cache_kernels = kernels_of(s.program for m in (fill_steps, update_steps) for s in m._steps.values())
+emit({"steps": steps, "refused": refused, "restored": restored, "ttnn_form": ttnn_form, "kernels": kernels,
+      "cache_kernels": cache_kernels, "fill_backend": fill_backend, "bank_local": pools_bank_local})
 ttnn.close_device(d)
 """
 
-def test_tt_transformers_decode_attention_replays_with_ttdecode_patched_in(run_mock, mock_run) -> None:
-    r = run_mock(REPLAY, timeout=400)
+@pytest.mark.parametrize("pool, out", [("tile", "dram"), ("bank_local", "sharded")])
+def test_tt_transformers_decode_attention_replays_with_ttdecode_patched_in(run_mock, mock_run, pool: str,
+                                                                           out: str) -> None:
+    r = run_mock(REPLAY.replace("__POOL__", pool).replace("__OUT__", out), timeout=400)
     assert r.returncode == 0 and r.result is not None, r.describe()
     res = r.result
-    assert res["restored"], "ttnn.transformer.paged_scaled_dot_product_attention_decode not restored after the block"
+    assert res["restored"], "ttnn's ops not restored after the block"
     refused = res["refused"]
     assert refused is None, f"{refused['op']} refused: {refused['error']}"
+    assert res["bank_local"] == [pool == "bank_local"] * 2
     steps = res["steps"]
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
     assert all(s["backend"] == "device" for s in steps), [s["backend"] for s in steps]
     assert res["kernels"], "no FlashDecode program was built"
     assert sorted(k["kind"] for k in res["kernels"]) == ["compute", "reader", "writer"], res["kernels"]
-    problems = check_jit(res["kernels"], jit_records(mock_run["jit_log"]))
+    problems = check_jit(res["kernels"] + res["cache_kernels"], jit_records(mock_run["jit_log"]))
     assert not problems, "\n".join(problems)
     for s in steps[1:]:
         assert s["moves"] == [], f"host<->device moves in step {s['step']}: {s['moves']}"
     assert all(s["entries"] == steps[1]["entries"] for s in steps[1:]), [s["entries"] for s in steps]
     # our output is what ttnn's op returns for the same call (shape [1, B, NH, D], padded, bf16, tile,
-    # the requested DRAM interleaved config): the form to_memory_config + nlp_concat_heads_decode take
+    # the requested memory config): the form to_memory_config / nlp_concat_heads_decode take
     for s in steps:
         assert s["attn"] == res["ttnn_form"], (s["attn"], res["ttnn_form"])
     assert steps[0]["attn"]["shape"] == [1, 8, 32, 128] and steps[0]["attn"]["dtype"] == "DataType.BFLOAT16"
     assert steps[0]["cat"]["shape"][-1] == 32 * 128
+    ops = steps[2]["ops"]  # ttnn's graph capture of step 3: every op the step issued at the top level
+    # the attention op reads Q where nlp_create_qkv_heads_decode left it (height-sharded in L1): our step
+    # is an output allocation and the program. With the DRAM output the one to_memory_config is the model's
+    # own, after it; with the output asked for in SCORES_BATCHED_MM_OUTPUT_MEMCFG the writer writes it
+    # there (its L1 shards) and nlp_concat_heads_decode takes it as it comes: no to_memory_config at all
+    rotary = len(ops) - 1 - ops[::-1].index("ttnn.experimental.rotary_embedding_llama")
+    sdpa = ops.index("ttnn.allocate_tensor_on_device", rotary)
+    after = "ttnn.to_memory_config" if out == "dram" else "ttnn.experimental.nlp_concat_heads_decode"
+    assert ops[sdpa:sdpa + 3] == ["ttnn.allocate_tensor_on_device", "ttnn.generic_op", after], ops
+    if pool == "bank_local":  # the two cache updates: one program each, reading K / V where they lie too
+        assert ops[rotary + 1:sdpa] == ["ttnn.deallocate"] * 2 + ["ttnn.generic_op"] * 2 + ["ttnn.deallocate"] * 2, ops
+    assert ops.count("ttnn.to_memory_config") == (1 if out == "dram" else 0), ops
+    if pool == "bank_local":
+        # the prompt fill and both cache updates are ttdecode's programs (generic_op), the pool never leaves
+        # the bank-local layout (no to_memory_config of K or V), and ttnn's paged_update_cache is not called
+        assert res["fill_backend"] == "device"
+        assert sorted(k["name"] for k in res["cache_kernels"]) == sorted(
+            ["fill_reader", "fill_writer", "update_reader", "update_writer", "update_compute"]), res["cache_kernels"]
+        assert not any("paged_update_cache" in n for n in ops), ops
+    else:
+        assert res["cache_kernels"] == [] and sum("paged_update_cache" in n for n in ops) == 2, ops

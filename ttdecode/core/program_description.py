@@ -280,7 +280,10 @@ class Semaphore:
 
 @dataclass
 class DramTensor:
-    """An interleaved DRAM tensor: page k lives in bank k % 12.
+    """An interleaved DRAM tensor: page k lives in bank k % 12; or, with `shard_cores`, a height-sharded
+    L1 tensor (ttnn's HEIGHT_SHARDED L1 memory config, ROW_MAJOR shard orientation): pages
+    [i * shard_pages, (i + 1) * shard_pages) in the L1 of shard_cores[i], at one L1 address on every
+    holder (`BufferAddress`), reached over the NoC at the holder's coordinates (`NocX` / `NocY`).
 
     `data` holds the input byte image (num_pages * page_size bytes); None for an output, which
     the backend allocates, and for an input the backend already holds (the device path). `in_place`:
@@ -302,8 +305,22 @@ class DramTensor:
     is_output: bool = False
     element_type: str | None = None
     in_place: bool = False
+    # height-sharded in L1 on these cores (empty: interleaved DRAM), pages per shard (sharded only); not in
+    # the repr, which stays that of an interleaved tensor (a sharded program's reader names its shards)
+    shard_cores: tuple[CoreCoord, ...] = field(default=(), repr=False)
+    shard_pages: int = field(default=0, repr=False)
+
+    @property
+    def sharded(self) -> bool:
+        """Height-sharded in L1 (`shard_cores`), not interleaved in DRAM."""
+        return bool(self.shard_cores)
 
     def __post_init__(self) -> None:
+        if self.shard_cores and (self.layout != "tile" or self.in_place or self.shard_pages < 1
+                                 or -(-self.num_pages // self.shard_pages) > len(self.shard_cores)):
+            raise ValueError(f"tensor {self.name}: an L1-sharded tensor is a tile tensor (not in place) whose "
+                             f"{self.num_pages} pages fit {len(self.shard_cores)} shards of shard_pages "
+                             f"{self.shard_pages}")
         if self.in_place and self.is_output:
             raise ValueError(f"tensor {self.name}: in_place is for an input the kernels write, not an output")
         if self.element_type is not None and (self.layout != "row_major" or self.element_type not in ("int32", "uint32")):

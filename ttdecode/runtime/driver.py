@@ -37,7 +37,7 @@ def _enc(s: str) -> str:
     return quote(s, safe="/._-+:=,") if s else "-"
 
 
-def _resolve(arg, where: str, tensors: dict[str, layout.TensorPlacement]) -> int:
+def _resolve(arg, where: str, tensors: dict[str, int]) -> int:
     if type(arg) is int and 0 <= arg < (1 << 32):  # the common case, as below
         return arg
     if isinstance(arg, NocX):
@@ -47,7 +47,7 @@ def _resolve(arg, where: str, tensors: dict[str, layout.TensorPlacement]) -> int
     if isinstance(arg, BufferAddress):
         if arg.name not in tensors:
             raise ValueError(f"{where}: BufferAddress({arg.name!r}) names no tensor of the program")
-        return tensors[arg.name].base
+        return tensors[arg.name]
     if isinstance(arg, (bool, np.bool_)) or not isinstance(arg, (int, np.integer)):
         raise TypeError(f"{where}: runtime arg {arg!r} is not an int, NocX, NocY or BufferAddress")
     v = int(arg)
@@ -95,7 +95,9 @@ class _Layout:
     """Where everything of `program` lives on the modelled machine."""
 
     def __init__(self, program: Program):
-        self.cores = program.cores()
+        kernel_cores = set(program.cores())
+        holders = {c for t in program.tensors for c in t.shard_cores} - kernel_cores
+        self.cores = sorted(kernel_cores | holders, key=lambda c: (c.y, c.x))
         self.index = {c: i for i, c in enumerate(self.cores)}
         for c in self.cores:
             layout.noc_coord(c)  # range check
@@ -142,7 +144,13 @@ class _Layout:
         if program.dram_banks != layout.DRAM_BANKS:
             raise ValueError(f"program: dram_banks={program.dram_banks}, but the host runtime models a Wormhole's "
                              f"{layout.DRAM_BANKS} DRAM banks")
-        self.tensors = {p.name: p for p in layout.place_tensors(program.tensors, program.dram_banks)}
+        dram = [t for t in program.tensors if not t.sharded]
+        self.tensors = {p.name: p for p in layout.place_tensors(dram, program.dram_banks)}
+        cb_top = max((p.addr + p.page_size * p.num_pages for cbs in self.cbs.values() for p in cbs.values()),
+                     default=layout.L1_UNRESERVED_BASE)
+        #: the L1 address of each sharded tensor (BufferAddress resolves to it)
+        self.l1 = layout.place_l1_shards([t for t in program.tensors if t.sharded], cb_top)
+        self.addresses = {**{n: p.base for n, p in self.tensors.items()}, **self.l1}
 
     def kernel_cb_formats(self, kernel: Kernel) -> dict[int, layout.CbPlacement]:
         """The CB formats a kernel build bakes in; its cores must agree on them."""
@@ -211,8 +219,8 @@ def _program_body(lay: _Layout, libs: list[Path], kernel_index: dict[int, int]) 
         out.append(f"kernel {ci} {slot} {slot} {_enc(str(libs[kernel_index[id(k)]]))} {_enc(k.name)} "
                    f"{_enc(str(k.source))} {rta_addr} {crta_addr} {settings}")
         where = f"kernel {k.name} on {c}"
-        rta = [_resolve(a, where, lay.tensors) for a in k.runtime_args[c]]
-        crta = [_resolve(a, where + " (common args)", lay.tensors) for a in k.common_runtime_args]
+        rta = [_resolve(a, where, lay.addresses) for a in k.runtime_args[c]]
+        crta = [_resolve(a, where + " (common args)", lay.addresses) for a in k.common_runtime_args]
         out.append(f"rta {ci} {slot} {len(rta)} " + " ".join(map(str, rta)))
         out.append(f"crta {ci} {slot} {len(crta)} " + " ".join(map(str, crta)))
     out.append("end")
@@ -227,14 +235,40 @@ def _write_program(program: Program, lay: _Layout, body: str, inputs: list[Optio
     for b in range(program.dram_banks):
         x, y = layout.dram_bank_noc(b)
         out.append(f"bank {b} {x} {y} {layout.dram_bank_offset(b)}")
+    shards = []
     for i, t in enumerate(program.tensors):
-        p = lay.tensors[t.name]
         path, banked = inputs[i] or ("", False)
+        if t.sharded:
+            for j, c in enumerate(t.shard_cores):
+                shard_in = f"{path}.{j}" if path else ""
+                shards.append(f"shard {lay.index[c]} {lay.l1[t.name]} {t.page_size * t.shard_pages} {_enc(shard_in)} "
+                              f"{_enc(str(work / f'out{i}.{j}.bin'))}")
+            continue
+        p = lay.tensors[t.name]
         out.append(f"tensor {_enc(t.name)} {p.base} {p.page_size} {p.aligned_page} {p.num_pages} {_enc(path)} "
                    f"{_enc(str(work / f'out{i}.bin'))}" + (" banked" if banked else ""))
+    if shards:  # after the cores they name, before the body's last line ("end")
+        body = body.removesuffix("end\n") + "\n".join(shards) + "\nend\n"
     path = work / "program.txt"
     path.write_text("\n".join(out) + "\n" + body)
     return path
+
+
+def _shard_images(t, work: Path, name: str) -> str:
+    """An L1-sharded input's per-core images (its pages in shard order, the last shard zero padded) in
+    `work`; returns the path stem the program file names them by (stem.j for shard j)."""
+    size = t.page_size * t.shard_pages
+    data = bytes(t.data) + bytes(size * len(t.shard_cores) - len(t.data))
+    stem = work / name
+    for j in range(len(t.shard_cores)):
+        Path(f"{stem}.{j}").write_bytes(data[j * size:(j + 1) * size])
+    return str(stem)
+
+
+def _shard_result(t, work: Path, i: int) -> bytes:
+    """An L1-sharded tensor's page-order image after the run, gathered from its holders' shards."""
+    parts = [(work / f"out{i}.{j}.bin").read_bytes() for j in range(len(t.shard_cores))]
+    return b"".join(parts)[:t.page_size * t.num_pages]
 
 
 def _bank_image(data: bytes, p: layout.TensorPlacement) -> np.ndarray:
@@ -376,7 +410,7 @@ def _structure_key(program: Program) -> Optional[tuple]:
              tuple(k.common_runtime_args), tuple(map(type, k.common_runtime_args)))
             for k in program.kernels)
         tensors = tuple((t.name, t.data_format, t.page_size, t.num_pages, tuple(t.shape), t.layout, t.is_output,
-                         t.element_type, t.in_place) for t in program.tensors)
+                         t.element_type, t.in_place, t.shard_cores, t.shard_pages) for t in program.tensors)
         return (kernels, tuple(program.circular_buffers), tuple(program.semaphores), tensors)
     except TypeError:
         return None
@@ -529,6 +563,9 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_see
             if t.data is None:
                 inputs.append(None)
                 continue
+            if t.sharded:
+                inputs.append((_shard_images(t, work, f"in{i}"), False))
+                continue
             path, banked, pin = _INPUTS.acquire(t.data, lay.tensors[t.name], work, f"in{i}.bin")
             pins.append(pin)
             inputs.append((path, banked))
@@ -545,7 +582,10 @@ def run_program(program: Program, *, watchdog_seconds: float = 2.0, schedule_see
         tensors: dict[str, bytes] = {}
         for i, t in enumerate(program.tensors):
             f = work / f"out{i}.bin"
-            tensors[t.name] = f.read_bytes() if f.exists() else bytes(t.data or b"")
+            if t.sharded:
+                tensors[t.name] = _shard_result(t, work, i)
+            else:
+                tensors[t.name] = f.read_bytes() if f.exists() else bytes(t.data or b"")
         counters = _read_counters(program, lay, work, order)
     finally:
         for pin in pins:

@@ -172,3 +172,19 @@ def place_tensors(tensors, dram_banks: int) -> list[TensorPlacement]:
         if addr >= DRAM_BANK_HALF:
             raise ValueError(f"DRAM tensors exceed one bank's 1 GiB (at tensor {t.name!r})")
     return out
+
+
+def place_l1_shards(tensors, cb_top: int) -> dict[str, int]:
+    """L1 addresses of the height-sharded tensors (the same on each holder), allocated top down from the
+    end of L1 as ttnn's L1 allocator does, every one above `cb_top` (the highest CB byte of any core of
+    the program): a NoC access to that address of a core that holds no shard then lands in no region
+    of it and is refused, as on the chip it reads another buffer."""
+    out: dict[str, int] = {}
+    top = L1_BYTES_PER_CORE
+    for t in tensors:
+        top = (top - t.page_size * t.shard_pages) // CB_ALIGNMENT * CB_ALIGNMENT
+        if top < cb_top:
+            raise ValueError(f"tensor {t.name!r}: its L1 shards ({t.page_size * t.shard_pages} B a core) and the "
+                             f"circular buffers (up to {cb_top:#x}) do not both fit one core's L1")
+        out[t.name] = top
+    return out

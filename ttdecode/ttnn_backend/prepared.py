@@ -18,6 +18,7 @@ from ttdecode.ttnn_backend.descriptor import DeviceError, TtnnDeviceView, build_
 from ttdecode.ttnn_backend.tensors import (
     check_input_tensor,
     check_page_geometry,
+    holds_shards,
     is_key_row_memory_config,
     key_row_memory_config,
     tensor_dtype,
@@ -124,7 +125,8 @@ class PreparedProgram:
         self._expect = []
         for spec in self.inputs:
             layout = tensor_layout(ttnn, spec.layout, f"tensor {spec.name!r}")
-            mem = (key_row_memory_config(ttnn, device, spec.shape[-1]) if spec.layout == "key_row"
+            mem = (None if spec.sharded  # compared with holds_shards
+                   else key_row_memory_config(ttnn, device, spec.shape[-1]) if spec.layout == "key_row"
                    else ttnn.DRAM_MEMORY_CONFIG)
             self._expect.append((spec, tensor_dtype(ttnn, spec), layout, tuple(spec.shape), mem))
         self._out_alloc = [(spec.name, ttnn.Shape(list(spec.shape)), tensor_dtype(ttnn, spec),
@@ -175,7 +177,8 @@ class PreparedProgram:
             raise DeviceError(f"io_tensors: expected exactly {[s.name for s, *_ in self._expect]}, got {sorted(io_tensors)}")
         for spec, dtype, layout, shape, mem in self._expect:
             t = io_tensors[spec.name]
-            placed = (is_key_row_memory_config(t.memory_config(), mem) if spec.layout == "key_row"
+            placed = (holds_shards(ttnn, t.memory_config(), spec) if spec.sharded
+                      else is_key_row_memory_config(t.memory_config(), mem) if spec.layout == "key_row"
                       else t.memory_config() == mem)
             if (t.dtype != dtype or t.layout != layout or tuple(t.shape) != shape
                     or not ttnn.is_tensor_storage_on_device(t) or not placed):
@@ -250,12 +253,15 @@ class PreparedProgram:
         self._launch(ordered, common_args)
         return [allocated[s.name] for s in self.outputs]
 
-    def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None) -> list[Any]:
+    def run_ordered(self, inputs: Sequence[Any], common_args: Mapping[str, Mapping[int, int]] | None = None,
+                    outputs: Sequence[Any] | None = None) -> list[Any]:
         """`run` without the checks, for a caller that has checked the inputs' metadata itself (the
         cached-call path of ``ttdecode.ops.flash_decode.device_step``): `inputs` the input tensors in
-        `self.inputs` order; the outputs allocated in DRAM and returned in program order."""
+        `self.inputs` order; `outputs` the caller's output tensors in program order (else allocated in
+        DRAM); returns the outputs in program order."""
         ttnn = require_ttnn()
-        outs = [ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)
-                for _, shape, dtype, layout in self._out_alloc]
+        outs = list(outputs) if outputs is not None else [
+            ttnn.allocate_tensor_on_device(shape, dtype, layout, self.device, ttnn.DRAM_MEMORY_CONFIG)
+            for _, shape, dtype, layout in self._out_alloc]
         self._launch(list(inputs) + outs, common_args)
         return outs

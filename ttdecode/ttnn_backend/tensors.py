@@ -9,10 +9,10 @@ matches how ttnn lays the tensor out in DRAM. A mismatch raises a `DeviceError` 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from ttdecode.core.formats import TILE_DIM, num_tiles, tile_size
-from ttdecode.core.program_description import Program
+from ttdecode.core.program_description import CoreCoord, Program
 from ttdecode.ttnn_backend.descriptor import DeviceError, ttnn_data_type
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -68,8 +68,31 @@ def check_page_geometry(spec: Any) -> None:
         )
 
 
+def l1_shards(ttnn: ModuleType, mem: Any, page_bytes_wide: int) -> Optional[tuple[tuple[CoreCoord, ...], int]]:
+    """The holders (in shard order) and tile rows per shard of a height-sharded L1 memory config with
+    ROW_MAJOR orientation whose shard width is `page_bytes_wide` columns (a tile tensor's last dim) and
+    whose shard height is whole tiles; None for any other placement."""
+    spec = mem.shard_spec if mem.buffer_type == ttnn.BufferType.L1 else None
+    if (spec is None or mem.memory_layout != ttnn.TensorMemoryLayout.HEIGHT_SHARDED
+            or spec.orientation != ttnn.ShardOrientation.ROW_MAJOR):
+        return None
+    height, width = (int(v) for v in spec.shape)
+    if width != page_bytes_wide or height % TILE_DIM or height <= 0:
+        return None
+    holders = tuple(CoreCoord(int(c.x), int(c.y)) for c in ttnn.corerange_to_cores(spec.grid, row_wise=True))
+    return holders, height // TILE_DIM
+
+
+def holds_shards(ttnn: ModuleType, mem: Any, spec: Any) -> bool:
+    """`mem` places a program tensor's pages as its L1 shards say (`spec.shard_cores`, `spec.shard_pages`)."""
+    found = l1_shards(ttnn, mem, spec.shape[-1])
+    return found is not None and found[0] == tuple(spec.shard_cores) and \
+        found[1] * (spec.shape[-1] // TILE_DIM) == spec.shard_pages
+
+
 def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
-    """An input must be an interleaved DRAM device tensor with the program's dtype, layout and shape."""
+    """An input must be an interleaved DRAM device tensor (or, for a sharded program tensor, held in the
+    program's L1 shards) with the program's dtype, layout and shape."""
     what = f"io_tensors[{spec.name!r}]"
     if not ttnn.is_tensor_storage_on_device(tensor):
         raise DeviceError(f"{what}: expected a tensor on the device (ttnn.to_device), got one on the host")
@@ -80,7 +103,11 @@ def check_input_tensor(ttnn: ModuleType, spec: Any, tensor: Any) -> None:
     if tuple(tensor.shape) != tuple(spec.shape):
         raise DeviceError(f"{what}: expected shape {tuple(spec.shape)}, got {tuple(tensor.shape)}")
     mem = tensor.memory_config()
-    if spec.layout == "key_row":
+    if spec.sharded:
+        if not holds_shards(ttnn, mem, spec):
+            raise DeviceError(f"{what}: expected a height-sharded L1 tensor of {spec.shard_pages} tiles a shard on "
+                              f"cores {[(c.x, c.y) for c in spec.shard_cores]}, got {mem}")
+    elif spec.layout == "key_row":
         check_key_row_memory_config(ttnn, mem, tensor.device(), spec.shape[-1], what)
     elif mem.buffer_type != ttnn.BufferType.DRAM or mem.memory_layout != ttnn.TensorMemoryLayout.INTERLEAVED:
         raise DeviceError(f"{what}: expected an interleaved DRAM tensor, got {mem}")
@@ -124,5 +151,8 @@ def check_key_row_memory_config(ttnn: ModuleType, mem: Any, device: Any, last_di
 
 
 def tensor_signature(program: Program) -> list[tuple[Any, ...]]:
-    """Per tensor of `program`: (name, shape, element type, layout, is_output, in_place)."""
-    return [(t.name, tuple(t.shape), element_name(t), t.layout, t.is_output, t.in_place) for t in program.tensors]
+    """Per tensor of `program`: (name, shape, element type, layout, is_output, in_place), and for an
+    L1-sharded one its holders and pages per shard."""
+    return [(t.name, tuple(t.shape), element_name(t), t.layout, t.is_output, t.in_place)
+            + ((tuple((c.x, c.y) for c in t.shard_cores), t.shard_pages) if t.sharded else ())
+            for t in program.tensors]

@@ -21,16 +21,19 @@ a mock N150 a cached call's host time is measured against tt-metal's own op's by
 perf/bench_device_overhead.py (figures in perf/README.md, "Host overhead through ttnn on the mock"); the
 per-core runtime args go to ttnn once, `ttdecode.ttnn_backend.PreparedProgram`.
 
-Placements the kernels do not read: the kernels read interleaved DRAM and the
-writer writes it. A Q, cur_pos_tensor, page table, attention mask or sink in L1 (interleaved, or height-sharded as
-``ttnn.experimental.nlp_create_qkv_heads_decode`` makes Q: [32 padded heads, D] per user on B cores)
-is copied to interleaved DRAM by ``ttnn.to_memory_config`` before the program, and an output
-``memory_config`` other than interleaved DRAM is met by ``ttnn.to_memory_config`` of the DRAM output
-after it (the DRAM one then freed). So a step issues, in order: one ``to_memory_config`` per such
-input, ``generic_op``, one ``to_memory_config`` for such an output, then ``deallocate`` of each
-temporary. All are device ops (no host<->device data, traceable); the program, its runtime-arg count
-and its cache entry are the same whatever the placements. Each such move and free adds host time
-to a cached call (perf/bench_device_overhead.py; figures in perf/README.md).
+Placements. The kernels read K, V, the positions, the page table, the mask and the sink in DRAM
+(interleaved, or K/V in bank-local pages), and Q in interleaved DRAM or where
+``ttnn.experimental.nlp_create_qkv_heads_decode`` leaves it: height-sharded in L1 ([32 padded heads, D]
+per user on B cores; `q_shards_of`), read from the shards' holders over the NoC. The writer writes an
+interleaved DRAM output, or one height-sharded in L1 as the call's ``memory_config`` asks (tt_transformers'
+SCORES_BATCHED_MM_OUTPUT_MEMCFG: [32, Dv] per user; `out_shards_of`), into its holders' shards. Any other
+placement of an input (L1 interleaved, another sharding) is copied to interleaved DRAM by
+``ttnn.to_memory_config`` before the program, and another output placement is met by
+``ttnn.to_memory_config`` of the DRAM output after it (the DRAM one then freed). So a step issues, in
+order: one ``to_memory_config`` per such input, ``generic_op``, one ``to_memory_config`` for such an
+output, then ``deallocate`` of each temporary; with tt_transformers' placements, ``generic_op`` alone. All
+are device ops (no host<->device data, traceable). Each such move and free adds host time to a cached call
+(perf/bench_device_overhead.py; figures in perf/README.md).
 """
 
 from __future__ import annotations
@@ -39,14 +42,15 @@ import dataclasses
 from typing import Any, Optional
 
 from ttdecode.ttnn_backend.descriptor import DeviceError
-from ttdecode.ttnn_backend.tensors import dram_banks
+from ttdecode.ttnn_backend.tensors import dram_banks, l1_shards
+from ttdecode.core.formats import num_tiles
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.program_description import Program
 from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps, compute_settings, make_decode_plan
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode, sink_values, as_bfloat16_tiles
-from ttdecode.ops.flash_decode.program_factory import build_program_for_device
+from ttdecode.ops.flash_decode.program_factory import QShards, build_program_for_device
 from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS
 from ttdecode.ops.flash_decode.program_factory import mask_tiles
 from ttdecode.core.tensor import to_torch
@@ -70,14 +74,49 @@ def to_torch_sink(inputs: Any) -> Any:
     return sink
 
 
-def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[list[int]] = None) -> Program:
+def decode_program(inputs: Any, plan: Any, compute: Any, positions: Optional[list[int]] = None,
+                   q_shards: QShards = None, out_shards: QShards = None) -> Program:
     """The FlashDecode `Program` (no input bytes) the device runs for validated `inputs` and their `plan`
     (``ttdecode.ops.flash_decode.op.make_decode_plan``), with the call's scale and exp mode; `compute` from
     ``ttdecode.ops.flash_decode.op.compute_settings``; `positions` given: positions_in_args (the reader's
-    common runtime args). Used by `FlashDecodeStep` and by the mesh path of context parallelism."""
+    common runtime args); `q_shards`: Q read from its L1 shards (`q_shards_of`); `out_shards`: the output
+    written to L1 shards (`out_shards_of`). Used by `FlashDecodeStep` and by the mesh path of context
+    parallelism."""
     return build_program_for_device(
-        plan, scale=inputs.scale, compute=compute, positions=positions,
+        plan, scale=inputs.scale, compute=compute, positions=positions, q_shards=q_shards, out_shards=out_shards,
         exp_approx=inputs.program_config.resolved_exp_approx_mode(inputs.compute_kernel_config))
+
+
+def q_shards_of(ttnn: Any, q: Any, head_dim: int) -> QShards:
+    """Where the reader reads a device Q in place: a bfloat16 tile Q height-sharded in L1 (ROW_MAJOR
+    orientation, shards of whole tile rows, D wide: ``nlp_create_qkv_heads_decode``'s placement) gives
+    (its holders in shard order, tiles per shard); any other Q None (it is moved to interleaved DRAM)."""
+    if q.dtype != ttnn.bfloat16 or q.layout != ttnn.TILE_LAYOUT:
+        return None
+    found = l1_shards(ttnn, q.memory_config(), head_dim)
+    if found is None:
+        return None
+    holders, rows = found
+    pages = rows * (head_dim // 32)
+    if -(-num_tiles(tuple(q.shape)) // pages) > len(holders):
+        return None
+    return holders, pages
+
+
+def out_shards_of(ttnn: Any, memory_config: Any, out_shape: tuple[int, ...], plan_lse: bool) -> QShards:
+    """Where the writer writes the output [T, B, NH, Dv] in place: a height-sharded L1 `memory_config`
+    (ROW_MAJOR, whole tile rows Dv wide, shards enough: `check_output_placement`) gives (holders, tiles per
+    shard); None (interleaved, or another sharding: the DRAM output is moved by ``to_memory_config``)."""
+    if memory_config is None or plan_lse:
+        return None
+    found = l1_shards(ttnn, memory_config, out_shape[-1])
+    if found is None:
+        return None
+    holders, rows = found
+    pages = rows * (out_shape[-1] // 32)
+    if -(-num_tiles(out_shape) // pages) > len(holders):
+        return None
+    return holders, pages
 
 
 # ---- inputs the kernels take in another form: the device's grid, block-float Q / mask ------------------
@@ -217,12 +256,18 @@ class FlashDecodeStep:
         self.batch = inputs.batch
         self.seq_len = inputs.seq_len
         placeholder = [0] * inputs.batch if self.positions_in_args else None
-        self.program = decode_program(inputs, self.plan, compute, positions=placeholder)
-        self.prepared = PreparedProgram(self.program, device)
         ttnn = require_ttnn()
+        #: Q read where it lies, from its L1 shards (else moved to interleaved DRAM per call)
+        self.q_shards = q_shards_of(ttnn, inputs.q.obj, inputs.head_dim)
         self.memory_config = inputs.memory_config
         q_shape = tuple(inputs.q.shape)
-        check_output_placement(ttnn, self.memory_config, q_shape[:3] + (inputs.head_dim_v,), device)
+        self.out_shape = q_shape[:3] + (inputs.head_dim_v,)
+        check_output_placement(ttnn, self.memory_config, self.out_shape, device)
+        #: the output written where the memory config puts it, to its L1 shards (else DRAM, then moved)
+        self.out_shards = out_shards_of(ttnn, self.memory_config, self.out_shape, plan_lse=inputs.return_lse)
+        self.program = decode_program(inputs, self.plan, compute, positions=placeholder, q_shards=self.q_shards,
+                                      out_shards=self.out_shards)
+        self.prepared = PreparedProgram(self.program, device)
 
         self._positions_base = READER_COMMON_ARGS
         self.calls = 0
@@ -272,9 +317,12 @@ class FlashDecodeStep:
                 raise DeviceError(f"{name}: backend 'device' expects a ttnn tensor on the device, got a "
                                   f"{meta.kind} tensor")
         temporaries: list[Any] = []
-        q, made = as_bfloat16_on_device(ttnn, in_dram(ttnn, inputs.q.obj, temporaries))
-        if made:
-            temporaries.append(q)
+        if self.q_shards is not None:
+            q = inputs.q.obj
+        else:
+            q, made = as_bfloat16_on_device(ttnn, in_dram(ttnn, inputs.q.obj, temporaries))
+            if made:
+                temporaries.append(q)
         io = {"q": q, "k": inputs.k.obj}
         if inputs.v is not None:
             io["v"] = inputs.v.obj
@@ -305,6 +353,11 @@ class FlashDecodeStep:
                 values = to_torch(mask_tiles(plan, as_bfloat16_tiles(mask)))
                 io["attn_mask"] = ttnn.from_torch(values, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT,
                                                   device=self.device)
+        if output is not None and self.out_shards is not None:
+            raise DeviceError("output: this step writes the output to the L1 shards of its memory_config; pass no "
+                              "output tensor (or plan the step with an interleaved memory_config)")
+        if self.out_shards is not None:
+            output = self._sharded_output(ttnn)
         outs = self.prepared.run(io, common_args=common, outputs=None if output is None else {"out": output})
         for t in temporaries:
             ttnn.deallocate(t)
@@ -339,7 +392,11 @@ class FlashDecodeStep:
         ttnn = require_ttnn()
         self._fast_names = names
         self._fast_specs = specs
-        self._fast_moved = [not is_dram_interleaved(ttnn, sp.memory_config) for sp in specs]
+        # what `launch` moves to interleaved DRAM: Q (unless read from its L1 shards), the positions and the
+        # page table held elsewhere; K and V are read where they lie (interleaved or bank-local pages)
+        moves = {"cur_pos", "page_table"} | ({"q"} if self.q_shards is None else set())
+        self._fast_moved = [n in moves and not is_dram_interleaved(ttnn, sp.memory_config)
+                            for n, sp in zip(names, specs)]
         return True
 
     def run_fast(self, q: Any, k: Any, v: Any, cur_pos_tensor: Any, page_table: Any) -> Any:
@@ -365,11 +422,17 @@ class FlashDecodeStep:
         temporaries: list[Any] = []
         if any(self._fast_moved):
             ordered = [in_dram(ttnn, t, temporaries) if m else t for t, m in zip(ordered, self._fast_moved)]
-        outs = self.prepared.run_ordered(ordered, common)
+        outs = self.prepared.run_ordered(ordered, common,
+                                         None if self.out_shards is None else [self._sharded_output(ttnn)])
         for t in temporaries:
             ttnn.deallocate(t)
         self.calls += 1
-        return in_placement(ttnn, outs[0], self.memory_config)
+        return outs[0] if self.out_shards is not None else in_placement(ttnn, outs[0], self.memory_config)
+
+    def _sharded_output(self, ttnn: Any) -> Any:
+        """The output [T, B, NH, Dv] bf16 tiles allocated in the call's height-sharded L1 memory config."""
+        return ttnn.allocate_tensor_on_device(ttnn.Shape(list(self.out_shape)), ttnn.bfloat16, ttnn.TILE_LAYOUT,
+                                              self.device, self.memory_config)
 
 
 def _device_tensor(ttnn: Any, meta: Any, dtype: Any, layout: Any, device: Any) -> Any:

@@ -104,6 +104,11 @@ class FactoryError(ValueError):
     """Inputs that do not match the plan; the message names the argument."""
 
 
+#: Q (or the output) held height-sharded in L1: (the holder cores in shard order, tiles per shard). None:
+#: interleaved DRAM.
+QShards = Optional[tuple[tuple[CoreCoord, ...], int]]
+
+
 def kernel_sources() -> dict[str, Path]:
     """Paths of reader.cpp, writer.cpp and compute.cpp (the package's ``kernels/flash_decode/``)."""
     return operator_kernels("flash_decode", FactoryError)
@@ -383,10 +388,13 @@ def build_program(
     attention_sink: Optional[torch.Tensor] = None,
     attn_mask: Any = None,
     positions_in_args: bool = False,
+    q_shards: QShards = None,
+    out_shards: QShards = None,
 ) -> Program:
     """The one FlashDecode program of a decode step, carrying its input bytes (the host runtime).
     `positions_in_args`: the positions travel as the reader's common runtime args (the device form of a
-    list), not as the cur_pos tensor; the same outputs.
+    list), not as the cur_pos tensor; the same outputs. `q_shards` / `out_shards`: Q read from / the output
+    written to L1 shards (`_program`).
 
     q/k/v: tile tensors in the plan's shapes and formats (paged: [num_blocks, NKV, block_size, D]);
     v is None for an MLA plan (V = k[..., :Dv], read out of K by the kernels);
@@ -418,15 +426,42 @@ def build_program(
     elif attn_mask is not None:
         raise FactoryError("attn_mask: expected None (the plan has no mask), got a tensor")
     positions = list(struct.unpack(f"<{plan.batch}i", pos_image)) if positions_in_args else None
-    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images, positions=positions)
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=images, positions=positions,
+                    q_shards=q_shards, out_shards=out_shards)
 
 
 def build_program_for_device(plan: DecodePlan, *, scale: float, compute: ComputeSettings,
-                             exp_approx: bool = False, positions: Optional[Sequence[int]] = None) -> Program:
-    """The same program without input bytes: on a device the inputs already live in DRAM.
+                             exp_approx: bool = False, positions: Optional[Sequence[int]] = None,
+                             q_shards: QShards = None, out_shards: QShards = None) -> Program:
+    """The same program without input bytes: on a device the inputs already live in DRAM (or, with
+    `q_shards`, Q in the L1 shards of its holders).
     `positions` (B ints): positions_in_args, the positions travel as the reader's common runtime args
     (no cur_pos tensor; a cached program patches them per call); None: the kernels read the cur_pos tensor."""
-    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None, positions=positions)
+    return _program(plan, scale=scale, compute=compute, exp_approx=exp_approx, images=None, positions=positions,
+                    q_shards=q_shards, out_shards=out_shards)
+
+
+def _bf16_tiles(name: str, shape: tuple[int, ...], data: Optional[bytes], shards: QShards,
+                is_output: bool = False) -> DramTensor:
+    """Q [T, B, NH, D] or the output [T, B, NH, Dv], bf16 tiles: interleaved in DRAM, or height-sharded in
+    L1 on `shards`' holders."""
+    bf16 = DataType.bfloat16
+    cores, pages = shards if shards is not None else ((), 0)
+    return DramTensor(name, bf16, formats.tile_size(bf16), formats.num_tiles(shape), shape, "tile", data,
+                      is_output=is_output, shard_cores=tuple(cores), shard_pages=pages)
+
+
+def _shard_defines(prefix: str, shards: QShards, common: list[Arg]) -> dict[str, str]:
+    """With a tensor in L1 shards: a kernel's defines (`prefix`_SHARDS: shard count, _SHARD_PAGES: tiles per
+    shard, _SHARD_ARGS: the common-arg index of the holders' NoC coordinates) and those coordinates
+    appended to `common` (x, y per holder)."""
+    if shards is None:
+        return {}
+    cores, pages = shards
+    first = len(common)
+    common += [a for c in cores for a in (NocX(c), NocY(c))]
+    return {f"{prefix}_SHARDS": str(len(cores)), f"{prefix}_SHARD_PAGES": str(pages),
+            f"{prefix}_SHARD_ARGS": str(first)}
 
 
 #: The CBs the compute kernel reads only with copy_tile / unary_bcast: unpacked straight to the fp32
@@ -449,7 +484,8 @@ def compute_settings_for(plan: DecodePlan, compute: ComputeSettings) -> ComputeS
 
 
 def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_approx: bool,
-             images: Optional[dict[str, bytes]], positions: Optional[Sequence[int]] = None) -> Program:
+             images: Optional[dict[str, bytes]], positions: Optional[Sequence[int]] = None,
+             q_shards: QShards = None, out_shards: QShards = None) -> Program:
     if not isinstance(compute, ComputeSettings):
         raise FactoryError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
     compute = compute_settings_for(plan, compute)
@@ -472,11 +508,15 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     ct = _compile_args(plan, float(scale), compute, exp_approx, positions_in_args=positions is not None)
     rt = {c: _runtime_args(plan, c) for c in cores}
     common = _common_args(plan, positions)
+    reader_defines = _shard_defines("Q", q_shards, common["reader"])
+    writer_defines = _shard_defines("OUT", out_shards, common["writer"])
     kernels = [
         Kernel("reader", sources["reader"], KernelKind.READER, core_set, named_compile_time_args=ct["reader"],
-               runtime_args={c: rt[c]["reader"] for c in cores}, common_runtime_args=common["reader"]),
+               runtime_args={c: rt[c]["reader"] for c in cores}, common_runtime_args=common["reader"],
+               defines=reader_defines),
         Kernel("writer", sources["writer"], KernelKind.WRITER, core_set, named_compile_time_args=ct["writer"],
-               runtime_args={c: rt[c]["writer"] for c in cores}, common_runtime_args=common["writer"]),
+               runtime_args={c: rt[c]["writer"] for c in cores}, common_runtime_args=common["writer"],
+               defines=writer_defines),
         Kernel("compute", sources["compute"], KernelKind.COMPUTE, core_set, named_compile_time_args=ct["compute"],
                runtime_args={c: rt[c]["compute"] for c in cores}, compute=compute),
     ]
@@ -487,12 +527,11 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
 
     b, nkv = plan.batch, plan.num_kv_heads
-    q_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim)
     k_shape, v_shape = _kv_shapes(plan)
     image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
     tensors = [
-        DramTensor("q", bf16, formats.tile_size(bf16), formats.num_tiles(q_shape), q_shape, "tile", image("q")),
+        _bf16_tiles("q", (plan.num_tokens, b, plan.num_q_heads, plan.head_dim), image("q"), q_shards),
         kv_cache_tensor("k", plan.kv_dtype, k_shape, plan.kv_pages, image("k")),
     ]
     if positions is None:
@@ -514,8 +553,7 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
         tensors.append(DramTensor("page_table", DataType.float32, 4 * plan.max_blocks, b, (b, plan.max_blocks),
                                   "row_major", image("page_table"), element_type="int32"))
     out_shape = (plan.num_tokens, b, plan.num_q_heads, plan.head_dim_v)
-    tensors.append(DramTensor("out", bf16, formats.tile_size(bf16), formats.num_tiles(out_shape), out_shape,
-                              "tile", None, is_output=True))
+    tensors.append(_bf16_tiles("out", out_shape, None, out_shards, is_output=True))
     if plan.return_lse:
         row = plan.q_tiles * TILE
         tensors.append(DramTensor("lse", DataType.float32, 4 * row, b * nkv, (b * nkv, row), "row_major",

@@ -158,6 +158,13 @@ struct Kernel {
     uint32_t unpack_to_dest = 0;  // bit i: CB i is unpacked straight to DST (UnpackToDestFp32)
 };
 
+// One core's shard of a height-sharded L1 tensor: `size` bytes at L1 address `addr`, loaded from
+// `in_path` before the run (an output: poisoned) and, with `out_path`, written there after it.
+struct L1Shard {
+    uint32_t addr = 0, size = 0;
+    std::string in_path, out_path;
+};
+
 struct Core {
     int index = 0;
     int lx = 0, ly = 0, nx = 0, ny = 0;
@@ -169,6 +176,7 @@ struct Core {
     int num_sems = 0;
     std::vector<std::pair<uint32_t, uint32_t>> sem_init;  // (id, initial value), written after the poison
     uint32_t top = kL1Size;  // end of the L1 the window maps: the highest CB, page aligned
+    std::vector<L1Shard> shards;  // L1 tensor shards this core holds (reached over the NoC)
     Kernel* k[3] = {nullptr, nullptr, nullptr};
 };
 

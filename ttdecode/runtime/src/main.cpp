@@ -248,6 +248,16 @@ static void parse_program(const std::string& path) {
             cfg.format = uint8_t(fmt);
             cfg.rows = uint8_t(rows);
             cfg.present = true;
+        } else if (tag == "shard") {
+            int ci;
+            L1Shard sh;
+            std::string inp, outp;
+            in >> ci >> sh.addr >> sh.size >> inp >> outp;
+            sh.in_path = unescape(inp);
+            sh.out_path = unescape(outp);
+            if (uint64_t(sh.addr) + sh.size > kL1Size || sh.addr < kUnreservedBase)
+                fail_kind("internal", "program file: an L1 shard outside the core's free L1");
+            g.cores[ci]->shards.push_back(std::move(sh));
         } else if (tag == "sem") {
             int ci, id;
             uint32_t init;
@@ -307,6 +317,17 @@ static void parse_program(const std::string& path) {
         c->top = std::min<uint32_t>(kL1Size, (top + 4095u) & ~4095u);
         poison_l1(*c, kWindowBase, c->top);
         for (const auto& [id, init] : c->sem_init) std::memcpy(c->l1 + c->sem_base + 16u * id, &init, 4);
+        // L1 shards: an input's bytes, an output's poison (what the allocator's L1 held before).
+        for (const L1Shard& sh : c->shards) {
+            if (sh.in_path.empty()) {
+                std::memset(c->l1 + sh.addr, kPoison, sh.size);
+                continue;
+            }
+            std::vector<uint8_t> bytes;
+            read_whole(sh.in_path, bytes);
+            if (bytes.size() != sh.size) fail_kind("internal", "L1 shard image " + sh.in_path + ": wrong size");
+            std::memcpy(c->l1 + sh.addr, bytes.data(), sh.size);
+        }
     }
     for (Kernel* k : g.kernels) {
         write_words(*k->core, k->rta_addr, k->rta_init);

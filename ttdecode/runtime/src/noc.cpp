@@ -32,10 +32,13 @@ Core* core_at_noc(int x, int y) {
     return nullptr;
 }
 
-// Is [addr, addr+size) inside one CB or the semaphores of `c`?
+// Is [addr, addr+size) inside one CB, one L1 tensor shard or the semaphores of `c`?
 static bool in_l1_region(const Core& c, uint32_t addr, uint32_t size) {
     for (const CbConfig& cfg : c.cbcfg) {
         if (cfg.present && addr >= cfg.addr && uint64_t(addr) + size <= cb_limit(cfg)) return true;
+    }
+    for (const L1Shard& sh : c.shards) {
+        if (addr >= sh.addr && uint64_t(addr) + size <= uint64_t(sh.addr) + sh.size) return true;
     }
     return c.num_sems && addr >= c.sem_base && uint64_t(addr) + size <= c.sem_base + 16ull * c.num_sems;
 }
@@ -46,6 +49,7 @@ static std::string l1_regions(const Core& c) {
         const CbConfig& cfg = c.cbcfg[i];
         if (cfg.present) s += " CB" + std::to_string(i) + " " + hex(cfg.addr) + ".." + hex(cb_limit(cfg)) + ";";
     }
+    for (const L1Shard& sh : c.shards) s += " L1 shard " + hex(sh.addr) + ".." + hex(sh.addr + sh.size) + ";";
     if (c.num_sems) s += " semaphores " + hex(c.sem_base) + ".." + hex(c.sem_base + 16 * c.num_sems) + ";";
     return s.empty() ? " none" : s;
 }

@@ -96,6 +96,12 @@ void write_outputs() {
         }
         write_file(t.out_path, img.data(), img.size());
     }
+    // L1 tensor shards with an output file: each core's bytes after the run.
+    for (const Core* c : g.cores) {
+        for (const L1Shard& sh : c->shards) {
+            if (!sh.out_path.empty()) write_file(sh.out_path, c->l1 + sh.addr, sh.size);
+        }
+    }
     // Counters, one line per fact.
     std::string s;
     char line[512];

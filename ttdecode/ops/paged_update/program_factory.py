@@ -1,0 +1,131 @@
+"""paged_update_cache's program description: the users dealt over the cores, the CBs, the three kernels'
+arguments (one `Program` for the host runtime and the device)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ttdecode.core import formats
+from ttdecode.core.checks import fail
+from ttdecode.core.formats import DataType
+from ttdecode.core.paths import kernels_dir
+from ttdecode.core.program_description import (
+    BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet, DramTensor, Kernel, KernelKind,
+    L1_BYTES_PER_CORE, NocX, NocY, Program, kv_cache_tensor,
+)
+from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.ops.paged_update.validate import TILE, UpdateInputs
+from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
+
+#: Circular-buffer indices (kernels/paged_update/common.hpp numbers them the same).
+UPDATE_CBS = {"rows": 0, "packed": 1, "cache": 2, "pos": 3, "page_table": 4}
+#: Common runtime-arg counts: reader the new rows; writer the cache, the positions, the page table (0
+#: without paging).
+READER_COMMON_ARGS = 1
+WRITER_COMMON_ARGS = 3
+#: The compute kernel copies bf16 tiles through DST (exact in any DST mode) and packs them to the
+#: cache's format: no arithmetic for a fidelity or DST setting to change.
+COMPUTE = ComputeSettings()
+
+
+def core_users(batch: int, grid: tuple[int, int]) -> dict[CoreCoord, list[int]]:
+    """Users dealt over the first min(B, cores) cores of the grid (row-major): core i gets i, i + n, ..."""
+    gx, gy = grid
+    n = min(batch, gx * gy)
+    return {CoreCoord(i % gx, i // gx): list(range(i, batch, n)) for i in range(n)}
+
+
+def kv_row_tiles(inp: UpdateInputs) -> int:
+    """Tile rows of one user's new rows (its NKV heads sit in tile rows, 32 a tile row)."""
+    return -(-inp.num_kv_heads // TILE)
+
+
+def input_images(inp: UpdateInputs) -> dict[str, bytes]:
+    """The byte images of the program's inputs (the host runtime's): rows, positions, page table, cache."""
+    images = {"rows": as_tile_tensor(inp.rows, DataType.bfloat16).data,
+              "cur_pos": np.asarray(inp.positions, dtype="<i4").tobytes(),
+              "cache": as_tile_tensor(inp.cache).data}
+    if inp.paged:
+        images["page_table"] = inp.page_table.numpy().astype("<i4").tobytes()
+    return images
+
+
+def _circular_buffers(inp: UpdateInputs, where: CoreRangeSet) -> list[CircularBuffer]:
+    """Two slots of a tile row of new rows (bf16) and packed (cache format), one cache tile, the positions
+    and (paged) one page-table row; refuses a head_dim whose CBs exceed one core's L1."""
+    dt, cache_tile = inp.d_tiles, formats.tile_size(inp.cache_dtype)
+    f32 = DataType.float32
+    cbs = [CircularBuffer(UPDATE_CBS["rows"], where, DataType.bfloat16, 2048, 2 * dt),
+           CircularBuffer(UPDATE_CBS["packed"], where, inp.cache_dtype, cache_tile, 2 * dt),
+           CircularBuffer(UPDATE_CBS["cache"], where, inp.cache_dtype, cache_tile, 1),
+           CircularBuffer(UPDATE_CBS["pos"], where, f32, -(-4 * inp.batch // 32) * 32, 1)]
+    if inp.paged:
+        cbs.append(CircularBuffer(UPDATE_CBS["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
+    l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
+    if l1 > L1_BYTES_PER_CORE:
+        raise fail("cache_tensor", f"a head_dim and page-table width whose circular buffers fit one core's L1 "
+                   f"({L1_BYTES_PER_CORE} B)", f"D={inp.head_dim}, {inp.max_blocks} blocks needing {l1} B")
+    return cbs
+
+
+#: New rows held height-sharded in L1: (the holder cores in shard order, tiles per shard). None: DRAM.
+RowShards = Optional[tuple[tuple[CoreCoord, ...], int]]
+
+
+def build_program(inp: UpdateInputs, images: Optional[dict[str, bytes]] = None,
+                  grid: tuple[int, int] = (8, 8), rows_shards: RowShards = None) -> Program:
+    """The one program of a call; `images` None describes it without input bytes (the device path). The
+    cache is written in place; the users are dealt over the cores (`core_users`). `rows_shards`: the new
+    rows read from their L1 shards (the holders' NoC coordinates follow the reader's common arg)."""
+    users = core_users(inp.batch, grid)
+    where = CoreRangeSet.of(list(users))
+    dt, nkv, rt = inp.d_tiles, inp.num_kv_heads, kv_row_tiles(inp)
+    src = kernels_dir() / "paged_update"
+    writer_ct = {"d_tiles": dt, "num_kv_heads": nkv, "batch": inp.batch, "paged": int(inp.paged),
+                 "seq_tiles": 0 if inp.paged else inp.cache_shape[2] // TILE, "block_size": inp.block_size,
+                 "max_blocks": inp.max_blocks, "key_row_pages": int(inp.kv_pages == "key_row"),
+                 "cache_tile_bytes": formats.tile_size(inp.cache_dtype)}
+    writer_common = [BufferAddress("cache"), BufferAddress("cur_pos"), BufferAddress("page_table") if inp.paged else 0]
+    assert len(writer_common) == WRITER_COMMON_ARGS
+    per_core = {c: [len(u), *u] for c, u in users.items()}
+    reader_common: list = [BufferAddress("rows")]
+    defines = {}
+    if rows_shards is not None:
+        holders, pages = rows_shards
+        defines = {"ROWS_SHARDS": str(len(holders)), "ROWS_SHARD_PAGES": str(pages),
+                   "ROWS_SHARD_ARGS": str(len(reader_common))}
+        reader_common += [a for c in holders for a in (NocX(c), NocY(c))]
+    kernels = [
+        Kernel("update_reader", src / "reader.cpp", KernelKind.READER, where, runtime_args=per_core,
+               common_runtime_args=reader_common, defines=defines,
+               named_compile_time_args={"d_tiles": dt, "kv_row_tiles": rt}),
+        Kernel("update_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=dict(per_core),
+               common_runtime_args=writer_common, named_compile_time_args=writer_ct),
+        Kernel("update_compute", src / "compute.cpp", KernelKind.COMPUTE, where,
+               runtime_args={c: [len(u)] for c, u in users.items()}, compute=COMPUTE,
+               named_compile_time_args={"d_tiles": dt, "kv_row_tiles": rt}),
+    ]
+    return Program(kernels=kernels, circular_buffers=_circular_buffers(inp, where), semaphores=[],
+                   tensors=_tensors(inp, images, rows_shards))
+
+
+def _tensors(inp: UpdateInputs, images: Optional[dict[str, bytes]], rows_shards: RowShards) -> list[DramTensor]:
+    """The tensors: the new rows [1, B, NKV, D] bf16 (in DRAM or L1 shards), the positions, (paged) the page
+    table, the cache written in place; their bytes from `images` (None: described without bytes)."""
+    image: Any = (lambda name: None) if images is None else images.__getitem__
+    b, rows_shape = inp.batch, (1, inp.batch, inp.num_kv_heads, inp.head_dim)
+    f32 = DataType.float32
+    tensors = [
+        DramTensor("rows", DataType.bfloat16, 2048, formats.num_tiles(rows_shape), rows_shape, "tile", image("rows"),
+                   shard_cores=() if rows_shards is None else tuple(rows_shards[0]),
+                   shard_pages=0 if rows_shards is None else rows_shards[1]),
+        DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
+    ]
+    if inp.paged:
+        tensors.append(DramTensor("page_table", f32, 4 * inp.max_blocks, b, (b, inp.max_blocks), "row_major",
+                                  image("page_table"), element_type="int32"))
+    tensors.append(kv_cache_tensor("cache", inp.cache_dtype, inp.cache_shape, inp.kv_pages, image("cache"),
+                                   in_place=True))
+    return tensors
