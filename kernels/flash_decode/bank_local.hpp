@@ -79,8 +79,8 @@ struct BankLocal {
     }
 
     // The view of piece `index` of (user at cur_pos, kv_head); `window` is the span's, `token_window` each
-    // token's (the masks, as piece_masks). With more pieces than banks held, a bank's readers (sub-pieces)
-    // take its tiles in turn (common.hpp BankView).
+    // token's (the masks, as piece_masks). With more pieces than banks held, the readers of a group of
+    // banks (sub-pieces) take the group's tiles in turn (common.hpp BankView).
     BankView view(volatile tt_l1_ptr int32_t* row, int32_t cur_pos, uint32_t kv_head, uint32_t index, uint32_t pieces,
                   uint32_t fixed_chunk_tiles, uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap,
                   uint32_t token_window, uint32_t tokens) const {
@@ -114,11 +114,19 @@ struct BankLocal {
                 own_total += counts[held[j]];
             }
         } else {
-            const uint32_t r = index % num_held;
-            v.sub = index / num_held;
-            v.subs = (used - r + num_held - 1) / num_held;
-            v.own_banks = 1u << held[r];
-            own_total = counts[held[r]];
+            // G = gcd(used, num_held) groups of banks; the group's pieces deal its tiles in turn
+            uint32_t groups = used;
+            for (uint32_t rest = num_held; rest != 0;) {
+                const uint32_t next = groups % rest;
+                groups = rest;
+                rest = next;
+            }
+            v.sub = index / groups;
+            v.subs = used / groups;
+            for (uint32_t j = index % groups; j < num_held; j += groups) {
+                v.own_banks |= 1u << held[j];
+                own_total += counts[held[j]];
+            }
         }
         v.num_tiles = (own_total - v.sub + v.subs - 1) / v.subs;
         // the masked tiles the piece owns (piece_masks' tiles), with their places in its own list: the tile's

@@ -8,9 +8,11 @@ bank k % NB, so logical key tile t of head h of a user with page-table row pt si
 the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32:
 3 banks, block 64: 6, block 128: 12; one KV head: 12. Of P pieces (up to 4 |R_h|), used = min(P,
 max(1, T // floor), |L| x min c_b) get keys (L: the banks of R_h holding attended tiles, ascending, c_b
-tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| reads every subs-th
-tile of bank L[i % |L|] (`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile count n_i, so a page table that crowds a head's tiles into
-few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
+tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| (G = gcd(used, |L|)
+groups of banks) reads every subs-th tile (subs = used // G) of the banks L[j] with j % G == i % G
+(`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile
+count n_i, so a page table that crowds a head's tiles into few banks costs max(n_i) / mean(n_i)
+(`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
@@ -24,6 +26,7 @@ the slowest piece, its core and its tree bound the step. All figures are MODEL E
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
@@ -127,11 +130,15 @@ def bank_counts(pt_row: Sequence[int], tiles: int, head: int, num_kv_heads: int,
     return np.bincount(tile_banks(pt_row, 0, tiles, head, num_kv_heads, block_tiles, banks), minlength=banks)
 
 
-def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int) -> PieceOwnership:
+def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
+                    order: Optional[np.ndarray] = None) -> PieceOwnership:
     """The split of one (user, KV head) over `pieces` pieces from its bank counts (core.split.bank_local_view's
-    rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for j % used == i; with used > |L| piece
-    i reads bank L[i % |L|] as sub-piece i // |L| of subs = ceil((used - i % |L|) / |L|), every subs-th of
-    the bank's tiles; pieces i >= used are empty."""
+    rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for
+    j % used == i; with used > |L|, in G = gcd(used, |L|) groups, piece i owns L[j] for j % G == i % G as
+    sub-piece i // G of subs = used // G, every subs-th of the group's tiles (n_i = ceil((group tiles -
+    i // G) / subs)); pieces i >= used are empty. `order`: the banks of the attended tiles in logical order
+    (tile_banks), which gives a multi-bank sub-piece's tiles per bank exactly (else split by the banks'
+    counts)."""
     live = [b for b in reach if counts[b] > 0]
     total = int(sum(int(counts[b]) for b in reach))
     if not total:
@@ -140,14 +147,29 @@ def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor
     fewest = min(int(counts[b]) for b in live)
     used = min(pieces, max(1, total // max(1, floor)), nb * fewest)
     if used > nb:
-        banks = tuple((live[i % nb],) if i < used else () for i in range(pieces))
-        subs = [-(-(used - r) // nb) for r in range(nb)]
-        shares = tuple((-(-(int(counts[bk[0]]) - i // nb) // subs[i % nb]),) if bk else ()
+        groups = math.gcd(used, nb)
+        subs = used // groups
+        banks = tuple(tuple(live[i % groups::groups]) if i < used else () for i in range(pieces))
+        shares = tuple(_sub_piece_tiles(counts, bk, i // groups, subs, order) if bk else ()
                        for i, bk in enumerate(banks))
         return PieceOwnership(used, banks, shares)
     banks = tuple(tuple(live[j] for j in range(nb) if j % used == i) if i < used else ()
                   for i in range(pieces))
     return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks))
+
+
+def _sub_piece_tiles(counts: np.ndarray, banks: tuple[int, ...], sub: int, subs: int,
+                     order: Optional[np.ndarray]) -> tuple[int, ...]:
+    """Tiles per bank of sub-piece `sub` of `subs` over `banks` (the o-th of their tiles, o % subs == sub):
+    exact from `order`, else the piece's n_i shared out by the banks' counts."""
+    if order is not None:
+        mine = order[np.isin(order, banks)][sub::subs]
+        return tuple(int(np.count_nonzero(mine == b)) for b in banks)
+    group = sum(int(counts[b]) for b in banks)
+    n = -(-(group - sub) // subs)
+    out = [int(counts[b]) * n // group for b in banks]
+    out[0] += n - sum(out)
+    return tuple(out)
 
 
 def sequential_page_table(batch: int, blocks_per_user: int) -> np.ndarray:
@@ -174,9 +196,10 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
             continue
         for h in range(s.num_kv_heads):
             reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
-            counts = bank_counts(page_table[user], t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            order = tile_banks(page_table[user], 0, t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            counts = np.bincount(order, minlength=s.dram_banks)
             p = per_bank * len(reach) if pieces is None else pieces
-            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor), counts, reach)
+            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, order), counts, reach)
     return out
 
 
