@@ -425,6 +425,45 @@ def test_groups_of_banks_fetch_their_own_tiles_and_equal_the_reference(nkv: int,
         assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
 
 
+@pytest.mark.parametrize("pieces", [16, 6])
+def test_the_first_piece_reads_its_first_chunks_before_the_pass_ends(pieces: int) -> None:
+    """Long contexts on a sequential table (every bank of R_h settles within the first counted blocks): the
+    reader of every core whose first piece holds a whole chunk requests that piece's first chunk, or two,
+    before it pushes the views (the rest of the row is counted while they land); the output equals the
+    reference."""
+    b, nh, nkv, s, d, block, kv = 3, 8, 1, 4096, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(21)
+    pos = [4095, 2500, 3333]
+    max_blocks = s // block
+    table = sequential_table(b, max_blocks)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                key_row_pieces=pieces, max_cores_per_head_batch=None)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, b * max_blocks, nkv, block, d, kv), pool(gen, b * max_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "early chunks")
+    tile = tile_size(kv)
+    early = whole = twice = 0
+    for core, placed in plan.core_pieces.items():
+        if not placed:
+            continue
+        first = placed[0]
+        view = plan.bank_local_view(pos[first.user], table[first.user].tolist(), first.kv_head, first.index)
+        before = 0
+        for e in result.counters.kernel(core, KernelKind.READER).events:
+            if int(e["op"]) == 12 and int(e["peer"]) == 26:  # cb_push of the views page (cb_view_compute)
+                break
+            if int(e["op"]) == 1 and int(e["amount"]) == tile:
+                before += int(e["count"])
+        chunks = min(2, view.num_tiles // view.chunk_tiles)
+        assert before == chunks * view.chunk_tiles * (plan.d_tiles + plan.dv_tiles), f"core ({core.x},{core.y})"
+        early += before > 0
+        whole += chunks > 0
+        twice += chunks == 2
+    assert early == whole > 0
+    assert pieces == 16 or twice > 0, "6 pieces of 20-odd tiles: two chunks ahead"
+
+
 def test_sub_pieces_keep_a_users_output_whatever_the_other_users() -> None:
     """Batch invariance with 4 readers per bank: user 0's output bits stay the same when the other users'
     positions and page-table rows change (the second run on a perturbed schedule)."""

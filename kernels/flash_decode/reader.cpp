@@ -261,10 +261,87 @@ void kernel_main() {
         writer_views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_writer));
     }
     BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> banks;
+    // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t, so Q . K^T
+    // takes a block of key tiles per matmul_block call (consecutive in1 tiles for one d); with MLA tile (t, d)
+    // sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
+    constexpr uint32_t k_t_stride = mla ? d_tiles : 1;
+    constexpr uint32_t k_d_stride = mla ? 1 : max_chunk_tiles;
+    // Bank-local: the first one or two chunks of the core's first piece are requested as soon as its user's
+    // counted blocks settle its split (BankLocal::settled), and land while the pass counts the rest of the row;
+    // the pass takes the other users' rows first, so no row read waits for them.
+    uint32_t early_chunks = 0;  // chunks of piece 0 requested during the pass
+    uint32_t early_cursor = 0;  // its walk's state after them
+    uint32_t early_turn = 0;
+    uint32_t early_keys[bank_local ? 2 * max_chunk_tiles : 1];
+    // Count the row (checked inside the pool) of piece 0's user until the piece's split settles, then walk to
+    // the piece's first whole chunk, or two, and request them into its K and V slots (reserved here, pushed by
+    // the chunk loop); returns how many (0: the split did not settle, or the piece has no whole chunk).
+    const auto read_early = [&](volatile tt_l1_ptr int32_t* row, uint32_t user, uint32_t kv_head,
+                                uint32_t index) -> uint32_t {
+        constexpr uint32_t step = 32;  // blocks counted between checks
+        const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
+        while (!banks.settled(row, kv_head, pieces_per_work, floor)) {
+            if (banks.counted_all()) {
+                return 0;
+            }
+            banks.count_to(row, banks.counted + step);
+        }
+        const int32_t pos = positions[user];
+        const BankView v = banks.view(row, pos, kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
+                                      min_chunk_tiles, chunk_cap, token_window, tokens);
+        if (index >= v.used) {
+            return 0;
+        }
+        // the piece's first tiles, up to two whole chunks (the walk's state kept after each)
+        uint32_t chunks = 0;
+        uint32_t found = 0;
+        uint32_t turn = 0;
+        for (uint32_t cursor = window_first_tile(pos, window); cursor <= banks.last && chunks < 2; ++cursor) {
+            if ((v.own_banks >> banks.bank(row, kv_head, cursor)) & 1u) {
+                const bool mine = turn == v.sub;
+                turn = turn + 1 == v.subs ? 0 : turn + 1;
+                if (mine) {
+                    early_keys[chunks * max_chunk_tiles + found] = cursor;
+                    if (++found == v.chunk_tiles) {
+                        found = 0;
+                        ++chunks;
+                        early_cursor = cursor + 1;
+                        early_turn = turn;
+                    }
+                }
+            }
+        }
+        if (chunks == 0) {
+            return 0;
+        }
+        cb_reserve_back(cb_k, chunks * k_slot_tiles);
+        if constexpr (!mla) {
+            cb_reserve_back(cb_v, chunks * v_slot_tiles);
+        }
+        for (uint32_t c = 0; c < chunks; ++c) {
+            for (uint32_t t = 0; t < v.chunk_tiles; ++t) {
+                const uint32_t page = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                    row, 0, kv_head, early_keys[c * max_chunk_tiles + t]);
+                for (uint32_t d = 0; d < d_tiles; ++d) {
+                    noc_async_read(k_gen.get_noc_addr(page, d * kv_tile_bytes),
+                                   get_write_ptr(cb_k) + (c * k_slot_tiles + t * k_t_stride + d * k_d_stride) * kv_tile_bytes,
+                                   kv_tile_bytes);
+                }
+                if constexpr (!mla) {
+                    for (uint32_t d = 0; d < dv_tiles; ++d) {
+                        noc_async_read(v_gen.get_noc_addr(page, d * kv_tile_bytes),
+                                       get_write_ptr(cb_v) + (c * v_slot_tiles + t * v_row_tiles + d) * kv_tile_bytes,
+                                       kv_tile_bytes);
+                    }
+                }
+            }
+        }
+        return chunks;
+    };
     if constexpr (paged) {
         volatile tt_l1_ptr int32_t* row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table));
         uint32_t checked = batch;  // the user whose row was checked last
-        for (uint32_t p = 0; p < num_pieces; ++p) {
+        const auto pass_piece = [&](uint32_t p) {
             const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
             const int32_t pos = positions[user];
             if (user != checked && pos >= 0) {
@@ -281,7 +358,7 @@ void kernel_main() {
                 }
                 if constexpr (bank_local) {
                     if (positions[user] >= 0) {
-                        banks.count_user(row, window_first_tile(pos, window), (uint32_t)pos / TILE);
+                        banks.begin_user(window_first_tile(pos, window), (uint32_t)pos / TILE);
                     }
                 }
             }
@@ -290,11 +367,32 @@ void kernel_main() {
                 const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
                 BankView v{};
                 if (positions[user] >= 0) {
+                    if (p == 0 && !has_attn_mask) {
+                        early_chunks = read_early(row, user, kv_head, index);
+                    }
+                    banks.count_to(row, banks.end_block);
                     v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
                                    min_chunk_tiles, chunk_cap, token_window, tokens);
                 }
                 store_view(views, p, v);
                 store_view(writer_views, p, v);
+            }
+        };
+        if constexpr (bank_local) {
+            const uint32_t first_user = num_pieces > 0 ? get_arg_val<uint32_t>(piece_args_base) : batch;
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                if (get_arg_val<uint32_t>(piece_args_base + p * args_per_piece) != first_user) {
+                    pass_piece(p);
+                }
+            }
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                if (get_arg_val<uint32_t>(piece_args_base + p * args_per_piece) == first_user) {
+                    pass_piece(p);
+                }
+            }
+        } else {
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                pass_piece(p);
             }
         }
     }
@@ -403,24 +501,18 @@ void kernel_main() {
         // Bank-local: a cursor over the user's attended tiles, stopping at the piece's own (the view's banks'
         // tiles whose ordinal o has o % subs == sub; `turn` is o % subs, kept without a division); each
         // chunk's key tiles are listed once, for K, V, the mask rows and the stale rows.
-        uint32_t cursor = window_first_tile(cur_pos, window);
-        uint32_t turn = 0;
+        // The first early_chunks chunks of piece 0 were requested during the pass (their keys in early_keys).
+        uint32_t cursor = p == 0 && early_chunks > 0 ? early_cursor : window_first_tile(cur_pos, window);
+        uint32_t turn = p == 0 && early_chunks > 0 ? early_turn : 0;
         uint32_t chunk_keys[bank_local ? max_chunk_tiles : 1];
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t chunk_first = c * range.chunk_tiles;  // the chunk's first tile is the piece's tile_at(chunk_first)
             const uint32_t tiles = range.tiles_in_chunk(c);
+            const bool early = bank_local && p == 0 && c < early_chunks;
             if constexpr (bank_local) {
                 for (uint32_t t = 0; t < tiles; ++t) {
-                    for (;; ++cursor) {
-                        if ((view.own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u) {
-                            const bool mine = turn == view.sub;
-                            turn = turn + 1 == view.subs ? 0 : turn + 1;
-                            if (mine) {
-                                break;
-                            }
-                        }
-                    }
-                    chunk_keys[t] = cursor++;
+                    chunk_keys[t] = early ? early_keys[c * max_chunk_tiles + t]
+                                          : banks.next_tile(page_table_row, kv_head, view, cursor, turn);
                 }
             }
             // the key tile that is the chunk's t-th
@@ -467,14 +559,12 @@ void kernel_main() {
                 }
             };
 
-            // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t,
-            // so Q . K^T takes a block of key tiles per matmul_block call (consecutive in1 tiles for one
-            // d); with MLA tile (t, d) sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
-            constexpr uint32_t k_t_stride = mla ? d_tiles : 1;
-            constexpr uint32_t k_d_stride = mla ? 1 : max_chunk_tiles;
+            // K (the slot layout: k_t_stride, k_d_stride above)
             cb_reserve_back(cb_k, k_slot_tiles);
             const uint32_t k_slot = get_write_ptr(cb_k);
-            read_rows(k_gen, k_slot, d_tiles, k_t_stride, k_d_stride);
+            if (!early) {
+                read_rows(k_gen, k_slot, d_tiles, k_t_stride, k_d_stride);
+            }
             // The mask rows of the chunk's keys, laid out [q tile row][key tile] like the scores the
             // compute kernel adds them to (a whole slot per chunk, like K and V). Rows past the group
             // hold whatever the slot held: they meet only the zero q rows and never reach the output.
@@ -509,7 +599,9 @@ void kernel_main() {
             if constexpr (!mla) {
                 cb_reserve_back(cb_v, v_slot_tiles);
                 const uint32_t v_slot = get_write_ptr(cb_v);
-                read_rows(v_gen, v_slot, dv_tiles, v_row_tiles, 1);
+                if (!early) {
+                    read_rows(v_gen, v_slot, dv_tiles, v_row_tiles, 1);
+                }
                 noc_async_read_barrier();
                 zero_stale(v_slot, dv_tiles, v_row_tiles, 1);
                 cb_push_back(cb_v, v_slot_tiles);
