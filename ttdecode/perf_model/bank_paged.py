@@ -17,7 +17,9 @@ count n_i, so a page table that crowds a head's tiles into few banks costs max(n
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
 walk over the page-table row on the issue side), its bytes per bank; per core the reader's up-front pass
-over each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE); the
+over each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE), less the
+count of its first piece's user's row past the settled prefix, which runs while that piece's first chunks land
+(`_setup_cycles`); the
 merge trees over each (user, KV head)'s pieces. `evaluate_paged` prices it with every bank shared fairly
 by its readers (`evaluator.shared_bank_floors` at a bank's bank-local rate, DRAMTile's 265.5 / 12 GB/s):
 the slowest piece, its core and its tree bound the step. All figures are MODEL ESTIMATES.
@@ -319,6 +321,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     msg = pc.q_tiles * (d + 2) * 1024 * im * pc.q_tile_rows // 32
     merge = merge_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.dst_tiles, pc.q_tile_rows, im)
     owns = _ownerships(s, pc, page_table, pieces, per_bank)
+    first: dict[CoreCoord, tuple[int, int, int, int, tuple[int, ...], int]] = {}
     most = 0
     for (user, h), (own, _, _) in owns.items():
         t = valid_tiles(s.cur_pos[user])
@@ -329,6 +332,8 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             core = placer.core(user, h, i, own.banks[i])
             where.append(core)
             n = own.tiles[i]
+            if core not in works:
+                first[core] = (user, h, n, chunk, own.banks[i], own.used)
             w = works.setdefault(core, CoreWork([], np.zeros(nb), {}, {}, 0, 0, 0, bank_local=True))
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
@@ -346,13 +351,49 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
         for i in range(own.used):
             for _ in tree_children(i, own.used):
                 _add_ops(works[where[i]].merge, merge)
+    readers = np.count_nonzero([w.bank_bytes > 0 for w in works.values()], axis=0)
     for core, w in works.items():
         w.index_reads = (("dram", 4 * s.batch),) + tuple(("dram", 4 * s.entries(u)) for u in sorted(users[core]))
-        w.setup_cycles = sum(s.entries(u) for u in users[core]) * c.page_table_pass_entry_cycles
+        w.setup_cycles = _setup_cycles(s, pc, page_table, users[core], first[core], readers, c)
     worst, mean = piece_imbalance(s, pc, page_table, pieces, per_bank)
     counts_out = {"pieces_with_keys": float(most), "imbalance_worst": worst, "imbalance_mean": mean,
                   "cores": float(len(works))}
     return list(works.values()), Reduction((), dict(merge), tuple(sorted(trees, key=repr))), counts_out
+
+
+def _settled_entries(s: PagedShape, user: int, h: int, pt_row: Sequence[int], used: int) -> Optional[int]:
+    """Page-table entries the reader counts, 32 blocks at a time, before (user, head h)'s split settles
+    (BankLocal::settled: every bank of R_h holds a counted tile and |R_h| x the fewest >= `used`, which fixes
+    used and each piece's banks); None when it settles only with the whole row."""
+    entries = s.entries(user)
+    reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+    order = tile_banks(pt_row, 0, valid_tiles(s.cur_pos[user]), h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+    for blocks in range(32, entries, 32):
+        counts = np.bincount(order[: blocks * s.block_tiles], minlength=s.dram_banks)[list(reach)]
+        if counts.min() > 0 and len(reach) * counts.min() >= used:
+            return blocks
+    return None
+
+
+def _setup_cycles(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, users: set[int],
+                  first: tuple[int, int, int, int, tuple[int, ...], int], readers: np.ndarray,
+                  c: CostConstants) -> float:
+    """The reader's pass before its reads go on (CoreWork.setup_cycles): every page-table entry of the core's
+    users at page_table_pass_entry_cycles, except that of its first piece's user the count of the entries past
+    the settled prefix (the pass's cycles less the guard's page_table_guard_entry_cycles) runs while that
+    piece's first whole chunks (one or two, K and V) land, at the piece's share of its banks (bank_rate over
+    the cores reading each bank, at most the core's read plateau); the evaluator then charges those chunks'
+    reads after the setup, so the overlap is taken off here."""
+    user, h, n, chunk, banks, used = first
+    serial = sum(s.entries(u) for u in users) * c.page_table_pass_entry_cycles
+    prefix = _settled_entries(s, user, h, page_table[user], used)
+    ahead = min(2, n // chunk)
+    if prefix is None or ahead == 0:
+        return serial
+    rest = (s.entries(user) - prefix) * (c.page_table_pass_entry_cycles - c.page_table_guard_entry_cycles)
+    rate = min(c.core_read_plateau_bytes_per_cycle, sum(bank_rate(c) / max(1, int(readers[b])) for b in banks))
+    landing = ahead * chunk * 2 * s.d_tiles * s.kv_tile_bytes / rate
+    return serial - min(rest, landing)
 
 
 def bank_rate(c: CostConstants = COST) -> float:
