@@ -464,6 +464,36 @@ def test_the_first_piece_reads_its_first_chunks_before_the_pass_ends(pieces: int
     assert pieces == 16 or twice > 0, "6 pieces of 20-odd tiles: two chunks ahead"
 
 
+@pytest.mark.parametrize("schedule_seed", [None, 7])
+def test_later_users_views_are_counted_while_the_pieces_before_them_read(schedule_seed) -> None:
+    """Llama-8B-like heads (8 KV heads, blocks of 32: 3 pieces each) for 6 users on a random page table: each
+    core holds pieces of several users; the pass counts their rows only until each split settles, and the
+    rest while the piece before reads (the row requested after the views go). The output equals the
+    reference (a skipped user, positions at a block's last and first key), on a perturbed schedule too."""
+    b, nh, nkv, s, d, block, kv = 6, 16, 8, 2048, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(3)
+    pos = [2047, -1, 1535, 1536, 2000, 1900]
+    max_blocks, num_blocks = s // block, b * (s // block) + 9
+    table = shuffled_table(b, max_blocks, num_blocks, seed=4)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv, key_row_pieces=3,
+                min_chunk_tiles=1)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block, schedule_seed=schedule_seed)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "counted while reading")
+    row_bytes = 4 * max_blocks
+    later = 0
+    for core in plan.core_pieces:
+        pushed = False
+        for e in result.counters.kernel(core, KernelKind.READER).events:
+            if int(e["op"]) == 12 and int(e["peer"]) == 26:
+                pushed = True
+            elif pushed and int(e["op"]) == 1 and int(e["amount"]) == row_bytes:
+                later += 1
+                break
+    assert later >= 16, f"cores counting a later user's row after the views go: {later}"
+
+
 def test_sub_pieces_keep_a_users_output_whatever_the_other_users() -> None:
     """Batch invariance with 4 readers per bank: user 0's output bits stay the same when the other users'
     positions and page-table rows change (the second run on a perturbed schedule)."""

@@ -273,18 +273,26 @@ void kernel_main() {
     uint32_t early_cursor = 0;  // its walk's state after them
     uint32_t early_turn = 0;
     uint32_t early_keys[bank_local ? 2 * max_chunk_tiles : 1];
+    // Count the user's row (checked inside the pool) 32 blocks at a time until the split of (user, kv_head)
+    // settles (BankLocal::settled) or the row is counted; whether it settled.
+    const auto settle = [&](volatile tt_l1_ptr int32_t* row, uint32_t kv_head) -> bool {
+        constexpr uint32_t step = 32;
+        const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
+        while (!banks.settled(row, kv_head, pieces_per_work, floor)) {
+            if (banks.counted_all()) {
+                return false;
+            }
+            banks.count_to(row, banks.counted + step);
+        }
+        return true;
+    };
     // Count the row (checked inside the pool) of piece 0's user until the piece's split settles, then walk to
     // the piece's first whole chunk, or two, and request them into its K and V slots (reserved here, pushed by
     // the chunk loop); returns how many (0: the split did not settle, or the piece has no whole chunk).
     const auto read_early = [&](volatile tt_l1_ptr int32_t* row, uint32_t user, uint32_t kv_head,
                                 uint32_t index) -> uint32_t {
-        constexpr uint32_t step = 32;  // blocks counted between checks
-        const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
-        while (!banks.settled(row, kv_head, pieces_per_work, floor)) {
-            if (banks.counted_all()) {
-                return 0;
-            }
-            banks.count_to(row, banks.counted + step);
+        if (!settle(row, kv_head)) {
+            return 0;
         }
         const int32_t pos = positions[user];
         const BankView v = banks.view(row, pos, kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
@@ -338,6 +346,7 @@ void kernel_main() {
         }
         return chunks;
     };
+    const uint32_t first_user = num_pieces > 0 ? get_arg_val<uint32_t>(piece_args_base) : batch;
     if constexpr (paged) {
         volatile tt_l1_ptr int32_t* row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table));
         uint32_t checked = batch;  // the user whose row was checked last
@@ -367,19 +376,26 @@ void kernel_main() {
                 const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
                 BankView v{};
                 if (positions[user] >= 0) {
-                    if (p == 0 && !has_attn_mask) {
-                        early_chunks = read_early(row, user, kv_head, index);
+                    // the first piece's user is counted whole (its first chunks land meanwhile); another user's
+                    // pieces only until their split settles: their own tiles and masks are counted while the
+                    // piece before them reads (the chunk loop), their used, banks and chunk are final here
+                    if (user == first_user) {
+                        if (p == 0 && !has_attn_mask) {
+                            early_chunks = read_early(row, user, kv_head, index);
+                        }
+                        banks.count_to(row, banks.end_block);
+                    } else {
+                        settle(row, kv_head);
                     }
-                    banks.count_to(row, banks.end_block);
                     v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
                                    min_chunk_tiles, chunk_cap, token_window, tokens);
+                    v.deferred = index < v.used && !banks.counted_all() ? 1 : 0;
                 }
                 store_view(views, p, v);
                 store_view(writer_views, p, v);
             }
         };
         if constexpr (bank_local) {
-            const uint32_t first_user = num_pieces > 0 ? get_arg_val<uint32_t>(piece_args_base) : batch;
             for (uint32_t p = 0; p < num_pieces; ++p) {
                 if (get_arg_val<uint32_t>(piece_args_base + p * args_per_piece) != first_user) {
                     pass_piece(p);
@@ -396,7 +412,51 @@ void kernel_main() {
             }
         }
     }
+    // Bank-local: two page-table row buffers (cb_page_table's two pages). The chunk loop walks the current
+    // piece's user's row in one while, in the other, the reader counts the row of the next piece with keys
+    // whose view waits for it (deferred), a slice per chunk beside the chunk's reads, and completes that view
+    // before the current piece's last chunk goes: the compute kernel and the writer read a piece's view only
+    // once the pieces before it are done, so the view is whole by then.
+    constexpr uint32_t row_stride = (page_table_row_bytes + 31) / 32 * 32;
+    uint32_t row_user[2] = {batch, batch};  // the user whose row each buffer holds (batch: none)
+    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> row_counts[2];
+    const auto row_at = [&](uint32_t b) -> volatile tt_l1_ptr int32_t* {
+        return reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table) + b * row_stride);
+    };
+    const auto piece_arg = [&](uint32_t q, uint32_t i) { return get_arg_val<uint32_t>(piece_args_base + q * args_per_piece + i); };
+    // Piece q's view from buffer b's whole count.
+    const auto complete = [&](uint32_t q, uint32_t b) {
+        const BankView v = row_counts[b].view(row_at(b), positions[piece_arg(q, 0)], piece_arg(q, 1), piece_arg(q, 2),
+                                              pieces_per_work, fixed_chunk_tiles, window, min_chunk_tiles, chunk_cap,
+                                              token_window, tokens);
+        store_view(views, q, v);
+        store_view(writer_views, q, v);
+    };
+    // Request the user's row into buffer b (landing at the next barrier), none of it counted yet.
+    const auto fetch_row = [&](uint32_t user, uint32_t b) {
+        noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table) + b * row_stride,
+                       page_table_row_bytes);
+        row_user[b] = user;
+        row_counts[b].begin_user(window_first_tile(positions[user], window), (uint32_t)positions[user] / TILE);
+    };
     if constexpr (bank_local) {
+        if (num_pieces > 0 && positions[first_user] >= 0) {
+            row_user[0] = first_user;  // the pass ended on it, counted whole
+            row_counts[0] = banks;
+        }
+        // the first piece with keys has its whole view before the views go
+        for (uint32_t q = 0; q < num_pieces; ++q) {
+            const BankView v = load_view(views, q);
+            if (piece_arg(q, 2) < v.used) {
+                if (v.deferred) {
+                    fetch_row(piece_arg(q, 0), 1);
+                    noc_async_read_barrier();
+                    row_counts[1].count_to(row_at(1), row_counts[1].end_block);
+                    complete(q, 1);
+                }
+                break;
+            }
+        }
         cb_push_back(cb_view_compute, 1);
         cb_push_back(cb_view_writer, 1);
     }
@@ -465,13 +525,52 @@ void kernel_main() {
         // Q waits for the first chunk's K: one barrier (one DRAM latency) for both, since the compute
         // kernel needs both to start. A new page-table row must land before any K address uses it.
         bool q_pending = true;
-        if constexpr (paged) {
+        // Bank-local: the next piece with keys whose view waits for its user's count (counted in buffer
+        // target_in during this piece's chunks), if any.
+        uint32_t target = num_pieces;
+        uint32_t target_in = 0;
+        if constexpr (bank_local) {
+            uint32_t row_in = row_user[1] == user ? 1 : 0;
+            if (row_user[row_in] != user) {
+                fetch_row(user, row_in);
+                q_pending = false;
+            }
+            page_table_row = row_at(row_in);
+            uint32_t q = p + 1;
+            while (q < num_pieces && piece_arg(q, 2) >= load_view(views, q).used) {
+                ++q;
+            }
+            if (q < num_pieces && load_view(views, q).deferred) {
+                const uint32_t next_user = piece_arg(q, 0);
+                if (row_user[row_in] == next_user && row_counts[row_in].counted_all()) {
+                    complete(q, row_in);
+                } else {
+                    target = q;
+                    target_in = row_in ^ 1;
+                    fetch_row(next_user, target_in);
+                }
+            }
+        } else if constexpr (paged) {
             if (user != page_table_user) {
                 noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
                 page_table_user = user;
                 q_pending = false;
             }
         }
+        // A slice of the target's count beside chunk c's reads (its row landed with the first chunk); the
+        // whole count and the target's view before the last chunk goes.
+        const auto advance = [&](uint32_t c, uint32_t chunks) {
+            if (target == num_pieces) {
+                return;
+            }
+            auto& counts = row_counts[target_in];
+            const uint32_t rest = counts.counted < counts.end_block ? counts.end_block - counts.counted : 0;
+            counts.count_to(row_at(target_in), counts.counted + (rest + chunks - c - 1) / (chunks - c));
+            if (c + 1 == chunks) {
+                complete(target, target_in);
+                target = num_pieces;
+            }
+        };
         if constexpr (has_sink) {
             // The root folds the sink into its denominator: the group's rows of the sink tiles.
             if (index == 0) {
@@ -588,6 +687,9 @@ void kernel_main() {
                 push_q();
                 q_pending = false;
             }
+            if constexpr (bank_local && mla) {
+                advance(c, range.num_chunks);
+            }
             zero_stale(k_slot, d_tiles, k_t_stride, k_d_stride);
             if constexpr (has_attn_mask) {
                 cb_push_back(cb_attn_mask, mask_slot_tiles);
@@ -601,6 +703,9 @@ void kernel_main() {
                 const uint32_t v_slot = get_write_ptr(cb_v);
                 if (!early) {
                     read_rows(v_gen, v_slot, dv_tiles, v_row_tiles, 1);
+                }
+                if constexpr (bank_local) {
+                    advance(c, range.num_chunks);
                 }
                 noc_async_read_barrier();
                 zero_stale(v_slot, dv_tiles, v_row_tiles, 1);
