@@ -16,10 +16,11 @@ count n_i, so a page table that crowds a head's tiles into few banks costs max(n
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
-walk over the page-table row on the issue side), its bytes per bank; per core the reader's up-front pass
-over each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE), less the
-count of its first piece's user's row past the settled prefix, which runs while that piece's first chunks land
-(`_setup_cycles`); the
+walk over the page-table row on the issue side), its bytes per bank; per core the reader's pass over
+each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE): the guard of
+every row and the count of its first piece's user's row before the first reads (the count past the settled
+prefix while that piece's first chunks land), another user's row counted up to its settled prefix there and
+the rest beside the reads of the piece before it (`_setup_cycles`); the
 merge trees over each (user, KV head)'s pieces. `evaluate_paged` prices it with every bank shared fairly
 by its readers (`evaluator.shared_bank_floors` at a bank's bank-local rate, DRAMTile's 265.5 / 12 GB/s):
 the slowest piece, its core and its tree bound the step. All figures are MODEL ESTIMATES.
@@ -315,7 +316,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     d, kv, nb = s.d_tiles, s.kv_tile_bytes, s.dram_banks
     placer = _Placer(s.grid, nb, placement)
     works: dict[CoreCoord, CoreWork] = {}
-    users: dict[CoreCoord, set[int]] = defaultdict(set)
+    users: dict[CoreCoord, dict[int, tuple[int, int]]] = defaultdict(dict)  # per core: user -> its first (head, used)
     trees: set[Tree] = set()
     im = intermediate_bytes(pc.fp32_dest_acc_en)
     msg = pc.q_tiles * (d + 2) * 1024 * im * pc.q_tile_rows // 32
@@ -342,7 +343,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             w.kv_bytes += n * 2 * d * kv
             w.chunks += 2 * -(-n // chunk)
             w.cb_handshakes += 4 * -(-n // chunk) + 2
-            users[core].add(user)
+            users[core].setdefault(user, (h, own.used))
 
         def node(i: int) -> Tree:
             return tuple((msg, noc_hops(where[ch], where[i]), node(ch)) for _, ch in tree_children(i, own.used))
@@ -354,7 +355,8 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     readers = np.count_nonzero([w.bank_bytes > 0 for w in works.values()], axis=0)
     for core, w in works.items():
         w.index_reads = (("dram", 4 * s.batch),) + tuple(("dram", 4 * s.entries(u)) for u in sorted(users[core]))
-        w.setup_cycles = _setup_cycles(s, pc, page_table, users[core], first[core], readers, c)
+        w.setup_cycles, later = _setup_cycles(s, page_table, users[core], first[core], readers, c)
+        w.read_groups = _with_issue_work(w.read_groups, later / c.dram_request_issue_cycles)
     worst, mean = piece_imbalance(s, pc, page_table, pieces, per_bank)
     counts_out = {"pieces_with_keys": float(most), "imbalance_worst": worst, "imbalance_mean": mean,
                   "cores": float(len(works))}
@@ -375,25 +377,43 @@ def _settled_entries(s: PagedShape, user: int, h: int, pt_row: Sequence[int], us
     return None
 
 
-def _setup_cycles(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, users: set[int],
+def _setup_cycles(s: PagedShape, page_table: np.ndarray, users: Mapping[int, tuple[int, int]],
                   first: tuple[int, int, int, int, tuple[int, ...], int], readers: np.ndarray,
-                  c: CostConstants) -> float:
-    """The reader's pass before its reads go on (CoreWork.setup_cycles): every page-table entry of the core's
-    users at page_table_pass_entry_cycles, except that of its first piece's user the count of the entries past
-    the settled prefix (the pass's cycles less the guard's page_table_guard_entry_cycles) runs while that
-    piece's first whole chunks (one or two, K and V) land, at the piece's share of its banks (bank_rate over
-    the cores reading each bank, at most the core's read plateau); the evaluator then charges those chunks'
-    reads after the setup, so the overlap is taken off here."""
-    user, h, n, chunk, banks, used = first
-    serial = sum(s.entries(u) for u in users) * c.page_table_pass_entry_cycles
-    prefix = _settled_entries(s, user, h, page_table[user], used)
+                  c: CostConstants) -> tuple[float, float]:
+    """(the reader's pass before its reads go on (CoreWork.setup_cycles), the count cycles it does later beside
+    its reads). Every page-table entry of the core's users is guarded (page_table_guard_entry_cycles) and
+    counted (the rest of page_table_pass_entry_cycles). The first piece's user is counted whole in the pass,
+    the entries past its settled prefix while that piece's first whole chunks (one or two, K and V) land, at the
+    piece's share of its banks (bank_rate over the cores reading each bank, at most the core's read plateau;
+    the evaluator charges those reads after the setup, so the overlap is taken off here). Another user is
+    counted up to its settled prefix (`_settled_entries`, for the head of its first piece on the core), the
+    rest later, beside the reads of the piece before it."""
+    user0, h0, n, chunk, banks, used0 = first
+    count = c.page_table_pass_entry_cycles - c.page_table_guard_entry_cycles
+    setup = sum(s.entries(u) for u in users) * c.page_table_guard_entry_cycles
+    later = 0.0
+    for u, (h, used) in users.items():
+        if u == user0:
+            continue
+        prefix = _settled_entries(s, u, h, page_table[u], used)
+        setup += (s.entries(u) if prefix is None else prefix) * count
+        later += 0.0 if prefix is None else (s.entries(u) - prefix) * count
+    prefix0 = _settled_entries(s, user0, h0, page_table[user0], used0)
     ahead = min(2, n // chunk)
-    if prefix is None or ahead == 0:
-        return serial
-    rest = (s.entries(user) - prefix) * (c.page_table_pass_entry_cycles - c.page_table_guard_entry_cycles)
+    setup += s.entries(user0) * count
+    if prefix0 is None or ahead == 0:
+        return setup, later
+    rest = (s.entries(user0) - prefix0) * count
     rate = min(c.core_read_plateau_bytes_per_cycle, sum(bank_rate(c) / max(1, int(readers[b])) for b in banks))
     landing = ahead * chunk * 2 * s.d_tiles * s.kv_tile_bytes / rate
-    return serial - min(rest, landing)
+    return setup - min(rest, landing), later
+
+
+def _with_issue_work(groups: list[tuple[int, int]], requests: float) -> list[tuple[int, int]]:
+    """`groups` with `requests` requests' worth of issue time spread evenly over them (the reader counts a
+    later user's row a slice per chunk beside its reads)."""
+    each = round(requests / max(1, len(groups)))
+    return [(b, r + each) for b, r in groups] if each else groups
 
 
 def bank_rate(c: CostConstants = COST) -> float:
