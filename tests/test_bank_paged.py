@@ -102,8 +102,9 @@ def test_sub_pieces_over_groups_of_banks_are_the_kernels_rule(nkv, block, pieces
     random and sequential tables, and every piece with keys within one tile of T / used."""
     bt = block // 32
     for pos in (3000, 1500, 200):
-        for sequential, row in ((False, random_page_table(1, -(-(pos + 1) // block), seed=pos, num_blocks=500)[0].tolist()),
-                                (True, list(range(-(-(pos + 1) // block))))):
+        blocks = -(-(pos + 1) // block)
+        for sequential, row in ((False, random_page_table(1, blocks, seed=pos, num_blocks=500)[0].tolist()),
+                                (True, list(range(blocks)))):
             for h in range(nkv):
                 reach = bank_local_banks(h, nkv, bt, 12)
                 order = tile_banks(row, 0, valid_tiles(pos), h, nkv, bt, 12)

@@ -331,9 +331,9 @@ void kernel_main() {
                 const uint32_t page = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
                     row, 0, kv_head, early_keys[c * max_chunk_tiles + t]);
                 for (uint32_t d = 0; d < d_tiles; ++d) {
+                    const uint32_t slot_tile = c * k_slot_tiles + t * k_t_stride + d * k_d_stride;
                     noc_async_read(k_gen.get_noc_addr(page, d * kv_tile_bytes),
-                                   get_write_ptr(cb_k) + (c * k_slot_tiles + t * k_t_stride + d * k_d_stride) * kv_tile_bytes,
-                                   kv_tile_bytes);
+                                   get_write_ptr(cb_k) + slot_tile * kv_tile_bytes, kv_tile_bytes);
                 }
                 if constexpr (!mla) {
                     for (uint32_t d = 0; d < dv_tiles; ++d) {
@@ -423,7 +423,9 @@ void kernel_main() {
     const auto row_at = [&](uint32_t b) -> volatile tt_l1_ptr int32_t* {
         return reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table) + b * row_stride);
     };
-    const auto piece_arg = [&](uint32_t q, uint32_t i) { return get_arg_val<uint32_t>(piece_args_base + q * args_per_piece + i); };
+    const auto piece_arg = [&](uint32_t q, uint32_t i) {
+        return get_arg_val<uint32_t>(piece_args_base + q * args_per_piece + i);
+    };
     // Piece q's view from buffer b's whole count.
     const auto complete = [&](uint32_t q, uint32_t b) {
         const BankView v = row_counts[b].view(row_at(b), positions[piece_arg(q, 0)], piece_arg(q, 1), piece_arg(q, 2),
