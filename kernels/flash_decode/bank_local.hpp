@@ -84,6 +84,50 @@ struct BankLocal {
         return held == reach && held * fewest >= u;
     }
 
+    // Count 32 blocks at a time until the split of (user, kv_head) settles or the row is counted; whether it
+    // settled.
+    bool settle(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t pieces, uint32_t floor) {
+        constexpr uint32_t step = 32;
+        while (!settled(row, kv_head, pieces, floor)) {
+            if (counted_all()) {
+                return false;
+            }
+            count_to(row, counted + step);
+        }
+        return true;
+    }
+
+    // Count ceil(rest / slices) of the blocks not counted yet (one of `slices` slices of the rest).
+    void count_slice(volatile tt_l1_ptr int32_t* row, uint32_t slices) {
+        const uint32_t rest = counted < end_block ? end_block - counted : 0;
+        count_to(row, counted + (rest + slices - 1) / slices);
+    }
+
+    // The first whole chunks (up to two) of the piece with view `v` from tile `start` on: their key tiles at
+    // keys[c * stride + t]; cursor and turn (next_tile's) after the last whole one. Returns how many.
+    uint32_t first_chunks(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, const BankView& v, uint32_t start,
+                          uint32_t* keys, uint32_t stride, uint32_t& cursor, uint32_t& turn) const {
+        uint32_t chunks = 0;
+        uint32_t found = 0;
+        uint32_t walk_turn = 0;
+        for (uint32_t k = start; k <= last && chunks < 2; ++k) {
+            if ((v.own_banks >> bank(row, kv_head, k)) & 1u) {
+                const bool mine = walk_turn == v.sub;
+                walk_turn = walk_turn + 1 == v.subs ? 0 : walk_turn + 1;
+                if (mine) {
+                    keys[chunks * stride + found] = k;
+                    if (++found == v.chunk_tiles) {
+                        found = 0;
+                        ++chunks;
+                        cursor = k + 1;
+                        turn = walk_turn;
+                    }
+                }
+            }
+        }
+        return chunks;
+    }
+
     // The piece's next own tile from `cursor` on: a tile of its banks whose ordinal o among their tiles has
     // o % subs == sub (`turn` keeps o % subs without a division).
     static uint32_t next_tile(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, const BankView& v, uint32_t& cursor,

@@ -273,25 +273,13 @@ void kernel_main() {
     uint32_t early_cursor = 0;  // its walk's state after them
     uint32_t early_turn = 0;
     uint32_t early_keys[bank_local ? 2 * max_chunk_tiles : 1];
-    // Count the user's row (checked inside the pool) 32 blocks at a time until the split of (user, kv_head)
-    // settles (BankLocal::settled) or the row is counted; whether it settled.
-    const auto settle = [&](volatile tt_l1_ptr int32_t* row, uint32_t kv_head) -> bool {
-        constexpr uint32_t step = 32;
-        const uint32_t floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
-        while (!banks.settled(row, kv_head, pieces_per_work, floor)) {
-            if (banks.counted_all()) {
-                return false;
-            }
-            banks.count_to(row, banks.counted + step);
-        }
-        return true;
-    };
+    const uint32_t split_floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
     // Count the row (checked inside the pool) of piece 0's user until the piece's split settles, then walk to
     // the piece's first whole chunk, or two, and request them into its K and V slots (reserved here, pushed by
     // the chunk loop); returns how many (0: the split did not settle, or the piece has no whole chunk).
     const auto read_early = [&](volatile tt_l1_ptr int32_t* row, uint32_t user, uint32_t kv_head,
                                 uint32_t index) -> uint32_t {
-        if (!settle(row, kv_head)) {
+        if (!banks.settle(row, kv_head, pieces_per_work, split_floor)) {
             return 0;
         }
         const int32_t pos = positions[user];
@@ -300,25 +288,8 @@ void kernel_main() {
         if (index >= v.used) {
             return 0;
         }
-        // the piece's first tiles, up to two whole chunks (the walk's state kept after each)
-        uint32_t chunks = 0;
-        uint32_t found = 0;
-        uint32_t turn = 0;
-        for (uint32_t cursor = window_first_tile(pos, window); cursor <= banks.last && chunks < 2; ++cursor) {
-            if ((v.own_banks >> banks.bank(row, kv_head, cursor)) & 1u) {
-                const bool mine = turn == v.sub;
-                turn = turn + 1 == v.subs ? 0 : turn + 1;
-                if (mine) {
-                    early_keys[chunks * max_chunk_tiles + found] = cursor;
-                    if (++found == v.chunk_tiles) {
-                        found = 0;
-                        ++chunks;
-                        early_cursor = cursor + 1;
-                        early_turn = turn;
-                    }
-                }
-            }
-        }
+        const uint32_t chunks = banks.first_chunks(row, kv_head, v, window_first_tile(pos, window), early_keys,
+                                                   max_chunk_tiles, early_cursor, early_turn);
         if (chunks == 0) {
             return 0;
         }
@@ -385,7 +356,7 @@ void kernel_main() {
                         }
                         banks.count_to(row, banks.end_block);
                     } else {
-                        settle(row, kv_head);
+                        banks.settle(row, kv_head, pieces_per_work, split_floor);
                     }
                     v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
                                    min_chunk_tiles, chunk_cap, token_window, tokens);
@@ -565,9 +536,7 @@ void kernel_main() {
             if (target == num_pieces) {
                 return;
             }
-            auto& counts = row_counts[target_in];
-            const uint32_t rest = counts.counted < counts.end_block ? counts.end_block - counts.counted : 0;
-            counts.count_to(row_at(target_in), counts.counted + (rest + chunks - c - 1) / (chunks - c));
+            row_counts[target_in].count_slice(row_at(target_in), chunks - c);
             if (c + 1 == chunks) {
                 complete(target, target_in);
                 target = num_pieces;
