@@ -363,18 +363,28 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     return list(works.values()), Reduction((), dict(merge), tuple(sorted(trees, key=repr))), counts_out
 
 
-def _settled_entries(s: PagedShape, user: int, h: int, pt_row: Sequence[int], used: int) -> Optional[int]:
+@functools.lru_cache(maxsize=4096)
+def _settled_entries(entries: int, tiles: int, h: int, num_kv_heads: int, block_tiles: int, banks: int,
+                     pt_row: tuple[int, ...], used: int) -> Optional[int]:
     """Page-table entries the reader counts, 32 blocks at a time, before (user, head h)'s split settles
-    (BankLocal::settled: every bank of R_h holds a counted tile and |R_h| x the fewest >= `used`, which fixes
-    used and each piece's banks); None when it settles only with the whole row."""
-    entries = s.entries(user)
-    reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
-    order = tile_banks(pt_row, 0, valid_tiles(s.cur_pos[user]), h, s.num_kv_heads, s.block_tiles, s.dram_banks)
-    for blocks in range(32, entries, 32):
-        counts = np.bincount(order[: blocks * s.block_tiles], minlength=s.dram_banks)[list(reach)]
-        if counts.min() > 0 and len(reach) * counts.min() >= used:
-            return blocks
-    return None
+    (BankLocal::settled: every bank of R_h holds ceil(used / |R_h|) counted tiles, which fixes used and each
+    piece's banks); None when it settles only with the whole row (`entries` of them, `tiles` attended)."""
+    reach = bank_local_banks(h, num_kv_heads, block_tiles, banks)
+    order = tile_banks(pt_row, 0, tiles, h, num_kv_heads, block_tiles, banks)
+    need = max(1, -(-used // len(reach)))
+    last = 0
+    for b in reach:
+        at = np.flatnonzero(order == b)
+        if len(at) < need:
+            return None
+        last = max(last, int(at[need - 1]))
+    blocks = -(-(last // block_tiles + 1) // 32) * 32
+    return blocks if blocks < entries else None
+
+
+def _settled(s: PagedShape, page_table: np.ndarray, user: int, h: int, used: int) -> Optional[int]:
+    return _settled_entries(s.entries(user), valid_tiles(s.cur_pos[user]), h, s.num_kv_heads, s.block_tiles,
+                            s.dram_banks, tuple(int(x) for x in page_table[user][: s.entries(user)]), used)
 
 
 def _setup_cycles(s: PagedShape, page_table: np.ndarray, users: Mapping[int, tuple[int, int]],
@@ -395,10 +405,10 @@ def _setup_cycles(s: PagedShape, page_table: np.ndarray, users: Mapping[int, tup
     for u, (h, used) in users.items():
         if u == user0:
             continue
-        prefix = _settled_entries(s, u, h, page_table[u], used)
+        prefix = _settled(s, page_table, u, h, used)
         setup += (s.entries(u) if prefix is None else prefix) * count
         later += 0.0 if prefix is None else (s.entries(u) - prefix) * count
-    prefix0 = _settled_entries(s, user0, h0, page_table[user0], used0)
+    prefix0 = _settled(s, page_table, user0, h0, used0)
     ahead = min(2, n // chunk)
     setup += s.entries(user0) * count
     if prefix0 is None or ahead == 0:
