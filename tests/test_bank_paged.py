@@ -18,7 +18,8 @@ from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.perf_model.counters import work_from_counters
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, bank_counts, evaluate_paged, paged_work,
-                                            piece_imbalance, piece_ownership, random_page_table, sequential_page_table)
+                                            piece_imbalance, piece_ownership, random_page_table, sequential_page_table,
+                                            tile_banks)
 from ttdecode.perf_model.constants import COST
 from ttdecode.perf_model.evaluator import CoreWork, shared_bank_floors, sum_ops
 
@@ -91,6 +92,32 @@ def test_piece_ownership_is_the_kernels_rule_on_random_tables(nkv, block, pos, p
             view = bank_local_view(pos, row, h, i, pieces=pieces, num_kv_heads=nkv, block_tiles=bt, dram_banks=12,
                                    min_chunk_tiles=4)
             assert (view.used, view.banks, view.num_tiles) == (own.used, own.banks[i], own.tiles[i])
+
+
+@pytest.mark.parametrize("nkv,block,pieces", [(1, 32, 16), (1, 32, 18), (1, 64, 20), (8, 32, 5), (8, 32, 7),
+                                               (8, 64, 9), (2, 32, 10)])
+def test_sub_pieces_over_groups_of_banks_are_the_kernels_rule(nkv, block, pieces):
+    """P not a multiple of the banks held (16 pieces over a one-KV-head shard's 12 banks: 4 groups of 3 banks,
+    4 readers each): the model's used, banks, n_i and tiles per bank against core.split.bank_local_view on
+    random and sequential tables, and every piece with keys within one tile of T / used."""
+    bt = block // 32
+    for pos in (3000, 1500, 200):
+        blocks = -(-(pos + 1) // block)
+        for sequential, row in ((False, random_page_table(1, blocks, seed=pos, num_blocks=500)[0].tolist()),
+                                (True, list(range(blocks)))):
+            for h in range(nkv):
+                reach = bank_local_banks(h, nkv, bt, 12)
+                order = tile_banks(row, 0, valid_tiles(pos), h, nkv, bt, 12)
+                own = piece_ownership(np.bincount(order, minlength=12), reach, pieces, 1, order)
+                for i in range(pieces):
+                    view = bank_local_view(pos, row, h, i, pieces=pieces, num_kv_heads=nkv, block_tiles=bt,
+                                           dram_banks=12, min_chunk_tiles=1)
+                    assert (view.used, view.banks, view.num_tiles) == (own.used, own.banks[i], own.tiles[i])
+                    per_bank = [sum(1 for t in view.tiles if order[t] == b) for b in view.banks]
+                    assert tuple(per_bank) == own.bank_tiles[i]
+                if own.used > len(reach) and sequential:  # every piece within one tile
+                    n = own.tiles[:own.used]
+                    assert max(n) - min(n) <= 1, (pos, h, n)
 
 
 def test_more_readers_per_bank_split_each_bank_evenly():

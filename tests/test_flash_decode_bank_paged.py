@@ -40,8 +40,9 @@ def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: in
     """Per piece, the logical key tiles it owns: tile t of head h is pool page (row[t // bt] * nkv + h) * bt
     + t % bt, in bank page % 12; of the banks holding attended tiles (ascending, nb of them), used =
     min(pieces, max(1, T // floor), nb x the fewest tiles a held bank has). used <= nb: piece i owns the banks
-    at places i, i + used, ...; used > nb: the readers of the bank at place r are the pieces r, r + nb, ...
-    below used, dealt the bank's tiles in turn. A piece's tiles ascend."""
+    at places i, i + used, ...; used > nb: with G = gcd(used, nb), the banks at places r, r + G, ... form group
+    r, whose readers are the pieces r, r + G, ... below used, dealt the group's tiles (ascending) in turn. A
+    piece's tiles ascend."""
     if pos < 0:
         return [[] for _ in range(pieces)]
     bt = block // 32
@@ -54,9 +55,11 @@ def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: in
     if used <= len(held):
         return [[t for t in tiles if i < used and bank_of[t] in held[i::used]] for i in range(pieces)]
     owned: list[list[int]] = [[] for _ in range(pieces)]
-    for r, b in enumerate(held):
-        readers = list(range(r, used, len(held)))
-        for o, t in enumerate(per_bank[b]):
+    groups = math.gcd(used, len(held))
+    for r in range(groups):
+        readers = list(range(r, used, groups))
+        group = [t for t in tiles if bank_of[t] in held[r::groups]]
+        for o, t in enumerate(group):
             owned[readers[o % len(readers)]].append(t)
     return owned
 
@@ -293,18 +296,20 @@ def fetched_per_bank(result, core, tile_bytes: int) -> Counter:
     return got
 
 
-@pytest.mark.parametrize("per_bank", [2, 4])
-def test_sub_piece_views_follow_the_design_rule(per_bank: int) -> None:
-    """P = 2 |R_h| and 4 |R_h| (Llama-8B's 8 KV heads, blocks of 32: 6 and 12 pieces over 3 banks): every
+@pytest.mark.parametrize("nkv, pieces", [(8, 6), (8, 12), (8, 5), (8, 7), (1, 16), (1, 18)])
+def test_sub_piece_views_follow_the_design_rule(nkv: int, pieces: int) -> None:
+    """P = 2 |R_h| and 4 |R_h| (Llama-8B's 8 KV heads, blocks of 32: 6 and 12 pieces over 3 banks), and P not a
+    multiple of |R_h| (5 and 7 over 3 banks; 16 and 18 over a one-KV-head shard's 12: groups of banks): every
     piece's tiles are design_owned_tiles', the pieces with tiles a prefix covering each attended tile once,
     under random page tables, with and without a sliding window, at any split floor."""
-    nkv, block, s, reach = 8, 32, 4096, 3
-    gen = torch.Generator().manual_seed(per_bank)
+    block, s = 32, 4096
+    gen = torch.Generator().manual_seed(pieces)
     for window, floor in ((0, 1), (1000, 1), (0, 8)):
-        plan = make_plan(batch=1, num_q_heads=32, num_kv_heads=nkv, seq_len=s, head_dim=128, cur_pos=[0],
-                         kv_pages="key_row", block_size=block, num_blocks=512, sliding_window_size=window,
-                         key_row_pieces=per_bank * reach, min_chunk_tiles=floor)
-        assert plan.pieces_per_work == per_bank * reach
+        plan = make_plan(batch=1, num_q_heads=32 // (8 // nkv), num_kv_heads=nkv, seq_len=s, head_dim=128,
+                         cur_pos=[0], kv_pages="key_row", block_size=block, num_blocks=512,
+                         sliding_window_size=window, key_row_pieces=pieces, min_chunk_tiles=floor,
+                         max_cores_per_head_batch=None)
+        assert plan.pieces_per_work == pieces
         for trial in range(12):
             row = torch.randperm(512, generator=gen)[: s // block].tolist()
             pos = int(torch.randint(0, s, (1,), generator=gen))
@@ -376,6 +381,117 @@ def test_sub_pieces_fetch_their_own_tiles_and_equal_the_reference(per_bank: int,
             for t in owned:
                 want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
         assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+
+
+GROUP_CASES = [
+    (1, 16, "causal"),  # a one-KV-head shard: 16 pieces over 12 banks, 4 groups of 3 banks, 4 readers each
+    (1, 16, "window"),  # masked tiles at both ends land in multi-bank sub-pieces
+    (8, 5, "causal"),   # 5 pieces over 3 banks: one group, 5 readers
+]
+
+
+@pytest.mark.parametrize("nkv, pieces, feature", GROUP_CASES)
+def test_groups_of_banks_fetch_their_own_tiles_and_equal_the_reference(nkv: int, pieces: int, feature: str) -> None:
+    """Host runtime, P not a multiple of |R_h| (G = gcd(used, |L|) groups of banks, every piece a sub-piece of
+    its group): the output equals the float64 reference for a skipped user, positions at a block's last and
+    first key and a short context, under a random page table; per core and bank the K/V tiles its reader
+    fetched are those of design_owned_tiles."""
+    b, nh, s, d, block, kv = 5, 8, 2048, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(pieces + nkv)
+    pos = [-1, 2047, 1023, 1024, 63]
+    max_blocks, num_blocks = s // block, b * (s // block) + 7
+    table = shuffled_table(b, max_blocks, num_blocks, seed=pieces)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                key_row_pieces=pieces, min_chunk_tiles=1, max_cores_per_head_batch=None)
+    if feature == "window":  # a sequential table: a window's 50-odd tiles give every bank 2 or more
+        args.update(sliding_window_size=1700)
+        table = sequential_table(b, max_blocks)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block)
+    assert plan.pieces_per_work == pieces
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"groups of banks {feature}")
+    reach = 12 if nkv == 1 else 3
+    used = [plan.bank_local_view(pos[u], table[u].tolist(), 0, 0).used for u in range(b)]
+    assert any(n > reach and n % reach for n in used), f"the case must put pieces over groups of banks: {used}"
+    span = plan.key_window
+    for core, placed in plan.core_pieces.items():
+        want: Counter = Counter()
+        for pc in placed:
+            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
+                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
+            for t in owned:
+                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
+        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+
+
+@pytest.mark.parametrize("pieces", [16, 6])
+def test_the_first_piece_reads_its_first_chunks_before_the_pass_ends(pieces: int) -> None:
+    """Long contexts on a sequential table (every bank of R_h settles within the first counted blocks): the
+    reader of every core whose first piece holds a whole chunk requests that piece's first chunk, or two,
+    before it pushes the views (the rest of the row is counted while they land); the output equals the
+    reference."""
+    b, nh, nkv, s, d, block, kv = 3, 8, 1, 4096, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(21)
+    pos = [4095, 2500, 3333]
+    max_blocks = s // block
+    table = sequential_table(b, max_blocks)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                key_row_pieces=pieces, max_cores_per_head_batch=None)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, b * max_blocks, nkv, block, d, kv), pool(gen, b * max_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "early chunks")
+    tile = tile_size(kv)
+    early = whole = twice = 0
+    for core, placed in plan.core_pieces.items():
+        if not placed:
+            continue
+        first = placed[0]
+        view = plan.bank_local_view(pos[first.user], table[first.user].tolist(), first.kv_head, first.index)
+        before = 0
+        for e in result.counters.kernel(core, KernelKind.READER).events:
+            if int(e["op"]) == 12 and int(e["peer"]) == 26:  # cb_push of the views page (cb_view_compute)
+                break
+            if int(e["op"]) == 1 and int(e["amount"]) == tile:
+                before += int(e["count"])
+        chunks = min(2, view.num_tiles // view.chunk_tiles)
+        assert before == chunks * view.chunk_tiles * (plan.d_tiles + plan.dv_tiles), f"core ({core.x},{core.y})"
+        early += before > 0
+        whole += chunks > 0
+        twice += chunks == 2
+    assert early == whole > 0
+    assert pieces == 16 or twice > 0, "6 pieces of 20-odd tiles: two chunks ahead"
+
+
+@pytest.mark.parametrize("schedule_seed", [None, 7])
+def test_later_users_views_are_counted_while_the_pieces_before_them_read(schedule_seed) -> None:
+    """Llama-8B-like heads (8 KV heads, blocks of 32: 3 pieces each) for 6 users on a random page table: each
+    core holds pieces of several users; the pass counts their rows only until each split settles, and the
+    rest while the piece before reads (the row requested after the views go). The output equals the
+    reference (a skipped user, positions at a block's last and first key), on a perturbed schedule too."""
+    b, nh, nkv, s, d, block, kv = 6, 16, 8, 2048, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(3)
+    pos = [2047, -1, 1535, 1536, 2000, 1900]
+    max_blocks, num_blocks = s // block, b * (s // block) + 9
+    table = shuffled_table(b, max_blocks, num_blocks, seed=4)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv, key_row_pieces=3,
+                min_chunk_tiles=1)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block, schedule_seed=schedule_seed)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "counted while reading")
+    row_bytes = 4 * max_blocks
+    later = 0
+    for core in plan.core_pieces:
+        pushed = False
+        for e in result.counters.kernel(core, KernelKind.READER).events:
+            if int(e["op"]) == 12 and int(e["peer"]) == 26:
+                pushed = True
+            elif pushed and int(e["op"]) == 1 and int(e["amount"]) == row_bytes:
+                later += 1
+                break
+    assert later >= 16, f"cores counting a later user's row after the views go: {later}"
 
 
 def test_sub_pieces_keep_a_users_output_whatever_the_other_users() -> None:

@@ -19,26 +19,127 @@ template <uint32_t num_kv_heads, uint32_t block_tiles, uint32_t dram_banks>
 struct BankLocal {
     static_assert(dram_banks <= 32, "a piece's banks are a 32-bit mask");
     // The user's attended tiles first..last: the whole blocks full_first..end_block - 1 counted by their first
-    // row's bank (hist), the loose tiles of the partial first and last blocks one by one.
-    uint32_t first, last, full_first, end_block;
+    // row's bank (hist; blocks full_first..counted - 1 so far), the loose tiles of the partial first and last
+    // blocks one by one.
+    uint32_t first, last, full_first, end_block, counted;
     uint32_t hist[dram_banks];
+
+    // The banks one KV head's tiles can reach (R_h): with g = gcd(NKV * bt, NB), bt * NB / g of them (all NB
+    // when bt >= g).
+    static constexpr uint32_t gcd(uint32_t a, uint32_t b) { return b == 0 ? a : gcd(b, a % b); }
+    static constexpr uint32_t reach_step = gcd(num_kv_heads * block_tiles, dram_banks);
+    static constexpr uint32_t reach = block_tiles >= reach_step ? dram_banks : block_tiles * dram_banks / reach_step;
 
     static uint32_t bank(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t t) {
         return ((uint32_t)row[t / block_tiles] * (num_kv_heads * block_tiles) + kv_head * block_tiles +
                 t % block_tiles) % dram_banks;
     }
 
-    // One pass over the user's attended page-table entries (already checked inside the pool).
-    void count_user(volatile tt_l1_ptr int32_t* row, uint32_t first_tile, uint32_t last_tile) {
+    // A user's attended tiles first_tile..last_tile, none of its whole blocks counted yet.
+    void begin_user(uint32_t first_tile, uint32_t last_tile) {
         first = first_tile;
         last = last_tile;
         full_first = (first + block_tiles - 1) / block_tiles;
         end_block = (last + 1) / block_tiles;
+        counted = full_first;
         for (uint32_t b = 0; b < dram_banks; ++b) {
             hist[b] = 0;
         }
-        for (uint32_t j = full_first; j < end_block; ++j) {
-            ++hist[((uint32_t)row[j] * (num_kv_heads * block_tiles)) % dram_banks];
+    }
+
+    // Count the whole blocks up to `end` (at most end_block) of the user's page-table entries (already checked
+    // inside the pool).
+    void count_to(volatile tt_l1_ptr int32_t* row, uint32_t end) {
+        for (; counted < end && counted < end_block; ++counted) {
+            ++hist[((uint32_t)row[counted] * (num_kv_heads * block_tiles)) % dram_banks];
+        }
+    }
+
+    bool counted_all() const { return counted >= end_block; }
+
+    // One pass over the user's attended page-table entries.
+    void count_user(volatile tt_l1_ptr int32_t* row, uint32_t first_tile, uint32_t last_tile) {
+        begin_user(first_tile, last_tile);
+        count_to(row, end_block);
+    }
+
+    // Whether the blocks counted so far fix the split of (user, kv_head) over `pieces` whatever the rest of the
+    // row holds: every bank of R_h already holds a tile and nb x the fewest >= u = min(pieces, max(1, T /
+    // floor)), so used = u over the banks R_h, and each piece's banks and turn (sub, subs) are final; its own
+    // tiles and masks are not (counts only grow).
+    bool settled(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t pieces, uint32_t floor) const {
+        uint32_t counts[dram_banks];
+        head_counts(row, kv_head, counts);
+        uint32_t held = 0;
+        uint32_t fewest = 0xffffffffu;
+        for (uint32_t b = 0; b < dram_banks; ++b) {
+            if (counts[b] != 0) {
+                ++held;
+                fewest = counts[b] < fewest ? counts[b] : fewest;
+            }
+        }
+        const uint32_t t = last + 1 - first;
+        uint32_t u = t / floor > 1 ? t / floor : 1;
+        u = u < pieces ? u : pieces;
+        return held == reach && held * fewest >= u;
+    }
+
+    // Count 32 blocks at a time until the split of (user, kv_head) settles or the row is counted; whether it
+    // settled.
+    bool settle(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t pieces, uint32_t floor) {
+        constexpr uint32_t step = 32;
+        while (!settled(row, kv_head, pieces, floor)) {
+            if (counted_all()) {
+                return false;
+            }
+            count_to(row, counted + step);
+        }
+        return true;
+    }
+
+    // Count ceil(rest / slices) of the blocks not counted yet (one of `slices` slices of the rest).
+    void count_slice(volatile tt_l1_ptr int32_t* row, uint32_t slices) {
+        const uint32_t rest = counted < end_block ? end_block - counted : 0;
+        count_to(row, counted + (rest + slices - 1) / slices);
+    }
+
+    // The first whole chunks (up to two) of the piece with view `v` from tile `start` on: their key tiles at
+    // keys[c * stride + t]; cursor and turn (next_tile's) after the last whole one. Returns how many.
+    uint32_t first_chunks(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, const BankView& v, uint32_t start,
+                          uint32_t* keys, uint32_t stride, uint32_t& cursor, uint32_t& turn) const {
+        uint32_t chunks = 0;
+        uint32_t found = 0;
+        uint32_t walk_turn = 0;
+        for (uint32_t k = start; k <= last && chunks < 2; ++k) {
+            if ((v.own_banks >> bank(row, kv_head, k)) & 1u) {
+                const bool mine = walk_turn == v.sub;
+                walk_turn = walk_turn + 1 == v.subs ? 0 : walk_turn + 1;
+                if (mine) {
+                    keys[chunks * stride + found] = k;
+                    if (++found == v.chunk_tiles) {
+                        found = 0;
+                        ++chunks;
+                        cursor = k + 1;
+                        turn = walk_turn;
+                    }
+                }
+            }
+        }
+        return chunks;
+    }
+
+    // The piece's next own tile from `cursor` on: a tile of its banks whose ordinal o among their tiles has
+    // o % subs == sub (`turn` keeps o % subs without a division).
+    static uint32_t next_tile(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, const BankView& v, uint32_t& cursor,
+                              uint32_t& turn) {
+        for (;; ++cursor) {
+            if ((v.own_banks >> bank(row, kv_head, cursor)) & 1u) {
+                const bool mine = turn == v.sub;
+                turn = turn + 1 == v.subs ? 0 : turn + 1;
+                if (mine) {
+                    return cursor++;
+                }
+            }
         }
     }
 
@@ -79,8 +180,8 @@ struct BankLocal {
     }
 
     // The view of piece `index` of (user at cur_pos, kv_head); `window` is the span's, `token_window` each
-    // token's (the masks, as piece_masks). With more pieces than banks held, a bank's readers (sub-pieces)
-    // take its tiles in turn (common.hpp BankView).
+    // token's (the masks, as piece_masks). With more pieces than banks held, the readers of a group of
+    // banks (sub-pieces) take the group's tiles in turn (common.hpp BankView).
     BankView view(volatile tt_l1_ptr int32_t* row, int32_t cur_pos, uint32_t kv_head, uint32_t index, uint32_t pieces,
                   uint32_t fixed_chunk_tiles, uint32_t window, uint32_t min_chunk_tiles, uint32_t chunk_cap,
                   uint32_t token_window, uint32_t tokens) const {
@@ -114,11 +215,19 @@ struct BankLocal {
                 own_total += counts[held[j]];
             }
         } else {
-            const uint32_t r = index % num_held;
-            v.sub = index / num_held;
-            v.subs = (used - r + num_held - 1) / num_held;
-            v.own_banks = 1u << held[r];
-            own_total = counts[held[r]];
+            // G = gcd(used, num_held) groups of banks; the group's pieces deal its tiles in turn
+            uint32_t groups = used;
+            for (uint32_t rest = num_held; rest != 0;) {
+                const uint32_t next = groups % rest;
+                groups = rest;
+                rest = next;
+            }
+            v.sub = index / groups;
+            v.subs = used / groups;
+            for (uint32_t j = index % groups; j < num_held; j += groups) {
+                v.own_banks |= 1u << held[j];
+                own_total += counts[held[j]];
+            }
         }
         v.num_tiles = (own_total - v.sub + v.subs - 1) / v.subs;
         // the masked tiles the piece owns (piece_masks' tiles), with their places in its own list: the tile's

@@ -328,10 +328,10 @@ inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, 
 // page % dram_banks. Of the banks holding the user's attended tiles, L (ascending bank id), used =
 // min(pieces, max(1, T / floor), |L| * min_b c_b) pieces get keys (floor: the fixed chunk, else the split
 // floor; c_b: attended tiles in bank b). With used <= |L| piece i < used owns the banks L[j] with
-// j % used == i and reads their tiles in ascending order; with used > |L| (several readers per bank) piece i
-// reads bank L[i % |L|] as sub-piece i / |L| of subs = ceil((used - i % |L|) / |L|): the bank's o-th tile
-// when o % subs == i / |L|. Chunks of the fixed size or dynamic_chunk_tiles(ceil(T / used), floor,
-// chunk_cap). The pieces with keys are a prefix,
+// j % used == i and reads their tiles in ascending order; with used > |L| (several readers per bank), in
+// G = gcd(used, |L|) groups, piece i owns the banks L[j] with j % G == i % G as sub-piece i / G of
+// subs = used / G: the o-th of the group's tiles (ascending) when o % subs == i / G. Chunks of the fixed
+// size or dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap). The pieces with keys are a prefix,
 // so empty pieces only have empty children. The reader derives every piece's view from the page table and
 // pushes the core's views once (one page, VIEW_WORDS words a piece in the core's piece order) to the
 // compute kernel and the writer, which take their chunk ranges, masks and children from it.
@@ -339,14 +339,14 @@ constexpr uint32_t VIEW_WORDS = 16;
 struct BankView {
     uint32_t used;         // pieces of the (user, KV head) with keys; 0 for a skipped user
     uint32_t own_banks;    // bit b: the piece reads the tiles in bank b
-    uint32_t subs;         // readers sharing its bank (1: the piece reads every tile of its banks)
+    uint32_t subs;         // readers sharing its banks (1: the piece reads every tile of its banks)
     uint32_t sub;          // which of them: the piece takes its banks' o-th tile when o % subs == sub
     uint32_t num_tiles;    // the piece's own tiles
     uint32_t chunk_tiles;  // its chunk
     uint32_t mask_count;   // the piece's masked tiles (PieceMasks), increasing
     uint32_t mask_tiles[MAX_MASKED_TILES];
     uint32_t mask_at[MAX_MASKED_TILES];
-    uint32_t unused[VIEW_WORDS - 7 - 2 * MAX_MASKED_TILES];
+    uint32_t deferred;     // reader only: the piece's own tiles and masks still to count (reader.cpp)
 };
 static_assert(sizeof(BankView) == VIEW_WORDS * sizeof(uint32_t), "a view is VIEW_WORDS words");
 

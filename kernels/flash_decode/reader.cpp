@@ -266,10 +266,67 @@ void kernel_main() {
         writer_views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_writer));
     }
     BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> banks;
+    // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t, so Q . K^T
+    // takes a block of key tiles per matmul_block call (consecutive in1 tiles for one d); with MLA tile (t, d)
+    // sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
+    constexpr uint32_t k_t_stride = mla ? d_tiles : 1;
+    constexpr uint32_t k_d_stride = mla ? 1 : max_chunk_tiles;
+    // Bank-local: the first one or two chunks of the core's first piece are requested as soon as its user's
+    // counted blocks settle its split (BankLocal::settled), and land while the pass counts the rest of the row;
+    // the pass takes the other users' rows first, so no row read waits for them.
+    uint32_t early_chunks = 0;  // chunks of piece 0 requested during the pass
+    uint32_t early_cursor = 0;  // its walk's state after them
+    uint32_t early_turn = 0;
+    uint32_t early_keys[bank_local ? 2 * max_chunk_tiles : 1];
+    const uint32_t split_floor = fixed_chunk_tiles > 0 ? fixed_chunk_tiles : min_chunk_tiles;
+    // Count the row (checked inside the pool) of piece 0's user until the piece's split settles, then walk to
+    // the piece's first whole chunk, or two, and request them into its K and V slots (reserved here, pushed by
+    // the chunk loop); returns how many (0: the split did not settle, or the piece has no whole chunk).
+    const auto read_early = [&](volatile tt_l1_ptr int32_t* row, uint32_t user, uint32_t kv_head,
+                                uint32_t index) -> uint32_t {
+        if (!banks.settle(row, kv_head, pieces_per_work, split_floor)) {
+            return 0;
+        }
+        const int32_t pos = positions[user];
+        const BankView v = banks.view(row, pos, kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
+                                      min_chunk_tiles, chunk_cap, token_window, tokens);
+        if (index >= v.used) {
+            return 0;
+        }
+        const uint32_t chunks = banks.first_chunks(row, kv_head, v, window_first_tile(pos, window), early_keys,
+                                                   max_chunk_tiles, early_cursor, early_turn);
+        if (chunks == 0) {
+            return 0;
+        }
+        cb_reserve_back(cb_k, chunks * k_slot_tiles);
+        if constexpr (!mla) {
+            cb_reserve_back(cb_v, chunks * v_slot_tiles);
+        }
+        for (uint32_t c = 0; c < chunks; ++c) {
+            for (uint32_t t = 0; t < v.chunk_tiles; ++t) {
+                const uint32_t page = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
+                    row, 0, kv_head, early_keys[c * max_chunk_tiles + t]);
+                for (uint32_t d = 0; d < d_tiles; ++d) {
+                    const uint32_t slot_tile = c * k_slot_tiles + t * k_t_stride + d * k_d_stride;
+                    noc_async_read(k_gen.get_noc_addr(page, d * kv_tile_bytes),
+                                   get_write_ptr(cb_k) + slot_tile * kv_tile_bytes, kv_tile_bytes);
+                }
+                if constexpr (!mla) {
+                    for (uint32_t d = 0; d < dv_tiles; ++d) {
+                        noc_async_read(v_gen.get_noc_addr(page, d * kv_tile_bytes),
+                                       get_write_ptr(cb_v) + (c * v_slot_tiles + t * v_row_tiles + d) * kv_tile_bytes,
+                                       kv_tile_bytes);
+                    }
+                }
+            }
+        }
+        return chunks;
+    };
+    const uint32_t first_user = num_pieces > 0 ? get_arg_val<uint32_t>(piece_args_base) : batch;
     if constexpr (paged) {
         volatile tt_l1_ptr int32_t* row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table));
         uint32_t checked = batch;  // the user whose row was checked last
-        for (uint32_t p = 0; p < num_pieces; ++p) {
+        const auto pass_piece = [&](uint32_t p) {
             const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
             const int32_t pos = positions[user];
             if (user != checked && pos >= 0) {
@@ -286,7 +343,7 @@ void kernel_main() {
                 }
                 if constexpr (bank_local) {
                     if (positions[user] >= 0) {
-                        banks.count_user(row, window_first_tile(pos, window), (uint32_t)pos / TILE);
+                        banks.begin_user(window_first_tile(pos, window), (uint32_t)pos / TILE);
                     }
                 }
             }
@@ -295,15 +352,89 @@ void kernel_main() {
                 const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
                 BankView v{};
                 if (positions[user] >= 0) {
+                    // the first piece's user is counted whole (its first chunks land meanwhile); another user's
+                    // pieces only until their split settles: their own tiles and masks are counted while the
+                    // piece before them reads (the chunk loop), their used, banks and chunk are final here
+                    if (user == first_user) {
+                        if (p == 0 && !has_attn_mask) {
+                            early_chunks = read_early(row, user, kv_head, index);
+                        }
+                        banks.count_to(row, banks.end_block);
+                    } else {
+                        banks.settle(row, kv_head, pieces_per_work, split_floor);
+                    }
                     v = banks.view(row, positions[user], kv_head, index, pieces_per_work, fixed_chunk_tiles, window,
                                    min_chunk_tiles, chunk_cap, token_window, tokens);
+                    v.deferred = index < v.used && !banks.counted_all() ? 1 : 0;
                 }
                 store_view(views, p, v);
                 store_view(writer_views, p, v);
             }
+        };
+        if constexpr (bank_local) {
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                if (get_arg_val<uint32_t>(piece_args_base + p * args_per_piece) != first_user) {
+                    pass_piece(p);
+                }
+            }
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                if (get_arg_val<uint32_t>(piece_args_base + p * args_per_piece) == first_user) {
+                    pass_piece(p);
+                }
+            }
+        } else {
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                pass_piece(p);
+            }
         }
     }
+    // Bank-local: two page-table row buffers (cb_page_table's two pages). The chunk loop walks the current
+    // piece's user's row in one while, in the other, the reader counts the row of the next piece with keys
+    // whose view waits for it (deferred), a slice per chunk beside the chunk's reads, and completes that view
+    // before the current piece's last chunk goes: the compute kernel and the writer read a piece's view only
+    // once the pieces before it are done, so the view is whole by then.
+    constexpr uint32_t row_stride = (page_table_row_bytes + 31) / 32 * 32;
+    uint32_t row_user[2] = {batch, batch};  // the user whose row each buffer holds (batch: none)
+    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> row_counts[2];
+    const auto row_at = [&](uint32_t b) -> volatile tt_l1_ptr int32_t* {
+        return reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table) + b * row_stride);
+    };
+    const auto piece_arg = [&](uint32_t q, uint32_t i) {
+        return get_arg_val<uint32_t>(piece_args_base + q * args_per_piece + i);
+    };
+    // Piece q's view from buffer b's whole count.
+    const auto complete = [&](uint32_t q, uint32_t b) {
+        const BankView v = row_counts[b].view(row_at(b), positions[piece_arg(q, 0)], piece_arg(q, 1), piece_arg(q, 2),
+                                              pieces_per_work, fixed_chunk_tiles, window, min_chunk_tiles, chunk_cap,
+                                              token_window, tokens);
+        store_view(views, q, v);
+        store_view(writer_views, q, v);
+    };
+    // Request the user's row into buffer b (landing at the next barrier), none of it counted yet.
+    const auto fetch_row = [&](uint32_t user, uint32_t b) {
+        noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table) + b * row_stride,
+                       page_table_row_bytes);
+        row_user[b] = user;
+        row_counts[b].begin_user(window_first_tile(positions[user], window), (uint32_t)positions[user] / TILE);
+    };
     if constexpr (bank_local) {
+        if (num_pieces > 0 && positions[first_user] >= 0) {
+            row_user[0] = first_user;  // the pass ended on it, counted whole
+            row_counts[0] = banks;
+        }
+        // the first piece with keys has its whole view before the views go
+        for (uint32_t q = 0; q < num_pieces; ++q) {
+            const BankView v = load_view(views, q);
+            if (piece_arg(q, 2) < v.used) {
+                if (v.deferred) {
+                    fetch_row(piece_arg(q, 0), 1);
+                    noc_async_read_barrier();
+                    row_counts[1].count_to(row_at(1), row_counts[1].end_block);
+                    complete(q, 1);
+                }
+                break;
+            }
+        }
         cb_push_back(cb_view_compute, 1);
         cb_push_back(cb_view_writer, 1);
     }
@@ -372,13 +503,50 @@ void kernel_main() {
         // Q waits for the first chunk's K: one barrier (one DRAM latency) for both, since the compute
         // kernel needs both to start. A new page-table row must land before any K address uses it.
         bool q_pending = true;
-        if constexpr (paged) {
+        // Bank-local: the next piece with keys whose view waits for its user's count (counted in buffer
+        // target_in during this piece's chunks), if any.
+        uint32_t target = num_pieces;
+        uint32_t target_in = 0;
+        if constexpr (bank_local) {
+            uint32_t row_in = row_user[1] == user ? 1 : 0;
+            if (row_user[row_in] != user) {
+                fetch_row(user, row_in);
+                q_pending = false;
+            }
+            page_table_row = row_at(row_in);
+            uint32_t q = p + 1;
+            while (q < num_pieces && piece_arg(q, 2) >= load_view(views, q).used) {
+                ++q;
+            }
+            if (q < num_pieces && load_view(views, q).deferred) {
+                const uint32_t next_user = piece_arg(q, 0);
+                if (row_user[row_in] == next_user && row_counts[row_in].counted_all()) {
+                    complete(q, row_in);
+                } else {
+                    target = q;
+                    target_in = row_in ^ 1;
+                    fetch_row(next_user, target_in);
+                }
+            }
+        } else if constexpr (paged) {
             if (user != page_table_user) {
                 noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
                 page_table_user = user;
                 q_pending = false;
             }
         }
+        // A slice of the target's count beside chunk c's reads (its row landed with the first chunk); the
+        // whole count and the target's view before the last chunk goes.
+        const auto advance = [&](uint32_t c, uint32_t chunks) {
+            if (target == num_pieces) {
+                return;
+            }
+            row_counts[target_in].count_slice(row_at(target_in), chunks - c);
+            if (c + 1 == chunks) {
+                complete(target, target_in);
+                target = num_pieces;
+            }
+        };
         if constexpr (has_sink) {
             // The root folds the sink into its denominator: the group's rows of the sink tiles.
             if (index == 0) {
@@ -408,24 +576,18 @@ void kernel_main() {
         // Bank-local: a cursor over the user's attended tiles, stopping at the piece's own (the view's banks'
         // tiles whose ordinal o has o % subs == sub; `turn` is o % subs, kept without a division); each
         // chunk's key tiles are listed once, for K, V, the mask rows and the stale rows.
-        uint32_t cursor = window_first_tile(cur_pos, window);
-        uint32_t turn = 0;
+        // The first early_chunks chunks of piece 0 were requested during the pass (their keys in early_keys).
+        uint32_t cursor = p == 0 && early_chunks > 0 ? early_cursor : window_first_tile(cur_pos, window);
+        uint32_t turn = p == 0 && early_chunks > 0 ? early_turn : 0;
         uint32_t chunk_keys[bank_local ? max_chunk_tiles : 1];
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t chunk_first = c * range.chunk_tiles;  // the chunk's first tile is the piece's tile_at(chunk_first)
             const uint32_t tiles = range.tiles_in_chunk(c);
+            const bool early = bank_local && p == 0 && c < early_chunks;
             if constexpr (bank_local) {
                 for (uint32_t t = 0; t < tiles; ++t) {
-                    for (;; ++cursor) {
-                        if ((view.own_banks >> banks.bank(page_table_row, kv_head, cursor)) & 1u) {
-                            const bool mine = turn == view.sub;
-                            turn = turn + 1 == view.subs ? 0 : turn + 1;
-                            if (mine) {
-                                break;
-                            }
-                        }
-                    }
-                    chunk_keys[t] = cursor++;
+                    chunk_keys[t] = early ? early_keys[c * max_chunk_tiles + t]
+                                          : banks.next_tile(page_table_row, kv_head, view, cursor, turn);
                 }
             }
             // the key tile that is the chunk's t-th
@@ -472,14 +634,12 @@ void kernel_main() {
                 }
             };
 
-            // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t,
-            // so Q . K^T takes a block of key tiles per matmul_block call (consecutive in1 tiles for one
-            // d); with MLA tile (t, d) sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
-            constexpr uint32_t k_t_stride = mla ? d_tiles : 1;
-            constexpr uint32_t k_d_stride = mla ? 1 : max_chunk_tiles;
+            // K (the slot layout: k_t_stride, k_d_stride above)
             cb_reserve_back(cb_k, k_slot_tiles);
             const uint32_t k_slot = get_write_ptr(cb_k);
-            read_rows(k_gen, k_slot, d_tiles, k_t_stride, k_d_stride);
+            if (!early) {
+                read_rows(k_gen, k_slot, d_tiles, k_t_stride, k_d_stride);
+            }
             // The mask rows of the chunk's keys, laid out [q tile row][key tile] like the scores the
             // compute kernel adds them to (a whole slot per chunk, like K and V). Rows past the group
             // hold whatever the slot held: they meet only the zero q rows and never reach the output.
@@ -503,6 +663,9 @@ void kernel_main() {
                 push_q();
                 q_pending = false;
             }
+            if constexpr (bank_local && mla) {
+                advance(c, range.num_chunks);
+            }
             zero_stale(k_slot, d_tiles, k_t_stride, k_d_stride);
             if constexpr (has_attn_mask) {
                 cb_push_back(cb_attn_mask, mask_slot_tiles);
@@ -514,7 +677,12 @@ void kernel_main() {
             if constexpr (!mla) {
                 cb_reserve_back(cb_v, v_slot_tiles);
                 const uint32_t v_slot = get_write_ptr(cb_v);
-                read_rows(v_gen, v_slot, dv_tiles, v_row_tiles, 1);
+                if (!early) {
+                    read_rows(v_gen, v_slot, dv_tiles, v_row_tiles, 1);
+                }
+                if constexpr (bank_local) {
+                    advance(c, range.num_chunks);
+                }
                 noc_async_read_barrier();
                 zero_stale(v_slot, dv_tiles, v_row_tiles, 1);
                 cb_push_back(cb_v, v_slot_tiles);

@@ -223,10 +223,12 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
     L = the banks of R_h holding attended tiles (ascending, nb of them, c_b tiles in bank b); used =
     min(pieces, max(1, T // floor), nb * min c_b) (floor = the fixed chunk or the split floor). With used <= nb
     piece i < used owns the banks L[j] with j % used == i and reads their tiles in ascending order. With
-    used > nb (several readers per bank) piece i reads bank L[i % nb] as sub-piece i // nb of
-    subs = ceil((used - i % nb) / nb): the bank's o-th attended tile (ascending, o from 0) when o % subs ==
-    i // nb. Chunks of the fixed size or dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap); pieces
-    i >= used are empty. `window`: the key span's (span_window)."""
+    used > nb (several readers per bank), G = gcd(used, nb) groups: piece i owns the banks L[j] with
+    j % G == i % G and reads, as sub-piece i // G of subs = used // G, the o-th of their attended tiles
+    (ascending over the group's banks, o from 0) when o % subs == i // G; every piece then holds
+    ceil or floor of (its group's tiles) / subs, and every bank has subs readers. Chunks of the fixed size or
+    dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap); pieces i >= used are empty. `window`: the key
+    span's (span_window)."""
     t = valid_tiles(cur_pos, window)
     if t == 0:
         return BankLocalView(0, (), (), fixed_chunk_tiles or 1)
@@ -250,10 +252,10 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
     if used <= nb:
         own = tuple(b for j, b in enumerate(held) if j % used == index)
         return BankLocalView(used, own, tuple(k for k in attended if bank(k) in own), chunk)
-    r, sub = index % nb, index // nb
-    subs = -(-(used - r) // nb)
-    of_bank = [k for k in attended if bank(k) == held[r]]
-    return BankLocalView(used, (held[r],), tuple(of_bank[sub::subs]), chunk)
+    groups = math.gcd(used, nb)
+    own = tuple(held[index % groups::groups])
+    of_group = [k for k in attended if bank(k) in own]
+    return BankLocalView(used, own, tuple(of_group[index // groups::used // groups]), chunk)
 
 
 # ---- the reduction tree -------------------------------------------------------------------

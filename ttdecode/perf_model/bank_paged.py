@@ -8,14 +8,19 @@ bank k % NB, so logical key tile t of head h of a user with page-table row pt si
 the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama-8B (NKV 8) block 32:
 3 banks, block 64: 6, block 128: 12; one KV head: 12. Of P pieces (up to 4 |R_h|), used = min(P,
 max(1, T // floor), |L| x min c_b) get keys (L: the banks of R_h holding attended tiles, ascending, c_b
-tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| reads every subs-th
-tile of bank L[i % |L|] (`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile count n_i, so a page table that crowds a head's tiles into
-few banks costs max(n_i) / mean(n_i) (`piece_imbalance`).
+tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| (G = gcd(used, |L|)
+groups of banks) reads every subs-th tile (subs = used // G) of the banks L[j] with j % G == i % G
+(`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile
+count n_i, so a page table that crowds a head's tiles into few banks costs max(n_i) / mean(n_i)
+(`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
-walk over the page-table row on the issue side), its bytes per bank; per core the reader's up-front pass
-over each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE); the
+walk over the page-table row on the issue side), its bytes per bank; per core the reader's pass over
+each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE): the guard of
+every row and the count of its first piece's user's row before the first reads (the count past the settled
+prefix while that piece's first chunks land), another user's row counted up to its settled prefix there and
+the rest beside the reads of the piece before it (`_setup_cycles`); the
 merge trees over each (user, KV head)'s pieces. `evaluate_paged` prices it with every bank shared fairly
 by its readers (`evaluator.shared_bank_floors` at a bank's bank-local rate, DRAMTile's 265.5 / 12 GB/s):
 the slowest piece, its core and its tree bound the step. All figures are MODEL ESTIMATES.
@@ -24,6 +29,7 @@ the slowest piece, its core and its tree bound the step. All figures are MODEL E
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
@@ -127,11 +133,15 @@ def bank_counts(pt_row: Sequence[int], tiles: int, head: int, num_kv_heads: int,
     return np.bincount(tile_banks(pt_row, 0, tiles, head, num_kv_heads, block_tiles, banks), minlength=banks)
 
 
-def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int) -> PieceOwnership:
+def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
+                    order: Optional[np.ndarray] = None) -> PieceOwnership:
     """The split of one (user, KV head) over `pieces` pieces from its bank counts (core.split.bank_local_view's
-    rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for j % used == i; with used > |L| piece
-    i reads bank L[i % |L|] as sub-piece i // |L| of subs = ceil((used - i % |L|) / |L|), every subs-th of
-    the bank's tiles; pieces i >= used are empty."""
+    rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for
+    j % used == i; with used > |L|, in G = gcd(used, |L|) groups, piece i owns L[j] for j % G == i % G as
+    sub-piece i // G of subs = used // G, every subs-th of the group's tiles (n_i = ceil((group tiles -
+    i // G) / subs)); pieces i >= used are empty. `order`: the banks of the attended tiles in logical order
+    (tile_banks), which gives a multi-bank sub-piece's tiles per bank exactly (else split by the banks'
+    counts)."""
     live = [b for b in reach if counts[b] > 0]
     total = int(sum(int(counts[b]) for b in reach))
     if not total:
@@ -140,14 +150,29 @@ def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor
     fewest = min(int(counts[b]) for b in live)
     used = min(pieces, max(1, total // max(1, floor)), nb * fewest)
     if used > nb:
-        banks = tuple((live[i % nb],) if i < used else () for i in range(pieces))
-        subs = [-(-(used - r) // nb) for r in range(nb)]
-        shares = tuple((-(-(int(counts[bk[0]]) - i // nb) // subs[i % nb]),) if bk else ()
+        groups = math.gcd(used, nb)
+        subs = used // groups
+        banks = tuple(tuple(live[i % groups::groups]) if i < used else () for i in range(pieces))
+        shares = tuple(_sub_piece_tiles(counts, bk, i // groups, subs, order) if bk else ()
                        for i, bk in enumerate(banks))
         return PieceOwnership(used, banks, shares)
     banks = tuple(tuple(live[j] for j in range(nb) if j % used == i) if i < used else ()
                   for i in range(pieces))
     return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks))
+
+
+def _sub_piece_tiles(counts: np.ndarray, banks: tuple[int, ...], sub: int, subs: int,
+                     order: Optional[np.ndarray]) -> tuple[int, ...]:
+    """Tiles per bank of sub-piece `sub` of `subs` over `banks` (the o-th of their tiles, o % subs == sub):
+    exact from `order`, else the piece's n_i shared out by the banks' counts."""
+    if order is not None:
+        mine = order[np.isin(order, banks)][sub::subs]
+        return tuple(int(np.count_nonzero(mine == b)) for b in banks)
+    group = sum(int(counts[b]) for b in banks)
+    n = -(-(group - sub) // subs)
+    out = [int(counts[b]) * n // group for b in banks]
+    out[0] += n - sum(out)
+    return tuple(out)
 
 
 def sequential_page_table(batch: int, blocks_per_user: int) -> np.ndarray:
@@ -174,9 +199,10 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
             continue
         for h in range(s.num_kv_heads):
             reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
-            counts = bank_counts(page_table[user], t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            order = tile_banks(page_table[user], 0, t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            counts = np.bincount(order, minlength=s.dram_banks)
             p = per_bank * len(reach) if pieces is None else pieces
-            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor), counts, reach)
+            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, order), counts, reach)
     return out
 
 
@@ -290,12 +316,13 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     d, kv, nb = s.d_tiles, s.kv_tile_bytes, s.dram_banks
     placer = _Placer(s.grid, nb, placement)
     works: dict[CoreCoord, CoreWork] = {}
-    users: dict[CoreCoord, set[int]] = defaultdict(set)
+    users: dict[CoreCoord, dict[int, tuple[int, int]]] = defaultdict(dict)  # per core: user -> its first (head, used)
     trees: set[Tree] = set()
     im = intermediate_bytes(pc.fp32_dest_acc_en)
     msg = pc.q_tiles * (d + 2) * 1024 * im * pc.q_tile_rows // 32
     merge = merge_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.dst_tiles, pc.q_tile_rows, im)
     owns = _ownerships(s, pc, page_table, pieces, per_bank)
+    first: dict[CoreCoord, tuple[int, int, int, int, tuple[int, ...], int]] = {}
     most = 0
     for (user, h), (own, _, _) in owns.items():
         t = valid_tiles(s.cur_pos[user])
@@ -306,6 +333,8 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             core = placer.core(user, h, i, own.banks[i])
             where.append(core)
             n = own.tiles[i]
+            if core not in works:
+                first[core] = (user, h, n, chunk, own.banks[i], own.used)
             w = works.setdefault(core, CoreWork([], np.zeros(nb), {}, {}, 0, 0, 0, bank_local=True))
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
@@ -314,7 +343,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             w.kv_bytes += n * 2 * d * kv
             w.chunks += 2 * -(-n // chunk)
             w.cb_handshakes += 4 * -(-n // chunk) + 2
-            users[core].add(user)
+            users[core].setdefault(user, (h, own.used))
 
         def node(i: int) -> Tree:
             return tuple((msg, noc_hops(where[ch], where[i]), node(ch)) for _, ch in tree_children(i, own.used))
@@ -323,13 +352,78 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
         for i in range(own.used):
             for _ in tree_children(i, own.used):
                 _add_ops(works[where[i]].merge, merge)
+    readers = np.count_nonzero([w.bank_bytes > 0 for w in works.values()], axis=0)
     for core, w in works.items():
         w.index_reads = (("dram", 4 * s.batch),) + tuple(("dram", 4 * s.entries(u)) for u in sorted(users[core]))
-        w.setup_cycles = sum(s.entries(u) for u in users[core]) * c.page_table_pass_entry_cycles
+        w.setup_cycles, later = _setup_cycles(s, page_table, users[core], first[core], readers, c)
+        w.read_groups = _with_issue_work(w.read_groups, later / c.dram_request_issue_cycles)
     worst, mean = piece_imbalance(s, pc, page_table, pieces, per_bank)
     counts_out = {"pieces_with_keys": float(most), "imbalance_worst": worst, "imbalance_mean": mean,
                   "cores": float(len(works))}
     return list(works.values()), Reduction((), dict(merge), tuple(sorted(trees, key=repr))), counts_out
+
+
+@functools.lru_cache(maxsize=4096)
+def _settled_entries(entries: int, tiles: int, h: int, num_kv_heads: int, block_tiles: int, banks: int,
+                     pt_row: tuple[int, ...], used: int) -> Optional[int]:
+    """Page-table entries the reader counts, 32 blocks at a time, before (user, head h)'s split settles
+    (BankLocal::settled: every bank of R_h holds ceil(used / |R_h|) counted tiles, which fixes used and each
+    piece's banks); None when it settles only with the whole row (`entries` of them, `tiles` attended)."""
+    reach = bank_local_banks(h, num_kv_heads, block_tiles, banks)
+    order = tile_banks(pt_row, 0, tiles, h, num_kv_heads, block_tiles, banks)
+    need = max(1, -(-used // len(reach)))
+    last = 0
+    for b in reach:
+        at = np.flatnonzero(order == b)
+        if len(at) < need:
+            return None
+        last = max(last, int(at[need - 1]))
+    blocks = -(-(last // block_tiles + 1) // 32) * 32
+    return blocks if blocks < entries else None
+
+
+def _settled(s: PagedShape, page_table: np.ndarray, user: int, h: int, used: int) -> Optional[int]:
+    return _settled_entries(s.entries(user), valid_tiles(s.cur_pos[user]), h, s.num_kv_heads, s.block_tiles,
+                            s.dram_banks, tuple(int(x) for x in page_table[user][: s.entries(user)]), used)
+
+
+def _setup_cycles(s: PagedShape, page_table: np.ndarray, users: Mapping[int, tuple[int, int]],
+                  first: tuple[int, int, int, int, tuple[int, ...], int], readers: np.ndarray,
+                  c: CostConstants) -> tuple[float, float]:
+    """(the reader's pass before its reads go on (CoreWork.setup_cycles), the count cycles it does later beside
+    its reads). Every page-table entry of the core's users is guarded (page_table_guard_entry_cycles) and
+    counted (the rest of page_table_pass_entry_cycles). The first piece's user is counted whole in the pass,
+    the entries past its settled prefix while that piece's first whole chunks (one or two, K and V) land, at the
+    piece's share of its banks (bank_rate over the cores reading each bank, at most the core's read plateau;
+    the evaluator charges those reads after the setup, so the overlap is taken off here). Another user is
+    counted up to its settled prefix (`_settled_entries`, for the head of its first piece on the core), the
+    rest later, beside the reads of the piece before it."""
+    user0, h0, n, chunk, banks, used0 = first
+    count = c.page_table_pass_entry_cycles - c.page_table_guard_entry_cycles
+    setup = sum(s.entries(u) for u in users) * c.page_table_guard_entry_cycles
+    later = 0.0
+    for u, (h, used) in users.items():
+        if u == user0:
+            continue
+        prefix = _settled(s, page_table, u, h, used)
+        setup += (s.entries(u) if prefix is None else prefix) * count
+        later += 0.0 if prefix is None else (s.entries(u) - prefix) * count
+    prefix0 = _settled(s, page_table, user0, h0, used0)
+    ahead = min(2, n // chunk)
+    setup += s.entries(user0) * count
+    if prefix0 is None or ahead == 0:
+        return setup, later
+    rest = (s.entries(user0) - prefix0) * count
+    rate = min(c.core_read_plateau_bytes_per_cycle, sum(bank_rate(c) / max(1, int(readers[b])) for b in banks))
+    landing = ahead * chunk * 2 * s.d_tiles * s.kv_tile_bytes / rate
+    return setup - min(rest, landing), later
+
+
+def _with_issue_work(groups: list[tuple[int, int]], requests: float) -> list[tuple[int, int]]:
+    """`groups` with `requests` requests' worth of issue time spread evenly over them (the reader counts a
+    later user's row a slice per chunk beside its reads)."""
+    each = round(requests / max(1, len(groups)))
+    return [(b, r + each) for b, r in groups] if each else groups
 
 
 def bank_rate(c: CostConstants = COST) -> float:

@@ -23,6 +23,7 @@ class CostConstants:
     dram_bank_reader_bytes_per_cycle: float = 22.2  # sourced: one reader alone on one bank (DRAMTile)
     dram_bank_local_readers_efficiency: float = 265.5 / 288.0  # sourced: 12 readers, one per bank (DRAMTile)
     page_table_pass_entry_cycles: float = 20.0  # ESTIMATE: the reader's up-front pass, per page-table entry
+    page_table_guard_entry_cycles: float = 4.0  # ESTIMATE: the guard's share of page_table_pass_entry_cycles
     page_table_walk_entry_cycles: float = 10.0  # ESTIMATE: a piece's lazy walk, per page-table entry
     dram_interleaved_efficiency: float = 0.66  # sourced: 189.8 / 288 = 0.659 (DRAMTile README), see sources
     dram_interleaved_efficiency_noc1: float = 82.1 / 288.0  # sourced, the same benchmark on NoC 1 (not used by reads)
@@ -87,6 +88,10 @@ COST_SOURCES: dict[str, str] = {
                                     "multiply-shift modulus (3 multiplies of 2 cycles, a subtract: 7), the "
                                     "histogram bump in core-local RAM (load 2, add, store: 4) and the loop (2): "
                                     "~23, rounded to 20 as the compiler overlaps a few; serial before the first read",
+    "page_table_guard_entry_cycles": "ESTIMATE (not measured): of page_table_pass_entry_cycles' items, the "
+                                     "out-of-pool guard's compare and branch (2) and its loop (2): the part of "
+                                     "an entry's pass that stays before the first read when the count of the "
+                                     "rest of the row overlaps the first piece's early chunks",
     "page_table_walk_entry_cycles": "ESTIMATE (not measured): a piece's lazy walk over the page-table row, per "
                                     "entry: the L1 load (8, overlapped with the reads in flight), the block's base "
                                     "bank by an incremental residue (2), the owned-bank test and branch (2): ~10; "

@@ -115,8 +115,9 @@ def flash_decode_cbs(
     if tree:
         specs.append((17, "partial_out", im, im_page, partial))  # this piece's partial, to the parent
     if max_blocks:
-        # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target
-        specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 1))
+        # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target; bank-local:
+        # two (the next piece's user's row is counted while the current one's is walked)
+        specs.append((23, "page_table", f32, -(-4 * max_blocks // 32) * 32, 2 if piece_views else 1))
     if attention_sink:
         specs.append((24, "sink", bf16, 2048, q_tiles))  # the group's sink logits in column 0
     if prescale_q:
