@@ -286,9 +286,12 @@ def _plan_steps(
                    l1_bytes_per_core=l1_bytes_per_core, bank_local=kv_pages == "key_row" and block_size is not None)
     cb_args, cbs = size_buffers(**buffers)
     # the children's partials side by side overflow L1: merge them one q tile row at a time (plan/merge_slot.py)
-    merge_slot = cbs_bytes_per_core(cbs) > l1_bytes_per_core and merge_slot_fits(core_pieces, split.pieces)
-    if merge_slot:
-        cb_args, cbs = size_buffers(**buffers, merge_slot=True)
+    # when that fits (else the overflow is refused with the areas, naming the knobs)
+    merge_slot = False
+    if cbs_bytes_per_core(cbs) > l1_bytes_per_core and merge_slot_fits(core_pieces, split.pieces):
+        slot_args, slot_cbs = size_buffers(**buffers, merge_slot=True)
+        if cbs_bytes_per_core(slot_cbs) <= l1_bytes_per_core:
+            merge_slot, cb_args, cbs = True, slot_args, slot_cbs
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,

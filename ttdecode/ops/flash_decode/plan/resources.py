@@ -67,9 +67,8 @@ def _l1_advice(plan: DecodePlan, l1_bytes: int, cb_args: dict[str, Any], replan:
           f"{'' if plan.fixed_chunk_tiles else str(plan.max_chunk_tiles * TILE) + ' keys'}".rstrip()
     chunk = _fitting_chunk(plan, replan, tree=plan.pieces_per_work > 1)
     if chunk is not None:
-        # through the merge slot the partials' buffers do not grow with the pieces: fewer would not help
         fewer = (f", or lower max_cores_per_head_batch (now {plan.pieces_per_work} pieces per head, fewer "
-                 f"partials to receive)") if plan.pieces_per_work > 1 and not plan.merge_slot else ""
+                 f"partials to receive)") if plan.pieces_per_work > 1 else ""
         return f"Set k_chunk_size={chunk} or lower ({now}){fewer}."
     if plan.pieces_per_work > 1:
         one = dict(cb_args, tree=False, recv_areas=0)

@@ -134,7 +134,7 @@ class DecodePlan:
     q_tile_rows: int = 32
     # the bounded merge (plan/merge_slot.py): a parent receives its children's partials one q tile row at a
     # time through one slot (partial_in and partial_out hold one row), a child sending each row when granted;
-    # taken only when the children's areas side by side would overflow L1
+    # taken only when the children's areas side by side would overflow L1 and the slot fits
     merge_slot: bool = field(default=False, repr=False)
 
     @property
