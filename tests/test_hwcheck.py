@@ -6,7 +6,9 @@ and no --mock."""
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
 import subprocess
 import sys
 import textwrap
@@ -147,3 +149,44 @@ def test_the_readme_states_the_quick_selection_as_it_is() -> None:
     readme = (ROOT / "README.md").read_text()
     quick_points = [t for t in TIMING_POINTS if t.quick]
     assert f"--quick: {len(select(quick=True))} programs, {len(quick_points)} timing point" in readme
+
+
+def test_a_resumed_check_skips_what_the_report_recorded_and_keeps_the_hang(tmp_path: Path) -> None:
+    from ttdecode.hwcheck.cli import resumed_selection
+    from ttdecode.hwcheck.resume import merge_resumed, recorded, resume_plan
+
+    # the first run: gqa_d64 passed, paged hung (the watchdog's record), lse and the README loop not reached
+    plan = {"mock": "n150", "kinds": ["gqa_d64", "paged", "lse"], "timing": ["tg"], "readme_loop": True,
+            "replays": 200, "calls": 3}
+    first = _run(["gqa_d64"])
+    first.update(hang={"section": "programs", "name": "paged", "config": {"paged": True}, "seconds": 3},
+                 exit="killed", not_run=[{"section": "programs", "name": "lse"}, {"section": "timing", "name": "tg"},
+                                         {"section": "readme_loop", "name": "readme_loop"}])
+    before = R.assemble(first, plan, Guard().to_json(), "0.1.0")
+    assert R.validate(before) == [] and before["programs"][-1] == {
+        "name": "paged", "status": "hang", "error": "no answer within 3 s (watchdog)", "config": {"paged": True}}
+    assert recorded(before) == {("programs", "gqa_d64"), ("programs", "paged")}
+    path = tmp_path / "first.json"
+    path.write_text(json.dumps(before))
+    args = argparse.Namespace(mock="n150", resume=path)
+    assert resumed_selection(R.load_report(path), args) == plan
+    with pytest.raises(ValueError, match="ran on the mock n150, this run is on a device"):
+        resumed_selection(before, argparse.Namespace(mock=None, resume=path))
+    # the second run takes the rest only
+    todo = resume_plan(plan, before)
+    assert (todo["kinds"], todo["timing"], todo["readme_loop"]) == (["lse"], ["tg"], True)
+    second = _run(["lse"])
+    second["entries"]["timing"] = [{"name": "tg", "status": "mock"}]
+    second["entries"]["readme_loop"] = [{"name": "readme_loop", "status": "mock", "seconds": MOCK}]
+    both = merge_resumed(R.assemble(second, todo, Guard().to_json(), "0.1.0"), before, plan, str(path))
+    assert R.validate(both) == [], R.validate(both)
+    assert [(p["name"], p["status"]) for p in both["programs"]] == [("gqa_d64", "mock"), ("paged", "hang"),
+                                                                    ("lse", "mock")]
+    assert both["selection"] == plan and both["hang"] is None and both["not_run"] == []
+    assert both["resumed"] == {"from": str(path), "hangs": [before["hang"]], "kept": ["gqa_d64", "paged"]}
+    assert not both["summary"]["ok"] and both["summary"]["counts"] == {"mock": 4, "hang": 1}
+    md = R.markdown(both)
+    assert "Earlier **HANG** in programs `paged` ({'paged': True})" in md and f"Resumed from `{path}`" in md
+    # a resumed report resumes again: nothing left, the hang still counted
+    again = resume_plan(plan, both)
+    assert (again["kinds"], again["timing"], again["readme_loop"]) == ([], [], False)
