@@ -52,7 +52,7 @@ def test_every_kind_has_a_unique_name_and_the_families_are_all_there() -> None:
         assert any(getattr(p, feature) for p in decode), feature
     assert {p.pages for p in decode} == {"tile", "key_row"} and {p.nkv == p.nh for p in decode} == {True, False}
     assert {p.kv_dtype for p in decode} == {"bfloat16", "bfloat8_b", "bfloat4_b"} and any(p.t > 1 for p in decode)
-    assert {t.name for t in TIMING_POINTS} == {"tg", "mla", "techreport"}
+    assert {t.name for t in TIMING_POINTS if not t.name.startswith("paged-")} == {"tg", "mla", "techreport"}
 
 
 @pytest.mark.parametrize("use_jsonschema", [False, True], ids=["subset", "jsonschema"])
@@ -190,3 +190,26 @@ def test_a_resumed_check_skips_what_the_report_recorded_and_keeps_the_hang(tmp_p
     # a resumed report resumes again: nothing left, the hang still counted
     again = resume_plan(plan, both)
     assert (again["kinds"], again["timing"], again["readme_loop"]) == ([], [], False)
+
+
+def test_the_timing_points_hold_the_paged_sweep_s_points() -> None:
+    import importlib.util
+
+    from ttdecode.hwcheck.kinds import MAX_TIMED_KV_ELEMENTS, PAGED_BLOCKS, PAGED_SHAPES
+
+    spec = importlib.util.spec_from_file_location("sweep_paged_hwcheck_test", ROOT / "perf" / "sweep_paged.py")
+    sweep = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = sweep
+    spec.loader.exec_module(sweep)
+    want = {(p.point, p.batch, p.num_q_heads, p.num_kv_heads, p.seq, p.grid, p.max_cores, p.cur_pos)
+            for p in sweep.paged_points(quick=False)}
+    assert {(n, b, nh, nkv, s, g, m, s - 1 if pos is None else pos) for n, b, nh, nkv, s, g, m, pos in PAGED_SHAPES} == want
+    assert PAGED_BLOCKS == (32, 64)
+    paged = [t for t in TIMING_POINTS if t.name.startswith("paged-")]
+    fits = [s for s in PAGED_SHAPES if s[1] * s[3] * s[4] * 128 <= MAX_TIMED_KV_ELEMENTS]
+    assert len(paged) == 2 * len(fits) == 2 * (len(PAGED_SHAPES) - 1)  # only Llama-8B B 32 at 128K is left out
+    assert len({t.name for t in TIMING_POINTS}) == len(TIMING_POINTS)
+    for t in paged:
+        c = t.call
+        assert c.paged and c.pages == "key_row" and c.d == 128 and not t.quick
+        assert (c.fidelity, c.fp32_dest) == ("HiFi2", True) and t.ttnn_numerics == ("HiFi2", True)
