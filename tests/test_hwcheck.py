@@ -41,9 +41,10 @@ def _run(programs: list[dict], mock: bool = True) -> dict:
 def test_every_kind_has_a_unique_name_and_the_families_are_all_there() -> None:
     names = [k.name for k in KINDS]
     assert len(names) == len(set(names))
-    assert {k.family for k in KINDS} == {"flash_decode", "combine", "rotary_append"}
+    assert {k.family for k in KINDS} == {"flash_decode", "combine", "rotary_append", "context_parallel"}
     quick = select(quick=True)
-    assert 0 < len(quick) < len(KINDS) and {k.family for k in quick} == {k.family for k in KINDS}
+    # the mesh kinds need a T3K: not in --quick, the first run on any board
+    assert 0 < len(quick) < len(KINDS) and {k.family for k in quick} == {k.family for k in KINDS} - {"context_parallel"}
     assert [k.name for k in select(False, ["paged", "lse"])] == ["paged", "lse"]
     with pytest.raises(ValueError, match="unknown program kinds \\['nope'\\]"):
         select(False, ["nope"])
@@ -213,3 +214,19 @@ def test_the_timing_points_hold_the_paged_sweep_s_points() -> None:
         c = t.call
         assert c.paged and c.pages == "key_row" and c.d == 128 and not t.quick
         assert (c.fidelity, c.fp32_dest) == ("HiFi2", True) and t.ttnn_numerics == ("HiFi2", True)
+
+
+def test_a_mesh_kind_is_refused_by_name_without_the_chips_and_that_is_no_failure() -> None:
+    from ttdecode.hwcheck.mesh import check_mesh_kind, refusal
+
+    kind = next(k for k in KINDS if k.family == "context_parallel")
+    assert refusal(kind.params, 8) is None
+    entry = check_mesh_kind(kind, None, "n150", available=1)  # refused before any device call
+    assert entry["status"] == "refused" and entry["name"] == "context_parallel_t3k"
+    assert entry["error"] == "refused: needs a mesh of 8 chips (1x8, a T3K); this system has 1"
+    run = _run(["gqa_d64"])
+    run["entries"]["programs"].append(entry)
+    rep = R.assemble(run, {"mock": "n150", "kinds": ["gqa_d64", kind.name], "timing": [], "readme_loop": False},
+                     Guard().to_json(), "0.1.0")
+    assert R.validate(rep) == [] and rep["summary"] == {"ok": True, "counts": {"mock": 1, "refused": 1}}
+    assert "refused: needs a mesh of 8 chips" in R.markdown(rep)

@@ -2,7 +2,8 @@
 points (`TIMING_POINTS`, named as ``perf/calibrate_model.py``'s calibration points).
 
 A FlashDecode kind is a `Decode` (shape, cache format and pages, the call's options); the combine a
-`Combine`; the rotary append a `Rotary`. A new kind is one more line of `KINDS`: the runner of its
+`Combine`; the rotary append a `Rotary`; context parallelism over a mesh of chips a `Mesh` (run after the
+single-chip kinds, on a mesh the worker opens then). A new kind is one more line of `KINDS`: the runner of its
 family (``ttdecode.hwcheck.programs``) builds its inputs, the float64 reference and ttnn's own op from it.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Union
 
-__all__ = ["CALLS", "Decode", "Combine", "Rotary", "Kind", "KINDS", "TimingPoint", "TIMING_POINTS", "PAGED_SHAPES",
+__all__ = ["CALLS", "Decode", "Combine", "Rotary", "Mesh", "Kind", "KINDS", "TimingPoint", "TIMING_POINTS", "PAGED_SHAPES",
            "PAGED_BLOCKS", "MAX_TIMED_KV_ELEMENTS", "paged_timing_points", "select"]
 
 #: Calls of our program per kind (the third is compared with the first: the cached paths).
@@ -97,7 +98,30 @@ class Rotary:
         return "rotary_append"
 
 
-Params = Union[Decode, Combine, Rotary]
+@dataclass(frozen=True)
+class Mesh:
+    """Context-parallel decode on a mesh of ``devices`` chips (``mesh`` rows x columns): the KV cache ``[b, nkv, s,
+    d]`` split along the sequence, FlashDecode on every shard, the partials merged by ``combine`` (ttnn's
+    all_gather and our combine program): ``ttdecode.context_parallel_decode(..., backend="device")``. Refused
+    by name on a system with fewer chips."""
+
+    devices: int = 8
+    mesh: tuple[int, int] = (1, 8)
+    b: int = 2
+    nh: int = 8
+    nkv: int = 1
+    s: int = 4096
+    d: int = 128
+    pos: tuple[int, ...] = (4095, 1500)
+    kv_dtype: str = "bfloat8_b"
+    combine: str = "all_gather"
+
+    @property
+    def family(self) -> str:
+        return "context_parallel"
+
+
+Params = Union[Decode, Combine, Rotary, Mesh]
 
 
 @dataclass(frozen=True)
@@ -151,6 +175,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("rotary_interleaved_partial", Rotary(interleaved=True, rotary_dim=32)),
     Kind("rotary_packed_qkv", Rotary(packed=True)),
     Kind("rotary_paged_kv_only", Rotary(paged=True, with_q=False)),
+    Kind("context_parallel_t3k", Mesh()),
 )
 
 
