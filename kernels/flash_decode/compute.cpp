@@ -393,7 +393,7 @@ void kernel_main() {
                         Merge::wait_running(running_sets[cur]);
                     }
                 }
-                with_work = 0;
+                with_work = 0;  // merged: the dedicated areas' loop below has nothing left
             } else {
                 cb_wait_front(cb_partial_in, height * partial_tiles);
             }

@@ -208,9 +208,9 @@ void kernel_main() {
             cb_push_back(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
         }
 
-        // Hand the children's areas to the compute kernel once every partial of this height level
-        // has landed. All areas of the piece are pushed, including those of children without work,
-        // so the FIFO position always equals the fixed area address.
+        // The children's partials: through the slot, or (the dedicated areas) handed to the compute kernel
+        // once every partial of this height level has landed. All areas of the piece are pushed, including
+        // those of children without work, so the FIFO position always equals the fixed area address.
         if (merge_slot && height > 0) {
             // One message at a time, children in merge order: wait for the slot to be free (the compute
             // kernel popped the last message), grant the child the row, wait for it to land, hand it over.
