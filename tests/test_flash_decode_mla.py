@@ -250,10 +250,15 @@ def test_the_deepseek_plan_at_d576_fits_l1_or_names_the_knob_that_makes_it_fit()
         assert "v" not in cbs and plan.pieces_per_work == 16 and plan.max_chunk_tiles == 8
         assert cbs["k"].num_pages == 2 * 8 * 18 and cbs["k"].total_size == k_kib * 1024
         assert plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
-    # 128 q heads (four tile rows): the partials of a tree do not fit; one piece per work does (bfp8),
-    # and bf16 needs 128-key chunks; the refusals name exactly those knobs.
-    with pytest.raises(PlanError, match=r"L1 overflow.*set max_cores_per_head_batch=1"):
+    # 128 q heads (four tile rows): the tree's partials come through the merge slot (one q tile row of a
+    # partial at a time), and 16 pieces fit with 128-key chunks, the knob the refusal names; one piece per
+    # work (no partials) fits as it is (bfp8), and bf16 then needs 128-key chunks.
+    with pytest.raises(PlanError, match=r"L1 overflow.*Set k_chunk_size=128 or lower \(now dynamic, up to 256 keys\)"):
         make_plan(num_q_heads=128, kv_dtype=BFP8, **base)
+    plan = make_plan(num_q_heads=128, kv_dtype=BFP8, k_chunk_size=128, **base)
+    cbs = {cb.name: cb for cb in plan.circular_buffers}
+    assert plan.merge_slot and plan.pieces_per_work == 16 and plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
+    assert cbs["partial_in"].num_pages == cbs["partial_out"].num_pages == DV // 32 + 2
     plan = make_plan(num_q_heads=128, kv_dtype=BFP8, max_cores_per_head_batch=1, **base)
     assert plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
     assert "partial_out" not in {cb.name for cb in plan.circular_buffers}
@@ -296,7 +301,9 @@ def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.Capture
     assert re.search(r"cb0 +q +bfloat16 +16x32 +18 x +1024 B", out) and re.search(r"cb1 +k +bfloat8_b +32x32 ", out)
     assert not re.search(r"cb2 +v ", out)
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 2
-    assert "set --max-cores-per-head-batch=1" in capsys.readouterr().err
+    assert "Set --k-chunk-size=128 or lower" in capsys.readouterr().err
+    assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--k-chunk-size", "128"]) == 0
+    assert "merge slot: children's partials received one q tile row at a time" in capsys.readouterr().out
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--max-cores-per-head-batch", "1"]) == 0
     assert main(["reference", "--preset", "deepseek-v3-mla-16q", "--seq", "64", "--cur-pos", "40"]) == 0
     assert "output [1, 1, 16, 512]" in capsys.readouterr().out

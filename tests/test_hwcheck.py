@@ -6,7 +6,9 @@ and no --mock."""
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
 import subprocess
 import sys
 import textwrap
@@ -39,9 +41,10 @@ def _run(programs: list[dict], mock: bool = True) -> dict:
 def test_every_kind_has_a_unique_name_and_the_families_are_all_there() -> None:
     names = [k.name for k in KINDS]
     assert len(names) == len(set(names))
-    assert {k.family for k in KINDS} == {"flash_decode", "combine", "rotary_append"}
+    assert {k.family for k in KINDS} == {"flash_decode", "combine", "rotary_append", "context_parallel"}
     quick = select(quick=True)
-    assert 0 < len(quick) < len(KINDS) and {k.family for k in quick} == {k.family for k in KINDS}
+    # the mesh kinds need a T3K: not in --quick, the first run on any board
+    assert 0 < len(quick) < len(KINDS) and {k.family for k in quick} == {k.family for k in KINDS} - {"context_parallel"}
     assert [k.name for k in select(False, ["paged", "lse"])] == ["paged", "lse"]
     with pytest.raises(ValueError, match="unknown program kinds \\['nope'\\]"):
         select(False, ["nope"])
@@ -50,7 +53,7 @@ def test_every_kind_has_a_unique_name_and_the_families_are_all_there() -> None:
         assert any(getattr(p, feature) for p in decode), feature
     assert {p.pages for p in decode} == {"tile", "key_row"} and {p.nkv == p.nh for p in decode} == {True, False}
     assert {p.kv_dtype for p in decode} == {"bfloat16", "bfloat8_b", "bfloat4_b"} and any(p.t > 1 for p in decode)
-    assert {t.name for t in TIMING_POINTS} == {"tg", "mla", "techreport"}
+    assert {t.name for t in TIMING_POINTS if not t.name.startswith("paged-")} == {"tg", "mla", "techreport"}
 
 
 @pytest.mark.parametrize("use_jsonschema", [False, True], ids=["subset", "jsonschema"])
@@ -147,3 +150,83 @@ def test_the_readme_states_the_quick_selection_as_it_is() -> None:
     readme = (ROOT / "README.md").read_text()
     quick_points = [t for t in TIMING_POINTS if t.quick]
     assert f"--quick: {len(select(quick=True))} programs, {len(quick_points)} timing point" in readme
+
+
+def test_a_resumed_check_skips_what_the_report_recorded_and_keeps_the_hang(tmp_path: Path) -> None:
+    from ttdecode.hwcheck.cli import resumed_selection
+    from ttdecode.hwcheck.resume import merge_resumed, recorded, resume_plan
+
+    # the first run: gqa_d64 passed, paged hung (the watchdog's record), lse and the README loop not reached
+    plan = {"mock": "n150", "kinds": ["gqa_d64", "paged", "lse"], "timing": ["tg"], "readme_loop": True,
+            "replays": 200, "calls": 3}
+    first = _run(["gqa_d64"])
+    first.update(hang={"section": "programs", "name": "paged", "config": {"paged": True}, "seconds": 3},
+                 exit="killed", not_run=[{"section": "programs", "name": "lse"}, {"section": "timing", "name": "tg"},
+                                         {"section": "readme_loop", "name": "readme_loop"}])
+    before = R.assemble(first, plan, Guard().to_json(), "0.1.0")
+    assert R.validate(before) == [] and before["programs"][-1] == {
+        "name": "paged", "status": "hang", "error": "no answer within 3 s (watchdog)", "config": {"paged": True}}
+    assert recorded(before) == {("programs", "gqa_d64"), ("programs", "paged")}
+    path = tmp_path / "first.json"
+    path.write_text(json.dumps(before))
+    args = argparse.Namespace(mock="n150", resume=path)
+    assert resumed_selection(R.load_report(path), args) == plan
+    with pytest.raises(ValueError, match="ran on the mock n150, this run is on a device"):
+        resumed_selection(before, argparse.Namespace(mock=None, resume=path))
+    # the second run takes the rest only
+    todo = resume_plan(plan, before)
+    assert (todo["kinds"], todo["timing"], todo["readme_loop"]) == (["lse"], ["tg"], True)
+    second = _run(["lse"])
+    second["entries"]["timing"] = [{"name": "tg", "status": "mock"}]
+    second["entries"]["readme_loop"] = [{"name": "readme_loop", "status": "mock", "seconds": MOCK}]
+    both = merge_resumed(R.assemble(second, todo, Guard().to_json(), "0.1.0"), before, plan, str(path))
+    assert R.validate(both) == [], R.validate(both)
+    assert [(p["name"], p["status"]) for p in both["programs"]] == [("gqa_d64", "mock"), ("paged", "hang"),
+                                                                    ("lse", "mock")]
+    assert both["selection"] == plan and both["hang"] is None and both["not_run"] == []
+    assert both["resumed"] == {"from": str(path), "hangs": [before["hang"]], "kept": ["gqa_d64", "paged"]}
+    assert not both["summary"]["ok"] and both["summary"]["counts"] == {"mock": 4, "hang": 1}
+    md = R.markdown(both)
+    assert "Earlier **HANG** in programs `paged` ({'paged': True})" in md and f"Resumed from `{path}`" in md
+    # a resumed report resumes again: nothing left, the hang still counted
+    again = resume_plan(plan, both)
+    assert (again["kinds"], again["timing"], again["readme_loop"]) == ([], [], False)
+
+
+def test_the_timing_points_hold_the_paged_sweep_s_points() -> None:
+    import importlib.util
+
+    from ttdecode.hwcheck.kinds import MAX_TIMED_KV_ELEMENTS, PAGED_BLOCKS, PAGED_SHAPES
+
+    spec = importlib.util.spec_from_file_location("sweep_paged_hwcheck_test", ROOT / "perf" / "sweep_paged.py")
+    sweep = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = sweep
+    spec.loader.exec_module(sweep)
+    want = {(p.point, p.batch, p.num_q_heads, p.num_kv_heads, p.seq, p.grid, p.max_cores, p.cur_pos)
+            for p in sweep.paged_points(quick=False)}
+    assert {(n, b, nh, nkv, s, g, m, s - 1 if pos is None else pos) for n, b, nh, nkv, s, g, m, pos in PAGED_SHAPES} == want
+    assert PAGED_BLOCKS == (32, 64)
+    paged = [t for t in TIMING_POINTS if t.name.startswith("paged-")]
+    fits = [s for s in PAGED_SHAPES if s[1] * s[3] * s[4] * 128 <= MAX_TIMED_KV_ELEMENTS]
+    assert len(paged) == 2 * len(fits) == 2 * (len(PAGED_SHAPES) - 1)  # only Llama-8B B 32 at 128K is left out
+    assert len({t.name for t in TIMING_POINTS}) == len(TIMING_POINTS)
+    for t in paged:
+        c = t.call
+        assert c.paged and c.pages == "key_row" and c.d == 128 and not t.quick
+        assert (c.fidelity, c.fp32_dest) == ("HiFi2", True) and t.ttnn_numerics == ("HiFi2", True)
+
+
+def test_a_mesh_kind_is_refused_by_name_without_the_chips_and_that_is_no_failure() -> None:
+    from ttdecode.hwcheck.mesh import check_mesh_kind, refusal
+
+    kind = next(k for k in KINDS if k.family == "context_parallel")
+    assert refusal(kind.params, 8) is None
+    entry = check_mesh_kind(kind, None, "n150", available=1)  # refused before any device call
+    assert entry["status"] == "refused" and entry["name"] == "context_parallel_t3k"
+    assert entry["error"] == "refused: needs a mesh of 8 chips (1x8, a T3K); this system has 1"
+    run = _run(["gqa_d64"])
+    run["entries"]["programs"].append(entry)
+    rep = R.assemble(run, {"mock": "n150", "kinds": ["gqa_d64", kind.name], "timing": [], "readme_loop": False},
+                     Guard().to_json(), "0.1.0")
+    assert R.validate(rep) == [] and rep["summary"] == {"ok": True, "counts": {"mock": 1, "refused": 1}}
+    assert "refused: needs a mesh of 8 chips" in R.markdown(rep)

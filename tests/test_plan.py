@@ -211,12 +211,22 @@ def test_paged_plan_keeps_the_chunks_and_adds_the_page_table_row_to_l1() -> None
 
 
 def test_page_table_row_counts_against_l1() -> None:
-    # A plan that fits in L1 without paging overflows when a huge page-table row is added.
+    # A plan that fits in L1 without paging overflows when a huge page-table row is added (one piece per
+    # work: no partials, so no merge slot to fall back on).
     args = dict(batch=1, num_q_heads=32, num_kv_heads=8, head_dim=128, seq_len=131072, cur_pos=[100])
-    base = make_plan(**args)
-    make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=base.l1_bytes_per_core + 131072 // 32 * 4)
+    row = 131072 // 32 * 4
+    base = make_plan(**args, max_cores_per_head_batch=1)
+    make_plan(**args, max_cores_per_head_batch=1, block_size=32, num_blocks=4096,
+              l1_bytes_per_core=base.l1_bytes_per_core + row)
     with pytest.raises(PlanError, match="L1 overflow"):
-        make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=base.l1_bytes_per_core + 131072 // 32 * 4 - 1)
+        make_plan(**args, max_cores_per_head_batch=1, block_size=32, num_blocks=4096,
+                  l1_bytes_per_core=base.l1_bytes_per_core + row - 1)
+    # with a tree, the byte too many sends the children's partials through the merge slot
+    tree = make_plan(**args)
+    assert make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=tree.l1_bytes_per_core + row).merge_slot \
+        is False
+    slot = make_plan(**args, block_size=32, num_blocks=4096, l1_bytes_per_core=tree.l1_bytes_per_core + row - 1)
+    assert slot.merge_slot and slot.l1_bytes_per_core <= tree.l1_bytes_per_core + row - 1
 
 
 @pytest.mark.parametrize("window", [1, 7, 32, 33, 100, 5000])

@@ -114,8 +114,11 @@ def test_deepseek_mla_plans_when_max_cores_is_not_set_and_is_refused_when_set() 
                  kv_dtype=DataType.bfloat8_b, block_size=32, num_blocks=128, mla=True, math_fidelity="HiFi4")
     plan = make_plan(max_cores_per_head_batch=None, **shape)
     assert plan.l1_bytes_per_core <= 1464 * 1024 and plan.pieces_per_work < 16
-    with pytest.raises(PlanError, match=r"L1 overflow: .*max_cores_per_head_batch=1"):
+    # 16 pieces: the partials fit through the merge slot, the 256-key chunks do not; the refusal names 128
+    with pytest.raises(PlanError, match=r"L1 overflow: .*Set k_chunk_size=128 or lower"):
         make_plan(max_cores_per_head_batch=16, **shape)
+    slot = make_plan(max_cores_per_head_batch=16, k_chunk_size=128, **shape)
+    assert slot.merge_slot and slot.pieces_per_work == 16 and slot.l1_bytes_per_core <= 1464 * 1024
 
 
 def test_host_grid_up_to_8x9_and_refused_beyond_naming_the_limit() -> None:

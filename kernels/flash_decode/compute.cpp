@@ -117,6 +117,10 @@ struct Args {
     static constexpr uint32_t partial_tiles = q_tiles * (dv_tiles + 2);
     static constexpr uint32_t partial_max_offset = acc_tiles;  // partial layout: O tiles, m tiles, l tiles
     static constexpr uint32_t partial_sum_offset = acc_tiles + q_tiles;
+    // The bounded merge (plan.merge_slot): partials cross one q tile row at a time, a message of O's
+    // dv tiles, then m, then l (writer.cpp), in one slot of cb_partial_in and one of cb_partial_out.
+    static constexpr bool merge_slot = get_named_compile_time_arg_val("merge_slot") == 1;
+    static constexpr uint32_t message_tiles = dv_tiles + 2;
 };
 using Softmax = OnlineSoftmax<Args>;
 using Merge = lse_merge::Merge<Args>;
@@ -167,6 +171,22 @@ void merge_child(uint32_t area, const Running& own, const Running* next) {
     if (next == nullptr) {
         cb_push_back(cb_partial_out, partial_tiles);
     }
+}
+
+// merge_slot: merge the child whose messages arrive in cb_partial_in (one q tile row each, O then m then l)
+// into the running set `own`, writing `next`: merge_child's steps on the message's tiles, popped row by row.
+void merge_messages(const Running& own, const Running& next) {
+    Merge::reserve_running(next);
+    for (uint32_t qi = 0; qi < q_tiles; ++qi) {
+        cb_wait_front(cb_partial_in, Args::message_tiles);
+        const Target out = Merge::to_running(next);
+        Merge::factors(own.max, qi, [](uint32_t dst) { copy_to_dst(cb_partial_in, dv_tiles, dst); }, out, qi);
+        Merge::sum_with(own.sum, qi, cb_partial_in, dv_tiles + 1, out);
+        Merge::output_with(own.acc, qi * dv_tiles, cb_partial_in, 0, out);
+        cb_pop_front(cb_alpha, 2);
+        cb_pop_front(cb_partial_in, Args::message_tiles);
+    }
+    Merge::pop_running(own);
 }
 
 // Root with an attention sink: fold the sink into the denominator, exactly as a merge with a state of
@@ -221,6 +241,29 @@ void finish_root(const Running& set) {
 // running CBs share one data format and unpack path (fp32 to DST): one reconfig and copy_init.
 void send_partial(const Running& set) {
     Merge::wait_running(set);
+    if constexpr (Args::merge_slot) {
+        // one message per q tile row: O's dv tiles, m, l
+        copy_from(set.acc);
+        for (uint32_t qi = 0; qi < q_tiles; ++qi) {
+            cb_reserve_back(cb_partial_out, Args::message_tiles);
+            for (uint32_t t0 = 0; t0 < Args::message_tiles; t0 += dst_tiles) {
+                const uint32_t n = Args::message_tiles - t0 < dst_tiles ? Args::message_tiles - t0 : dst_tiles;
+                tile_regs_acquire();
+                for (uint32_t i = 0; i < n; ++i) {
+                    const uint32_t t = t0 + i;
+                    if (t < dv_tiles) {
+                        copy_tile(set.acc, qi * dv_tiles + t, i);
+                    } else {
+                        copy_tile(t == dv_tiles ? set.max : set.sum, qi, i);
+                    }
+                }
+                pack_block(cb_partial_out, t0, n);
+            }
+            cb_push_back(cb_partial_out, Args::message_tiles);
+        }
+        Merge::pop_running(set);
+        return;
+    }
     cb_reserve_back(cb_partial_out, partial_tiles);
     copy_from(set.acc);
     for (uint32_t t0 = 0; t0 < partial_tiles; t0 += dst_tiles) {
@@ -289,7 +332,7 @@ void kernel_main() {
         if (range.empty()) {
             // No keys: nothing to compute or send; the writer still hands over this piece's
             // (unused) partial areas to keep the partial_in queue aligned.
-            if (height > 0) {
+            if (height > 0 && !Args::merge_slot) {
                 cb_wait_front(cb_partial_in, height * partial_tiles);
                 cb_pop_front(cb_partial_in, height * partial_tiles);
             }
@@ -341,7 +384,19 @@ void kernel_main() {
                     with_work |= 1u << r;
                 }
             }
-            cb_wait_front(cb_partial_in, height * partial_tiles);
+            if constexpr (Args::merge_slot) {
+                // children in merge order, each through the slot; the partial for the parent is sent after
+                for (uint32_t r = 0; r < height; ++r) {
+                    if ((with_work >> r) & 1u) {
+                        merge_messages(running_sets[cur], running_sets[cur ^ 1]);
+                        cur ^= 1;
+                        Merge::wait_running(running_sets[cur]);
+                    }
+                }
+                with_work = 0;  // merged: the dedicated areas' loop below has nothing left
+            } else {
+                cb_wait_front(cb_partial_in, height * partial_tiles);
+            }
             for (uint32_t r = 0; r < height; ++r) {
                 if (!((with_work >> r) & 1u)) {
                     continue;
@@ -355,7 +410,9 @@ void kernel_main() {
                     Merge::wait_running(running_sets[cur]);
                 }
             }
-            cb_pop_front(cb_partial_in, height * partial_tiles);
+            if constexpr (!Args::merge_slot) {
+                cb_pop_front(cb_partial_in, height * partial_tiles);
+            }
         }
 
         if (fold) {

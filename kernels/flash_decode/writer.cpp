@@ -104,6 +104,11 @@ void kernel_main() {
     constexpr uint32_t partial_datum_bytes = get_named_compile_time_arg_val("partial_datum_bytes");
     constexpr uint32_t partial_tile_bytes = q_tile_rows * TILE * partial_datum_bytes;
     constexpr uint32_t partial_bytes = partial_tiles * partial_tile_bytes;
+    // The bounded merge (plan.merge_slot): partials travel one q tile row (a message: O's dv tiles, m, l) at
+    // a time through one slot at the partial_in base; semaphore 0 counts the messages that land, semaphore
+    // 1 + p the grants piece p of this core receives for its messages.
+    constexpr bool merge_slot = get_named_compile_time_arg_val("merge_slot") == 1;
+    constexpr uint32_t message_tiles = dv_tiles + 2;
     constexpr uint32_t lse_row_bytes = q_tiles * TILE * 4;
     constexpr uint32_t zero_block_bytes = FACE * BF16_FACE_ROW_BYTES;  // one face's worth of zero rows
 
@@ -149,7 +154,7 @@ void kernel_main() {
     // Partials expected per tree height level: all children with work of all of this core's pieces
     // at that height increment the same semaphore (id = height - 1).
     uint32_t expected_at_level[MAX_ROUNDS] = {0};
-    for (uint32_t p = 0; p < num_pieces; ++p) {
+    for (uint32_t p = 0; p < num_pieces && !merge_slot; ++p) {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
         const uint32_t index = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 2);
         const uint32_t height = tree_height(index, pieces_per_work);
@@ -161,6 +166,9 @@ void kernel_main() {
         }
     }
     bool level_arrived[MAX_ROUNDS] = {false};
+    // merge_slot: the children's (NoC x, NoC y, slot) of every piece follow the pieces' args, 3 a child round
+    uint32_t child_args = piece_args_base + num_pieces * args_per_piece;
+    uint32_t landed = 0;  // messages landed in the slot so far (semaphore 0 counts them)
 
     for (uint32_t p = 0; p < num_pieces; ++p) {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);
@@ -205,10 +213,33 @@ void kernel_main() {
             cb_push_back(cb_mask, masked_tiles_bound(token_window, tokens) * q_tiles);
         }
 
-        // Hand the children's areas to the compute kernel once every partial of this height level
-        // has landed. All areas of the piece are pushed, including those of children without work,
-        // so the FIFO position always equals the fixed area address.
-        if (height > 0) {
+        // The children's partials: through the slot, or (the dedicated areas) handed to the compute kernel
+        // once every partial of this height level has landed. All areas of the piece are pushed, including
+        // those of children without work, so the FIFO position always equals the fixed area address.
+        if (merge_slot && height > 0) {
+            // One message at a time, children in merge order: wait for the slot to be free (the compute
+            // kernel popped the last message), grant the child the row, wait for it to land, hand it over.
+            for (uint32_t r = 0; r < height && has_work; ++r) {
+                const uint32_t child = index + (1u << r);
+                const bool child_works = bank_local ? child < view.used
+                                                    : piece_has_work(cur_pos, fixed_chunk_tiles, pieces_per_work, child,
+                                                                     window, min_chunk_tiles, cyclic_split, chunk_cap,
+                                                                     dram_banks);
+                if (!child_works) {
+                    continue;
+                }
+                const uint32_t child_x = get_arg_val<uint32_t>(child_args + 3 * r);
+                const uint32_t child_y = get_arg_val<uint32_t>(child_args + 3 * r + 1);
+                const uint32_t child_slot = get_arg_val<uint32_t>(child_args + 3 * r + 2);
+                for (uint32_t qi = 0; qi < q_tiles; ++qi) {
+                    cb_reserve_back(cb_partial_in, message_tiles);
+                    noc_semaphore_inc(get_noc_addr(child_x, child_y, get_semaphore(1 + child_slot)), 1);
+                    noc_semaphore_wait_min(reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_semaphore(0)), ++landed);
+                    cb_push_back(cb_partial_in, message_tiles);
+                }
+            }
+            child_args += 3 * height;
+        } else if (height > 0) {
             const uint32_t level = height - 1;
             if (has_work && !level_arrived[level]) {
                 if (expected_at_level[level] > 0) {
@@ -223,6 +254,26 @@ void kernel_main() {
 
         if (!is_root) {
             if (!has_work) {
+                continue;
+            }
+            if constexpr (merge_slot) {
+                // Each q tile row's message once the parent grants it, into the parent's slot, counted
+                // on the parent's semaphore 0 (the write barrier orders data before signal).
+                const uint64_t slot = get_noc_addr(parent_x, parent_y, partial_in_base);
+                for (uint32_t qi = 0; qi < q_tiles; ++qi) {
+                    cb_wait_front(cb_partial_out, message_tiles);
+                    noc_semaphore_wait_min(reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_semaphore(1 + p)), qi + 1);
+                    const uint32_t src = get_read_ptr(cb_partial_out);
+                    const uint32_t rows = q_rows - qi * TILE < TILE ? q_rows - qi * TILE : TILE;
+                    for (uint32_t t = 0; t < message_tiles; ++t) {
+                        send_tile_rows<partial_datum_bytes, q_tile_rows>(src + t * partial_tile_bytes,
+                                                                         slot + t * partial_tile_bytes, rows,
+                                                                         t >= dv_tiles);
+                    }
+                    noc_async_write_barrier();
+                    noc_semaphore_inc(get_noc_addr(parent_x, parent_y, get_semaphore(0)), 1);
+                    cb_pop_front(cb_partial_out, message_tiles);
+                }
                 continue;
             }
             // Send (O, m, l) into the parent's area, then count it on the parent's semaphore for the

@@ -103,6 +103,15 @@ FLASH_DECODE_CASES: dict[str, dict[str, Any]] = {
                                     attention_sink=torch.randn(8, 32, generator=torch.Generator().manual_seed(6))),
     "sub_grid": dict(cur_pos=POS, program_config=_pc(compute_with_storage_grid_size=(8, 8),
                                                      sub_core_grids=(((1, 2), (4, 5)),))),
+    # DeepSeek-V3's MLA decode, 128 q heads, 16 cores per head: the partials through the merge slot
+    "mla_merge_slot": dict(b=4, nh=128, nkv=1, d=576, dv=512, s=1024, paged=True, grid=(8, 8),
+                           cur_pos=[1023, 40, 700, 511],
+                           program_config=_pc(compute_with_storage_grid_size=(8, 8), k_chunk_size=128,
+                                              max_cores_per_head_batch=16)),
+    "mla_merge_slot_key_row": dict(b=4, nh=128, nkv=1, d=576, dv=512, s=1024, paged=True, grid=(8, 8),
+                                   cur_pos=[1023, 40, 700, 511],
+                                   program_config=_pc(compute_with_storage_grid_size=(8, 8), k_chunk_size=128,
+                                                      max_cores_per_head_batch=16, kv_pages="key_row")),
 }
 
 
@@ -115,7 +124,8 @@ def flash_decode_program(name: str) -> tuple[Program, dict[str, Any]]:
     inputs = _capture(api, "run_host", _decode_call(name, **dict(FLASH_DECODE_CASES[name])))[0]
     plan = make_decode_plan(inputs)
     program = decode_program(inputs, plan, compute_settings(inputs))
-    facts = {"q_tile_rows": plan.q_tile_rows, "cores": len(program.cores()), "kernels": len(program.kernels)}
+    facts = {"q_tile_rows": plan.q_tile_rows, "cores": len(program.cores()), "kernels": len(program.kernels),
+             "merge_slot": plan.merge_slot, "bank_local": plan.bank_local}
     return program, facts
 
 

@@ -45,6 +45,10 @@ def test_flash_decode_variant_runs_through_generic_op(run_mock, mock_run, case: 
         assert rep["facts"]["q_tile_rows"] == 16
     if case.startswith("q32"):
         assert rep["facts"]["q_tile_rows"] == 32
+    # the merge slot only where the children's partials side by side would overflow L1
+    assert rep["facts"]["merge_slot"] == case.startswith("mla_merge_slot")
+    if case.startswith("mla_merge_slot"):
+        assert rep["facts"]["bank_local"] == case.endswith("key_row")
 
 
 @pytest.mark.parametrize("in_dtype", ["bfloat16", "float32"])

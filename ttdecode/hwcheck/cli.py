@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="run tt-metal's watcher, polling every SECONDS (default: off; SECONDS 10 when not given)")
     p.add_argument("--profiler", action="store_true",
                    help="tt-metal's device profiler: DEVICE KERNEL DURATION beside the traced times (default: off)")
+    p.add_argument("--resume", type=Path, default=None, metavar="REPORT",
+                   help="continue the check REPORT recorded (after a hang: reset the board first): its selection, "
+                        "skipping every item it recorded; one report of both runs (default: a new check)")
     p.add_argument("--out", type=Path, default=Path("hwcheck_report.json"), help="the JSON report (default: hwcheck_report.json)")
     p.add_argument("--md", type=Path, default=None, help="the markdown summary (default: the report's path, .md)")
     p.set_defaults(func=cmd_hwcheck, flags={})
@@ -68,6 +71,18 @@ def plan_of(args: argparse.Namespace) -> dict[str, Any]:
             "replays": args.replays, "calls": args.calls}
 
 
+def resumed_selection(previous: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The selection of the check `previous` (a report) recorded, to continue on the same system (ValueError
+    when this run's --mock differs from the report's)."""
+    plan = dict(previous["selection"])
+    if plan.get("mock") != args.mock:
+        def system(m: Any) -> str:
+            return f"the mock {m}" if m else "a device"
+        raise ValueError(f"hwcheck: argument '--resume': {args.resume} ran on {system(plan.get('mock'))}, this run "
+                         f"is on {system(args.mock)}; resume on the same system")
+    return plan
+
+
 def package_version() -> str:
     """The installed distribution's version, and the checkout's commit when run from a git checkout."""
     try:
@@ -85,19 +100,25 @@ def package_version() -> str:
 def cmd_hwcheck(args: argparse.Namespace) -> int:
     """Run the check (the worker under the watchdog), write the report and its summary; 0 when all passed."""
     # torch and the operators load here, not for `python -m ttdecode --help`
-    from ttdecode.hwcheck.report import assemble, markdown, validate
+    from ttdecode.hwcheck.report import assemble, load_report, markdown, validate
+    from ttdecode.hwcheck.resume import merge_resumed, recorded, resume_plan
     from ttdecode.hwcheck.runner import Guard, run_worker
 
     if args.mock is None and not has_tenstorrent_device():
         raise ValueError("hwcheck: no Tenstorrent device found (no /dev/tenstorrent*); run on a Wormhole, or "
                          "pass --mock to run the check on the mock Wormhole")
-    plan = plan_of(args)
+    previous = load_report(args.resume) if args.resume else None
+    plan = resumed_selection(previous, args) if previous else plan_of(args)
+    todo = resume_plan(plan, previous) if previous else plan
     guard = Guard(item_seconds=args.timeout, operation_seconds=args.op_timeout, watcher=args.watcher,
                   profiler=args.profiler)
     where = f"the mock {args.mock}" if args.mock else "device 0"
-    print(f"hwcheck on {where}: {len(plan['kinds'])} programs, {len(plan['timing'])} timing points", flush=True)
-    run = run_worker(plan, guard, log=sys.stdout)
-    report = assemble(run, plan, guard.to_json(), package_version())
+    print(f"hwcheck on {where}: {len(todo['kinds'])} programs, {len(todo['timing'])} timing points"
+          + (f" (resuming {args.resume}: {len(recorded(previous))} items recorded there)" if previous else ""), flush=True)
+    run = run_worker(todo, guard, log=sys.stdout)
+    report = assemble(run, todo, guard.to_json(), package_version())
+    if previous:
+        report = merge_resumed(report, previous, plan, str(args.resume))
     problems = validate(report)
     if problems:
         raise AssertionError("hwcheck: the report does not match its schema: " + "; ".join(problems[:5]))

@@ -2,7 +2,8 @@
 points (`TIMING_POINTS`, named as ``perf/calibrate_model.py``'s calibration points).
 
 A FlashDecode kind is a `Decode` (shape, cache format and pages, the call's options); the combine a
-`Combine`; the rotary append a `Rotary`. A new kind is one more line of `KINDS`: the runner of its
+`Combine`; the rotary append a `Rotary`; context parallelism over a mesh of chips a `Mesh` (run after the
+single-chip kinds, on a mesh the worker opens then). A new kind is one more line of `KINDS`: the runner of its
 family (``ttdecode.hwcheck.programs``) builds its inputs, the float64 reference and ttnn's own op from it.
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Union
 
-__all__ = ["CALLS", "Decode", "Combine", "Rotary", "Kind", "KINDS", "TimingPoint", "TIMING_POINTS", "select"]
+__all__ = ["CALLS", "Decode", "Combine", "Rotary", "Mesh", "Kind", "KINDS", "TimingPoint", "TIMING_POINTS", "PAGED_SHAPES",
+           "PAGED_BLOCKS", "MAX_TIMED_KV_ELEMENTS", "paged_timing_points", "select"]
 
 #: Calls of our program per kind (the third is compared with the first: the cached paths).
 CALLS = 3
@@ -96,7 +98,30 @@ class Rotary:
         return "rotary_append"
 
 
-Params = Union[Decode, Combine, Rotary]
+@dataclass(frozen=True)
+class Mesh:
+    """Context-parallel decode on a mesh of ``devices`` chips (``mesh`` rows x columns): the KV cache ``[b, nkv, s,
+    d]`` split along the sequence, FlashDecode on every shard, the partials merged by ``combine`` (ttnn's
+    all_gather and our combine program): ``ttdecode.context_parallel_decode(..., backend="device")``. Refused
+    by name on a system with fewer chips."""
+
+    devices: int = 8
+    mesh: tuple[int, int] = (1, 8)
+    b: int = 2
+    nh: int = 8
+    nkv: int = 1
+    s: int = 4096
+    d: int = 128
+    pos: tuple[int, ...] = (4095, 1500)
+    kv_dtype: str = "bfloat8_b"
+    combine: str = "all_gather"
+
+    @property
+    def family(self) -> str:
+        return "context_parallel"
+
+
+Params = Union[Decode, Combine, Rotary, Mesh]
 
 
 @dataclass(frozen=True)
@@ -150,6 +175,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("rotary_interleaved_partial", Rotary(interleaved=True, rotary_dim=32)),
     Kind("rotary_packed_qkv", Rotary(packed=True)),
     Kind("rotary_paged_kv_only", Rotary(paged=True, with_q=False)),
+    Kind("context_parallel_t3k", Mesh()),
 )
 
 
@@ -166,7 +192,8 @@ class TimingPoint:
     calibration: tuple[str, ...] = field(default_factory=tuple)
 
 
-#: The calibration points of ``perf/calibrate_model.py`` as device calls (tt-metal's configurations).
+#: The calibration points of ``perf/calibrate_model.py`` as device calls (tt-metal's configurations), then
+#: the paged sweep's points (paged_timing_points).
 TIMING_POINTS: tuple[TimingPoint, ...] = (
     TimingPoint("tg", "Galaxy Llama-70B decode SDPA per chip: B 8, 8q/1kv, D 128, S 4096, cur_pos 127, paged "
                 "block 32, bfloat8_b, 8x4 cores", Decode(b=8, nh=8, nkv=1, d=128, s=4096, pos=(127,) * 8,
@@ -180,6 +207,45 @@ TIMING_POINTS: tuple[TimingPoint, ...] = (
                 Decode(b=8, nh=8, nkv=1, d=128, s=131072, pos=(131071,) * 8, k_chunk=512),
                 calibration=("techreport-180gbps",)),
 )
+
+
+#: The paged sweep's shapes (perf/sweep_paged.py paged_points, its full list): (point, batch, q heads, KV heads,
+#: S, grid, max_cores_per_head_batch, cur_pos or None for S - 1); D 128.
+PAGED_SHAPES: tuple[tuple[str, int, int, int, int, tuple[int, int], int, Optional[int]], ...] = tuple(
+    [("llama8b-n150", b, 32, 8, s, (8, 8), 16, None) for b in (1, 8, 32) for s in (4096, 8192, 32768, 131072)]
+    + [("llama70b-t3k", b, 8, 1, 32768, (8, 8), 16, None) for b in (1, 32)]
+    + [("galaxy-llama70b", 8, 8, 1, 128, (8, 4), 4, 127)])
+#: The paged sweep's block sizes.
+PAGED_BLOCKS = (32, 64)
+#: The most K elements a timed point builds (its K and V are made on the host in float32, then on the device
+#: in bfloat8_b): Llama-8B at B 32 and 128K (2^32 per tensor) is left to the model.
+MAX_TIMED_KV_ELEMENTS = 1 << 30
+
+
+def _seq_name(s: int) -> str:
+    return f"{s // 1024}k" if s >= 1024 else str(s)
+
+
+def paged_timing_points() -> tuple[TimingPoint, ...]:
+    """The paged sweep's points (PAGED_SHAPES x PAGED_BLOCKS, those within MAX_TIMED_KV_ELEMENTS) as timing
+    points: ours on a bank-local pool (kv_pages "key_row"), ttnn's op on its standard pool of tile pages, both at
+    tt_transformers' decode numerics (HiFi2, fp32 DST); random page tables."""
+    out = []
+    for point, b, nh, nkv, s, grid, cores, pos in PAGED_SHAPES:
+        if b * nkv * s * 128 > MAX_TIMED_KV_ELEMENTS:
+            continue
+        for block in PAGED_BLOCKS:
+            call = Decode(b=b, nh=nh, nkv=nkv, s=s, d=128, pos=(s - 1 if pos is None else pos,) * b, paged=True,
+                          block=block, pages="key_row", grid=grid, max_cores=cores, fidelity="HiFi2",
+                          fp32_dest=True)
+            out.append(TimingPoint(f"paged-{point}-b{b}-s{_seq_name(s)}-block{block}",
+                                   f"paged sweep {point}: B {b}, {nh}q/{nkv}kv, D 128, S {s}, block {block}, "
+                                   f"bfloat8_b, {grid[0]}x{grid[1]} cores; ours bank-local, ttnn's op on tile pages",
+                                   call, ttnn_numerics=("HiFi2", True)))
+    return tuple(out)
+
+
+TIMING_POINTS += paged_timing_points()
 
 
 def select(quick: bool, only: Optional[list[str]] = None) -> list[Kind]:

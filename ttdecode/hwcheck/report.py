@@ -16,7 +16,7 @@ from typing import Any, Iterator, Union
 
 from ttdecode.accuracy import THRESHOLDS
 
-__all__ = ["SCHEMA_PATH", "SCHEMA_ID", "schema", "validate", "assemble", "markdown", "load_report"]
+__all__ = ["SCHEMA_PATH", "SCHEMA_ID", "schema", "validate", "assemble", "summarize", "markdown", "load_report"]
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.json.schema"
 SCHEMA_ID = "ttdecode-hwcheck-report-1"
@@ -105,7 +105,9 @@ def assemble(run: dict[str, Any], selection: dict[str, Any], guard: dict[str, An
     crash = run.get("crash")
     stopped = None
     if hang:
-        stopped = {"name": hang["name"], "status": "hang", "error": f"no answer within {hang['seconds']:.0f} s (watchdog)"}
+        # the configuration it hung in: a program's parameters, a timing point's label
+        stopped = {"name": hang["name"], "status": "hang", "error": f"no answer within {hang['seconds']:.0f} s (watchdog)",
+                   **({"config": hang["config"]} if isinstance(hang["config"], dict) else {"label": str(hang["config"])})}
     elif crash:
         stopped = {"name": crash["name"], "status": "error", "error": crash["error"]}
     where = (hang or crash or {}).get("section")
@@ -125,10 +127,17 @@ def assemble(run: dict[str, Any], selection: dict[str, Any], guard: dict[str, An
         "guard": guard, "selection": selection, "programs": programs, "timing": timing, "readme_loop": loop,
         "hang": hang, "not_run": run["not_run"], "worker_exit": run["exit"], "stderr_tail": run["stderr_tail"],
     }
-    counts = _counts(report)
-    ok = not hang and run["exit"] == 0 and set(counts) <= {"pass", "mock"}
-    report["summary"] = {"ok": ok, "counts": counts}
+    report["summary"] = summarize(report)
     return report
+
+
+def summarize(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's summary: the count of each status, and ok (no hang in this run nor in a run it resumed,
+    the worker exited 0, every entry pass or mock, or refused: a mesh kind on a system without the chips)."""
+    counts = _counts(report)
+    hangs = report["hang"] or (report.get("resumed") or {}).get("hangs")
+    ok = not hangs and report.get("worker_exit", 0) == 0 and set(counts) <= {"pass", "mock", "refused"}
+    return {"ok": ok, "counts": counts}
 
 
 def _fig(x: Any, fmt: str) -> str:
@@ -174,7 +183,12 @@ def markdown(report: dict[str, Any]) -> str:
     if report["hang"]:
         h = report["hang"]
         out += ["", f"**HANG** in {h['section']} `{h['name']}` ({h['config']}): no answer in {h['seconds']:.0f} s. "
-                "Reset the board (`tt-smi -r`) before the next run."]
+                "Reset the board (`tt-smi -r`), then `python -m ttdecode hwcheck --resume` this report to run the rest."]
+    resumed = report.get("resumed")
+    if resumed:
+        out += ["", f"Resumed from `{resumed['from']}` ({len(resumed['kept'])} items taken over)."]
+        out += [f"Earlier **HANG** in {h['section']} `{h['name']}` ({h['config']}): no answer in {h['seconds']:.0f} s."
+                for h in resumed["hangs"]]
     out += ["", "Worst output of each call (rel L2: largest, PCC: smallest); paths: each call's descriptor (full: per-core "
             "args sent; lean: held back, the cached program's used).", "",
             "| program | status | rel L2 call 1 | rel L2 last call | PCC last call | paths | ttnn's op rel L2 | verdict |",

@@ -98,9 +98,11 @@ def time_point(point: TimingPoint, ttnn: Any, device: Any, mock: bool, replays: 
         "calibration": list(point.calibration), "replays": replays,
         "ttnn_numerics": {"math_fidelity": point.ttnn_numerics[0], "fp32_dest_acc_en": point.ttnn_numerics[1]}}
     entry["ours"] = _timed(ttnn, device, decode_device_call(p, d), replays, mock)
-    entry["ttnn"] = _timed(ttnn, device, ttnn_decode_call(p, d, ttnn, point.ttnn_numerics), replays, mock)
+    # ttnn's op reads its standard pool: tile pages (ours may read key-row pages)
+    theirs = decode_device_tensors(p, h, ttnn, device, tile_pages=True) if p.pages == "key_row" else d
+    entry["ttnn"] = _timed(ttnn, device, ttnn_decode_call(p, theirs, ttnn, point.ttnn_numerics), replays, mock)
     entry["status"] = "mock" if mock else "error" if entry["ours"]["error"] else "pass"
-    for t in d.values():
+    for t in list(d.values()) + ([] if theirs is d else list(theirs.values())):
         if t is not None:
             ttnn.deallocate(t)
     return entry

@@ -20,7 +20,8 @@ import traceback
 from typing import Any, Callable
 
 from ttdecode.hwcheck.check import MOCK, check_kind
-from ttdecode.hwcheck.kinds import KINDS, TIMING_POINTS
+from ttdecode.hwcheck.kinds import KINDS, TIMING_POINTS, Mesh
+from ttdecode.hwcheck.mesh import check_mesh_kind
 from ttdecode.hwcheck.readme_loop import readme_traced_loop
 from ttdecode.hwcheck.timing import profiler_on, time_point
 from ttdecode.testing.mock import open_mock_device
@@ -87,10 +88,12 @@ def run(plan: dict[str, Any]) -> int:
     ttnn = require_ttnn()
     mock = plan.get("mock")
     device = _open(ttnn, mock)
-    emit("device", info=_device_info(ttnn, device, mock))
+    info = _device_info(ttnn, device, mock)
+    emit("device", info=info)
     kinds = {k.name: k for k in KINDS}
     points = {p.name: p for p in TIMING_POINTS}
-    for name in plan["kinds"]:
+    meshed = [n for n in plan["kinds"] if isinstance(kinds[n].params, Mesh)]  # after the rest, on a mesh
+    for name in [n for n in plan["kinds"] if n not in meshed]:
         kind = kinds[name]
         _guarded("programs", name, kind.config(),
                  lambda: check_kind(kind, ttnn, device, bool(mock), plan.get("calls", 3)),
@@ -102,6 +105,10 @@ def run(plan: dict[str, Any]) -> int:
         _guarded("readme_loop", "readme_loop", "README.md: the traced decode loop",
                  lambda: _readme_entry(ttnn, device, mock))
     ttnn.close_device(device)
+    for name in meshed:
+        kind = kinds[name]
+        _guarded("programs", name, kind.config(), lambda: check_mesh_kind(kind, ttnn, mock, info["devices"]),
+                 family=kind.family, config=kind.config())
     emit("end")
     return 0
 

@@ -60,11 +60,30 @@ def writer_messages(counters: RunCounters) -> list[Message]:
     return out
 
 
+def _whole_partials(messages: list[Message], rows: int) -> list[Message]:
+    """A merge-slot plan's messages as whole partials: a partial leaves as `rows` messages (one per q tile
+    row), each after a grant (a data-less increment the other way); the grants dropped, each sender's rows
+    joined in order into one message."""
+    by_src: dict[CoreCoord, list[Message]] = defaultdict(list)
+    for m in messages:
+        if m.bytes:
+            by_src[m.src].append(m)
+    out: list[Message] = []
+    for src, sent in by_src.items():
+        sent.sort(key=lambda m: m.seq)
+        for i in range(0, len(sent), rows):
+            part = sent[i:i + rows]
+            out.append(Message(src, part[0].dst, sum(m.bytes for m in part), i // rows))
+    return out
+
+
 def match_tree(plan: Any, messages: list[Message]) -> list[Message]:
     """Attach (work, child, parent, round) to each message: a core's k-th message is its k-th
     non-root piece with work, in slot order (the writer's order)."""
     if plan.cur_pos is None:
         raise ValueError("the model needs the plan's positions (cur_pos) to match messages to the tree")
+    if getattr(plan, "merge_slot", False):
+        messages = _whole_partials(messages, plan.q_tiles)
     by_src: dict[CoreCoord, list[Message]] = defaultdict(list)
     for m in messages:
         by_src[m.src].append(m)

@@ -58,7 +58,7 @@ import torch
 
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
-from ttdecode.core.split import TILE
+from ttdecode.core.split import TILE, tree_children
 from ttdecode.ops.flash_decode.plan import (DecodePlan, Piece, RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE,
                                             power_of_two_scale)
 from ttdecode.core.program_description import (
@@ -298,6 +298,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         # fp32 DST, bfloat16 with a bf16 DST)
         partial_datum_bytes=formats.tile_size(next(cb.data_format for cb in plan.circular_buffers
                                                    if cb.name == "partial_in")) // (TILE * TILE),
+        merge_slot=int(plan.merge_slot),  # partials one q tile row at a time through one slot, when granted
     )
     compute_args = dict(
         shape,
@@ -322,6 +323,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         to_dest_cbs=sum(1 << i for i in compute.unpack_to_dest_cbs),
         # a power-of-two scale: Q x scale once per piece (cb_q_scaled), no scale op per score tile
         q_prescaled=int(plan.prescale_q),
+        merge_slot=int(plan.merge_slot),  # children's partials merged one q tile row at a time
     )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
@@ -350,7 +352,22 @@ def position_words(plan: DecodePlan, positions: Sequence[int]) -> list[int]:
     return words
 
 
-def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
+def _child_args(plan: DecodePlan, pieces: tuple[Piece, ...], where: dict[tuple[int, int, int], Piece]) -> list[Arg]:
+    """merge_slot: the writer's args after its pieces' own, for every piece of the core in run order and each
+    of its child rounds in merge order: the child's core (NoC x, NoC y) and its slot there (whose semaphore
+    1 + slot takes the grants)."""
+    out: list[Arg] = []
+    for p in pieces:
+        for _, child in tree_children(p.index, plan.pieces_per_work):
+            c = where[(p.user, p.kv_head, child)]
+            out += [NocX(c.core), NocY(c.core), c.slot]
+    return out
+
+
+def _runtime_args(plan: DecodePlan, core: CoreCoord,
+                  where: Optional[dict[tuple[int, int, int], Piece]] = None) -> dict[str, list[Arg]]:
+    """The three kernels' runtime args on `core`; `where` (merge_slot plans): every piece by (user, KV head,
+    index), for the writer's child args."""
     pieces: tuple[Piece, ...] = plan.core_pieces[core]
     n = len(pieces)
     reader: list[Arg] = [n]
@@ -371,6 +388,8 @@ def _runtime_args(plan: DecodePlan, core: CoreCoord) -> dict[str, list[Arg]]:
         else:
             writer += [p.user, p.kv_head, p.index, NocX(p.parent_core), NocY(p.parent_core), p.parent_area]
         compute += [p.user, p.index]
+    if plan.merge_slot:
+        writer += _child_args(plan, pieces, where or {})
     return {"reader": reader, "writer": writer, "compute": compute}
 
 
@@ -506,7 +525,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     if not isinstance(exp_approx, bool):
         raise FactoryError(f"exp_approx: expected a bool, got {exp_approx!r}")
     ct = _compile_args(plan, float(scale), compute, exp_approx, positions_in_args=positions is not None)
-    rt = {c: _runtime_args(plan, c) for c in cores}
+    where = {(p.user, p.kv_head, p.index): p for p in plan.pieces} if plan.merge_slot else None
+    rt = {c: _runtime_args(plan, c, where) for c in cores}
     common = _common_args(plan, positions)
     reader_defines = _shard_defines("Q", q_shards, common["reader"])
     writer_defines = _shard_defines("OUT", out_shards, common["writer"])
@@ -523,8 +543,10 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     cbs = [CircularBuffer(cb.index, core_set, cb.data_format, cb.page_size, cb.num_pages, cb.tile_rows)
            for cb in plan.circular_buffers]
     # One semaphore per tree height level: children of every piece of height h on a core count on
-    # semaphore h - 1 of that core.
-    semaphores = [Semaphore(level, core_set, 0) for level in range(plan.rounds)]
+    # semaphore h - 1 of that core. merge_slot: semaphore 0 counts the messages that land in the core's
+    # slot, 1 + p the grants piece p of the core receives.
+    count = 1 + max(len(plan.core_pieces[c]) for c in cores) if plan.merge_slot else plan.rounds
+    semaphores = [Semaphore(i, core_set, 0) for i in range(count)]
 
     b, nkv = plan.batch, plan.num_kv_heads
     k_shape, v_shape = _kv_shapes(plan)

@@ -33,6 +33,7 @@ The package: `make_plan` (here) checks the call (``plan_checks.check_plan_*``), 
 ``split_policy`` (the q rows' tiles and the split, taking the choices of ``split_choices``, which prices
 candidates through the perf model's ``pricing``), ``placement`` (where pieces run, the merge tree), ``buffers``
 (the circular buffers), ``resources`` (the L1 and runtime-args check, with the knob that makes a plan fit);
+``merge_slot`` (the bounded merge, taken when the children's partials side by side overflow L1);
 ``types`` holds the plan's data, ``report`` prints a plan (`format_plan`).
 """
 
@@ -46,6 +47,7 @@ from ttdecode.core.program_description import L1_BYTES_PER_CORE, WORMHOLE_DRAM_B
 from ttdecode.core.split import TILE
 from ttdecode.ops.flash_decode.plan.buffers import (CHUNK_BUFFER_BUDGET, fitting_chunk_cap, flash_decode_cbs,
                                                     size_buffers)
+from ttdecode.ops.flash_decode.plan.merge_slot import merge_slot_fits
 from ttdecode.ops.flash_decode.plan.placement import (bank_core_counts, build_tree, grid_cores, key_row_deal,
                                                       key_row_placement, place_pieces, short_hop_order, tree_hops)
 from ttdecode.ops.flash_decode.plan.report import format_plan
@@ -277,12 +279,19 @@ def _plan_steps(
                           num_kv_heads=num_kv_heads, seq_len=seq_len, window=window, num_tokens=num_tokens,
                           shape=shape, kv_dtype=kv_dtype, block_size=block_size, dram_banks=dram_banks)
     pieces, core_pieces, recv_areas = build_tree(placed, pieces=split.pieces, cores=cores)
-    cb_args, cbs = size_buffers(rows=rows, split=split, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
-                                batch=batch, seq_len=seq_len, block_size=block_size, attention_sink=attention_sink,
-                                mla=mla, attn_mask_batch=attn_mask_batch, window=window, num_tokens=num_tokens,
-                                prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, recv_areas=recv_areas,
-                                core_pieces=core_pieces, l1_bytes_per_core=l1_bytes_per_core,
-                                bank_local=kv_pages == "key_row" and block_size is not None)
+    buffers = dict(rows=rows, split=split, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype, batch=batch,
+                   seq_len=seq_len, block_size=block_size, attention_sink=attention_sink, mla=mla,
+                   attn_mask_batch=attn_mask_batch, window=window, num_tokens=num_tokens, prescale_q=prescale_q,
+                   fp32_dest_acc_en=fp32_dest_acc_en, recv_areas=recv_areas, core_pieces=core_pieces,
+                   l1_bytes_per_core=l1_bytes_per_core, bank_local=kv_pages == "key_row" and block_size is not None)
+    cb_args, cbs = size_buffers(**buffers)
+    # the children's partials side by side overflow L1: merge them one q tile row at a time (plan/merge_slot.py)
+    # when that fits (else the overflow is refused with the areas, naming the knobs)
+    merge_slot = False
+    if cbs_bytes_per_core(cbs) > l1_bytes_per_core and merge_slot_fits(core_pieces, split.pieces):
+        slot_args, slot_cbs = size_buffers(**buffers, merge_slot=True)
+        if cbs_bytes_per_core(slot_cbs) <= l1_bytes_per_core:
+            merge_slot, cb_args, cbs = True, slot_args, slot_cbs
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
@@ -294,7 +303,7 @@ def _plan_steps(
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
         num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
-        dram_banks=dram_banks,
+        dram_banks=dram_banks, merge_slot=merge_slot,
     )
     check_resources(plan, l1_bytes_per_core, cb_args, replan)
     return plan

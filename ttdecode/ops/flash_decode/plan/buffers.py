@@ -40,7 +40,7 @@ def flash_decode_cbs(
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
     tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
     prescale_q: bool = False, q_tile_rows: int = 32, im_dtype: DataType = DataType.float32,
-    piece_views: int = 0,
+    piece_views: int = 0, merge_slot: bool = False,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -54,6 +54,8 @@ def flash_decode_cbs(
     `attn_mask` two slots of a chunk's mask tiles ([q tile row][key tile], bf16).
     `piece_views` > 0 (bank-local paged pages): the reader's page of that many pieces' views
     (common.hpp BankView, VIEW_WORDS int32 each), one copy for the compute kernel and one for the writer.
+    `merge_slot` (the bounded merge, plan/merge_slot.py): partial_in and partial_out hold one q tile row of a
+    partial (dv_tiles + 2 tiles) whatever the children, instead of `recv_areas` whole partials and one.
     `window` (each token's sliding window in keys, 0 = none) and `tokens` (T) size the writer's
     mask pages (masked_tiles_bound per q tile row).
     `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
@@ -81,6 +83,7 @@ def flash_decode_cbs(
     kv_tile = TILE_BYTES[kv_dtype]
     pos_page = max(32, -(-4 * batch // 32) * 32)
     partial = q_tiles * (dv_tiles + 2)
+    recv = (dv_tiles + 2) if merge_slot else max(1, recv_areas) * partial  # the children's partials' area
     # writer scratch: 16 zero bf16 face rows (a skipped user's output) + one fp32 LSE row
     staging = 16 * 32 + q_tiles * TILE * 4
     specs = [
@@ -104,7 +107,7 @@ def flash_decode_cbs(
         (14, "acc_a", im, im_page, q_tiles * dv_tiles),
         (15, "acc_b", im, im_page, q_tiles * dv_tiles),
         (16, "alpha", im, im_page, 2),  # rescale factors (two in a merge), 1/l
-        (18, "partial_in", im, im_page, max(1, recv_areas) * partial if tree else 1),  # children's partials land here
+        (18, "partial_in", im, im_page, recv if tree else 1),  # children's partials land here
         (19, "out", bf16, 2048, q_tiles * dv_tiles),
         (20, "lse", f32, 4096, q_tiles),
         (21, "staging", f32, -(-staging // 32) * 32, 1),  # writer scratch
@@ -113,7 +116,7 @@ def flash_decode_cbs(
         # two slots of key tile rows: dv_tiles V tiles, then a tile of ones (the row sum's in1, V's format)
         specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * (dv_tiles + 1)))
     if tree:
-        specs.append((17, "partial_out", im, im_page, partial))  # this piece's partial, to the parent
+        specs.append((17, "partial_out", im, im_page, (dv_tiles + 2) if merge_slot else partial))  # this piece's partial, to the parent
     if max_blocks:
         # one user's int32 page-table row (reader scratch), 32 B aligned like any DRAM read target; bank-local:
         # two (the next piece's user's row is counted while the current one's is walked)
@@ -155,12 +158,12 @@ def fitting_chunk_cap(*, q_tiles: int, d_tiles: int, dv_tiles: int, kv_dtype: Da
 def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, kv_dtype: DataType, batch: int,
                  seq_len: int, block_size: int | None, attention_sink, mla: bool, attn_mask_batch: int, window: int,
                  num_tokens: int, prescale_q: bool, fp32_dest_acc_en: bool, recv_areas: dict[CoreCoord, int],
-                 core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int, bank_local: bool = False
-                 ) -> tuple[dict, tuple[CBSpec, ...]]:
+                 core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int, bank_local: bool = False,
+                 merge_slot: bool = False) -> tuple[dict, tuple[CBSpec, ...]]:
     """Decides the circular buffers (flash_decode_cbs; the same on every core, sized for the busiest):
     scratch areas for the most partials any core receives, the chunk slots for the largest chunk, and a
     second Q slot (prefetch) when a core runs several pieces, dropped if it alone would overflow
-    `l1_bytes_per_core` (bytes). Returns (flash_decode_cbs' arguments, for the resource check's advice;
+    `l1_bytes_per_core` (bytes). `merge_slot`: the bounded merge's partial buffers (flash_decode_cbs). Returns (flash_decode_cbs' arguments, for the resource check's advice;
     the buffers)."""
     cb_args = dict(
         q_tiles=rows.q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
@@ -172,6 +175,7 @@ def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, k
         prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
         im_dtype=DataType.float32 if fp32_dest_acc_en else DataType.bfloat16,
         piece_views=max((len(v) for v in core_pieces.values()), default=0) if bank_local else 0,
+        merge_slot=merge_slot,
     )
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit

@@ -26,7 +26,8 @@ def format_plan(plan: DecodePlan, *, max_rows: int = 64) -> str:
         f"chunk: {'dynamic, max ' + str(plan.max_chunk_tiles * TILE) if not plan.fixed_chunk_tiles else plan.fixed_chunk_tiles * TILE} keys; "
         f"q tile rows per group: {plan.q_tiles}; DST tiles: {plan.dst_tiles}",
         f"cores used: {len(plan.active_cores)} of {len(plan.cores)}; "
-        f"most pieces on one core: {max((len(v) for v in plan.core_pieces.values()), default=0)}",
+        f"most pieces on one core: {max((len(v) for v in plan.core_pieces.values()), default=0)}"
+        + ("; merge slot: children's partials received one q tile row at a time" if plan.merge_slot else ""),
         "",
         f"{'core':>8} {'user':>4} {'kvh':>4} {'piece':>5} {'height':>6} {'chunks':>10} {'keys':>14} {'parent':>10}",
     ]

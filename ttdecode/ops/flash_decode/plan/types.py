@@ -132,6 +132,15 @@ class DecodePlan:
     # rows of the q-row tiles (Q, scores, probabilities, statistics, O, partials, output): 16 (16x32
     # tiles, faces 0-1) when T x g <= 16 q rows hold heads, else 32
     q_tile_rows: int = 32
+    # the bounded merge (plan/merge_slot.py): a parent receives its children's partials one q tile row at a
+    # time through one slot (partial_in and partial_out hold one row), a child sending each row when granted;
+    # taken only when the children's areas side by side would overflow L1 and the slot fits
+    merge_slot: bool = field(default=False, repr=False)
+
+    @property
+    def message_pages(self) -> int:
+        """Tiles of one q tile row of a partial (O's dv tiles, m, l): what the merge slot moves at a time."""
+        return self.dv_tiles + 2
 
     @property
     def cyclic_split(self) -> bool:
