@@ -15,7 +15,8 @@ position and the cache update (one row per user into its block) in one program,
 index with T > 1, since the op refuses two rows of one cache tile in a call; on the device backend one
 call of the T B rows, see ``llama_device.chunk_grid``) -> FlashDecode (one call for the T tokens) through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
-residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
+residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head. The paged K/V
+pools are bank-local by default (``kv_pages``, see `LlamaDecoder`).
 
 Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
 (the op's float64 reference), both with projections, norms and MLP in float32 torch;

@@ -309,7 +309,9 @@ class DeviceDecoder:
     Built once: the weights of `device_weights` (``devices=1``: the same preparation as the plan and
     the round-trip tests) moved to the device's DRAM (bfloat8_b matmul weights in TILE layout,
     bfloat16 norms, the embedding table row-major bfloat16 as ``ttnn.embedding`` wants it), the paged K
-    and V caches of every layer (zeros, ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``), the RoPE
+    and V caches of every layer (zeros, ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``, their pages
+    ``kv_pages``: bank-local "key_row" by default, `device_context.pool_memory_config`; the append and
+    FlashDecode built for them), the RoPE
     tables (per position, the per-column angles of the interleaved-pair rotation, bfloat16 row-major,
     looked up by ``ttnn.embedding``), the rotate-half blocks, and the step's input row the host writes
     into, int32 ``[1, 2 B + B * max_blocks]``: token ids, positions (-1: idle), the page table. The
