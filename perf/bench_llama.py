@@ -312,12 +312,13 @@ def _median_ms(fn: Any, calls: int) -> float:
 
 
 def reference_layer(ttnn: Any, dec: Any, calls: int, position: int) -> list[dict[str, Any]]:
-    """One layer as tt-metal's own ops on the decoder's device, weights (layer 0) and caches: each op's
-    median cached-call host time (ms), in issue order (see the module doc's ``--device-mock``)."""
+    """One layer as tt-metal's own ops on the decoder's device, weights (layer 0) and caches (in ttnn's tile
+    pages, ``ttdecode.to_tile_pages`` of the decoder's bank-local pools: what tt-metal's paged ops read): each
+    op's median cached-call host time (ms), in issue order (see the module doc's ``--device-mock``)."""
     dd = dec._device
     spec, w, device, b = dd.spec, dd.w, dd.device, dd.batch
     nh, nkv, d, hs, eps = dd.nh, dd.nkv, spec.head_dim, spec.hidden_size, spec.rms_norm_eps
-    kc, vc = dd.caches[0]
+    kc, vc = (ttdecode.to_tile_pages(c) for c in dd.caches[0])
     dram = ttnn.DRAM_MEMORY_CONFIG
     put = dict(device=device, mesh_mapper=dd._rep)
     x = ttnn.from_torch(torch.zeros(1, 1, b, hs), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, memory_config=dram,

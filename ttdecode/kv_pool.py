@@ -26,16 +26,18 @@ the caller deallocates the old one when done, so both exist for a moment)::
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
 
-from ttdecode.config import KV_PAGES
+from ttdecode.config import KV_PAGES, SDPAProgramConfig
 from ttdecode.core.checks import fail
 from ttdecode.core.formats import DataType, DTypeLike, as_data_type, num_tiles, tile_size
 from ttdecode.core.tensor import TileTensor, ttnn_data_type
 from ttdecode.ttnn_backend.tensors import is_key_row_memory_config, key_row_memory_config
 from ttdecode.ttnn_env import require_ttnn
 
-__all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local", "POOL_DTYPES"]
+__all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local", "pages_program_config",
+           "POOL_DTYPES"]
 
 #: Formats a pool may hold (the caches' formats of the operators that write it).
 POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
@@ -130,3 +132,32 @@ def to_tile_pages(pool: Any) -> Any:
     if pool.memory_config() == ttnn.DRAM_MEMORY_CONFIG:
         return pool
     return ttnn.to_memory_config(pool, ttnn.DRAM_MEMORY_CONFIG)
+
+
+def pages_program_config(program_config: Any, kv_pages: Any, dram_banks: int, *,
+                         owner: str = "") -> SDPAProgramConfig:
+    """FlashDecode's `SDPAProgramConfig` for pools in `kv_pages` (a decoder's option): `program_config`
+    (None, ours or ttnn's) with its ``kv_pages`` set to `kv_pages`.
+
+    Refused by name (ValueError; `owner` prefixes the message, e.g. "ContextParallelDecode: "):
+    `kv_pages` not in KV_PAGES; a `program_config` whose own kv_pages is "key_row" while `kv_pages` is
+    "tile" (the pools' layout is the decoder's option); with "key_row", a `program_config` grid (or its
+    sub_core_grids) of fewer cores than the `dram_banks` DRAM banks (the bank-local read keeps one core per
+    bank): pass kv_pages="tile" for such a grid."""
+    if not isinstance(kv_pages, str) or kv_pages not in KV_PAGES:
+        raise ValueError(f"{owner}kv_pages: expected one of {list(KV_PAGES)}, got {kv_pages!r}")
+    pc = SDPAProgramConfig.coerce(program_config)
+    if pc.kv_pages != kv_pages and pc.kv_pages != "tile":
+        raise ValueError(f"{owner}program_config: expected kv_pages 'tile' (the default) or {kv_pages!r} (the "
+                         f"pools' layout is the kv_pages argument), got {pc.kv_pages!r}")
+    if kv_pages == "key_row":
+        cores: Optional[int] = None
+        if pc.sub_core_grids is not None:
+            cores = sum((x1 - x0 + 1) * (y1 - y0 + 1) for (x0, y0), (x1, y1) in pc.sub_core_grids)
+        elif pc.compute_with_storage_grid_size is not None:
+            cores = pc.compute_with_storage_grid_size[0] * pc.compute_with_storage_grid_size[1]
+        if cores is not None and cores < dram_banks:
+            raise ValueError(f"{owner}program_config: expected a grid of at least {dram_banks} cores with "
+                             f"kv_pages='key_row' (the bank-local read keeps a core per DRAM bank; kv_pages='tile' "
+                             f"takes any grid), got {cores}")
+    return dataclasses.replace(pc, kv_pages=kv_pages)

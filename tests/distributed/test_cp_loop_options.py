@@ -6,8 +6,9 @@ The loop (``device_context.ContextParallelDecode``) runs its own code on the tor
 (tests/distributed/test_cp_loop.py: its row views, per-token slices and launches, the LSE rows to
 tiles, the all_gathers, the sink's partial joined by concat, the reshapes) with the programs replaced:
 the RoPE append by torch (each row quantized alone in its tile, as the append writes it), FlashDecode
-on each device's shard by the FlashDecode kernels on the host runtime (paged, the device's own
-attention positions, page table and local window, ``return_lse=True``), the combine by the combine
+on each device's shard by the FlashDecode kernels on the host runtime (paged, in the loop's kv_pages:
+bank-local by default; the device's own attention positions, page table and local window,
+``return_lse=True``), the combine by the combine
 kernels on the host runtime. The cache is filled independently of the loop's rows (global block j of
 a user on device j mod n as its local block j div n, the allocator's page tables), so a row pointing
 at the wrong keys fails the comparison. Positions cross blocks and windows; users skip steps."""
@@ -55,8 +56,8 @@ class KernelTwinLoop(dc.ContextParallelDecode):
         self.cache_format, self.kv = getattr(self.real_ttnn, kv.value), kv
         return None
 
-    def _prepare_flash(self, scale: Optional[float], *args: Any) -> Any:
-        self.scale = scale
+    def _prepare_flash(self, scale: Optional[float], program_config: Any, *args: Any) -> Any:
+        self.scale, self.program_config = scale, program_config  # its kv_pages: the loop's ("key_row" default)
         return None
 
     def _prepare_combine(self) -> Any:
@@ -90,7 +91,8 @@ class KernelTwinLoop(dc.ContextParallelDecode):
             options = DecodeOptions(paged=True, page_table=self.attend_table.ts[dev].to(torch.int32),
                                     cur_pos=[int(p) for p in self.attend_pos.ts[dev]], scale=self.scale,
                                     sliding_window_size=self.options.local_window,
-                                    head_dim_v=self.options.head_dim_v, return_lse=True, backend="host")
+                                    head_dim_v=self.options.head_dim_v, return_lse=True, backend="host",
+                                    program_config=self.program_config)
             v = None if vc is None else from_torch(vc.ts[dev], fmt)
             o, lse = decode(from_torch(q.ts[dev], DataType.bfloat16), from_torch(kc.ts[dev], fmt), v, options)
             lse_rows = torch.full((r * nkv, 32), float("nan"))  # the kernels' rows: a group's heads first
@@ -296,3 +298,14 @@ def test_options_refused_by_name():
         token_positions([5, 2], 4)
     assert token_positions([5, -1], 2) == [4, -1, 5, -1]
     assert math.isclose(loop_options(**common, sliding_window_size=128).local_window, 64)
+
+
+def test_the_loops_pages_are_bank_local_by_default_and_checked_by_name(ttnn, monkeypatch):
+    monkeypatch.setattr(KernelTwinLoop, "real_ttnn", ttnn)
+    args = dict(batch=2, num_heads=4, num_kv_heads=2, head_dim=64, max_seq_len=128, block_size=32, num_blocks=8,
+                ttnn=option_ttnn(ttnn, (1, 2)))
+    loop = KernelTwinLoop(TwinMesh((1, 2)), **args)
+    assert loop.kv_pages == "key_row" and loop.program_config.kv_pages == "key_row"
+    assert KernelTwinLoop(TwinMesh((1, 2)), kv_pages="tile", **args).program_config.kv_pages == "tile"
+    with pytest.raises(ValueError, match="ContextParallelDecode: argument 'kv_pages': expected one of"):
+        KernelTwinLoop(TwinMesh((1, 2)), kv_pages="rows", **args)

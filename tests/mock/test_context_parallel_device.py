@@ -74,7 +74,10 @@ row_shapes = [list(t.shape) for t in ttnn.get_device_tensors(cp.inputs)]
 programs = [cp.rotary.program, cp.flash.program, cp.combine.program]
 kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
            for p in programs for k in p.kernels]
-layout = {"prefix": cp.prefix, "batch": cp.batch, "local_blocks": cp.local_blocks, "axes": list(cp.axes)}
+from ttdecode import is_bank_local
+layout = {"prefix": cp.prefix, "batch": cp.batch, "local_blocks": cp.local_blocks, "axes": list(cp.axes),
+          "bank_local": [all(is_bank_local(c) for kv in cp.caches for c in kv), cp.flash.plan.bank_local,
+                         cp.rotary.program.tensor("k_cache").layout, dec.allocator.ranks[0].policy]}
 dec.close()
 emit({"open_seconds": round(open_s, 1), "build_seconds": round(build_s, 2), "build_moves": build_moves,
       "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows, "layout": layout,
@@ -148,6 +151,8 @@ def _check(result: dict, jit_log, gathers_per_attention: int) -> None:
     # the weights, caches, RoPE tables, step row go to the device at build only
     assert result["build_moves"] and set(result["build_moves"]) <= {"from_torch"}
     assert result["layout"]["axes"] == ([None] if gathers_per_attention == 1 else [1, 0])
+    # the default kv_pages "key_row": bank-local shards, read and written in that layout, balanced blocks
+    assert result["layout"]["bank_local"] == [True, True, "key_row", "balanced"]
     # ttnn deals row d of the step's [8, W] rows to device d, one [1, W] row each
     assert result["dealt_ok"] and result["row_shapes"] == [[1, result["row_width"]]] * DEVICES
     # every step wrote one row per device; the 20 steps kept to block 0, the generation reached block 2

@@ -68,8 +68,12 @@ with count_transfers() as log:
 programs = [p.program for p in (cp.rotary, cp.flash, cp.combine) if p is not None]
 kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
            for p in programs for k in p.kernels]
+from ttdecode import is_bank_local
+bank_local = {"pools": [is_bank_local(c) for c in cp.caches[0] if c is not None], "flash": cp.flash.plan.bank_local,
+              "append": None if cp.rotary is None else cp.rotary.program.tensor("k_cache").layout}
 emit({"steps": steps, "rows": rows, "kernels": kernels, "prefix": cp.prefix, "rows_per_step": cp.rows,
-      "combine_partials": cp.combine.plan.partials, "caches": [c is None for c in cp.caches[0]]})
+      "combine_partials": cp.combine.plan.partials, "caches": [c is None for c in cp.caches[0]],
+      "bank_local": bank_local})
 cp.close()
 ttnn.close_mesh_device(device)
 """
@@ -130,6 +134,8 @@ def test_cp_loop_options_on_a_mock_n300(run_mock, mock_run, case) -> None:
     assert len(res["kernels"]) == 3 * (2 if mla else 3)
     assert res["combine_partials"] == N + 1  # the sink's partial
     assert res["caches"] == [False, mla]  # MLA: no V cache
+    # the default kv_pages "key_row": bank-local pools read by FlashDecode (and written by the append)
+    assert res["bank_local"] == {"pools": [True] * (2 - mla), "flash": True, "append": None if mla else "key_row"}
     assert res["rows_per_step"] == tokens * B
     for s in res["steps"]:
         assert s["ops"] == _ops(tokens, mla), s["ops"]

@@ -51,13 +51,20 @@ build_moves, moves[:] = list(moves), []
 build_s = time.perf_counter() - t0
 steps = join_leave_steps(dec, device, 4, log)  # the default joins and leaves
 kernels = our_kernels(dec)  # the decode steps' programs (generate's 32-token step adds its own)
+# the default kv_pages "key_row": bank-local pools, the append writing and FlashDecode reading that layout
+from ttdecode import is_bank_local
+from ttdecode.ops.flash_decode.device_steps import STEPS
+layout = {"pools": [is_bank_local(c) for kv in dec._device.caches for c in kv],
+          "append": dec._device.rotary.program.tensor("k_cache").layout,
+          "flash": sorted({bool(s.plan.bank_local) for s in STEPS.steps()}),
+          "policy": dec.allocator.policy}
 # generate: the prompts in one step of 32 tokens per user (tests/mock/test_llama_device_prompts.py has more)
 entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
 gen_moves = list(moves)
 dec.close()
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
-      "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
+      "layout": layout, "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")}})
 ttnn.close_device(device)
 """
@@ -169,6 +176,7 @@ def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read
     r = run_mock(SMALL, timeout=600)
     assert r.returncode == 0 and r.result is not None, r.describe()
     _check_steps(r.result, layers=2, batch=4, vocab=256, jit_log=mock_run["jit_log"])
+    assert r.result["layout"] == {"pools": [True] * 4, "append": "key_row", "flash": [True], "policy": "balanced"}
     gen = r.result["generate"]
     # 2 prompts of 32 tokens + 3 new: one device step for the prompts (its input row made on the device
     # once: one from_torch), 2 more; one write and one read a step

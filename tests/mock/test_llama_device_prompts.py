@@ -56,6 +56,7 @@ for name, logits in (("first", False), ("greedy", False), ("logits", True)):
     runs[name] = {"reads": list(reads), "moves": log.counts(), "steps": list(steps),
                   "generate_steps": list(dec.generate_steps),
                   "new_entries": int(device.num_program_cache_entries()) - entries}
+runs["chunk_append_pages"] = dec._device.chunk_rotary[32].program.tensor("k_cache").layout  # bank-local
 dec.close()
 emit(runs)
 ttnn.close_device(device)
@@ -66,6 +67,7 @@ def test_generate_feeds_prompts_in_32_token_steps_and_greedy_reads_ids_only(run_
     r = run_mock(PROMPTS, timeout=600)
     assert r.returncode == 0 and r.result is not None, r.describe()
     runs = r.result
+    assert runs.pop("chunk_append_pages") == "key_row"  # the T B rows' append writes the bank-local pools
     for name in ("first", "greedy", "logits"):
         run = runs[name]
         # 1 prompt step (32 tokens per user), 2 decode steps of one token

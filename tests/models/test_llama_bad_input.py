@@ -96,3 +96,25 @@ def test_generate_refuses_more_sequences_than_batch(hf):
     dec = LlamaDecoder.from_hf(hf, **OPTIONS)
     with pytest.raises(ValueError, match=r"input_ids: expected 1..2 sequences \(batch=2\), got 3"):
         dec.generate(torch.zeros(3, 2, dtype=torch.int64), max_new_tokens=1)
+
+
+def test_kv_pages_and_a_grid_below_the_banks_for_bank_local_pools_are_refused_by_name(hf):
+    from ttdecode.config import SDPAProgramConfig
+
+    with pytest.raises(ValueError, match=r"kv_pages: expected one of \['tile', 'key_row'\], got 'rows'"):
+        LlamaDecoder.from_hf(hf, kv_pages="rows", **OPTIONS)
+    small = SDPAProgramConfig(compute_with_storage_grid_size=(2, 4))
+    with pytest.raises(ValueError, match=r"program_config: expected a grid of at least 12 cores with "
+                                         r"kv_pages='key_row' .*got 8"):
+        LlamaDecoder.from_hf(hf, program_config=small, **OPTIONS)
+    rects = SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), sub_core_grids=[((0, 0), (1, 4))])
+    with pytest.raises(ValueError, match=r"program_config: expected a grid of at least 12 cores .*got 10"):
+        LlamaDecoder.from_hf(hf, program_config=rects, **OPTIONS)
+    tile = LlamaDecoder.from_hf(hf, program_config=small, kv_pages="tile", **OPTIONS)  # any grid
+    assert tile._shard.program_config.kv_pages == "tile" and tile.allocator.policy == "first_free"
+    with pytest.raises(ValueError, match=r"program_config: expected kv_pages 'tile' \(the default\) or 'tile'"):
+        LlamaDecoder.from_hf(hf, program_config=SDPAProgramConfig(kv_pages="key_row"), kv_pages="tile", **OPTIONS)
+    # the default: the caller's config with the pools' pages, blocks balanced over the banks
+    dec = LlamaDecoder.from_hf(hf, program_config=SDPAProgramConfig(k_chunk_size=64), **OPTIONS)
+    assert dec._shard.program_config == SDPAProgramConfig(k_chunk_size=64, kv_pages="key_row")
+    assert dec.allocator.policy == "balanced" and dec.allocator.classes == 6  # NKV 2, block 32: 12 / gcd(2 x 1, 12)

@@ -60,6 +60,9 @@ class TwinDevice:
     def get_num_devices(self) -> int:
         return self.n
 
+    def dram_grid_size(self) -> SimpleNamespace:
+        return SimpleNamespace(x=12, y=1)  # a Wormhole's DRAM banks (the bank-local pools' memory config)
+
 
 def twin_ttnn(ttnn: Any, n: int) -> SimpleNamespace:
     """The ttnn calls of DeviceDecoder on torch values over n devices; conversions through the real
@@ -95,6 +98,10 @@ def twin_ttnn(ttnn: Any, n: int) -> SimpleNamespace:
         DRAM_MEMORY_CONFIG=None, TILE_LAYOUT=ttnn.TILE_LAYOUT, ROW_MAJOR_LAYOUT=ttnn.ROW_MAJOR_LAYOUT,
         bfloat16=ttnn.bfloat16, bfloat8_b=ttnn.bfloat8_b, bfloat4_b=ttnn.bfloat4_b, float32=ttnn.float32,
         int32=ttnn.int32, uint32=ttnn.uint32, DataType=ttnn.DataType,
+        # the host-side objects of a bank-local pool's memory config (ttdecode.ttnn_backend.key_row_memory_config)
+        **{name: getattr(ttnn, name) for name in ("CoreRangeSet", "CoreRange", "CoreCoord", "NdShardSpec", "Shape",
+                                                  "ShardOrientation", "ShardDistributionStrategy", "MemoryConfig",
+                                                  "BufferType")},
         ReplicateTensorToMesh=lambda device: ("replicate",),
         ShardTensorToMesh=lambda device, dim: ("shard", dim),
         from_torch=from_torch, to_device=to_device, to_layout=lambda t, layout: ttnn.to_layout(t, layout),

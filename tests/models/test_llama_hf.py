@@ -20,19 +20,22 @@ CONFIGS = {"8q2kv_d64": (8, 2, 64), "16q2kv_d128": (16, 2, 128)}
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "config, kv_dtype, backend",
+    "config, kv_dtype, backend, kv_pages",
     [
-        ("8q2kv_d64", "bfloat8_b", "host"),
-        ("16q2kv_d128", "bfloat16", "host"),
-        ("8q2kv_d64", "bfloat16", "reference"),
-        ("16q2kv_d128", "bfloat8_b", "reference"),
+        ("8q2kv_d64", "bfloat8_b", "host", "key_row"),
+        ("8q2kv_d64", "bfloat8_b", "host", "tile"),
+        ("16q2kv_d128", "bfloat16", "host", "key_row"),
+        ("8q2kv_d64", "bfloat16", "reference", "key_row"),
+        ("16q2kv_d128", "bfloat8_b", "reference", "key_row"),
     ],
 )
-def test_teacher_forced_logits_match_hf_with_users_joining(config, kv_dtype, backend):
+def test_teacher_forced_logits_match_hf_with_users_joining(config, kv_dtype, backend, kv_pages):
+    """kv_pages "key_row" (the default, bank-local pools, balanced blocks) and "tile" (ttnn's pages)."""
     hf = hf_llama(*CONFIGS[config])
     sched = joining_schedule(hf.config.vocab_size)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, kv_dtype=getattr(ttdecode, kv_dtype),
-                               backend=backend, block_size=32)
+                               backend=backend, block_size=32, kv_pages=kv_pages)
+    assert dec.allocator.policy == ("balanced" if kv_pages == "key_row" else "first_free")
     results = teacher_forced(dec, hf, sched)
     assert len(results) == 6 + 8 + 5 + 3
     assert_hf_agreement(results)

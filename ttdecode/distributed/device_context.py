@@ -85,7 +85,11 @@ from ttdecode.ttnn_backend.descriptor import ttnn_data_type
 from ttdecode.ttnn_env import require_ttnn
 from ttdecode.core.formats import as_data_type
 from ttdecode.ttnn_backend.prepared import PreparedProgram
-from ttdecode.ops.rotary_append.program_factory import device_program
+from ttdecode.ops.rotary_append.program_factory import build_program
+from ttdecode.ops.rotary_append.validate import RotaryInputs
+from ttdecode.config import KV_PAGES
+from ttdecode.kv_pool import pages_program_config
+from ttdecode.ttnn_backend.tensors import dram_banks, key_row_memory_config
 from ttdecode.ops.flash_decode.device_step import FlashDecodeStep
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import validate_decode
@@ -95,7 +99,7 @@ from ttdecode.distributed.loop_options import MLA_APPEND, loop_options, sink_par
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
            "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH",
-           "ContextParallelDecode", "step_rows", "gather_axes"]
+           "ContextParallelDecode", "step_rows", "gather_axes", "rotary_program", "pool_memory_config"]
 
 _NAME = "context_parallel_decode"
 
@@ -273,6 +277,29 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
 # ---- the decode loop on a mesh: the KV shards stay on the devices -------------------------------
 
 
+def rotary_program(*, batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, cache_dtype: DataType,
+                   cache_shape: tuple[int, ...], max_blocks: int, grid: tuple[int, int], kv_pages: str) -> Program:
+    """A decode loop's fused RoPE + paged append described ahead of time (its tensors on a device): packed
+    qkv ``[1, B, (NH + 2 NKV) D]``, interleaved pairs, the paged caches ``cache_shape`` with a ``[B,
+    max_blocks]`` table, in ``kv_pages`` ("tile" or "key_row": the bank-local pool), the rows dealt over
+    ``grid``. The program of ``ttdecode.ops.rotary_append.program_factory.device_program`` with the pools'
+    pages."""
+    inp = RotaryInputs(
+        batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, rotary_dim=head_dim,
+        interleaved=True, packed=True, cache_dtype=cache_dtype, cache_shape=tuple(cache_shape), paged=True,
+        positions=(-1,) * batch, page_table=torch.zeros(batch, max_blocks, dtype=torch.int64),
+        cos=torch.ones(batch, head_dim), sin=torch.zeros(batch, head_dim), x={}, k_cache=None, v_cache=None,
+        device_tensors=True, kv_pages=kv_pages,
+    )
+    return build_program(inp, None, grid)
+
+
+def pool_memory_config(ttnn: Any, device: Any, kv_pages: str, head_dim: int) -> Any:
+    """The DRAM memory config of a paged K/V pool in ``kv_pages`` on ``device`` (a device or mesh): the
+    bank-local ``key_row_memory_config`` over its DRAM banks, or interleaved tile pages."""
+    return key_row_memory_config(ttnn, device, head_dim) if kv_pages == "key_row" else ttnn.DRAM_MEMORY_CONFIG
+
+
 def _mesh_dims(mesh_device: Any) -> tuple[int, int]:
     """(rows, cols) of a ``ttnn.MeshDevice`` (any 2-D shape), or a TypeError naming ``mesh_device``."""
     shape = getattr(mesh_device, "shape", None)
@@ -338,7 +365,12 @@ class ContextParallelDecode:
     Built once (device tensors, kept until `close`):
 
     * ``caches[layer] = (K, V)``: per device ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``
-      (a mesh tensor: one spec, each device's own blocks);
+      (a mesh tensor: one spec, each device's own blocks), in ``kv_pages``: "key_row" (the default,
+      the bank-local pool: `pool_memory_config`, a key-tile row a page over each device's DRAM banks;
+      the caller's allocator should hand out blocks by ``kv_cache.policy_for("key_row")``, "balanced")
+      or "tile" (interleaved tile pages); the append and FlashDecode are built for it (a
+      ``program_config`` as `kv_pool.pages_program_config` takes it: a grid of at least one core per
+      bank with "key_row"). With MLA the caller's own writes into ``caches[layer][0]`` keep its pages;
     * ``inputs``: the step's int32 row, per device ``[1, prefix + 2 B + B * local_blocks]``: the
       caller's ``prefix`` (the same on every device, e.g. token ids and global positions), then that
       device's append positions (where it writes each user's new K/V row, -1: another device owns the
@@ -374,7 +406,8 @@ class ContextParallelDecode:
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: Any = "bfloat8_b", layers: int = 1,
                  prefix: int = 0, scale: Optional[float] = None, program_config: Any = None,
                  compute_kernel_config: Any = None, tokens: int = 1, sliding_window_size: Optional[int] = None,
-                 attention_sink: Any = None, head_dim_v: Optional[int] = None, ttnn: Any = None) -> None:
+                 attention_sink: Any = None, head_dim_v: Optional[int] = None, kv_pages: str = "key_row",
+                 ttnn: Any = None) -> None:
         import math
 
         ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
@@ -398,6 +431,12 @@ class ContextParallelDecode:
             raise ValueError(f"ContextParallelDecode: argument 'max_seq_len': expected at least one block of "
                              f"{block_size} per device ({n} devices: >= {n * block_size}), got {max_seq_len}")
         kv = as_data_type(kv_dtype, "kv_dtype")
+        if not isinstance(kv_pages, str) or kv_pages not in KV_PAGES:
+            raise ValueError(f"ContextParallelDecode: argument 'kv_pages': expected one of {list(KV_PAGES)}, got "
+                             f"{kv_pages!r}")
+        self.kv_pages = kv_pages
+        program_config = pages_program_config(program_config, kv_pages, dram_banks(mesh_device),
+                                              owner="ContextParallelDecode: ")
         self.options = loop_options(devices=n, block_size=block_size, num_heads=num_heads, head_dim=head_dim,
                                     tokens=tokens, sliding_window_size=sliding_window_size,
                                     attention_sink=attention_sink, head_dim_v=head_dim_v)
@@ -415,7 +454,8 @@ class ContextParallelDecode:
         shape = (num_blocks, num_kv_heads, block_size, head_dim)
         cache_dt = ttnn_data_type(ttnn, kv)
         put = dict(device=mesh_device, memory_config=dram, mesh_mapper=rep)
-        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)
+        pool = dict(put, memory_config=pool_memory_config(ttnn, mesh_device, kv_pages, head_dim))
+        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **pool)
                              if i == 0 or head_dim_v is None else None for i in range(2)) for _ in range(layers)]
         self.sink_parts = None  # the sink as the combine's extra partial (loop_options.sink_partial)
         if self.options.sink is not None:
@@ -455,10 +495,10 @@ class ContextParallelDecode:
         if self.options.head_dim_v is not None:
             return None  # MLA: no fused append (loop_options.MLA_APPEND)
         grid = self.mesh.compute_with_storage_grid_size()
-        program = device_program(batch=self.batch, num_q_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+        program = rotary_program(batch=self.batch, num_q_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                                  head_dim=self.head_dim, cache_dtype=kv, cache_shape=cache_shape,
-                                 max_blocks=self.local_blocks, interleaved=True, packed=True,
-                                 grid=(int(grid.x), int(grid.y)))
+                                 max_blocks=self.local_blocks, grid=(int(grid.x), int(grid.y)),
+                                 kv_pages=self.kv_pages)
         return PreparedProgram(program, self.mesh)
 
     def _prepare_flash(self, scale: Optional[float], program_config: Any, compute_kernel_config: Any) -> Any:

@@ -3,7 +3,9 @@
 Layout (the paged op's, ``ttdecode.paged_scaled_dot_product_attention_decode``): per layer a K and
 a V tensor ``[num_blocks, NKV, block_size, D]`` stored as a TILE-layout image (``TileTensor``) in
 ``kv_dtype`` (bfloat16 or bfloat8_b); user b's position p lives in row ``p % block_size`` of
-block ``page_table[b, p // block_size]``.
+block ``page_table[b, p // block_size]``. The pool's DRAM pages (``kv_pages``, ``ttdecode.kv_pool``)
+are the image's either way: "key_row" (bank-local: a key-tile row a page, dealt over the DRAM banks)
+or "tile"; the decoders pass their ``kv_pages`` to the append and to FlashDecode.
 
 The decode step's cache update is `append_rows`: RoPE on the new K (and Q) rows and the append of
 K and V at each user's position in one program, ``ttdecode.rotary_kv_append`` (the Metalium
@@ -314,17 +316,19 @@ class PagedKVCache:
 
 def append_rows(k_cache: PagedKVCache, v_cache: PagedKVCache, k_new: torch.Tensor, v_new: torch.Tensor, *,
                 cur_pos: Sequence[int], page_table: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                q: Optional[torch.Tensor] = None, backend: str = "host") -> Optional[torch.Tensor]:
+                q: Optional[torch.Tensor] = None, backend: str = "host",
+                kv_pages: str = "tile") -> Optional[torch.Tensor]:
     """Rotate ``k_new`` (and ``q``) and append K and V rows with ``ttdecode.rotary_kv_append``.
 
     k_new, v_new: ``[B, NKV, D]`` float (taken as bfloat16, as the op's inputs); q: ``[B, NH, D]``
     or None; cur_pos: ``[B]`` positions to write (-1: no write for that user); page_table: int32
-    ``[B, max_blocks]``; cos/sin: ``[B, D]`` in Hugging Face's layout. The caches take the op's
-    result. Returns the rotated q ``[1, B, NH, D]`` (bfloat16) or None."""
+    ``[B, max_blocks]``; cos/sin: ``[B, D]`` in Hugging Face's layout; kv_pages: the pools' DRAM pages
+    ("tile" or "key_row", the op's option). The caches take the op's result. Returns the rotated q
+    ``[1, B, NH, D]`` (bfloat16) or None."""
     out = rotary_op.rotary_kv_append(
         k_new.unsqueeze(0), v_new.unsqueeze(0), k_cache.tile_tensor(), v_cache.tile_tensor(),
         cur_pos=list(cur_pos), cos=cos, sin=sin, page_table=page_table,
-        q=None if q is None else q.unsqueeze(0), backend=backend,
+        q=None if q is None else q.unsqueeze(0), backend=backend, kv_pages=kv_pages,
     )
     q_rot = None
     if q is not None:

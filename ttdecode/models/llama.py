@@ -15,7 +15,8 @@ position and the cache update (one row per user into its block) in one program,
 index with T > 1, since the op refuses two rows of one cache tile in a call; on the device backend one
 call of the T B rows, see ``llama_device.chunk_grid``) -> FlashDecode (one call for the T tokens) through
 ``ttdecode.paged_scaled_dot_product_attention_decode`` on the chosen backend -> O projection ->
-residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head.
+residual -> RMSNorm -> SwiGLU MLP -> residual; then the final norm and the LM head. The paged K/V
+pools are bank-local by default (``kv_pages``, see `LlamaDecoder`).
 
 Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
 (the op's float64 reference), both with projections, norms and MLP in float32 torch;
@@ -45,12 +46,16 @@ import torch
 
 from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.models import generation
-from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, check_positions
+from ttdecode.config import KV_PAGES
+from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS
+from ttdecode.kv_pool import pages_program_config
+from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, check_positions, policy_for
 from ttdecode.models.llama_host import LlamaShard, StepInputs, worker_build, worker_step
 from ttdecode.models.llama_spec import MAX_TOKENS, LlamaSpec, fail
 from ttdecode.models.tensor_parallel import shard_weights
 from ttdecode.distributed import WorkerPool
 from ttdecode.core import formats
+from ttdecode.ttnn_backend.tensors import dram_banks
 from ttdecode.ttnn_env import require_ttnn
 
 __all__ = ["LlamaDecoder", "BACKENDS"]
@@ -82,9 +87,11 @@ def _resolve_backend(backend: object, device: Any = None) -> str:
 
 
 def _check_options(spec: LlamaSpec, batch: int, max_seq_len: int, devices: int, block_size: int,
-                   context_parallel: int, kv_dtype: Any) -> DataType:
-    """The decoder's sizes checked against each other and the model (see `LlamaDecoder`); returns the
-    KV cache's data type."""
+                   context_parallel: int, kv_dtype: Any, kv_pages: Any) -> DataType:
+    """The decoder's sizes and kv_pages checked against each other and the model (see `LlamaDecoder`);
+    returns the KV cache's data type."""
+    if not isinstance(kv_pages, str) or kv_pages not in KV_PAGES:
+        raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
     for name, value in (("batch", batch), ("max_seq_len", max_seq_len), ("devices", devices),
                         ("block_size", block_size), ("context_parallel", context_parallel)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -116,13 +123,26 @@ class LlamaDecoder:
     """Batched greedy Llama decoding with a paged KV cache; see the module doc.
 
     Build with `from_hf` or `from_pretrained`. ``close()`` stops the device workers (devices > 1).
+
+    ``kv_pages``: the paged K/V pools' DRAM pages (``ttdecode.kv_pool``), told to the append and to
+    FlashDecode on every backend. "key_row" (the default): the bank-local pool, a key-tile row a page
+    dealt round robin over the DRAM banks (the device's count on backend "device", a Wormhole's 12 on
+    the host runtime), its blocks handed out by the "balanced" policy (`kv_cache.policy_for`) so each
+    user's rows spread evenly over the banks. "tile": ttnn's interleaved tile pages, blocks
+    "first_free" (the pages tt-transformers and ttnn's paged ops use). Refused by name: another value,
+    and with "key_row" a ``program_config`` grid of fewer cores than the banks
+    (`kv_pool.pages_program_config`; "tile" takes any grid). A ``program_config``'s own kv_pages is
+    replaced by this option. The host images are the same bytes either way; the outputs differ only
+    in FlashDecode's split (a bank-local piece reads the tiles of its banks, which the page table
+    decides), within the accuracy thresholds.
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, batch: int, max_seq_len: int,
                  kv_dtype: Any = DataType.bfloat8_b, devices: int = 1, backend: str = "auto",
                  block_size: int = 64, num_blocks: Optional[int] = None, program_config: Any = None,
-                 timeout: float = 600.0, context_parallel: int = 1, device: Any = None) -> None:
-        kv = _check_options(spec, batch, max_seq_len, devices, block_size, context_parallel, kv_dtype)
+                 timeout: float = 600.0, context_parallel: int = 1, device: Any = None,
+                 kv_pages: str = "key_row") -> None:
+        kv = _check_options(spec, batch, max_seq_len, devices, block_size, context_parallel, kv_dtype, kv_pages)
         tp = devices // context_parallel
         self.spec = spec
         self._embed = state["model.embed_tokens.weight"].detach()  # [vocab, hidden], its own dtype
@@ -137,17 +157,24 @@ class LlamaDecoder:
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
             raise fail("num_blocks", "an int >= 1", repr(num_blocks))
         self.num_blocks = num_blocks  # blocks in each device's pool
+        self._own_device: Any = None  # a device the decoder opened (closed by close())
+        if self.backend == "device":
+            device = self._open_device(device)
+        banks = WORMHOLE_DRAM_BANKS if self.backend != "device" else dram_banks(device)
+        program_config = pages_program_config(program_config, kv_pages, banks)
+        self.kv_pages = kv_pages
+        alloc = dict(policy=policy_for(kv_pages), num_kv_heads=spec.num_kv_heads // tp, dram_banks=banks)
         self.allocator: Any
         if context_parallel == 1:
-            self.allocator = BlockAllocator(batch, max_seq_len, block_size, num_blocks)
+            self.allocator = BlockAllocator(batch, max_seq_len, block_size, num_blocks, **alloc)
         else:
-            self.allocator = ContextParallelAllocator(batch, max_seq_len, block_size, num_blocks, context_parallel)
+            self.allocator = ContextParallelAllocator(batch, max_seq_len, block_size, num_blocks, context_parallel,
+                                                      **alloc)
         options = dict(num_blocks=num_blocks, block_size=block_size, kv_dtype=kv, backend=self.backend,
-                       program_config=program_config)
+                       program_config=program_config, kv_pages=kv_pages)
         self._pool = None
         self._shard: Optional[LlamaShard] = None
         self._device: Any = None  # llama_device.DeviceDecoder (backend 'device')
-        self._own_device: Any = None  # a device the decoder opened (closed by close())
         if self.backend == "device":
             per_device = [self._build_device(spec, state, device, num_blocks, program_config)] * devices
         elif devices == 1:
@@ -166,10 +193,10 @@ class LlamaDecoder:
         log.info(
             "ttdecode llama: KV cache %.2f MiB per device = %d layers x K,V x %d blocks x %d KV heads x %d positions "
             "x head_dim %d in %s (%.2f MiB over %d device(s); batch %d, max_seq_len %d -> %d blocks per user%s); "
-            "backend %s",
+            "kv_pages %s; backend %s",
             self.cache_bytes_per_device / 2**20, spec.num_layers, num_blocks, spec.num_kv_heads // tp, block_size,
             spec.head_dim, kv.value, self.cache_bytes / 2**20, devices, batch, max_seq_len, max_blocks, cp_note,
-            self.backend,
+            kv_pages, self.backend,
         )
 
     # ---- construction ----------------------------------------------------------------------
@@ -204,11 +231,9 @@ class LlamaDecoder:
         model = LlamaForCausalLM.from_pretrained(str(root), local_files_only=True)
         return cls.from_hf(model, **options)
 
-    def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,
-                      program_config: Any) -> int:
-        """The decoder on a Wormhole (`ttdecode.models.llama_device.DeviceDecoder`); returns its cache bytes."""
-        from ttdecode.models.llama_device import DeviceDecoder
-
+    def _open_device(self, device: Any) -> Any:
+        """The device of backend 'device', checked against ``devices`` and ``context_parallel`` (device 0
+        opened when None and one chip is asked for)."""
         cp = self.context_parallel
         if cp not in (1, self.devices):
             raise fail("context_parallel", f"1 or devices={self.devices} with backend 'device' (context parallel "
@@ -224,9 +249,17 @@ class LlamaDecoder:
         if n != self.devices:
             how = "tensor" if cp == 1 else "context"
             raise fail("devices", f"the device's {n} chip(s) ({how} parallel over the whole mesh)", self.devices)
+        return device
+
+    def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,
+                      program_config: Any) -> int:
+        """The decoder on a Wormhole (`ttdecode.models.llama_device.DeviceDecoder`); returns its cache bytes."""
+        from ttdecode.models.llama_device import DeviceDecoder
+
+        cp = self.context_parallel
         self._device = DeviceDecoder(spec, state, device=device, batch=self.batch, max_seq_len=self.max_seq_len,
                                      block_size=self.block_size, num_blocks=num_blocks, kv_dtype=self.kv_dtype,
-                                     program_config=program_config, context_parallel=cp)
+                                     program_config=program_config, context_parallel=cp, kv_pages=self.kv_pages)
         tp = self.devices // cp
         tiles = num_blocks * (spec.num_kv_heads // tp) * (self.block_size // 32) * (spec.head_dim // 32)
         return 2 * spec.num_layers * tiles * formats.tile_size(self.kv_dtype)

@@ -57,7 +57,6 @@ from ttdecode.ttnn_backend.descriptor import build_program_descriptor
 from ttdecode.ops.flash_decode.program_factory import build_program_for_device
 from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.core.program_description import ComputeSettings, MathFidelity
-from ttdecode.ops.rotary_append import device_program
 from ttdecode.models import rope
 from ttdecode.ops.rotary_append.program_factory import column_angles
 from ttdecode.ttnn_backend.descriptor import ttnn_data_type
@@ -65,6 +64,9 @@ from ttdecode.ttnn_env import require_ttnn
 from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.api import paged_scaled_dot_product_attention_decode
+from ttdecode.distributed.device_context import pool_memory_config, rotary_program
+from ttdecode.kv_pool import pages_program_config
+from ttdecode.ttnn_backend.tensors import dram_banks
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
@@ -220,14 +222,15 @@ class _PlaceholderView:
 
 
 def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_len: int, block_size: int = 64,
-                         kv_dtype: DataType = DataType.bfloat8_b) -> tuple[Any, Any]:
+                         kv_dtype: DataType = DataType.bfloat8_b, kv_pages: str = "key_row") -> tuple[Any, Any]:
     """(plan, ``ttnn.ProgramDescriptor``) of one layer's paged FlashDecode on one chip of a
-    ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads), with the
-    positions coming from the cur_pos tensor at run time."""
+    ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads, the pools in
+    ``kv_pages``: "key_row" bank-local over a Wormhole's 12 banks, or "tile"), with the positions coming
+    from the cur_pos tensor at run time."""
     max_blocks = math.ceil(max_seq_len / block_size)
     plan = make_plan(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=spec.num_kv_heads // devices,
                      seq_len=max_blocks * block_size, head_dim=spec.head_dim, kv_dtype=kv_dtype, cur_pos=None,
-                     block_size=block_size, num_blocks=batch * max_blocks)
+                     block_size=block_size, num_blocks=batch * max_blocks, kv_pages=kv_pages)
     compute = ComputeSettings(math_fidelity=MathFidelity.HiFi2, fp32_dest_acc_en=plan.fp32_dest_acc_en,
                               math_approx_mode=False)
     program = build_program_for_device(plan, scale=1 / math.sqrt(spec.head_dim), compute=compute)
@@ -236,16 +239,17 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
 
 
 def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_len: int, block_size: int = 64,
-                             kv_dtype: DataType = DataType.bfloat8_b) -> tuple[Any, Any]:
+                             kv_dtype: DataType = DataType.bfloat8_b, kv_pages: str = "key_row") -> tuple[Any, Any]:
     """(Program, ``ttnn.ProgramDescriptor``) of one layer's fused RoPE + paged cache append on one
     chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
-    projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches."""
+    projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches in
+    ``kv_pages``."""
     nkv = spec.num_kv_heads // devices
     max_blocks = math.ceil(max_seq_len / block_size)
-    program = device_program(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=nkv,
+    program = rotary_program(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=nkv,
                              head_dim=spec.head_dim, cache_dtype=kv_dtype,
                              cache_shape=(batch * max_blocks, nkv, block_size, spec.head_dim), max_blocks=max_blocks,
-                             interleaved=True, packed=True)
+                             grid=(8, 8), kv_pages=kv_pages)
     names = [t.name for t in program.tensors]
     return program, build_program_descriptor(program, _PlaceholderView(names))
 
@@ -305,7 +309,9 @@ class DeviceDecoder:
     Built once: the weights of `device_weights` (``devices=1``: the same preparation as the plan and
     the round-trip tests) moved to the device's DRAM (bfloat8_b matmul weights in TILE layout,
     bfloat16 norms, the embedding table row-major bfloat16 as ``ttnn.embedding`` wants it), the paged K
-    and V caches of every layer (zeros, ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``), the RoPE
+    and V caches of every layer (zeros, ``[num_blocks, NKV, block_size, D]`` in ``kv_dtype``, their pages
+    ``kv_pages``: bank-local "key_row" by default, `device_context.pool_memory_config`; the append and
+    FlashDecode built for them), the RoPE
     tables (per position, the per-column angles of the interleaved-pair rotation, bfloat16 row-major,
     looked up by ``ttnn.embedding``), the rotate-half blocks, and the step's input row the host writes
     into, int32 ``[1, 2 B + B * max_blocks]``: token ids, positions (-1: idle), the page table. The
@@ -352,7 +358,7 @@ class DeviceDecoder:
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
                  max_seq_len: int, block_size: int, num_blocks: int, kv_dtype: DataType,
                  weight_dtype: str = "bfloat8_b", program_config: Any = None, ttnn: Any = None,
-                 context_parallel: int = 1) -> None:
+                 context_parallel: int = 1, kv_pages: str = "key_row") -> None:
         if spec.attention_bias or spec.mlp_bias:
             raise NotImplementedError("model: the device decoder implements Llama without biases (attention_bias and "
                                       "mlp_bias False), got a checkpoint with biases; use backend='host'")
@@ -360,7 +366,8 @@ class DeviceDecoder:
         self.ttnn, self.spec, self.device = ttnn, spec, device
         self.batch, self.block_size, self.num_blocks = batch, block_size, num_blocks
         self.max_blocks = math.ceil(max_seq_len / block_size)
-        self.program_config = program_config
+        self.kv_pages = kv_pages
+        self.program_config = pages_program_config(program_config, kv_pages, dram_banks(device))
         # tensor parallel over a 1 x N mesh (N = 1: one chip), or context parallel over the whole mesh
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         self.cp_ways = context_parallel
@@ -408,10 +415,11 @@ class DeviceDecoder:
             self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
                                             max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
                                             kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
-                                            program_config=program_config, ttnn=ttnn)
+                                            program_config=self.program_config, kv_pages=kv_pages, ttnn=ttnn)
             self.caches = self.cp.caches
         else:
-            self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **put)
+            pool = dict(put, memory_config=pool_memory_config(ttnn, device, kv_pages, d))
+            self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **pool)
                                  for _ in range(2))
                            for _ in range(spec.num_layers)]
         # RoPE: per position the per-column angles of interleaved pairs (the permuted Q/K rows)
@@ -442,9 +450,9 @@ class DeviceDecoder:
         B rows on the device's grid, or (``tokens`` T > 1) T B rows token-major on `chunk_grid`'s cores."""
         grid = self.device.compute_with_storage_grid_size()
         cores = (int(grid.x), int(grid.y)) if tokens == 1 else chunk_grid(self.batch, (int(grid.x), int(grid.y)))
-        program = device_program(batch=tokens * self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
+        program = rotary_program(batch=tokens * self.batch, num_q_heads=self.nh, num_kv_heads=self.nkv,
                                  head_dim=self.spec.head_dim, cache_dtype=kv_dtype, cache_shape=cache_shape,
-                                 max_blocks=self.max_blocks, interleaved=True, packed=True, grid=cores)
+                                 max_blocks=self.max_blocks, grid=cores, kv_pages=self.kv_pages)
         return PreparedProgram(program, self.device)
 
     def _rotary_append(self, qkv: Any, cos: Any, sin: Any, pos: Any, table: Any, kc: Any, vc: Any) -> Any:

@@ -42,13 +42,15 @@ class StepInputs:
 
 
 class LlamaShard:
-    """One device's part of the model: its weights, its heads' KV caches, the step in torch + op."""
+    """One device's part of the model: its weights, its heads' KV caches (host images; ``kv_pages`` the
+    pools' DRAM pages the append and FlashDecode are told), the step in torch + op."""
 
     def __init__(self, spec: LlamaSpec, weights: dict[str, torch.Tensor], *, rank: int, world: int,
                  num_blocks: int, block_size: int, kv_dtype: DataType, backend: str, program_config: Any,
-                 context_parallel: int = 1) -> None:
+                 context_parallel: int = 1, kv_pages: str = "tile") -> None:
         self.spec, self.w, self.rank, self.world = spec, weights, rank, world
-        self.backend, self.program_config = backend, program_config
+        # program_config: FlashDecode's, its kv_pages the pools' (kv_pool.pages_program_config)
+        self.backend, self.program_config, self.kv_pages = backend, program_config, kv_pages
         self.cp = context_parallel
         self.tp = world // context_parallel
         self.tp_rank, self.cp_rank = rank % self.tp, rank // self.tp
@@ -124,7 +126,8 @@ class LlamaShard:
             q_t, k_t, v_t = (x_.view(users, t, -1, d) for x_ in (q, k, v))
             q_rot = torch.stack([
                 append_rows(kc, vc, k_t[:, j], v_t[:, j], cur_pos=append_pos[j], page_table=table,
-                            cos=cos_t[:, j], sin=sin_t[:, j], q=q_t[:, j], backend=self.backend)[0]
+                            cos=cos_t[:, j], sin=sin_t[:, j], q=q_t[:, j], backend=self.backend,
+                            kv_pages=self.kv_pages)[0]
                 for j in range(t)
             ])  # the op's [T, B, nq, D]
             attn = self._attention(q_rot, kc, vc, s)
