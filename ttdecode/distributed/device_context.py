@@ -74,7 +74,7 @@ from ttdecode.distributed.sharding import (
     ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan, device_step_positions,
 )
 from ttdecode.core.program_description import Program
-from ttdecode.ops.flash_decode.device_step import decode_program
+from ttdecode.ops.flash_decode.device_step import decode_program, device_grid_limit
 from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan
 from ttdecode.core.tensor import TileTensor
 from ttdecode.core.tensor import to_torch
@@ -185,14 +185,18 @@ def device_inputs(info: Any, mesh: MeshDecodePlan, launch: DeviceLaunch) -> Any:
         return_lse=True)
 
 
-def mesh_programs(info: Any, mesh: MeshDecodePlan) -> list[dict[tuple[int, int], Program]]:
-    """Per launch, per mesh coordinate: the FlashDecode program of the op on that device's shard."""
+def mesh_programs(info: Any, mesh: MeshDecodePlan, device: Any = None) -> list[dict[tuple[int, int], Program]]:
+    """Per launch, per mesh coordinate: the FlashDecode program of the op on that device's shard.
+    ``device``: the mesh device when there is one: its chips' grid (``device_grid_limit``) and DRAM bank
+    count bound the plans; without it, the board the host runtime models."""
+    limits = {} if device is None else {"dram_banks": dram_banks(device), "grid_limit": device_grid_limit(device)}
     out = []
     for launch in mesh.launches:
         progs = {}
         for d, share in enumerate(launch):
             inputs = device_inputs(info, mesh, share)
-            progs[mesh.coord(d)] = decode_program(inputs, make_decode_plan(inputs), compute_settings(inputs))
+            progs[mesh.coord(d)] = decode_program(inputs, make_decode_plan(inputs, **limits),
+                                                  compute_settings(inputs))
         out.append(progs)
     return out
 
@@ -242,7 +246,7 @@ def run_on_mesh(info: Any, q: Any, k: Any, v: Any, mesh_device: Any, mesh: MeshD
     from ttdecode.ttnn_env import has_tenstorrent_device, require_ttnn
 
     ttnn = require_ttnn()
-    programs = mesh_programs(info, mesh)
+    programs = mesh_programs(info, mesh, mesh_device)
     n, shape = mesh.devices, mesh.mesh_shape
     host = {"q": mesh_host_tensor(ttnn, [_ttnn_host(ttnn, q)] * n, shape),
             "k": mesh_host_tensor(ttnn, [_ttnn_host(ttnn, s) for s in padded_shards(k, mesh)], shape)}
