@@ -250,6 +250,9 @@ class FakeMesh:
     def compute_with_storage_grid_size(self) -> Any:
         return self.ttnn.CoreCoord(8, 8)
 
+    def dram_grid_size(self) -> Any:
+        return self.ttnn.CoreCoord(12, 1)  # a Wormhole's DRAM banks
+
     def worker_core_from_logical_core(self, c: Any) -> Any:
         return self.ttnn.CoreCoord(c.x + 18, c.y + 18)
 
