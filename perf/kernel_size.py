@@ -14,6 +14,8 @@ append) is compared with tt-metal's FlashDecode of `gqa_d64` at the package defa
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -94,14 +96,17 @@ def build_programs(names: Sequence[str]) -> dict[str, list[str]]:
     return {"built": built}
 
 
-def measure(names: Optional[Sequence[str]] = None, jobs: int = 2, timeout: float = 900
-            ) -> list[tuple[ks.ProgramImages, ks.ProgramImages]]:
+def measure(names: Optional[Sequence[str]] = None, jobs: int = 2, timeout: float = 900,
+            keep: Optional[str] = None) -> list[tuple[ks.ProgramImages, ks.ProgramImages]]:
     """(ours, tt-metal's) images per kind of `names` (default: every kind; `BASELINE` is always built)
-    plus the tt_transformers pair, built on the mock N150 in a child process and sized."""
+    plus the tt_transformers pair, built on the mock N150 in a child process and sized. `keep`: a new
+    directory for the JIT log and cache, kept (default: a temporary one)."""
     names = list(names or [k.name for k in KINDS])
     if BASELINE not in names:
         names.insert(0, BASELINE)
-    with tempfile.TemporaryDirectory(prefix="kernel-size-") as tmp:
+    if keep:
+        os.makedirs(keep)
+    with (contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="kernel-size-")) as tmp:
         log = Path(tmp) / "jit.log"
         r = run_isolated(CHILD.format(repo=str(REPO), names=names), timeout=timeout, jit_log=str(log),
                          env={"TT_METAL_CACHE": f"{tmp}/cache/"})
@@ -127,9 +132,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--only", nargs="*", help="program kinds (default: all)")
     p.add_argument("--quick", action="store_true", help="the hardware check's --quick kinds")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--keep", help="a new directory to keep the JIT log and cache in")
     args = p.parse_args(argv)
     names = args.only or ([k.name for k in select(quick=True)] if args.quick else None)
-    pairs = measure(names, jobs=args.jobs)
+    pairs = measure(names, jobs=args.jobs, keep=args.keep)
     print(ks.table(pairs))
     print()
     for name, (r, label) in ks.worst(pairs).items():
