@@ -22,8 +22,13 @@
 #include "api/compute/eltwise_binary_sfpu.h"
 
 // Helpers called from many places stay out of line (KERNEL_OUTLINE): every inlined copy of an LLK
-// init, unpack or SFPU sequence costs TRISC code bytes (the kernel-config buffer), a call a few.
+// init, unpack or SFPU sequence costs TRISC code bytes (the kernel-config buffer), a call a few. GCC
+// would still clone them per constant argument (noclone; clang makes no such clones).
+#if defined(__clang__)
 #define KERNEL_OUTLINE __attribute__((noinline))
+#else
+#define KERNEL_OUTLINE __attribute__((noinline, noclone))
+#endif
 
 namespace compute_tiles {
 
