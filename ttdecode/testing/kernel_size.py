@@ -34,7 +34,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ttdecode.testing import gcc_front_end as gfe
 
@@ -229,14 +229,14 @@ def ratios(ours: ProgramImages, theirs: ProgramImages) -> dict[str, float]:
 def table(pairs: Sequence[tuple[ProgramImages, ProgramImages]]) -> str:
     """A text table, one line per (ours, tt-metal's) pair: T0/T1/T2 proxy bytes ours and theirs, the
     ratios, our BRISC / NCRISC real bytes and our five-image total."""
-    head = (f"{'program':28s} {'ours T0/T1/T2':>21s} {'tt-metal T0/T1/T2':>21s} {'T0':>5s} {'T1':>5s} {'T2':>5s}"
+    head = (f"{'program':32s} {'ours T0/T1/T2':>21s} {'tt-metal T0/T1/T2':>21s} {'T0':>5s} {'T1':>5s} {'T2':>5s}"
             f" {'total':>5s}  {'BRISC':>6s} {'NCRISC':>6s} {'5 images':>8s}")
     lines = [head]
     for ours, theirs in pairs:
         r = ratios(ours, theirs)
         tri = "/".join(str(ours.bytes.get(p, 0)) for p in TRISCS)
         ref = "/".join(str(theirs.bytes.get(p, 0)) for p in TRISCS)
-        lines.append(f"{ours.label:28s} {tri:>21s} {ref:>21s} " + " ".join(f"{r.get(p, 0):5.2f}" for p in TRISCS)
+        lines.append(f"{ours.label:32s} {tri:>21s} {ref:>21s} " + " ".join(f"{r.get(p, 0):5.2f}" for p in TRISCS)
                      + f" {r['compute']:5.2f}  {ours.bytes.get('brisc', 0):6d} {ours.bytes.get('ncrisc', 0):6d}"
                      f" {ours.total:8d}")
     return "\n".join(lines)
@@ -250,8 +250,3 @@ def worst(pairs: Sequence[tuple[ProgramImages, ProgramImages]]) -> dict[str, tup
             if name not in out or r > out[name][0]:
                 out[name] = (r, ours.label)
     return out
-
-
-def read_records(path: Optional[str | os.PathLike]) -> list[dict[str, Any]]:
-    """The JIT log at `path` (empty if there is none)."""
-    return gfe.read_log(path) if path else []
