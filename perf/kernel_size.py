@@ -1,13 +1,14 @@
 """Kernel image sizes of every program kind, ours beside tt-metal's FlashDecode (`sdpa_flash_decode`).
 
 Every program kind of the hardware check (`ttdecode.hwcheck.kinds.KINDS`) is built on the mock N150 in one
-child process, and, where ttnn has the op, tt-metal's own decode op on the same call at the same numerics;
-then one extra pair at tt_transformers' decode numerics (`TT_TRANSFORMERS`: HiFi2, math approx mode, fp32
-DST accumulation, exp_approx_mode False). Sizes: `ttdecode.testing.kernel_size` (data movement real, compute
-a GCC 12 -O3 proxy). A kind with no tt-metal op of its own (multi-token, an LSE, the combine, the rotary
-append) is compared with tt-metal's FlashDecode of `gqa_d64` at the package default numerics.
+child process, and, where ttnn has the op (and tt-metal accepts the configuration on the N150), tt-metal's
+own decode op on the same call at the same numerics; then one extra pair at tt_transformers' decode
+numerics (`TT_TRANSFORMERS`: HiFi2, math approx mode, fp32 DST accumulation, exp_approx_mode False). Sizes:
+`ttdecode.testing.kernel_size` (data movement real, compute a GCC 12 -O3 proxy). A kind with no tt-metal op
+of its own (multi-token, an LSE, the combine, the rotary append, a configuration tt-metal refuses) is
+compared with tt-metal's FlashDecode of `gqa_d64` at the package default numerics.
 
-    PYTHONPATH=. python perf/kernel_size.py                 # every kind (a few minutes on 2 cores)
+    PYTHONPATH=. python perf/kernel_size.py                 # every kind (about 20 minutes on 2 shared cores)
     PYTHONPATH=. python perf/kernel_size.py --only gqa_d64 paged combine_bf16
 """
 
