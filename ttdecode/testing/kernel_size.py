@@ -60,11 +60,12 @@ _TTINSN = re.compile(r"^(\s*)\.ttinsn\b", re.M)
 @dataclass
 class ProgramImages:
     """One program's kernel images: `bytes[processor]` (the largest where several kernels of the program
-    run on one processor kind) and the kernel sources of each processor."""
+    run on one processor kind) and where each came from (`origins[processor]`: a TRISC build's kernel
+    sources, a linked ELF's build directory)."""
 
     label: str
     bytes: dict[str, int] = field(default_factory=dict)
-    sources: dict[str, list[str]] = field(default_factory=dict)
+    origins: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def compute(self) -> int:
@@ -186,7 +187,8 @@ def proxy_bytes(build: gfe.KernelBuild, timeout: float = 300) -> int:
 
 
 def _jobs(label: str, recs: list[dict[str, Any]]) -> list[tuple[str, str, str, Any]]:
-    """(label, processor, sources, what to size) of one program: a KernelBuild (TRISC) or an ELF path."""
+    """(label, processor, origin, what to size) of one program: a KernelBuild (TRISC; origin its kernel
+    sources) or a linked ELF's path (origin its build directory)."""
     jobs = []
     for r in recs:
         proc = str(r.get("processor"))
@@ -200,7 +202,8 @@ def _jobs(label: str, recs: list[dict[str, Any]]) -> list[tuple[str, str, str, A
 
 def measure(records: Iterable[Mapping[str, Any]], jobs: int = 2) -> dict[str, ProgramImages]:
     """Every marked program of a JIT log, sized (module doc); label -> its images."""
-    work = [j for label, recs in programs(records).items() for j in _jobs(label, recs)]
+    marked = programs(records)
+    work = [j for label, recs in marked.items() for j in _jobs(label, recs)]
 
     def size(job: tuple[str, str, str, Any]) -> int:
         what = job[3]
@@ -208,11 +211,11 @@ def measure(records: Iterable[Mapping[str, Any]], jobs: int = 2) -> dict[str, Pr
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         sizes = list(pool.map(size, work))
-    out = {label: ProgramImages(label) for label in programs(records)}
-    for (label, proc, source, _), n in zip(work, sizes):
+    out = {label: ProgramImages(label) for label in marked}
+    for (label, proc, origin, _), n in zip(work, sizes):
         img = out[label]
         img.bytes[proc] = max(img.bytes.get(proc, 0), n)
-        img.sources.setdefault(proc, []).append(source)
+        img.origins.setdefault(proc, []).append(origin)
     return out
 
 
