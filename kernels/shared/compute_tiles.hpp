@@ -21,6 +21,15 @@
 #include "api/compute/eltwise_unary/exp.h"
 #include "api/compute/eltwise_binary_sfpu.h"
 
+// Helpers called from many places stay out of line (KERNEL_OUTLINE): every inlined copy of an LLK
+// init, unpack or SFPU sequence costs TRISC code bytes (the kernel-config buffer), a call a few. GCC
+// would still clone them per constant argument (noclone; clang makes no such clones).
+#if defined(__clang__)
+#define KERNEL_OUTLINE __attribute__((noinline))
+#else
+#define KERNEL_OUTLINE __attribute__((noinline, noclone))
+#endif
+
 namespace compute_tiles {
 
 constexpr uint32_t one_bits = 0x3F800000u;  // float32 bits of 1.0 (addcmul's value)
@@ -63,19 +72,19 @@ inline bool same_unpack(uint32_t a, uint32_t b) {
     return a == b || (((to_dest_mask >> a) & 1u) && ((to_dest_mask >> b) & 1u));
 }
 // The (old, new) reconfigs reprogram nothing when the two CBs share a format (LLK behaviour).
-inline void use_srca(uint32_t cb) {
+KERNEL_OUTLINE inline void use_srca(uint32_t cb) {
     if (cb != engine.srca) {
         reconfig_data_format_srca(engine.srca, cb);
         engine.srca = cb;
     }
 }
-inline void use_srcb(uint32_t cb) {
+KERNEL_OUTLINE inline void use_srcb(uint32_t cb) {
     if (cb != engine.srcb) {
         reconfig_data_format_srcb(engine.srcb, cb);
         engine.srcb = cb;
     }
 }
-inline void use_pack(uint32_t cb) {
+KERNEL_OUTLINE inline void use_pack(uint32_t cb) {
     if (cb != engine.pack) {
         pack_reconfig_data_format(engine.pack, cb);
         engine.pack = cb;
@@ -87,7 +96,7 @@ inline void fpu_reconfigured() { engine.fpu = FpuInit::other; }
 // A matmul_block init for in0 x in1 (in1 transposed or not) with a DST block of ct tiles and an inner
 // dimension of kt tiles, unless the FPU is still configured for exactly that (only SFPU ops and packs
 // since: they leave the FPU's configuration alone). The caller reconfigures the unpackers.
-inline void matmul_block_for(uint32_t in0, uint32_t in1, uint32_t transpose, uint32_t ct, uint32_t kt) {
+KERNEL_OUTLINE inline void matmul_block_for(uint32_t in0, uint32_t in1, uint32_t transpose, uint32_t ct, uint32_t kt) {
     const uint32_t key = (in0 << 24) | (in1 << 16) | (transpose << 15) | (ct << 8) | kt;
     if (engine.fpu != FpuInit::matmul || engine.fpu_cb != key) {
         matmul_block_init(in0, in1, transpose, ct, 1 /* rt */, kt);
@@ -96,7 +105,7 @@ inline void matmul_block_for(uint32_t in0, uint32_t in1, uint32_t transpose, uin
     }
 }
 // The same for matmul_tiles (matmul_init).
-inline void matmul_tiles_for(uint32_t in0, uint32_t in1, uint32_t transpose) {
+KERNEL_OUTLINE inline void matmul_tiles_for(uint32_t in0, uint32_t in1, uint32_t transpose) {
     const uint32_t key = (in0 << 24) | (in1 << 16) | (transpose << 15) | 0x80u;
     if (engine.fpu != FpuInit::matmul || engine.fpu_cb != key) {
         matmul_init(in0, in1, transpose);
@@ -131,7 +140,7 @@ inline void sfpu_forget() {
 }
 
 // Ready to copy tiles of cb into DST (exact for an UnpackToDestFp32 CB and for bf16 data).
-inline void copy_from(uint32_t cb) {
+KERNEL_OUTLINE inline void copy_from(uint32_t cb) {
     use_srca(cb);
     if (engine.fpu != FpuInit::copy || !same_unpack(engine.fpu_cb, cb)) {
         copy_init(cb);
@@ -141,14 +150,14 @@ inline void copy_from(uint32_t cb) {
 }
 
 // DST tile dst = tile `tile` of cb.
-inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
+KERNEL_OUTLINE inline void copy_to_dst(uint32_t cb, uint32_t tile, uint32_t dst) {
     copy_from(cb);
     copy_tile(cb, tile, dst);
 }
 
 // DST tile dst = column 0 of tile `tile` of cb in every column: exact from an UnpackToDestFp32 CB
 // (broadcast inside the fp32 DST); a bf16 CB goes through srcB, also exact.
-inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
+KERNEL_OUTLINE inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
     use_srca(cb);
     use_srcb(cb);
     if (engine.fpu != FpuInit::bcast_col || !same_unpack(engine.fpu_cb, cb)) {
@@ -163,7 +172,7 @@ inline void broadcast_column(uint32_t cb, uint32_t tile, uint32_t dst) {
 // the faces `mode` covers (RC all four; R faces 0-1 = rows 0-15), `iterations` vector steps per face
 // (8: whole faces; fewer: the first 2 x 4 rows per pair of steps).
 template <bool approx, int iterations = 8>
-inline void exp_block(uint32_t n, uint32_t first = 0, VectorMode mode = VectorMode::RC) {
+KERNEL_OUTLINE inline void exp_block(uint32_t n, uint32_t first = 0, VectorMode mode = VectorMode::RC) {
     // the approximate exp's init also programs SFPLOADMACRO templates and the replay buffer: made each time
     sfpu_init(approx ? SfpuInit::other : SfpuInit::exp, [] { exp_tile_init<approx>(); });
     for (uint32_t i = first; i < first + n; ++i) {
@@ -179,7 +188,7 @@ inline void hand_to_packer() {
 
 // Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space,
 // inside a hand_to_packer() ... tile_regs_release() bracket.
-inline void pack_tiles_to(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_first = 0, uint32_t dst_stride = 1) {
+KERNEL_OUTLINE inline void pack_tiles_to(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_first = 0, uint32_t dst_stride = 1) {
     use_pack(cb);
     for (uint32_t i = 0; i < n; ++i) {
         pack_tile<true>(dst_first + i * dst_stride, cb, first + i);
@@ -188,7 +197,7 @@ inline void pack_tiles_to(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_
 
 // Pack DST tiles [0, n) (every dst_stride-th) to tiles [first, first + n) of cb's reserved space
 // and release DST.
-inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_stride = 1) {
+KERNEL_OUTLINE inline void pack_block(uint32_t cb, uint32_t first, uint32_t n, uint32_t dst_stride = 1) {
     hand_to_packer();
     pack_tiles_to(cb, first, n, 0, dst_stride);
     tile_regs_release();

@@ -43,49 +43,49 @@ struct Rows {
 
     // With a 16-bit DST the difference is rounded to nearest even before the store (the SFPSTORE alone
     // truncates); an fp32 DST stores it exactly (the rounding mode applies to 16 bits only).
-    static void sub(uint32_t a, uint32_t b, uint32_t out) {
+    KERNEL_OUTLINE static void sub(uint32_t a, uint32_t b, uint32_t out) {
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
                                (APPROX, ckernel::BinaryOp::SUB, steps, DST_ACCUM_MODE,
                                 ckernel::DstRoundingMode::NearestEven),
                                a, b, out, mode)));
     }
-    static void add(uint32_t a, uint32_t b, uint32_t out) {
+    KERNEL_OUTLINE static void add(uint32_t a, uint32_t b, uint32_t out) {
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary,
                                (APPROX, ckernel::BinaryOp::ADD, steps, DST_ACCUM_MODE), a, b, out, mode)));
     }
-    static void mul(uint32_t a, uint32_t b, uint32_t out) {
+    KERNEL_OUTLINE static void mul(uint32_t a, uint32_t b, uint32_t out) {
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_sfpu_binary_mul,
                                (APPROX, ckernel::BinaryOp::MUL, steps, DST_ACCUM_MODE), a, b, out, mode)));
     }
-    static void max(uint32_t a, uint32_t b, uint32_t out) {
+    KERNEL_OUTLINE static void max(uint32_t a, uint32_t b, uint32_t out) {
         MATH((SFPU_BINARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binary_max_min, (true, steps), a, b, out,
                                mode)));
     }
     // out = a + (value * b) * c (addcmul_tile's LLK function: one SFPMUL, one SFPMAD, fp32; with a 16-bit
     // DST rounded to bf16 before the store); value 1.0 unless given (float32 bits).
-    static void addcmul(uint32_t a, uint32_t b, uint32_t c, uint32_t out,
+    KERNEL_OUTLINE static void addcmul(uint32_t a, uint32_t b, uint32_t c, uint32_t out,
                         uint32_t value_bits = compute_tiles::one_bits) {
         MATH((SFPU_TERNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_addcmul,
                                 (APPROX, DST_ACCUM_MODE, DataFormat::Float32, steps), a, b, c, out, mode,
                                 value_bits)));
     }
-    static void log(uint32_t idst) {
+    KERNEL_OUTLINE static void log(uint32_t idst) {
         MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_log,
                               (APPROX, false, false, DST_ACCUM_MODE, steps), idst, mode, 0)));
     }
     // 1/x (recip_tile's LLK function, its init recip_tile_init).
-    static void recip(uint32_t idst) {
+    KERNEL_OUTLINE static void recip(uint32_t idst) {
         MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_reciprocal, (APPROX, DST_ACCUM_MODE, steps),
                               idst, mode)));
     }
     // x * the float32 with bits `bits`.
-    static void scale(uint32_t idst, uint32_t bits) {
+    KERNEL_OUTLINE static void scale(uint32_t idst, uint32_t bits) {
         MATH((SFPU_UNARY_CALL(DST_SYNC_MODE, DST_ACCUM_MODE, calculate_binop_with_scalar,
                               (APPROX, MUL_UNARY, steps, DST_ACCUM_MODE), idst, mode, bits)));
     }
     // DST tile `at` = max(DST tile `at`, floor), the floor made exactly in DST tile `scratch` as tile
     // `ones_tile` of ones_cb (all ones) times the float32 with bits floor_bits.
-    static void floor(uint32_t at, uint32_t scratch, uint32_t ones_cb, uint32_t ones_tile, uint32_t floor_bits) {
+    KERNEL_OUTLINE static void floor(uint32_t at, uint32_t scratch, uint32_t ones_cb, uint32_t ones_tile, uint32_t floor_bits) {
         compute_tiles::copy_to_dst(ones_cb, ones_tile, scratch);
         init_scale();
         scale(scratch, floor_bits);
