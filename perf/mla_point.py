@@ -10,6 +10,7 @@ Usage (from the repository root):
     python perf/mla_point.py                 # 16 q heads, B=1, S=4096, bfloat8_b, cur_pos = S-1
     python perf/mla_point.py --heads 128 --max-cores 1 --seq 1024
     python perf/mla_point.py --heads 128 --k-chunk-size 128 --seq 1024   # 16 pieces, partials via the merge slot
+    python perf/mla_point.py --heads 128 --seq 1024                      # dynamic chunks of up to 128 keys (short chunks)
 Times: "host s" is the wall time of the host runtime on this machine; "model us" is the calibrated
 Wormhole cost model's ESTIMATE (ttdecode.perf_model), not a measurement.
 """

@@ -53,8 +53,8 @@ _DRIVER = textwrap.dedent(
         for (int pos = -1; pos < 1100; pos += (pos < 100 ? 1 : 53)) {
             for (unsigned fixed : fixed_sizes) {
             for (unsigned floor : {1u, 4u}) {  // the split floor applies to dynamic chunks only
-            for (unsigned cap : {8u, 16u, 32u}) {  // so does the cap
-                if (fixed && (floor > 1 || cap > 8)) continue;
+            for (unsigned cap : {2u, 4u, 8u, 16u, 32u}) {  // so does the cap (the short caps included)
+                if (fixed && (floor > 1 || cap != 8)) continue;
                 for (unsigned pieces : {1u, 2u, 3u, 5u, 7u, 8u, 16u, 33u, 64u}) {
                     for (unsigned i = 0; i < pieces; ++i) {
                         PieceRange r = piece_range(pos, fixed, pieces, i, window, floor, false, cap, 12u);

@@ -251,22 +251,89 @@ def test_the_deepseek_plan_at_d576_fits_l1_or_names_the_knob_that_makes_it_fit()
         assert cbs["k"].num_pages == 2 * 8 * 18 and cbs["k"].total_size == k_kib * 1024
         assert plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
     # 128 q heads (four tile rows): the tree's partials come through the merge slot (one q tile row of a
-    # partial at a time), and 16 pieces fit with 128-key chunks, the knob the refusal names; one piece per
-    # work (no partials) fits as it is (bfp8), and bf16 then needs 128-key chunks.
+    # partial at a time), and 16 pieces fit with 128-key chunks: the planner takes dynamic chunks of up to 4
+    # tiles itself (short chunks); a caller's cap of 8 tiles is refused naming the fixed 128-key chunk, which
+    # fits too. One piece per work (no partials) fits as it is (bfp8), and bf16 then needs 128-key chunks.
+    for over in (dict(), dict(k_chunk_size=128)):
+        plan = make_plan(num_q_heads=128, kv_dtype=BFP8, **over, **base)
+        cbs = {cb.name: cb for cb in plan.circular_buffers}
+        assert plan.merge_slot and plan.pieces_per_work == 16 and plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
+        # a fixed chunk's plan keeps chunk_cap at 8 tiles, unused
+        assert plan.max_chunk_tiles == 4 and (plan.fixed_chunk_tiles, plan.chunk_cap) == ((4, 8) if over else (0, 4))
+        assert cbs["partial_in"].num_pages == cbs["partial_out"].num_pages == DV // 32 + 2
     with pytest.raises(PlanError, match=r"L1 overflow.*Set k_chunk_size=128 or lower \(now dynamic, up to 256 keys\)"):
-        make_plan(num_q_heads=128, kv_dtype=BFP8, **base)
-    plan = make_plan(num_q_heads=128, kv_dtype=BFP8, k_chunk_size=128, **base)
-    cbs = {cb.name: cb for cb in plan.circular_buffers}
-    assert plan.merge_slot and plan.pieces_per_work == 16 and plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
-    assert cbs["partial_in"].num_pages == cbs["partial_out"].num_pages == DV // 32 + 2
+        make_plan(num_q_heads=128, kv_dtype=BFP8, chunk_cap=8, **base)
     plan = make_plan(num_q_heads=128, kv_dtype=BFP8, max_cores_per_head_batch=1, **base)
     assert plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
     assert "partial_out" not in {cb.name for cb in plan.circular_buffers}
+    # bf16, one piece: short chunks of up to 4 tiles, or (a caller's cap of 8) the 128-key chunk the refusal names
+    plan = make_plan(num_q_heads=128, kv_dtype=BF16, max_cores_per_head_batch=1, **base)
+    assert (plan.chunk_cap, plan.max_chunk_tiles) == (4, 4) and plan.l1_bytes_per_core <= L1_BYTES_PER_CORE
     with pytest.raises(PlanError, match=r"L1 overflow.*Set k_chunk_size=(\d+) or lower") as e:
-        make_plan(num_q_heads=128, kv_dtype=BF16, max_cores_per_head_batch=1, **base)
+        make_plan(num_q_heads=128, kv_dtype=BF16, max_cores_per_head_batch=1, chunk_cap=8, **base)
     chunk = int(re.search(r"k_chunk_size=(\d+)", str(e.value)).group(1))
     assert chunk == 128
     make_plan(num_q_heads=128, kv_dtype=BF16, max_cores_per_head_batch=1, k_chunk_size=chunk, **base)
+
+
+@pytest.mark.parametrize("kv_pages", ["tile", "key_row"])
+def test_deepseek_mla_at_ttnn_s_default_config_plans_with_short_chunks_in_both_layouts(kv_pages: str) -> None:
+    # DeepSeek-V3's MLA decode (B 4, 128 q heads, D 576, Dv 512, 64-key blocks) at ttnn's default config (16 cores
+    # per head, dynamic chunks): at chunks of 8 tiles it needs 1504.7 KiB a core (bank-local 1505.0) even with the merge slot, so the
+    # planner takes chunks of up to 4 tiles (the split floor with them). The L1 sum, buffer by buffer (bytes):
+    bank_local = kv_pages == "key_row"
+    plan = make_plan(batch=4, num_q_heads=128, num_kv_heads=1, seq_len=4096, head_dim=D, head_dim_v=DV, mla=True,
+                     kv_dtype=BFP8, cur_pos=None, block_size=64, num_blocks=256, kv_pages=kv_pages)
+    assert plan.bank_local == bank_local and plan.pieces_per_work == (12 if bank_local else 16) and plan.merge_slot
+    assert (plan.chunk_cap, plan.max_chunk_tiles, plan.fixed_chunk_tiles, plan.min_chunk_tiles) == (4, 4, 0, 4)
+    q_tiles, d_tiles, dv_tiles, f32, bf16, bfp8 = 4, 18, 16, 4096, 2048, 1088
+
+    def l1(chunk: int) -> int:
+        return (0x19D60  # the firmware and kernel-config area below the CBs
+                + q_tiles * d_tiles * bf16  # q (one piece a core: one slot)
+                + 2 * chunk * d_tiles * bfp8  # k: two whole-chunk slots (V is read out of K)
+                + 2 * 32  # the positions, for the compute kernel and the writer
+                + q_tiles * bf16 + f32 + bf16  # mask (one causal tile per q tile row), max_bcast, ones
+                + 2 * chunk * f32  # scores, probs
+                + 4 * q_tiles * f32 + 2 * q_tiles * dv_tiles * f32  # max, sum, acc in two sets
+                + 2 * f32  # alpha
+                + 2 * (dv_tiles + 2) * f32  # partial_in, partial_out: one q tile row through the merge slot
+                + q_tiles * dv_tiles * bf16 + q_tiles * f32  # out, lse
+                + 16 * 32 + q_tiles * 32 * 4  # the writer's staging
+                + (2 if bank_local else 1) * 4096 // 64 * 4  # the page-table row (bank-local: two)
+                + (2 * 64 if bank_local else 0))  # the views of the core's one piece, for compute and writer
+    assert plan.l1_bytes_per_core == l1(4) <= L1_BYTES_PER_CORE < l1(8)
+    assert round(l1(8) / 1024, 1) == (1505.0 if bank_local else 1504.7)
+    # a caller's cap is used as given: 8 tiles are refused naming the knob
+    knob = "Lower key_row_pieces" if bank_local else "Set k_chunk_size=128 or lower"
+    with pytest.raises(PlanError, match=rf"L1 overflow: .*{knob}"):
+        make_plan(batch=4, num_q_heads=128, num_kv_heads=1, seq_len=4096, head_dim=D, head_dim_v=DV, mla=True,
+                  kv_dtype=BFP8, cur_pos=None, block_size=64, num_blocks=256, kv_pages=kv_pages, chunk_cap=8)
+
+
+@pytest.mark.parametrize("kv_pages", ["tile", "key_row"])
+def test_short_chunks_match_the_reference_in_both_layouts(kv_pages: str) -> None:
+    # The same rule on a shape the host runtime runs quickly: 16 q heads, 2 pieces per user, a core's L1 one byte
+    # short of the plan at chunks of 8 tiles, so the planner takes chunks of up to 4 (a 16-tile user's pieces
+    # take two chunks each); users at the end, mid-tile, a tile's last key and position 0, a paged cache.
+    pos, s, block = [511, 300, 31, 0], 512, 64
+    b, num_blocks = len(pos), len(pos) * 512 // 64 + 3
+    args = dict(batch=b, num_q_heads=16, num_kv_heads=1, seq_len=s, kv_dtype=BFP8, max_cores_per_head_batch=2,
+                kv_pages=kv_pages)
+    full = make_plan(head_dim=D, head_dim_v=DV, mla=True, cur_pos=pos, block_size=block, num_blocks=num_blocks, **args)
+    assert (full.chunk_cap, full.max_chunk_tiles) == (8, 8)
+    q_raw, k_raw = mla_inputs(b, 16, 1, s, BFP8, seed=41, pos=pos)
+    table = shuffled_table(b, s // block, num_blocks, seed=9)
+    k = from_torch(paginate(k_raw.nan_to_num(0.0), table, num_blocks, block, fill=NAN, valid=pos), BFP8)
+    q = from_torch(q_raw, BF16)
+    plan, out, lse, _ = run_mla(dict(l1_bytes_per_core=full.l1_bytes_per_core - 1, **args), q, k, pos, table=table,
+                                block_size=block)
+    assert (plan.chunk_cap, plan.max_chunk_tiles, plan.min_chunk_tiles, plan.pieces_per_work) == (4, 4, 4, 2)
+    assert plan.bank_local == (kv_pages == "key_row")
+    if kv_pages == "tile":
+        assert [piece_range(511, 0, 2, i, min_chunk_tiles=4, chunk_cap=4).num_chunks for i in (0, 1)] == [2, 2]
+    ref, ref_lse = mla_reference(q, k, pos, table)
+    assert_users_match(out, lse, ref, ref_lse, pos, f"MLA short chunks ({kv_pages} pages)")
 
 
 # ---- the device path -----------------------------------------------------------------------------------
@@ -300,7 +367,11 @@ def test_cli_plans_the_deepseek_presets_or_names_the_knob(capsys: pytest.Capture
     assert "D=576 Dv=512" in out and "MLA: V = K[..., :Dv]" in out and "L1 per core: 739.0 KiB" in out
     assert re.search(r"cb0 +q +bfloat16 +16x32 +18 x +1024 B", out) and re.search(r"cb1 +k +bfloat8_b +32x32 ", out)
     assert not re.search(r"cb2 +v ", out)
-    assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 2
+    # 128 q heads: the planner takes dynamic chunks of up to 128 keys; a cap of 8 tiles is refused naming the fixed
+    # chunk that fits
+    assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768"]) == 0
+    assert "chunk: dynamic, max 128 keys" in capsys.readouterr().out
+    assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--chunk-cap", "8"]) == 2
     assert "Set --k-chunk-size=128 or lower" in capsys.readouterr().err
     assert main(["plan", "--preset", "deepseek-v3-mla-128q", "--seq", "32768", "--k-chunk-size", "128"]) == 0
     assert "merge slot: children's partials received one q tile row at a time" in capsys.readouterr().out

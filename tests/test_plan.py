@@ -317,10 +317,12 @@ def test_q_is_double_buffered_only_when_a_core_runs_several_pieces_and_it_fits()
 
 @pytest.mark.parametrize("per_piece, cap, chunk", [
     (1, 32, 1), (5, 32, 8), (8, 32, 8), (9, 32, 8), (16, 32, 8), (32, 32, 8), (33, 32, 16), (64, 32, 16),
-    (65, 32, 32), (128, 32, 32), (1000, 32, 32), (65, 16, 16), (1000, 16, 16), (33, 8, 8), (1000, 8, 8)])
+    (65, 32, 32), (128, 32, 32), (1000, 32, 32), (65, 16, 16), (1000, 16, 16), (33, 8, 8), (1000, 8, 8),
+    # the planner's short caps (SHORT_CHUNK_CAPS, when L1 overflows at 8 tiles)
+    (1, 4, 1), (3, 4, 4), (5, 4, 4), (8, 4, 4), (1000, 4, 4), (3, 2, 2), (9, 1, 1)])
 def test_a_dynamic_chunk_above_8_tiles_is_a_quarter_of_the_pieces_power_of_two_up_to_the_cap(per_piece, cap, chunk) -> None:
     """Up to 8 tiles a chunk holds the whole piece (the power of two at or above it); above 8 a piece takes
-    at least three chunks (a quarter of its power of two), never more tiles than the cap."""
+    at least three chunks (a quarter of its power of two), never more tiles than the cap (a cap below 8 too)."""
     assert dynamic_chunk_tiles(per_piece, 1, cap) == chunk
 
 

@@ -107,16 +107,20 @@ def test_mla_with_head_dim_v_equal_to_d_is_v_equal_k() -> None:
     torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
 
 
-def test_deepseek_mla_plans_when_max_cores_is_not_set_and_is_refused_when_set() -> None:
+def test_deepseek_mla_plans_when_max_cores_is_not_set_and_at_ttnn_s_default_of_16() -> None:
     from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 
     shape = dict(batch=1, num_q_heads=128, num_kv_heads=1, seq_len=4096, head_dim=576, head_dim_v=512,
                  kv_dtype=DataType.bfloat8_b, block_size=32, num_blocks=128, mla=True, math_fidelity="HiFi4")
     plan = make_plan(max_cores_per_head_batch=None, **shape)
     assert plan.l1_bytes_per_core <= 1464 * 1024 and plan.pieces_per_work < 16
-    # 16 pieces: the partials fit through the merge slot, the 256-key chunks do not; the refusal names 128
+    # 16 pieces: the partials fit through the merge slot, the 256-key chunks do not: the planner takes dynamic
+    # chunks of up to 128 keys; a caller's cap of 8 tiles is refused naming the fixed 128-key chunk, which fits
+    short = make_plan(max_cores_per_head_batch=16, **shape)
+    assert short.merge_slot and short.pieces_per_work == 16 and short.l1_bytes_per_core <= 1464 * 1024
+    assert (short.chunk_cap, short.max_chunk_tiles, short.fixed_chunk_tiles) == (4, 4, 0)
     with pytest.raises(PlanError, match=r"L1 overflow: .*Set k_chunk_size=128 or lower"):
-        make_plan(max_cores_per_head_batch=16, **shape)
+        make_plan(max_cores_per_head_batch=16, chunk_cap=8, **shape)
     slot = make_plan(max_cores_per_head_batch=16, k_chunk_size=128, **shape)
     assert slot.merge_slot and slot.pieces_per_work == 16 and slot.l1_bytes_per_core <= 1464 * 1024
 

@@ -83,12 +83,13 @@ inline uint32_t pow2ceil(uint32_t x) {
 }
 
 // A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
-// min_chunk_tiles); up to SMALL_CHUNK_TILES c holds the piece, above it c / 4 (a chunk above 8 tiles
-// only where the piece takes at least three), at least SMALL_CHUNK_TILES and at most chunk_cap.
+// min_chunk_tiles); up to SMALL_CHUNK_TILES c holds the piece (at most a chunk_cap below SMALL_CHUNK_TILES,
+// the plan's short caps), above it c / 4 (a chunk above 8 tiles only where the piece takes at least three),
+// at least SMALL_CHUNK_TILES and at most chunk_cap.
 inline uint32_t dynamic_chunk_tiles(uint32_t per_piece, uint32_t min_chunk_tiles, uint32_t chunk_cap) {
     const uint32_t c = pow2ceil(per_piece > min_chunk_tiles ? per_piece : min_chunk_tiles);
     if (c <= SMALL_CHUNK_TILES) {
-        return c;
+        return c < chunk_cap ? c : chunk_cap;
     }
     const uint32_t quarter = c / 4 > SMALL_CHUNK_TILES ? c / 4 : SMALL_CHUNK_TILES;
     return quarter < chunk_cap ? quarter : chunk_cap;

@@ -112,6 +112,11 @@ FLASH_DECODE_CASES: dict[str, dict[str, Any]] = {
                                    cur_pos=[1023, 40, 700, 511],
                                    program_config=_pc(compute_with_storage_grid_size=(8, 8), k_chunk_size=128,
                                                       max_cores_per_head_batch=16, kv_pages="key_row")),
+    # the same at ttnn's default config (dynamic chunks): the planner takes chunks of up to 4 tiles
+    "mla_merge_slot_dynamic": dict(b=4, nh=128, nkv=1, d=576, dv=512, s=1024, paged=True, grid=(8, 8),
+                                   cur_pos=[1023, 40, 700, 511],
+                                   program_config=_pc(compute_with_storage_grid_size=(8, 8),
+                                                      max_cores_per_head_batch=16)),
 }
 
 
@@ -125,7 +130,7 @@ def flash_decode_program(name: str) -> tuple[Program, dict[str, Any]]:
     plan = make_decode_plan(inputs)
     program = decode_program(inputs, plan, compute_settings(inputs))
     facts = {"q_tile_rows": plan.q_tile_rows, "cores": len(program.cores()), "kernels": len(program.kernels),
-             "merge_slot": plan.merge_slot, "bank_local": plan.bank_local}
+             "merge_slot": plan.merge_slot, "bank_local": plan.bank_local, "chunk_cap": plan.chunk_cap}
     return program, facts
 
 

@@ -49,6 +49,7 @@ def test_flash_decode_variant_runs_through_generic_op(run_mock, mock_run, case: 
     assert rep["facts"]["merge_slot"] == case.startswith("mla_merge_slot")
     if case.startswith("mla_merge_slot"):
         assert rep["facts"]["bank_local"] == case.endswith("key_row")
+        assert rep["facts"]["chunk_cap"] == (4 if case.endswith("dynamic") else 8)
 
 
 @pytest.mark.parametrize("in_dtype", ["bfloat16", "float32"])

@@ -23,6 +23,10 @@ SMALL_CHUNK_TILES = 8
 #: buffers fit CHUNK_BUFFER_BUDGET (fitting_chunk_cap), of which the model takes the one that pays
 #: (ops.flash_decode.plan.split_choices.chunk_cap).
 CHUNK_CAPS = (32, 16, 8)
+#: The caps below SMALL_CHUNK_TILES the planner takes itself, largest first, when a plan of dynamic chunks
+#: overflows L1 at SMALL_CHUNK_TILES (make_plan; not a caller's chunk_cap): the K/V slots, scores and
+#: probabilities shrink with the chunk, and the split floor follows the cap.
+SHORT_CHUNK_CAPS = (4, 2, 1)
 
 # ---- chunk arithmetic (mirrored in kernels/flash_decode/common.hpp) --------------------------------------
 
@@ -58,14 +62,15 @@ def valid_tiles(cur_pos: int, window: int = 0) -> int:
 
 def dynamic_chunk_tiles(per_piece: int, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> int:
     """A dynamic chunk for pieces of `per_piece` key tiles: c = the power of two >= max(per_piece,
-    min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece), above it
+    min_chunk_tiles); up to SMALL_CHUNK_TILES that is the chunk (one chunk holds the piece; at most a
+    `chunk_cap` below SMALL_CHUNK_TILES, SHORT_CHUNK_CAPS), above it
     c / 4, at least SMALL_CHUNK_TILES and at most `chunk_cap` (common.hpp dynamic_chunk_tiles): a chunk
     above 8 tiles only where the piece takes at least three. A chunk costs a fixed amount of compute (the
     row max reduction, alpha, the rescales; perf_model.op_counts.chunk_ops), and the first chunk's read (or the
     last one's compute) overlaps nothing: per the model, 16-tile chunks pay from ~3 per piece on."""
     c = _pow2ceil(max(per_piece, min_chunk_tiles))
     if c <= SMALL_CHUNK_TILES:
-        return c
+        return min(c, chunk_cap)
     return min(chunk_cap, max(SMALL_CHUNK_TILES, c // 4))
 
 

@@ -44,14 +44,14 @@ from typing import Any, Sequence
 
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import L1_BYTES_PER_CORE, WORMHOLE_DRAM_BANKS
-from ttdecode.core.split import TILE
+from ttdecode.core.split import SHORT_CHUNK_CAPS, SMALL_CHUNK_TILES, TILE
 from ttdecode.ops.flash_decode.plan.buffers import (CHUNK_BUFFER_BUDGET, fitting_chunk_cap, flash_decode_cbs,
                                                     size_buffers)
 from ttdecode.ops.flash_decode.plan.merge_slot import merge_slot_fits
 from ttdecode.ops.flash_decode.plan.placement import (bank_core_counts, build_tree, grid_cores, key_row_deal,
                                                       key_row_placement, place_pieces, short_hop_order, tree_hops)
 from ttdecode.ops.flash_decode.plan.report import format_plan
-from ttdecode.ops.flash_decode.plan.resources import Replan, check_resources
+from ttdecode.ops.flash_decode.plan.resources import check_resources
 from ttdecode.ops.flash_decode.plan.split_policy import READERS_PER_BANK, choose_split, q_rows
 from ttdecode.ops.flash_decode.plan.types import (RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE_BYTES, CBSpec,
                                                   DecodePlan, Piece, PlanError, ResourceError, cbs_bytes_per_core)
@@ -177,34 +177,65 @@ def make_plan(
     `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
     UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores'
     L1 and runtime args (e.g. DeepSeek-V3's absorbed MLA, 128 q heads of D 576, fits only with 1); if none fits,
-    the error of 16. A value given is used as given: an overflowing plan is refused naming the knob.
+    the same tries with short chunks (below); if none fits then, the error of 16. A value given is used as given.
+
+    Short chunks: with dynamic chunks up to SMALL_CHUNK_TILES (k_chunk_size 0, no chunk_cap given), a plan that
+    overflows L1 takes the largest cap of SHORT_CHUNK_CAPS (4, 2, 1 tiles) that fits instead (the split floor
+    follows it): DeepSeek-V3's MLA at 16 pieces plans with chunks of 4 tiles. Any other overflowing plan is
+    refused naming the knob that makes it fit.
 
     The steps, in order (each a function saying what it decides): check the call (check_plan_sizes,
     check_plan_chunking, check_plan_cache, check_plan_positions); the q rows' tiles (q_rows); the split
     (choose_split: chunk, floor, pieces, rounds); the placement (place_pieces); the tree's run order
     and addresses (build_tree); the buffers (size_buffers); the resource check (check_resources: L1
-    and runtime args, with the knob that makes an overflowing plan fit); they run in _plan_steps. The
+    and runtime args, with the knob that makes an overflowing plan fit); _plan_steps runs the steps up to the
+    buffers, _plan the short chunks and the resource check. The
     function is long only by its signature and this documentation of the public knobs.
     """
     return _plan(dict(locals()), advise=True)
 
 
-def _plan(call: dict[str, Any], *, advise: bool) -> DecodePlan:
-    """make_plan on `call` (make_plan's arguments by name). `advise`: an L1 overflow is refused naming the
+def _plan(call: dict[str, Any], *, advise: bool, short_chunks: bool = True) -> DecodePlan:
+    """make_plan on `call` (make_plan's arguments by name): its steps (_plan_steps), then the resource check.
+    `short_chunks`: a plan of dynamic chunks up to SMALL_CHUNK_TILES (the model's cap or the one L1 allows, no
+    caller's chunk_cap) that overflows L1 takes instead the first of SHORT_CHUNK_CAPS whose plan passes the
+    check (_plan_short_chunks); a plan that fits is never changed. `advise`: an L1 overflow is refused naming the
     knob that makes it fit, found by re-planning the call with other knobs; those re-plans run with
     `advise` False (they only tell whether a plan fits, and refuse without advice of their own)."""
     if call["max_cores_per_head_batch"] is None:
         return _plan_fitting_pieces(call, advise=advise)
+    plan, cb_args = _plan_steps(short_cap=0, **call)
+    l1 = call["l1_bytes_per_core"]
+    if (short_chunks and plan.l1_bytes_per_core > l1 and not plan.fixed_chunk_tiles and call["chunk_cap"] is None
+            and plan.chunk_cap == SMALL_CHUNK_TILES):
+        short = _plan_short_chunks(call)
+        if short is not None:
+            return short
 
     def replan(**over: Any) -> DecodePlan:
         return _plan({**call, **over}, advise=False)
 
-    return _plan_steps(replan=replan if advise else None, **call)
+    check_resources(plan, l1, cb_args, replan if advise else None)
+    return plan
+
+
+def _plan_short_chunks(call: dict[str, Any]) -> DecodePlan | None:
+    """The call planned with the first of SHORT_CHUNK_CAPS (largest first) whose plan passes the resource
+    check, or None: the K/V slots, scores and probabilities shrink with the chunk (the split floor follows
+    the cap; the pieces are the model's for it)."""
+    for cap in SHORT_CHUNK_CAPS:
+        plan, cb_args = _plan_steps(short_cap=cap, **call)
+        try:
+            check_resources(plan, call["l1_bytes_per_core"], cb_args, None)
+        except ResourceError:
+            continue
+        return plan
+    return None
 
 
 def _plan_steps(
     *,
-    replan: Replan | None,
+    short_cap: int,
     batch: int,
     num_q_heads: int,
     num_kv_heads: int,
@@ -239,10 +270,11 @@ def _plan_steps(
     q_tile_rows: int | None,
     l1_bytes_per_core: int,
     dram_banks: int,
-) -> DecodePlan:
+) -> tuple[DecodePlan, dict[str, Any]]:
     """make_plan's steps for a call with max_cores_per_head_batch set (the arguments are make_plan's, all
-    given), in order: check the call, the q rows' tiles, the split, the placement, the tree, the buffers, the
-    resource check (`replan`: make_plan with other knobs, for an overflow's advice; None: refuse without).
+    given), in order: check the call, the q rows' tiles, the split (`short_cap`: the planner's cap below
+    SMALL_CHUNK_TILES, one of SHORT_CHUNK_CAPS; 0 = none), the placement, the tree, the buffers. Returns the
+    plan, unchecked for resources, and the flash_decode_cbs arguments of its buffers (for the check's advice).
     Long only by its signature; its body is that sequence."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     # -- check the call (the first fault is the one named)
@@ -274,7 +306,7 @@ def _plan_steps(
                          kv_pages=kv_pages, key_row_pieces=key_row_pieces, block_size=block_size,
                          num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
                          mla=mla, attn_mask_batch=attn_mask_batch, cores=cores, rows=rows, shape=shape, kv=kv,
-                         dram_banks=dram_banks, batch=batch, num_q_heads=num_q_heads, grid=grid)
+                         dram_banks=dram_banks, batch=batch, num_q_heads=num_q_heads, grid=grid, short_cap=short_cap)
     placed = place_pieces(cores=cores, works=works, split=split, kv_pages=kv_pages, share_cache=share_cache,
                           num_kv_heads=num_kv_heads, seq_len=seq_len, window=window, num_tokens=num_tokens,
                           shape=shape, kv_dtype=kv_dtype, block_size=block_size, dram_banks=dram_banks)
@@ -305,13 +337,13 @@ def _plan_steps(
         num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
         dram_banks=dram_banks, merge_slot=merge_slot,
     )
-    check_resources(plan, l1_bytes_per_core, cb_args, replan)
-    return plan
+    return plan, cb_args
 
 
 def _plan_fitting_pieces(call: dict[str, Any], *, advise: bool) -> DecodePlan:
     """make_plan with max_cores_per_head_batch not set: the first of the tries whose plan raises no
-    ResourceError (module constants UNSET_MAX_CORES_TRIES*); the first try's error when none fits."""
+    ResourceError (module constants UNSET_MAX_CORES_TRIES*), first at the chunks up to SMALL_CHUNK_TILES, then
+    (none fitting) with the short chunks (_plan's short_chunks); the first try's error when none fits."""
     tries: tuple[int, ...] = UNSET_MAX_CORES_TRIES
     if call.get("kv_pages") == "key_row":
         tries = (UNSET_MAX_CORES_TRIES_KEY_ROW[0], call["dram_banks"])
@@ -320,8 +352,13 @@ def _plan_fitting_pieces(call: dict[str, Any], *, advise: bool) -> DecodePlan:
     first_error: ResourceError | None = None
     for m in tries:
         try:
-            return _plan({**call, "max_cores_per_head_batch": m}, advise=advise)
+            return _plan({**call, "max_cores_per_head_batch": m}, advise=advise, short_chunks=False)
         except ResourceError as exc:
             first_error = first_error or exc
+    for m in tries:
+        try:
+            return _plan({**call, "max_cores_per_head_batch": m}, advise=False)
+        except ResourceError:
+            continue
     assert first_error is not None
     raise first_error

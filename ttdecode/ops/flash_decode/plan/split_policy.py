@@ -38,15 +38,20 @@ def q_rows(*, num_q_heads: int, num_kv_heads: int, num_tokens: int, fp32_dest_ac
     return QRows(q_tiles, dst_tiles, head_rows, q_tile_rows)
 
 
-def _chunk_bounds(*, fixed: int, chunk_cap: int | None, min_chunk_tiles: int | None, rows: QRows, head_dim: int,
-                  head_dim_v: int, kv_dtype: DataType, mla: bool, attn_mask_batch: int, shape: dict) -> tuple[int, int]:
-    """Decides (cap, floor) in key tiles: the cap of dynamic chunks (the caller's chunk_cap, else the
+def _chunk_bounds(*, fixed: int, chunk_cap: int | None, short_cap: int, min_chunk_tiles: int | None, rows: QRows,
+                  head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool, attn_mask_batch: int,
+                  shape: dict) -> tuple[int, int]:
+    """Decides (cap, floor) in key tiles: the cap of dynamic chunks (the planner's `short_cap` when given,
+    one of SHORT_CHUNK_CAPS; else the caller's chunk_cap; else the
     largest of CHUNK_CAPS whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET, which choose_split may
     lower to the one the model prefers; SMALL_CHUNK_TILES with fixed chunks) and the split floor (the
     caller's min_chunk_tiles, else the cost model's split_choices.split_floor_tiles for the shape; 1 with
-    fixed chunks). Shape and dtypes only, never the batch."""
+    fixed chunks), at most the cap (a short cap below the floor takes the floor down with it: no chunk
+    exceeds the cap, so the pieces' chunks set how many get keys). Shape and dtypes only, never the batch."""
     if fixed:
         cap = SMALL_CHUNK_TILES
+    elif short_cap:
+        cap = short_cap
     elif chunk_cap is not None:
         cap = chunk_cap
     else:  # the most L1 allows; the model then takes the cap that pays (after the pieces)
@@ -58,7 +63,7 @@ def _chunk_bounds(*, fixed: int, chunk_cap: int | None, min_chunk_tiles: int | N
         floor = min_chunk_tiles
     else:
         floor = split_floor_tiles(**shape, kv_tile_bytes=TILE_BYTES[kv_dtype])
-    return cap, floor
+    return cap, min(floor, cap)
 
 
 def _most_pieces(*, kv_pages: str, key_row_pieces: int | None, cores: Sequence[CoreCoord],
@@ -120,18 +125,20 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                  max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
                  num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
                  attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict,
-                 dram_banks: int, batch: int, num_q_heads: int, grid: tuple[int, int]) -> Split:
+                 dram_banks: int, batch: int, num_q_heads: int, grid: tuple[int, int], short_cap: int = 0) -> Split:
     """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
     cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
     no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
     user at the cache's length (split_choices.chunk_cap), among the caps up to the one L1 allows. Bank-local
     without a caller's key_row_pieces: at that cap, 1 to READERS_PER_BANK readers per bank, the model's choice
-    for the `batch` size on the `grid` (split_choices.bank_local_pieces; never the positions)."""
+    for the `batch` size on the `grid` (split_choices.bank_local_pieces; never the positions). `short_cap` (one
+    of SHORT_CHUNK_CAPS, 0 = none): the planner's cap below SMALL_CHUNK_TILES for a plan that overflows L1 at
+    SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap."""
     fixed = k_chunk_size // TILE
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
-    cap, floor = _chunk_bounds(fixed=fixed, chunk_cap=chunk_cap, min_chunk_tiles=min_chunk_tiles, rows=rows,
-                               head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype, mla=mla,
+    cap, floor = _chunk_bounds(fixed=fixed, chunk_cap=chunk_cap, short_cap=short_cap, min_chunk_tiles=min_chunk_tiles,
+                               rows=rows, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype, mla=mla,
                                attn_mask_batch=attn_mask_batch, shape=shape)
     most = _most_pieces(kv_pages=kv_pages, key_row_pieces=key_row_pieces, cores=cores,
                         max_cores_per_head_batch=max_cores_per_head_batch, block_size=block_size,
@@ -142,7 +149,7 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                               bank_reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks)
                               if kv_pages == "key_row" and block_size else 0,
                               shape=shape, kv=kv)
-    if fixed or chunk_cap is not None or cap == SMALL_CHUNK_TILES:
+    if fixed or chunk_cap is not None or cap <= SMALL_CHUNK_TILES:
         pieces = split(cap)
     else:
         # the cap and its pieces that the model gives the shortest step for one user at the cache's length
