@@ -232,13 +232,9 @@ class LlamaDecoder:
         return cls.from_hf(model, **options)
 
     def _open_device(self, device: Any) -> Any:
-        """The device of backend 'device', checked against ``devices`` and ``context_parallel`` (device 0
-        opened when None and one chip is asked for)."""
+        """The device of backend 'device', checked against ``devices`` (device 0 opened when None and one
+        chip is asked for); ``context_parallel`` against its mesh's axes: `llama_device.mesh_axes`."""
         cp = self.context_parallel
-        if cp not in (1, self.devices):
-            raise fail("context_parallel", f"1 or devices={self.devices} with backend 'device' (context parallel "
-                        "over the whole mesh; tensor x context parallelism on one mesh is not built, use "
-                        "backend='host')", cp, NotImplementedError)
         if device is None:
             if self.devices != 1:
                 raise fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
@@ -247,8 +243,8 @@ class LlamaDecoder:
             device = self._own_device = require_ttnn().open_device(device_id=0)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         if n != self.devices:
-            how = "tensor" if cp == 1 else "context"
-            raise fail("devices", f"the device's {n} chip(s) ({how} parallel over the whole mesh)", self.devices)
+            how = "tensor" if cp == 1 else "context" if cp == self.devices else "tensor x context"
+            raise fail("devices", f"the device's {n} chip(s) ({how} parallel over the mesh)", self.devices)
         return device
 
     def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,

@@ -70,7 +70,7 @@ from ttdecode.ttnn_backend.tensors import dram_banks
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
-           "rope_tables", "step_row", "chunk_grid"]
+           "rope_tables", "step_row", "chunk_grid", "mesh_axes"]
 
 #: The ttnn calls of one tensor-parallel decode step (embedding, per layer, final norm, LM head, argmax).
 DECODE_STEP_OPS = (
@@ -288,6 +288,25 @@ def step_row(tokens: torch.Tensor, positions: Sequence[int], page_table: torch.T
     return torch.cat([tok.T.reshape(-1), rows.reshape(-1), last, table.repeat(t, 1).reshape(-1)])
 
 
+def mesh_axes(device: Any, devices: int, context_parallel: int) -> tuple[Optional[int], Optional[int]]:
+    """(CP axis, TP axis) of ``device``'s mesh (``devices`` chips) for ``context_parallel`` C: (None,
+    None) when C is 1 (tensor parallel over the whole ``1 x N`` mesh) or N (context parallel over the
+    whole mesh); else C must be the size of one axis of a 2-D ``R x C'`` mesh: CP along it (axis 1, the
+    columns, when both are), TP along the other. Refused by name otherwise."""
+    if context_parallel in (1, devices):
+        return None, None
+    shape = getattr(device, "shape", None)
+    dims = tuple(int(x) for x in shape) if shape is not None else (1, devices)
+    for axis in (1, 0):
+        if len(dims) == 2 and dims[axis] == context_parallel:
+            return axis, 1 - axis
+    raise NotImplementedError(
+        f"context_parallel: expected 1, the mesh's {devices} devices, or the size of one axis of its 2-D mesh "
+        f"{'x'.join(map(str, dims))} (context parallel along that axis, tensor parallel along the other) with "
+        f"backend 'device', got {context_parallel}; open the mesh as ttnn.MeshShape(devices // context_parallel, "
+        f"context_parallel), or use backend='host'")
+
+
 def chunk_grid(batch: int, grid: tuple[int, int]) -> tuple[int, int]:
     """The rotary append's grid for T-token rows ``j * batch + b``: n cores (``(x, y)``, x * y = n) with
     n the largest divisor of ``batch`` that fits ``grid``. The program deals row r to core ``r mod n``
@@ -368,15 +387,11 @@ class DeviceDecoder:
         self.max_blocks = math.ceil(max_seq_len / block_size)
         self.kv_pages = kv_pages
         self.program_config = pages_program_config(program_config, kv_pages, dram_banks(device))
-        # tensor parallel over a 1 x N mesh (N = 1: one chip), or context parallel over the whole mesh
+        # tensor parallel over a 1 x N mesh (N = 1: one chip), context parallel over the whole mesh, or
+        # both on a 2-D mesh (CP along one axis, TP along the other: `mesh_axes`)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         self.cp_ways = context_parallel
-        if context_parallel not in (1, n):
-            raise NotImplementedError(
-                f"context_parallel: expected 1 (tensor parallel over the mesh) or the mesh's {n} devices (context "
-                f"parallel over all of them) with backend 'device', got {context_parallel}: tensor x context "
-                f"parallelism on one mesh (TP along one mesh axis, CP along the other) is not built; use "
-                f"backend='host'")
+        self.cp_axis, self.tp_axis = mesh_axes(device, n, context_parallel)
         self.tp = tp = n // context_parallel
         if spec.num_kv_heads % tp or spec.intermediate_size % tp:
             raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
@@ -399,7 +414,7 @@ class DeviceDecoder:
             self.w = {}
             for name, p in plan.items():
                 full = per[0][name] if p.shard_dim is None else torch.cat([w[name] for w in per], dim=p.shard_dim)
-                mapper = self._rep if p.shard_dim is None or tp == 1 else ttnn.ShardTensorToMesh(device, dim=p.shard_dim)
+                mapper = self._weight_mapper(p.shard_dim)
                 layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
                 self.w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
                                                memory_config=dram, mesh_mapper=mapper)
@@ -415,7 +430,8 @@ class DeviceDecoder:
             self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
                                             max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
                                             kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
-                                            program_config=self.program_config, kv_pages=kv_pages, ttnn=ttnn)
+                                            program_config=self.program_config, kv_pages=kv_pages,
+                                            context_axis=self.cp_axis, ttnn=ttnn)
             self.caches = self.cp.caches
         else:
             pool = dict(put, memory_config=pool_memory_config(ttnn, device, kv_pages, d))
@@ -444,6 +460,19 @@ class DeviceDecoder:
         self.chunk_rotary: dict[int, Any] = {}
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
+
+    def _weight_mapper(self, shard_dim: Optional[int]) -> Any:
+        """How a weight goes onto the mesh: replicated (``shard_dim`` None, or no tensor parallelism),
+        split along ``shard_dim`` over the mesh (a ``1 x N`` mesh), or split over the TP axis and
+        replicated along the CP axis of a 2-D mesh (``ttnn.ShardTensor2dMesh``)."""
+        ttnn = self.ttnn
+        if shard_dim is None or self.tp == 1:
+            return self._rep
+        if self.tp_axis is None:
+            return ttnn.ShardTensorToMesh(self.device, dim=shard_dim)
+        dims = [None, None]
+        dims[self.tp_axis] = shard_dim
+        return ttnn.ShardTensor2dMesh(self.device, mesh_shape=tuple(int(x) for x in self.device.shape), dims=tuple(dims))
 
     def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...], tokens: int = 1) -> Any:
         """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run):
@@ -583,8 +612,8 @@ class DeviceDecoder:
         op, spec = self._op, self.spec
         h = op("rms_norm")(x, weight=self.w["norm"], epsilon=spec.rms_norm_eps)
         logits = op("linear")(h, self.w["lm_head"])
-        if self.tp > 1:
-            logits = op("all_gather")(logits, dim=3)  # the vocabulary slices, on every device
+        if self.tp > 1:  # the vocabulary slices, on every device (of the TP group)
+            logits = op("all_gather")(logits, dim=3, **self._tp_group())
             if logits.shape[-1] != spec.vocab_size:  # the last slice's zero padding must not win the argmax
                 logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, rows, spec.vocab_size])
         return logits
@@ -603,7 +632,11 @@ class DeviceDecoder:
 
     def _all_reduce(self, x: Any) -> Any:
         """Sum of the row-parallel partials over the mesh (nothing on one chip)."""
-        return x if self.tp == 1 else self._op("all_reduce")(x)
+        return x if self.tp == 1 else self._op("all_reduce")(x, **self._tp_group())
+
+    def _tp_group(self) -> dict[str, int]:
+        """The TP collectives' ``cluster_axis``: none (the whole mesh), or the TP axis of a 2-D mesh."""
+        return {} if self.tp_axis is None else {"cluster_axis": self.tp_axis}
 
     def _first(self, x: Any) -> Any:
         """The tensor of the first device (a replicated result is read from one chip only)."""
