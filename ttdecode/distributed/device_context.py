@@ -71,7 +71,7 @@ import numpy as np
 import torch
 
 from ttdecode.distributed.sharding import (
-    ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan, device_step_positions,
+    ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan, device_step_positions, context_ranks,
 )
 from ttdecode.core.program_description import Program
 from ttdecode.ops.flash_decode.device_step import decode_program, device_grid_limit
@@ -99,7 +99,7 @@ from ttdecode.distributed.loop_options import MLA_APPEND, loop_options, sink_par
 
 __all__ = ["DeviceLaunch", "MeshDecodePlan", "plan_mesh_decode", "mesh_shape_of", "device_inputs", "mesh_programs",
            "padded_shards", "mesh_host_tensor", "lse_rows_to_tiles", "run_on_mesh", "NOT_ON_A_MESH",
-           "ContextParallelDecode", "step_rows", "gather_axes", "context_ranks", "rotary_program", "pool_memory_config"]
+           "ContextParallelDecode", "step_rows", "gather_axes", "rotary_program", "pool_memory_config"]
 
 _NAME = "context_parallel_decode"
 
@@ -323,20 +323,6 @@ def gather_axes(mesh_shape: tuple[int, int]) -> tuple[Optional[int], ...]:
     if rows == 1 or cols == 1:
         return (None,)
     return (1, 0)
-
-
-def context_ranks(mesh_shape: tuple[int, int], context_axis: Optional[int]) -> tuple[int, ...]:
-    """The CP rank of each device of an ``R x C`` mesh, row-major (device ``i * C + j`` at row i,
-    column j): its index ``i * C + j`` when the whole mesh is one CP group (``context_axis`` None), else
-    its coordinate along ``context_axis`` (0: i, its row; 1: j, its column): the devices along the other
-    axis (a tensor-parallel group: other heads) share CP rank and blocks."""
-    rows, cols = mesh_shape
-    if context_axis is None:
-        return tuple(range(rows * cols))
-    if context_axis not in (0, 1) or mesh_shape[context_axis] < 2:
-        raise ValueError(f"ContextParallelDecode: argument 'context_axis': expected None, or 0 or 1 naming an axis "
-                         f"of at least 2 devices of the {rows}x{cols} mesh, got {context_axis!r}")
-    return tuple(divmod(d, cols)[context_axis] for d in range(rows * cols))
 
 
 def step_rows(shards: ShardPlan, batch: int, local_blocks: int, prefix_width: int, positions: Sequence[int],

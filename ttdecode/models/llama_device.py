@@ -66,11 +66,12 @@ from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.api import paged_scaled_dot_product_attention_decode
 from ttdecode.distributed.device_context import pool_memory_config, rotary_program
 from ttdecode.kv_pool import pages_program_config
+from ttdecode.distributed.sharding import mesh_axes
 from ttdecode.ttnn_backend.tensors import dram_banks
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
            "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
-           "rope_tables", "step_row", "chunk_grid", "mesh_axes"]
+           "rope_tables", "step_row", "chunk_grid"]
 
 #: The ttnn calls of one tensor-parallel decode step (embedding, per layer, final norm, LM head, argmax).
 DECODE_STEP_OPS = (
@@ -288,25 +289,6 @@ def step_row(tokens: torch.Tensor, positions: Sequence[int], page_table: torch.T
     return torch.cat([tok.T.reshape(-1), rows.reshape(-1), last, table.repeat(t, 1).reshape(-1)])
 
 
-def mesh_axes(device: Any, devices: int, context_parallel: int) -> tuple[Optional[int], Optional[int]]:
-    """(CP axis, TP axis) of ``device``'s mesh (``devices`` chips) for ``context_parallel`` C: (None,
-    None) when C is 1 (tensor parallel over the whole ``1 x N`` mesh) or N (context parallel over the
-    whole mesh); else C must be the size of one axis of a 2-D ``R x C'`` mesh: CP along it (axis 1, the
-    columns, when both are), TP along the other. Refused by name otherwise."""
-    if context_parallel in (1, devices):
-        return None, None
-    shape = getattr(device, "shape", None)
-    dims = tuple(int(x) for x in shape) if shape is not None else (1, devices)
-    for axis in (1, 0):
-        if len(dims) == 2 and dims[axis] == context_parallel:
-            return axis, 1 - axis
-    raise NotImplementedError(
-        f"context_parallel: expected 1, the mesh's {devices} devices, or the size of one axis of its 2-D mesh "
-        f"{'x'.join(map(str, dims))} (context parallel along that axis, tensor parallel along the other) with "
-        f"backend 'device', got {context_parallel}; open the mesh as ttnn.MeshShape(devices // context_parallel, "
-        f"context_parallel), or use backend='host'")
-
-
 def chunk_grid(batch: int, grid: tuple[int, int]) -> tuple[int, int]:
     """The rotary append's grid for T-token rows ``j * batch + b``: n cores (``(x, y)``, x * y = n) with
     n the largest divisor of ``batch`` that fits ``grid``. The program deals row r to core ``r mod n``
@@ -391,7 +373,9 @@ class DeviceDecoder:
         # both on a 2-D mesh (CP along one axis, TP along the other: `mesh_axes`)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         self.cp_ways = context_parallel
-        self.cp_axis, self.tp_axis = mesh_axes(device, n, context_parallel)
+        shape = getattr(device, "shape", None)
+        dims = tuple(int(x) for x in shape) if shape is not None else (1, n)
+        self.cp_axis, self.tp_axis = mesh_axes(dims, context_parallel)
         self.tp = tp = n // context_parallel
         if spec.num_kv_heads % tp or spec.intermediate_size % tp:
             raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
