@@ -157,6 +157,8 @@ void kernel_main() {
     constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
     constexpr uint32_t block_tiles = get_named_compile_time_arg_val("block_tiles");  // block_size / 32 (paged only)
     constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");   // page-table entries per user (paged only)
+    // positions per block; never 0, so the unpaged build's (unused) paged code divides by a nonzero constant
+    constexpr uint32_t block_positions = (block_tiles > 0 ? block_tiles : 1) * TILE;
     constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window (0 = none)
     constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;    // attention sink logits to read
     constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;         // V = K[..., :Dv]: no V reads, no V slot
@@ -333,8 +335,8 @@ void kernel_main() {
                 checked = user;
                 noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table), page_table_row_bytes);
                 noc_async_read_barrier();
-                const uint32_t first_block = window_first_key(pos, window) / (block_tiles * TILE);
-                const uint32_t last_block = (uint32_t)pos / (block_tiles * TILE);
+                const uint32_t first_block = window_first_key(pos, window) / block_positions;
+                const uint32_t last_block = (uint32_t)pos / block_positions;
                 for (uint32_t j = first_block; j <= last_block; ++j) {
                     if (row[j] < 0 || row[j] >= (int32_t)num_blocks) {
                         positions[user] = -1;
