@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from ttdecode.distributed import device_context as dc
-from ttdecode.distributed.sharding import device_step_positions, shard_plan
+from ttdecode.distributed.sharding import context_ranks, device_step_positions, mesh_axes, shard_plan
 from ttdecode.models import LlamaDecoder
 from ttdecode.models import llama_device as ld
 from ttdecode.models.kv_cache import ContextParallelAllocator
@@ -109,6 +109,21 @@ def test_step_rows_refuse_bad_input_by_name():
 def test_gather_axes_cover_the_mesh():
     assert dc.gather_axes((1, 8)) == (None,) and dc.gather_axes((8, 1)) == (None,)
     assert dc.gather_axes((2, 4)) == (1, 0)
+
+
+def test_mesh_axes_and_context_ranks_of_a_2d_mesh():
+    """CP along the mesh axis of C devices (axis 1 when both are), TP along the other; a device's CP
+    rank is its coordinate along the CP axis (row-major device order)."""
+    assert mesh_axes((1, 8), 1) == (None, None) and mesh_axes((2, 4), 8) == (None, None)
+    assert mesh_axes((2, 4), 4) == (1, 0) and mesh_axes((2, 4), 2) == (0, 1)
+    assert mesh_axes((4, 8), 4) == (0, 1) and mesh_axes((4, 8), 8) == (1, 0) and mesh_axes((4, 4), 4) == (1, 0)
+    with pytest.raises(NotImplementedError, match="context_parallel: expected 1, the mesh's 8 devices"):
+        mesh_axes((1, 8), 2)
+    assert context_ranks((2, 4), None) == tuple(range(8))
+    assert context_ranks((2, 4), 1) == (0, 1, 2, 3, 0, 1, 2, 3)
+    assert context_ranks((2, 4), 0) == (0, 0, 0, 0, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="'context_axis'"):
+        context_ranks((1, 8), 0)
 
 
 # ---- 2. the dataflow on the torch twin ------------------------------------------------------------
@@ -277,8 +292,12 @@ def test_tensor_times_context_parallel_on_one_mesh_is_refused_by_name(ttnn):
                              backend="device", device=TwinMesh((1, 8)))
 
 
-@pytest.mark.parametrize("shape, cp, kv_heads", [((2, 4), 4, 2), ((2, 4), 2, 4)], ids=["tp2xcp4", "tp4xcp2"])
-def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, shape, cp, kv_heads):
+@pytest.mark.parametrize("shape, cp, kv_heads, layers", [
+    ((2, 4), 4, 2, 2), ((2, 4), 2, 4, 2),
+    pytest.param((4, 8), 4, 8, 1, marks=pytest.mark.slow),  # a Galaxy: TP 8 along axis 1, CP 4 along axis 0
+], ids=["t3k-tp2xcp4", "t3k-tp4xcp2", "galaxy-tp8xcp4"])
+def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, shape, cp, kv_heads,
+                                                                         layers):
     """TP x CP on one 2 x 4 mesh (``devices=8, context_parallel=C``): CP along the mesh axis of C devices,
     TP along the other (weights split over it by ``ShardTensor2dMesh``, replicated along the CP axis);
     per layer one all_gather of O and one of the LSE along the CP axis (``cluster_axis``), the combine of
@@ -294,7 +313,7 @@ def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, 
     monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
     base = twin.twin_ttnn
     monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
-    hf = hf_llama(8, kv_heads, 64)
+    hf = hf_llama(8, kv_heads, 64, layers=layers)
     sched = joining_schedule(hf.config.vocab_size, steps=40)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=32 * cp, block_size=32, kv_dtype="bfloat16",
                                devices=n, context_parallel=cp, backend="device", device=TwinMesh(shape))
@@ -305,7 +324,8 @@ def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, 
     host_rows = loop.host_rows
     loop.host_rows = lambda *a, **k: rows.append(host_rows(*a, **k)) or rows[-1]
     assert_hf_agreement(teacher_forced(dec, hf, sched))
-    assert dev.ops["all_gather"] == 2 * 2 + 1 and dev.ops["combine"] == 2 and dev.ops["all_reduce"] == 2 * 2
+    assert dev.ops["all_gather"] == 2 * layers + 1 and dev.ops["combine"] == layers
+    assert dev.ops["all_reduce"] == 2 * layers
     rank = [divmod(d, shape[1])[cp_axis] for d in range(n)]
     for r in rows:  # device d carries the row of its CP rank
         assert r.shape[0] == n and all(torch.equal(r[d], r[rank.index(rank[d])]) for d in range(n))
