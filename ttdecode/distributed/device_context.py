@@ -26,8 +26,12 @@ multiple of n x block_size: the local window W / n on every shard), an attention
 extra partial), T <= 32 tokens per user per step (R = T B one-token query rows), MLA (no V cache);
 checked against the float64 reference on the twin with the FlashDecode kernels on the host runtime
 (tests/distributed/test_cp_loop_options.py) and dry-run on a mock N300
-(tests/mock/test_cp_loop_options_device.py). Not built in the loop: tensor x context parallelism on
-one mesh (TP along one axis, CP along the other), other windows, the MLA append, the all_to_all
+(tests/mock/test_cp_loop_options_device.py). ``context_axis``: the loop along one axis of a 2-D
+mesh only (`sharding.context_ranks`: a device's CP rank is its coordinate along that axis; the devices
+along the other axis are a tensor-parallel group of other heads, each with its own caches): every
+device gets the row of its CP rank, one gather of O and one of the LSE along that axis, the combine of
+its ranks' partials (``LlamaDecoder(devices=8, context_parallel=4)`` on a 2 x 4 mesh). Not built in the
+loop: other windows, the MLA append, the all_to_all
 combine (`device_combine.ALL_TO_ALL_ON_DEVICE`); no chip has run it.
 
 **The one-shot call** (``context_parallel_decode(..., backend="device")``: a whole contiguous cache
@@ -403,7 +407,9 @@ class ContextParallelDecode:
     the one-token program once per token; `attend` runs the R rows as one-token users),
     ``sliding_window_size`` W (FlashDecode's window W / n on every shard), ``attention_sink`` (``[NH]``:
     the combine's n + 1-th partial, `sink_parts`), ``head_dim_v`` (MLA: ``caches[layer] = (K, None)``,
-    no `append`).
+    no `append`), ``context_axis`` (0 or 1: the CP group is one axis of a 2-D mesh, n its size; device d
+    gets the row of its CP rank ``device_ranks[d]``, `sharding.context_ranks`; ``num_heads`` /
+    ``num_kv_heads`` are then each device's, a tensor-parallel share).
     """
 
     def __init__(self, mesh_device: Any, *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int,

@@ -23,7 +23,8 @@ Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime)
 ``"device"``: every layer through ttnn's ops and ours on one Wormhole (``device=`` an open ttnn
 device, else device 0 is opened) or tensor parallel over a ``1 x devices`` mesh (``device=`` the
 open mesh; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of the
-vocabulary slices), the paged KV caches on the device(s) for the decoder's lifetime, one
+vocabulary slices; with ``context_parallel``: over the whole mesh, or along one axis of a 2-D
+mesh with tensor parallelism along the other, `llama_device.DeviceDecoder`), the paged KV caches on the device(s) for the decoder's lifetime, one
 host->device write (token ids, positions, page table) and one read (logits, or the on-device
 argmax with `next_tokens`) per step (``ttdecode.models.llama_device.DeviceDecoder``); checked on
 the mock Wormhole and, for numbers, on a torch twin of its ttnn calls; not on a chip. ``"auto"`` is ``"device"`` when a device is given or

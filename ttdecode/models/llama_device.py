@@ -37,8 +37,13 @@ Context parallel over the whole mesh (``context_parallel`` = the mesh's devices,
 every device holds the whole model (replicated weights) and its shard of the paged caches, the
 attention through ``ttdecode.distributed.device_context.ContextParallelDecode`` (mock T3K test:
 tests/mock/test_context_parallel_device.py; the dataflow's numbers on a torch twin:
-tests/distributed/test_cp_loop.py). Not built yet: tensor x context parallelism on one mesh,
-tensor parallelism on a 2 x 4 mesh (its collectives would need ``cluster_axis``), and a traced
+tests/distributed/test_cp_loop.py). Tensor x context parallelism on a 2-D mesh (``devices=N,
+context_parallel=C`` with C the size of one mesh axis, `sharding.mesh_axes`): CP along that axis (the
+loop's ``context_axis``: each device the step row of its CP rank, the gathers along the axis, the
+combine of C partials), TP along the other (weights by ``ttnn.ShardTensor2dMesh``, the all_reduces and
+the LM head's all_gather with ``cluster_axis``); mock T3K 2 x 4: tests/mock/test_llama_tp_cp_device.py,
+numbers on the twin (T3K 2 x 4 and Galaxy 4 x 8 shapes) in tests/distributed/test_cp_loop.py. Not
+built yet: tensor parallelism alone on a 2 x 4 mesh, and a traced
 decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
 without ``device=`` opens device 0 and refuses to start where there is none.
 """
@@ -354,6 +359,11 @@ class DeviceDecoder:
     table), the RoPE at the global positions, K/V appended on the device owning each position,
     FlashDecode on every shard, ``all_gather`` of O and LSE and the combine program; no collective
     after O, down or the LM head (every device computes the whole model on the merged attention).
+    Tensor x context parallel (``context_parallel`` C the size of one axis of a 2-D mesh,
+    `sharding.mesh_axes`): the same loop along that axis (``context_axis``), each device with its TP
+    share of the heads (the weights split over the other axis by ``ttnn.ShardTensor2dMesh``, replicated
+    along the CP axis), ``all_reduce`` after O and down and the LM head's ``all_gather`` along the TP
+    axis (``cluster_axis``).
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
