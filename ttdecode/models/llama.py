@@ -234,11 +234,14 @@ class LlamaDecoder:
 
     def _open_device(self, device: Any) -> Any:
         """The device of backend 'device', checked against ``devices`` (device 0 opened when None and one
-        chip is asked for); ``context_parallel`` against its mesh's axes: `llama_device.mesh_axes`."""
+        chip is asked for); ``context_parallel`` against its mesh's axes: `sharding.mesh_axes`, by the
+        device decoder."""
         cp = self.context_parallel
         if device is None:
             if self.devices != 1:
-                raise fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
+                n = self.devices
+                shape = f"1 x {n}" if cp == 1 else f"{n // cp} x {cp}" if cp < n else f"1 x {n} or a 2-D"
+                raise fail("device", f"an open {shape} ttnn mesh (ttnn.open_mesh_device) for devices="
                             f"{self.devices} with backend 'device'", "None", TypeError)
 
             device = self._own_device = require_ttnn().open_device(device_id=0)
