@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from ttdecode.distributed import device_context as dc
-from ttdecode.distributed.sharding import device_step_positions, shard_plan
+from ttdecode.distributed.sharding import context_ranks, device_step_positions, mesh_axes, shard_plan
 from ttdecode.models import LlamaDecoder
 from ttdecode.models import llama_device as ld
 from ttdecode.models.kv_cache import ContextParallelAllocator
@@ -111,6 +111,21 @@ def test_gather_axes_cover_the_mesh():
     assert dc.gather_axes((2, 4)) == (1, 0)
 
 
+def test_mesh_axes_and_context_ranks_of_a_2d_mesh():
+    """CP along the mesh axis of C devices (axis 1 when both are), TP along the other; a device's CP
+    rank is its coordinate along the CP axis (row-major device order)."""
+    assert mesh_axes((1, 8), 1) == (None, None) and mesh_axes((2, 4), 8) == (None, None)
+    assert mesh_axes((2, 4), 4) == (1, 0) and mesh_axes((2, 4), 2) == (0, 1)
+    assert mesh_axes((4, 8), 4) == (0, 1) and mesh_axes((4, 8), 8) == (1, 0) and mesh_axes((4, 4), 4) == (1, 0)
+    with pytest.raises(NotImplementedError, match="context_parallel: expected 1, the mesh's 8 devices"):
+        mesh_axes((1, 8), 2)
+    assert context_ranks((2, 4), None) == tuple(range(8))
+    assert context_ranks((2, 4), 1) == (0, 1, 2, 3, 0, 1, 2, 3)
+    assert context_ranks((2, 4), 0) == (0, 0, 0, 0, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="'context_axis'"):
+        context_ranks((1, 8), 0)
+
+
 # ---- 2. the dataflow on the torch twin ------------------------------------------------------------
 
 
@@ -124,21 +139,45 @@ class TwinMesh(twin.TwinDevice):
 
 def twin_mesh_ttnn(ttnn: Any, shape: tuple[int, int], base: Any) -> Any:
     """The twin's ttnn (``base``: test_llama_device_twin.twin_ttnn), with the loop's extra calls:
-    to_layout of a device value (no value change) and all_gather along one mesh axis
-    (``cluster_axis``) or over all devices."""
+    to_layout of a device value (no value change), all_gather and all_reduce along one mesh axis
+    (``cluster_axis``) or over all devices, and ``ShardTensor2dMesh`` (a split over each axis with a dim,
+    replicated along an axis without)."""
     rows, cols = shape
     t = base(ttnn, rows * cols)
+    base_from_torch = t.from_torch
+
+    def group(d: int, cluster_axis: Any) -> list[int]:
+        r, c = divmod(d, cols)
+        if cluster_axis is None:
+            return list(range(rows * cols))
+        return [r * cols + j for j in range(cols)] if cluster_axis == 1 else [i * cols + c for i in range(rows)]
 
     def all_gather(x: Any, dim: int, cluster_axis: Any = None) -> Any:
-        def group(d: int) -> list[int]:
-            r, c = divmod(d, cols)
-            if cluster_axis is None:
-                return list(range(rows * cols))
-            return [r * cols + j for j in range(cols)] if cluster_axis == 1 else [i * cols + c for i in range(rows)]
-        return twin.TwinTensor([torch.cat([x.ts[e] for e in group(d)], dim=dim) for d in range(rows * cols)])
+        return twin.TwinTensor([torch.cat([x.ts[e] for e in group(d, cluster_axis)], dim=dim)
+                                for d in range(rows * cols)])
+
+    def all_reduce(x: Any, cluster_axis: Any = None) -> Any:
+        return twin.TwinTensor([sum(x.ts[e] for e in group(d, cluster_axis)) for d in range(rows * cols)])
+
+    def from_torch(x: torch.Tensor, dtype: Any = None, layout: Any = None, device: Any = None,
+                   memory_config: Any = None, mesh_mapper: Any = None) -> Any:
+        if mesh_mapper is None or mesh_mapper[0] != "shard2d":
+            return base_from_torch(x, dtype=dtype, layout=layout, device=device, memory_config=memory_config,
+                                   mesh_mapper=mesh_mapper)
+        parts = []
+        for d in range(rows * cols):
+            part = x
+            for axis, dim in enumerate(mesh_mapper[2]):
+                if dim is not None:
+                    part = part.chunk(shape[axis], dim=dim)[divmod(d, cols)[axis]]
+            parts.append(part)
+        dealt = base_from_torch(torch.stack(parts), dtype=dtype, layout=layout, device=device,
+                                mesh_mapper=("shard", 0))
+        return twin.TwinTensor([p[0] for p in dealt.ts])
 
     t.to_layout = twin.each(lambda x, layout: x.clone())
-    t.all_gather = all_gather
+    t.all_gather, t.all_reduce, t.from_torch = all_gather, all_reduce, from_torch
+    t.ShardTensor2dMesh = lambda device, mesh_shape, dims: ("shard2d", tuple(mesh_shape), tuple(dims))
     return t
 
 
@@ -209,11 +248,17 @@ class TwinLoop(dc.ContextParallelDecode):
         from ttdecode.core.formats import DataType
         from ttdecode.ops.combine import run_combine
 
-        assert all(torch.equal(o, outs.ts[0]) for o in outs.ts)  # the gathers left every device the same
-        assert outs.ts[0].shape[0] == self.devices and lses.ts[0].shape == outs.ts[0].shape[:3] + (1,)
-        merged, _ = run_combine(outs.ts[0], lses.ts[0][..., 0], in_dtype=DataType.bfloat16,
-                                out_dtype=DataType.bfloat16)
-        return twin.TwinTensor([merged.to(torch.float32)] * self.devices)
+        if self.context_axis is None:  # the gathers left every device the same
+            assert all(torch.equal(o, outs.ts[0]) for o in outs.ts)
+        merged: list[torch.Tensor] = []
+        for o, lse in zip(outs.ts, lses.ts):  # one combine per distinct (gathered partials), per device
+            assert o.shape[0] == self.ranks and lse.shape == o.shape[:3] + (1,)
+            done = [m for m, o2, l2 in zip(merged, outs.ts, lses.ts) if torch.equal(o, o2) and torch.equal(lse, l2)]
+            if not done:
+                done = [run_combine(o, lse[..., 0], in_dtype=DataType.bfloat16,
+                                    out_dtype=DataType.bfloat16)[0].to(torch.float32)]
+            merged.append(done[0])
+        return twin.TwinTensor(merged)
 
 
 @pytest.mark.parametrize("shape", [(1, 2), (2, 4)], ids=["1x2", "2x4"])
@@ -242,6 +287,45 @@ def test_context_parallel_loop_dataflow_matches_hf_teacher_forced(ttnn, monkeypa
 
 def test_tensor_times_context_parallel_on_one_mesh_is_refused_by_name(ttnn):
     hf = hf_llama(8, 4, 64)
-    with pytest.raises(NotImplementedError, match="context_parallel: expected 1 or devices=8 with backend 'device'"):
+    with pytest.raises(NotImplementedError, match="context_parallel: expected 1, the mesh's 8 devices, or the size of one axis of its 2-D mesh 1x8"):
         LlamaDecoder.from_hf(hf, batch=2, max_seq_len=512, block_size=32, devices=8, context_parallel=2,
                              backend="device", device=TwinMesh((1, 8)))
+
+
+@pytest.mark.parametrize("shape, cp, kv_heads, layers", [
+    ((2, 4), 4, 2, 2), ((2, 4), 2, 4, 2),
+    pytest.param((4, 8), 4, 8, 1, marks=pytest.mark.slow),  # a Galaxy: TP 8 along axis 1, CP 4 along axis 0
+], ids=["t3k-tp2xcp4", "t3k-tp4xcp2", "galaxy-tp8xcp4"])
+def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, shape, cp, kv_heads,
+                                                                         layers):
+    """TP x CP on one 2 x 4 mesh (``devices=8, context_parallel=C``): CP along the mesh axis of C devices,
+    TP along the other (weights split over it by ``ShardTensor2dMesh``, replicated along the CP axis);
+    per layer one all_gather of O and one of the LSE along the CP axis (``cluster_axis``), the combine of
+    the C partials, and all_reduce after O and down along the TP axis; the vocabulary gathered along the
+    TP axis. 40 steps crossing a block, bfloat16 weights and cache: the host backends' thresholds. Each
+    device's step row is its CP rank's (the same down the TP axis)."""
+    n = shape[0] * shape[1]
+    cp_axis = 1 if shape[1] == cp else 0
+    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
+    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
+    monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
+    base = twin.twin_ttnn
+    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    hf = hf_llama(8, kv_heads, 64, layers=layers)
+    sched = joining_schedule(hf.config.vocab_size, steps=40)
+    dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=32 * cp, block_size=32, kv_dtype="bfloat16",
+                               devices=n, context_parallel=cp, backend="device", device=TwinMesh(shape))
+    dev, loop = dec._device, dec._device.cp
+    assert isinstance(loop, TwinLoop) and (dev.cp_axis, dev.tp_axis) == (cp_axis, 1 - cp_axis)
+    assert dev.tp == n // cp and dev.nkv == kv_heads // dev.tp and loop.ranks == cp and loop.axes == (cp_axis,)
+    rows = []
+    host_rows = loop.host_rows
+    loop.host_rows = lambda *a, **k: rows.append(host_rows(*a, **k)) or rows[-1]
+    assert_hf_agreement(teacher_forced(dec, hf, sched))
+    assert dev.ops["all_gather"] == 2 * layers + 1 and dev.ops["combine"] == layers
+    assert dev.ops["all_reduce"] == 2 * layers
+    rank = [divmod(d, shape[1])[cp_axis] for d in range(n)]
+    for r in rows:  # device d carries the row of its CP rank
+        assert r.shape[0] == n and all(torch.equal(r[d], r[rank.index(rank[d])]) for d in range(n))

@@ -26,8 +26,12 @@ multiple of n x block_size: the local window W / n on every shard), an attention
 extra partial), T <= 32 tokens per user per step (R = T B one-token query rows), MLA (no V cache);
 checked against the float64 reference on the twin with the FlashDecode kernels on the host runtime
 (tests/distributed/test_cp_loop_options.py) and dry-run on a mock N300
-(tests/mock/test_cp_loop_options_device.py). Not built in the loop: tensor x context parallelism on
-one mesh (TP along one axis, CP along the other), other windows, the MLA append, the all_to_all
+(tests/mock/test_cp_loop_options_device.py). ``context_axis``: the loop along one axis of a 2-D
+mesh only (`sharding.context_ranks`: a device's CP rank is its coordinate along that axis; the devices
+along the other axis are a tensor-parallel group of other heads, each with its own caches): every
+device gets the row of its CP rank, one gather of O and one of the LSE along that axis, the combine of
+its ranks' partials (``LlamaDecoder(devices=8, context_parallel=4)`` on a 2 x 4 mesh). Not built in the
+loop: other windows, the MLA append, the all_to_all
 combine (`device_combine.ALL_TO_ALL_ON_DEVICE`); no chip has run it.
 
 **The one-shot call** (``context_parallel_decode(..., backend="device")``: a whole contiguous cache
@@ -71,7 +75,7 @@ import numpy as np
 import torch
 
 from ttdecode.distributed.sharding import (
-    ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan, device_step_positions,
+    ShardPlan, _local_positions, _shard_kv, shard_groups, shard_plan, device_step_positions, context_ranks,
 )
 from ttdecode.core.program_description import Program
 from ttdecode.ops.flash_decode.device_step import decode_program, device_grid_limit
@@ -403,7 +407,9 @@ class ContextParallelDecode:
     the one-token program once per token; `attend` runs the R rows as one-token users),
     ``sliding_window_size`` W (FlashDecode's window W / n on every shard), ``attention_sink`` (``[NH]``:
     the combine's n + 1-th partial, `sink_parts`), ``head_dim_v`` (MLA: ``caches[layer] = (K, None)``,
-    no `append`).
+    no `append`), ``context_axis`` (0 or 1: the CP group is one axis of a 2-D mesh, n its size; device d
+    gets the row of its CP rank ``device_ranks[d]``, `sharding.context_ranks`; ``num_heads`` /
+    ``num_kv_heads`` are then each device's, a tensor-parallel share).
     """
 
     def __init__(self, mesh_device: Any, *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -411,13 +417,16 @@ class ContextParallelDecode:
                  prefix: int = 0, scale: Optional[float] = None, program_config: Any = None,
                  compute_kernel_config: Any = None, tokens: int = 1, sliding_window_size: Optional[int] = None,
                  attention_sink: Any = None, head_dim_v: Optional[int] = None, kv_pages: str = "key_row",
-                 ttnn: Any = None) -> None:
+                 context_axis: Optional[int] = None, ttnn: Any = None) -> None:
         import math
 
         ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.mesh = ttnn, mesh_device
         self.mesh_shape = _mesh_dims(mesh_device)
-        n = self.devices = self.mesh_shape[0] * self.mesh_shape[1]
+        self.devices = self.mesh_shape[0] * self.mesh_shape[1]
+        # the CP rank of each device (row-major over the mesh); n: the CP ranks (partials to merge)
+        self.context_axis, self.device_ranks = context_axis, context_ranks(self.mesh_shape, context_axis)
+        n = self.ranks = max(self.device_ranks) + 1
         for name, value, low in (("batch", batch, 1), ("num_heads", num_heads, 1), ("num_kv_heads", num_kv_heads, 1),
                                  ("head_dim", head_dim, 32), ("max_seq_len", max_seq_len, 1),
                                  ("block_size", block_size, 32), ("num_blocks", num_blocks, 1), ("layers", layers, 1),
@@ -433,7 +442,7 @@ class ContextParallelDecode:
         max_blocks = math.ceil(max_seq_len / block_size)
         if max_blocks < n:
             raise ValueError(f"ContextParallelDecode: argument 'max_seq_len': expected at least one block of "
-                             f"{block_size} per device ({n} devices: >= {n * block_size}), got {max_seq_len}")
+                             f"{block_size} per CP rank ({n} ranks: >= {n * block_size}), got {max_seq_len}")
         kv = as_data_type(kv_dtype, "kv_dtype")
         if not isinstance(kv_pages, str) or kv_pages not in KV_PAGES:
             raise ValueError(f"ContextParallelDecode: argument 'kv_pages': expected one of {list(KV_PAGES)}, got "
@@ -451,7 +460,7 @@ class ContextParallelDecode:
         self.shards = shard_plan(max_blocks, block_size, n, "interleaved")
         self.local_blocks = max(len(us) for us in self.shards.units)
         self.row_width = prefix + 2 * self.rows + self.rows * self.local_blocks
-        self.axes = gather_axes(self.mesh_shape)
+        self.axes = gather_axes(self.mesh_shape) if context_axis is None else (context_axis,)
         dram = ttnn.DRAM_MEMORY_CONFIG
         rep = ttnn.ReplicateTensorToMesh(mesh_device)
         self._shard_rows = ttnn.ShardTensorToMesh(mesh_device, dim=0)
@@ -466,7 +475,7 @@ class ContextParallelDecode:
             out, lse = sink_partial(self.options.sink, scale or 1.0 / math.sqrt(head_dim), self.rows, self.head_dim_v)
             self.sink_parts = (ttnn.from_torch(out, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, **put),
                                ttnn.from_torch(lse, dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, **put))
-        self.inputs = ttnn.from_torch(torch.zeros(n, self.row_width, dtype=torch.int32), dtype=ttnn.int32,
+        self.inputs = ttnn.from_torch(torch.zeros(self.devices, self.row_width, dtype=torch.int32), dtype=ttnn.int32,
                                       layout=ttnn.ROW_MAJOR_LAYOUT, device=mesh_device, memory_config=dram,
                                       mesh_mapper=self._shard_rows)
         self.ops: dict[str, int] = {}
@@ -521,7 +530,7 @@ class ContextParallelDecode:
         return step
 
     def _prepare_combine(self) -> Any:
-        plan = make_combine_plan(partials=self.devices + (self.sink_parts is not None), groups=self.rows,
+        plan = make_combine_plan(partials=self.ranks + (self.sink_parts is not None), groups=self.rows,
                                  heads=self.num_heads, head_dim_v=self.head_dim_v, in_dtype=DataType.bfloat16,
                                  out_dtype=DataType.bfloat16)
         return CombineStep(plan, self.mesh)
@@ -530,17 +539,20 @@ class ContextParallelDecode:
 
     def host_rows(self, positions: Sequence[int], page_tables: Sequence[Any],
                   prefix: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The n devices' rows of one step, int32 ``[n, row_width]``: `step_rows` of this loop's shards over
-        the R query rows (``positions [B]``: each user's newest token, `loop_options.token_positions`; each
-        device's ``[B, local_blocks]`` page table repeated for the T tokens)."""
+        """The mesh's devices' rows of one step, int32 ``[devices, row_width]`` (row-major over the mesh):
+        device d gets the row of its CP rank (``device_ranks[d]``), `step_rows` of this loop's shards over
+        the R query rows (``positions [B]``: each user's newest token, `loop_options.token_positions`;
+        ``page_tables``: one ``[B, local_blocks]`` table per CP rank, repeated for the T tokens)."""
         if self.tokens == 1:
-            return step_rows(self.shards, self.batch, self.local_blocks, self.prefix, positions, page_tables, prefix)
-        if len(positions) != self.batch:
-            raise ValueError(f"ContextParallelDecode: argument 'positions': expected {self.batch} ints >= -1, got "
-                             f"{list(positions)}")
-        tables = [torch.as_tensor(t).repeat(self.tokens, 1) for t in page_tables]
-        return step_rows(self.shards, self.rows, self.local_blocks, self.prefix,
-                         token_positions(positions, self.tokens), tables, prefix)
+            rows = step_rows(self.shards, self.batch, self.local_blocks, self.prefix, positions, page_tables, prefix)
+        else:
+            if len(positions) != self.batch:
+                raise ValueError(f"ContextParallelDecode: argument 'positions': expected {self.batch} ints >= -1, "
+                                 f"got {list(positions)}")
+            tables = [torch.as_tensor(t).repeat(self.tokens, 1) for t in page_tables]
+            rows = step_rows(self.shards, self.rows, self.local_blocks, self.prefix,
+                             token_positions(positions, self.tokens), tables, prefix)
+        return rows if self.context_axis is None else rows[list(self.device_ranks)]
 
     def write(self, positions: Sequence[int], page_tables: Sequence[Any], prefix: Optional[torch.Tensor] = None) -> None:
         """Start a step: the n rows of `host_rows` in one host -> device write into ``inputs``, and the

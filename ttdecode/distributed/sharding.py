@@ -156,3 +156,35 @@ def device_step_positions(plan: ShardPlan, positions: Sequence[int]) -> tuple[li
             if d == owner:
                 append[d][b] = last
     return append, attend
+
+
+def mesh_axes(mesh_shape: tuple[int, ...], context_parallel: int) -> tuple[Optional[int], Optional[int]]:
+    """(CP axis, TP axis) of an ``R x C`` mesh for ``context_parallel`` ways: (None, None) when it is 1
+    (tensor parallel over the whole mesh) or R C (context parallel over the whole mesh); else it must be
+    the size of one axis: CP along that axis (axis 1, the columns, when both are), TP along the other.
+    Refused by name otherwise (NotImplementedError)."""
+    devices = int(np.prod(mesh_shape))
+    if context_parallel in (1, devices):
+        return None, None
+    for axis in (1, 0):
+        if len(mesh_shape) == 2 and mesh_shape[axis] == context_parallel:
+            return axis, 1 - axis
+    raise NotImplementedError(
+        f"context_parallel: expected 1, the mesh's {devices} devices, or the size of one axis of its 2-D mesh "
+        f"{'x'.join(map(str, mesh_shape))} (context parallel along that axis, tensor parallel along the other) "
+        f"with backend 'device', got {context_parallel}; open the mesh as ttnn.MeshShape(devices // "
+        f"context_parallel, context_parallel), or use backend='host'")
+
+
+def context_ranks(mesh_shape: tuple[int, int], context_axis: Optional[int]) -> tuple[int, ...]:
+    """The CP rank of each device of an ``R x C`` mesh, row-major (device ``i * C + j`` at row i,
+    column j): its index ``i * C + j`` when the whole mesh is one CP group (``context_axis`` None), else
+    its coordinate along ``context_axis`` (0: i, its row; 1: j, its column): the devices along the other
+    axis (a tensor-parallel group: other heads) share CP rank and blocks."""
+    rows, cols = mesh_shape
+    if context_axis is None:
+        return tuple(range(rows * cols))
+    if context_axis not in (0, 1) or mesh_shape[context_axis] < 2:
+        raise ValueError(f"context_ranks: argument 'context_axis': expected None, or 0 or 1 naming an axis "
+                         f"of at least 2 devices of the {rows}x{cols} mesh, got {context_axis!r}")
+    return tuple(divmod(d, cols)[context_axis] for d in range(rows * cols))

@@ -23,7 +23,8 @@ Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime)
 ``"device"``: every layer through ttnn's ops and ours on one Wormhole (``device=`` an open ttnn
 device, else device 0 is opened) or tensor parallel over a ``1 x devices`` mesh (``device=`` the
 open mesh; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of the
-vocabulary slices), the paged KV caches on the device(s) for the decoder's lifetime, one
+vocabulary slices; with ``context_parallel``: over the whole mesh, or along one axis of a 2-D
+mesh with tensor parallelism along the other, `llama_device.DeviceDecoder`), the paged KV caches on the device(s) for the decoder's lifetime, one
 host->device write (token ids, positions, page table) and one read (logits, or the on-device
 argmax with `next_tokens`) per step (``ttdecode.models.llama_device.DeviceDecoder``); checked on
 the mock Wormhole and, for numbers, on a torch twin of its ttnn calls; not on a chip. ``"auto"`` is ``"device"`` when a device is given or
@@ -232,23 +233,22 @@ class LlamaDecoder:
         return cls.from_hf(model, **options)
 
     def _open_device(self, device: Any) -> Any:
-        """The device of backend 'device', checked against ``devices`` and ``context_parallel`` (device 0
-        opened when None and one chip is asked for)."""
+        """The device of backend 'device', checked against ``devices`` (device 0 opened when None and one
+        chip is asked for); ``context_parallel`` against its mesh's axes: `sharding.mesh_axes`, by the
+        device decoder."""
         cp = self.context_parallel
-        if cp not in (1, self.devices):
-            raise fail("context_parallel", f"1 or devices={self.devices} with backend 'device' (context parallel "
-                        "over the whole mesh; tensor x context parallelism on one mesh is not built, use "
-                        "backend='host')", cp, NotImplementedError)
         if device is None:
             if self.devices != 1:
-                raise fail("device", f"an open 1 x {self.devices} ttnn mesh (ttnn.open_mesh_device) for devices="
+                n = self.devices
+                shape = f"1 x {n}" if cp == 1 else f"{n // cp} x {cp}" if cp < n else f"1 x {n} or a 2-D"
+                raise fail("device", f"an open {shape} ttnn mesh (ttnn.open_mesh_device) for devices="
                             f"{self.devices} with backend 'device'", "None", TypeError)
 
             device = self._own_device = require_ttnn().open_device(device_id=0)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         if n != self.devices:
-            how = "tensor" if cp == 1 else "context"
-            raise fail("devices", f"the device's {n} chip(s) ({how} parallel over the whole mesh)", self.devices)
+            how = "tensor" if cp == 1 else "context" if cp == self.devices else "tensor x context"
+            raise fail("devices", f"the device's {n} chip(s) ({how} parallel over the mesh)", self.devices)
         return device
 
     def _build_device(self, spec: LlamaSpec, state: dict[str, torch.Tensor], device: Any, num_blocks: int,

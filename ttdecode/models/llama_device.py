@@ -37,8 +37,13 @@ Context parallel over the whole mesh (``context_parallel`` = the mesh's devices,
 every device holds the whole model (replicated weights) and its shard of the paged caches, the
 attention through ``ttdecode.distributed.device_context.ContextParallelDecode`` (mock T3K test:
 tests/mock/test_context_parallel_device.py; the dataflow's numbers on a torch twin:
-tests/distributed/test_cp_loop.py). Not built yet: tensor x context parallelism on one mesh,
-tensor parallelism on a 2 x 4 mesh (its collectives would need ``cluster_axis``), and a traced
+tests/distributed/test_cp_loop.py). Tensor x context parallelism on a 2-D mesh (``devices=N,
+context_parallel=C`` with C the size of one mesh axis, `sharding.mesh_axes`): CP along that axis (the
+loop's ``context_axis``: each device the step row of its CP rank, the gathers along the axis, the
+combine of C partials), TP along the other (weights by ``ttnn.ShardTensor2dMesh``, the all_reduces and
+the LM head's all_gather with ``cluster_axis``); mock T3K 2 x 4: tests/mock/test_llama_tp_cp_device.py,
+numbers on the twin (T3K 2 x 4 and Galaxy 4 x 8 shapes) in tests/distributed/test_cp_loop.py. Not
+built yet: tensor parallelism alone on a 2 x 4 mesh, and a traced
 decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
 without ``device=`` opens device 0 and refuses to start where there is none.
 """
@@ -66,6 +71,7 @@ from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.api import paged_scaled_dot_product_attention_decode
 from ttdecode.distributed.device_context import pool_memory_config, rotary_program
 from ttdecode.kv_pool import pages_program_config
+from ttdecode.distributed.sharding import mesh_axes
 from ttdecode.ttnn_backend.tensors import dram_banks
 
 __all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
@@ -353,6 +359,11 @@ class DeviceDecoder:
     table), the RoPE at the global positions, K/V appended on the device owning each position,
     FlashDecode on every shard, ``all_gather`` of O and LSE and the combine program; no collective
     after O, down or the LM head (every device computes the whole model on the merged attention).
+    Tensor x context parallel (``context_parallel`` C the size of one axis of a 2-D mesh,
+    `sharding.mesh_axes`): the same loop along that axis (``context_axis``), each device with its TP
+    share of the heads (the weights split over the other axis by ``ttnn.ShardTensor2dMesh``, replicated
+    along the CP axis), ``all_reduce`` after O and down and the LM head's ``all_gather`` along the TP
+    axis (``cluster_axis``).
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, device: Any, batch: int,
@@ -368,15 +379,13 @@ class DeviceDecoder:
         self.max_blocks = math.ceil(max_seq_len / block_size)
         self.kv_pages = kv_pages
         self.program_config = pages_program_config(program_config, kv_pages, dram_banks(device))
-        # tensor parallel over a 1 x N mesh (N = 1: one chip), or context parallel over the whole mesh
+        # tensor parallel over a 1 x N mesh (N = 1: one chip), context parallel over the whole mesh, or
+        # both on a 2-D mesh (CP along one axis, TP along the other: `mesh_axes`)
         n = int(device.get_num_devices()) if hasattr(device, "get_num_devices") else 1
         self.cp_ways = context_parallel
-        if context_parallel not in (1, n):
-            raise NotImplementedError(
-                f"context_parallel: expected 1 (tensor parallel over the mesh) or the mesh's {n} devices (context "
-                f"parallel over all of them) with backend 'device', got {context_parallel}: tensor x context "
-                f"parallelism on one mesh (TP along one mesh axis, CP along the other) is not built; use "
-                f"backend='host'")
+        shape = getattr(device, "shape", None)
+        dims = tuple(int(x) for x in shape) if shape is not None else (1, n)
+        self.cp_axis, self.tp_axis = mesh_axes(dims, context_parallel)
         self.tp = tp = n // context_parallel
         if spec.num_kv_heads % tp or spec.intermediate_size % tp:
             raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
@@ -399,7 +408,7 @@ class DeviceDecoder:
             self.w = {}
             for name, p in plan.items():
                 full = per[0][name] if p.shard_dim is None else torch.cat([w[name] for w in per], dim=p.shard_dim)
-                mapper = self._rep if p.shard_dim is None or tp == 1 else ttnn.ShardTensorToMesh(device, dim=p.shard_dim)
+                mapper = self._weight_mapper(p.shard_dim)
                 layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
                 self.w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
                                                memory_config=dram, mesh_mapper=mapper)
@@ -415,7 +424,8 @@ class DeviceDecoder:
             self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
                                             max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
                                             kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
-                                            program_config=self.program_config, kv_pages=kv_pages, ttnn=ttnn)
+                                            program_config=self.program_config, kv_pages=kv_pages,
+                                            context_axis=self.cp_axis, ttnn=ttnn)
             self.caches = self.cp.caches
         else:
             pool = dict(put, memory_config=pool_memory_config(ttnn, device, kv_pages, d))
@@ -444,6 +454,19 @@ class DeviceDecoder:
         self.chunk_rotary: dict[int, Any] = {}
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
+
+    def _weight_mapper(self, shard_dim: Optional[int]) -> Any:
+        """How a weight goes onto the mesh: replicated (``shard_dim`` None, or no tensor parallelism),
+        split along ``shard_dim`` over the mesh (a ``1 x N`` mesh), or split over the TP axis and
+        replicated along the CP axis of a 2-D mesh (``ttnn.ShardTensor2dMesh``)."""
+        ttnn = self.ttnn
+        if shard_dim is None or self.tp == 1:
+            return self._rep
+        if self.tp_axis is None:
+            return ttnn.ShardTensorToMesh(self.device, dim=shard_dim)
+        dims = [None, None]
+        dims[self.tp_axis] = shard_dim
+        return ttnn.ShardTensor2dMesh(self.device, mesh_shape=tuple(int(x) for x in self.device.shape), dims=tuple(dims))
 
     def _prepare_rotary(self, kv_dtype: DataType, cache_shape: tuple[int, ...], tokens: int = 1) -> Any:
         """The fused RoPE + paged append, planned once for every layer (same shapes; addresses per run):
@@ -583,8 +606,8 @@ class DeviceDecoder:
         op, spec = self._op, self.spec
         h = op("rms_norm")(x, weight=self.w["norm"], epsilon=spec.rms_norm_eps)
         logits = op("linear")(h, self.w["lm_head"])
-        if self.tp > 1:
-            logits = op("all_gather")(logits, dim=3)  # the vocabulary slices, on every device
+        if self.tp > 1:  # the vocabulary slices, on every device (of the TP group)
+            logits = op("all_gather")(logits, dim=3, **self._tp_group())
             if logits.shape[-1] != spec.vocab_size:  # the last slice's zero padding must not win the argmax
                 logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, rows, spec.vocab_size])
         return logits
@@ -603,7 +626,11 @@ class DeviceDecoder:
 
     def _all_reduce(self, x: Any) -> Any:
         """Sum of the row-parallel partials over the mesh (nothing on one chip)."""
-        return x if self.tp == 1 else self._op("all_reduce")(x)
+        return x if self.tp == 1 else self._op("all_reduce")(x, **self._tp_group())
+
+    def _tp_group(self) -> dict[str, int]:
+        """The TP collectives' ``cluster_axis``: none (the whole mesh), or the TP axis of a 2-D mesh."""
+        return {} if self.tp_axis is None else {"cluster_axis": self.tp_axis}
 
     def _first(self, x: Any) -> Any:
         """The tensor of the first device (a replicated result is read from one chip only)."""

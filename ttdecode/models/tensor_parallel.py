@@ -21,9 +21,12 @@ i.e. 1/C of the whole cache within one block per user. Each device runs the op o
 (its rank's page table, local positions) with ``return_lse=True``, the C partials are
 merged exactly by their LSE over the CP group (``combine_over_group``), and the O projection, MLP
 and LM head are tensor parallel over the TP group (replicated across the CP group). On the device
-backend context parallelism spans the whole mesh (``context_parallel == devices``, tensor parallel 1:
-``ttdecode.distributed.device_context.ContextParallelDecode``, the same layout and allocator, the
-merge by ttnn's all_gather and the combine program); TP x CP on one mesh is refused by name there.
+backend (``ttdecode.distributed.device_context.ContextParallelDecode``, the same layout and allocator,
+the merge by ttnn's all_gather and the combine program) context parallelism spans the whole mesh
+(``context_parallel == devices``, tensor parallel 1) or one axis of a 2-D mesh, tensor parallelism
+the other (``sharding.mesh_axes``: a T3K 2 x 4 with C = 4, CP along the rows' 4 chips, TP over the 2
+rows; a Galaxy 4 x 8 with C = 4, CP along axis 0, TP 8 along axis 1), the collectives of each along
+its axis (``cluster_axis``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,157 @@
+"""Tensor x context parallelism on one 2-D mesh, on a mock T3K 2 x 4 (`LlamaDecoder(backend="device",
+devices=8, context_parallel=4)`): context parallel along mesh axis 1 (the 4 chips of a row hold the
+cache's blocks j mod 4), tensor parallel along axis 0 (the 2 rows hold the two KV-head groups; the
+weights split by ``ttnn.ShardTensor2dMesh`` over that axis, replicated along the other). A small Llama
+(2 layers, 4 q / 2 KV heads: one KV head per chip) decodes 20 steps with users joining and leaving, then
+a 70-position generation whose positions cross three cache blocks (three CP ranks write). Checked: every
+op is accepted by ttnn on the mesh (per layer one ``all_gather`` of O and one of the LSE with
+``cluster_axis=1``, two ``all_reduce`` with ``cluster_axis=0``; one ``all_gather`` of the vocabulary
+slices along axis 0); each step moves exactly one host -> device write and one device -> host read
+(``ttdecode.testing.transfers``); no program-cache entry is added after step 2; our programs' kernels
+were compiled by tt-metal's JIT; each device's row is its CP rank's (column's), and each active user's
+new K/V row is written, in each TP group (mesh row), on exactly the one device the interleaved layout
+names (block j on column j mod 4). The mock computes nothing: the numbers of this layout are the host
+backend's (tests/models/test_llama_tp_cp.py) and the dataflow twin's (tests/distributed/test_cp_loop.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ttdecode.testing.dry_run import check_jit, jit_records
+
+TP_CP_LLAMA = r"""
+import torch
+import ttnn
+from pathlib import Path
+from transformers import LlamaConfig, LlamaForCausalLM
+from ttdecode.models import LlamaDecoder
+from ttdecode.testing.dry_run import emit
+from ttdecode.testing.drivers import join_leave_steps
+from ttdecode.testing.mock import open_mock_mesh
+from ttdecode.testing.transfers import count_transfers
+
+B = 4
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_theta=10000.0,
+                  rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+hf = LlamaForCausalLM(cfg).eval()
+device = open_mock_mesh((2, 4), fabric=True)
+with count_transfers() as log:
+    dec = LlamaDecoder.from_hf(hf, batch=B, max_seq_len=512, block_size=32, devices=8, context_parallel=4,
+                               backend="device", device=device)
+    build_moves = list(log.moves)
+    log.clear()
+    dd = dec._device
+    cp = dd.cp
+    rows = []
+    _host_rows = cp.host_rows
+    def recording(*args, **kwargs):
+        r = _host_rows(*args, **kwargs)
+        rows.append(r.tolist())
+        return r
+    cp.host_rows = recording
+    steps = join_leave_steps(dec, device, B, log)
+    entries = int(device.num_program_cache_entries())
+    step_rows = len(rows)
+    gen = dec.generate(torch.arange(1, 41)[None], 30, progress=False)
+    gen_moves = list(log.moves)
+shapes = {name: [list(t.shape) for t in ttnn.get_device_tensors(dd.w[name])] for name in ("0.wqkv", "0.wo", "lm_head")}
+cache_shapes = [list(t.shape) for t in ttnn.get_device_tensors(cp.caches[0][0])]
+programs = [cp.rotary.program, cp.flash.program, cp.combine.program]
+kernels = [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
+           for p in programs for k in p.kernels]
+layout = {"prefix": cp.prefix, "batch": cp.batch, "local_blocks": cp.local_blocks, "axes": list(cp.axes),
+          "ranks": cp.ranks, "device_ranks": list(cp.device_ranks), "tp_axis": dd.tp_axis, "tp": dd.tp,
+          "nh": dd.nh, "nkv": dd.nkv, "combine_partials": cp.combine.plan.partials}
+dec.close()
+emit({"build_moves": build_moves, "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows,
+      "layout": layout, "shapes": shapes, "cache_shapes": cache_shapes,
+      "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
+                   "moves": gen_moves}})
+ttnn.close_mesh_device(device)
+"""
+
+LAYERS, BATCH, VOCAB, ROWS, COLS, BLOCK = 2, 4, 256, 2, 4, 32
+
+
+def _ops(greedy: bool) -> dict[str, int]:
+    """The ttnn calls of one TP x CP step: those of a CP step (tests/mock/test_context_parallel_device.py)
+    with one gather of O and one of the LSE per layer (along the CP axis), plus the TP collectives:
+    all_reduce after O and down, all_gather of the LM head's vocabulary slices."""
+    ops = {"slice": 2 + 3 + LAYERS, "typecast": 2, "relu": 1, "embedding": 3,
+           "reshape": 3 + 3 + 2 * LAYERS + LAYERS, "rms_norm": 2 * LAYERS + 1, "linear": 5 * LAYERS + 1,
+           "rotary_kv_append": LAYERS, "flash_decode": LAYERS, "to_layout": LAYERS,
+           "all_gather": 2 * LAYERS + 1, "all_reduce": 2 * LAYERS, "combine": LAYERS, "add": 2 * LAYERS,
+           "mul": LAYERS}
+    if greedy:
+        ops["argmax"] = 1
+    return ops
+
+
+def _held(c: int, p: int) -> list[int]:
+    """CP rank c's global positions <= p (block j on rank j mod COLS)."""
+    return [x for x in range(p + 1) if (x // BLOCK) % COLS == c]
+
+
+def _check_rows(result: dict, rows: list) -> set[int]:
+    """Each step's device rows against the layout: device (i, j) carries CP rank j's row; in each mesh
+    row (TP group) exactly the owner column writes. Returns the CP ranks that wrote."""
+    lay = result["layout"]
+    b, pre = lay["batch"], lay["prefix"]
+    writers = set()
+    for step in rows:
+        assert len(step) == ROWS * COLS
+        assert all(step[i * COLS + j] == step[j] for i in range(ROWS) for j in range(COLS))
+        positions = step[0][b:2 * b]
+        for u, p in enumerate(positions):
+            append = [row[pre + u] for row in step]
+            attend = [row[pre + b + u] for row in step]
+            if p < 0:
+                assert append == [-1] * (ROWS * COLS) and attend == [-1] * (ROWS * COLS)
+                continue
+            owner = (p // BLOCK) % COLS
+            for i in range(ROWS):
+                mine = append[i * COLS:(i + 1) * COLS]
+                assert [j for j in range(COLS) if mine[j] >= 0] == [owner], (p, append)
+                assert attend[i * COLS:(i + 1) * COLS] == [len(_held(j, p)) - 1 for j in range(COLS)], (p, attend)
+            writers.add(owner)
+    return writers
+
+
+@pytest.mark.slow
+def test_tensor_times_context_parallel_llama_decodes_on_a_mock_t3k_2x4(run_mock, mock_run) -> None:
+    r = run_mock(TP_CP_LLAMA, timeout=900, system="t3k")
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    result = r.result
+    lay = result["layout"]
+    assert lay["axes"] == [1] and lay["tp_axis"] == 0 and lay["ranks"] == COLS and lay["tp"] == ROWS
+    assert lay["device_ranks"] == [d % COLS for d in range(ROWS * COLS)]
+    assert (lay["nh"], lay["nkv"], lay["combine_partials"]) == (2, 1, COLS)
+    # the weights split over the TP axis (two slices), the same slice down each column... on every chip
+    # its own heads: fused QKV (2 q + 1 k + 1 v heads of 32), O's rows, the vocabulary's half
+    assert result["shapes"]["0.wqkv"] == [[128, 4 * 32]] * 8
+    assert result["shapes"]["0.wo"] == [[2 * 32, 128]] * 8
+    assert result["shapes"]["lm_head"] == [[128, VOCAB // 2]] * 8
+    assert result["cache_shapes"] == [[BATCH * 4, 1, BLOCK, 32]] * 8
+    kinds = sorted(k["kind"] for k in result["kernels"])
+    assert kinds == ["compute"] * 3 + ["reader"] * 3 + ["writer"] * 3, kinds
+    problems = check_jit(result["kernels"], jit_records(mock_run["jit_log"]))
+    assert not problems, "\n".join(problems)
+    steps = result["steps"]
+    assert len(steps) == 20
+    for s in steps:
+        assert s["ops"] == _ops(s["greedy"]), (s["step"], s["ops"])
+        assert s["moves"] == ["copy_host_to_device_tensor", "to_torch"], (s["step"], s["moves"])
+        assert s["writes"] == 1
+        assert s["out_shape"] == ([BATCH] if s["greedy"] else [BATCH, VOCAB])
+    entries = [s["entries"] for s in steps]
+    assert all(e == entries[1] for e in entries[1:]), entries
+    assert result["build_moves"] and set(result["build_moves"]) <= {"from_torch"}
+    n = result["step_rows"]
+    assert n == 20 - sum(all(p < 0 for p in s["positions"]) for s in steps)
+    assert _check_rows(result, result["rows"][:n]) == {0}
+    assert _check_rows(result, result["rows"][n:]) == {0, 1, 2}
+    gen = result["generate"]
+    assert gen["shape"] == [1, 70] and gen["new_entries"] == 0
+    assert gen["moves"] == ["copy_host_to_device_tensor", "to_torch"] * 69
