@@ -238,12 +238,35 @@ void kernel_main() {
     volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
     volatile tt_l1_ptr int32_t* writer_positions =
         reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_pos_writer));
+    const uint32_t first_user = num_pieces > 0 ? get_arg_val<uint32_t>(piece_args_base) : batch;
+    // The user whose row the page-table pass reads first: piece 0's, or bank-local, the first other user's
+    // (that pass counts piece 0's user last).
+    const auto pass_first_user = [&]() -> uint32_t {
+        if constexpr (bank_local) {
+            for (uint32_t p = 0; p < num_pieces; ++p) {
+                const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece);
+                if (user != first_user) {
+                    return user;
+                }
+            }
+        }
+        return first_user;
+    };
+    uint32_t row_ahead = batch;  // the user whose row is already in cb_page_table's first page (batch: none)
     if constexpr (positions_in_args) {
         // Positions given as a list travel as common runtime args (no tensor, nothing uploaded).
         for (uint32_t b = 0; b < batch; ++b) {
             positions[b] = (int32_t)get_common_arg_val<uint32_t>(positions_arg_base + b);
         }
     } else {
+        // The page-table row the pass takes first lands under the positions' barrier: one DRAM latency for both.
+        if constexpr (paged) {
+            row_ahead = pass_first_user();
+            if (row_ahead < batch) {
+                noc_async_read(page_table_gen.get_noc_addr(row_ahead), get_write_ptr(cb_page_table),
+                               page_table_row_bytes);
+            }
+        }
         noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
         noc_async_read_barrier();
     }
@@ -324,7 +347,6 @@ void kernel_main() {
         }
         return chunks;
     };
-    const uint32_t first_user = num_pieces > 0 ? get_arg_val<uint32_t>(piece_args_base) : batch;
     if constexpr (paged) {
         volatile tt_l1_ptr int32_t* row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table));
         uint32_t checked = batch;  // the user whose row was checked last
@@ -333,8 +355,12 @@ void kernel_main() {
             const int32_t pos = positions[user];
             if (user != checked && pos >= 0) {
                 checked = user;
-                noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table), page_table_row_bytes);
-                noc_async_read_barrier();
+                if (user != row_ahead) {
+                    noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table),
+                                   page_table_row_bytes);
+                    noc_async_read_barrier();
+                }
+                row_ahead = user;
                 const uint32_t first_block = window_first_key(pos, window) / block_positions;
                 const uint32_t last_block = (uint32_t)pos / block_positions;
                 for (uint32_t j = first_block; j <= last_block; ++j) {
@@ -478,7 +504,7 @@ void kernel_main() {
         page_table_l1 = get_write_ptr(cb_page_table);
     }
     volatile tt_l1_ptr int32_t* page_table_row = reinterpret_cast<volatile tt_l1_ptr int32_t*>(page_table_l1);
-    uint32_t page_table_user = batch;  // no row loaded yet
+    uint32_t page_table_user = bank_local ? batch : row_ahead;  // the row the pass left in place, if any
 
     for (uint32_t p = 0; p < num_pieces; ++p) {
         const uint32_t user = get_arg_val<uint32_t>(piece_args_base + p * args_per_piece + 0);

@@ -309,8 +309,8 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     `page_table` ([batch, >= entries]); `pieces`: P per (user, KV head), None = |R_h| x `per_bank` (readers per
     bank). A piece of one bank runs on one of that bank's cores (bank_cores, dealt
     round robin), a piece over several banks (a short context: used < |L|) on the core holding the fewest
-    pieces; each core's reader first reads cur_pos and each of its users' page-table rows and passes over
-    them (setup_cycles). `placement`: (user, KV head, piece) -> core, a plan's (DecodePlan.pieces), in place
+    pieces; each core's reader first reads cur_pos with the row its pass takes first, then the other
+    users' page-table rows, and passes over them (setup_cycles). `placement`: (user, KV head, piece) -> core, a plan's (DecodePlan.pieces), in place
     of that rule. counts: the most pieces with keys of a (user, KV head), the worst and mean piece
     imbalance, the cores."""
     d, kv, nb = s.d_tiles, s.kv_tile_bytes, s.dram_banks
@@ -354,13 +354,22 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
                 _add_ops(works[where[i]].merge, merge)
     readers = np.count_nonzero([w.bank_bytes > 0 for w in works.values()], axis=0)
     for core, w in works.items():
-        w.index_reads = (("dram", 4 * s.batch),) + tuple(("dram", 4 * s.entries(u)) for u in sorted(users[core]))
+        w.index_reads = _index_reads(s, list(users[core]), first[core][0])
         w.setup_cycles, later = _setup_cycles(s, page_table, users[core], first[core], readers, c)
         w.read_groups = _with_issue_work(w.read_groups, later / c.dram_request_issue_cycles)
     worst, mean = piece_imbalance(s, pc, page_table, pieces, per_bank)
     counts_out = {"pieces_with_keys": float(most), "imbalance_worst": worst, "imbalance_mean": mean,
                   "cores": float(len(works))}
     return list(works.values()), Reduction((), dict(merge), tuple(sorted(trees, key=repr))), counts_out
+
+
+def _index_reads(s: PagedShape, users: Sequence[int], first_user: int) -> tuple[tuple[str, int], ...]:
+    """A core's serial index reads (CoreWork.index_reads): the positions together with the row its pass
+    takes first (another user's when the core has one, else its first piece's user's), then each other
+    user's row; `users` in the core's piece order."""
+    ahead = next((u for u in users if u != first_user), first_user)
+    rest = tuple(("dram", 4 * s.entries(u)) for u in users if u != ahead)
+    return (("dram", 4 * s.batch + 4 * s.entries(ahead)),) + rest
 
 
 @functools.lru_cache(maxsize=4096)
