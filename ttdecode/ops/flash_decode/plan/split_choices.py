@@ -140,11 +140,14 @@ def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: in
                       dst_tiles: int, prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int,
                       floor_tiles: int, fixed_chunk_tiles: int, c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of the bank-local split: of P = min(s x `reach`, `most`) for s = 1 ..
-    `readers_per_bank` readers per bank, the one the model prices shortest (pricing.bank_local_step_cycles:
-    the batch at the cache's length over a sequential page table), ties to fewer pieces. Depends on the
-    config, the shape and the batch size only."""
+    `readers_per_bank` readers per bank, or P a divisor of `reach` (each piece over reach / P banks, which
+    suits batches that fill the grid with fewer, longer pieces), the one the model prices shortest
+    (pricing.bank_local_step_cycles: the batch at the cache's length over a sequential page table), ties to
+    fewer pieces. Depends on the config, the shape and the batch size only."""
     best: tuple[float, int] | None = None
-    for p in sorted({min(s * reach, most) for s in range(1, readers_per_bank + 1)}):
+    per_bank = {min(s * reach, most) for s in range(1, readers_per_bank + 1)}
+    grouped = {p for p in range(1, min(reach, most + 1)) if reach % p == 0}
+    for p in sorted(per_bank | grouped):
         cycles = bank_local_step_cycles(
             batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
             block_size=block_size, seq_len=seq_len, pieces=p, grid=grid, dram_banks=dram_banks,
