@@ -121,6 +121,8 @@ struct Args {
     // dv tiles, then m, then l (writer.cpp), in one slot of cb_partial_in and one of cb_partial_out.
     static constexpr bool merge_slot = get_named_compile_time_arg_val("merge_slot") == 1;
     static constexpr uint32_t message_tiles = dv_tiles + 2;
+    // chunks per softmax block (plan.softmax_chunks): one max, alpha and rescale per block (online_softmax.hpp)
+    static constexpr uint32_t softmax_chunks = get_named_compile_time_arg_val("softmax_chunks");
 };
 using Softmax = OnlineSoftmax<Args>;
 using Merge = lse_merge::Merge<Args>;
@@ -356,9 +358,20 @@ void kernel_main() {
                              : children_with_work(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work, index,
                                                   Args::window, Args::min_chunk_tiles, Args::cyclic_split,
                                                   Args::chunk_cap, Args::dram_banks);
-        const bool fold = index == 0 && !Args::has_sink && children == 0;
+        // (With softmax blocks, only when the piece's last block is a lone chunk.)
+        const bool fold = index == 0 && !Args::has_sink && children == 0 &&
+                          (range.num_chunks - 1) % Args::softmax_chunks == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
+            const uint32_t left = range.num_chunks - c;
+            if (Args::softmax_chunks > 1 && left > 1) {
+                // a softmax block of up to softmax_chunks chunks; a lone last chunk goes the chunk's way
+                const uint32_t block = left < Args::softmax_chunks ? left : Args::softmax_chunks;
+                cur = Softmax::process_block(range, c, block, masks, c == 0 ? nullptr : &running_sets[cur],
+                                             running_sets, c == 0 ? 0 : cur ^ 1);
+                c += block - 1;
+                continue;
+            }
             const uint32_t tiles = range.tiles_in_chunk(c);
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
             const bool finish = fold && c + 1 == range.num_chunks;

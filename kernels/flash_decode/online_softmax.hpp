@@ -228,13 +228,16 @@ struct OnlineSoftmax {
     // Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST one by one and
     // folded into DST tile 0 by an element-wise max (on the rows `row_mode` covers), then one SFPU row
     // reduction of that tile leaves each row's max in column 0 (its other columns are never used).
-    static void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
+    // A softmax block's `tiles` are its chunks' of `stride` tiles each (the last may be short), every
+    // chunk's scores in a slot of max_chunk_tiles tiles; one chunk's lie at 0..tiles.
+    static void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next,
+                              uint32_t stride = max_chunk_tiles) {
         tile_regs_acquire();
         copy_to_dst(cb_scores, 0, 0);
         if (tiles > 1) {
             init_max();
             for (uint32_t j = 1; j < tiles; ++j) {
-                copy_to_dst(cb_scores, j, 1);
+                copy_to_dst(cb_scores, j / stride * max_chunk_tiles + j % stride, 1);
                 RowOps::max(0, 1, 0);
             }
         }
@@ -305,8 +308,9 @@ struct OnlineSoftmax {
     // P = exp(S - m_new): the fp32 logits and m_new broadcast along each row (copied from cb_max_bcast
     // with `bcast_tile`, else broadcast from column 0 of next.max; into the last DST tile) reach DST
     // exactly and are subtracted on the SFPU (masked keys hold -inf and give 0). Frees the scores (and
-    // cb_max_bcast).
-    static void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next, bool bcast_tile) {
+    // cb_max_bcast, unless `keep_bcast`: a softmax block's later chunks read it too).
+    static void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next, bool bcast_tile,
+                            bool keep_bcast = false) {
         constexpr uint32_t block = dst_tiles - 1;
         cb_reserve_back(cb_probs, max_chunk_tiles);
         for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
@@ -330,7 +334,7 @@ struct OnlineSoftmax {
         cb_push_back(cb_probs, max_chunk_tiles);
         cb_wait_front(cb_probs, max_chunk_tiles);
         cb_pop_front(cb_scores, max_chunk_tiles);
-        if (bcast_tile) {
+        if (bcast_tile && !keep_bcast) {
             cb_pop_front(cb_max_bcast, 1);
         }
     }
@@ -369,10 +373,13 @@ struct OnlineSoftmax {
 
     // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
     // by the matmul onto the rescaled old sum in the same DST tile (fresh_chunk: into a fresh tile, then
-    // the rescaled old sum added).
-    static void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
+    // the rescaled old sum added). `unit` (a softmax block's later chunk): l_old as it is (alpha = 1).
+    static void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next,
+                              bool unit = false) {
         tile_regs_acquire();
-        if (old != nullptr && !fresh_chunk) {
+        if (old != nullptr && !fresh_chunk && unit) {
+            copy_to_dst(old->sum, qi, 0);
+        } else if (old != nullptr && !fresh_chunk) {
             rescaled_to_dst(old->sum, qi, 1);
         }
         use_matmul_operands(cb_probs, cb_ones_source);
@@ -407,8 +414,10 @@ struct OnlineSoftmax {
     // `with_sum` (not with finish; sum_fits_output): the last block also takes the row sum's tile, as
     // chunk_row_sum would compute it (l_old * alpha, then P x ones accumulated onto it, key tile by key
     // tile), and packs it to next.sum: the same values in one DST pass fewer.
+    // `unit` (a softmax block's later chunk, old the block's running set so far): O_old and l_old are
+    // taken as they are (alpha = 1: no copy of alpha, no multiply).
     static void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
-                             bool with_sum, uint32_t dv_end = dv_tiles) {
+                             bool with_sum, uint32_t dv_end = dv_tiles, bool unit = false) {
         const uint32_t block = output_block(old != nullptr || finish, fresh_chunk && old != nullptr);
         for (uint32_t v0 = 0; v0 < dv_end; v0 += block) {
             const uint32_t n = dv_end - v0 < block ? dv_end - v0 : block;
@@ -416,16 +425,20 @@ struct OnlineSoftmax {
             tile_regs_acquire();
             if (old != nullptr && !fresh_chunk) {
                 const uint32_t rescaled = n + (sum_here ? 1 : 0);
-                copy_to_dst(cb_alpha, 0, rescaled);
+                if (!unit) {
+                    copy_to_dst(cb_alpha, 0, rescaled);
+                }
                 for (uint32_t i = 0; i < n; ++i) {
                     copy_to_dst(old->acc, qi * dv_tiles + v0 + i, i);
                 }
                 if (sum_here) {
                     copy_to_dst(old->sum, qi, n);
                 }
-                init_mul();
-                for (uint32_t i = 0; i < rescaled; ++i) {
-                    RowOps::mul(i, rescaled, i);
+                if (!unit) {
+                    init_mul();
+                    for (uint32_t i = 0; i < rescaled; ++i) {
+                        RowOps::mul(i, rescaled, i);
+                    }
                 }
             }
             if (sum_here && mla) {
@@ -627,6 +640,68 @@ struct OnlineSoftmax {
         if constexpr (has_attn_mask) {
             cb_pop_front(cb_attn_mask, mask_slot_tiles);
         }
+    }
+    // ---- softmax blocks (Args::softmax_chunks > 1) ----
+    // A block of `chunks` chunks of the piece (from chunk `first` of `range`) shares one online-softmax
+    // update: the scores of all its chunks first (each K slot freed once its scores are out, while the
+    // reader queues the block's V slots: cb_v holds a block's), then one max over the block, one alpha and
+    // one rescale of the running set `old` (none: the piece's first block), then P . V and the row sum
+    // chunk by chunk onto the running set with alpha = 1. The values differ from one chunk at a time only
+    // by where exp(S - m) takes its max (a block's, not each chunk's).
+    static constexpr uint32_t softmax_chunks = Args::softmax_chunks;
+    static_assert(softmax_chunks == 1 || (q_tiles == 1 && !mla && !has_attn_mask && !fresh_chunk),
+                  "a softmax block: one q tile row, V in its own slot, no attn_mask, an fp32 DST");
+
+    // The running max of `prev` copied into `next` (a block's later chunk keeps the block's max).
+    static void copy_max(const Running& prev, const Running& next) {
+        tile_regs_acquire();
+        copy_to_dst(prev.max, 0, 0);
+        pack_block(next.max, 0, 1);
+        cb_push_back(next.max, 1);
+        cb_wait_front(next.max, 1);
+    }
+
+    // The block; its chunk k writes sets[next ^ (k & 1)]. Returns the index of the set that holds the state.
+    static uint32_t process_block(const PieceRange& range, uint32_t first, uint32_t chunks, const PieceMasks& masks,
+                                  const Running* old, const Running* sets, uint32_t next) {
+        for (uint32_t k = 0; k < chunks; ++k) {
+            cb_wait_front(cb_k, k_slot_tiles);
+            chunk_scores(0, range.tiles_in_chunk(first + k), masks, (first + k) * range.chunk_tiles);
+            cb_pop_front(cb_k, k_slot_tiles);
+        }
+        cb_wait_front(cb_scores, chunks * max_chunk_tiles);
+        const uint32_t tiles = (chunks - 1) * range.chunk_tiles + range.tiles_in_chunk(first + chunks - 1);
+        Merge::reserve_running(sets[next]);
+        chunk_row_max(0, tiles, old, sets[next], range.chunk_tiles);
+        // m_new broadcast into cb_max_bcast once, for every chunk's probabilities
+        chunk_alpha(0, old, sets[next], false, true);
+        const Running* prev = old;
+        for (uint32_t k = 0; k < chunks; ++k, next ^= 1) {
+            const Running& out = sets[next];
+            const uint32_t t = range.tiles_in_chunk(first + k);
+            if (k > 0) {
+                Merge::reserve_running(out);
+                copy_max(*prev, out);
+            }
+            chunk_probs(0, t, out, true, k + 1 < chunks);
+            const bool sum_in_output = sum_fits_output(prev != nullptr);
+            cb_wait_front(cb_v, v_slot_tiles);
+            if (!sum_in_output) {
+                chunk_row_sum(0, t, prev, out, k > 0);
+            }
+            chunk_output(0, t, prev, out, false, sum_in_output, dv_tiles, k > 0);
+            cb_pop_front(cb_probs, max_chunk_tiles);
+            if (k == 0 && old != nullptr) {
+                cb_pop_front(cb_alpha, 2);
+            }
+            if (prev != nullptr) {
+                Merge::pop_running(*prev);
+            }
+            cb_pop_front(cb_v, v_slot_tiles);
+            Merge::wait_running(out);
+            prev = &out;
+        }
+        return next ^ 1;
     }
 };
 
