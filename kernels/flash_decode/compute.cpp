@@ -367,8 +367,11 @@ void kernel_main() {
             if (Args::softmax_chunks > 1 && left > 1) {
                 // a softmax block of up to softmax_chunks chunks; a lone last chunk goes the chunk's way
                 const uint32_t block = left < Args::softmax_chunks ? left : Args::softmax_chunks;
-                cur = Softmax::process_block(range, c, block, masks, c == 0 ? nullptr : &running_sets[cur],
-                                             running_sets, c == 0 ? 0 : cur ^ 1);
+                const uint32_t next = c == 0 ? 0 : cur ^ 1;
+                Softmax::process_block(range, c, block, masks, c == 0 ? nullptr : &running_sets[cur],
+                                       running_sets[next]);
+                cur = next;
+                Merge::wait_running(running_sets[cur]);
                 c += block - 1;
                 continue;
             }
@@ -381,6 +384,9 @@ void kernel_main() {
             if (!finish) {
                 Merge::wait_running(running_sets[cur]);
             }
+        }
+        if constexpr (Args::softmax_chunks > 1) {
+            Softmax::pop_block_padding(range.num_chunks);
         }
         if (masks.any()) {
             cb_pop_front(cb_mask, mask_pages);

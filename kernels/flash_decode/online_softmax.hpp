@@ -97,7 +97,18 @@ struct OnlineSoftmax {
     static constexpr uint32_t v_row_stride = mla ? d_tiles : dv_tiles + 1;
     // The row sum's in1 (a tile of ones): the ones tile of key tile row j of the V slot, or with MLA cb_ones.
     static constexpr uint32_t cb_ones_source = mla ? cb_ones : cb_v;
-    static constexpr uint32_t ones_at(uint32_t j) { return mla ? 0 : j * v_row_stride + dv_tiles; }
+    // Where key tile j of a chunk, or of a softmax block of chunks of `stride` tiles, lies: its scores and
+    // probabilities (a slot of max_chunk_tiles per chunk), its key tile row of the V slots (a slot per chunk,
+    // side by side), its ones tile. One chunk's (j < max_chunk_tiles = stride): j, j * v_row_stride.
+    static constexpr uint32_t probs_at(uint32_t j, uint32_t stride) {
+        return j / stride * max_chunk_tiles + j % stride;
+    }
+    static constexpr uint32_t v_row_at(uint32_t j, uint32_t stride) {
+        return j / stride * v_slot_tiles + j % stride * v_row_stride;
+    }
+    static constexpr uint32_t ones_at(uint32_t j, uint32_t stride = max_chunk_tiles) {
+        return mla ? 0 : v_row_at(j, stride) + dv_tiles;
+    }
     static_assert(!mla || dv_tiles <= d_tiles, "MLA reads V out of the first dv_tiles tiles of each K row");
     static constexpr uint32_t acc_tiles = q_tiles * dv_tiles;
     static constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;  // cb_attn_mask: [q tile row][key tile]
@@ -237,7 +248,7 @@ struct OnlineSoftmax {
         if (tiles > 1) {
             init_max();
             for (uint32_t j = 1; j < tiles; ++j) {
-                copy_to_dst(cb_scores, j / stride * max_chunk_tiles + j % stride, 1);
+                copy_to_dst(cb_scores, probs_at(j, stride), 1);
                 RowOps::max(0, 1, 0);
             }
         }
@@ -373,19 +384,17 @@ struct OnlineSoftmax {
 
     // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
     // by the matmul onto the rescaled old sum in the same DST tile (fresh_chunk: into a fresh tile, then
-    // the rescaled old sum added). `unit` (a softmax block's later chunk): l_old as it is (alpha = 1).
+    // the rescaled old sum added). A softmax block's key tiles lie as probs_at / v_row_at say (`stride`).
     static void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next,
-                              bool unit = false) {
+                              uint32_t stride = max_chunk_tiles) {
         tile_regs_acquire();
-        if (old != nullptr && !fresh_chunk && unit) {
-            copy_to_dst(old->sum, qi, 0);
-        } else if (old != nullptr && !fresh_chunk) {
+        if (old != nullptr && !fresh_chunk) {
             rescaled_to_dst(old->sum, qi, 1);
         }
         use_matmul_operands(cb_probs, cb_ones_source);
         matmul_tiles_for(cb_probs, cb_ones_source, 0);
         for (uint32_t j = 0; j < tiles; ++j) {
-            matmul_tiles(cb_probs, cb_ones_source, j, ones_at(j), 0);
+            matmul_tiles(cb_probs, cb_ones_source, probs_at(j, stride), ones_at(j, stride), 0);
         }
         if (old != nullptr && fresh_chunk) {
             add_rescaled(old->sum, qi, 1);
@@ -414,10 +423,9 @@ struct OnlineSoftmax {
     // `with_sum` (not with finish; sum_fits_output): the last block also takes the row sum's tile, as
     // chunk_row_sum would compute it (l_old * alpha, then P x ones accumulated onto it, key tile by key
     // tile), and packs it to next.sum: the same values in one DST pass fewer.
-    // `unit` (a softmax block's later chunk, old the block's running set so far): O_old and l_old are
-    // taken as they are (alpha = 1: no copy of alpha, no multiply).
+    // A softmax block's key tiles lie as probs_at / v_row_at say (`stride`).
     static void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
-                             bool with_sum, uint32_t dv_end = dv_tiles, bool unit = false) {
+                             bool with_sum, uint32_t dv_end = dv_tiles, uint32_t stride = max_chunk_tiles) {
         const uint32_t block = output_block(old != nullptr || finish, fresh_chunk && old != nullptr);
         for (uint32_t v0 = 0; v0 < dv_end; v0 += block) {
             const uint32_t n = dv_end - v0 < block ? dv_end - v0 : block;
@@ -425,20 +433,16 @@ struct OnlineSoftmax {
             tile_regs_acquire();
             if (old != nullptr && !fresh_chunk) {
                 const uint32_t rescaled = n + (sum_here ? 1 : 0);
-                if (!unit) {
-                    copy_to_dst(cb_alpha, 0, rescaled);
-                }
+                copy_to_dst(cb_alpha, 0, rescaled);
                 for (uint32_t i = 0; i < n; ++i) {
                     copy_to_dst(old->acc, qi * dv_tiles + v0 + i, i);
                 }
                 if (sum_here) {
                     copy_to_dst(old->sum, qi, n);
                 }
-                if (!unit) {
-                    init_mul();
-                    for (uint32_t i = 0; i < rescaled; ++i) {
-                        RowOps::mul(i, rescaled, i);
-                    }
+                init_mul();
+                for (uint32_t i = 0; i < rescaled; ++i) {
+                    RowOps::mul(i, rescaled, i);
                 }
             }
             if (sum_here && mla) {
@@ -458,7 +462,7 @@ struct OnlineSoftmax {
             use_matmul_operands(cb_probs, cb_v_source);
             matmul_block_for(cb_probs, cb_v_source, 0 /* no transpose */, ct, tiles /* kt */);
             for (uint32_t j = 0; j < tiles; ++j) {
-                matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, ct, 1, tiles);
+                matmul_block(cb_probs, cb_v_source, probs_at(j, stride), v_row_at(j, stride) + v0, 0, 0, ct, 1, tiles);
             }
             if (old != nullptr && fresh_chunk) {
                 add_rescaled(old->acc, qi * dv_tiles + v0, n, old->sum, qi, sum_here);
@@ -642,66 +646,55 @@ struct OnlineSoftmax {
         }
     }
     // ---- softmax blocks (Args::softmax_chunks > 1) ----
-    // A block of `chunks` chunks of the piece (from chunk `first` of `range`) shares one online-softmax
-    // update: the scores of all its chunks first (each K slot freed once its scores are out, while the
-    // reader queues the block's V slots: cb_v holds a block's), then one max over the block, one alpha and
-    // one rescale of the running set `old` (none: the piece's first block), then P . V and the row sum
-    // chunk by chunk onto the running set with alpha = 1. The values differ from one chunk at a time only
-    // by where exp(S - m) takes its max (a block's, not each chunk's).
+    // A block of `chunks` chunks of the piece (from chunk `first` of `range`) is one online-softmax update:
+    // the scores of each chunk in turn (its K slot freed once they are out, while the reader queues the
+    // block's V slots: cb_v holds a block's, side by side), one max over the block, one alpha, the
+    // probabilities chunk by chunk (a slot each), then P . V and the row sum over all the block's key
+    // tiles in one pass onto the rescaled running set `old` (none: the piece's first block), writing `next`.
+    // The values differ from one chunk at a time only in the max exp(S - m) takes (the block's).
     static constexpr uint32_t softmax_chunks = Args::softmax_chunks;
     static_assert(softmax_chunks == 1 || (q_tiles == 1 && !mla && !has_attn_mask && !fresh_chunk),
                   "a softmax block: one q tile row, V in its own slot, no attn_mask, an fp32 DST");
 
-    // The running max of `prev` copied into `next` (a block's later chunk keeps the block's max).
-    static void copy_max(const Running& prev, const Running& next) {
-        tile_regs_acquire();
-        copy_to_dst(prev.max, 0, 0);
-        pack_block(next.max, 0, 1);
-        cb_push_back(next.max, 1);
-        cb_wait_front(next.max, 1);
-    }
-
-    // The block; its chunk k writes sets[next ^ (k & 1)]. Returns the index of the set that holds the state.
-    static uint32_t process_block(const PieceRange& range, uint32_t first, uint32_t chunks, const PieceMasks& masks,
-                                  const Running* old, const Running* sets, uint32_t next) {
+    static void process_block(const PieceRange& range, uint32_t first, uint32_t chunks, const PieceMasks& masks,
+                              const Running* old, const Running& next) {
         for (uint32_t k = 0; k < chunks; ++k) {
             cb_wait_front(cb_k, k_slot_tiles);
             chunk_scores(0, range.tiles_in_chunk(first + k), masks, (first + k) * range.chunk_tiles);
             cb_pop_front(cb_k, k_slot_tiles);
         }
         cb_wait_front(cb_scores, chunks * max_chunk_tiles);
-        const uint32_t tiles = (chunks - 1) * range.chunk_tiles + range.tiles_in_chunk(first + chunks - 1);
-        Merge::reserve_running(sets[next]);
-        chunk_row_max(0, tiles, old, sets[next], range.chunk_tiles);
-        // m_new broadcast into cb_max_bcast once, for every chunk's probabilities
-        chunk_alpha(0, old, sets[next], false, true);
-        const Running* prev = old;
-        for (uint32_t k = 0; k < chunks; ++k, next ^= 1) {
-            const Running& out = sets[next];
-            const uint32_t t = range.tiles_in_chunk(first + k);
-            if (k > 0) {
-                Merge::reserve_running(out);
-                copy_max(*prev, out);
-            }
-            chunk_probs(0, t, out, true, k + 1 < chunks);
-            const bool sum_in_output = sum_fits_output(prev != nullptr);
-            cb_wait_front(cb_v, v_slot_tiles);
-            if (!sum_in_output) {
-                chunk_row_sum(0, t, prev, out, k > 0);
-            }
-            chunk_output(0, t, prev, out, false, sum_in_output, dv_tiles, k > 0);
-            cb_pop_front(cb_probs, max_chunk_tiles);
-            if (k == 0 && old != nullptr) {
-                cb_pop_front(cb_alpha, 2);
-            }
-            if (prev != nullptr) {
-                Merge::pop_running(*prev);
-            }
-            cb_pop_front(cb_v, v_slot_tiles);
-            Merge::wait_running(out);
-            prev = &out;
+        const uint32_t stride = range.chunk_tiles;  // every chunk but the block's last is whole
+        const uint32_t tiles = (chunks - 1) * stride + range.tiles_in_chunk(first + chunks - 1);
+        Merge::reserve_running(next);
+        chunk_row_max(0, tiles, old, next, stride);
+        chunk_alpha(0, old, next, false, true);  // with m_new broadcast once for every chunk's probabilities
+        for (uint32_t k = 0; k < chunks; ++k) {
+            chunk_probs(0, range.tiles_in_chunk(first + k), next, true, k + 1 < chunks);
         }
-        return next ^ 1;
+        cb_wait_front(cb_probs, chunks * max_chunk_tiles);
+        const bool sum_in_output = sum_fits_output(old != nullptr);
+        cb_wait_front(cb_v, chunks * v_slot_tiles);
+        if (!sum_in_output) {
+            chunk_row_sum(0, tiles, old, next, stride);
+        }
+        chunk_output(0, tiles, old, next, false, sum_in_output, dv_tiles, stride);
+        cb_pop_front(cb_probs, chunks * max_chunk_tiles);
+        if (old != nullptr) {
+            cb_pop_front(cb_alpha, 2);
+            Merge::pop_running(*old);
+        }
+        cb_pop_front(cb_v, chunks * v_slot_tiles);
+    }
+
+    // After a piece's chunks: the V slots the reader pushed unread to fill its last block (reader.cpp), so
+    // that every block's slots start at the start of cb_v.
+    static void pop_block_padding(uint32_t num_chunks) {
+        const uint32_t pad = (softmax_chunks - num_chunks % softmax_chunks) % softmax_chunks;
+        if (pad > 0) {
+            cb_wait_front(cb_v, pad * v_slot_tiles);
+            cb_pop_front(cb_v, pad * v_slot_tiles);
+        }
     }
 };
 

@@ -694,6 +694,14 @@ void kernel_main() {
                 cb_push_back(cb_v, v_slot_tiles);
             }
         }
+        // Softmax blocks: the piece's V slots padded to whole blocks (pushed unread; the compute kernel pops
+        // them), so that every block's slots lie side by side from the start of cb_v.
+        if constexpr (!mla && softmax_chunks > 1) {
+            for (uint32_t c = range.num_chunks % softmax_chunks; c != 0 && c < softmax_chunks; ++c) {
+                cb_reserve_back(cb_v, v_slot_tiles);
+                cb_push_back(cb_v, v_slot_tiles);
+            }
+        }
         if (q_pending) {  // a range with no chunk (none today): Q still reaches the compute kernel
             noc_async_read_barrier();
             push_q();

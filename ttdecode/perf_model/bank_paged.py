@@ -263,7 +263,7 @@ def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> di
         blocks = -(-chunks // max(1, pc.softmax_chunks))
         _add_ops(ops, _scaled(chunk_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.q_tile_rows, False, im), blocks - 1))
         if chunks > blocks:
-            _add_ops(ops, _scaled(block_chunk_ops(pc.q_tiles, d, pc.q_tile_rows, im), chunks - blocks))
+            _add_ops(ops, _scaled(block_chunk_ops(pc.q_tiles, pc.q_tile_rows), chunks - blocks))
     return ops
 
 

@@ -149,20 +149,17 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
                         "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)
 
 
-def block_chunk_ops(q_tiles: int, dv_tiles: int, q_tile_rows: int = 32, im_bytes: int = 4) -> dict[str, list[OpTally]]:
+def block_chunk_ops(q_tiles: int, q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
     """The fixed compute ops of a chunk after the first of a softmax block (DecodePlan.softmax_chunks;
-    kernels/flash_decode/online_softmax.hpp process_block), beyond its key tiles' chunk_tile_ops, per q tile
-    row, in place of chunk_ops: the block's max copied into the new running set, and O and l copied in and
-    packed out with alpha = 1 (no row max, no alpha, no multiply): copies and packs 2 + Dv, configuration
-    calls 4 + Dv. Read off real runs of bank-local pieces of 8 chunks in blocks of 2 and 4 (the difference,
-    per chunk moved into a block) at Dv 2, 4 and 8 tiles, exactly; pinned in tests/test_bank_paged.py."""
-    moved = q_tiles * (2 + dv_tiles)
-    f32 = _q_row_bytes(im_bytes, q_tile_rows)
-    copied = _q_row_bytes(im_bytes, copy_l1_rows(q_tile_rows, im_bytes))
-    inits = 4 + dv_tiles
-    return q_row_tiles({"init": [OpTally(inits, inits)],
-                        "copy": [OpTally(moved, moved, l1_bytes=moved * copied, unpacks=moved)],
-                        "pack": [OpTally(moved, moved, l1_bytes=moved * f32)]}, q_tile_rows)
+    kernels/flash_decode/online_softmax.hpp process_block), beyond its key tiles' chunk_tile_ops, in place of
+    chunk_ops: the block's max, alpha, rescale and running-set copies and packs are the block's first chunk's,
+    so what is left are the configuration calls of the chunk's own scores and probabilities passes (the
+    next chunk's Q . K^T after this one's scale), about 10 per q tile row. Read off real runs of bank-local
+    pieces of 8 chunks in blocks of 2 and 4 (the difference per chunk moved into a block): copies, packs,
+    binary ops and exps exactly none at Dv 2, 4 and 8 tiles; configuration calls 10 at Dv 2 and 4 (none at
+    8); pinned in tests/test_bank_paged.py."""
+    inits = 10 * q_tiles
+    return q_row_tiles({"init": [OpTally(inits, inits)]}, q_tile_rows)
 
 
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,

@@ -56,8 +56,9 @@ def flash_decode_cbs(
     (common.hpp BankView, VIEW_WORDS int32 each), one copy for the compute kernel and one for the writer.
     `merge_slot` (the bounded merge, plan/merge_slot.py): partial_in and partial_out hold one q tile row of a
     partial (dv_tiles + 2 tiles) whatever the children, instead of `recv_areas` whole partials and one.
-    `softmax_chunks` > 1 (a softmax block of that many chunks): the scores of a block's chunks, a slot each,
-    and as many V slots (the block's V queues while its K chunks are scored).
+    `softmax_chunks` > 1 (a softmax block of that many chunks): the scores and probabilities of a block's
+    chunks, a slot each, and as many V slots (the block's V queues while its K chunks are scored; P . V
+    reads them side by side).
     `window` (each token's sliding window in keys, 0 = none) and `tokens` (T) size the writer's
     mask pages (masked_tiles_bound per q tile row).
     `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
@@ -100,7 +101,7 @@ def flash_decode_cbs(
         (6, "max_bcast", im, im_page, 1),  # a q tile row's new max in every column, for the probabilities
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
         (8, "scores", im, im_page, softmax_chunks * max_chunk_tiles),  # also the merge's scratch
-        (9, "probs", im, im_page, max_chunk_tiles),
+        (9, "probs", im, im_page, softmax_chunks * max_chunk_tiles),
         # running max / sum / output in two sets used in turn (each read whole, then written whole)
         (10, "max_a", im, im_page, q_tiles),
         (11, "max_b", im, im_page, q_tiles),
