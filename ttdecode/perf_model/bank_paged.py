@@ -41,7 +41,8 @@ from ttdecode.core.program_description import CoreCoord
 from ttdecode.core.split import TILE, bank_local_banks, dynamic_chunk_tiles, tree_children, valid_tiles
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
-from ttdecode.perf_model.op_counts import block_chunk_ops, chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
+from ttdecode.perf_model.op_counts import (block_chunk_ops, chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops,
+                                            softmax_exp)
 
 __all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
            "piece_ownership", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",

@@ -12,8 +12,12 @@ from ttdecode.ops.flash_decode.plan.types import PlanError, Split
 
 __all__ = ["SOFTMAX_CHUNKS_MAX", "choose_softmax_chunks", "softmax_block_refusal"]
 
-#: The most chunks the planner puts in one softmax block (a piece of the Llama-70B T3K point reads 4).
-SOFTMAX_CHUNKS_MAX = 4
+#: The most chunks the planner puts in one softmax block (a piece of the Llama-70B T3K point reads 4 at an
+#: even split, up to 6 with a random page table).
+SOFTMAX_CHUNKS_MAX = 8
+#: A bank-local piece may read more than the even split's tiles (a random page table loads some banks more):
+#: the planner's block covers this many times the even split's chunks.
+PIECE_HEADROOM = 2
 
 
 def softmax_block_refusal(*, bank_local: bool, fp32_dest_acc_en: bool, q_tiles: int, mla: bool,
@@ -38,7 +42,8 @@ def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Spli
     """Chunks per softmax block. `asked` (make_plan's softmax_chunks) is used as given: refused with
     `refusal` (softmax_block_refusal) above 1, or when `fits(asked)` (the plan's buffers with it fit L1) is
     False. None = the planner's: 1 where `refusal` says so, else as many chunks as the largest piece reads
-    (a piece's tiles at the even split over split.pieces, in chunks of split.max_chunk_tiles), at most
+    (PIECE_HEADROOM times a piece's tiles at the even split over split.pieces, in chunks of
+    split.max_chunk_tiles), at most
     SOFTMAX_CHUNKS_MAX, and the most of those that fit; 1 when a piece reads one chunk (nothing to share)."""
     if asked is not None:
         if asked < 1:
@@ -50,7 +55,7 @@ def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Spli
         return asked
     if refusal is not None:
         return 1
-    piece_tiles = -(-split.seq_tiles // split.pieces)
+    piece_tiles = PIECE_HEADROOM * -(-split.seq_tiles // split.pieces)
     chunks = min(SOFTMAX_CHUNKS_MAX, -(-piece_tiles // max(1, split.max_chunk_tiles)))
     for b in range(chunks, 1, -1):
         if fits(b):
