@@ -8,8 +8,9 @@
 // of the K slot) and a pre-scaled Q are named compile-time args.
 //
 // Contract: the reader pushes each piece's Q and, chunk by chunk, K then V (ones tiles at the end of each
-// V key-tile row, except with MLA); the writer pushes the constant and mask tiles and the children's
-// partials, all in the plan's order. The CBs, their tile shapes and the compile-time args are those of
+// V key-tile row, except with MLA); with softmax blocks (plan.softmax_chunks > 1) it pads each piece's V
+// slots to whole blocks. The writer pushes the constant and mask tiles and the children's partials, all in
+// the plan's order. The CBs, their tile shapes and the compile-time args are those of
 // ttdecode/ops/flash_decode/program_factory.py; the fp32 CBs read only by copy / broadcast must be UnpackToDestFp32
 // (UNPACK_TO_DEST_CBS). Chunk ranges are recomputed from cur_pos with kernels/flash_decode/common.hpp.
 // Every statistic, rescale and merge is fp32 on the SFPU; the output is rounded once, to bf16. Why, and
