@@ -387,7 +387,7 @@ void kernel_main() {
             }
         }
         if constexpr (Args::softmax_chunks > 1) {
-            Softmax::pop_block_padding(range.num_chunks);
+            Softmax::pad_to_whole_blocks(range.num_chunks);
         }
         if (masks.any()) {
             cb_pop_front(cb_mask, mask_pages);

@@ -687,13 +687,21 @@ struct OnlineSoftmax {
         cb_pop_front(cb_v, chunks * v_slot_tiles);
     }
 
-    // After a piece's chunks: the V slots the reader pushed unread to fill its last block (reader.cpp), so
-    // that every block's slots start at the start of cb_v.
-    static void pop_block_padding(uint32_t num_chunks) {
+    // After a piece's chunks, to whole blocks: the V slots the reader pushed unread (reader.cpp) are popped,
+    // and as many slots of scores and probabilities (this kernel's own) pushed and popped unwritten, so that
+    // every block's slots start at the start of cb_v, cb_scores and cb_probs (side by side, never wrapped).
+    static void pad_to_whole_blocks(uint32_t num_chunks) {
         const uint32_t pad = (softmax_chunks - num_chunks % softmax_chunks) % softmax_chunks;
-        if (pad > 0) {
-            cb_wait_front(cb_v, pad * v_slot_tiles);
-            cb_pop_front(cb_v, pad * v_slot_tiles);
+        if (pad == 0) {
+            return;
+        }
+        cb_wait_front(cb_v, pad * v_slot_tiles);
+        cb_pop_front(cb_v, pad * v_slot_tiles);
+        for (const uint32_t cb : {cb_scores, cb_probs}) {
+            cb_reserve_back(cb, pad * max_chunk_tiles);
+            cb_push_back(cb, pad * max_chunk_tiles);
+            cb_wait_front(cb, pad * max_chunk_tiles);
+            cb_pop_front(cb, pad * max_chunk_tiles);
         }
     }
 };
