@@ -58,17 +58,20 @@ def _inputs(b: int, s: int, block: int, seed: int):
     return q, k, v, shuffled_table(b, max_blocks, num_blocks, seed=seed)
 
 
-@pytest.mark.parametrize("softmax_chunks", [2, 3, 4])
-def test_blocks_equal_the_reference(softmax_chunks: int) -> None:
+@pytest.mark.parametrize("softmax_chunks, grid", [(2, (8, 8)), (3, (8, 8)), (4, (8, 8)), (3, (4, 3))])
+def test_blocks_equal_the_reference(softmax_chunks: int, grid: tuple[int, int]) -> None:
     """Pieces of 1 to 8 chunks of 8 tiles (blocks, a short last block, a lone last chunk), a random page table,
-    a -1 user and positions at block and chunk boundaries."""
+    a -1 user and positions at block and chunk boundaries; on 12 cores (4 pieces per user) a core runs two pieces one
+    after the other (each piece's slots padded to whole blocks)."""
     b, s, block = 6, 4096, 64
     pos = [-1, 4095, 447, 1000, 255, 2048]
     q, k, v, table = _inputs(b, s, block, seed=softmax_chunks)
     plan, out, lse, _ = run(dict(batch=b, num_q_heads=8, num_kv_heads=1, seq_len=s, head_dim=64, kv_dtype=BFP8,
-                                 chunk_cap=8, max_cores_per_head_batch=2, softmax_chunks=softmax_chunks),
+                                 chunk_cap=8, max_cores_per_head_batch=2 if grid == (8, 8) else 4,
+                                 softmax_chunks=softmax_chunks, grid=grid),
                             q, k, v, pos, table, block)
     assert plan.softmax_chunks == softmax_chunks and plan.max_chunk_tiles == 8
+    assert max(len(p) for p in plan.core_pieces.values()) == (1 if grid == (8, 8) else 2)
     assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"softmax blocks of {softmax_chunks}")
 
 
