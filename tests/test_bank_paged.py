@@ -205,3 +205,31 @@ def test_closed_form_compute_is_near_a_real_run_of_the_kernels():
     closed = max(sum(sum_ops(w.compute, fid, COST).values()) for w in ours)
     assert plan.pieces_per_work == 12
     assert closed == pytest.approx(real, rel=0.15)
+
+
+@pytest.mark.parametrize("softmax_chunks", [1, 4])
+def test_closed_form_compute_of_softmax_blocks_is_near_a_real_run_of_the_kernels(softmax_chunks):
+    """A bank-local plan of one piece of 8 chunks of 16 tiles (one KV head, the Llama-70B T3K group; one piece:
+    the counters' tree matching takes the plan's ranges, which a bank-local plan with a tree has not), one
+    online-softmax update per chunk or per block of 4 (DecodePlan.softmax_chunks): the closed form's compute
+    (chunk_ops per block, block_chunk_ops per chunk after a block's first) is within 15% of the counters'."""
+    seq, block = 4096, 32
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=seq, head_dim=128, kv_dtype=DataType.bfloat8_b,
+                     cur_pos=[seq - 1], key_row_pieces=1, kv_pages="key_row", block_size=block,
+                     num_blocks=seq // block, chunk_cap=16, softmax_chunks=softmax_chunks)
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 8, 128, generator=g))
+    k = from_torch(torch.randn(seq // block, 1, block, 128, generator=g), DataType.bfloat8_b)
+    table = sequential_page_table(1, seq // block)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=k, cur_pos_source=None, page_table=torch.tensor(table),
+                                    scale=1 / math.sqrt(128), exp_approx=False,
+                                    compute=ComputeSettings(math_fidelity=MathFidelity("HiFi2"), fp32_dest_acc_en=True))
+    works, _, fid = work_from_counters(plan, result.counters)
+    real = max(sum(sum_ops(w.compute, fid, COST).values()) for w in works)
+    pc = PieceCompute(q_tiles=plan.q_tiles, head_rows=8, q_tile_rows=plan.q_tile_rows, dst_tiles=plan.dst_tiles,
+                      prescale_q=plan.prescale_q, chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles,
+                      fidelity=fid, softmax_chunks=plan.softmax_chunks)
+    ours, _, _ = paged_work(PagedShape(1, 8, 1, 128, block, (seq - 1,)), pc, table, pieces=1)
+    closed = max(sum(sum_ops(w.compute, fid, COST).values()) for w in ours)
+    assert (plan.pieces_per_work, plan.max_chunk_tiles, plan.softmax_chunks) == (1, 16, softmax_chunks)
+    assert closed == pytest.approx(real, rel=0.15)

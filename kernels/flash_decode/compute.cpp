@@ -8,8 +8,9 @@
 // of the K slot) and a pre-scaled Q are named compile-time args.
 //
 // Contract: the reader pushes each piece's Q and, chunk by chunk, K then V (ones tiles at the end of each
-// V key-tile row, except with MLA); the writer pushes the constant and mask tiles and the children's
-// partials, all in the plan's order. The CBs, their tile shapes and the compile-time args are those of
+// V key-tile row, except with MLA); with softmax blocks (plan.softmax_chunks > 1) it pads each piece's V
+// slots to whole blocks. The writer pushes the constant and mask tiles and the children's partials, all in
+// the plan's order. The CBs, their tile shapes and the compile-time args are those of
 // ttdecode/ops/flash_decode/program_factory.py; the fp32 CBs read only by copy / broadcast must be UnpackToDestFp32
 // (UNPACK_TO_DEST_CBS). Chunk ranges are recomputed from cur_pos with kernels/flash_decode/common.hpp.
 // Every statistic, rescale and merge is fp32 on the SFPU; the output is rounded once, to bf16. Why, and
@@ -121,6 +122,8 @@ struct Args {
     // dv tiles, then m, then l (writer.cpp), in one slot of cb_partial_in and one of cb_partial_out.
     static constexpr bool merge_slot = get_named_compile_time_arg_val("merge_slot") == 1;
     static constexpr uint32_t message_tiles = dv_tiles + 2;
+    // chunks per softmax block (plan.softmax_chunks): one max, alpha and rescale per block (online_softmax.hpp)
+    static constexpr uint32_t softmax_chunks = get_named_compile_time_arg_val("softmax_chunks");
 };
 using Softmax = OnlineSoftmax<Args>;
 using Merge = lse_merge::Merge<Args>;
@@ -356,9 +359,23 @@ void kernel_main() {
                              : children_with_work(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work, index,
                                                   Args::window, Args::min_chunk_tiles, Args::cyclic_split,
                                                   Args::chunk_cap, Args::dram_banks);
-        const bool fold = index == 0 && !Args::has_sink && children == 0;
+        // (With softmax blocks, only when the piece's last block is a lone chunk.)
+        const bool fold = index == 0 && !Args::has_sink && children == 0 &&
+                          (range.num_chunks - 1) % Args::softmax_chunks == 0;
         uint32_t cur = 0;  // the running set that holds the state
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
+            const uint32_t left = range.num_chunks - c;
+            if (Args::softmax_chunks > 1 && left > 1) {
+                // a softmax block of up to softmax_chunks chunks; a lone last chunk goes the chunk's way
+                const uint32_t block = left < Args::softmax_chunks ? left : Args::softmax_chunks;
+                const uint32_t next = c == 0 ? 0 : cur ^ 1;
+                Softmax::process_block(range, c, block, masks, c == 0 ? nullptr : &running_sets[cur],
+                                       running_sets[next]);
+                cur = next;
+                Merge::wait_running(running_sets[cur]);
+                c += block - 1;
+                continue;
+            }
             const uint32_t tiles = range.tiles_in_chunk(c);
             const uint32_t next = c == 0 ? 0 : cur ^ 1;
             const bool finish = fold && c + 1 == range.num_chunks;
@@ -368,6 +385,9 @@ void kernel_main() {
             if (!finish) {
                 Merge::wait_running(running_sets[cur]);
             }
+        }
+        if constexpr (Args::softmax_chunks > 1) {
+            Softmax::pad_to_whole_blocks(range.num_chunks);
         }
         if (masks.any()) {
             cb_pop_front(cb_mask, mask_pages);

@@ -97,7 +97,18 @@ struct OnlineSoftmax {
     static constexpr uint32_t v_row_stride = mla ? d_tiles : dv_tiles + 1;
     // The row sum's in1 (a tile of ones): the ones tile of key tile row j of the V slot, or with MLA cb_ones.
     static constexpr uint32_t cb_ones_source = mla ? cb_ones : cb_v;
-    static constexpr uint32_t ones_at(uint32_t j) { return mla ? 0 : j * v_row_stride + dv_tiles; }
+    // Where key tile j of a chunk, or of a softmax block of chunks of `stride` tiles, lies: its scores and
+    // probabilities (a slot of max_chunk_tiles per chunk), its key tile row of the V slots (a slot per chunk,
+    // side by side), its ones tile. One chunk's (j < max_chunk_tiles = stride): j, j * v_row_stride.
+    static constexpr uint32_t probs_at(uint32_t j, uint32_t stride) {
+        return j / stride * max_chunk_tiles + j % stride;
+    }
+    static constexpr uint32_t v_row_at(uint32_t j, uint32_t stride) {
+        return j / stride * v_slot_tiles + j % stride * v_row_stride;
+    }
+    static constexpr uint32_t ones_at(uint32_t j, uint32_t stride = max_chunk_tiles) {
+        return mla ? 0 : v_row_at(j, stride) + dv_tiles;
+    }
     static_assert(!mla || dv_tiles <= d_tiles, "MLA reads V out of the first dv_tiles tiles of each K row");
     static constexpr uint32_t acc_tiles = q_tiles * dv_tiles;
     static constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;  // cb_attn_mask: [q tile row][key tile]
@@ -228,13 +239,16 @@ struct OnlineSoftmax {
     // Row qi of the new max: max(m_old, rowmax(S)), exact: the logits are copied into DST one by one and
     // folded into DST tile 0 by an element-wise max (on the rows `row_mode` covers), then one SFPU row
     // reduction of that tile leaves each row's max in column 0 (its other columns are never used).
-    static void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
+    // A softmax block's `tiles` are its chunks' of `stride` tiles each (the last may be short), every
+    // chunk's scores in a slot of max_chunk_tiles tiles; one chunk's lie at 0..tiles.
+    static void chunk_row_max(uint32_t qi, uint32_t tiles, const Running* old, const Running& next,
+                              uint32_t stride = max_chunk_tiles) {
         tile_regs_acquire();
         copy_to_dst(cb_scores, 0, 0);
         if (tiles > 1) {
             init_max();
             for (uint32_t j = 1; j < tiles; ++j) {
-                copy_to_dst(cb_scores, j, 1);
+                copy_to_dst(cb_scores, probs_at(j, stride), 1);
                 RowOps::max(0, 1, 0);
             }
         }
@@ -305,8 +319,9 @@ struct OnlineSoftmax {
     // P = exp(S - m_new): the fp32 logits and m_new broadcast along each row (copied from cb_max_bcast
     // with `bcast_tile`, else broadcast from column 0 of next.max; into the last DST tile) reach DST
     // exactly and are subtracted on the SFPU (masked keys hold -inf and give 0). Frees the scores (and
-    // cb_max_bcast).
-    static void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next, bool bcast_tile) {
+    // cb_max_bcast, unless `keep_bcast`: a softmax block's later chunks read it too).
+    static void chunk_probs(uint32_t qi, uint32_t tiles, const Running& next, bool bcast_tile,
+                            bool keep_bcast = false) {
         constexpr uint32_t block = dst_tiles - 1;
         cb_reserve_back(cb_probs, max_chunk_tiles);
         for (uint32_t j0 = 0; j0 < tiles; j0 += block) {
@@ -330,7 +345,7 @@ struct OnlineSoftmax {
         cb_push_back(cb_probs, max_chunk_tiles);
         cb_wait_front(cb_probs, max_chunk_tiles);
         cb_pop_front(cb_scores, max_chunk_tiles);
-        if (bcast_tile) {
+        if (bcast_tile && !keep_bcast) {
             cb_pop_front(cb_max_bcast, 1);
         }
     }
@@ -369,8 +384,9 @@ struct OnlineSoftmax {
 
     // l_new = l_old * alpha + rowsum(P). The row sum is P x ones (every column holds it), accumulated
     // by the matmul onto the rescaled old sum in the same DST tile (fresh_chunk: into a fresh tile, then
-    // the rescaled old sum added).
-    static void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next) {
+    // the rescaled old sum added). A softmax block's key tiles lie as probs_at / v_row_at say (`stride`).
+    static void chunk_row_sum(uint32_t qi, uint32_t tiles, const Running* old, const Running& next,
+                              uint32_t stride = max_chunk_tiles) {
         tile_regs_acquire();
         if (old != nullptr && !fresh_chunk) {
             rescaled_to_dst(old->sum, qi, 1);
@@ -378,7 +394,7 @@ struct OnlineSoftmax {
         use_matmul_operands(cb_probs, cb_ones_source);
         matmul_tiles_for(cb_probs, cb_ones_source, 0);
         for (uint32_t j = 0; j < tiles; ++j) {
-            matmul_tiles(cb_probs, cb_ones_source, j, ones_at(j), 0);
+            matmul_tiles(cb_probs, cb_ones_source, probs_at(j, stride), ones_at(j, stride), 0);
         }
         if (old != nullptr && fresh_chunk) {
             add_rescaled(old->sum, qi, 1);
@@ -407,8 +423,9 @@ struct OnlineSoftmax {
     // `with_sum` (not with finish; sum_fits_output): the last block also takes the row sum's tile, as
     // chunk_row_sum would compute it (l_old * alpha, then P x ones accumulated onto it, key tile by key
     // tile), and packs it to next.sum: the same values in one DST pass fewer.
+    // A softmax block's key tiles lie as probs_at / v_row_at say (`stride`).
     static void chunk_output(uint32_t qi, uint32_t tiles, const Running* old, const Running& next, bool finish,
-                             bool with_sum, uint32_t dv_end = dv_tiles) {
+                             bool with_sum, uint32_t dv_end = dv_tiles, uint32_t stride = max_chunk_tiles) {
         const uint32_t block = output_block(old != nullptr || finish, fresh_chunk && old != nullptr);
         for (uint32_t v0 = 0; v0 < dv_end; v0 += block) {
             const uint32_t n = dv_end - v0 < block ? dv_end - v0 : block;
@@ -445,7 +462,7 @@ struct OnlineSoftmax {
             use_matmul_operands(cb_probs, cb_v_source);
             matmul_block_for(cb_probs, cb_v_source, 0 /* no transpose */, ct, tiles /* kt */);
             for (uint32_t j = 0; j < tiles; ++j) {
-                matmul_block(cb_probs, cb_v_source, j, j * v_row_stride + v0, 0, 0, ct, 1, tiles);
+                matmul_block(cb_probs, cb_v_source, probs_at(j, stride), v_row_at(j, stride) + v0, 0, 0, ct, 1, tiles);
             }
             if (old != nullptr && fresh_chunk) {
                 add_rescaled(old->acc, qi * dv_tiles + v0, n, old->sum, qi, sum_here);
@@ -626,6 +643,65 @@ struct OnlineSoftmax {
         }
         if constexpr (has_attn_mask) {
             cb_pop_front(cb_attn_mask, mask_slot_tiles);
+        }
+    }
+    // ---- softmax blocks (Args::softmax_chunks > 1) ----
+    // A block of `chunks` chunks of the piece (from chunk `first` of `range`) is one online-softmax update:
+    // the scores of each chunk in turn (its K slot freed once they are out, while the reader queues the
+    // block's V slots: cb_v holds a block's, side by side), one max over the block, one alpha, the
+    // probabilities chunk by chunk (a slot each), then P . V and the row sum over all the block's key
+    // tiles in one pass onto the rescaled running set `old` (none: the piece's first block), writing `next`.
+    // The values differ from one chunk at a time only in the max exp(S - m) takes (the block's).
+    static constexpr uint32_t softmax_chunks = Args::softmax_chunks;
+    static_assert(softmax_chunks == 1 || (q_tiles == 1 && !mla && !has_attn_mask && !fresh_chunk),
+                  "a softmax block: one q tile row, V in its own slot, no attn_mask, an fp32 DST");
+
+    static void process_block(const PieceRange& range, uint32_t first, uint32_t chunks, const PieceMasks& masks,
+                              const Running* old, const Running& next) {
+        for (uint32_t k = 0; k < chunks; ++k) {
+            cb_wait_front(cb_k, k_slot_tiles);
+            chunk_scores(0, range.tiles_in_chunk(first + k), masks, (first + k) * range.chunk_tiles);
+            cb_pop_front(cb_k, k_slot_tiles);
+        }
+        cb_wait_front(cb_scores, chunks * max_chunk_tiles);
+        const uint32_t stride = range.chunk_tiles;  // every chunk but the block's last is whole
+        const uint32_t tiles = (chunks - 1) * stride + range.tiles_in_chunk(first + chunks - 1);
+        Merge::reserve_running(next);
+        chunk_row_max(0, tiles, old, next, stride);
+        chunk_alpha(0, old, next, false, true);  // with m_new broadcast once for every chunk's probabilities
+        for (uint32_t k = 0; k < chunks; ++k) {
+            chunk_probs(0, range.tiles_in_chunk(first + k), next, true, k + 1 < chunks);
+        }
+        cb_wait_front(cb_probs, chunks * max_chunk_tiles);
+        const bool sum_in_output = sum_fits_output(old != nullptr);
+        cb_wait_front(cb_v, chunks * v_slot_tiles);
+        if (!sum_in_output) {
+            chunk_row_sum(0, tiles, old, next, stride);
+        }
+        chunk_output(0, tiles, old, next, false, sum_in_output, dv_tiles, stride);
+        cb_pop_front(cb_probs, chunks * max_chunk_tiles);
+        if (old != nullptr) {
+            cb_pop_front(cb_alpha, 2);
+            Merge::pop_running(*old);
+        }
+        cb_pop_front(cb_v, chunks * v_slot_tiles);
+    }
+
+    // After a piece's chunks, to whole blocks: the V slots the reader pushed unread (reader.cpp) are popped,
+    // and as many slots of scores and probabilities (this kernel's own) pushed and popped unwritten, so that
+    // every block's slots start at the start of cb_v, cb_scores and cb_probs (side by side, never wrapped).
+    static void pad_to_whole_blocks(uint32_t num_chunks) {
+        const uint32_t pad = (softmax_chunks - num_chunks % softmax_chunks) % softmax_chunks;
+        if (pad == 0) {
+            return;
+        }
+        cb_wait_front(cb_v, pad * v_slot_tiles);
+        cb_pop_front(cb_v, pad * v_slot_tiles);
+        for (const uint32_t cb : {cb_scores, cb_probs}) {
+            cb_reserve_back(cb, pad * max_chunk_tiles);
+            cb_push_back(cb, pad * max_chunk_tiles);
+            cb_wait_front(cb, pad * max_chunk_tiles);
+            cb_pop_front(cb, pad * max_chunk_tiles);
         }
     }
 };

@@ -194,6 +194,10 @@ void kernel_main() {
     // row sum P x ones in the same call, compute.cpp).
     constexpr uint32_t v_row_tiles = dv_tiles + 1;
     constexpr uint32_t v_slot_tiles = max_chunk_tiles * v_row_tiles;
+    // cb_v's slots: two, or a softmax block's chunks (plan.softmax_chunks: the compute kernel scores all the
+    // block's K chunks before its first P . V, so the block's V slots queue meanwhile)
+    constexpr uint32_t softmax_chunks = get_named_compile_time_arg_val("softmax_chunks");
+    constexpr uint32_t v_slots = softmax_chunks > 2 ? softmax_chunks : 2;
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
     constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;
 
@@ -482,10 +486,10 @@ void kernel_main() {
             q_words[i] = 0;
         }
     }
-    // The ones tiles of both V slots, written once: the V reads never touch them.
+    // The ones tiles of every V slot, written once: the V reads never touch them.
     if constexpr (!mla) {
         const uint32_t v_base = get_write_ptr(cb_v);
-        for (uint32_t t = 0; t < 2 * max_chunk_tiles; ++t) {
+        for (uint32_t t = 0; t < v_slots * max_chunk_tiles; ++t) {
             fill_ones_tile<kv_tile_bytes>(v_base + (t * v_row_tiles + dv_tiles) * kv_tile_bytes);
         }
     }
@@ -626,7 +630,7 @@ void kernel_main() {
                     return range.tile_at(chunk_first + t);
                 }
             };
-            // Every chunk takes a whole slot, even a short last one, so the two slots keep their
+            // Every chunk takes a whole slot, even a short last one, so the slots keep their
             // addresses; the compute kernel uses only the first `tiles` rows of tiles.
             // The rows of key tiles to zero: the tile holding cur_pos (the root's last, or with the
             // cyclic split whichever piece holds it), whose rows past cur_pos hold whatever the cache
@@ -713,6 +717,14 @@ void kernel_main() {
                 }
                 noc_async_read_barrier();
                 zero_stale(v_slot, dv_tiles, v_row_tiles, 1);
+                cb_push_back(cb_v, v_slot_tiles);
+            }
+        }
+        // Softmax blocks: the piece's V slots padded to whole blocks (pushed unread; the compute kernel pops
+        // them), so that every block's slots lie side by side from the start of cb_v.
+        if constexpr (!mla && softmax_chunks > 1) {
+            for (uint32_t c = range.num_chunks % softmax_chunks; c != 0 && c < softmax_chunks; ++c) {
+                cb_reserve_back(cb_v, v_slot_tiles);
                 cb_push_back(cb_v, v_slot_tiles);
             }
         }

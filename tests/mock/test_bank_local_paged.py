@@ -56,6 +56,7 @@ kernels = [{"name": kk.name, "source": str(Path(kk.source).resolve()), "kind": k
            for kk in step.program.kernels]
 emit({"moves": moves, "entries": entries, "kernels": kernels, "bank_local": step.plan.bank_local,
       "dram_banks": step.plan.dram_banks, "device_banks": dram_banks(d), "pieces": step.plan.pieces_per_work,
+      "softmax_chunks": step.plan.softmax_chunks,
       "layouts": sorted({t.layout for t in step.program.tensors if t.name in ("k", "v")})})
 ttnn.close_device(d)
 """
@@ -70,6 +71,9 @@ def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock
     # Llama-3.1-8B's 8 KV heads, blocks of 64: 6 banks per KV head; 4 users of 2K fill the grid with one
     # piece per (user, KV head) over its 6 banks (the bank-local pricing's choice)
     assert res["pieces"] == 1
+    # the kernels compiled here take softmax blocks (plan/softmax_block.py): a piece of 64 tiles in chunks of 8,
+    # blocks of twice the even split's chunks, at most 8
+    assert res["softmax_chunks"] == 8, res["softmax_chunks"]
     problems = check_jit(res["kernels"], jit_records(mock_run["jit_log"]))
     assert not problems, "\n".join(problems)
     assert sorted(k["kind"] for k in res["kernels"]) == ["compute", "reader", "writer"]

@@ -286,6 +286,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         mla=int(plan.mla),                           # V tiles are the first dv_tiles K tiles of a row
         has_attn_mask=int(plan.has_attn_mask),       # attn_mask streamed with K
         mask_broadcast=int(plan.attn_mask_batch == 1),  # the mask has batch 1 (every user reads it)
+        softmax_chunks=plan.softmax_chunks,          # a softmax block's chunks: cb_v holds as many V slots
     )
     writer = dict(
         shape,
@@ -324,6 +325,7 @@ def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_
         # a power-of-two scale: Q x scale once per piece (cb_q_scaled), no scale op per score tile
         q_prescaled=int(plan.prescale_q),
         merge_slot=int(plan.merge_slot),  # children's partials merged one q tile row at a time
+        softmax_chunks=plan.softmax_chunks,  # chunks per online-softmax update (a softmax block)
     )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 

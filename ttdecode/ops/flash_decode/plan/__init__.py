@@ -52,6 +52,7 @@ from ttdecode.ops.flash_decode.plan.placement import (bank_core_counts, build_tr
                                                       key_row_placement, place_pieces, short_hop_order, tree_hops)
 from ttdecode.ops.flash_decode.plan.report import format_plan
 from ttdecode.ops.flash_decode.plan.resources import check_resources
+from ttdecode.ops.flash_decode.plan.softmax_block import choose_softmax_chunks, softmax_block_refusal
 from ttdecode.ops.flash_decode.plan.split_policy import READERS_PER_BANK, choose_split, q_rows
 from ttdecode.ops.flash_decode.plan.types import (RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE_BYTES, CBSpec,
                                                   DecodePlan, Piece, PlanError, ResourceError, cbs_bytes_per_core)
@@ -125,6 +126,7 @@ def make_plan(
     q_tile_rows: int | None = None,
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
     dram_banks: int = WORMHOLE_DRAM_BANKS,
+    softmax_chunks: int | None = None,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
 
@@ -173,6 +175,10 @@ def make_plan(
     pack of scores, probabilities, statistics, O and partials, and the partial messages are halved;
     8x32 tiles: quartered). The outputs are the same bits either way (every step is row by row; the
     rows past the heads hold none).
+    `softmax_chunks`: read chunks per online-softmax update (DecodePlan.softmax_chunks); None = the planner's
+    (plan/softmax_block.py: more than 1 only on bank-local plans with an fp32 DST, one q tile row, no MLA
+    or attn_mask, where a piece reads several chunks and the block's buffers fit L1); given = used as given,
+    refused by name where it cannot run or fit.
 
     `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
     UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores'
@@ -270,6 +276,7 @@ def _plan_steps(
     q_tile_rows: int | None,
     l1_bytes_per_core: int,
     dram_banks: int,
+    softmax_chunks: int | None,
 ) -> tuple[DecodePlan, dict[str, Any]]:
     """make_plan's steps for a call with max_cores_per_head_batch set (the arguments are make_plan's, all
     given), in order: check the call, the q rows' tiles, the split (`short_cap`: the planner's cap below
@@ -324,6 +331,15 @@ def _plan_steps(
         slot_args, slot_cbs = size_buffers(**buffers, merge_slot=True)
         if cbs_bytes_per_core(slot_cbs) <= l1_bytes_per_core:
             merge_slot, cb_args, cbs = True, slot_args, slot_cbs
+    # chunks per online-softmax update (plan/softmax_block.py), with the buffers that takes
+    refusal = softmax_block_refusal(bank_local=buffers["bank_local"], fp32_dest_acc_en=fp32_dest_acc_en,
+                                    q_tiles=rows.q_tiles, mla=mla, attn_mask_batch=attn_mask_batch)
+    softmax_chunks = choose_softmax_chunks(
+        asked=softmax_chunks, refusal=refusal, split=split,
+        fits=lambda b: cbs_bytes_per_core(size_buffers(**buffers, merge_slot=merge_slot, softmax_chunks=b)[1])
+        <= l1_bytes_per_core)
+    if softmax_chunks > 1:
+        cb_args, cbs = size_buffers(**buffers, merge_slot=merge_slot, softmax_chunks=softmax_chunks)
     plan = DecodePlan(
         batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, seq_len=seq_len,
         head_dim=head_dim, head_dim_v=head_dim_v, q_dtype=q_dtype, kv_dtype=kv_dtype,
@@ -335,7 +351,7 @@ def _plan_steps(
         block_size=block_size, num_blocks=num_blocks, sliding_window_size=window,
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
         num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
-        dram_banks=dram_banks, merge_slot=merge_slot,
+        dram_banks=dram_banks, merge_slot=merge_slot, softmax_chunks=softmax_chunks,
     )
     return plan, cb_args
 

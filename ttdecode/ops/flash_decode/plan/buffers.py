@@ -40,7 +40,7 @@ def flash_decode_cbs(
     batch: int, recv_areas: int, max_blocks: int = 0, attention_sink: bool = False, mla: bool = False,
     tree: bool = True, attn_mask: bool = False, window: int = 0, tokens: int = 1, q_slots: int = 1,
     prescale_q: bool = False, q_tile_rows: int = 32, im_dtype: DataType = DataType.float32,
-    piece_views: int = 0, merge_slot: bool = False,
+    piece_views: int = 0, merge_slot: bool = False, softmax_chunks: int = 1,
 ) -> tuple[CBSpec, ...]:
     """The circular buffers of the FlashDecode kernels (indices are the kernels' `cb_*` constants).
 
@@ -56,6 +56,9 @@ def flash_decode_cbs(
     (common.hpp BankView, VIEW_WORDS int32 each), one copy for the compute kernel and one for the writer.
     `merge_slot` (the bounded merge, plan/merge_slot.py): partial_in and partial_out hold one q tile row of a
     partial (dv_tiles + 2 tiles) whatever the children, instead of `recv_areas` whole partials and one.
+    `softmax_chunks` > 1 (a softmax block of that many chunks): the scores and probabilities of a block's
+    chunks, a slot each, and as many V slots (the block's V queues while its K chunks are scored; P . V
+    reads them side by side).
     `window` (each token's sliding window in keys, 0 = none) and `tokens` (T) size the writer's
     mask pages (masked_tiles_bound per q tile row).
     `prescale_q` (a power-of-two scale) adds one piece's q tiles times the scale (bf16, exact), which
@@ -97,8 +100,8 @@ def flash_decode_cbs(
         (5, "mask", bf16, 2048, masked_tiles_bound(window, tokens) * q_tiles),
         (6, "max_bcast", im, im_page, 1),  # a q tile row's new max in every column, for the probabilities
         (7, "ones", bf16, 2048, 1),  # all ones: row sums as P x ones
-        (8, "scores", im, im_page, max_chunk_tiles),  # also the merge's scratch
-        (9, "probs", im, im_page, max_chunk_tiles),
+        (8, "scores", im, im_page, softmax_chunks * max_chunk_tiles),  # also the merge's scratch
+        (9, "probs", im, im_page, softmax_chunks * max_chunk_tiles),
         # running max / sum / output in two sets used in turn (each read whole, then written whole)
         (10, "max_a", im, im_page, q_tiles),
         (11, "max_b", im, im_page, q_tiles),
@@ -114,7 +117,7 @@ def flash_decode_cbs(
     ]
     if not mla:
         # two slots of key tile rows: dv_tiles V tiles, then a tile of ones (the row sum's in1, V's format)
-        specs.append((2, "v", kv_dtype, kv_tile, 2 * max_chunk_tiles * (dv_tiles + 1)))
+        specs.append((2, "v", kv_dtype, kv_tile, max(2, softmax_chunks) * max_chunk_tiles * (dv_tiles + 1)))
     if tree:
         specs.append((17, "partial_out", im, im_page, (dv_tiles + 2) if merge_slot else partial))  # this piece's partial, to the parent
     if max_blocks:
@@ -159,7 +162,7 @@ def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, k
                  seq_len: int, block_size: int | None, attention_sink, mla: bool, attn_mask_batch: int, window: int,
                  num_tokens: int, prescale_q: bool, fp32_dest_acc_en: bool, recv_areas: dict[CoreCoord, int],
                  core_pieces: dict[CoreCoord, tuple[Piece, ...]], l1_bytes_per_core: int, bank_local: bool = False,
-                 merge_slot: bool = False) -> tuple[dict, tuple[CBSpec, ...]]:
+                 merge_slot: bool = False, softmax_chunks: int = 1) -> tuple[dict, tuple[CBSpec, ...]]:
     """Decides the circular buffers (flash_decode_cbs; the same on every core, sized for the busiest):
     scratch areas for the most partials any core receives, the chunk slots for the largest chunk, and a
     second Q slot (prefetch) when a core runs several pieces, dropped if it alone would overflow
@@ -175,7 +178,7 @@ def size_buffers(*, rows: QRows, split: Split, head_dim: int, head_dim_v: int, k
         prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
         im_dtype=DataType.float32 if fp32_dest_acc_en else DataType.bfloat16,
         piece_views=max((len(v) for v in core_pieces.values()), default=0) if bank_local else 0,
-        merge_slot=merge_slot,
+        merge_slot=merge_slot, softmax_chunks=softmax_chunks,
     )
     if cb_args["q_slots"] == 2 and cbs_bytes_per_core(flash_decode_cbs(**cb_args)) > l1_bytes_per_core:
         cb_args["q_slots"] = 1  # the second Q slot is a prefetch: dropped before the plan would not fit

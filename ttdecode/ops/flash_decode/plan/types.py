@@ -136,6 +136,10 @@ class DecodePlan:
     # time through one slot (partial_in and partial_out hold one row), a child sending each row when granted;
     # taken only when the children's areas side by side would overflow L1 and the slot fits
     merge_slot: bool = field(default=False, repr=False)
+    # read chunks per online-softmax update (a softmax block: one max, alpha and rescale of the running set
+    # for all of them; kernels/flash_decode/online_softmax.hpp): 1, or more on bank-local plans that fit
+    # (plan/softmax_block.py)
+    softmax_chunks: int = field(default=1, repr=False)
 
     @property
     def message_pages(self) -> int:

@@ -1,0 +1,63 @@
+"""make_plan's softmax-block step (`choose_softmax_chunks`): how many read chunks share one online-softmax
+update (DecodePlan.softmax_chunks; kernels/flash_decode/online_softmax.hpp process_block). A block pays the
+chunk's fixed softmax work (the row max reduction, alpha, the rescale of the running set and their
+configuration calls; perf_model.op_counts.chunk_ops) once for all its chunks, at the cost of a slot of scores
+and a V slot per chunk (plan/buffers.py flash_decode_cbs). Chunks in key tiles, sizes in bytes."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ttdecode.ops.flash_decode.plan.types import PlanError, Split
+
+__all__ = ["SOFTMAX_CHUNKS_MAX", "choose_softmax_chunks", "softmax_block_refusal"]
+
+#: The most chunks the planner puts in one softmax block (a piece of the Llama-70B T3K point reads 4 at an
+#: even split, up to 6 with a random page table).
+SOFTMAX_CHUNKS_MAX = 8
+#: A bank-local piece may read more than the even split's tiles (a random page table loads some banks more):
+#: the planner's block covers this many times the even split's chunks.
+PIECE_HEADROOM = 2
+
+
+def softmax_block_refusal(*, bank_local: bool, fp32_dest_acc_en: bool, q_tiles: int, mla: bool,
+                          attn_mask_batch: int) -> str | None:
+    """Why a plan cannot take softmax blocks of more than one chunk, or None: the kernels' block runs on
+    bank-local plans (kv_pages "key_row" with a paged cache) with one q tile row, V in its own slot, no
+    attn_mask and an fp32 DST (online_softmax.hpp's static_assert; the other layouts keep their outputs)."""
+    if not bank_local:
+        return "softmax_chunks > 1 needs a bank-local plan (kv_pages 'key_row' with a paged cache)"
+    if not fp32_dest_acc_en:
+        return "softmax_chunks > 1 needs fp32_dest_acc_en"
+    if q_tiles != 1:
+        return f"softmax_chunks > 1 needs one q tile row (T x group size <= 32), got {q_tiles}"
+    if mla:
+        return "softmax_chunks > 1 needs a V tensor (not MLA)"
+    if attn_mask_batch:
+        return "softmax_chunks > 1 does not take an attn_mask"
+    return None
+
+
+def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Split, fits: Callable[[int], bool]) -> int:
+    """Chunks per softmax block. `asked` (make_plan's softmax_chunks) is used as given: refused with
+    `refusal` (softmax_block_refusal) above 1, or when `fits(asked)` (the plan's buffers with it fit L1) is
+    False. None = the planner's: 1 where `refusal` says so, else as many chunks as the largest piece reads
+    (PIECE_HEADROOM times a piece's tiles at the even split over split.pieces, in chunks of
+    split.max_chunk_tiles), at most
+    SOFTMAX_CHUNKS_MAX, and the most of those that fit; 1 when a piece reads one chunk (nothing to share)."""
+    if asked is not None:
+        if asked < 1:
+            raise PlanError(f"softmax_chunks: expected at least 1, got {asked}")
+        if asked > 1 and refusal is not None:
+            raise PlanError(refusal)
+        if asked > 1 and not fits(asked):
+            raise PlanError(f"softmax_chunks {asked}: its scores and V slots overflow L1; ask fewer")
+        return asked
+    if refusal is not None:
+        return 1
+    piece_tiles = PIECE_HEADROOM * -(-split.seq_tiles // split.pieces)
+    chunks = min(SOFTMAX_CHUNKS_MAX, -(-piece_tiles // max(1, split.max_chunk_tiles)))
+    for b in range(chunks, 1, -1):
+        if fits(b):
+            return b
+    return 1
