@@ -17,7 +17,7 @@ from ttdecode import backend as backends
 from ttdecode.core.checks import TensorMeta, fail
 from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.core.program_description import (
-    CircularBuffer, CoreRangeSet, DramTensor, kv_cache_tensor,
+    L1_BYTES_PER_CORE, CircularBuffer, CoreRangeSet, DramTensor, kv_cache_tensor,
 )
 from ttdecode.kv_pool import POOL_DTYPES
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
@@ -25,7 +25,7 @@ from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 TILE = 32
 
 __all__ = ["TILE", "cache_meta", "host_table", "check_placement", "choose_backend", "int_words_cb",
-           "cbs_l1_end", "int_tensors", "cache_tensors", "tensor_key", "upload_ints", "check_on_device"]
+           "check_cbs_fit", "int_tensors", "cache_tensors", "tensor_key", "upload_ints", "check_on_device"]
 
 
 # ---- argument checks ------------------------------------------------------------------------------
@@ -88,10 +88,14 @@ def int_words_cb(index: int, where: CoreRangeSet, count: int) -> CircularBuffer:
     return CircularBuffer(index, where, DataType.float32, -(-4 * count // 32) * 32, 1)
 
 
-def cbs_l1_end(cbs: Sequence[CircularBuffer]) -> int:
-    """Where a core's CBs end in L1 (bytes): each 32-byte aligned, above the firmware and kernel-config
-    area; the caller refuses a layout past ``L1_BYTES_PER_CORE``."""
-    return L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
+def check_cbs_fit(cbs: Sequence[CircularBuffer], arg: str, what: str, got: str, detail: str = "") -> None:
+    """Refuse CBs that end past one core's L1 (each 32-byte aligned, above the firmware and kernel-config
+    area), naming `arg`: expected "`what` whose circular buffers fit one core's L1 (.. B`detail`)", got
+    "`got` needing .. B"."""
+    end = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
+    if end > L1_BYTES_PER_CORE:
+        raise fail(arg, f"{what} whose circular buffers fit one core's L1 ({L1_BYTES_PER_CORE} B{detail})",
+                   f"{got} needing {end} B")
 
 
 def int_tensors(batch: int, max_blocks: int, paged: bool, images: Callable[[str], Any],
