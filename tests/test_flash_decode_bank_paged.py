@@ -296,6 +296,21 @@ def fetched_per_bank(result, core, tile_bytes: int) -> Counter:
     return got
 
 
+def assert_reads_own_tiles(plan: DecodePlan, result, pos: Sequence[int], table: torch.Tensor, nkv: int,
+                           block: int, kv: DataType) -> None:
+    """Per core and bank, the K/V tiles its reader fetched are those its pieces own by design_owned_tiles
+    (blocks of one key tile: `block` 32), D / 32 + Dv / 32 tiles fetched per owned key tile."""
+    span = plan.key_window
+    for core, pieces in plan.core_pieces.items():
+        want: Counter = Counter()
+        for pc in pieces:
+            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
+                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
+            for t in owned:
+                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
+        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+
+
 @pytest.mark.parametrize("nkv, pieces", [(8, 6), (8, 12), (8, 5), (8, 7), (1, 16), (1, 18)])
 def test_sub_piece_views_follow_the_design_rule(nkv: int, pieces: int) -> None:
     """P = 2 |R_h| and 4 |R_h| (Llama-8B's 8 KV heads, blocks of 32: 6 and 12 pieces over 3 banks), and P not a
@@ -370,17 +385,9 @@ def test_sub_pieces_fetch_their_own_tiles_and_equal_the_reference(per_bank: int,
     plan, out, lse, result = run(args, q, k, v, pos, table, block, sink=sink)
     assert plan.pieces_per_work == 3 * per_bank
     assert_matches(out, lse, *reference(plan, q, k, v, pos, table, sink=sink), pos, f"sub-pieces {feature}")
-    span = plan.key_window
     used = max(plan.bank_local_view(pos[u], table[u].tolist(), h, 0).used for u in range(b) for h in range(nkv))
     assert used > 3, "the case must put several readers on a bank"
-    for core, pieces in plan.core_pieces.items():
-        want: Counter = Counter()
-        for pc in pieces:
-            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
-                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
-            for t in owned:
-                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
-        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
 GROUP_CASES = [
@@ -414,15 +421,7 @@ def test_groups_of_banks_fetch_their_own_tiles_and_equal_the_reference(nkv: int,
     reach = 12 if nkv == 1 else 3
     used = [plan.bank_local_view(pos[u], table[u].tolist(), 0, 0).used for u in range(b)]
     assert any(n > reach and n % reach for n in used), f"the case must put pieces over groups of banks: {used}"
-    span = plan.key_window
-    for core, placed in plan.core_pieces.items():
-        want: Counter = Counter()
-        for pc in placed:
-            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
-                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
-            for t in owned:
-                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
-        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
 @pytest.mark.parametrize("pieces", [16, 6])
