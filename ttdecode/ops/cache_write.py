@@ -24,7 +24,7 @@ from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 TILE = 32
 
-__all__ = ["TILE", "cache_meta", "host_table", "check_placement", "choose_backend", "int_words_cb",
+__all__ = ["TILE", "cache_meta", "host_table", "check_placement", "run_on_backend", "int_words_cb",
            "check_cbs_fit", "int_tensors", "cache_tensors", "tensor_key", "upload_ints", "check_on_device"]
 
 
@@ -68,16 +68,25 @@ def check_placement(cache: Any, rows: Any, cache_kind: str, rows_kind: str, owne
     return on_device
 
 
-def choose_backend(backend: str, cache: Any, rows: Any, device_tensors: bool) -> str:
-    """The backend a call runs on ("auto": where its tensors are), checked against where they are and
-    recorded (`ttdecode.backend.record`)."""
+def run_on_backend(backend: str, cache: Any, rows: Any, inp: Any, grid: tuple[int, int], *,
+                   reference: Callable[[Any], Any], device: Callable[[Any, tuple[int, int]], None],
+                   host: Callable[[Any, tuple[int, int]], Any]) -> Any:
+    """Run a validated call (`inp`, its tensors on the device when ``inp.device_tensors``) on `backend`
+    ("auto": where its tensors are), checked against where they are and recorded
+    (`ttdecode.backend.record`): ``reference(inp)`` or ``host(inp, grid)`` return a new cache;
+    ``device(inp, grid)`` writes ``inp.cache`` in place, which is returned."""
     chosen = backends.select_backend(cache, rows) if backend == "auto" else backend
-    if chosen == "device" and not device_tensors:
+    if chosen == "device" and not inp.device_tensors:
         raise fail("cache_tensor", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
-    if chosen != "device" and device_tensors:
+    if chosen != "device" and inp.device_tensors:
         raise fail("cache_tensor", f"host tensors for backend {chosen!r}", "ttnn tensors on the device", TypeError)
     backends.record(chosen)
-    return chosen
+    if chosen == "reference":
+        return reference(inp)
+    if chosen == "device":
+        device(inp, grid)
+        return inp.cache
+    return host(inp, grid)
 
 
 # ---- the program's cache pieces -----------------------------------------------------------------
