@@ -44,15 +44,9 @@ void kernel_main() {
     constexpr uint32_t kv_row_tiles = row_tiles(num_kv_heads);
 
     const InterleavedAddrGen<true> cache_gen = {.bank_base_address = cache_addr, .page_size = Cache::page_bytes};
-    const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
-    const InterleavedAddrGen<true> page_table_gen = {.bank_base_address = page_table_addr,
-                                                     .page_size = page_table_row_bytes};
 
     // The writer's own scratch pages (never pushed): positions, and one user's page-table row.
-    const uint32_t pos_l1 = get_write_ptr(cb_pos);
-    noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
-    noc_async_read_barrier();
-    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+    volatile tt_l1_ptr int32_t* positions = cache_row::read_int_page(pos_addr, pos_bytes, 0, get_write_ptr(cb_pos));
     uint32_t page_table_l1 = 0;
     if constexpr (paged) {
         page_table_l1 = get_write_ptr(cb_page_table);
@@ -64,8 +58,7 @@ void kernel_main() {
         const int32_t pos = positions[user];
         if constexpr (paged) {
             if (pos >= 0) {
-                noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
-                noc_async_read_barrier();
+                cache_row::read_int_page(page_table_addr, page_table_row_bytes, user, page_table_l1);
             }
         }
         for (uint32_t r = 0; r < kv_row_tiles; ++r) {

@@ -70,17 +70,11 @@ void kernel_main() {
     const InterleavedAddrGen<true> q_gen = {.bank_base_address = q_rot_addr, .page_size = q_tile_bytes};
     const InterleavedAddrGen<true> k_gen = {.bank_base_address = k_cache_addr, .page_size = Cache::page_bytes};
     const InterleavedAddrGen<true> v_gen = {.bank_base_address = v_cache_addr, .page_size = Cache::page_bytes};
-    const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
-    const InterleavedAddrGen<true> page_table_gen = {.bank_base_address = page_table_addr,
-                                                     .page_size = page_table_row_bytes};
 
     // The writer's own scratch pages (never pushed): positions, and one user's page-table row.
     volatile tt_l1_ptr int32_t* positions = nullptr;
     if constexpr (!positions_in_args) {
-        const uint32_t pos_l1 = get_write_ptr(cb_pos);
-        noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
-        noc_async_read_barrier();
-        positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+        positions = cache_row::read_int_page(pos_addr, pos_bytes, 0, get_write_ptr(cb_pos));
     }
     uint32_t page_table_l1 = 0;
     if constexpr (paged) {
@@ -98,8 +92,7 @@ void kernel_main() {
         }
         if constexpr (paged) {
             if (pos >= 0 && (uint32_t)pos < capacity) {
-                noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
-                noc_async_read_barrier();
+                cache_row::read_int_page(page_table_addr, page_table_row_bytes, user, page_table_l1);
             }
         }
         for (uint32_t r = 0; r < q_row_tiles; ++r) {

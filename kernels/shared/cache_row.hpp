@@ -18,6 +18,15 @@
 
 namespace cache_row {
 
+// Page `page` of a row-major int32 tensor at `addr` in DRAM (pages of `page_bytes`: the positions [B] one
+// page, a page table [B, max_blocks] one page per user) read into L1 at `l1`, waited for; returns its words.
+inline volatile tt_l1_ptr int32_t* read_int_page(uint32_t addr, uint32_t page_bytes, uint32_t page, uint32_t l1) {
+    const InterleavedAddrGen<true> gen = {.bank_base_address = addr, .page_size = page_bytes};
+    noc_async_read(gen.get_noc_addr(page), l1, page_bytes);
+    noc_async_read_barrier();
+    return reinterpret_cast<volatile tt_l1_ptr int32_t*>(l1);
+}
+
 // The cache's geometry, from the writer's compile-time args: d_tiles tiles of cache_tile_bytes per key
 // row (D / 32), num_kv_heads heads; paged: block_size positions a block and (num_blocks > 0) block ids
 // checked against the pool's num_blocks (0: not checked); contiguous: seq_tiles key-tile rows (S / 32).
