@@ -13,14 +13,8 @@ import pytest
 import torch
 
 from ttdecode.ops.flash_decode import plan as plan_mod
-from ttdecode.ops.flash_decode.program_factory import (
-    FactoryError,
-    build_program,
-    decode_outputs,
-    kernel_sources,
-    page_table_bytes,
-    positions_bytes,
-)
+from ttdecode.ops.flash_decode.program_factory import build_program, decode_outputs, kernel_sources
+from ttdecode.ops.flash_decode.program_inputs import FactoryError, page_table_bytes, positions_bytes
 from ttdecode.core.formats import DataType
 from ttdecode.core.split import piece_range, tree_children, tree_parent
 from ttdecode.ops.flash_decode.plan import make_plan

@@ -138,29 +138,6 @@ def test_a_kv_head_gets_readers_per_bank_or_pieces_over_groups_of_its_banks(nkv:
     assert fewer.pieces_per_work == 2
 
 
-def assert_reads_own_tiles(plan: DecodePlan, result, pos: Sequence[int], table: torch.Tensor, nkv: int, block: int,
-                           tile_bytes: int) -> None:
-    """Per core and bank, the K/V tiles the reader fetched (its read_dram events of one tile) equal the tiles
-    of the banks its pieces own (design_owned_tiles)."""
-    bt = block // 32
-    for core, pieces in plan.core_pieces.items():
-        if not pieces:
-            continue
-        want: Counter = Counter()
-        for pc in pieces:
-            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
-                                       plan.pieces_per_work, plan.min_chunk_tiles)[pc.index]
-            for t in owned:
-                page = (int(table[pc.user, t // bt]) * nkv + pc.kv_head) * bt + t % bt
-                want[page % BANKS] += plan.d_tiles + plan.dv_tiles  # K then V: D / 32 tiles each
-        reader = result.counters.kernel(core, KernelKind.READER)
-        got: Counter = Counter()
-        for e in reader.events:  # read_dram events of one K/V tile each (`count` repeats)
-            if int(e["op"]) == 1 and int(e["amount"]) == tile_bytes:
-                got[int(e["peer"])] += int(e["count"])
-        assert got == want, f"core ({core.x},{core.y}): K/V tiles per bank {dict(got)}, design {dict(want)}"
-
-
 @pytest.mark.parametrize("pieces", [1, 2, 3])
 def test_fewer_pieces_than_banks_each_read_a_group_of_banks_exactly(pieces: int) -> None:
     """P a divisor of |R_h| (2 KV heads, blocks of 32: 6 banks a head; P 1, 2, 3: pieces over 6, 3, 2 banks)
@@ -177,7 +154,7 @@ def test_fewer_pieces_than_banks_each_read_a_group_of_banks_exactly(pieces: int)
                                       kv_dtype=BFP8, key_row_pieces=pieces), q, k, v, pos, table, block)
     assert plan.pieces_per_work == pieces
     assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"bank-local, {pieces} pieces over 6 banks")
-    assert_reads_own_tiles(plan, result, pos, table, nkv, block, tile_size(BFP8))
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, BFP8)
 
 
 def test_each_reader_fetches_exactly_the_tiles_its_pieces_own() -> None:
@@ -193,7 +170,7 @@ def test_each_reader_fetches_exactly_the_tiles_its_pieces_own() -> None:
     plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
                                       kv_dtype=BF16), q, k, v, pos, table, block)
     assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "bank-local bf16")
-    assert_reads_own_tiles(plan, result, pos, table, nkv, block, tile_size(BF16))
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, BF16)
 
 
 def test_plan_views_follow_the_design_rule() -> None:
@@ -329,6 +306,23 @@ def fetched_per_bank(result, core, tile_bytes: int) -> Counter:
     return got
 
 
+def assert_reads_own_tiles(plan: DecodePlan, result, pos: Sequence[int], table: torch.Tensor, nkv: int,
+                           block: int, kv: DataType) -> None:
+    """Per core and bank, the K/V tiles its reader fetched are those its pieces own by design_owned_tiles,
+    D / 32 + Dv / 32 tiles fetched per owned key tile (key tile t of a user: page (block * NKV + head) x
+    block / 32 + t % (block / 32) of its pool, block = table[t // (block / 32)])."""
+    span, bt = plan.key_window, block // 32
+    for core, pieces in plan.core_pieces.items():
+        want: Counter = Counter()
+        for pc in pieces:
+            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
+                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
+            for t in owned:
+                page = (int(table[pc.user, t // bt]) * nkv + pc.kv_head) * bt + t % bt
+                want[page % BANKS] += plan.d_tiles + plan.dv_tiles
+        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+
+
 @pytest.mark.parametrize("nkv, pieces", [(8, 6), (8, 12), (8, 5), (8, 7), (1, 16), (1, 18)])
 def test_sub_piece_views_follow_the_design_rule(nkv: int, pieces: int) -> None:
     """P = 2 |R_h| and 4 |R_h| (Llama-8B's 8 KV heads, blocks of 32: 6 and 12 pieces over 3 banks), and P not a
@@ -403,17 +397,9 @@ def test_sub_pieces_fetch_their_own_tiles_and_equal_the_reference(per_bank: int,
     plan, out, lse, result = run(args, q, k, v, pos, table, block, sink=sink)
     assert plan.pieces_per_work == 3 * per_bank
     assert_matches(out, lse, *reference(plan, q, k, v, pos, table, sink=sink), pos, f"sub-pieces {feature}")
-    span = plan.key_window
     used = max(plan.bank_local_view(pos[u], table[u].tolist(), h, 0).used for u in range(b) for h in range(nkv))
     assert used > 3, "the case must put several readers on a bank"
-    for core, pieces in plan.core_pieces.items():
-        want: Counter = Counter()
-        for pc in pieces:
-            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
-                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
-            for t in owned:
-                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
-        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
 GROUP_CASES = [
@@ -447,15 +433,7 @@ def test_groups_of_banks_fetch_their_own_tiles_and_equal_the_reference(nkv: int,
     reach = 12 if nkv == 1 else 3
     used = [plan.bank_local_view(pos[u], table[u].tolist(), 0, 0).used for u in range(b)]
     assert any(n > reach and n % reach for n in used), f"the case must put pieces over groups of banks: {used}"
-    span = plan.key_window
-    for core, placed in plan.core_pieces.items():
-        want: Counter = Counter()
-        for pc in placed:
-            owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
-                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
-            for t in owned:
-                want[((int(table[pc.user, t]) * nkv + pc.kv_head)) % BANKS] += plan.d_tiles + plan.dv_tiles
-        assert fetched_per_bank(result, core, tile_size(kv)) == want, f"core ({core.x},{core.y})"
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
 @pytest.mark.parametrize("pieces", [16, 6])

@@ -13,7 +13,8 @@ import torch
 
 import ttdecode
 from ttdecode.accuracy import check_close, check_lse
-from ttdecode.ops.flash_decode.program_factory import FactoryError, run_flash_decode
+from ttdecode.ops.flash_decode.program_factory import run_flash_decode
+from ttdecode.ops.flash_decode.program_inputs import FactoryError
 from ttdecode.core.formats import DataType, tile_size
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 from ttdecode.core.program_description import ComputeSettings, KernelKind

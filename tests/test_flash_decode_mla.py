@@ -23,7 +23,8 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
-from ttdecode.ops.flash_decode.program_factory import FactoryError, build_program, build_program_for_device, run_flash_decode
+from ttdecode.ops.flash_decode.program_factory import build_program, build_program_for_device, run_flash_decode
+from ttdecode.ops.flash_decode.program_inputs import FactoryError
 from ttdecode.core.formats import DataType, tile_size
 from ttdecode.core.program_description import L1_BYTES_PER_CORE
 from ttdecode.core.split import piece_range

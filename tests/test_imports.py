@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ttdecode.perf_model.counters", "ttdecode.perf_model.ttmetal_structure", "ttdecode.perf_model.bank_paged"),
     ("ttdecode.perf_model.pricing",),
     ("ttdecode.perf_model", "ttdecode.backend", "ttdecode.testing", "ttdecode.kv_pool"),
+    ("ttdecode.ops.cache_write",),  # what the cache-writing operators share
     ("ttdecode.ops.flash_decode", "ttdecode.ops.combine", "ttdecode.ops.rotary_append",
      "ttdecode.ops.paged_fill", "ttdecode.ops.paged_update"),
     ("ttdecode.api",),

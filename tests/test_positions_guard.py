@@ -14,7 +14,8 @@ import torch
 
 from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.plan import make_plan
-from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS, build_program, decode_outputs
+from ttdecode.ops.flash_decode.kernel_args import READER_COMMON_ARGS
+from ttdecode.ops.flash_decode.program_factory import build_program, decode_outputs
 from ttdecode.core.program_description import ComputeSettings
 from ttdecode.runtime import run_program
 from ttdecode.core.tensor import from_torch

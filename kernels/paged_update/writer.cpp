@@ -2,15 +2,14 @@
 //
 // paged_update_cache writer (BRISC). Reads every user's position once; per user of this core, each KV
 // head's packed row becomes row pos % 32 of the cache tile holding position pos (through the user's
-// page-table row for a paged cache). A cache tile is read, only that row's bytes are replaced, and the
-// tile is written back: in bfloat16 the row's 2 x 32 bytes, in bfloat8_b / bfloat4_b its two shared
-// exponents and codes (a block-float group is one face row, so the packed row has the bytes it has in
-// the cache). A user at a negative position writes no cache byte.
+// page-table row for a paged cache), written by kernels/shared/cache_row.hpp (a cache tile read, only
+// that row's bytes replaced, the tile written back). A user at a negative position writes no cache byte.
 
 #include <stdint.h>
 
 #include "api/dataflow/dataflow_api.h"
 #include "common.hpp"
+#include "../shared/cache_row.hpp"
 
 using namespace paged_update;
 
@@ -27,55 +26,8 @@ constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");   
 constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
 constexpr uint32_t cache_tile_bytes = get_named_compile_time_arg_val("cache_tile_bytes");
 
-// Block floats: 64 exponent bytes (one per face row, in face-row order), then the codes.
-constexpr uint32_t exponent_bytes = cache_tile_bytes == 2048 ? 0 : TILE * TILE / FACE;
-// Bytes of one face row's values: bf16 2 per value, bfloat8_b 1, bfloat4_b 1/2.
-constexpr uint32_t face_row_bytes = cache_tile_bytes == 2048 ? 2 * FACE : cache_tile_bytes == 1088 ? FACE : FACE / 2;
-static_assert(cache_tile_bytes == 2048 || cache_tile_bytes == 1088 || cache_tile_bytes == 576,
-              "cache tiles are bfloat16, bfloat8_b or bfloat4_b");
-
-// Row dst_row of the cache tile at `dst` becomes row src_row of the packed tile at `src`.
-void replace_row(uint32_t dst, uint32_t dst_row, uint32_t src, uint32_t src_row) {
-    volatile tt_l1_ptr uint8_t* to = reinterpret_cast<volatile tt_l1_ptr uint8_t*>(dst);
-    volatile tt_l1_ptr uint8_t* from = reinterpret_cast<volatile tt_l1_ptr uint8_t*>(src);
-    for (uint32_t half = 0; half < 2; ++half) {
-        const uint32_t to_row = face_row_offset(dst_row, half) / FACE;  // face rows in tile order
-        const uint32_t from_row = face_row_offset(src_row, half) / FACE;
-        if constexpr (exponent_bytes > 0) {
-            to[to_row] = from[from_row];
-        }
-        for (uint32_t i = 0; i < face_row_bytes; ++i) {
-            to[exponent_bytes + to_row * face_row_bytes + i] = from[exponent_bytes + from_row * face_row_bytes + i];
-        }
-    }
-}
-
-// Write tile row r of the user's packed rows (heads [r * 32, ...)) at position pos.
-void write_row(const InterleavedAddrGen<true>& cache_gen, uint32_t r, uint32_t user, uint32_t pos,
-               volatile tt_l1_ptr int32_t* page_table_row) {
-    const uint32_t scratch = get_write_ptr(cb_cache);
-    const uint32_t src = get_read_ptr(cb_packed);
-    const uint32_t end = num_kv_heads - r * TILE < TILE ? num_kv_heads - r * TILE : TILE;
-    for (uint32_t h = 0; h < end; ++h) {
-        const uint32_t head = r * TILE + h;
-        uint32_t tile_row;  // key-tile row (32 positions) of this head's cache holding pos
-        if constexpr (paged) {
-            const uint32_t block = (uint32_t)page_table_row[pos / block_size];
-            tile_row = (block * num_kv_heads + head) * (block_size / TILE) + (pos % block_size) / TILE;
-        } else {
-            tile_row = (user * num_kv_heads + head) * seq_tiles + pos / TILE;
-        }
-        for (uint32_t j = 0; j < d_tiles; ++j) {
-            const uint64_t tile_addr = key_row_pages ? cache_gen.get_noc_addr(tile_row, j * cache_tile_bytes)
-                                                     : cache_gen.get_noc_addr(tile_row * d_tiles + j);
-            noc_async_read(tile_addr, scratch, cache_tile_bytes);
-            noc_async_read_barrier();
-            replace_row(scratch, pos % TILE, src + j * cache_tile_bytes, h);
-            noc_async_write(scratch, tile_addr, cache_tile_bytes);
-            noc_async_write_barrier();  // the scratch is read again for the next tile
-        }
-    }
-}
+using Cache = cache_row::CacheRows<d_tiles, num_kv_heads, paged, seq_tiles, block_size, 0, key_row_pages,
+                                   cache_tile_bytes>;  // block ids not checked: the host checks host tables
 
 }  // namespace
 
@@ -91,17 +43,10 @@ void kernel_main() {
     constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
     constexpr uint32_t kv_row_tiles = row_tiles(num_kv_heads);
 
-    constexpr uint32_t cache_page_bytes = key_row_pages ? d_tiles * cache_tile_bytes : cache_tile_bytes;
-    const InterleavedAddrGen<true> cache_gen = {.bank_base_address = cache_addr, .page_size = cache_page_bytes};
-    const InterleavedAddrGen<true> pos_gen = {.bank_base_address = pos_addr, .page_size = pos_bytes};
-    const InterleavedAddrGen<true> page_table_gen = {.bank_base_address = page_table_addr,
-                                                     .page_size = page_table_row_bytes};
+    const InterleavedAddrGen<true> cache_gen = {.bank_base_address = cache_addr, .page_size = Cache::page_bytes};
 
     // The writer's own scratch pages (never pushed): positions, and one user's page-table row.
-    const uint32_t pos_l1 = get_write_ptr(cb_pos);
-    noc_async_read(pos_gen.get_noc_addr(0), pos_l1, pos_bytes);
-    noc_async_read_barrier();
-    volatile tt_l1_ptr int32_t* positions = reinterpret_cast<volatile tt_l1_ptr int32_t*>(pos_l1);
+    volatile tt_l1_ptr int32_t* positions = cache_row::read_int_page(pos_addr, pos_bytes, 0, get_write_ptr(cb_pos));
     uint32_t page_table_l1 = 0;
     if constexpr (paged) {
         page_table_l1 = get_write_ptr(cb_page_table);
@@ -113,14 +58,14 @@ void kernel_main() {
         const int32_t pos = positions[user];
         if constexpr (paged) {
             if (pos >= 0) {
-                noc_async_read(page_table_gen.get_noc_addr(user), page_table_l1, page_table_row_bytes);
-                noc_async_read_barrier();
+                cache_row::read_int_page(page_table_addr, page_table_row_bytes, user, page_table_l1);
             }
         }
         for (uint32_t r = 0; r < kv_row_tiles; ++r) {
             cb_wait_front(cb_packed, d_tiles);
             if (pos >= 0) {
-                write_row(cache_gen, r, user, (uint32_t)pos, page_table_row);
+                Cache::write_heads(cache_gen, get_write_ptr(cb_cache), get_read_ptr(cb_packed), r, user, (uint32_t)pos,
+                                   page_table_row);
             }
             cb_pop_front(cb_packed, d_tiles);
         }

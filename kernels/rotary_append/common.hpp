@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "../shared/tile_layout.hpp"
+
 namespace rotary_append {
 
 constexpr uint32_t cb_cos = 0;         // fp32, one user's cos row replicated over 32 rows, rot_tiles pages
@@ -20,14 +22,9 @@ constexpr uint32_t cb_cache = 7;       // cache format, writer scratch: the cach
 constexpr uint32_t cb_pos = 8;         // writer scratch: int32 positions of every user
 constexpr uint32_t cb_page_table = 9;  // writer scratch (paged only): one user's page-table row
 
-constexpr uint32_t TILE = 32;
-constexpr uint32_t FACE = 16;
-
-// Offset (in values) of the 16 values of tile row `row`, columns [16 * half, 16 * half + 16), in a
-// tile's face-major order: faces 0/1 hold rows 0-15, faces 2/3 rows 16-31.
-inline uint32_t face_row_offset(uint32_t row, uint32_t half) {
-    return ((row / FACE) * 2 + half) * FACE * FACE + (row % FACE) * FACE;
-}
+using tile_layout::FACE;             // 16: a face's rows and columns
+using tile_layout::TILE;             // 32: a tile's rows and columns
+using tile_layout::face_row_offset;  // (row, column half) -> the 16 values' offset in a tile, face-major
 
 // Tile rows a group of `heads` heads fills (heads sit in tile rows, 32 per tile row).
 constexpr uint32_t row_tiles(uint32_t heads) { return (heads + TILE - 1) / TILE; }

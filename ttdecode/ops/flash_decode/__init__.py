@@ -4,6 +4,8 @@
 - ``validate``: the argument checks -> ``DecodeInputs``;
 - ``plan``: the work planner (pure data) -> ``DecodePlan``;
 - ``program_factory``: plan -> ``Program`` (the kernels' CBs, arguments, tensors) and the host-runtime run;
+- ``program_inputs``: the inputs checked against the plan -> their byte images (``FactoryError``);
+- ``kernel_args``: the kernels' compile-time, common and per-core runtime args of a plan;
 - ``op``: the host runtime's run and the float64 reference;
 - ``device_step``: ``plan_decode`` -> ``FlashDecodeStep``, planned once per decode shape and run per
   token on a Wormhole through ``ttdecode.ttnn_backend``;

@@ -51,8 +51,8 @@ from ttdecode.ops.flash_decode.op import Result, check_kernel_gaps, compute_sett
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.ops.flash_decode.validate import DecodeInputs, validate_decode, sink_values, as_bfloat16_tiles
 from ttdecode.ops.flash_decode.program_factory import QShards, build_program_for_device
-from ttdecode.ops.flash_decode.program_factory import READER_COMMON_ARGS
-from ttdecode.ops.flash_decode.program_factory import mask_tiles
+from ttdecode.ops.flash_decode.kernel_args import READER_COMMON_ARGS
+from ttdecode.ops.flash_decode.program_inputs import mask_tiles
 from ttdecode.core.tensor import to_torch
 from ttdecode.ops.flash_decode.program_factory import decode_lse_rows
 

@@ -39,8 +39,9 @@ Runtime arguments (per core; ``n`` = pieces on the core, in slot order):
   (zeros for a root);
 - compute: n, then (user, piece index) per piece.
 
-Compile-time arguments are named (``_compile_args``; the kernels read them with
-``get_named_compile_time_arg_val("name")``).
+Compile-time arguments are named (``kernel_args.compile_args``; the kernels read them with
+``get_named_compile_time_arg_val("name")``). The inputs' checks and byte images: ``program_inputs``; the
+kernels' argument lists: ``kernel_args``.
 
 `run_flash_decode` runs the program on a backend and decodes the output tensors.
 """
@@ -51,22 +52,20 @@ import dataclasses
 import math
 import struct
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
-from ttdecode.core.split import TILE, tree_children
-from ttdecode.ops.flash_decode.plan import (DecodePlan, Piece, RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE,
-                                            power_of_two_scale)
+from ttdecode.core.split import TILE
+from ttdecode.ops.flash_decode.plan import DecodePlan, power_of_two_scale
 from ttdecode.core.program_description import (
     kv_cache_tensor,
     Arg,
     UnpackToDestMode,
     unpack_to_dest_modes,
-    BufferAddress,
     CircularBuffer,
     ComputeSettings,
     CoreCoord,
@@ -79,30 +78,17 @@ from ttdecode.core.program_description import (
     Program,
     Semaphore,
 )
-from ttdecode.core.tensor import TileTensor, from_torch, to_torch
+from ttdecode.core.tensor import TileTensor
 from ttdecode.core.paths import operator_kernels
-from ttdecode.ops.flash_decode.validate import reached_blocks
+from ttdecode.ops.flash_decode.kernel_args import common_args, compile_args, runtime_args
+from ttdecode.ops.flash_decode.program_inputs import (
+    FactoryError, Positions, expect_tile_tensor, kv_shapes, mask_shape, mask_tiles, page_table_bytes, positions_bytes,
+    sink_tiles,
+)
 from ttdecode.runtime import run_program
 
-__all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
-           "decode_lse_rows", "kernel_sources", "page_table_bytes"]
-
-Positions = Union[Sequence[int], torch.Tensor]
-
-#: Runtime args of each kernel: (header, per piece). plan.RUNTIME_ARGS_* hold the largest.
-READER_ARGS = (1, 3)
-WRITER_ARGS = (1, 6)
-COMPUTE_ARGS = (1, 2)
-assert max(a for a, _ in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) <= RUNTIME_ARGS_HEADER
-#: Common runtime args of the reader before the positions (positions_in_args) and of the writer.
-READER_COMMON_ARGS = 7
-WRITER_COMMON_ARGS = 2
-assert max(b for _, b in (READER_ARGS, WRITER_ARGS, COMPUTE_ARGS)) == RUNTIME_ARGS_PER_PIECE
-
-
-class FactoryError(ValueError):
-    """Inputs that do not match the plan; the message names the argument."""
-
+__all__ = ["build_program", "build_program_for_device", "run_flash_decode", "decode_outputs", "decode_lse_rows",
+           "kernel_sources", "QShards"]
 
 #: Q (or the output) held height-sharded in L1: (the holder cores in shard order, tiles per shard). None:
 #: interleaved DRAM.
@@ -114,285 +100,7 @@ def kernel_sources() -> dict[str, Path]:
     return operator_kernels("flash_decode", FactoryError)
 
 
-# ---- inputs -------------------------------------------------------------------------------------
-
-
-def _expect_tile_tensor(name: str, t: Any, shape: tuple[int, ...], dtype: DataType) -> TileTensor:
-    if not isinstance(t, TileTensor):
-        raise FactoryError(f"{name}: expected a ttdecode TileTensor, got {type(t).__name__}")
-    if tuple(t.shape) != shape:
-        raise FactoryError(f"{name}: expected shape {list(shape)} (from the plan), got {list(t.shape)}")
-    if t.dtype is not dtype:
-        raise FactoryError(f"{name}: expected {dtype.value} tiles (from the plan), got {t.dtype.value}")
-    return t
-
-
-def positions_bytes(plan: DecodePlan, cur_pos_source: Optional[Positions]) -> bytes:
-    """The int32 positions page: from the list or tensor given, else from the plan."""
-    if cur_pos_source is None:
-        if plan.cur_pos is None:
-            raise FactoryError("cur_pos_source: the plan has no positions (cur_pos_tensor), so they must be given")
-        values = list(plan.cur_pos)
-    elif isinstance(cur_pos_source, torch.Tensor):
-        if cur_pos_source.is_floating_point() or cur_pos_source.dim() != 1:
-            raise FactoryError(
-                f"cur_pos_source: expected a 1-D integer tensor [B={plan.batch}], got "
-                f"{cur_pos_source.dtype} shape {list(cur_pos_source.shape)}"
-            )
-        values = [int(x) for x in cur_pos_source.detach().cpu().tolist()]
-    else:
-        values = [int(x) for x in cur_pos_source]
-    if len(values) != plan.batch:
-        raise FactoryError(f"cur_pos_source: expected {plan.batch} positions (one per user), got {len(values)}")
-    for b, p in enumerate(values):
-        if not -1 <= p < plan.seq_len:
-            raise FactoryError(f"cur_pos_source[{b}]: expected -1..{plan.seq_len - 1}, got {p}")
-    if plan.cur_pos is not None and tuple(values) != tuple(plan.cur_pos):
-        raise FactoryError(f"cur_pos_source: {values} differ from the plan's positions {list(plan.cur_pos)}")
-    return np.asarray(values, dtype="<i4").tobytes()
-
-
-def page_table_bytes(plan: DecodePlan, page_table: Any) -> bytes:
-    """The int32 page-table image [B, max_blocks] (row-major, one page per user) of a paged plan."""
-    if not plan.paged:
-        if page_table is not None:
-            raise FactoryError("page_table: expected None (the plan is for a contiguous cache), got a page table")
-        return b""
-    shape = [plan.batch, plan.max_blocks]
-    if not isinstance(page_table, torch.Tensor) or page_table.is_floating_point() or page_table.is_complex() \
-            or page_table.dtype is torch.bool:
-        got = f"{page_table.dtype} tensor" if isinstance(page_table, torch.Tensor) else type(page_table).__name__
-        raise FactoryError(f"page_table: expected an integer torch tensor {shape} (the paged plan's), got {got}")
-    if list(page_table.shape) != shape:
-        raise FactoryError(f"page_table: expected shape {shape} (B, max_blocks of the plan), got {list(page_table.shape)}")
-    table = page_table.detach().cpu().to(torch.int64)
-    wide = (table < -(1 << 31)) | (table >= 1 << 31)
-    if bool(wide.any()):
-        b, j = (int(i) for i in wide.nonzero()[0])
-        raise FactoryError(f"page_table[{b}, {j}]: expected an int32 value, got {int(table[b, j])}")
-    # the entries the users' positions reach must be block ids; the kernels never read the others
-    # (validate.reached_blocks); positions read by the kernels (plan.cur_pos None): the kernels guard
-    for b, pos in enumerate(plan.cur_pos or ()):
-        for j in reached_blocks(int(pos), plan.block_size, plan.sliding_window_size, plan.num_tokens):
-            if not 0 <= int(table[b, j]) < plan.num_blocks:
-                raise FactoryError(f"page_table[{b}, {j}]: expected a block id in 0..{plan.num_blocks - 1} "
-                                   f"(user {b} at position {pos} reads it), got {int(table[b, j])}")
-    return table.numpy().astype("<i4").tobytes()
-
-
-def sink_tiles(plan: DecodePlan, attention_sink: Any) -> TileTensor:
-    """The sink as the kernels read it: bf16 tiles [NH, 32], the head's logit in column 0.
-    Takes a torch float tensor [NH] or [NH, 32] (column 0) or a TileTensor [NH, 32]."""
-    nh = plan.num_q_heads
-    if isinstance(attention_sink, TileTensor):
-        attention_sink = to_torch(attention_sink)
-    if not isinstance(attention_sink, torch.Tensor) or not attention_sink.is_floating_point():
-        got = f"{attention_sink.dtype} tensor" if isinstance(attention_sink, torch.Tensor) else type(attention_sink).__name__
-        raise FactoryError(f"attention_sink: expected a float tensor [NH={nh}] or [NH={nh}, 32], got {got}")
-    shape = list(attention_sink.shape)
-    if shape == [nh]:
-        column0 = attention_sink
-    elif shape == [nh, TILE]:
-        column0 = attention_sink[:, 0]
-    else:
-        raise FactoryError(f"attention_sink: expected shape [{nh}] or [{nh}, 32], got {shape}")
-    tile = torch.zeros(nh, TILE, dtype=torch.float32)
-    tile[:, 0] = column0.detach().cpu().to(torch.float32)
-    return from_torch(tile, DataType.bfloat16)
-
-
-def mask_shape(plan: DecodePlan) -> tuple[int, int, int, int]:
-    """The attn_mask tensor of a plan with a mask: [attn_mask_batch, 1, NH, S]."""
-    return (plan.attn_mask_batch, 1, plan.num_q_heads, plan.seq_len)
-
-
-def mask_tiles(plan: DecodePlan, attn_mask: Any) -> TileTensor:
-    """The additive mask as the reader streams it: bf16 tiles [B or 1, 1, NH, S] (rows are heads).
-    Takes a torch float tensor (stored as bfloat16) or a bfloat16 TileTensor; values must be finite
-    or -inf (a NaN or +inf would turn whole rows into NaN on the chip)."""
-    shape = mask_shape(plan)
-    if isinstance(attn_mask, TileTensor):
-        mask = _expect_tile_tensor("attn_mask", attn_mask, shape, DataType.bfloat16)
-        values = to_torch(mask)
-    elif isinstance(attn_mask, torch.Tensor) and attn_mask.is_floating_point():
-        if tuple(attn_mask.shape) != shape:
-            raise FactoryError(f"attn_mask: expected shape {list(shape)} (from the plan), got {list(attn_mask.shape)}")
-        values = attn_mask.detach().cpu().to(torch.bfloat16).to(torch.float32)
-        mask = from_torch(values, DataType.bfloat16)
-    else:
-        got = f"{attn_mask.dtype} tensor" if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
-        raise FactoryError(f"attn_mask: expected a float tensor or bfloat16 TileTensor {list(shape)}, got {got}")
-    if bool(torch.isnan(values).any()) or bool(torch.isposinf(values).any()):
-        raise FactoryError("attn_mask: expected finite values or -inf, got NaN or +inf entries")
-    return mask
-
-
-def _kv_shapes(plan: DecodePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """K and V shapes: [B or 1, NKV, S, D/Dv], or [num_blocks, NKV, block_size, D/Dv] when paged."""
-    if plan.paged:
-        lead, rows = plan.num_blocks, plan.block_size
-    else:
-        lead, rows = (1 if plan.share_cache else plan.batch), plan.seq_len
-    nkv = plan.num_kv_heads
-    return (lead, nkv, rows, plan.head_dim), (lead, nkv, rows, plan.head_dim_v)
-
-
 # ---- the program --------------------------------------------------------------------------------
-
-
-def _float_bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
-def _compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_approx: bool,
-                  positions_in_args: bool = False) -> dict[str, dict[str, int]]:
-    """The kernels' named compile-time args (read with get_named_compile_time_arg_val)."""
-    nh_tiles = -(-plan.num_q_heads // TILE)
-    shape = dict(
-        q_tiles=plan.q_tiles,                      # q tile rows per KV group (T x g rows, token-major)
-        dv_tiles=plan.dv_tiles,
-        pieces_per_work=plan.pieces_per_work,      # pieces per (user, KV head)
-        fixed_chunk_tiles=plan.fixed_chunk_tiles,  # 0 = dynamic chunks
-        min_chunk_tiles=plan.min_chunk_tiles,      # split floor of dynamic chunks
-        chunk_cap=plan.chunk_cap,                  # largest dynamic chunk in tiles
-        cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_pages "key_row")
-        bank_local=int(plan.bank_local),           # key_row pages of a paged cache: the reader's views
-        dram_banks=plan.dram_banks,                # the DRAM banks pages are dealt over
-        token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
-        tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
-        q_tile_rows=plan.q_tile_rows,              # rows of the q-row CBs' tiles: 16 (16x32 tiles) or 32
-    )
-    reader = dict(
-        shape,
-        batch=plan.batch,
-        num_kv_heads=plan.num_kv_heads,
-        seq_tiles=plan.seq_len // TILE,
-        d_tiles=plan.d_tiles,
-        group_size=plan.group_size,
-        nh_tiles=nh_tiles,
-        max_chunk_tiles=plan.max_chunk_tiles,
-        share_cache=int(plan.share_cache),
-        kv_tile_bytes=formats.tile_size(plan.kv_dtype),
-        key_row_pages=int(plan.kv_pages == "key_row"),  # a K/V page is a key-tile row (D / 32 tiles)
-        # pieces' Q that cb_q holds at once: 2 when a core runs several pieces (the next one's Q and first
-        # chunk are read during the current one)
-        q_slots=next(cb.num_pages for cb in plan.circular_buffers if cb.name == "q") // (plan.q_tiles * plan.d_tiles),
-        paged=int(plan.paged),
-        block_tiles=(plan.block_size or 0) // TILE,  # 0 without paging
-        max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)
-        num_blocks=plan.num_blocks or 0,             # blocks in the K/V pool (0 without paging): the page-id guard
-        positions_in_args=int(positions_in_args),    # positions as common runtime args, not the cur_pos tensor
-        has_sink=int(plan.attention_sink),
-        mla=int(plan.mla),                           # V tiles are the first dv_tiles K tiles of a row
-        has_attn_mask=int(plan.has_attn_mask),       # attn_mask streamed with K
-        mask_broadcast=int(plan.attn_mask_batch == 1),  # the mask has batch 1 (every user reads it)
-        softmax_chunks=plan.softmax_chunks,          # a softmax block's chunks: cb_v holds as many V slots
-    )
-    writer = dict(
-        shape,
-        batch=plan.batch,                            # the output's [T, B, NH, Dv] pages
-        num_kv_heads=plan.num_kv_heads,
-        group_size=plan.group_size,
-        nh_tiles=nh_tiles,
-        return_lse=int(plan.return_lse),
-        # bytes of one datum of the partials it sends up the tree (partial_in's format: float32 with an
-        # fp32 DST, bfloat16 with a bf16 DST)
-        partial_datum_bytes=formats.tile_size(next(cb.data_format for cb in plan.circular_buffers
-                                                   if cb.name == "partial_in")) // (TILE * TILE),
-        merge_slot=int(plan.merge_slot),  # partials one q tile row at a time through one slot, when granted
-    )
-    compute_args = dict(
-        shape,
-        d_tiles=plan.d_tiles,
-        max_chunk_tiles=plan.max_chunk_tiles,
-        dst_tiles=compute.dst_tiles,
-        scale_bits=_float_bits(scale),
-        # float32 bits of fp32(scale) - 1 (fp32 arithmetic): with a 16-bit DST the scores are scaled as
-        # s + ((scale - 1) * s) * 1 by addcmul, rounded to bf16 rather than truncated (compute.cpp)
-        scale_m1_bits=_float_bits(float(np.float32(np.float32(scale) - np.float32(1.0)))),
-        return_lse=int(plan.return_lse),
-        has_sink=int(plan.attention_sink),
-        exp_approx=int(exp_approx),                  # exp_tile<approx> in the softmax
-        mla=int(plan.mla),                           # P . V reads its V tiles out of the K slot
-        has_attn_mask=int(plan.has_attn_mask),       # attn_mask tiles added to the scores
-        guard_empty_rows=int(plan.guard_empty_rows),  # floor the row max and sum (rows that may see no key)
-        # the q rows holding heads in a q tile (T x g, at most 32): with <= 16 the row-wise SFPU ops run
-        # VectorMode::R on just those rows
-        head_rows=min(plan.num_tokens * plan.group_size, TILE),
-        # the CBs unpacked straight to the fp32 DST (one unpack configuration): a copy or broadcast init
-        # made for one of them serves them all
-        to_dest_cbs=sum(1 << i for i in compute.unpack_to_dest_cbs),
-        # a power-of-two scale: Q x scale once per piece (cb_q_scaled), no scale op per score tile
-        q_prescaled=int(plan.prescale_q),
-        merge_slot=int(plan.merge_slot),  # children's partials merged one q tile row at a time
-        softmax_chunks=plan.softmax_chunks,  # chunks per online-softmax update (a softmax block)
-    )
-    return {"reader": reader, "writer": writer, "compute": compute_args}
-
-
-def _common_args(plan: DecodePlan, positions: Optional[Sequence[int]]) -> dict[str, list[Arg]]:
-    """The reader's and writer's common runtime args (module doc); `positions` (positions_in_args) as
-    uint32 words (-1 becomes 0xffffffff)."""
-    reader: list[Arg] = [BufferAddress("q"), BufferAddress("k"), 0 if plan.mla else BufferAddress("v"),
-                         0 if positions is not None else BufferAddress("cur_pos"),
-                         BufferAddress("page_table") if plan.paged else 0,
-                         BufferAddress("sink") if plan.attention_sink else 0,
-                         BufferAddress("attn_mask") if plan.has_attn_mask else 0]
-    assert len(reader) == READER_COMMON_ARGS
-    if positions is not None:
-        reader += position_words(plan, positions)
-    writer: list[Arg] = [BufferAddress("out"), BufferAddress("lse") if plan.return_lse else 0]
-    return {"reader": reader, "writer": writer, "compute": []}
-
-
-def position_words(plan: DecodePlan, positions: Sequence[int]) -> list[int]:
-    """B positions as the uint32 words of the reader's common args (two's complement; the kernels
-    guard any value, so only the count is checked here)."""
-    words = [int(p) & 0xFFFFFFFF for p in positions]
-    if len(words) != plan.batch:
-        raise FactoryError(f"positions: expected {plan.batch} positions (one per user), got {len(words)}")
-    return words
-
-
-def _child_args(plan: DecodePlan, pieces: tuple[Piece, ...], where: dict[tuple[int, int, int], Piece]) -> list[Arg]:
-    """merge_slot: the writer's args after its pieces' own, for every piece of the core in run order and each
-    of its child rounds in merge order: the child's core (NoC x, NoC y) and its slot there (whose semaphore
-    1 + slot takes the grants)."""
-    out: list[Arg] = []
-    for p in pieces:
-        for _, child in tree_children(p.index, plan.pieces_per_work):
-            c = where[(p.user, p.kv_head, child)]
-            out += [NocX(c.core), NocY(c.core), c.slot]
-    return out
-
-
-def _runtime_args(plan: DecodePlan, core: CoreCoord,
-                  where: Optional[dict[tuple[int, int, int], Piece]] = None) -> dict[str, list[Arg]]:
-    """The three kernels' runtime args on `core`; `where` (merge_slot plans): every piece by (user, KV head,
-    index), for the writer's child args."""
-    pieces: tuple[Piece, ...] = plan.core_pieces[core]
-    n = len(pieces)
-    reader: list[Arg] = [n]
-    writer: list[Arg] = [n]
-    compute: list[Arg] = [n]
-    area = 0
-    for slot, p in enumerate(pieces):
-        if p.slot != slot:
-            raise FactoryError(f"plan: core ({core.x},{core.y}) lists piece slot {p.slot} at position {slot}")
-        # The writer hands partial areas over in slot order, so a piece's first area must be the
-        # running total of the heights before it (how the plan numbers them).
-        if p.height and p.recv_area != area:
-            raise FactoryError(f"plan: piece {p} has area {p.recv_area}, the slot order gives {area}")
-        area += p.height
-        reader += [p.user, p.kv_head, p.index]
-        if p.parent_core is None:
-            writer += [p.user, p.kv_head, p.index, 0, 0, 0]
-        else:
-            writer += [p.user, p.kv_head, p.index, NocX(p.parent_core), NocY(p.parent_core), p.parent_area]
-        compute += [p.user, p.index]
-    if plan.merge_slot:
-        writer += _child_args(plan, pieces, where or {})
-    return {"reader": reader, "writer": writer, "compute": compute}
 
 
 def build_program(
@@ -425,16 +133,16 @@ def build_program(
     exp_approx_mode, resolved; a compile-time arg of the compute kernel); page_table: a paged plan's integer tensor [B, max_blocks] (None otherwise).
     """
     b, nh = plan.batch, plan.num_q_heads
-    k_shape, v_shape = _kv_shapes(plan)
-    q = _expect_tile_tensor("q", q, (plan.num_tokens, b, nh, plan.head_dim), DataType.bfloat16)
-    k = _expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
+    k_shape, v_shape = kv_shapes(plan)
+    q = expect_tile_tensor("q", q, (plan.num_tokens, b, nh, plan.head_dim), DataType.bfloat16)
+    k = expect_tile_tensor("k", k, k_shape, plan.kv_dtype)
     pos_image = positions_bytes(plan, cur_pos_source)
     images = {"q": q.data, "k": k.data, "cur_pos": pos_image}
     if plan.mla:
         if v is not None:
             raise FactoryError("v: expected None for an MLA plan (V = k[..., :head_dim_v]), got a tensor")
     else:
-        images["v"] = _expect_tile_tensor("v", v, v_shape, plan.kv_dtype).data
+        images["v"] = expect_tile_tensor("v", v, v_shape, plan.kv_dtype).data
     table_image = page_table_bytes(plan, page_table)  # also refuses a page table for a contiguous plan
     if plan.paged:
         images["page_table"] = table_image
@@ -526,10 +234,10 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     sources = kernel_sources()
     if not isinstance(exp_approx, bool):
         raise FactoryError(f"exp_approx: expected a bool, got {exp_approx!r}")
-    ct = _compile_args(plan, float(scale), compute, exp_approx, positions_in_args=positions is not None)
+    ct = compile_args(plan, float(scale), compute, exp_approx, positions_in_args=positions is not None)
     where = {(p.user, p.kv_head, p.index): p for p in plan.pieces} if plan.merge_slot else None
-    rt = {c: _runtime_args(plan, c, where) for c in cores}
-    common = _common_args(plan, positions)
+    rt = {c: runtime_args(plan, c, where) for c in cores}
+    common = common_args(plan, positions)
     reader_defines = _shard_defines("Q", q_shards, common["reader"])
     writer_defines = _shard_defines("OUT", out_shards, common["writer"])
     kernels = [
@@ -551,7 +259,7 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     semaphores = [Semaphore(i, core_set, 0) for i in range(count)]
 
     b, nkv = plan.batch, plan.num_kv_heads
-    k_shape, v_shape = _kv_shapes(plan)
+    k_shape, v_shape = kv_shapes(plan)
     image = (lambda name: None) if images is None else images.__getitem__
     bf16 = DataType.bfloat16
     tensors = [

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from ttdecode.core.checks import fail
+from ttdecode.ops.cache_write import check_on_device, tensor_key, upload_ints
 from ttdecode.ops.paged_fill.program_factory import USER_ARG, build_program
 from ttdecode.ops.paged_fill.validate import FillInputs
 from ttdecode.ttnn_backend.prepared import PreparedProgram
@@ -30,14 +28,10 @@ STEP_CACHE_SIZE = 16
 _steps = StepCache(STEP_CACHE_SIZE)  # step_key -> FillStep
 
 
-def _meta(t: Any) -> tuple:
-    return (tuple(t.shape), str(t.dtype), str(t.layout), repr(t.memory_config()))
-
-
 def step_key(inp: FillInputs, grid: tuple[int, int], device: Any) -> tuple:
     """The cache key of a call: what the program depends on; never the user or the table's values."""
     return (id(device), grid, inp.cache_shape, inp.cache_dtype, inp.kv_pages, inp.fill_len, inp.batch,
-            inp.max_blocks, _meta(inp.cache), _meta(inp.fill))
+            inp.max_blocks, tensor_key(inp.cache), tensor_key(inp.fill))
 
 
 class FillStep:
@@ -54,12 +48,9 @@ class FillStep:
         ttnn = require_ttnn()
         table = inp.device_args.get("page_table")
         if table is None:
-            table = ttnn.from_torch(inp.page_table.to(torch.int32), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
-                                    device=self.device)
+            table = upload_ints(ttnn, inp.page_table, self.device)
         io = {"input": inp.fill, "page_table": table, "cache": inp.cache}
-        for name, t in io.items():
-            if t.device() is not self.device:
-                raise fail(name, "a tensor on the pool's device", "a tensor on another device")
+        check_on_device(io, self.device, "the pool's")
         self.prepared.run(io, common_args={"fill_writer": {USER_ARG: inp.batch_idx}})
         self.calls += 1
 

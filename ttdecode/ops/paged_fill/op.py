@@ -38,9 +38,10 @@ from __future__ import annotations
 from typing import Any
 
 from ttdecode import backend as backends
-from ttdecode.core.checks import check_choice, check_grid, fail
+from ttdecode.core.checks import check_choice, check_grid
 from ttdecode.core.formats import tile_size
 from ttdecode.core.tensor import TileTensor, as_tile_tensor
+from ttdecode.ops.cache_write import run_on_backend
 from ttdecode.ops.paged_fill.device_step import run_fill
 from ttdecode.ops.paged_fill.program_factory import build_program, input_images
 from ttdecode.ops.paged_fill.validate import FillInputs, TILE, validate
@@ -92,15 +93,5 @@ def paged_fill_cache(cache_tensor: Any, input_tensor: Any, page_table: Any, *, b
     check_choice("backend", backend, backends.BACKENDS)
     check_grid("grid", grid)
     inp = validate(cache_tensor, input_tensor, page_table, batch_idx, kv_pages)
-    chosen = backends.select_backend(cache_tensor, input_tensor) if backend == "auto" else backend
-    if chosen == "device" and not inp.device_tensors:
-        raise fail("cache_tensor", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
-    if chosen != "device" and inp.device_tensors:
-        raise fail("cache_tensor", f"host tensors for backend {chosen!r}", "ttnn tensors on the device", TypeError)
-    backends.record(chosen)
-    if chosen == "reference":
-        return _run_reference(inp)
-    if chosen == "device":
-        run_fill(inp, grid)
-        return inp.cache
-    return _run_host(inp, grid)
+    return run_on_backend(backend, cache_tensor, input_tensor, inp, grid, reference=_run_reference, device=run_fill,
+                          host=_run_host)

@@ -6,16 +6,13 @@ from __future__ import annotations
 from typing import Optional
 
 from ttdecode.core import formats
-from ttdecode.core.checks import fail
 from ttdecode.core.paths import kernels_dir
 from ttdecode.core.program_description import (
-    BufferAddress, CircularBuffer, CoreCoord, CoreRangeSet, DramTensor, Kernel, KernelKind, L1_BYTES_PER_CORE,
-    Program, kv_cache_tensor,
+    BufferAddress, CircularBuffer, CoreCoord, CoreRangeSet, DramTensor, Kernel, KernelKind, Program,
 )
-from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.ops.cache_write import cache_tensors, check_cbs_fit, int_tensors, int_words_cb
 from ttdecode.ops.paged_fill.validate import FillInputs
-from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 #: Circular-buffer indices (kernels/paged_fill/common.hpp numbers them the same).
 FILL_CBS = {"rows": 0, "page_table": 1}
@@ -57,13 +54,10 @@ def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None,
     tile = formats.tile_size(inp.cache_dtype)
     rows = core_rows(nkv * st, grid)
     where = CoreRangeSet.of(list(rows))
-    table_bytes = -(-4 * inp.max_blocks // 32) * 32
     cbs = [CircularBuffer(FILL_CBS["rows"], where, inp.cache_dtype, tile, ROW_SLOTS * dt),
-           CircularBuffer(FILL_CBS["page_table"], where, DataType.float32, table_bytes, 1)]
-    l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
-    if l1 > L1_BYTES_PER_CORE:
-        raise fail("cache_tensor", f"a head_dim and page-table width whose circular buffers fit one core's L1 "
-                   f"({L1_BYTES_PER_CORE} B)", f"D={inp.cache_shape[3]}, {inp.max_blocks} blocks needing {l1} B")
+           int_words_cb(FILL_CBS["page_table"], where, inp.max_blocks)]
+    check_cbs_fit(cbs, "cache_tensor", "a head_dim and page-table width", f"D={inp.cache_shape[3]}, "
+                  f"{inp.max_blocks} blocks")
     src = kernels_dir() / "paged_fill"
     per_core = {c: [first, count] for c, (first, count) in rows.items()}
     writer_ct = {"d_tiles": dt, "tile_bytes": tile, "seq_tiles": st, "num_kv_heads": nkv,
@@ -82,8 +76,7 @@ def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None,
     rows_shape = (1, nkv, inp.fill_len, inp.cache_shape[3])
     tensors = [
         DramTensor("input", inp.cache_dtype, tile, formats.num_tiles(rows_shape), rows_shape, "tile", image("input")),
-        DramTensor("page_table", DataType.float32, 4 * inp.max_blocks, inp.batch, (inp.batch, inp.max_blocks),
-                   "row_major", image("page_table"), element_type="int32"),
-        kv_cache_tensor("cache", inp.cache_dtype, inp.cache_shape, inp.kv_pages, image("cache"), in_place=True),
+        *int_tensors(inp.batch, inp.max_blocks, True, image, with_positions=False),
+        *cache_tensors(("cache",), inp.cache_dtype, inp.cache_shape, inp.kv_pages, image),
     ]
     return Program(kernels=kernels, circular_buffers=cbs, semaphores=[], tensors=tensors)

@@ -9,12 +9,10 @@ from typing import Any, Optional
 import torch
 
 from ttdecode.core.checks import TensorMeta, check_int, describe, fail
-from ttdecode.core.formats import DataType, as_data_type
+from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor, from_torch
 from ttdecode.config import KV_PAGES
-from ttdecode.kv_pool import POOL_DTYPES
-
-TILE = 32
+from ttdecode.ops.cache_write import TILE, cache_meta, check_placement, host_table
 
 
 @dataclass
@@ -52,19 +50,6 @@ class FillInputs:
         return -(-self.fill_len // TILE)
 
 
-def _pool(cache: TensorMeta) -> tuple[tuple[int, int, int, int], DataType]:
-    """The pool: a TileTensor or ttnn device tensor [num_blocks, NKV, block_size, D] in a pool format."""
-    if cache.kind == "torch":
-        raise fail("cache_tensor", "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the pool's "
-                   "format)", "a torch tensor", TypeError)
-    if len(cache.shape) != 4 or cache.shape[2] % TILE or cache.shape[3] % TILE or min(cache.shape) < 1:
-        raise fail("cache_tensor", "shape [num_blocks, NKV, block_size, D] (block_size and D multiples of 32)",
-                   list(cache.shape))
-    if cache.dtype not in [d.value for d in POOL_DTYPES]:
-        raise fail("cache_tensor", f"one of {[d.value for d in POOL_DTYPES]}", cache.dtype, TypeError)
-    return cache.shape, as_data_type(cache.dtype)  # type: ignore[return-value]
-
-
 def _rows(fill: TensorMeta, nkv: int, d: int, dtype: DataType) -> Any:
     """The prompt's rows [1, NKV, S, D], S >= 1, in the pool's format (a torch float tensor on the host is
     packed in it). Returns the tensor the kernels read."""
@@ -98,9 +83,7 @@ def _table(page_table: Any, batch_idx: Any) -> tuple[Optional[torch.Tensor], int
             raise fail("page_table", "an int32 ROW_MAJOR ttnn tensor on the device (or a host int tensor)",
                        f"{page_table.dtype} {page_table.layout}", TypeError)
         return None, b, width, user, {"page_table": page_table}
-    if meta.kind != "torch" or page_table.is_floating_point() or page_table.dtype is torch.bool:
-        raise fail("page_table", "an int tensor [B, max_blocks]", f"{meta.kind} {meta.dtype}", TypeError)
-    return page_table.detach().cpu().to(torch.int64), b, width, user, {}
+    return host_table(meta, page_table), b, width, user, {}
 
 
 def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: Any) -> FillInputs:
@@ -108,7 +91,9 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
     pool (shape, format), kv_pages, the rows (shape, format), the page table and the user, the prompt's
     length against the user's blocks and (host table) each written block id inside the pool, and
     where the tensors live (all on one device, or all on the host)."""
-    shape, dtype = _pool(describe("cache_tensor", cache))
+    meta = describe("cache_tensor", cache)
+    shape, dtype = cache_meta(meta, "pool", "shape [num_blocks, NKV, block_size, D] (block_size and D multiples "
+                              "of 32)")
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
     rows_meta = describe("input_tensor", fill)
@@ -123,17 +108,8 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
             blk = int(table[user, i])
             if not 0 <= blk < shape[0]:
                 raise fail(f"page_table[{user}, {i}]", f"a block id in 0..{shape[0] - 1} (the prompt fills it)", blk)
-    kinds = {describe("cache_tensor", cache).kind, "tile" if isinstance(rows, TileTensor) else "ttnn"}
-    if len(kinds) > 1:
-        raise fail("cache_tensor", "the pool and input_tensor both on the device (ttnn) or both on the host", "a mix",
-                   TypeError)
-    on_device = kinds == {"ttnn"}
-    if on_device:
-        import ttnn  # ttnn tensors came in, so ttnn is imported already
-
-        if not all(ttnn.is_tensor_storage_on_device(t) for t in (cache, rows)):
-            raise fail("cache_tensor", "ttnn tensors on the device (ttnn.to_device)", "a ttnn host tensor", TypeError)
-    elif device_args:
+    on_device = check_placement(cache, rows, meta.kind, "tile" if isinstance(rows, TileTensor) else "ttnn", "pool")
+    if not on_device and device_args:
         raise fail("page_table", "a host int tensor when the pool is a host tensor", "a ttnn tensor", TypeError)
     return FillInputs(cache_shape=shape, cache_dtype=dtype, fill_len=s, batch=b, max_blocks=width, batch_idx=user,
                       kv_pages=kv_pages, cache=cache, fill=rows, page_table=table, device_tensors=on_device,

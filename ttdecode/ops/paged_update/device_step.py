@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from ttdecode.core.checks import fail
 from ttdecode.core.formats import num_tiles
+from ttdecode.ops.cache_write import check_on_device, tensor_key, upload_ints
 from ttdecode.ops.paged_update.program_factory import RowShards, build_program
 from ttdecode.ops.paged_update.validate import UpdateInputs
 from ttdecode.ttnn_backend.prepared import PreparedProgram
@@ -35,14 +33,10 @@ STEP_CACHE_SIZE = 16
 _steps = StepCache(STEP_CACHE_SIZE)  # step_key -> UpdateStep
 
 
-def _meta(t: Any) -> tuple:
-    return (tuple(t.shape), str(t.dtype), str(t.layout), repr(t.memory_config()))
-
-
 def step_key(inp: UpdateInputs, grid: tuple[int, int], device: Any) -> tuple:
     """The cache key of a call: what the program depends on; never positions or the table's values."""
     return (id(device), grid, inp.cache_shape, inp.cache_dtype, inp.kv_pages, inp.batch, inp.paged, inp.max_blocks,
-            _meta(inp.cache), _meta(inp.rows))
+            tensor_key(inp.cache), tensor_key(inp.rows))
 
 
 def _in_dram(ttnn: Any, t: Any, temporaries: list[Any]) -> Any:
@@ -82,9 +76,7 @@ class UpdateStep:
         """A device int tensor of the call as it is, or the host value uploaded (int32 ROW_MAJOR)."""
         if name in inp.device_args:
             return inp.device_args[name]
-        ttnn = require_ttnn()
-        return ttnn.from_torch(torch.as_tensor(host, dtype=torch.int32), dtype=ttnn.int32,
-                               layout=ttnn.ROW_MAJOR_LAYOUT, device=self.device)
+        return upload_ints(require_ttnn(), host, self.device)
 
     def run(self, inp: UpdateInputs) -> None:
         """Write `inp`'s rows into its cache in place."""
@@ -95,9 +87,7 @@ class UpdateStep:
               "cache": inp.cache}
         if inp.paged:
             io["page_table"] = self._ints(inp, "page_table", inp.page_table)
-        for name, t in io.items():
-            if t.device() is not self.device:
-                raise fail(name, "a tensor on the cache's device", "a tensor on another device")
+        check_on_device(io, self.device, "the cache's")
         self.prepared.run(io)
         for t in temporaries:
             ttnn.deallocate(t)

@@ -39,8 +39,9 @@ from __future__ import annotations
 from typing import Any
 
 from ttdecode import backend as backends
-from ttdecode.core.checks import check_choice, check_grid, fail
+from ttdecode.core.checks import check_choice, check_grid
 from ttdecode.core.tensor import TileTensor, as_tile_tensor, from_torch, to_torch
+from ttdecode.ops.cache_write import run_on_backend
 from ttdecode.ops.paged_update.device_step import run_update
 from ttdecode.ops.paged_update.program_factory import build_program, input_images
 from ttdecode.ops.paged_update.validate import UpdateInputs, validate
@@ -94,15 +95,5 @@ def paged_update_cache(cache_tensor: Any, input_tensor: Any, *, update_idxs: Any
     check_grid("grid", grid)
     inp = validate(cache_tensor, input_tensor, update_idxs=update_idxs, update_idxs_tensor=update_idxs_tensor,
                    page_table=page_table, kv_pages=kv_pages)
-    chosen = backends.select_backend(cache_tensor, input_tensor) if backend == "auto" else backend
-    if chosen == "device" and not inp.device_tensors:
-        raise fail("cache_tensor", "ttnn tensors on the device for backend 'device'", "host tensors", TypeError)
-    if chosen != "device" and inp.device_tensors:
-        raise fail("cache_tensor", f"host tensors for backend {chosen!r}", "ttnn tensors on the device", TypeError)
-    backends.record(chosen)
-    if chosen == "reference":
-        return _run_reference(inp)
-    if chosen == "device":
-        run_update(inp, grid)
-        return inp.cache
-    return _run_host(inp, grid)
+    return run_on_backend(backend, cache_tensor, input_tensor, inp, grid, reference=_run_reference, device=run_update,
+                          host=_run_host)

@@ -8,16 +8,15 @@ from typing import Any, Optional
 import numpy as np
 
 from ttdecode.core import formats
-from ttdecode.core.checks import fail
 from ttdecode.core.formats import DataType
 from ttdecode.core.paths import kernels_dir
 from ttdecode.core.program_description import (
     BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet, DramTensor, Kernel, KernelKind,
-    L1_BYTES_PER_CORE, NocX, NocY, Program, kv_cache_tensor,
+    NocX, NocY, Program,
 )
 from ttdecode.core.tensor import as_tile_tensor
+from ttdecode.ops.cache_write import cache_tensors, check_cbs_fit, int_tensors, int_words_cb
 from ttdecode.ops.paged_update.validate import TILE, UpdateInputs
-from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
 
 #: Circular-buffer indices (kernels/paged_update/common.hpp numbers them the same).
 UPDATE_CBS = {"rows": 0, "packed": 1, "cache": 2, "pos": 3, "page_table": 4}
@@ -56,17 +55,13 @@ def _circular_buffers(inp: UpdateInputs, where: CoreRangeSet) -> list[CircularBu
     """Two slots of a tile row of new rows (bf16) and packed (cache format), one cache tile, the positions
     and (paged) one page-table row; refuses a head_dim whose CBs exceed one core's L1."""
     dt, cache_tile = inp.d_tiles, formats.tile_size(inp.cache_dtype)
-    f32 = DataType.float32
     cbs = [CircularBuffer(UPDATE_CBS["rows"], where, DataType.bfloat16, 2048, 2 * dt),
            CircularBuffer(UPDATE_CBS["packed"], where, inp.cache_dtype, cache_tile, 2 * dt),
            CircularBuffer(UPDATE_CBS["cache"], where, inp.cache_dtype, cache_tile, 1),
-           CircularBuffer(UPDATE_CBS["pos"], where, f32, -(-4 * inp.batch // 32) * 32, 1)]
+           int_words_cb(UPDATE_CBS["pos"], where, inp.batch)]
     if inp.paged:
-        cbs.append(CircularBuffer(UPDATE_CBS["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
-    l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
-    if l1 > L1_BYTES_PER_CORE:
-        raise fail("cache_tensor", f"a head_dim and page-table width whose circular buffers fit one core's L1 "
-                   f"({L1_BYTES_PER_CORE} B)", f"D={inp.head_dim}, {inp.max_blocks} blocks needing {l1} B")
+        cbs.append(int_words_cb(UPDATE_CBS["page_table"], where, inp.max_blocks))
+    check_cbs_fit(cbs, "cache_tensor", "a head_dim and page-table width", f"D={inp.head_dim}, {inp.max_blocks} blocks")
     return cbs
 
 
@@ -115,17 +110,9 @@ def _tensors(inp: UpdateInputs, images: Optional[dict[str, bytes]], rows_shards:
     """The tensors: the new rows [1, B, NKV, D] bf16 (in DRAM or L1 shards), the positions, (paged) the page
     table, the cache written in place; their bytes from `images` (None: described without bytes)."""
     image: Any = (lambda name: None) if images is None else images.__getitem__
-    b, rows_shape = inp.batch, (1, inp.batch, inp.num_kv_heads, inp.head_dim)
-    f32 = DataType.float32
-    tensors = [
-        DramTensor("rows", DataType.bfloat16, 2048, formats.num_tiles(rows_shape), rows_shape, "tile", image("rows"),
-                   shard_cores=() if rows_shards is None else tuple(rows_shards[0]),
-                   shard_pages=0 if rows_shards is None else rows_shards[1]),
-        DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"),
-    ]
-    if inp.paged:
-        tensors.append(DramTensor("page_table", f32, 4 * inp.max_blocks, b, (b, inp.max_blocks), "row_major",
-                                  image("page_table"), element_type="int32"))
-    tensors.append(kv_cache_tensor("cache", inp.cache_dtype, inp.cache_shape, inp.kv_pages, image("cache"),
-                                   in_place=True))
-    return tensors
+    rows_shape = (1, inp.batch, inp.num_kv_heads, inp.head_dim)
+    rows = DramTensor("rows", DataType.bfloat16, 2048, formats.num_tiles(rows_shape), rows_shape, "tile", image("rows"),
+                      shard_cores=() if rows_shards is None else tuple(rows_shards[0]),
+                      shard_pages=0 if rows_shards is None else rows_shards[1])
+    return [rows, *int_tensors(inp.batch, inp.max_blocks, inp.paged, image),
+            *cache_tensors(("cache",), inp.cache_dtype, inp.cache_shape, inp.kv_pages, image)]

@@ -9,12 +9,10 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ttdecode.core.checks import TensorMeta, describe, fail
-from ttdecode.core.formats import DataType, as_data_type
+from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import from_torch
 from ttdecode.config import KV_PAGES
-from ttdecode.kv_pool import POOL_DTYPES
-
-TILE = 32
+from ttdecode.ops.cache_write import TILE, cache_meta, check_placement, host_table
 
 
 @dataclass
@@ -50,19 +48,6 @@ class UpdateInputs:
     def block_size(self) -> int:
         """Positions per block (paged) or 0."""
         return self.cache_shape[2] if self.paged else 0
-
-
-def _cache(meta: TensorMeta) -> tuple[tuple[int, int, int, int], DataType]:
-    """The cache: a TileTensor or ttnn tensor [.., NKV, rows, D] (rows and D multiples of 32) in a pool format."""
-    if meta.kind == "torch":
-        raise fail("cache_tensor", "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the cache's "
-                   "format)", "a torch tensor", TypeError)
-    if len(meta.shape) != 4 or meta.shape[2] % TILE or meta.shape[3] % TILE or min(meta.shape) < 1:
-        raise fail("cache_tensor", "shape [num_blocks, NKV, block_size, D] or [B, NKV, S, D] (block_size / S and "
-                   "D multiples of 32)", list(meta.shape))
-    if meta.dtype not in [d.value for d in POOL_DTYPES]:
-        raise fail("cache_tensor", f"one of {[d.value for d in POOL_DTYPES]}", meta.dtype, TypeError)
-    return meta.shape, as_data_type(meta.dtype)  # type: ignore[return-value]
 
 
 def _rows(meta: TensorMeta, nkv: int, d: int) -> Any:
@@ -127,9 +112,7 @@ def _table(page_table: Any, b: int) -> tuple[Optional[torch.Tensor], int, dict[s
     if meta.kind == "ttnn":
         _device_ints("page_table", page_table, (b, 0))
         return None, meta.shape[1], {"page_table": page_table}
-    if meta.kind != "torch" or page_table.is_floating_point() or page_table.dtype is torch.bool:
-        raise fail("page_table", "an int tensor [B, max_blocks]", f"{meta.kind} {meta.dtype}", TypeError)
-    return page_table.detach().cpu().to(torch.int64), meta.shape[1], {}
+    return host_table(meta, page_table), meta.shape[1], {}
 
 
 def check_write_targets(positions: Sequence[int], shape: tuple[int, ...], table: Optional[torch.Tensor],
@@ -167,8 +150,9 @@ def validate(cache: Any, rows: Any, *, update_idxs: Any = None, update_idxs_tens
     """Every rule of `paged_update_cache`; raises naming the argument, expected and got. In order: the
     cache (shape, format), kv_pages, the new rows (shape, format), the positions, the page table, the
     write targets (host values only) and where the tensors live (all on one device, or all on the host)."""
-    cache_meta = describe("cache_tensor", cache)
-    shape, dtype = _cache(cache_meta)
+    meta = describe("cache_tensor", cache)
+    shape, dtype = cache_meta(meta, "cache", "shape [num_blocks, NKV, block_size, D] or [B, NKV, S, D] "
+                              "(block_size / S and D multiples of 32)")
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
     rows_meta = describe("input_tensor", rows)
@@ -184,16 +168,8 @@ def validate(cache: Any, rows: Any, *, update_idxs: Any = None, update_idxs_tens
         raise fail("cache_tensor", f"[B={b}, NKV, S, D] without a page table (or pass page_table)", list(shape))
     if positions is not None:
         check_write_targets(positions, shape, table, width, paged)
-    on_device = cache_meta.kind == "ttnn"
-    if on_device != (rows_meta.kind == "ttnn"):
-        raise fail("cache_tensor", "the cache and input_tensor both on the device (ttnn) or both on the host", "a mix",
-                   TypeError)
-    if on_device:
-        import ttnn  # ttnn tensors came in, so ttnn is imported already
-
-        if not all(ttnn.is_tensor_storage_on_device(t) for t in (cache, rows)):
-            raise fail("cache_tensor", "ttnn tensors on the device (ttnn.to_device)", "a ttnn host tensor", TypeError)
-    elif device_args:
+    on_device = check_placement(cache, rows, meta.kind, rows_meta.kind, "cache")
+    if not on_device and device_args:
         name = next(iter(device_args))
         raise fail("update_idxs_tensor" if name == "cur_pos" else name, "a host value when the cache is a host tensor",
                    "a ttnn tensor", TypeError)

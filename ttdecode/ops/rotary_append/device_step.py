@@ -58,6 +58,7 @@ from ttdecode.ttnn_env import require_ttnn
 from ttdecode.ops.rotary_append.program_factory import (
     WRITER_COMMON_ARGS, build_program, column_angles, positions_args, rotate_half_blocks,
 )
+from ttdecode.ops.cache_write import check_on_device, tensor_key, upload_ints
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 
 __all__ = ["RotaryStep", "run_rotary", "run_cached", "fast_key", "get_step", "angles_to_device", "clear_steps",
@@ -75,10 +76,6 @@ _steps = StepCache(STEP_CACHE_SIZE)  # step_key -> RotaryStep
 _fast: "OrderedDict[tuple, list[RotaryStep]]" = OrderedDict()  # fast key -> steps, newest first
 
 
-def _tensor_meta(t: Any) -> tuple:
-    return (tuple(t.shape), str(t.dtype), str(t.layout), repr(t.memory_config()))
-
-
 def step_key(inp: RotaryInputs, grid: tuple[int, int], device: Any) -> tuple:
     """The cache key of a call: what the program depends on (shapes, formats, options, the new rows'
     and caches' layouts and memory configs, positions given as values or as a tensor); never
@@ -86,8 +83,8 @@ def step_key(inp: RotaryInputs, grid: tuple[int, int], device: Any) -> tuple:
     return (id(device), grid, inp.batch, inp.num_q_heads, inp.num_kv_heads, inp.head_dim, inp.rotary_dim,
             inp.interleaved, inp.packed, inp.cache_dtype, tuple(inp.cache_shape), inp.paged, inp.max_blocks,
             inp.kv_pages, inp.positions is not None,
-            tuple((name, _tensor_meta(t)) for name, t in sorted(inp.x.items())),
-            _tensor_meta(inp.k_cache), _tensor_meta(inp.v_cache))
+            tuple((name, tensor_key(t)) for name, t in sorted(inp.x.items())),
+            tensor_key(inp.k_cache), tensor_key(inp.v_cache))
 
 
 #: The tensor arguments of the public function a cached call may take as device tensors, by program name.
@@ -139,11 +136,8 @@ class RotaryStep:
             if "page_table" in inp.device_args:
                 io["page_table"] = inp.device_args["page_table"]
             else:
-                io["page_table"] = ttnn.from_torch(inp.page_table.to(torch.int32), dtype=ttnn.int32,
-                                                   layout=ttnn.ROW_MAJOR_LAYOUT, device=dev)
-        for name, t in io.items():
-            if t.device() is not dev:
-                raise fail(name, "a tensor on k_cache's device", "a tensor on another device")
+                io["page_table"] = upload_ints(ttnn, inp.page_table, dev)
+        check_on_device(io, dev, "k_cache's")
         return io
 
     def positions_common(self, positions: Any) -> Optional[dict[str, dict[int, int]]]:

@@ -13,13 +13,13 @@ import torch
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import (
-    kv_cache_tensor, BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet, DramTensor, Kernel,
-    KernelKind, MathFidelity, Program, unpack_to_dest_modes, L1_BYTES_PER_CORE,
+    BufferAddress, CircularBuffer, ComputeSettings, CoreCoord, CoreRangeSet, DramTensor, Kernel,
+    KernelKind, MathFidelity, Program, unpack_to_dest_modes,
 )
-from ttdecode.core.checks import fail
+from ttdecode.ops.cache_write import cache_tensors, check_cbs_fit, int_tensors, int_words_cb
 from ttdecode.ops.rotary_append.validate import RotaryInputs, TILE
 from ttdecode.core.tensor import as_tile_tensor
-from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
+from ttdecode.runtime.layout import L1_UNRESERVED_BASE
 from ttdecode.core.paths import kernels_dir
 
 #: Circular-buffer indices (kernels/rotary_append/common.hpp numbers them the same).
@@ -179,17 +179,12 @@ def _circular_buffers(inp: RotaryInputs, where: CoreRangeSet, num_blocks: int,
         CircularBuffer(cb["cache"], where, inp.cache_dtype, cache_tile, 1),
     ]
     if not positions_in_args:
-        cbs.append(CircularBuffer(cb["pos"], where, f32, -(-4 * b // 32) * 32, 1))
+        cbs.append(int_words_cb(cb["pos"], where, b))
     if nh > 0:
         cbs.append(CircularBuffer(cb["q_out"], where, bf16, 2048, 2 * dt))
     if inp.paged:
-        cbs.append(CircularBuffer(cb["page_table"], where, f32, -(-4 * inp.max_blocks // 32) * 32, 1))
-
-    # Resource limit: every CB of a core, 32-byte aligned, above the firmware and kernel-config area.
-    l1 = L1_UNRESERVED_BASE + sum(-(-c.total_size // CB_ALIGNMENT) * CB_ALIGNMENT for c in cbs)
-    if l1 > L1_BYTES_PER_CORE:
-        raise fail("k_cache", f"a head_dim whose circular buffers fit one core's L1 ({L1_BYTES_PER_CORE} B, CBs "
-                   f"from {L1_UNRESERVED_BASE:#x})", f"D={d} needing {l1} B")
+        cbs.append(int_words_cb(cb["page_table"], where, inp.max_blocks))
+    check_cbs_fit(cbs, "k_cache", "a head_dim", f"D={d}", f", CBs from {L1_UNRESERVED_BASE:#x}")
     return cbs
 
 
@@ -268,13 +263,8 @@ def _tensors(inp: RotaryInputs, num_blocks: int, images: Optional[dict[str, byte
         tile("sin", (b, rt * TILE), f32),
         tile("trans", (num_blocks * TILE, TILE), bf16),
     ]
-    if not positions_in_args:
-        tensors.append(DramTensor("cur_pos", f32, 4 * b, 1, (b,), "row_major", image("cur_pos"), element_type="int32"))
-    if inp.paged:
-        tensors.append(DramTensor("page_table", f32, 4 * inp.max_blocks, b, (b, inp.max_blocks), "row_major",
-                                  image("page_table"), element_type="int32"))
-    tensors += [kv_cache_tensor(name, inp.cache_dtype, inp.cache_shape, inp.kv_pages, image(name), in_place=True)
-                for name in ("k_cache", "v_cache")]
+    tensors += int_tensors(b, inp.max_blocks, inp.paged, image, with_positions=not positions_in_args)
+    tensors += cache_tensors(("k_cache", "v_cache"), inp.cache_dtype, inp.cache_shape, inp.kv_pages, image)
     if nh > 0:
         tensors.append(tile("q_rot", (1, b, nh, d), bf16, is_output=True))
     return tensors
