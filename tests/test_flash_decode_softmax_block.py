@@ -67,7 +67,7 @@ def test_blocks_equal_the_reference(softmax_chunks: int, grid: tuple[int, int]) 
     pos = [-1, 4095, 447, 1000, 255, 2048]
     q, k, v, table = _inputs(b, s, block, seed=softmax_chunks)
     plan, out, lse, _ = run(dict(batch=b, num_q_heads=8, num_kv_heads=1, seq_len=s, head_dim=64, kv_dtype=BFP8,
-                                 chunk_cap=8, max_cores_per_head_batch=2 if grid == (8, 8) else 4,
+                                 chunk_cap=8, key_row_pieces=2 if grid == (8, 8) else 4,
                                  softmax_chunks=softmax_chunks, grid=grid),
                             q, k, v, pos, table, block)
     assert plan.softmax_chunks == softmax_chunks and plan.max_chunk_tiles == 8
