@@ -81,7 +81,7 @@ from ttdecode.core.program_description import (
 )
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 from ttdecode.core.paths import operator_kernels
-from ttdecode.ops.flash_decode.validate import reached_blocks
+from ttdecode.ops.flash_decode.validate import HALF_TILE_BLOCK, reached_blocks
 from ttdecode.runtime import run_program
 
 __all__ = ["FactoryError", "build_program", "build_program_for_device", "run_flash_decode", "decode_outputs",
@@ -529,6 +529,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     rt = {c: _runtime_args(plan, c, where) for c in cores}
     common = _common_args(plan, positions)
     reader_defines = _shard_defines("Q", q_shards, common["reader"])
+    if plan.block_size == HALF_TILE_BLOCK:  # 16-position blocks: the reader takes key tiles by halves
+        reader_defines["HALF_TILE_BLOCKS"] = "1"
     writer_defines = _shard_defines("OUT", out_shards, common["writer"])
     kernels = [
         Kernel("reader", sources["reader"], KernelKind.READER, core_set, named_compile_time_args=ct["reader"],

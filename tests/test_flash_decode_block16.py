@@ -1,0 +1,65 @@
+"""FlashDecode over a paged cache of 16-position blocks (block_size 16) on the host runtime.
+
+ttnn stores a ``[num_blocks, NKV, 16, D]`` pool in the TILE layout with one tile row per (block, KV head):
+rows 0-15 hold the block's positions, rows 16-31 are padding. The reader builds each 32-key tile from rows
+0-15 of two blocks' tiles (blocks ``2t`` and ``2t + 1`` of the user's page-table row) and never reads the
+padding, so the padding may hold anything (NaN here) without reaching the output. Every run is checked
+against the float64 reference of the values the kernels read (thresholds from ttdecode.accuracy).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import pytest
+import torch
+
+from ttdecode.api import paged_scaled_dot_product_attention_decode
+from ttdecode.core.formats import DataType
+from ttdecode.core.program_description import KernelKind
+from ttdecode.core.tensor import TileTensor, from_torch, to_torch
+from ttdecode.ops.flash_decode.plan import PlanError, make_plan
+from ttdecode.reference import sdpa_decode_reference
+
+from tests.test_flash_decode import randn_with_outliers
+from tests.test_flash_decode_paged import assert_matches, paged_reference, paginate, run, shuffled_table
+
+BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
+BLOCK = 16
+NAN = float("nan")
+
+
+def nan_padded(blocks: torch.Tensor, dtype: DataType) -> TileTensor:
+    """The tile image of a ``[num_blocks, NKV, 16, D]`` pool whose padding rows 16-31 hold NaN (as device
+    memory might), with the pool's logical shape."""
+    n, nkv, rows, d = blocks.shape
+    full = torch.full((n, nkv, 2 * rows, d), NAN)
+    full[:, :, :rows] = blocks
+    return TileTensor(tuple(blocks.shape), dtype, from_torch(full, dtype).data)
+
+
+def boundary_positions(s: int) -> list[int]:
+    """-1, the block and tile boundaries 15, 16, 31, 32, 47, 48, and a few inside and at the end."""
+    return [-1, 0, 15, 16, 31, 32, 47, 48, 100, s - 17, s - 16, s - 1]
+
+
+@pytest.mark.parametrize("kv", [BF16, BFP8, BFP4], ids=lambda t: t.value)
+def test_block16_matches_the_reference_with_nan_padding(kv: DataType) -> None:
+    pos = boundary_positions(256)
+    b, nh, nkv, s, d = len(pos), 8, 2, 256, 64
+    gen = torch.Generator().manual_seed(161)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    max_blocks = s // BLOCK
+    num_blocks = b * max_blocks + 3
+    kb = randn_with_outliers((num_blocks, nkv, BLOCK, d), gen)
+    vb = randn_with_outliers((num_blocks, nkv, BLOCK, d), gen)
+    kp, vp = nan_padded(kb, kv), nan_padded(vb, kv)
+    padded = to_torch(TileTensor((num_blocks, nkv, 2 * BLOCK, d), kv, kp.data))
+    assert torch.isnan(padded[:, :, BLOCK:]).all() and torch.isfinite(padded[:, :, :BLOCK]).all()
+    table = shuffled_table(b, max_blocks, num_blocks, seed=16)
+    plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
+                                      kv_dtype=kv, max_cores_per_head_batch=4), q, kp, vp, pos,
+                                 table=table, block_size=BLOCK)
+    assert plan.block_size == BLOCK
+    assert_matches(out, lse, *paged_reference(q, kp, vp, pos, table), pos, f"block 16, {kv.value}")
