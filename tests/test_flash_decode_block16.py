@@ -15,7 +15,8 @@ from typing import Sequence
 import pytest
 import torch
 
-from ttdecode.api import paged_scaled_dot_product_attention_decode
+from ttdecode.accuracy import check_close, check_lse
+from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import KernelKind
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch
@@ -63,3 +64,71 @@ def test_block16_matches_the_reference_with_nan_padding(kv: DataType) -> None:
                                  table=table, block_size=BLOCK)
     assert plan.block_size == BLOCK
     assert_matches(out, lse, *paged_reference(q, kp, vp, pos, table), pos, f"block 16, {kv.value}")
+
+
+def unreached_as_minus_one(table: torch.Tensor, pos: Sequence[int], window: int, tokens: int) -> torch.Tensor:
+    """`table` with every entry no user reaches set to -1 (vLLM's padding): a half tile whose block holds no
+    attended key must not be read."""
+    out = torch.full_like(table, -1)
+    for u, p in enumerate(pos):
+        if p < 0:
+            continue
+        first = 0 if not window else max(0, p - (window + tokens - 1) + 1)
+        out[u, first // BLOCK: p // BLOCK + 1] = table[u, first // BLOCK: p // BLOCK + 1]
+    return out
+
+
+CASES = {
+    "plain": dict(),
+    "window_40": dict(sliding_window_size=40),
+    "window_17_tokens_3": dict(sliding_window_size=17, tokens=3),
+    "tokens_4": dict(tokens=4),
+    "sink": dict(sink=True),
+    "mla": dict(mla=True),
+    "mask": dict(mask=True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("kv", [BF16, BFP8], ids=lambda t: t.value)
+def test_block16_gives_the_bits_of_the_contiguous_cache(kv: DataType, case: str) -> None:
+    # The same keys in a contiguous cache and in a shuffled block-16 pool (NaN padding, -1 in every entry
+    # no user reaches) give the same output bits: the reader's key tiles are the contiguous cache's.
+    c = CASES[case]
+    tokens, window = c.get("tokens", 1), c.get("sliding_window_size")
+    pos = [p for p in boundary_positions(192) if p < 0 or p >= tokens - 1]
+    if c.get("mask"):
+        pos = [192 - 1] * 3
+    b, nh, nkv, s, d = len(pos), 8, 2, 192, 64
+    dv = 32 if c.get("mla") else d
+    gen = torch.Generator().manual_seed(len(case) + 7)
+    q = randn_with_outliers((tokens, b, nh, d), gen)
+    k = randn_with_outliers((b, nkv, s, d), gen)
+    v = None if c.get("mla") else randn_with_outliers((b, nkv, s, dv), gen)
+    max_blocks = s // BLOCK
+    num_blocks = b * max_blocks + 1
+    table = shuffled_table(b, max_blocks, num_blocks, seed=5)
+    reach = table if c.get("mask") else unreached_as_minus_one(table, pos, window or 0, tokens)
+    kp = nan_padded(paginate(k, table, num_blocks, BLOCK, fill=NAN), kv)
+    vp = None if v is None else nan_padded(paginate(v, table, num_blocks, BLOCK, fill=NAN), kv)
+    common = dict(scale=1.0 / math.sqrt(d), sliding_window_size=window, return_lse=True, backend="host",
+                  head_dim_v=dv if c.get("mla") else None)
+    if c.get("sink"):
+        common["attention_sink"] = torch.randn(nh, generator=gen)
+    if c.get("mask"):
+        mask = torch.where(torch.rand(b, 1, nh, s, generator=gen) < 0.3, -math.inf, 0.0)
+        mask[..., -1] = 0.0
+        common.update(is_causal=False, attn_mask=mask)
+    else:
+        common["cur_pos"] = pos
+    out_c, lse_c = scaled_dot_product_attention_decode(
+        q, from_torch(k, kv), None if v is None else from_torch(v, kv), **common)
+    out_p, lse_p = paged_scaled_dot_product_attention_decode(q, kp, vp, reach, **common)
+    assert torch.equal(out_p.view(torch.int16), out_c.view(torch.int16)), case
+    assert torch.equal(lse_p, lse_c), case
+    ref_args = {**common, "backend": "reference"}
+    ref, ref_lse = paged_scaled_dot_product_attention_decode(q, kp, vp, reach, **ref_args)
+    for u, p in enumerate(pos):
+        if p >= 0:
+            check_close(out_p[:, u], ref[:, u], f"block 16 {case}: user {u} (cur_pos {p})")
+    check_lse(lse_p, ref_lse, f"block 16 {case}: LSE")

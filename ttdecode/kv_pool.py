@@ -37,10 +37,28 @@ from ttdecode.ttnn_backend.tensors import is_key_row_memory_config, key_row_memo
 from ttdecode.ttnn_env import require_ttnn
 
 __all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local", "pages_program_config",
-           "POOL_DTYPES"]
+           "POOL_DTYPES", "HALF_TILE_BLOCK", "check_pool_rows"]
 
 #: Formats a pool may hold (the caches' formats of the operators that write it).
 POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
+
+#: The one block size below a key tile: ttnn's ``[num_blocks, NKV, 16, D]`` pool in the TILE layout, one tile
+#: row per (block, KV head) whose rows 16-31 are padding (the DRAM bytes of a block of 32); tile pages only.
+HALF_TILE_BLOCK = 16
+
+
+def check_pool_rows(name: str, shape: tuple[int, ...], paged: bool, kv_pages: str) -> None:
+    """A cache's positions (dim 2 of `shape`): a multiple of 32, or HALF_TILE_BLOCK for a paged pool in tile
+    pages (block 16 in key-row pages is not implemented). Raises ValueError naming `name`."""
+    rows = shape[2]
+    if rows % 32 == 0:
+        return
+    if rows != HALF_TILE_BLOCK or not paged:
+        raise fail(name, "S (contiguous) a multiple of 32, or block_size (paged) 16 or a multiple of 32",
+                   list(shape))
+    if kv_pages != "tile":
+        raise fail(name, f"kv_pages 'tile' with block_size {HALF_TILE_BLOCK} (key-row pages of 16-position "
+                   "blocks are not implemented)", f"kv_pages {kv_pages!r}")
 
 
 def _check_dims(name: str, dims: tuple[int, ...]) -> None:

@@ -71,13 +71,16 @@ void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint
         const uint32_t end = num_kv_heads - r * TILE < TILE ? num_kv_heads - r * TILE : TILE;
         for (uint32_t h = 0; h < end; ++h) {
             const uint32_t head = r * TILE + h;
-            uint32_t tile_row;  // tile row (32 positions) of this head's cache holding pos
+            uint32_t tile_row;  // tile row of this head's cache holding pos
+            uint32_t row = p % TILE;  // pos's row in it
             if constexpr (paged) {
                 const uint32_t block = (uint32_t)page_table_row[p / block_size];
                 if (block >= num_blocks) {
                     continue;  // a block id outside the pool (a negative one too): nothing written
                 }
-                tile_row = (block * num_kv_heads + head) * (block_size / TILE) + (p % block_size) / TILE;
+                // a block is ceil(block_size / 32) tile rows: block 16 is one, its rows 16-31 padding
+                tile_row = (block * num_kv_heads + head) * ((block_size + TILE - 1) / TILE) + (p % block_size) / TILE;
+                row = p % block_size % TILE;
             } else {
                 tile_row = (user * num_kv_heads + head) * seq_tiles + p / TILE;
             }
@@ -86,7 +89,7 @@ void append_row(const InterleavedAddrGen<true>& cache_gen, uint32_t out_cb, uint
                                                          : cache_gen.get_noc_addr(tile_row * d_tiles + j);
                 noc_async_read(tile_addr, scratch, cache_tile_bytes);
                 noc_async_read_barrier();
-                replace_row(scratch, p % TILE, src + j * cache_tile_bytes, h);
+                replace_row(scratch, row, src + j * cache_tile_bytes, h);
                 noc_async_write(scratch, tile_addr, cache_tile_bytes);
                 noc_async_write_barrier();  // the scratch is read again for the next tile
             }

@@ -12,7 +12,7 @@ from ttdecode.core.checks import TensorMeta, describe, fail
 from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.core.tensor import from_torch
 from ttdecode.config import KV_PAGES
-from ttdecode.kv_pool import POOL_DTYPES
+from ttdecode.kv_pool import POOL_DTYPES, check_pool_rows
 
 TILE = 32
 
@@ -57,9 +57,9 @@ def _cache(meta: TensorMeta) -> tuple[tuple[int, int, int, int], DataType]:
     if meta.kind == "torch":
         raise fail("cache_tensor", "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the cache's "
                    "format)", "a torch tensor", TypeError)
-    if len(meta.shape) != 4 or meta.shape[2] % TILE or meta.shape[3] % TILE or min(meta.shape) < 1:
+    if len(meta.shape) != 4 or meta.shape[2] % (TILE // 2) or meta.shape[3] % TILE or min(meta.shape) < 1:
         raise fail("cache_tensor", "shape [num_blocks, NKV, block_size, D] or [B, NKV, S, D] (block_size / S and "
-                   "D multiples of 32)", list(meta.shape))
+                   "D multiples of 32; block_size 16 too)", list(meta.shape))
     if meta.dtype not in [d.value for d in POOL_DTYPES]:
         raise fail("cache_tensor", f"one of {[d.value for d in POOL_DTYPES]}", meta.dtype, TypeError)
     return meta.shape, as_data_type(meta.dtype)  # type: ignore[return-value]
@@ -182,6 +182,7 @@ def validate(cache: Any, rows: Any, *, update_idxs: Any = None, update_idxs_tens
         device_args.update(table_args)
     elif shape[0] != b:
         raise fail("cache_tensor", f"[B={b}, NKV, S, D] without a page table (or pass page_table)", list(shape))
+    check_pool_rows("cache_tensor", shape, paged, kv_pages)
     if positions is not None:
         check_write_targets(positions, shape, table, width, paged)
     on_device = cache_meta.kind == "ttnn"
