@@ -95,6 +95,9 @@ def test_block16_writers_refuse_what_they_cannot_write() -> None:
     with pytest.raises(ValueError, match=r"argument 'cache_tensor': expected kv_pages 'tile' with block_size 16"):
         ttdecode.paged_update_cache(cache, rows, update_idxs=[0, 1], page_table=table, kv_pages="key_row",
                                     backend="host")
+    with pytest.raises(ValueError, match=r"argument 'cache_tensor': expected kv_pages 'tile' with block_size 16"):
+        ttdecode.paged_fill_cache(cache, torch.zeros(1, 2, 20, 64), table, batch_idx=0, kv_pages="key_row",
+                                  backend="host")
     contiguous = ttdecode.from_torch(torch.zeros(2, 2, BLOCK, 64), dtype=BF16)
     with pytest.raises(ValueError, match=r"argument 'cache_tensor': expected S \(contiguous\) a multiple of 32"):
         ttdecode.paged_update_cache(contiguous, rows, update_idxs=[0, 1], backend="host")
@@ -146,3 +149,31 @@ def test_block16_pool_appended_step_by_step_is_read_by_flash_decode() -> None:
             check_close(out[:, u], ref[:, u], f"block 16 appended pool: user {u} (cur_pos {p})")
         else:
             assert torch.count_nonzero(out[:, u]) == 0
+
+
+@pytest.mark.parametrize("s", [1, 15, 16, 17, 31, 32, 47, 80])
+@pytest.mark.parametrize("dtype", [BF16, BFP8, BFP4], ids=lambda d: d.value)
+def test_block16_fill_scatters_the_prompt_and_keeps_the_padding(dtype: DataType, s: int) -> None:
+    # Position p of the prompt lands on row p % 16 of block table[user, p // 16] (an independent torch
+    # scatter on the values); blocks past the prompt's last and the padding rows keep their bytes.
+    g = torch.Generator().manual_seed(s)
+    nkv, d, max_blocks, user = 2, 64, 6, 1
+    num_blocks = 3 * max_blocks
+    pool = nan_padded_pool(torch.randn(num_blocks, nkv, BLOCK, d, generator=g), dtype)
+    fill = ttdecode.from_torch(torch.randn(1, nkv, s, d, generator=g) * 4, dtype=dtype)
+    table = torch.randperm(num_blocks, generator=g).reshape(3, max_blocks).to(torch.int32)
+    table[user, -(-s // BLOCK):] = -1  # entries past the prompt are never followed
+    out = ttdecode.paged_fill_cache(pool, fill, table, batch_idx=user, grid=(2, 2), backend="host")
+    # the prompt's last block is written whole: its positions from s on get the input tile's zero padding
+    # (as the tile copy of larger blocks writes its last tile)
+    blocks = -(-s // BLOCK)
+    rows = torch.zeros(nkv, blocks * BLOCK, d)
+    rows[:, :s] = ttdecode.to_torch(fill).float()[0]
+    want = ttdecode.to_torch(pool).float().clone()
+    for p in range(blocks * BLOCK):
+        want[int(table[user, p // BLOCK]), :, p % BLOCK] = rows[:, p]
+    got = ttdecode.to_torch(out).float()
+    assert torch.equal(got, want)
+    assert torch.isnan(padded_rows(out)[:, :, BLOCK:]).all()
+    ref = ttdecode.paged_fill_cache(pool, fill, table, batch_idx=user, backend="reference")
+    assert ref.data == out.data

@@ -12,7 +12,7 @@ from ttdecode.core.checks import TensorMeta, check_int, describe, fail
 from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.core.tensor import TileTensor, from_torch
 from ttdecode.config import KV_PAGES
-from ttdecode.kv_pool import POOL_DTYPES
+from ttdecode.kv_pool import POOL_DTYPES, check_pool_rows
 
 TILE = 32
 
@@ -57,9 +57,9 @@ def _pool(cache: TensorMeta) -> tuple[tuple[int, int, int, int], DataType]:
     if cache.kind == "torch":
         raise fail("cache_tensor", "a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the pool's "
                    "format)", "a torch tensor", TypeError)
-    if len(cache.shape) != 4 or cache.shape[2] % TILE or cache.shape[3] % TILE or min(cache.shape) < 1:
-        raise fail("cache_tensor", "shape [num_blocks, NKV, block_size, D] (block_size and D multiples of 32)",
-                   list(cache.shape))
+    if len(cache.shape) != 4 or cache.shape[2] % (TILE // 2) or cache.shape[3] % TILE or min(cache.shape) < 1:
+        raise fail("cache_tensor", "shape [num_blocks, NKV, block_size, D] (block_size and D multiples of 32; "
+                   "block_size 16 too)", list(cache.shape))
     if cache.dtype not in [d.value for d in POOL_DTYPES]:
         raise fail("cache_tensor", f"one of {[d.value for d in POOL_DTYPES]}", cache.dtype, TypeError)
     return cache.shape, as_data_type(cache.dtype)  # type: ignore[return-value]
@@ -111,6 +111,7 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
     shape, dtype = _pool(describe("cache_tensor", cache))
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
+    check_pool_rows("cache_tensor", shape, True, kv_pages)
     rows_meta = describe("input_tensor", fill)
     rows = _rows(rows_meta, shape[1], shape[3], dtype)
     table, b, width, user, device_args = _table(page_table, batch_idx)
