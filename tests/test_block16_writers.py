@@ -8,6 +8,7 @@ reference."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ import ttdecode
 from ttdecode.accuracy import check_close
 from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor
+from ttdecode.ttnn_env import import_ttnn, ttnn_unavailable_reason
 
 from tests.test_paged_update import identity_rotary, scatter
 
@@ -177,3 +179,40 @@ def test_block16_fill_scatters_the_prompt_and_keeps_the_padding(dtype: DataType,
     assert torch.isnan(padded_rows(out)[:, :, BLOCK:]).all()
     ref = ttdecode.paged_fill_cache(pool, fill, table, batch_idx=user, backend="reference")
     assert ref.data == out.data
+
+
+def test_block16_pools_written_match_ttnn_tilized_layout() -> None:
+    # ttnn's own layout of a [num_blocks, NKV, 16, D] pool (ttnn.from_torch, TILE, its zero padding) is the
+    # expectation: our tile image of the same pool is its bytes, and each writer's output is the bytes ttnn
+    # tilizes from the torch-level result (bfloat16: exact).
+    ttnn = import_ttnn()
+    if ttnn is None:
+        pytest.skip(f"ttnn cannot be imported: {ttnn_unavailable_reason()}")
+
+    def ttnn_image(x: torch.Tensor) -> bytes:
+        t = ttnn.from_torch(x.to(torch.bfloat16), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+        assert list(t.padded_shape) == [*x.shape[:2], 2 * BLOCK, x.shape[3]]  # a padded tile row per block
+        return np.from_dlpack(t.host_buffer().get_shard(ttnn.MeshCoordinate(0, 0))).tobytes()  # ttnn's raw bytes
+
+    g = torch.Generator().manual_seed(19)
+    b, nkv, d, max_blocks = len(POSITIONS), 2, 64, 4
+    num_blocks = b * max_blocks
+    blocks = torch.randn(num_blocks, nkv, BLOCK, d, generator=g).to(torch.bfloat16).float()
+    pool = ttdecode.from_torch(blocks, dtype=BF16)
+    assert pool.data == ttnn_image(blocks)
+    table = torch.randperm(num_blocks, generator=g).reshape(b, max_blocks).to(torch.int32)
+    rows = torch.randn(1, b, nkv, d, generator=g).to(torch.bfloat16).float()
+    out = ttdecode.paged_update_cache(pool, rows, update_idxs=POSITIONS, page_table=table, backend="host")
+    assert out.data == ttnn_image(scatter(blocks, rows, POSITIONS, table))
+    out = identity_rotary(pool, rows, POSITIONS, table, "tile")
+    assert out.data == ttnn_image(scatter(blocks, rows, POSITIONS, table))
+    s, user = 37, 2
+    fill = torch.randn(1, nkv, s, d, generator=g).to(torch.bfloat16).float()
+    out = ttdecode.paged_fill_cache(pool, ttdecode.from_torch(fill, dtype=BF16), table, batch_idx=user,
+                                    backend="host")
+    want = blocks.clone()
+    padded = torch.zeros(nkv, 48, d)
+    padded[:, :s] = fill[0]
+    for p in range(48):
+        want[int(table[user, p // BLOCK]), :, p % BLOCK] = padded[:, p]
+    assert out.data == ttnn_image(want)

@@ -17,14 +17,14 @@ import torch
 
 from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode, scaled_dot_product_attention_decode
-from ttdecode.core.formats import DataType
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.core.program_description import KernelKind
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan
-from ttdecode.reference import sdpa_decode_reference
 
 from tests.test_flash_decode import randn_with_outliers
-from tests.test_flash_decode_paged import assert_matches, paged_reference, paginate, run, shuffled_table
+from tests.test_flash_decode_paged import (assert_matches, guard_loads, page_table_loads, paged_reference, paginate, run,
+                                          shuffled_table)
 
 BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
 BLOCK = 16
@@ -132,3 +132,38 @@ def test_block16_gives_the_bits_of_the_contiguous_cache(kv: DataType, case: str)
         if p >= 0:
             check_close(out_p[:, u], ref[:, u], f"block 16 {case}: user {u} (cur_pos {p})")
     check_lse(lse_p, ref_lse, f"block 16 {case}: LSE")
+
+
+@pytest.mark.parametrize("kv", [BF16, BFP8], ids=lambda t: t.value)
+def test_block16_reader_reads_the_attended_halves_once_and_never_the_padding(kv: DataType) -> None:
+    # DRAM bytes of K/V: half a tile (rows 0-15) per attended block, KV head and D tile -- the bytes of the
+    # same keys in blocks of 32 (in twice the read requests), less the half tiles past cur_pos
+    pos = [255, 100, 15, 16, -1]
+    b, nh, nkv, s, d = len(pos), 16, 2, 256, 128
+    gen = torch.Generator().manual_seed(20)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    max_blocks = s // BLOCK
+    num_blocks = b * max_blocks
+    kp = nan_padded(randn_with_outliers((num_blocks, nkv, BLOCK, d), gen), kv)
+    vp = nan_padded(randn_with_outliers((num_blocks, nkv, BLOCK, d), gen), kv)
+    table = shuffled_table(b, max_blocks, num_blocks, seed=20)
+    plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                                      max_cores_per_head_batch=4), q, kp, vp, pos, table=table, block_size=BLOCK)
+    assert_matches(out, lse, *paged_reference(q, kp, vp, pos, table), pos, f"block 16 bytes, {kv.value}")
+    readers = [kc for kc in result.counters.kernels if kc.kind is KernelKind.READER]
+    halves = sum(p // BLOCK + 1 for p in pos if p >= 0)
+    kv_bytes = halves * nkv * (plan.d_tiles + plan.dv_tiles) * tile_size(kv) // 2
+    with_work = [pc for pc in plan.pieces if not plan.range_at(pos[pc.user], pc.index).empty]
+    q_bytes = len(with_work) * plan.group_size * d * 2
+    pos_bytes = 4 * b * len(readers)
+    table_bytes = (page_table_loads(plan, pos) + guard_loads(plan, pos)) * 4 * max_blocks
+    assert sum(sum(kc.dram_read_bytes) for kc in readers) == kv_bytes + q_bytes + pos_bytes + table_bytes
+
+
+def test_planner_takes_block16_in_tile_pages_only() -> None:
+    base = dict(batch=1, num_q_heads=8, num_kv_heads=2, seq_len=256, head_dim=64, cur_pos=[100], num_blocks=16)
+    assert make_plan(**base, block_size=BLOCK).max_blocks == 16
+    with pytest.raises(PlanError, match="block_size: expected a multiple of 32 or 16, got 8"):
+        make_plan(**base, block_size=8)
+    with pytest.raises(PlanError, match="kv_pages: expected 'tile' with block_size 16"):
+        make_plan(**base, block_size=BLOCK, kv_pages="key_row")
