@@ -21,6 +21,7 @@ from ttdecode.core.formats import DataType, tile_size
 from ttdecode.core.program_description import KernelKind
 from ttdecode.core.tensor import TileTensor, from_torch, to_torch
 from ttdecode.ops.flash_decode.plan import PlanError, make_plan
+from ttdecode.perf_model.counters import work_from_counters
 
 from tests.test_flash_decode import randn_with_outliers
 from tests.test_flash_decode_paged import (assert_matches, guard_loads, page_table_loads, paged_reference, paginate, run,
@@ -158,6 +159,11 @@ def test_block16_reader_reads_the_attended_halves_once_and_never_the_padding(kv:
     pos_bytes = 4 * b * len(readers)
     table_bytes = (page_table_loads(plan, pos) + guard_loads(plan, pos)) * 4 * max_blocks
     assert sum(sum(kc.dram_read_bytes) for kc in readers) == kv_bytes + q_bytes + pos_bytes + table_bytes
+    # the cost model finds the same K/V bytes among the reader's events (half tiles, block floats' exponents
+    # and codes apart), and the chunks' read groups as its pipeline stages
+    works, _, _ = work_from_counters(plan, result.counters)
+    assert sum(w.kv_bytes for w in works) == kv_bytes
+    assert max(w.chunks for w in works) > 1
 
 
 def test_planner_takes_block16_in_tile_pages_only() -> None:
