@@ -216,3 +216,14 @@ def test_block16_pools_written_match_ttnn_tilized_layout() -> None:
     for p in range(48):
         want[int(table[user, p // BLOCK]), :, p % BLOCK] = padded[:, p]
     assert out.data == ttnn_image(want)
+
+
+def test_block16_pool_allocates_in_tile_pages_only() -> None:
+    pool = ttdecode.allocate_kv_pool(4, 2, BLOCK, 64, dtype=BFP8, kv_pages="tile")
+    assert pool.shape == (4, 2, BLOCK, 64) and len(pool.data) == 4 * 2 * 2 * 1088  # a padded tile row per block
+    with pytest.raises(ValueError, match=r"argument 'shape': expected kv_pages 'tile' with block_size 16"):
+        ttdecode.allocate_kv_pool(4, 2, BLOCK, 64)  # the bank-local default
+    with pytest.raises(ValueError, match=r"argument 'pool': expected kv_pages 'tile' with block_size 16"):
+        ttdecode.to_bank_local(pool)
+    with pytest.raises(ValueError, match=r"argument 'shape': expected block_size \(16 or a multiple of 32\)"):
+        ttdecode.allocate_kv_pool(4, 2, 8, 64, kv_pages="tile")

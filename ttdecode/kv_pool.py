@@ -62,11 +62,13 @@ def check_pool_rows(name: str, shape: tuple[int, ...], paged: bool, kv_pages: st
 
 
 def _check_dims(name: str, dims: tuple[int, ...]) -> None:
-    """[num_blocks, NKV, block_size, D]: positive ints, block_size and D multiples of 32."""
+    """[num_blocks, NKV, block_size, D]: positive ints, block_size and D multiples of 32 (block_size 16 too:
+    `check_pool_rows` says where)."""
     if len(dims) != 4 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in dims):
         raise fail(name, "4 positive ints [num_blocks, NKV, block_size, D]", list(dims))
-    if dims[2] % 32 or dims[3] % 32:
-        raise fail(name, "block_size and D multiples of 32 (a key-tile row holds 32 positions)", list(dims))
+    if (dims[2] % 32 and dims[2] != HALF_TILE_BLOCK) or dims[3] % 32:
+        raise fail(name, "block_size (16 or a multiple of 32) and D multiples of 32 (a key-tile row holds 32 "
+                   "positions)", list(dims))
 
 
 def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int, *,
@@ -76,7 +78,7 @@ def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_d
 
     Args:
         num_blocks, num_kv_heads, block_size, head_dim: the pool's shape (block_size and head_dim
-            multiples of 32; elements).
+            multiples of 32, or block_size 16 with kv_pages "tile": ttnn's padded tile per block; elements).
         dtype: bfloat16, bfloat8_b or bfloat4_b (a ttdecode DataType or its name).
         kv_pages: "key_row" (bank-local, the default) or "tile" (ttnn's interleaved tile pages).
         device: None for a host `TileTensor`; a ttnn device for a TILE ttnn tensor in DRAM
@@ -89,6 +91,7 @@ def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_d
         raise fail("dtype", f"one of {[d.value for d in POOL_DTYPES]}", dt.value, TypeError)
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
+    check_pool_rows("shape", dims, True, kv_pages)
     if device is None:
         return TileTensor(dims, dt, bytes(num_tiles(dims) * tile_size(dt)))  # zero bytes: 0.0 in every format
     ttnn = require_ttnn()
@@ -134,7 +137,9 @@ def to_bank_local(pool: Any) -> Any:
     """`pool` in the bank-local layout (kv_pages "key_row"). Host TileTensor: `pool` itself (the same
     bytes). Device: a new tensor, ``ttnn.to_memory_config(pool, key_row_memory_config(...))`` (a device
     copy; `pool` itself when it is bank-local already); the caller deallocates the source."""
-    if _pool_kind(pool, "pool") == "host" or is_bank_local(pool):
+    kind = _pool_kind(pool, "pool")
+    check_pool_rows("pool", tuple(int(v) for v in pool.shape), True, "key_row")
+    if kind == "host" or is_bank_local(pool):
         return pool
     ttnn = require_ttnn()
     return ttnn.to_memory_config(pool, key_row_memory_config(ttnn, pool.device(), int(pool.shape[-1])))
