@@ -225,5 +225,5 @@ def test_block16_pool_allocates_in_tile_pages_only() -> None:
         ttdecode.allocate_kv_pool(4, 2, BLOCK, 64)  # the bank-local default
     with pytest.raises(ValueError, match=r"argument 'pool': expected kv_pages 'tile' with block_size 16"):
         ttdecode.to_bank_local(pool)
-    with pytest.raises(ValueError, match=r"argument 'shape': expected block_size \(16 or a multiple of 32\)"):
+    with pytest.raises(ValueError, match=r"argument 'shape': expected block_size and D multiples of 32 .*block_size 16 too"):
         ttdecode.allocate_kv_pool(4, 2, 8, 64, kv_pages="tile")

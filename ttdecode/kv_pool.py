@@ -67,8 +67,8 @@ def _check_dims(name: str, dims: tuple[int, ...]) -> None:
     if len(dims) != 4 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in dims):
         raise fail(name, "4 positive ints [num_blocks, NKV, block_size, D]", list(dims))
     if (dims[2] % 32 and dims[2] != HALF_TILE_BLOCK) or dims[3] % 32:
-        raise fail(name, "block_size (16 or a multiple of 32) and D multiples of 32 (a key-tile row holds 32 "
-                   "positions)", list(dims))
+        raise fail(name, "block_size and D multiples of 32 (a key-tile row holds 32 positions; block_size 16 "
+                   "too, in tile pages)", list(dims))
 
 
 def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int, *,
