@@ -156,7 +156,7 @@ def test_l1_overflow_is_refused_naming_the_knobs() -> None:
         (dict(sub_core_grids=[((0, 0), (8, 0))]), "sub_core_grids"),
         (dict(kv_dtype=DataType.float32), "kv_dtype"),
         (dict(block_size=64), "block_size, num_blocks: expected both"),
-        (dict(block_size=48, num_blocks=4), "block_size: expected a multiple of 32, got 48"),
+        (dict(block_size=48, num_blocks=4), "block_size: expected a multiple of 32 or 16, got 48"),
         (dict(block_size=0, num_blocks=4), "block_size: expected a positive int, got 0"),
         (dict(block_size=64, num_blocks=0), "num_blocks: expected a positive int, got 0"),
         (dict(block_size=3072, num_blocks=4), "seq_len: expected a multiple of block_size=3072"),

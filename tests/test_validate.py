@@ -290,11 +290,23 @@ def test_paged_cache_gives_s_from_the_page_table() -> None:
     assert r.page_table_values.tolist() == [[0, 1], [2, 3]]
 
 
-def test_paged_block_size_must_be_whole_tiles() -> None:
-    with pytest.raises(ValueError, match=r"argument 'k': expected a paged cache .*block_size a positive multiple of 32 "
-                                         r"\(a K/V tile holds 32 positions and the kernels read whole tiles; block_size 16 "
-                                         r"is not supported\), got shape \[6, 2, 16, 64\]"):
-        paged(k=torch.randn(6, NKV, 16, D), v=torch.randn(6, NKV, 16, D))
+def test_paged_block_size_must_be_whole_tiles_or_16() -> None:
+    with pytest.raises(ValueError, match=r"argument 'k': expected a paged cache .*block_size 16 or a positive multiple "
+                                         r"of 32 \(a K/V tile holds 32 positions\), got shape \[6, 2, 48, 64\]"):
+        paged(k=torch.randn(6, NKV, 48, D), v=torch.randn(6, NKV, 48, D))
+    with pytest.raises(ValueError, match=r"block_size 16 or a positive multiple of 32 .*got shape \[6, 2, 8, 64\]"):
+        paged(k=torch.randn(6, NKV, 8, D), v=torch.randn(6, NKV, 8, D))
+
+
+def test_block_size_16_wants_an_even_table_and_tile_pages() -> None:
+    k16 = dict(k=torch.randn(6, NKV, 16, D), v=torch.randn(6, NKV, 16, D), cur_pos=[5, 31])
+    r = paged(**k16)
+    assert (r.block_size, r.seq_len) == (16, 32)
+    with pytest.raises(ValueError, match=r"argument 'page_table': expected an even number of entries per user with "
+                                         r"block_size 16 \(S = max_blocks x 16 a multiple of 32\), got 3 entries"):
+        paged(**k16, page_table=torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"argument 'program_config.kv_pages': expected 'tile' with block_size 16"):
+        paged(**k16, program_config=SDPAProgramConfig(kv_pages="key_row"))
 
 
 def test_page_table_must_be_int32_b_by_blocks() -> None:

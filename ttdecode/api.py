@@ -141,7 +141,8 @@ def paged_scaled_dot_product_attention_decode(
 ) -> Result:
     """Decode attention over a paged cache.
 
-    ``k``/``v``: ``[num_blocks, NKV, block_size, D/Dv]`` (block_size a multiple of 32);
+    ``k``/``v``: ``[num_blocks, NKV, block_size, D/Dv]`` (block_size a multiple of 32, or 16: ttnn's padded
+    tile per block, with an even max_blocks);
     ``page_table_tensor`` (ttnn's name; ``page_table=`` is an alias, not both): int32 ``[B, max_blocks]``,
     user b's position p lives in block
     ``page_table[b, p // block_size]``; ``S = max_blocks * block_size``. Other arguments as in

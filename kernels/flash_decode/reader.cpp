@@ -124,6 +124,19 @@ void zero_slot_rows(uint32_t slot, uint32_t row_tiles, uint32_t t, uint32_t t_st
     }
 }
 
+// Rows 0-15 (faces 0-1, the first half of the tile layout) of the K/V tile at `src` into rows 16 * half ..
+// 16 * half + 15 of the tile at l1: bfloat16 in one read; a block float's exponents (64 bytes, one per
+// face row in face-row order) and codes (in face order) in one read each.
+template <uint32_t tile_bytes>
+void read_half_tile(uint64_t src, uint32_t l1, uint32_t half) {
+    constexpr uint32_t exponent_bytes = tile_bytes == 2048 ? 0 : TILE * TILE / FACE;
+    constexpr uint32_t half_codes = (tile_bytes - exponent_bytes) / 2;
+    if constexpr (exponent_bytes > 0) {
+        noc_async_read(src, l1 + half * exponent_bytes / 2, exponent_bytes / 2);
+    }
+    noc_async_read(src + exponent_bytes, l1 + exponent_bytes + half * half_codes, half_codes);
+}
+
 // Index of the K/V tile row (32 keys) holding logical key tile `tile` of one (user, KV head); its
 // pages are row * Dt + d. Rows are numbered (batch * NKV + h) * rows + r over a [batches, NKV,
 // rows * 32, D] tile tensor: a contiguous cache has batches = B and rows = S / 32; a paged one has
@@ -131,8 +144,9 @@ void zero_slot_rows(uint32_t slot, uint32_t row_tiles, uint32_t t, uint32_t t_st
 template <bool paged, uint32_t num_kv_heads, uint32_t seq_tiles, uint32_t block_tiles>
 uint32_t kv_tile_row(volatile tt_l1_ptr int32_t* page_table_row, uint32_t kv_batch, uint32_t kv_head, uint32_t tile) {
     if constexpr (paged) {
-        const uint32_t block = (uint32_t)page_table_row[tile / block_tiles];
-        return (block * num_kv_heads + kv_head) * block_tiles + tile % block_tiles;
+        constexpr uint32_t bt = block_tiles > 0 ? block_tiles : 1;  // 0: 16-position blocks, read by halves
+        const uint32_t block = (uint32_t)page_table_row[tile / bt];
+        return (block * num_kv_heads + kv_head) * bt + tile % bt;
     } else {
         return (kv_batch * num_kv_heads + kv_head) * seq_tiles + tile;
     }
@@ -157,8 +171,16 @@ void kernel_main() {
     constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
     constexpr uint32_t block_tiles = get_named_compile_time_arg_val("block_tiles");  // block_size / 32 (paged only)
     constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");   // page-table entries per user (paged only)
+    // A paged pool of 16-position blocks (block_size 16, block_tiles 0): a (block, KV head) is one tile row
+    // whose rows 0-15 hold the block's keys and rows 16-31 padding (ttnn's TILE layout of
+    // [num_blocks, NKV, 16, D]); key tile t is rows 0-15 of blocks 2t and 2t + 1, and the padding is never read.
+#ifdef HALF_TILE_BLOCKS
+    constexpr bool half_blocks = true;
+#else
+    constexpr bool half_blocks = false;
+#endif
     // positions per block; never 0, so the unpaged build's (unused) paged code divides by a nonzero constant
-    constexpr uint32_t block_positions = (block_tiles > 0 ? block_tiles : 1) * TILE;
+    constexpr uint32_t block_positions = half_blocks ? TILE / 2 : (block_tiles > 0 ? block_tiles : 1) * TILE;
     constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window (0 = none)
     constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;    // attention sink logits to read
     constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;         // V = K[..., :Dv]: no V reads, no V slot
@@ -177,7 +199,8 @@ void kernel_main() {
     // key_row pages of a paged cache: each piece reads the tiles of its own banks (common.hpp BankView)
     constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     static_assert(!bank_local || (paged && key_row_pages), "the bank-local split reads a paged key-row pool");
-    static_assert(!paged || (block_tiles > 0 && max_blocks > 0), "a paged cache needs its block geometry");
+    static_assert(!paged || ((block_tiles > 0 || half_blocks) && max_blocks > 0), "a paged cache needs its block geometry");
+    static_assert(!half_blocks || (paged && block_tiles == 0 && !key_row_pages), "16-position blocks: a paged tile-page pool");
     constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");  // blocks in the K/V pool (paged only)
     // the B positions come as common runtime args (cur_pos given as a list) instead of the cur_pos tensor
     constexpr bool positions_in_args = get_named_compile_time_arg_val("positions_in_args") == 1;
@@ -645,6 +668,23 @@ void kernel_main() {
             const auto read_rows = [&](const InterleavedAddrGen<true>& gen, uint32_t slot, uint32_t row_tiles,
                                        uint32_t t_stride, uint32_t d_stride) {
                 for (uint32_t t = 0; t < tiles; ++t) {
+                    if constexpr (half_blocks) {
+                        // a half holding no attended key is not read (its page-table entry may be anything):
+                        // zero_stale zeroes its rows
+                        const uint32_t key = key_tile(t);
+                        for (uint32_t half = 0; half < 2; ++half) {
+                            const int32_t first = (int32_t)(key * TILE + half * block_positions);
+                            if (first > cur_pos || first + (int32_t)block_positions <= (int32_t)span_first_key) {
+                                continue;
+                            }
+                            const uint32_t row = (uint32_t)page_table_row[2 * key + half] * num_kv_heads + kv_head;
+                            for (uint32_t d = 0; d < row_tiles; ++d) {
+                                read_half_tile<kv_tile_bytes>(gen.get_noc_addr(row * row_tiles + d),
+                                                              slot + (t * t_stride + d * d_stride) * kv_tile_bytes, half);
+                            }
+                        }
+                        continue;
+                    }
                     const uint32_t row = kv_tile_row<paged, num_kv_heads, seq_tiles, block_tiles>(
                         page_table_row, kv_batch, kv_head, key_tile(t));
                     for (uint32_t d = 0; d < row_tiles; ++d) {

@@ -5,6 +5,9 @@
 // page_table[user][32 t / block_size], pool key-tile row k = (block * NKV + h) * (block_size / 32) +
 // (32 t % block_size) / 32. In tile pages (kv_pages "tile") tiles k * d_tiles + j, one write each; in
 // key-row pages (the bank-local pool, kv_pages "key_row") page k, one write of the d_tiles tiles.
+// Blocks of 16 positions (block_size 16, tile pages; FILL_BLOCKS = ceil(S / 16) blocks filled): a block is
+// one tile row whose rows 16-31 are padding; rows 0-15 of input tile t go to rows 0-15 of block 2t's tile,
+// rows 16-31 to rows 0-15 of block 2t + 1's (if the prompt reaches it), and the padding is never written.
 
 #include <stdint.h>
 
@@ -23,8 +26,28 @@ constexpr uint32_t block_size = get_named_compile_time_arg_val("block_size");
 constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");
 constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
 
-constexpr uint32_t block_tiles = block_size / TILE;
+#ifdef FILL_BLOCKS
+constexpr bool half_blocks = true;
+constexpr uint32_t fill_blocks = FILL_BLOCKS;
+#else
+constexpr bool half_blocks = false;
+constexpr uint32_t fill_blocks = 0;
+#endif
+static_assert(!half_blocks || (block_size == TILE / 2 && !key_row_pages), "16-position blocks in tile pages");
+constexpr uint32_t block_tiles = block_size >= TILE ? block_size / TILE : 1;
 constexpr uint32_t row_bytes = d_tiles * tile_bytes;
+
+// Rows 16 * half .. 16 * half + 15 of the tile at src (L1) to rows 0-15 (faces 0-1) of the tile at dst:
+// bfloat16 one write; a block float's exponents (one byte per face row, in face-row order) and codes (face
+// order) one write each.
+void write_half_tile(uint32_t src, uint64_t dst, uint32_t half) {
+    constexpr uint32_t exponent_bytes = tile_bytes == 2048 ? 0 : 64;  // one per face row of 16 values
+    constexpr uint32_t half_codes = (tile_bytes - exponent_bytes) / 2;
+    if constexpr (exponent_bytes > 0) {
+        noc_async_write(src + half * exponent_bytes / 2, dst, exponent_bytes / 2);
+    }
+    noc_async_write(src + exponent_bytes + half * half_codes, dst + exponent_bytes, half_codes);
+}
 
 }  // namespace
 
@@ -53,10 +76,21 @@ void kernel_main() {
     for (uint32_t i = first_row; i < first_row + num_rows; ++i) {
         const uint32_t head = i / seq_tiles;
         const uint32_t t = i % seq_tiles;
-        const uint32_t block = (uint32_t)page_table_row[t / block_tiles];
-        const uint32_t key_row = (block * num_kv_heads + head) * block_tiles + t % block_tiles;
         cb_wait_front(cb_rows, d_tiles);
         const uint32_t src = get_read_ptr(cb_rows);
+        if constexpr (half_blocks) {
+            for (uint32_t half = 0; half < 2 && 2 * t + half < fill_blocks; ++half) {
+                const uint32_t key_row = (uint32_t)page_table_row[2 * t + half] * num_kv_heads + head;
+                for (uint32_t j = 0; j < d_tiles; ++j) {
+                    write_half_tile(src + j * tile_bytes, cache_gen.get_noc_addr(key_row * d_tiles + j), half);
+                }
+            }
+            noc_async_write_barrier();
+            cb_pop_front(cb_rows, d_tiles);
+            continue;
+        }
+        const uint32_t block = (uint32_t)page_table_row[t / block_tiles];
+        const uint32_t key_row = (block * num_kv_heads + head) * block_tiles + t % block_tiles;
         if constexpr (key_row_pages) {
             noc_async_write(src, cache_gen.get_noc_addr(key_row), row_bytes);
         } else {

@@ -72,6 +72,7 @@ struct CacheRows {
         for (uint32_t h = 0; h < end; ++h) {
             const uint32_t head = r * TILE + h;
             uint32_t tile_row;  // key-tile row (32 positions) of this head's cache holding pos
+            uint32_t row = pos % TILE;  // pos's row in it
             if constexpr (paged) {
                 const uint32_t block = (uint32_t)page_table_row[pos / block_size];
                 if constexpr (num_blocks > 0) {
@@ -79,7 +80,9 @@ struct CacheRows {
                         continue;
                     }
                 }
-                tile_row = (block * num_kv_heads + head) * (block_size / TILE) + (pos % block_size) / TILE;
+                // a block is ceil(block_size / 32) tile rows: block 16 is one, its rows 16-31 padding
+                tile_row = (block * num_kv_heads + head) * ((block_size + TILE - 1) / TILE) + (pos % block_size) / TILE;
+                row = pos % block_size % TILE;
             } else {
                 tile_row = (user * num_kv_heads + head) * seq_tiles + pos / TILE;
             }
@@ -88,7 +91,7 @@ struct CacheRows {
                                                          : cache_gen.get_noc_addr(tile_row * d_tiles + j);
                 noc_async_read(tile_addr, scratch, cache_tile_bytes);
                 noc_async_read_barrier();
-                replace_row(scratch, pos % TILE, src + j * cache_tile_bytes, h);
+                replace_row(scratch, row, src + j * cache_tile_bytes, h);
                 noc_async_write(scratch, tile_addr, cache_tile_bytes);
                 noc_async_write_barrier();  // the scratch is read again for the next tile
             }

@@ -95,6 +95,8 @@ FLASH_DECODE_CASES: dict[str, dict[str, Any]] = {
     "kv_bf16": dict(cur_pos=POS, kv_dtype=ttdecode.bfloat16),
     "paged_bfp4_block128": dict(paged=True, kv_dtype=ttdecode.bfloat4_b, block=128, cur_pos=[640, 1000]),
     "mla_paged_bf16": dict(nh=16, nkv=1, d=192, dv=128, paged=True, kv_dtype=ttdecode.bfloat16, cur_pos=[511, 900]),
+    # ttnn's block_size 16 (a padded tile per block): the reader's half-tile build, with a window and 2 tokens
+    "paged_block16": dict(paged=True, block=16, t=2, sliding_window_size=100, cur_pos=[640, 1000]),
     "key_row_mask": dict(b=1, s=1536, is_causal=False, grid=(8, 8),
                          attn_mask=torch.randn(1, 1, 8, 1536, generator=torch.Generator().manual_seed(5)),
                          program_config=_pc(compute_with_storage_grid_size=(8, 8), kv_pages="key_row",
@@ -150,6 +152,7 @@ ROTARY_CASES: dict[str, dict[str, Any]] = {
     "packed_qkv": dict(packed=True),
     "k_v_only": dict(q=False),
     "paged": dict(rotary_interleaved=False, paged=True),
+    "paged_block16": dict(rotary_interleaved=False, paged=True, block=16),
 }
 
 
@@ -167,9 +170,11 @@ def rotary_program(name: str) -> Program:
     sin = torch.cat([ang.sin(), ang.sin()], -1)
     packed = kw.pop("packed", False)
     with_q = kw.pop("q", True)
-    if kw.pop("paged", False):  # a pool of 16 blocks of 32 positions, users' blocks shuffled
-        kc, vc = _kv(16, nkv, 32, d, g), _kv(16, nkv, 32, d, g)
-        kw["page_table"] = torch.randperm(16, generator=g).view(b, 8).to(torch.int32)
+    block = kw.pop("block", 32)
+    if kw.pop("paged", False):  # a pool of 512 / block blocks, users' blocks shuffled
+        n = b * s // block
+        kc, vc = _kv(n, nkv, block, d, g), _kv(n, nkv, block, d, g)
+        kw["page_table"] = torch.randperm(n, generator=g).view(b, n // b).to(torch.int32)
     args: dict[str, Any] = dict(k_cache=kc, v_cache=vc, cur_pos=[100, 255], cos=cos, sin=sin, backend="host", **kw)
     if packed:
         args.update(qkv=torch.randn(1, b, (nh + 2 * nkv) * d, generator=g), num_q_heads=nh)

@@ -32,13 +32,14 @@ __all__ = ["TILE", "cache_meta", "host_table", "check_placement", "run_on_backen
 
 
 def cache_meta(meta: TensorMeta, owner: str, shape_text: str) -> tuple[tuple[int, int, int, int], DataType]:
-    """The cache: a TileTensor or ttnn tensor ``[.., NKV, rows, D]`` (rows and D multiples of 32) in a pool
-    format. `owner` names it in messages ("cache" or "pool"); `shape_text` the shapes it may take.
-    Returns (its shape, its format)."""
+    """The cache: a TileTensor or ttnn tensor ``[.., NKV, rows, D]`` (D a multiple of 32, rows of 16; the
+    caller's kv_pool.check_pool_rows says which row counts its layout takes) in a pool format. `owner`
+    names it in messages ("cache" or "pool"); `shape_text` the shapes it may take. Returns (its shape,
+    its format)."""
     if meta.kind == "torch":
         raise fail("cache_tensor", f"a TileTensor or ttnn tensor in bfloat16 / bfloat8_b / bfloat4_b (the {owner}'s "
                    "format)", "a torch tensor", TypeError)
-    if len(meta.shape) != 4 or meta.shape[2] % TILE or meta.shape[3] % TILE or min(meta.shape) < 1:
+    if len(meta.shape) != 4 or meta.shape[2] % (TILE // 2) or meta.shape[3] % TILE or min(meta.shape) < 1:
         raise fail("cache_tensor", shape_text, list(meta.shape))
     if meta.dtype not in [d.value for d in POOL_DTYPES]:
         raise fail("cache_tensor", f"one of {[d.value for d in POOL_DTYPES]}", meta.dtype, TypeError)

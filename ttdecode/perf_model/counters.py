@@ -101,6 +101,17 @@ def match_tree(plan: Any, messages: list[Message]) -> list[Message]:
             out.append(Message(m.src, m.dst, m.bytes, m.seq, (p.user, p.kv_head), p.index, parent, r))
     return out
 
+def kv_read_shape(plan: Any) -> tuple[int, int]:
+    """(bytes of one K/V read event, exponent bytes read just before it from the same bank): a whole tile and 0;
+    with 16-position blocks (a paged pool of block_size 16, a padded tile per block) the reader takes rows 0-15
+    of a tile: bfloat16 half the tile and 0, a block float half its codes after half its exponents (32 B)."""
+    kv_tile = tile_size(plan.kv_dtype)
+    if plan.block_size != 16:
+        return kv_tile, 0
+    exponents = 0 if kv_tile == 2048 else 64
+    return (kv_tile - exponents) // 2, exponents // 2
+
+
 def work_from_counters(plan: Any, counters: RunCounters) -> tuple[list[CoreWork], Reduction, str]:
     """(per-core work, the reduction (every work's merge tree), fidelity) of a run of our kernels.
 
@@ -112,7 +123,7 @@ def work_from_counters(plan: Any, counters: RunCounters) -> tuple[list[CoreWork]
     else the accurate one of its DST (fp32, or exp_21f on a bf16 DST).
     """
     cb = {spec.name: spec.index for spec in plan.circular_buffers}
-    kv_tile = tile_size(plan.kv_dtype)
+    kv_read, kv_exponents = kv_read_shape(plan)
     compute_k = [k for k in counters.kernels if k.kind is KernelKind.COMPUTE]
     fidelity = str(compute_k[0].settings.get("math_fidelity", "HiFi4")) if compute_k else "HiFi4"
     # the exp the kernel ran: the approximate one (its named exp_approx arg), else the accurate one for its
@@ -131,15 +142,18 @@ def work_from_counters(plan: Any, counters: RunCounters) -> tuple[list[CoreWork]
             kv_group = False
             stages = 0
             kv_banks: set[int] = set()
+            last_read = (0, -1)  # (bytes, bank) of the previous read event
             for e in ev:
                 op = int(e["op"])
                 if op == _OP["read_dram"]:
                     b += int(e["amount"]) * int(e["count"])
                     n += int(e["count"])
-                    if int(e["amount"]) == kv_tile:
-                        w.kv_bytes += int(e["amount"]) * int(e["count"])
-                        kv_banks.add(int(e["peer"]))
+                    read = (int(e["amount"]), int(e["peer"]))
+                    if read[0] == kv_read and (not kv_exponents or last_read == (kv_exponents, read[1])):
+                        w.kv_bytes += (read[0] + kv_exponents) * int(e["count"])
+                        kv_banks.add(read[1])
                         kv_group = True
+                    last_read = read
                 elif op == _OP["read_barrier"] and b:
                     w.read_groups.append((b, n))
                     stages += kv_group

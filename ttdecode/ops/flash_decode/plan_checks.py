@@ -7,7 +7,7 @@ from __future__ import annotations
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import MathFidelity
 from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES
-from ttdecode.ops.flash_decode.validate import MAX_TOKENS, TILE
+from ttdecode.ops.flash_decode.validate import HALF_TILE_BLOCK, MAX_TOKENS, TILE
 
 #: Deepest reduction tree the kernels support (2^6 = 64 pieces per work).
 MAX_ROUNDS = 6
@@ -81,9 +81,11 @@ def check_plan_chunking(*, seq_len: int, num_q_heads: int, num_kv_heads: int, nu
                             f"k_chunk_size={k_chunk_size}")
 
 
-def check_plan_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool, sliding_window_size) -> int:
-    """Refuse a malformed paged cache (`block_size` keys, a multiple of 32 dividing S, and `num_blocks`:
-    both or neither, positive ints, not shared) or sliding window. Returns the window in keys (0 = none)."""
+def check_plan_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool, sliding_window_size,
+                     kv_pages: str = "tile") -> int:
+    """Refuse a malformed paged cache (`block_size` keys, a multiple of 32 or 16 (ttnn's padded tile per
+    block, in tile pages only), dividing S, and `num_blocks`: both or neither, positive ints, not shared)
+    or sliding window. Returns the window in keys (0 = none)."""
     if (block_size is None) != (num_blocks is None):
         raise PlanError(
             f"block_size, num_blocks: expected both (a paged cache) or neither, got block_size={block_size!r}, "
@@ -93,8 +95,11 @@ def check_plan_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool,
         for name, v in (("block_size", block_size), ("num_blocks", num_blocks)):
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise PlanError(f"{name}: expected a positive int, got {v!r}")
-        if block_size % TILE:
-            raise PlanError(f"block_size: expected a multiple of {TILE}, got {block_size}")
+        if block_size % TILE and block_size != HALF_TILE_BLOCK:
+            raise PlanError(f"block_size: expected a multiple of {TILE} or {HALF_TILE_BLOCK}, got {block_size}")
+        if block_size == HALF_TILE_BLOCK and kv_pages != "tile":
+            raise PlanError(f"kv_pages: expected 'tile' with block_size {HALF_TILE_BLOCK} (a key-row page of "
+                            f"16-position blocks is not implemented), got {kv_pages!r}")
         if seq_len % block_size:
             raise PlanError(
                 f"seq_len: expected a multiple of block_size={block_size} (max_blocks x block_size), got {seq_len}"

@@ -85,6 +85,7 @@ from ttdecode.ops.flash_decode.program_inputs import (
     FactoryError, Positions, expect_tile_tensor, kv_shapes, mask_shape, mask_tiles, page_table_bytes, positions_bytes,
     sink_tiles,
 )
+from ttdecode.ops.flash_decode.validate import HALF_TILE_BLOCK
 from ttdecode.runtime import run_program
 
 __all__ = ["build_program", "build_program_for_device", "run_flash_decode", "decode_outputs", "decode_lse_rows",
@@ -239,6 +240,8 @@ def _program(plan: DecodePlan, *, scale: float, compute: ComputeSettings, exp_ap
     rt = {c: runtime_args(plan, c, where) for c in cores}
     common = common_args(plan, positions)
     reader_defines = _shard_defines("Q", q_shards, common["reader"])
+    if plan.block_size == HALF_TILE_BLOCK:  # 16-position blocks: the reader takes key tiles by halves
+        reader_defines["HALF_TILE_BLOCKS"] = "1"
     writer_defines = _shard_defines("OUT", out_shards, common["writer"])
     kernels = [
         Kernel("reader", sources["reader"], KernelKind.READER, core_set, named_compile_time_args=ct["reader"],

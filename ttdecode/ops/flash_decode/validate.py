@@ -21,9 +21,11 @@ Shapes (``B`` users, ``NH`` q heads, ``NKV`` KV heads, ``S`` cache positions, ``
   window ``cur_pos - (W + T - 1) + 1`` (its T tokens' windows together) -- must be block ids in
   ``0..num_blocks-1``; the kernels never read the others, which may hold anything (vLLM pads with -1).
   A skipped user (-1) reaches none; non-causal, every user reaches all blocks.
-* ``D``, ``Dv``, ``S`` and ``block_size`` are multiples of 32 (whole tiles). ttnn 0.81.1 also runs a
-  paged cache of block_size 16; ttdecode refuses it by name: a K/V tile holds 32 positions, so a block of
-  16 is half a tile (16 padding rows) and the kernels read whole tiles.
+* ``D``, ``Dv`` and ``S`` are multiples of 32 (whole tiles); ``block_size`` a multiple of 32, or 16 as
+  ttnn 0.81.1 runs it: in the TILE layout each (block, KV head) of a ``[num_blocks, NKV, 16, D]`` pool is
+  one tile row whose rows 16-31 are padding (the DRAM bytes of a block of 32); the reader takes rows
+  0-15 of two blocks' tiles into one key tile and never reads the padding. Block 16 wants an even
+  ``max_blocks`` (S a multiple of 32) and tile pages (``kv_pages`` "tile").
 
 Formats (storage dtypes; a torch float tensor, float32, float64 or bfloat16, is stored as bfloat16, the
 format the kernels take, on every backend: the reference computes on the values the kernels read):
@@ -60,6 +62,7 @@ from ttdecode.core.tensor import as_tile_tensor, from_torch, to_torch
 
 __all__ = [
     "TILE",
+    "HALF_TILE_BLOCK",
     "TensorMeta",
     "DecodeInputs",
     "describe",
@@ -67,6 +70,8 @@ __all__ = [
 ]
 
 TILE = 32
+#: The one paged block size below a tile: ttnn's [num_blocks, NKV, 16, D] pool, a padded tile per block.
+HALF_TILE_BLOCK = TILE // 2
 KV_DTYPES = ("bfloat16", "bfloat8_b", "bfloat4_b")
 #: Q and mask formats: the kernels read bfloat16, a block-float one is converted exactly first.
 Q_DTYPES = KV_DTYPES
@@ -220,15 +225,26 @@ def check_share_cache_not_paged(share_cache: bool, paged: bool) -> None:
 
 
 def check_block_size(k: TensorMeta) -> int:
-    """Paged K ``[num_blocks, NKV, block_size, D]``: block_size a positive multiple of 32. (ttnn 0.81.1
-    also runs block_size 16; refused here: a K/V tile holds 32 positions, a block of 16 would be half
-    a tile of 16 padding rows, and the kernels read whole tiles.)"""
+    """Paged K ``[num_blocks, NKV, block_size, D]``: block_size a positive multiple of 32, or 16 (ttnn's
+    padded tile per block: rows 16-31 of each block's tile are padding)."""
     bs = k.shape[2]
-    if bs < TILE or bs % TILE:
-        raise fail("k", "a paged cache [num_blocks, NKV, block_size, D] with block_size a positive "
-                   "multiple of 32 (a K/V tile holds 32 positions and the kernels read whole tiles; "
-                   "block_size 16 is not supported)", f"shape {list(k.shape)}")
+    if bs != HALF_TILE_BLOCK and (bs < TILE or bs % TILE):
+        raise fail("k", "a paged cache [num_blocks, NKV, block_size, D] with block_size 16 or a positive "
+                   "multiple of 32 (a K/V tile holds 32 positions)", f"shape {list(k.shape)}")
     return bs
+
+
+def check_half_tile_blocks(block_size: int, max_blocks: int, kv_pages: str) -> None:
+    """Block 16: an even number of page-table entries per user (S = max_blocks x 16 a multiple of 32, whole
+    key tiles) and tile pages (the key-row page layout of 16-position blocks is not implemented)."""
+    if block_size != HALF_TILE_BLOCK:
+        return
+    if max_blocks % 2:
+        raise fail("page_table", f"an even number of entries per user with block_size {HALF_TILE_BLOCK} "
+                   f"(S = max_blocks x 16 a multiple of 32)", f"{max_blocks} entries")
+    if kv_pages != "tile":
+        raise fail("program_config.kv_pages", f"'tile' with block_size {HALF_TILE_BLOCK} (key-row pages of "
+                   "16-position blocks are not implemented)", kv_pages)
 
 
 def on_device(meta: TensorMeta) -> bool:
@@ -492,6 +508,7 @@ def validate_decode(q: object, k: object, v: object, options: DecodeOptions, *,
     if paged:
         block_size = check_block_size(km)
         table_meta, table = check_page_table(page_table, batch, km.shape[0], read)
+        check_half_tile_blocks(block_size, table_meta.shape[1], pconf.kv_pages)
         seq_len = table_meta.shape[1] * block_size
     else:
         seq_len = check_seq_len(km)

@@ -39,11 +39,12 @@ from typing import Any
 
 from ttdecode import backend as backends
 from ttdecode.core.checks import check_choice, check_grid
-from ttdecode.core.formats import tile_size
+from ttdecode.core.formats import DataType, tile_size
 from ttdecode.core.tensor import TileTensor, as_tile_tensor
 from ttdecode.ops.cache_write import run_on_backend
 from ttdecode.ops.paged_fill.device_step import run_fill
 from ttdecode.ops.paged_fill.program_factory import build_program, input_images
+from ttdecode.kv_pool import HALF_TILE_BLOCK
 from ttdecode.ops.paged_fill.validate import FillInputs, TILE, validate
 from ttdecode.runtime import run_program
 
@@ -55,12 +56,35 @@ def _run_host(inp: FillInputs, grid: tuple[int, int]) -> TileTensor:
     return TileTensor(inp.cache_shape, inp.cache_dtype, result.tensors["cache"])
 
 
+def _half_tile_fill(inp: FillInputs, src: bytes, image: bytearray) -> None:
+    """Block 16: rows 16 * half .. + 15 of input tile (h, t) to rows 0-15 of block 2t + half's tile (every
+    block the prompt reaches), in each format's byte order (a block float's 64 exponent bytes, one per face
+    row in face-row order, then its codes in face order); the padding rows keep their bytes."""
+    size = tile_size(inp.cache_dtype)
+    nkv, dt = inp.num_kv_heads, inp.d_tiles
+    exp = 0 if inp.cache_dtype is DataType.bfloat16 else 64
+    codes = (size - exp) // 2
+    for h in range(nkv):
+        for j_block in range(-(-inp.fill_len // HALF_TILE_BLOCK)):
+            t, half = divmod(j_block, 2)
+            block = int(inp.page_table[inp.batch_idx, j_block])
+            for j in range(dt):
+                at = ((h * inp.seq_tiles + t) * dt + j) * size
+                to = ((block * nkv + h) * dt + j) * size
+                image[to:to + exp // 2] = src[at + half * exp // 2:at + (half + 1) * exp // 2]
+                image[to + exp:to + exp + codes] = src[at + exp + half * codes:at + exp + (half + 1) * codes]
+
+
 def _run_reference(inp: FillInputs) -> TileTensor:
-    """The tile pages copied in Python: tile j of row (h, t) of the input to the pool's tile (row k, j)."""
+    """The tile pages copied in Python: tile j of row (h, t) of the input to the pool's tile (row k, j)
+    (block 16: half tiles, `_half_tile_fill`)."""
     size = tile_size(inp.cache_dtype)
     nkv, bt, dt = inp.num_kv_heads, inp.block_size // TILE, inp.d_tiles
     src = as_tile_tensor(inp.fill).data
     image = bytearray(as_tile_tensor(inp.cache).data)
+    if inp.block_size == HALF_TILE_BLOCK:
+        _half_tile_fill(inp, src, image)
+        return TileTensor(inp.cache_shape, inp.cache_dtype, bytes(image))
     for h in range(nkv):
         for t in range(inp.seq_tiles):
             block = int(inp.page_table[inp.batch_idx, t // bt])

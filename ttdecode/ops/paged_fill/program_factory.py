@@ -12,6 +12,7 @@ from ttdecode.core.program_description import (
 )
 from ttdecode.core.tensor import as_tile_tensor
 from ttdecode.ops.cache_write import cache_tensors, check_cbs_fit, int_tensors, int_words_cb
+from ttdecode.kv_pool import HALF_TILE_BLOCK
 from ttdecode.ops.paged_fill.validate import FillInputs
 
 #: Circular-buffer indices (kernels/paged_fill/common.hpp numbers them the same).
@@ -45,6 +46,13 @@ def input_images(inp: FillInputs) -> dict[str, bytes]:
             "cache": as_tile_tensor(inp.cache).data}
 
 
+def _half_block_defines(inp: FillInputs) -> dict[str, str]:
+    """Block 16 (a padded tile per block): the writer's FILL_BLOCKS, the blocks the prompt fills (ceil(S / 16))."""
+    if inp.block_size != HALF_TILE_BLOCK:
+        return {}
+    return {"FILL_BLOCKS": str(-(-inp.fill_len // HALF_TILE_BLOCK))}
+
+
 def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None,
                   grid: tuple[int, int] = (8, 8)) -> Program:
     """The one program of a call; `images` None describes it without input bytes (the device path).
@@ -70,7 +78,8 @@ def build_program(inp: FillInputs, images: Optional[dict[str, bytes]] = None,
                common_runtime_args=[BufferAddress("input")],
                named_compile_time_args={"d_tiles": dt, "tile_bytes": tile}),
         Kernel("fill_writer", src / "writer.cpp", KernelKind.WRITER, where, runtime_args=dict(per_core),
-               common_runtime_args=writer_common, named_compile_time_args=writer_ct),
+               common_runtime_args=writer_common, named_compile_time_args=writer_ct,
+               defines=_half_block_defines(inp)),
     ]
     image = (lambda name: None) if images is None else images.__getitem__
     rows_shape = (1, nkv, inp.fill_len, inp.cache_shape[3])

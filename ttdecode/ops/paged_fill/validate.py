@@ -13,6 +13,7 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor, from_torch
 from ttdecode.config import KV_PAGES
 from ttdecode.ops.cache_write import TILE, cache_meta, check_placement, host_table
+from ttdecode.kv_pool import check_pool_rows
 
 
 @dataclass
@@ -93,9 +94,10 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
     where the tensors live (all on one device, or all on the host)."""
     meta = describe("cache_tensor", cache)
     shape, dtype = cache_meta(meta, "pool", "shape [num_blocks, NKV, block_size, D] (block_size and D multiples "
-                              "of 32)")
+                              "of 32; block_size 16 too)")
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
+    check_pool_rows("cache_tensor", shape, True, kv_pages)
     rows_meta = describe("input_tensor", fill)
     rows = _rows(rows_meta, shape[1], shape[3], dtype)
     table, b, width, user, device_args = _table(page_table, batch_idx)

@@ -13,6 +13,7 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import from_torch
 from ttdecode.config import KV_PAGES
 from ttdecode.ops.cache_write import TILE, cache_meta, check_placement, host_table
+from ttdecode.kv_pool import check_pool_rows
 
 
 @dataclass
@@ -152,7 +153,7 @@ def validate(cache: Any, rows: Any, *, update_idxs: Any = None, update_idxs_tens
     write targets (host values only) and where the tensors live (all on one device, or all on the host)."""
     meta = describe("cache_tensor", cache)
     shape, dtype = cache_meta(meta, "cache", "shape [num_blocks, NKV, block_size, D] or [B, NKV, S, D] "
-                              "(block_size / S and D multiples of 32)")
+                              "(block_size / S and D multiples of 32; block_size 16 too)")
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
     rows_meta = describe("input_tensor", rows)
@@ -166,6 +167,7 @@ def validate(cache: Any, rows: Any, *, update_idxs: Any = None, update_idxs_tens
         device_args.update(table_args)
     elif shape[0] != b:
         raise fail("cache_tensor", f"[B={b}, NKV, S, D] without a page table (or pass page_table)", list(shape))
+    check_pool_rows("cache_tensor", shape, paged, kv_pages)
     if positions is not None:
         check_write_targets(positions, shape, table, width, paged)
     on_device = check_placement(cache, rows, meta.kind, rows_meta.kind, "cache")

@@ -99,6 +99,7 @@ from ttdecode.ops.rotary_append.program_factory import build_program, input_imag
 from ttdecode.runtime import run_program
 from ttdecode.ops.rotary_append import device_step
 from ttdecode.config import KV_PAGES, host_grid_limit
+from ttdecode.kv_pool import check_pool_rows
 
 __all__ = ["rotary_kv_append"]
 
@@ -148,7 +149,7 @@ def cache_tile_index(inp: RotaryInputs, user: int, head: int, pos: int, j: int) 
     nkv, rows, dt = inp.num_kv_heads, inp.cache_shape[2], inp.d_tiles
     if inp.paged:
         blk = int(inp.page_table[user, pos // rows])
-        tile_row = (blk * nkv + head) * (rows // TILE) + (pos % rows) // TILE
+        tile_row = (blk * nkv + head) * -(-rows // TILE) + (pos % rows) // TILE  # block 16: one padded tile row
     else:
         tile_row = (user * nkv + head) * (rows // TILE) + pos // TILE
     return tile_row * dt + j
@@ -173,7 +174,7 @@ def _run_reference(inp: RotaryInputs) -> tuple[Optional[torch.Tensor], TileTenso
             packed = formats.pack_tiles(row_tiles, inp.cache_dtype)
             size = formats.tile_size(inp.cache_dtype)
             for i, (b, p, h, j) in enumerate(writes):
-                replace_cache_row(image, inp.cache_dtype, cache_tile_index(inp, b, h, p, j), p % TILE,
+                replace_cache_row(image, inp.cache_dtype, cache_tile_index(inp, b, h, p, j), p % inp.cache_shape[2] % TILE,
                                   packed[i * size:(i + 1) * size], 0)
         images.append(TileTensor(inp.cache_shape, inp.cache_dtype, bytes(image)))
     return q_rot, images[0], images[1]
@@ -281,6 +282,7 @@ def rotary_kv_append(
 
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
+    check_pool_rows("k_cache", inp.cache_shape, inp.paged, kv_pages)
     inp.kv_pages = kv_pages
     chosen = backends.select_backend(k_new, v_new, k_cache, v_cache) if backend == "auto" else backend
     if chosen != "device" and inp.device_args:

@@ -12,6 +12,7 @@ import torch
 from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor, ttnn_data_type
 from ttdecode.core.checks import fail
+from ttdecode.kv_pool import check_pool_rows
 
 TILE = 32
 #: Cache formats the append writes.
@@ -152,6 +153,7 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
         table = _page_table(page_table, b)
     if not paged and kc_shape[0] != b:
         raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
+    check_pool_rows("k_cache", kc_shape, paged, "tile")
     if positions is not None and "page_table" in on_device:
         _check_positions_in(positions, device_blocks * rows)
     elif positions is not None:
@@ -190,8 +192,8 @@ def _check_caches(k_cache: Any, v_cache: Any, rotary_interleaved: Any,
         raise fail("v_cache", f"k_cache's shape {list(kc_shape)} and format {kc_dt.value}",
                    f"{list(vc_shape)} {vc_dt.value}")
     _, nkv, rows, d = kc_shape
-    if d % TILE or rows % TILE:
-        raise fail("k_cache", "S (block_size) and D multiples of 32", list(kc_shape))
+    if d % TILE or rows % (TILE // 2):
+        raise fail("k_cache", "S (block_size) and D multiples of 32 (block_size 16 too)", list(kc_shape))
     if not isinstance(rotary_interleaved, bool):
         raise fail("rotary_interleaved", "a bool", repr(rotary_interleaved), TypeError)
     rd = d if rotary_dim is None else rotary_dim
