@@ -24,7 +24,7 @@ from ttdecode.ops.flash_decode.plan import PlanError, make_plan
 from ttdecode.perf_model.counters import work_from_counters
 
 from tests.test_flash_decode import randn_with_outliers
-from tests.test_flash_decode_paged import (assert_matches, guard_loads, page_table_loads, paged_reference, paginate, run,
+from tests.test_flash_decode_paged import (assert_matches, paged_reference, paginate, run, table_row_loads,
                                           shuffled_table)
 
 BF16, BFP8, BFP4 = DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b
@@ -157,7 +157,7 @@ def test_block16_reader_reads_the_attended_halves_once_and_never_the_padding(kv:
     with_work = [pc for pc in plan.pieces if not plan.range_at(pos[pc.user], pc.index).empty]
     q_bytes = len(with_work) * plan.group_size * d * 2
     pos_bytes = 4 * b * len(readers)
-    table_bytes = (page_table_loads(plan, pos) + guard_loads(plan, pos)) * 4 * max_blocks
+    table_bytes = table_row_loads(plan, pos)[0] * 4 * max_blocks
     assert sum(sum(kc.dram_read_bytes) for kc in readers) == kv_bytes + q_bytes + pos_bytes + table_bytes
     # the cost model finds the same K/V bytes among the reader's events (half tiles, block floats' exponents
     # and codes apart), and the chunks' read groups as its pipeline stages
