@@ -409,7 +409,9 @@ class ContextParallelDecode:
     the combine's n + 1-th partial, `sink_parts`), ``head_dim_v`` (MLA: ``caches[layer] = (K, None)``,
     no `append`), ``context_axis`` (0 or 1: the CP group is one axis of a 2-D mesh, n its size; device d
     gets the row of its CP rank ``device_ranks[d]``, `sharding.context_ranks`; ``num_heads`` /
-    ``num_kv_heads`` are then each device's, a tensor-parallel share).
+    ``num_kv_heads`` are then each device's, a tensor-parallel share; every option above holds along
+    the axis as over the whole mesh: n is the axis's size), ``caches`` (another loop's ``caches`` on the
+    same mesh, e.g. a loop of another T over the same cache; freed by that loop, not by `close`).
     """
 
     def __init__(self, mesh_device: Any, *, batch: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -417,7 +419,7 @@ class ContextParallelDecode:
                  prefix: int = 0, scale: Optional[float] = None, program_config: Any = None,
                  compute_kernel_config: Any = None, tokens: int = 1, sliding_window_size: Optional[int] = None,
                  attention_sink: Any = None, head_dim_v: Optional[int] = None, kv_pages: str = "key_row",
-                 context_axis: Optional[int] = None, ttnn: Any = None) -> None:
+                 context_axis: Optional[int] = None, caches: Optional[list] = None, ttnn: Any = None) -> None:
         import math
 
         ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
@@ -468,8 +470,10 @@ class ContextParallelDecode:
         cache_dt = ttnn_data_type(ttnn, kv)
         put = dict(device=mesh_device, memory_config=dram, mesh_mapper=rep)
         pool = dict(put, memory_config=pool_memory_config(ttnn, mesh_device, kv_pages, head_dim))
-        self.caches = [tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **pool)
-                             if i == 0 or head_dim_v is None else None for i in range(2)) for _ in range(layers)]
+        self._own_caches = caches is None  # another loop's caches (of another T) are that loop's to free
+        self.caches = caches if caches is not None else [
+            tuple(ttnn.from_torch(torch.zeros(shape), dtype=cache_dt, layout=ttnn.TILE_LAYOUT, **pool)
+                  if i == 0 or head_dim_v is None else None for i in range(2)) for _ in range(layers)]
         self.sink_parts = None  # the sink as the combine's extra partial (loop_options.sink_partial)
         if self.options.sink is not None:
             out, lse = sink_partial(self.options.sink, scale or 1.0 / math.sqrt(head_dim), self.rows, self.head_dim_v)
@@ -632,6 +636,7 @@ class ContextParallelDecode:
 
     def close(self) -> None:
         """Free the device tensors (the mesh is the caller's)."""
-        for t in [*(c for kv in self.caches for c in kv if c is not None), self.inputs, *(self.sink_parts or ())]:
+        mine = self.caches if self._own_caches else []
+        for t in [*(c for kv in mine for c in kv if c is not None), self.inputs, *(self.sink_parts or ())]:
             self.ttnn.deallocate(t)
         self.caches = []

@@ -69,6 +69,7 @@ from ttdecode.ttnn_env import require_ttnn
 from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.api import paged_scaled_dot_product_attention_decode
+from ttdecode.distributed import device_context
 from ttdecode.distributed.device_context import pool_memory_config, rotary_program
 from ttdecode.kv_pool import pages_program_config
 from ttdecode.distributed.sharding import mesh_axes
@@ -343,7 +344,7 @@ class DeviceDecoder:
     projections' partial sums meet in ``ttnn.all_reduce``, the LM head's vocabulary slices in
     ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
 
-    T > 1 tokens per user (a prompt chunk, draft tokens; tensor parallel only) run as one step of T B
+    T > 1 tokens per user (a prompt chunk, draft tokens) run as one step of T B
     rows, token-major (row ``j * B + b``): the row of `step_row` (made on the device at the first step
     of each T: one ``from_torch``), every op on T B rows, per layer one rotary append of the T B rows
     (planned per T on `chunk_grid`'s cores, each row's page-table row its user's) and one multi-token
@@ -416,16 +417,15 @@ class DeviceDecoder:
         shape = (num_blocks, nkv, block_size, d)
         put = dict(device=device, memory_config=dram, mesh_mapper=self._rep)
         self.cp: Any = None  # ttdecode.distributed.device_context.ContextParallelDecode (context parallel)
+        self.chunk_cp: dict[int, Any] = {}  # T > 1 tokens per user: a loop of T B rows per T, the same caches
         if context_parallel > 1:
-            from ttdecode.distributed.device_context import ContextParallelDecode
-
             # the caches sharded over the mesh along the sequence, the step row per device (its prefix:
             # token ids and global positions), FlashDecode per shard, all_gather and the combine
-            self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
-                                            max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
-                                            kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
-                                            program_config=self.program_config, kv_pages=kv_pages,
-                                            context_axis=self.cp_axis, ttnn=ttnn)
+            self._cp_args = dict(batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d, max_seq_len=max_seq_len,
+                                 block_size=block_size, num_blocks=num_blocks, kv_dtype=kv_dtype,
+                                 layers=spec.num_layers, program_config=self.program_config, kv_pages=kv_pages,
+                                 context_axis=self.cp_axis, ttnn=ttnn)
+            self.cp = device_context.ContextParallelDecode(device, prefix=2 * batch, **self._cp_args)
             self.caches = self.cp.caches
         else:
             pool = dict(put, memory_config=pool_memory_config(ttnn, device, kv_pages, d))
@@ -449,7 +449,8 @@ class DeviceDecoder:
                                           layout=ttnn.ROW_MAJOR_LAYOUT, **put)
             self.rotary = self._prepare_rotary(kv_dtype, shape)
         self.kv_dtype, self.cache_shape = kv_dtype, shape
-        # T > 1 tokens per user (tensor parallel only): per T, the input row and the rotary append of T B rows
+        # T > 1 tokens per user (without context parallelism): per T, the input row and the rotary append of
+        # T B rows; with it, `chunk_cp`
         self.chunk_inputs: dict[int, Any] = {}
         self.chunk_rotary: dict[int, Any] = {}
         self.ops: dict[str, int] = {}
@@ -520,11 +521,15 @@ class DeviceDecoder:
         ttnn, op, b, mb = self.ttnn, self._op, self.batch, self.max_blocks
         r = t * b
         if self.cp is not None:
-            # one write: every device's row (token ids, global positions, its own positions and page table)
-            head = torch.cat([tokens.to(torch.int32).reshape(-1), torch.tensor(list(positions), dtype=torch.int32)])
-            self.cp.write(positions, page_table, head)
-            self.writes = self.cp.writes
-            inp = self.inputs
+            # one write: every device's row (token ids and global positions of the T B rows, token-major,
+            # then its own positions and page table; the loop's positions: each user's last token)
+            loop = self._context_loop(t)
+            pos = torch.tensor(list(positions), dtype=torch.int32)
+            rows = torch.where(pos[None, :] >= 0, pos[None, :] + torch.arange(t, dtype=torch.int32)[:, None], -1)
+            head = torch.cat([tokens.to(torch.int32).reshape(b, t).T.reshape(-1), rows.reshape(-1)])
+            loop.write(rows[-1].tolist(), page_table, head)
+            self.writes = loop.writes
+            inp = loop.inputs
         else:
             row = step_row(tokens, positions, page_table)
             if t == 1:
@@ -573,18 +578,20 @@ class DeviceDecoder:
         tok, pos_row, rows_pos, rows_table, attn_pos, attn_table = self._inputs(tokens, positions, page_table, t)
         # RoPE rows at each row's position (idle users: position 0; they write nothing)
         idx = op("typecast")(op("relu")(pos_row), ttnn.uint32)
+        # [R, W] (the context-parallel loop's T > 1: [T, B, W], token-major)
+        rope = [r] if self.cp is None or t == 1 else [t, b]
         cos, sin = (op("reshape")(op("embedding")(idx, table, layout=ttnn.TILE_LAYOUT, dtype=ttnn.float32,
-                                                   memory_config=self.dram), [r, table.shape[-1]])
+                                                   memory_config=self.dram), [*rope, table.shape[-1]])
                     for table in self.rope_tables)
         x = op("reshape")(op("embedding")(tok, w["embedding"], layout=ttnn.TILE_LAYOUT,
                                           memory_config=self.dram), [1, 1, r, spec.hidden_size])
         for i, (kc, vc) in enumerate(self.caches):
             h = op("rms_norm")(x, weight=w[f"{i}.attention_norm"], epsilon=eps)
             qkv = op("linear")(h, w[f"{i}.wqkv"])
-            qkv = op("reshape")(qkv, [1, r, qkv.shape[-1]])
+            qkv = op("reshape")(qkv, [1, r, qkv.shape[-1]] if len(rope) == 1 else [t, b, qkv.shape[-1]])
             if self.cp is not None:  # K/V written on the device owning the position; attention over all shards
-                q_rot = self.cp.append(i, qkv, cos, sin, self.trans)
-                attn = self.cp.attend(i, q_rot)
+                loop = self._context_loop(t)
+                attn = loop.attend(i, loop.append(i, qkv, cos, sin, self.trans))
             else:
                 q_rot = self._rotary_append(qkv, cos, sin, rows_pos, rows_table, kc, vc)
                 if t > 1:  # [1, T B, NH, D] token-major is FlashDecode's Q [T, B, NH, D]
@@ -597,9 +604,19 @@ class DeviceDecoder:
             up = op("linear")(h, w[f"{i}.w_up"])
             x = op("add")(x, self._all_reduce(op("linear")(op("mul")(gate, up), w[f"{i}.w_down"])))
         if self.cp is not None:  # the CP object's calls of this step (its row views, append, attention)
-            for name, count in self.cp.ops.items():
+            for name, count in self._context_loop(t).ops.items():
                 self.ops[name] = self.ops.get(name, 0) + count
         return self._read(self._head(x, r), t, greedy, tokens.dim())
+
+    def _context_loop(self, t: int) -> Any:
+        """The context-parallel loop of T tokens per user: `cp` (T = 1), else one of T B query rows over
+        the same caches (its step row, views and programs; built at the first step of that T)."""
+        if t == 1:
+            return self.cp
+        if t not in self.chunk_cp:
+            self.chunk_cp[t] = device_context.ContextParallelDecode(
+                self.device, prefix=2 * t * self.batch, tokens=t, caches=self.cp.caches, **self._cp_args)
+        return self.chunk_cp[t]
 
     def _head(self, x: Any, rows: int) -> Any:
         """The final norm and the LM head: logits ``[1, 1, rows, vocab]`` (gathered over the mesh)."""
@@ -640,6 +657,8 @@ class DeviceDecoder:
         """Free the device tensors (the device itself is the caller's)."""
         ttnn = self.ttnn
         if self.cp is not None:
+            for loop in self.chunk_cp.values():  # their step rows (the caches are cp's)
+                loop.close()
             self.cp.close()  # the caches and the step row
         for t in [*self.w.values(), *self.rope_tables, self.trans, *self.chunk_inputs.values(),
                   *(() if self.cp is not None else (*(c for kv in self.caches for c in kv), self.inputs))]:
