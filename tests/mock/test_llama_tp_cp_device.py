@@ -155,3 +155,97 @@ def test_tensor_times_context_parallel_llama_decodes_on_a_mock_t3k_2x4(run_mock,
     gen = result["generate"]
     assert gen["shape"] == [1, 70] and gen["new_entries"] == 0
     assert gen["moves"] == ["copy_host_to_device_tensor", "to_torch"] * 69
+
+
+TP_CP_CHUNKS = r"""
+import torch
+import ttnn
+from transformers import LlamaConfig, LlamaForCausalLM
+from ttdecode.distributed import device_context
+from ttdecode.models import LlamaDecoder
+from ttdecode.testing.dry_run import emit
+from ttdecode.testing.mock import open_mock_mesh
+from ttdecode.testing.transfers import count_transfers
+
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_theta=10000.0,
+                  rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+hf = LlamaForCausalLM(cfg).eval()
+device = open_mock_mesh((2, 4), fabric=True)
+rows = []
+_host_rows = device_context.ContextParallelDecode.host_rows
+def recording(self, *args, **kwargs):
+    r = _host_rows(self, *args, **kwargs)
+    rows.append({"tokens": self.tokens, "prefix": self.prefix, "rows": r.tolist()})
+    return r
+device_context.ContextParallelDecode.host_rows = recording
+dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=256, block_size=32, devices=8, context_parallel=4,
+                           backend="device", device=device)
+dd = dec._device
+steps = []
+_step = dd.step
+def step(tokens, *args, **kwargs):
+    out = _step(tokens, *args, **kwargs)
+    steps.append({"t": 1 if tokens.dim() == 1 else int(tokens.shape[1]), "ops": dict(dd.ops), "writes": dd.writes})
+    return out
+dd.step = step
+prompts = [torch.arange(1, 41), torch.arange(3, 20)]
+with count_transfers() as log:
+    first = dec.generate(prompts, 3, progress=False)
+    runs = [{"steps": list(dec.generate_steps), "moves": list(log.moves)}]
+    entries = int(device.num_program_cache_entries())
+    log.clear()
+    again = dec.generate(prompts, 3, progress=False)
+    runs.append({"steps": list(dec.generate_steps), "moves": list(log.moves)})
+loops = {str(t): {"caches_shared": loop.caches is dd.cp.caches, "rows": loop.rows,
+                  "combine_groups": loop.combine.plan.groups} for t, loop in dd.chunk_cp.items()}
+new_entries = int(device.num_program_cache_entries()) - entries
+dec.close()
+emit({"runs": runs, "steps": steps, "rows": rows, "loops": loops, "new_entries": new_entries,
+      "lengths": [len(x) for x in first], "same": all(torch.equal(a, b) for a, b in zip(first, again))})
+ttnn.close_mesh_device(device)
+"""
+
+
+@pytest.mark.slow
+def test_tensor_times_context_parallel_prompt_chunks_on_a_mock_t3k_2x4(run_mock, mock_run) -> None:
+    """Prompt chunks with TP x CP on the mock T3K 2 x 4 (devices=8, context_parallel=4; a 1-layer Llama,
+    batch 2): prompts of 40 and 17 tokens go in steps of T = 32 and 8 tokens per user (the decoder's
+    loop of T B rows per T, `DeviceDecoder.chunk_cp`, over the same caches), then one token per step.
+    Checked: every op accepted (per layer T launches of the append, one FlashDecode of the T B rows,
+    one combine), one write and one read per step, a second identical generate adds no program-cache
+    entry, and every device's row is its CP rank's, each token row's new K/V on the one column the
+    layout names (block j on column j mod 4) in each mesh row."""
+    r = run_mock(TP_CP_CHUNKS, timeout=900, system="t3k")
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    res = r.result
+    assert res["lengths"] == [43, 20] and res["same"]
+    assert res["loops"] == {"32": {"caches_shared": True, "rows": 64, "combine_groups": 64},
+                            "8": {"caches_shared": True, "rows": 16, "combine_groups": 16}}
+    for run in res["runs"]:
+        assert run["steps"] == [2, 2]
+        assert run["moves"] == ["copy_host_to_device_tensor", "to_torch"] * 4
+    assert res["new_entries"] == 0
+    assert [s["t"] for s in res["steps"]] == [32, 8, 1, 1] * 2
+    for s in res["steps"]:
+        ops, t = s["ops"], s["t"]
+        assert s["writes"] == 1
+        assert ops["rotary_kv_append"] == t and ops["flash_decode"] == 1 and ops["combine"] == 1
+        assert ops["all_gather"] == 3 and ops["all_reduce"] == 2 and ops.get("concat", 0) == (t > 1)
+    writers = set()
+    for rec in res["rows"]:
+        t, pre, step = rec["tokens"], rec["prefix"], rec["rows"]
+        r_ = t * 2
+        assert len(step) == ROWS * COLS and all(step[i * COLS + j] == step[j] for i in range(ROWS) for j in range(COLS))
+        positions = step[0][r_:2 * r_]  # the prefix's RoPE positions of the T B rows
+        for row, p in enumerate(positions):
+            append = [dev_row[pre + row] for dev_row in step]
+            if p < 0:
+                assert append == [-1] * (ROWS * COLS)
+                continue
+            owner = (p // BLOCK) % COLS
+            for i in range(ROWS):
+                assert [j for j in range(COLS) if append[i * COLS + j] >= 0] == [owner], (t, p, append)
+            writers.add(owner)
+    assert writers == {0, 1}
