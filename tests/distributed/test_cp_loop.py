@@ -358,3 +358,25 @@ def test_multi_token_steps_of_context_parallel_dataflow_match_hf(ttnn, monkeypat
     assert all(loop.caches is dev.cp.caches and loop.tokens == t for t, loop in dev.chunk_cp.items())
     assert dev.ops["combine"] == 2  # the last step: one token per user, the one-token loop
     dec.close()
+
+
+def test_tensor_parallel_alone_on_a_2x4_mesh_matches_hf_teacher_forced(ttnn, monkeypatch):
+    """TP 8 ways over a 2 x 4 mesh (``devices=8``, no context parallelism): the weights dealt row-major
+    over the mesh (``ShardTensorToMesh``), each row-parallel sum as two all_reduces (along the rows'
+    devices, ``cluster_axis`` 1, then along the columns, 0) and the vocabulary slices gathered in the same
+    two steps, which put them back in order. 40 steps, bfloat16 weights and cache: the host backends'
+    thresholds."""
+    shape = (2, 4)
+    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
+    base = twin.twin_ttnn
+    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
+    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    hf = hf_llama(8, 8, 32, layers=1)
+    sched = joining_schedule(hf.config.vocab_size, steps=40)
+    dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, block_size=32, kv_dtype="bfloat16", devices=8,
+                               backend="device", device=TwinMesh(shape))
+    dev = dec._device
+    assert dev.cp is None and dev.tp == 8 and dev.tp_axes == (1, 0) and dev.nkv == 1
+    assert_hf_agreement(teacher_forced(dec, hf, sched))
+    assert dev.ops["all_reduce"] == 2 * 2 and dev.ops["all_gather"] == 2

@@ -21,9 +21,9 @@ pools are bank-local by default (``kv_pages``, see `LlamaDecoder`).
 Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
 (the op's float64 reference), both with projections, norms and MLP in float32 torch;
 ``"device"``: every layer through ttnn's ops and ours on one Wormhole (``device=`` an open ttnn
-device, else device 0 is opened) or tensor parallel over a ``1 x devices`` mesh (``device=`` the
-open mesh; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of the
-vocabulary slices; with ``context_parallel``: over the whole mesh, or along one axis of a 2-D
+device, else device 0 is opened) or tensor parallel over a mesh of ``devices`` chips (``device=`` the
+open mesh, 1 x N or R x C; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of
+the vocabulary slices; with ``context_parallel``: over the whole mesh, or along one axis of a 2-D
 mesh with tensor parallelism along the other, `llama_device.DeviceDecoder`), the paged KV caches on the device(s) for the decoder's lifetime, one
 host->device write (token ids, positions, page table) and one read (logits, or the on-device
 argmax with `next_tokens`) per step (``ttdecode.models.llama_device.DeviceDecoder``); checked on

@@ -18,8 +18,9 @@ loop's ``context_axis``: each device the step row of its CP rank, the gathers al
 combine of C partials), TP along the other (weights by ``ttnn.ShardTensor2dMesh``, the all_reduces and
 the LM head's all_gather with ``cluster_axis``); mock T3K 2 x 4: tests/mock/test_llama_tp_cp_device.py,
 numbers on the twin (T3K 2 x 4 and Galaxy 4 x 8 shapes) in tests/distributed/test_cp_loop.py. Not
-built yet: tensor parallelism alone on a 2 x 4 mesh, and a traced
-decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
+built yet: a traced decode loop (trace capture segfaults on the mock). Prompt chunks and draft
+tokens (T <= 32 per user per step) run with context parallelism too (`DeviceDecoder.chunk_cp`); tensor
+parallelism alone on a 2-D mesh splits over all its chips, each collective along both axes in turn. ``LlamaDecoder(backend="device")``
 without ``device=`` opens device 0 and refuses to start where there is none.
 """
 
@@ -99,7 +100,7 @@ def chunk_grid(batch: int, grid: tuple[int, int]) -> tuple[int, int]:
 
 
 class DeviceDecoder:
-    """The Llama decode step on one Wormhole (an N150), or tensor parallel over a ``1 x N`` mesh, through ttnn.
+    """The Llama decode step on one Wormhole (an N150), or tensor parallel over a mesh, through ttnn.
 
     Built once: the weights of `device_weights` (``devices=1``: the same preparation as the plan and
     the round-trip tests) moved to the device's DRAM (bfloat8_b matmul weights in TILE layout,
@@ -131,13 +132,20 @@ class DeviceDecoder:
     rest replicated): each chip runs its NH/N q and NKV/N KV heads (its own caches), the O and down
     projections' partial sums meet in ``ttnn.all_reduce``, the LM head's vocabulary slices in
     ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
+    On a 2-D ``R x C`` mesh alone (``context_parallel=1``) the same split over its R C chips, the slices
+    dealt row-major, each collective as two along the mesh's axes (`tp_axes`: ``cluster_axis`` 1, the
+    rows' chips, then 0; the 1-D fabric runs a collective along one axis): the all_reduces' sums of sums
+    are the sums, the gathers put the vocabulary slices back in row-major order.
 
     T > 1 tokens per user (a prompt chunk, draft tokens) run as one step of T B
     rows, token-major (row ``j * B + b``): the row of `step_row` (made on the device at the first step
     of each T: one ``from_torch``), every op on T B rows, per layer one rotary append of the T B rows
     (planned per T on `chunk_grid`'s cores, each row's page-table row its user's) and one multi-token
     FlashDecode (Q ``[T, B, NH, D]`` a reshape of the append's ``[1, T B, NH, D]``, each user at its
-    last token's position).
+    last token's position). With context parallelism, T > 1 tokens run on a loop of T B query rows
+    (`chunk_cp`, built at the first step of each T over the same caches: its step row carries the T B
+    token ids and positions, its append one launch per token, its FlashDecode the T B rows as one-token
+    users, `ttdecode.distributed.loop_options`).
     The input row is written replicated (one ``copy_host_to_device_tensor``). The mesh needs
     ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
 
@@ -176,6 +184,10 @@ class DeviceDecoder:
         dims = tuple(int(x) for x in shape) if shape is not None else (1, n)
         self.cp_axis, self.tp_axis = mesh_axes(dims, context_parallel)
         self.tp = tp = n // context_parallel
+        # the TP collectives' cluster_axis, one collective each: none on one chip, the whole mesh on a
+        # 1 x N mesh (None), the TP axis with CP along the other, both axes (1 then 0) of a 2-D mesh alone
+        self.tp_axes: tuple[Optional[int], ...] = (
+            () if tp == 1 else (self.tp_axis,) if self.tp_axis is not None else device_context.gather_axes(dims))
         if spec.num_kv_heads % tp or spec.intermediate_size % tp:
             raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
                              f"MLP size ({spec.intermediate_size}) devices, got {tp}")
@@ -246,7 +258,9 @@ class DeviceDecoder:
 
     def _weight_mapper(self, shard_dim: Optional[int]) -> Any:
         """How a weight goes onto the mesh: replicated (``shard_dim`` None, or no tensor parallelism),
-        split along ``shard_dim`` over the mesh (a ``1 x N`` mesh), or split over the TP axis and
+        split along ``shard_dim`` over the mesh (a ``1 x N`` mesh, or a 2-D mesh alone: the slices dealt
+        row-major, device ``i * C + j`` slice ``i * C + j``, the order the gathers along axis 1 then 0
+        put them back in), or split over the TP axis and
         replicated along the CP axis of a 2-D mesh (``ttnn.ShardTensor2dMesh``)."""
         ttnn = self.ttnn
         if shard_dim is None or self.tp == 1:
@@ -411,8 +425,9 @@ class DeviceDecoder:
         op, spec = self._op, self.spec
         h = op("rms_norm")(x, weight=self.w["norm"], epsilon=spec.rms_norm_eps)
         logits = op("linear")(h, self.w["lm_head"])
-        if self.tp > 1:  # the vocabulary slices, on every device (of the TP group)
-            logits = op("all_gather")(logits, dim=3, **self._tp_group())
+        for axis in self.tp_axes:  # the vocabulary slices, on every device (of the TP group)
+            logits = op("all_gather")(logits, dim=3, **self._cluster(axis))
+        if self.tp > 1:
             if logits.shape[-1] != spec.vocab_size:  # the last slice's zero padding must not win the argmax
                 logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, rows, spec.vocab_size])
         return logits
@@ -430,12 +445,16 @@ class DeviceDecoder:
         return out[:, 0] if dims == 1 else out
 
     def _all_reduce(self, x: Any) -> Any:
-        """Sum of the row-parallel partials over the mesh (nothing on one chip)."""
-        return x if self.tp == 1 else self._op("all_reduce")(x, **self._tp_group())
+        """Sum of the row-parallel partials over the TP group (`tp_axes`; nothing on one chip): over a 2-D
+        mesh alone, the sums along its rows, then of those along its columns."""
+        for axis in self.tp_axes:
+            x = self._op("all_reduce")(x, **self._cluster(axis))
+        return x
 
-    def _tp_group(self) -> dict[str, int]:
-        """The TP collectives' ``cluster_axis``: none (the whole mesh), or the TP axis of a 2-D mesh."""
-        return {} if self.tp_axis is None else {"cluster_axis": self.tp_axis}
+    @staticmethod
+    def _cluster(axis: Optional[int]) -> dict[str, int]:
+        """A collective's ``cluster_axis`` argument: none (the whole 1-D mesh) or the mesh axis."""
+        return {} if axis is None else {"cluster_axis": axis}
 
     def _first(self, x: Any) -> Any:
         """The tensor of the first device (a replicated result is read from one chip only)."""
