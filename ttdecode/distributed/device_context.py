@@ -30,9 +30,11 @@ checked against the float64 reference on the twin with the FlashDecode kernels o
 mesh only (`sharding.context_ranks`: a device's CP rank is its coordinate along that axis; the devices
 along the other axis are a tensor-parallel group of other heads, each with its own caches): every
 device gets the row of its CP rank, one gather of O and one of the LSE along that axis, the combine of
-its ranks' partials (``LlamaDecoder(devices=8, context_parallel=4)`` on a 2 x 4 mesh). Not built in the
-loop: other windows, the MLA append, the all_to_all
-combine (`device_combine.ALL_TO_ALL_ON_DEVICE`); no chip has run it.
+its ranks' partials (``LlamaDecoder(devices=8, context_parallel=4)`` on a 2 x 4 mesh); every option
+above holds along the axis, n its size (twin: tests/distributed/test_cp_loop_options.py, TP groups with
+their own data). Loops of several T (a Llama's prompt chunks) share one cache (``caches``). Not built in
+the loop: other windows, the MLA append, the all_to_all combine (`device_combine.ALL_TO_ALL_ON_DEVICE`);
+no chip has run it.
 """
 
 from __future__ import annotations
@@ -60,7 +62,13 @@ from ttdecode.core.formats import DataType
 from ttdecode.ops.combine import CombineStep, make_combine_plan
 from ttdecode.distributed.loop_options import MLA_APPEND, loop_options, sink_partial, token_positions
 
-__all__ = ["ContextParallelDecode", "step_rows", "gather_axes", "rotary_program", "pool_memory_config"]
+__all__ = ["ContextParallelDecode", "step_rows", "gather_axes", "rotary_program", "pool_memory_config",
+           "CONCAT_PARTS"]
+
+#: Most tensors one ``ttnn.concat`` of the loop joins: ttnn 0.81.1's interleaved concat reader compiles
+#: one branch per input, and with 32 inputs its NCRISC code (20004 bytes) overflows the 16 KiB region
+#: (tt-metal's JIT refuses the ELF); T tokens' q then join in a tree of concats of up to 8.
+CONCAT_PARTS = 8
 
 
 # ---- the decode loop on a mesh: the KV shards stay on the devices -------------------------------
@@ -367,7 +375,10 @@ class ContextParallelDecode:
             c, s = (op("reshape")(op("slice")(a, [t, 0, 0], [t + 1, b, a.shape[-1]]), [b, a.shape[-1]])
                     for a in (cos, sin))
             qs.append(self._rotary_run(layer, x, c, s, trans, self.append_rows[t]))
-        return op("concat")(qs, dim=0)
+        while len(qs) > 1:  # at most CONCAT_PARTS tensors a concat (its reader's code grows with them)
+            qs = [op("concat")(qs[i:i + CONCAT_PARTS], dim=0) if len(qs[i:i + CONCAT_PARTS]) > 1 else qs[i]
+                  for i in range(0, len(qs), CONCAT_PARTS)]
+        return qs[0]
 
     def _rotary_run(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any, pos: Any) -> Any:
         """One launch of the fused append for one token of every user (``pos``: its append positions)."""

@@ -196,23 +196,7 @@ class DeviceDecoder:
         dram = ttnn.DRAM_MEMORY_CONFIG
         self.dram = dram
         self._rep = ttnn.ReplicateTensorToMesh(device) if n > 1 else None
-        if n == 1:
-            host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
-            # the embedding table: ttnn.embedding reads a row-major bfloat16 table
-            self.w = {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
-                                           device, memory_config=dram)
-                      for name, t in host.items()}
-        else:
-            # the same per-device slices, put together along the split dim and cut by the mesh mapper
-            plan = {p.name: p for p in weight_plan(spec, tp, weight_dtype=weight_dtype)}
-            per = device_torch_weights(state, spec, tp)
-            self.w = {}
-            for name, p in plan.items():
-                full = per[0][name] if p.shard_dim is None else torch.cat([w[name] for w in per], dim=p.shard_dim)
-                mapper = self._weight_mapper(p.shard_dim)
-                layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
-                self.w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
-                                               memory_config=dram, mesh_mapper=mapper)
+        self.w = self._upload_weights(state, weight_dtype, n)
         cache_dt = ttnn_data_type(ttnn, kv_dtype)
         shape = (num_blocks, nkv, block_size, d)
         put = dict(device=device, memory_config=dram, mesh_mapper=self._rep)
@@ -255,6 +239,26 @@ class DeviceDecoder:
         self.chunk_rotary: dict[int, Any] = {}
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
+
+    def _upload_weights(self, state: dict[str, torch.Tensor], weight_dtype: str, n: int) -> dict[str, Any]:
+        """The weights on the device (`device_weights` on one chip, n = 1) or the mesh: each the per-device
+        slices of `device_torch_weights` put together along the split dim and cut by the mesh mapper
+        (`_weight_mapper`). The embedding table row-major (what ``ttnn.embedding`` reads)."""
+        ttnn, spec, device, dram = self.ttnn, self.spec, self.device, self.dram
+        if n == 1:
+            host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
+            return {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
+                                         device, memory_config=dram)
+                    for name, t in host.items()}
+        plan = {p.name: p for p in weight_plan(spec, self.tp, weight_dtype=weight_dtype)}
+        per = device_torch_weights(state, spec, self.tp)
+        w = {}
+        for name, p in plan.items():
+            full = per[0][name] if p.shard_dim is None else torch.cat([x[name] for x in per], dim=p.shard_dim)
+            layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
+            w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
+                                      memory_config=dram, mesh_mapper=self._weight_mapper(p.shard_dim))
+        return w
 
     def _weight_mapper(self, shard_dim: Optional[int]) -> Any:
         """How a weight goes onto the mesh: replicated (``shard_dim`` None, or no tensor parallelism),
