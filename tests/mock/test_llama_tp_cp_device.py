@@ -250,12 +250,15 @@ def _check_chunk_rows(rows: list) -> set[int]:
     return writers
 
 
-def _check_runs(runs: list, steps: list[int], lengths: list[int]) -> None:
-    """Both generate calls: the same steps, one write and one read per step, no program-cache entry added
-    by the second."""
-    for run in runs:
+def _check_runs(runs: list, steps: list[int], lengths: list[int], new_t: int) -> None:
+    """Both generate calls: the same steps, one write and one read per step (the first call also makes,
+    at the first step of each of its ``new_t`` new T, that T's step row on the device: one
+    ``from_torch``), no program-cache entry added by the second."""
+    for i, run in enumerate(runs):
         assert run["steps"] == steps and run["lengths"] == lengths
-        assert run["moves"] == ["copy_host_to_device_tensor", "to_torch"] * sum(steps)
+        moves = run["moves"]
+        assert moves.count("from_torch") == (new_t if i == 0 else 0), moves
+        assert [m for m in moves if m != "from_torch"] == ["copy_host_to_device_tensor", "to_torch"] * sum(steps)
     assert runs[1]["entries"] == runs[0]["entries"]
 
 
@@ -278,7 +281,7 @@ def test_prompt_chunks_with_tp_x_cp_and_tensor_parallel_alone_on_a_mock_t3k_2x4(
     r = run_mock(MESH_2X4, timeout=900, system="t3k")
     assert r.returncode == 0 and r.result is not None, r.describe()
     tpcp, tp = r.result["tpcp"], r.result["tp"]
-    _check_runs(tpcp["runs"], [2, 2], [43, 20])
+    _check_runs(tpcp["runs"], [2, 2], [43, 20], new_t=2)
     assert tpcp["loops"] == {"32": {"caches_shared": True, "rows": 64, "combine_groups": 64},
                              "8": {"caches_shared": True, "rows": 16, "combine_groups": 16}}
     assert [s["t"] for s in tpcp["steps"]] == [32, 8, 1, 1] * 2
@@ -288,7 +291,7 @@ def test_prompt_chunks_with_tp_x_cp_and_tensor_parallel_alone_on_a_mock_t3k_2x4(
         assert ops["rotary_kv_append"] == t and ops["flash_decode"] == 1 and ops["combine"] == 1
         assert ops["all_gather"] == 3 and ops["all_reduce"] == 2 and ops.get("concat", 0) == {32: 5, 8: 1, 1: 0}[t]
     assert _check_chunk_rows(tpcp["rows"]) == {0, 1}
-    _check_runs(tp["runs"], [1, 2], [12])
+    _check_runs(tp["runs"], [1, 2], [12], new_t=1)
     assert tp["tp_axes"] == [1, 0]
     assert tp["shapes"] == {"0.wqkv": [[256, 3 * 32]] * 8, "lm_head": [[256, 32]] * 8}
     assert [s["t"] for s in tp["steps"]] == [9, 1, 1] * 2
