@@ -120,13 +120,11 @@ ALLOWED_LAZY: dict[tuple[str, str], str] = {
     ("ttdecode.distributed.context", "ttdecode.api"): "tests patch api.run_host and api.decode; read at call time",
     ("ttdecode.distributed.device_combine", "ttdecode.ttnn_env"):
         "tests patch ttnn_env.has_tenstorrent_device; read at call time",
-    ("ttdecode.distributed.device_context", "ttdecode.ttnn_env"):
+    ("ttdecode.distributed.mesh_decode", "ttdecode.ttnn_env"):
         "tests patch ttnn_env.has_tenstorrent_device; read at call time",
     ("ttdecode.models.llama", "ttdecode.ttnn_env"): "tests patch ttnn_env.has_tenstorrent_device; read at call time",
     ("ttdecode.ops.rotary_append.op", "ttdecode.ttnn_env"):
         "tests patch ttnn_env.has_tenstorrent_device; read at call time",
-    ("ttdecode.models.llama_device", "ttdecode.distributed.device_context"):
-        "tests patch device_context.ContextParallelDecode; read at call time",
 }
 
 

@@ -34,7 +34,7 @@ from ttdecode.models.kv_cache import ContextParallelAllocator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "models"))
 import test_llama_device_twin as twin  # noqa: E402  (the torch twin of ttnn)
-from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, teacher_forced  # noqa: E402
+from _llama_cases import assert_hf_agreement, hf_llama, joining_schedule, multi_token_drafts, teacher_forced  # noqa: E402
 
 
 # ---- 1. the rows ----------------------------------------------------------------------------------
@@ -177,6 +177,8 @@ def twin_mesh_ttnn(ttnn: Any, shape: tuple[int, int], base: Any) -> Any:
 
     t.to_layout = twin.each(lambda x, layout: x.clone())
     t.all_gather, t.all_reduce, t.from_torch = all_gather, all_reduce, from_torch
+    t.concat = lambda xs, dim: twin.TwinTensor([torch.cat([x.ts[d] for x in xs], dim=dim)
+                                                for d in range(len(xs[0].ts))])
     t.ShardTensor2dMesh = lambda device, mesh_shape, dims: ("shard2d", tuple(mesh_shape), tuple(dims))
     return t
 
@@ -197,7 +199,8 @@ class TwinLoop(dc.ContextParallelDecode):
     def _prepare_combine(self) -> Any:
         return None
 
-    def append(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any) -> Any:
+    def _rotary_run(self, layer: int, qkv: Any, cos: Any, sin: Any, trans: Any, pos: Any) -> Any:
+        """One launch of the append (one token of every user; ``pos``: its append positions)."""
         self.ops["rotary_kv_append"] = self.ops.get("rotary_kv_append", 0) + 1
         kc, vc = self.caches[layer]
         b, nh, nkv, d, bs, real = self.batch, self.num_heads, self.num_kv_heads, self.head_dim, self.block_size, \
@@ -209,7 +212,7 @@ class TwinLoop(dc.ContextParallelDecode):
             y = x * cos.ts[dev][:, None, :d] + rot * sin.ts[dev][:, None, :d]
             q, k, v = y[:, :nh], y[:, nh:nh + nkv], x[:, nh + nkv:]
             for u in range(b):
-                p = int(self.append_pos.ts[dev][u])
+                p = int(pos.ts[dev][u])
                 if p >= 0:
                     blk = int(self.page_table.ts[dev][u, p // bs])
                     for cache, rows in ((kc, k), (vc, v)):  # the row alone in its format, as the append writes it
@@ -222,7 +225,7 @@ class TwinLoop(dc.ContextParallelDecode):
 
     def _flash_run(self, layer: int, q: Any) -> tuple[Any, Any]:
         kc, vc = self.caches[layer]
-        b, nh, nkv, d, bs = self.batch, self.num_heads, self.num_kv_heads, self.head_dim, self.block_size
+        b, nh, nkv, d, bs = self.rows, self.num_heads, self.num_kv_heads, self.head_dim, self.block_size  # R rows
         g = nh // nkv
         outs, rows = [], []
         for dev in range(self.devices):
@@ -233,7 +236,7 @@ class TwinLoop(dc.ContextParallelDecode):
                 if p < 0:  # no key on this device: zero rows, LSE -inf (the kernels' skipped user)
                     lse_rows[u * nkv:(u + 1) * nkv, :g] = float("-inf")
                     continue
-                blocks = self.page_table.ts[dev][u, : p // bs + 1].long()
+                blocks = self.attend_table.ts[dev][u, : p // bs + 1].long()
                 keys = kc.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
                 vals = vc.ts[dev][blocks].permute(1, 0, 2, 3).reshape(nkv, -1, d)[:, : p + 1]
                 qh = q.ts[dev][0, u].reshape(nkv, g, d)
@@ -329,3 +332,51 @@ def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, 
     rank = [divmod(d, shape[1])[cp_axis] for d in range(n)]
     for r in rows:  # device d carries the row of its CP rank
         assert r.shape[0] == n and all(torch.equal(r[d], r[rank.index(rank[d])]) for d in range(n))
+
+
+@pytest.mark.parametrize("shape, cp", [((2, 4), 4), ((1, 2), 2)], ids=["t3k-tp2xcp4", "1x2-cp2"])
+def test_multi_token_steps_of_context_parallel_dataflow_match_hf(ttnn, monkeypatch, shape, cp):
+    """T tokens per user (prompt chunks, draft verification, a rewind; `multi_token_drafts`: T of 8, 6,
+    5, 2, 18 and 1, the 18 crossing the block at 32) with context parallelism on the device path: the
+    decoder's loop of T B rows per T (`DeviceDecoder.chunk_cp`, the same caches), each row its own
+    one-token user on every shard; TP x CP on a 2 x 4 mesh and CP alone on a 1 x 2. bfloat16 weights
+    and cache: the host backends' thresholds."""
+    n = shape[0] * shape[1]
+    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
+    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
+    monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
+    base = twin.twin_ttnn
+    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    hf = hf_llama(8, 2 * (n // cp), 64)
+    dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=32 * cp, block_size=32, kv_dtype="bfloat16", devices=n,
+                               context_parallel=cp, backend="device", device=TwinMesh(shape))
+    assert_hf_agreement(multi_token_drafts(dec, hf))
+    dev = dec._device
+    assert sorted(dev.chunk_cp) == [2, 5, 6, 8, 18]
+    assert all(loop.caches is dev.cp.caches and loop.tokens == t for t, loop in dev.chunk_cp.items())
+    assert dev.ops["combine"] == 2  # the last step: one token per user, the one-token loop
+    dec.close()
+
+
+def test_tensor_parallel_alone_on_a_2x4_mesh_matches_hf_teacher_forced(ttnn, monkeypatch):
+    """TP 8 ways over a 2 x 4 mesh (``devices=8``, no context parallelism): the weights dealt row-major
+    over the mesh (``ShardTensorToMesh``), each row-parallel sum as two all_reduces (along the rows'
+    devices, ``cluster_axis`` 1, then along the columns, 0) and the vocabulary slices gathered in the same
+    two steps, which put them back in order. 40 steps, bfloat16 weights and cache: the host backends'
+    thresholds."""
+    shape = (2, 4)
+    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
+    base = twin.twin_ttnn
+    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
+    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    hf = hf_llama(8, 8, 32, layers=1)
+    sched = joining_schedule(hf.config.vocab_size, steps=40)
+    dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, block_size=32, kv_dtype="bfloat16", devices=8,
+                               backend="device", device=TwinMesh(shape))
+    dev = dec._device
+    assert dev.cp is None and dev.tp == 8 and dev.tp_axes == (1, 0) and dev.nkv == 1
+    assert_hf_agreement(teacher_forced(dec, hf, sched))
+    assert dev.ops["all_reduce"] == 2 * 2 and dev.ops["all_gather"] == 2

@@ -11,7 +11,9 @@ bank-local by default; the device's own attention positions, page table and loca
 ``return_lse=True``), the combine by the combine
 kernels on the host runtime. The cache is filled independently of the loop's rows (global block j of
 a user on device j mod n as its local block j div n, the allocator's page tables), so a row pointing
-at the wrong keys fails the comparison. Positions cross blocks and windows; users skip steps."""
+at the wrong keys fails the comparison. Positions cross blocks and windows; users skip steps. Every
+option also along one axis of a 2 x 4 mesh (``context_axis``), the other axis's devices tensor-parallel
+groups with their own data, each device against its group's reference."""
 
 from __future__ import annotations
 
@@ -102,11 +104,22 @@ class KernelTwinLoop(dc.ContextParallelDecode):
         return twin.TwinTensor(outs), twin.TwinTensor(rows)
 
     def _combine_run(self, outs: Any, lses: Any) -> Any:
-        assert all(torch.equal(o, outs.ts[0]) for o in outs.ts)
-        merged, lse = run_combine(outs.ts[0], lses.ts[0][..., 0], in_dtype=DataType.bfloat16,
-                                  out_dtype=DataType.bfloat16)
-        self.merged_lse = lse.reshape(1, self.rows, self.num_heads)
-        return twin.TwinTensor([merged.to(torch.float32)] * self.devices)
+        """The combine of every device's gathered partials (one run per distinct set: a TP group's devices
+        gather the same); ``merged_lse[d]``: device d's merged LSE ``[1, R, NH]``."""
+        if self.context_axis is None:
+            assert all(torch.equal(o, outs.ts[0]) for o in outs.ts)
+        done: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        merged, self.merged_lse = [], []
+        for d, (o, l_) in enumerate(zip(outs.ts, lses.ts)):
+            assert o.shape[0] == self.ranks + (self.sink_parts is not None)
+            same = next((e for e in done if torch.equal(outs.ts[e], o) and torch.equal(lses.ts[e], l_)), None)
+            if same is None:
+                m, lse = run_combine(o, l_[..., 0], in_dtype=DataType.bfloat16, out_dtype=DataType.bfloat16)
+                done[d] = (m.to(torch.float32), lse.reshape(1, self.rows, self.num_heads))
+                same = d
+            merged.append(done[same][0])
+            self.merged_lse.append(done[same][1])
+        return twin.TwinTensor(merged)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -124,25 +137,38 @@ def row_in_format(real: Any, row: torch.Tensor, fmt: Any) -> torch.Tensor:
 
 
 class Case:
-    """A loop on a twin mesh, its caller's allocator, and the whole cache as the reference sees it."""
+    """A loop on a twin mesh, its caller's allocator, and the whole cache as the reference sees it.
+
+    ``context_axis``: the loop along one axis of a 2-D mesh; the devices along the other axis form G
+    tensor-parallel groups, each with its own keys, values and queries (other heads), each checked
+    against its own reference (G = 1 without)."""
 
     def __init__(self, ttnn: Any, monkeypatch: Any, shape: tuple[int, int], *, batch: int, tokens: int = 1,
                  window: Optional[int] = None, sink: Optional[torch.Tensor] = None, head_dim_v: Optional[int] = None,
                  kv: str = "bfloat8_b", num_heads: int = 4, num_kv_heads: int = 2, head_dim: int = 64,
-                 max_seq_len: int = 512) -> None:
+                 max_seq_len: int = 512, context_axis: Optional[int] = None) -> None:
         monkeypatch.setattr(KernelTwinLoop, "real_ttnn", ttnn)
-        n = shape[0] * shape[1]
+        self.loop = KernelTwinLoop(TwinMesh(shape), batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                   head_dim=head_dim, max_seq_len=max_seq_len, block_size=32,
+                                   num_blocks=batch * 8, kv_dtype=kv, tokens=tokens, sliding_window_size=window,
+                                   attention_sink=sink, head_dim_v=head_dim_v, context_axis=context_axis,
+                                   ttnn=option_ttnn(ttnn, shape))
+        n = self.loop.ranks
         self.real, self.n, self.bs, self.batch, self.tokens = ttnn, n, 32, batch, tokens
         self.nh, self.nkv, self.d, self.dv = num_heads, num_kv_heads, head_dim, head_dim_v
         self.window, self.sink, self.kv = window, sink, getattr(ttnn, kv)
+        # each device's TP group: its coordinate along the other axis (one group without context_axis)
+        self.group = [0 if context_axis is None else divmod(d, shape[1])[1 - context_axis]
+                      for d in range(self.loop.devices)]
+        self.groups = max(self.group) + 1
         self.alloc = ContextParallelAllocator(batch, max_seq_len, self.bs, num_blocks=batch * 8, context_parallel=n)
-        self.loop = KernelTwinLoop(TwinMesh(shape), batch=batch, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                                   head_dim=head_dim, max_seq_len=max_seq_len, block_size=self.bs,
-                                   num_blocks=batch * 8, kv_dtype=kv, tokens=tokens, sliding_window_size=window,
-                                   attention_sink=sink, head_dim_v=head_dim_v, ttnn=option_ttnn(ttnn, shape))
-        self.k = torch.zeros(batch, num_kv_heads, max_seq_len, head_dim)
-        self.v = torch.zeros(batch, num_kv_heads, max_seq_len, head_dim)
+        self.k = torch.zeros(self.groups, batch, num_kv_heads, max_seq_len, head_dim)
+        self.v = torch.zeros(self.groups, batch, num_kv_heads, max_seq_len, head_dim)
         self.gen = torch.Generator().manual_seed(7)
+
+    def devices_of(self, rank: int, g: int) -> list[int]:
+        """The devices of CP rank ``rank`` in TP group ``g``."""
+        return [d for d in range(self.loop.devices) if self.loop.device_ranks[d] == rank and self.group[d] == g]
 
     def next_positions(self, active: list[bool]) -> list[int]:
         """Each active user's newest token this step (its next T positions), -1 for the others."""
@@ -161,67 +187,83 @@ class Case:
             self.alloc.commit(self.alloc.plan([p] * self.batch))
         tables = self.alloc.page_tables()
         kc, vc = self.loop.caches[0]
-        for b in range(self.batch):
-            for p in range(upto):
-                j = p // self.bs
-                dev, local = j % self.n, j // self.n
-                blk = int(tables[dev][b, local])
-                k, v = (torch.randn(self.nkv, self.d, generator=self.gen) for _ in range(2))
-                self.k[b, :, p] = row_in_format(self.real, k, self.kv)
-                kc.ts[dev][blk, :, p % self.bs] = self.k[b, :, p]
-                if vc is not None:
-                    self.v[b, :, p] = row_in_format(self.real, v, self.kv)
-                    vc.ts[dev][blk, :, p % self.bs] = self.v[b, :, p]
-                else:
-                    self.v[b, :, p] = self.k[b, :, p]
+        for g in range(self.groups):
+            for b in range(self.batch):
+                for p in range(upto):
+                    j = p // self.bs
+                    rank, local = j % self.n, j // self.n
+                    blk = int(tables[rank][b, local])
+                    k, v = (torch.randn(self.nkv, self.d, generator=self.gen) for _ in range(2))
+                    self.k[g, b, :, p] = row_in_format(self.real, k, self.kv)
+                    self.v[g, b, :, p] = row_in_format(self.real, v, self.kv) if vc is not None else self.k[g, b, :, p]
+                    for dev in self.devices_of(rank, g):
+                        kc.ts[dev][blk, :, p % self.bs] = self.k[g, b, :, p]
+                        if vc is not None:
+                            vc.ts[dev][blk, :, p % self.bs] = self.v[g, b, :, p]
 
     def step(self, positions: list[int]) -> None:
         """One step of the loop: write, append (the T tokens' K/V, q rotated), attend; then the merged
-        output and LSE of every live user against the float64 reference of the whole cache."""
+        output and LSE of every live user on every device against the float64 reference of its TP
+        group's whole cache."""
         t_, b_, nh, nkv, d = self.tokens, self.batch, self.nh, self.nkv, self.d
         tables = self.allocate(positions)
         self.loop.write(positions, tables)
-        qkv = torch.randn(t_, b_, (nh + 2 * nkv) * d, generator=self.gen).to(torch.bfloat16).to(torch.float32)
-        angle = torch.rand(t_, b_, d // 2, generator=self.gen) * 6.0
-        cos, sin = (f(angle).repeat_interleave(2, dim=-1) for f in (torch.cos, torch.sin))
-        x = qkv.reshape(t_, b_, nh + 2 * nkv, d)
-        want = rotate(x, cos[:, :, None], sin[:, :, None])
         rows = token_positions(positions, t_)
+        qs = []
+        per_group = []
+        for g in range(self.groups):
+            qkv = torch.randn(t_, b_, (nh + 2 * nkv) * d, generator=self.gen).to(torch.bfloat16).to(torch.float32)
+            angle = torch.rand(t_, b_, d // 2, generator=self.gen) * 6.0
+            cos, sin = (f(angle).repeat_interleave(2, dim=-1) for f in (torch.cos, torch.sin))
+            per_group.append((qkv, cos, sin))
         if self.dv is None:
-            shape = lambda a: a[0] if t_ == 1 else a  # noqa: E731 - T = 1: the loop's [1, B, W] / [B, R] forms
-            q = self.loop.append(0, twin.TwinTensor([qkv[:1] if t_ == 1 else qkv] * self.n),
-                                 *(twin.TwinTensor([shape(a)] * self.n) for a in (cos, sin)), None)
-            assert torch.equal(q.ts[0].reshape(t_, b_, nh, d), want[:, :, :nh].to(torch.bfloat16).to(torch.float32))
-            for i, p in enumerate(rows):  # the reference's cache: what the append must have written
-                if p >= 0:
-                    self.k[i % b_, :, p] = row_in_format(self.real, want[i // b_, i % b_, nh:nh + nkv], self.kv)
-                    self.v[i % b_, :, p] = row_in_format(self.real, x[i // b_, i % b_, nh + nkv:], self.kv)
-        else:  # MLA: the latent rows written by the caller (the loop refuses the fused append)
-            q = twin.TwinTensor([want[:, :, :nh].to(torch.bfloat16).to(torch.float32)] * self.n)
-            self.write_latent(rows, want[:, :, nh:nh + nkv])
+            def forms(i: int) -> Any:  # per device its group's qkv (i = 0), cos, sin in the loop's forms
+                fit = (lambda a: a) if t_ > 1 else (lambda a: a[:1]) if i == 0 else (lambda a: a[0])  # T = 1:
+                return twin.TwinTensor([fit(per_group[self.group[dev]][i]) for dev in range(self.loop.devices)])
+            q = self.loop.append(0, forms(0), forms(1), forms(2), None)  # [1, B, W] / [B, R]
+        for g, (qkv, cos, sin) in enumerate(per_group):
+            x = qkv.reshape(t_, b_, nh + 2 * nkv, d)
+            want = rotate(x, cos[:, :, None], sin[:, :, None])
+            qs.append(want[:, :, :nh].to(torch.bfloat16).to(torch.float32))
+            if self.dv is None:
+                for dev in range(self.loop.devices):
+                    if self.group[dev] == g:
+                        assert torch.equal(q.ts[dev].reshape(t_, b_, nh, d), qs[g])
+                for i, p in enumerate(rows):  # the reference's cache: what the append must have written
+                    if p >= 0:
+                        self.k[g, i % b_, :, p] = row_in_format(self.real, want[i // b_, i % b_, nh:nh + nkv], self.kv)
+                        self.v[g, i % b_, :, p] = row_in_format(self.real, x[i // b_, i % b_, nh + nkv:], self.kv)
+            else:  # MLA: the latent rows written by the caller (the loop refuses the fused append)
+                self.write_latent(g, rows, want[:, :, nh:nh + nkv])
+        if self.dv is not None:
+            q = twin.TwinTensor([qs[self.group[dev]] for dev in range(self.loop.devices)])
         out = self.loop.attend(0, q)
         assert out.shape == (t_, b_, nh, self.dv or d)
-        v = None if self.dv is not None else self.v.double()
-        ref, ref_lse = sdpa_decode_reference(q.ts[0].reshape(t_, b_, nh, d).double(), self.k.double(), v,
-                                             cur_pos=positions, sliding_window_size=self.window,
-                                             attention_sink=self.sink, head_dim_v=self.dv, return_lse=True)
-        lse = self.loop.merged_lse.reshape(t_, b_, nh)
-        for b, p in enumerate(positions):
-            if p >= 0:
-                check_close(out.ts[0][:, b], ref[:, b], f"user {b} at {p}: output")
-                check_lse(lse[:, b], ref_lse[:, b], f"user {b} at {p}: LSE")
+        for g in range(self.groups):
+            v = None if self.dv is not None else self.v[g].double()
+            ref, ref_lse = sdpa_decode_reference(qs[g].double(), self.k[g].double(), v, cur_pos=positions,
+                                                 sliding_window_size=self.window, attention_sink=self.sink,
+                                                 head_dim_v=self.dv, return_lse=True)
+            for dev in (e for e in range(self.loop.devices) if self.group[e] == g):
+                lse = self.loop.merged_lse[dev].reshape(t_, b_, nh)
+                for b, p in enumerate(positions):
+                    if p >= 0:
+                        check_close(out.ts[dev][:, b], ref[:, b], f"device {dev}: user {b} at {p}: output")
+                        check_lse(lse[:, b], ref_lse[:, b], f"device {dev}: user {b} at {p}: LSE")
 
-    def write_latent(self, rows: list[int], k: torch.Tensor) -> None:
-        """MLA: each row's latent K at the loop's own append positions (``append_rows``, ``page_table``)."""
+    def write_latent(self, g: int, rows: list[int], k: torch.Tensor) -> None:
+        """MLA: each row's latent K of TP group ``g`` at the loop's own append positions (``append_rows``,
+        ``page_table``) on that group's devices."""
         kc, _ = self.loop.caches[0]
+        mine = [dev for dev in range(self.loop.devices) if self.group[dev] == g]
         for i, p in enumerate(rows):
             if p < 0:
                 continue
             t, b = divmod(i, self.batch)
             value = row_in_format(self.real, k[t, b], self.kv)
-            self.k[b, :, p] = value
-            owners = [dev for dev in range(self.n) if int(self.loop.append_rows[t].ts[dev][b]) >= 0]
-            assert owners == [(p // self.bs) % self.n]
+            self.k[g, b, :, p] = value
+            owners = [dev for dev in mine if int(self.loop.append_rows[t].ts[dev][b]) >= 0]
+            assert [self.loop.device_ranks[dev] for dev in owners] == [(p // self.bs) % self.n]
             local = int(self.loop.append_rows[t].ts[owners[0]][b])
             blk = int(self.loop.page_table.ts[owners[0]][b, local // self.bs])
             kc.ts[owners[0]][blk, :, local % self.bs] = value
@@ -282,6 +324,29 @@ def test_mla_reads_v_out_of_k(ttnn, monkeypatch):
     with pytest.raises(NotImplementedError, match="MLA"):
         case.loop.append(0, None, None, None, None)
     assert "caches[layer][0]" in MLA_APPEND
+
+
+@pytest.mark.parametrize("axis, options, fill, steps", [
+    (1, dict(window=128), 240, 6),
+    (0, dict(sink=sinks(4)), 70, 3),
+    (1, dict(tokens=8), 20, 5),
+    (1, dict(tokens=4, window=128, sink=sinks(4), kv="bfloat16"), 118, 5),
+    (0, dict(tokens=2, sink=sinks(4), head_dim_v=64, num_kv_heads=1, head_dim=96), 60, 3),
+], ids=["window-cp4", "sink-cp2", "tokens-cp4", "all-cp4", "mla-cp2"])
+def test_every_option_along_one_axis_of_a_2x4_mesh(ttnn, monkeypatch, axis, options, fill, steps):
+    """The loop along one axis of a 2 x 4 mesh (``context_axis``: CP 4 ways along the columns, or 2 ways
+    along the rows), the devices along the other axis TP groups with their own keys, values and queries:
+    each option as on a whole mesh, n the axis's size (the window a multiple of n x 32, W / n on every
+    shard; the sink once per TP group's merge; T rows; MLA), every device against its group's
+    reference."""
+    case = Case(ttnn, monkeypatch, (2, 4), batch=2, context_axis=axis, **options)
+    n = 4 if axis == 1 else 2
+    assert case.loop.ranks == n and case.loop.axes == (axis,) and case.groups == 8 // n
+    if "window" in options:
+        assert case.loop.options.local_window == options["window"] // n
+    case.fill(fill)
+    for s in range(steps):
+        case.step(case.next_positions([True, s != 1]))
 
 
 def test_options_refused_by_name():

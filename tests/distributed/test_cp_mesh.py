@@ -20,8 +20,8 @@ from ttdecode import ttnn_backend as dev
 from ttdecode import ttnn_env
 from ttdecode.ops.flash_decode.device_step import decode_program
 from ttdecode.ops.flash_decode.op import compute_settings, make_decode_plan as _make_plan
-from ttdecode.distributed.device_context import (
-    lse_rows_to_tiles,
+from ttdecode.distributed.device_combine import lse_rows_to_tiles
+from ttdecode.distributed.mesh_decode import (
     mesh_host_tensor,
     mesh_programs,
     padded_shards,
@@ -128,7 +128,7 @@ def test_each_devices_descriptor_is_the_op_on_its_shard(ttnn: Any, layout: str, 
 
 @pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
 def test_shards_are_the_held_positions_padded_and_ttnn_keeps_their_bytes(ttnn: Any, layout: str) -> None:
-    from ttdecode.distributed.device_context import _ttnn_host
+    from ttdecode.distributed.mesh_decode import _ttnn_host
     from ttdecode.core.tensor import from_ttnn
 
     _, k, _ = cache(1)
@@ -364,7 +364,7 @@ def test_bad_mesh_input_is_named(ttnn: Any, kw: dict, exc: type, match: str) -> 
 
 
 def test_a_meshdevice_shape_reads_as_rows_and_cols(ttnn: Any) -> None:
-    from ttdecode.distributed.device_context import mesh_shape_of
+    from ttdecode.distributed.mesh_decode import mesh_shape_of
 
     class Mesh:
         shape = ttnn.MeshShape(1, 8)  # what ttnn.MeshDevice.shape returns (T3K)

@@ -61,7 +61,7 @@ with count_transfers() as log:
     # a 40-token prompt and 30 new tokens: positions 0..68 in blocks 0, 1, 2 (devices 0, 1, 2 write)
     entries = int(device.num_program_cache_entries())
     step_rows = len(rows)
-    gen = dec.generate(torch.arange(1, 41)[None], 30, progress=False)
+    gen = dec.generate(torch.arange(1, 41)[None], 30, progress=False, prompt_chunk=1)  # one token a step
     gen_moves = list(log.moves)
 # how the loop's mapper deals the n rows: device tensor i of the mesh gets row i (a host tensor: its
 # values are real on the mock), and each device's share of the step row is one row

@@ -54,7 +54,7 @@ with count_transfers() as log:
     steps = join_leave_steps(dec, device, B, log)
     entries = int(device.num_program_cache_entries())
     step_rows = len(rows)
-    gen = dec.generate(torch.arange(1, 41)[None], 30, progress=False)
+    gen = dec.generate(torch.arange(1, 41)[None], 30, progress=False, prompt_chunk=1)  # one token a step
     gen_moves = list(log.moves)
 shapes = {name: [list(t.shape) for t in ttnn.get_device_tensors(dd.w[name])] for name in ("0.wqkv", "0.wo", "lm_head")}
 cache_shapes = [list(t.shape) for t in ttnn.get_device_tensors(cp.caches[0][0])]
@@ -155,3 +155,145 @@ def test_tensor_times_context_parallel_llama_decodes_on_a_mock_t3k_2x4(run_mock,
     gen = result["generate"]
     assert gen["shape"] == [1, 70] and gen["new_entries"] == 0
     assert gen["moves"] == ["copy_host_to_device_tensor", "to_torch"] * 69
+
+
+
+MESH_2X4 = r"""
+import torch
+import ttnn
+from transformers import LlamaConfig, LlamaForCausalLM
+from ttdecode.distributed import device_context
+from ttdecode.models import LlamaDecoder
+from ttdecode.testing.dry_run import emit
+from ttdecode.testing.mock import open_mock_mesh
+from ttdecode.testing.transfers import count_transfers
+
+def llama(hidden, heads, kv_heads):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=256, num_hidden_layers=1,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=32,
+                      max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5, bos_token_id=None,
+                      eos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(cfg).eval()
+
+def recorded(dd, steps):
+    _step = dd.step
+    def step(tokens, *args, **kwargs):
+        out = _step(tokens, *args, **kwargs)
+        steps.append({"t": 1 if tokens.dim() == 1 else int(tokens.shape[1]), "ops": dict(dd.ops),
+                      "writes": dd.writes})
+        return out
+    dd.step = step
+
+def twice(dec, prompts, log):
+    runs = []
+    for i in range(2):
+        log.clear()
+        out = dec.generate(prompts, 3, progress=False)
+        runs.append({"steps": list(dec.generate_steps), "moves": list(log.moves), "lengths": [len(x) for x in out],
+                     "entries": int(device.num_program_cache_entries())})
+    return runs
+
+device = open_mock_mesh((2, 4), fabric=True)
+rows = []
+_host_rows = device_context.ContextParallelDecode.host_rows
+def recording(self, *args, **kwargs):
+    r = _host_rows(self, *args, **kwargs)
+    rows.append({"tokens": self.tokens, "prefix": self.prefix, "rows": r.tolist()})
+    return r
+device_context.ContextParallelDecode.host_rows = recording
+result = {}
+with count_transfers() as log:
+    # TP 2 x CP 4: prompts of 40 and 17 tokens in chunks of T = 32 and 8
+    dec = LlamaDecoder.from_hf(llama(128, 4, 2), batch=2, max_seq_len=256, block_size=32, devices=8,
+                               context_parallel=4, backend="device", device=device)
+    dd, steps = dec._device, []
+    recorded(dd, steps)
+    runs = twice(dec, [torch.arange(1, 41), torch.arange(3, 20)], log)
+    loops = {str(t): {"caches_shared": loop.caches is dd.cp.caches, "rows": loop.rows,
+                      "combine_groups": loop.combine.plan.groups} for t, loop in dd.chunk_cp.items()}
+    dec.close()
+    result["tpcp"] = {"runs": runs, "steps": steps, "rows": rows, "loops": loops}
+    # TP 8 alone over the 2 x 4 mesh: a 9-token prompt in one step of T = 9
+    dec = LlamaDecoder.from_hf(llama(256, 8, 8), batch=2, max_seq_len=256, block_size=32, devices=8,
+                               backend="device", device=device)
+    dd, steps = dec._device, []
+    recorded(dd, steps)
+    runs = twice(dec, [torch.arange(1, 10)], log)
+    shapes = {name: [list(t.shape) for t in ttnn.get_device_tensors(dd.w[name])] for name in ("0.wqkv", "lm_head")}
+    result["tp"] = {"runs": runs, "steps": steps, "tp_axes": list(dd.tp_axes), "shapes": shapes}
+    dec.close()
+emit(result)
+ttnn.close_mesh_device(device)
+"""
+
+
+def _check_chunk_rows(rows: list) -> set[int]:
+    """Each recorded step row set (every T) against the layout: device (i, j) carries column j's row;
+    each live token row's new K/V on the one owner column in each mesh row. Returns the owner columns."""
+    writers = set()
+    for rec in rows:
+        t, pre, step = rec["tokens"], rec["prefix"], rec["rows"]
+        r = 2 * t  # batch 2
+        assert len(step) == ROWS * COLS
+        assert all(step[i * COLS + j] == step[j] for i in range(ROWS) for j in range(COLS))
+        positions = step[0][r:2 * r]  # the prefix's RoPE positions of the T B rows
+        for row, p in enumerate(positions):
+            append = [dev_row[pre + row] for dev_row in step]
+            if p < 0:
+                assert append == [-1] * (ROWS * COLS)
+                continue
+            owner = (p // BLOCK) % COLS
+            for i in range(ROWS):
+                assert [j for j in range(COLS) if append[i * COLS + j] >= 0] == [owner], (t, p, append)
+            writers.add(owner)
+    return writers
+
+
+def _check_runs(runs: list, steps: list[int], lengths: list[int], new_t: int) -> None:
+    """Both generate calls: the same steps, one write and one read per step (the first call also makes,
+    at the first step of each of its ``new_t`` new T, that T's step row on the device: one
+    ``from_torch``), no program-cache entry added by the second."""
+    for i, run in enumerate(runs):
+        assert run["steps"] == steps and run["lengths"] == lengths
+        moves = run["moves"]
+        assert moves.count("from_torch") == (new_t if i == 0 else 0), moves
+        assert [m for m in moves if m != "from_torch"] == ["copy_host_to_device_tensor", "to_torch"] * sum(steps)
+    assert runs[1]["entries"] == runs[0]["entries"]
+
+
+@pytest.mark.slow
+def test_prompt_chunks_with_tp_x_cp_and_tensor_parallel_alone_on_a_mock_t3k_2x4(run_mock) -> None:
+    """Two decoders in turn on one mock T3K 2 x 4 (1-layer Llamas, batch 2):
+
+    * TP 2 x CP 4 (``devices=8, context_parallel=4``): prompts of 40 and 17 tokens go in steps of T = 32
+      and 8 tokens per user (the decoder's loop of T B rows per T, `DeviceDecoder.chunk_cp`, over the
+      same caches), then one token per step. Per step: T launches of the append, q joined by concats
+      of at most 8 (`device_context.CONCAT_PARTS`: ttnn's concat reader of 32 inputs overflows its code
+      region), one FlashDecode of the T B rows, the gathers and one combine; every device's row is its
+      CP rank's, each token row's new K/V on the one column the layout names in each mesh row.
+    * TP 8 alone (``devices=8``, no context parallelism): the weights dealt over the 8 chips, each
+      all_reduce and the LM head's all_gather along axis 1 then axis 0 (``cluster_axis``), which ttnn
+      accepts on the 1-D fabric; a 9-token prompt in one step of 9 tokens per user.
+
+    Each: every op accepted, one write and one read per step, a second identical generate adds no
+    program-cache entry."""
+    r = run_mock(MESH_2X4, timeout=900, system="t3k")
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    tpcp, tp = r.result["tpcp"], r.result["tp"]
+    _check_runs(tpcp["runs"], [2, 2], [43, 20], new_t=2)
+    assert tpcp["loops"] == {"32": {"caches_shared": True, "rows": 64, "combine_groups": 64},
+                             "8": {"caches_shared": True, "rows": 16, "combine_groups": 16}}
+    assert [s["t"] for s in tpcp["steps"]] == [32, 8, 1, 1] * 2
+    for s in tpcp["steps"]:
+        ops, t = s["ops"], s["t"]
+        assert s["writes"] == 1
+        assert ops["rotary_kv_append"] == t and ops["flash_decode"] == 1 and ops["combine"] == 1
+        assert ops["all_gather"] == 3 and ops["all_reduce"] == 2 and ops.get("concat", 0) == {32: 5, 8: 1, 1: 0}[t]
+    assert _check_chunk_rows(tpcp["rows"]) == {0, 1}
+    _check_runs(tp["runs"], [1, 2], [12], new_t=1)
+    assert tp["tp_axes"] == [1, 0]
+    assert tp["shapes"] == {"0.wqkv": [[256, 3 * 32]] * 8, "lm_head": [[256, 32]] * 8}
+    assert [s["t"] for s in tp["steps"]] == [9, 1, 1] * 2
+    for s in tp["steps"]:
+        assert s["writes"] == 1 and s["ops"]["all_reduce"] == 4 and s["ops"]["all_gather"] == 2

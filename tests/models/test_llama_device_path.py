@@ -11,7 +11,7 @@ import torch
 
 from ttdecode.models import LlamaDecoder, LlamaSpec
 from ttdecode.core.formats import DataType
-from ttdecode.models import llama_device as ld
+from ttdecode.models import llama_device_weights as lw
 from ttdecode.models import rope
 
 from _llama_cases import hf_llama
@@ -21,8 +21,8 @@ def test_weight_shards_recombine_into_the_hf_projections():
     hf = hf_llama(16, 8, 32)
     spec = LlamaSpec.from_config(hf.config)
     state = hf.state_dict()
-    shards = ld.device_torch_weights(state, spec, 8)
-    perm = ld.rope_permutation(32)
+    shards = lw.device_torch_weights(state, spec, 8)
+    perm = lw.rope_permutation(32)
     wq = state["model.layers.0.self_attn.q_proj.weight"].reshape(16, 32, -1)[:, perm].reshape(16 * 32, -1)
     wk = state["model.layers.0.self_attn.k_proj.weight"].reshape(8, 32, -1)[:, perm].reshape(8 * 32, -1)
     # device r holds q heads 2r, 2r+1 and kv head r, then the down projection's rows of its MLP slice
@@ -33,7 +33,7 @@ def test_weight_shards_recombine_into_the_hf_projections():
         assert torch.equal(qkv[96:], state["model.layers.0.self_attn.v_proj.weight"][32 * r:32 * (r + 1)])
     down = torch.cat([w["0.w_down"] for w in shards], dim=0)
     assert torch.equal(down, state["model.layers.0.mlp.down_proj.weight"].T)
-    for p in ld.weight_plan(spec, 8):
+    for p in lw.weight_plan(spec, 8):
         assert tuple(shards[3][p.name].shape) == p.device_shape, p.name
 
 
@@ -44,7 +44,7 @@ def test_rope_permutation_turns_half_split_rotation_into_interleaved_pairs_and_k
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 1, d, generator=g), torch.randn(1, 1, d, generator=g)
     cos, sin = rope.cos_sin(rope.inv_freq(d, 10000.0), torch.tensor([37]))
-    perm = ld.rope_permutation(d)
+    perm = lw.rope_permutation(d)
     # interleaved-pair rotation written plainly: (x, y) -> (x cos - y sin, x sin + y cos) per pair
     def interleaved(x: torch.Tensor, angle_cos: torch.Tensor, angle_sin: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, 2)
@@ -60,8 +60,8 @@ def test_rope_permutation_turns_half_split_rotation_into_interleaved_pairs_and_k
 def test_device_weights_are_ttnn_tile_tensors_in_the_planned_formats(ttnn):
     hf = hf_llama(8, 2, 64, layers=1)
     spec = LlamaSpec.from_config(hf.config)
-    tensors = ld.device_weights(hf.state_dict(), spec, 2, ttnn)
-    plan = {p.name: p for p in ld.weight_plan(spec, 2)}
+    tensors = lw.device_weights(hf.state_dict(), spec, 2, ttnn)
+    plan = {p.name: p for p in lw.weight_plan(spec, 2)}
     assert set(tensors[1]) == set(plan)
     for name, t in tensors[1].items():
         assert tuple(t.shape) == plan[name].device_shape
@@ -73,7 +73,7 @@ def test_per_chip_attention_program_descriptor_builds_for_llama31_shapes(ttnn, h
     spec = LlamaSpec(vocab_size=128256, hidden_size=heads * 128, num_layers=1, num_heads=heads,
                      num_kv_heads=kv_heads, head_dim=128, intermediate_size=28672, rms_norm_eps=1e-5,
                      rope_theta=500000.0, rope_scaling=None, attention_bias=False, mlp_bias=False)
-    plan, desc = ld.attention_descriptor(spec, devices, batch=32, max_seq_len=8192)
+    plan, desc = lw.attention_descriptor(spec, devices, batch=32, max_seq_len=8192)
     assert plan.num_q_heads == heads // devices and plan.num_kv_heads == kv_heads // devices
     assert plan.paged and plan.block_size == 64
     assert isinstance(desc, ttnn.ProgramDescriptor) and len(desc.kernels) == 3
@@ -84,7 +84,7 @@ def test_per_chip_rotary_append_descriptor_builds_for_llama31_shapes(ttnn, heads
     spec = LlamaSpec(vocab_size=128256, hidden_size=heads * 128, num_layers=1, num_heads=heads,
                      num_kv_heads=kv_heads, head_dim=128, intermediate_size=28672, rms_norm_eps=1e-5,
                      rope_theta=500000.0, rope_scaling=None, attention_bias=False, mlp_bias=False)
-    program, desc = ld.rotary_append_descriptor(spec, devices, batch=32, max_seq_len=8192)
+    program, desc = lw.rotary_append_descriptor(spec, devices, batch=32, max_seq_len=8192)
     assert isinstance(desc, ttnn.ProgramDescriptor) and len(desc.kernels) == 3
     qkv = program.tensor("qkv")
     assert qkv.shape == (1, 32, (heads + 2 * kv_heads) // devices * 128)
@@ -104,7 +104,7 @@ def test_interleaved_rotation_of_permuted_rows_is_the_permuted_half_split_rotati
     q, k, v = (torch.randn(1, b, n, d, generator=g) for n in (nh, nkv, nkv))
     cos, sin = rope.cos_sin(rope.inv_freq(d, 10000.0), torch.tensor([5, 40]))
     caches = [ttdecode.from_torch(torch.zeros(b, nkv, 64, d), dtype=DataType.bfloat16) for _ in range(2)]
-    perm = ld.rope_permutation(d)
+    perm = lw.rope_permutation(d)
     half = ttdecode.rotary_kv_append(k, v, *caches, cur_pos=[5, 40], cos=cos, sin=sin, q=q, backend="host")
     pairs = ttdecode.rotary_kv_append(k[..., perm], v, *caches, cur_pos=[5, 40], cos=cos, sin=sin, q=q[..., perm],
                                       rotary_interleaved=True, backend="host")
@@ -114,7 +114,7 @@ def test_interleaved_rotation_of_permuted_rows_is_the_permuted_half_split_rotati
 
 
 def test_every_ttnn_op_of_the_device_step_exists_in_ttnn(ttnn):
-    for name in ld.DECODE_STEP_OPS:
+    for name in lw.DECODE_STEP_OPS:
         obj = ttnn
         for part in name.split("."):
             assert hasattr(obj, part), f"ttnn has no {name}"

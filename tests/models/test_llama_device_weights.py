@@ -1,5 +1,5 @@
 """The device decoder's weights and tables, host-side (no device): every weight of
-`llama_device.device_weights` round-trips through its ttnn host tensor (bfloat16 exactly as rounded,
+`llama_device_weights.device_weights` round-trips through its ttnn host tensor (bfloat16 exactly as rounded,
 bfloat8_b within its shared-exponent precision; the embedding also through the row-major layout
 ``ttnn.embedding`` reads), the RoPE tables rotate the permuted rows as Hugging Face rotates the
 original ones, and the step's input row holds ids, positions and page table in order."""
@@ -11,6 +11,7 @@ import torch
 
 from ttdecode.models import LlamaSpec
 from ttdecode.models import llama_device as ld
+from ttdecode.models import llama_device_weights as lw
 from ttdecode.models import rope
 
 from _llama_cases import hf_llama
@@ -27,9 +28,9 @@ def test_every_device_weight_round_trips_through_its_ttnn_host_tensor(ttnn):
     hf = hf_llama(4, 2, 32, layers=2, hidden=128, intermediate=256, vocab=96)
     spec = LlamaSpec.from_config(hf.config)
     state = hf.state_dict()
-    torch_w = ld.device_torch_weights(state, spec, 1)[0]
-    tensors = ld.device_weights(state, spec, 1, ttnn)[0]
-    plan = {p.name: p for p in ld.weight_plan(spec, 1)}
+    torch_w = lw.device_torch_weights(state, spec, 1)[0]
+    tensors = lw.device_weights(state, spec, 1, ttnn)[0]
+    plan = {p.name: p for p in lw.weight_plan(spec, 1)}
     assert set(tensors) == set(torch_w) == set(plan)
     for name, t in tensors.items():
         back = ttnn.to_torch(t).to(torch.float32).reshape(torch_w[name].shape)
@@ -46,7 +47,7 @@ def test_every_device_weight_round_trips_through_its_ttnn_host_tensor(ttnn):
     assert torch.equal(ttnn.to_torch(emb).to(torch.float32),
                        state["model.embed_tokens.weight"].to(torch.bfloat16).to(torch.float32))
     # the fused QKV, un-permuted, is Hugging Face's q, k, v projections
-    perm = ld.rope_permutation(32)
+    perm = lw.rope_permutation(32)
     inv = torch.argsort(perm)
     unperm = lambda w: w[:4 * 32].reshape(4, 32, -1)[:, inv].reshape(4 * 32, -1)  # noqa: E731
     q = unperm(ttnn.to_torch(tensors["0.wqkv"]).to(torch.float32).T)  # [(NH + 2 NKV) * D, hidden] -> q rows
@@ -60,7 +61,7 @@ def test_rope_tables_rotate_the_permuted_rows_as_hugging_face_rotates_the_origin
     spec = LlamaSpec.from_config(hf.config)  # llama3 rope scaling
     cos_t, sin_t = ld.rope_tables(spec, 100)
     assert cos_t.shape == sin_t.shape == (100, 64)
-    perm = ld.rope_permutation(64)
+    perm = lw.rope_permutation(64)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 2, 64, generator=g)
     positions = torch.tensor([0, 17, 99])

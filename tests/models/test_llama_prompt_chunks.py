@@ -106,14 +106,14 @@ def test_last_prompt_logits_equal_with_1_or_32_tokens_per_step(hf):
 
 
 @pytest.mark.slow
-def test_context_parallel_generate_goes_one_token_per_step():
+def test_context_parallel_generate_feeds_prompt_chunks():
     hf = hf_llama(8, 2, 64, separated=True, seed=3, layers=1)
     prompts = [torch.arange(5), torch.arange(40) % 7]
     expected = [_hf_greedy(hf, p, 3) for p in prompts]
     with LlamaDecoder.from_hf(hf, batch=2, max_seq_len=64, backend="reference", block_size=32, devices=2,
                               context_parallel=2) as dec:
         got = dec.generate(prompts, max_new_tokens=3, progress=False)
-        assert dec.generate_steps == (40, 2)  # multi-token steps are tensor parallel only
+        assert dec.generate_steps == (2, 2)  # the 40-token prompt in chunks of 32 and 8
     for b in range(2):
         assert torch.equal(got[b], expected[b])
 

@@ -38,7 +38,7 @@ packed to bf16 as a chip would; with ``backend="reference"`` :func:`combine_part
 float64 reference of the tests. :func:`combine_over_group` is the combine for code that already runs
 inside the workers (e.g. a decoder holding its cache shards), over any process group (a CP subgroup
 of a TP x CP layout), with either merge. On a device mesh (``backend="device"``, built to the launch):
-``ttdecode.distributed.device_context`` (the op per device) and ``ttdecode.distributed.device_combine``.
+``ttdecode.distributed.mesh_decode`` (the op per device) and ``ttdecode.distributed.device_combine``.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ from ttdecode.core.formats import DataType
 from ttdecode.ops.flash_decode.validate import validate_decode
 from ttdecode.backend import select_backend
 from ttdecode.distributed.device_combine import ALL_TO_ALL_ON_DEVICE
-from ttdecode.distributed.device_context import NOT_ON_A_MESH, mesh_shape_of
+from ttdecode.distributed.mesh_decode import NOT_ON_A_MESH, mesh_shape_of
 from ttdecode.core.tensor import as_tile_tensor
-from ttdecode.distributed.device_context import plan_mesh_decode, run_on_mesh
+from ttdecode.distributed.mesh_decode import plan_mesh_decode, run_on_mesh
 from ttdecode.core.tensor import _is_ttnn_tensor
 
 __all__ = ["KV_LAYOUTS", "COMBINES", "combine_partials", "combine_over_group", "merge_on_rank", "MERGES", "context_parallel_decode", "shard_plan",
@@ -292,7 +292,7 @@ def context_parallel_decode(
         return_lse: also return the merged LSE ``[1, B, NH]`` (float32).
         backend: the op's backend on every device: ``"auto"`` (the host runtime for a count or a pool;
             ``"device"`` for a MeshDevice when a Tenstorrent device is present), ``"host"``,
-            ``"reference"``, or ``"device"``: the mesh path (``ttdecode.distributed.device_context``,
+            ``"reference"``, or ``"device"``: the mesh path (``ttdecode.distributed.mesh_decode``,
             built to the launch: one FlashDecode program per device in a ``ttnn.MeshProgramDescriptor``,
             all_gather + combine program; not paged, one token, all_gather only).
         op_options: the op's other options, carried to every shard: ``scale``,
@@ -355,7 +355,7 @@ def _device_count(devices: Any, backend: str, combine: str, page_table: Any,
     `devices` that is neither a count >= 1 nor a pool."""
     mesh_shape = None
     if backend == "device":
-        # The mesh path (ttdecode.distributed.device_context): devices is the ttnn.MeshDevice.
+        # The mesh path (ttdecode.distributed.mesh_decode): devices is the ttnn.MeshDevice.
         mesh_shape = mesh_shape_of(devices)
         n = mesh_shape[0] * mesh_shape[1]
         if combine == "all_to_all":

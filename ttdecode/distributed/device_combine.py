@@ -26,7 +26,7 @@ the program's input tensors are exactly the shapes ``ttnn.all_gather(.., dim=0)`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ttdecode.ops.combine import CombinePlan, build_combine_program_for_device, make_combine_plan
 from ttdecode.core.formats import DataType
@@ -34,7 +34,7 @@ from ttdecode.core.program_description import Program
 from ttdecode.distributed.sharding import COMBINES
 from ttdecode.ttnn_backend.launching import launch
 
-__all__ = ["gathered_combine_program", "device_combine", "ALL_TO_ALL_ON_DEVICE"]
+__all__ = ["gathered_combine_program", "device_combine", "lse_rows_to_tiles", "ALL_TO_ALL_ON_DEVICE"]
 
 #: Why the device all_to_all is refused (see the module doc).
 ALL_TO_ALL_ON_DEVICE = (
@@ -88,3 +88,14 @@ def device_combine(out: Any, lse: Any, *, mesh_device: Any, combine: str = "all_
     lses = ttnn.all_gather(lse, dim=0)
     merged, merged_lse = launch(program, {"outs": outs, "lses": lses}, mesh_device)
     return merged, merged_lse
+
+
+def lse_rows_to_tiles(ttnn: Any, rows: Any, batch: int, num_heads: int, num_kv_heads: int,
+                      op: Optional[Any] = None) -> Any:
+    """The op's LSE rows ``[B*NKV, 32]`` as the combine's ``[1, B, NH, 1]`` float32 tiles (row (b, kv),
+    column j holds head ``kv*g + j``; one token). ``op(name)``: how to reach a ttnn op (default
+    ``getattr(ttnn, name)``; a caller may count them)."""
+    op = (lambda name: getattr(ttnn, name)) if op is None else op
+    g = num_heads // num_kv_heads
+    heads = op("slice")(rows, [0, 0], [batch * num_kv_heads, g])
+    return op("to_layout")(op("reshape")(heads, [1, batch, num_heads, 1]), ttnn.TILE_LAYOUT)

@@ -87,7 +87,7 @@ def shard_groups(rows: Sequence[tuple[int, Optional[int], bool]]) -> list[tuple[
     """The op calls one device makes over its shard: one per distinct (local window, sink) among its
     live users (``rows`` from :func:`_local_positions`), in order of first appearance, each as
     ``(window, with_sink, local positions with the other users at -1)``. Shared by the host workers
-    and the mesh path (``ttdecode.distributed.device_context``)."""
+    and the mesh path (``ttdecode.distributed.mesh_decode``)."""
     groups: dict[tuple[Optional[int], bool], list[int]] = {}
     for b, (c, w, s) in enumerate(rows):
         if c >= 0:

@@ -1,7 +1,7 @@
 """Models over the FlashDecode op: Llama decode (``ttdecode.models.llama``: the decoder; ``llama_spec``:
 its shape from the Hugging Face config; ``tensor_parallel``: the split over devices; ``llama_host``: one
 device's torch layers and workers; ``generation``: greedy generation; ``llama_device``: the device
-backend), its RoPE (``rope``) and paged KV cache with the per-user block allocator (``kv_cache``)."""
+backend, ``llama_device_weights`` its weights' device forms), its RoPE (``rope``) and paged KV cache with the per-user block allocator (``kv_cache``)."""
 
 from __future__ import annotations
 

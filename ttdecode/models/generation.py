@@ -163,16 +163,16 @@ def _decode(model: StepModel, last: list[torch.Tensor], lens: list[int], n_new: 
 
 
 def generate(model: StepModel, input_ids: Any, max_new_tokens: int, eos_token_id: Optional[int] = None,
-             return_logits: bool = False, *, prompt_chunk: int = MAX_TOKENS, progress: Optional[bool] = None,
-             max_chunk: int = MAX_TOKENS) -> tuple[Any, tuple[int, int]]:
-    """``LlamaDecoder.generate`` over ``model`` (see there), the prompt chunk capped at ``max_chunk``
-    tokens per user. Returns (what ``generate`` returns, (prompt steps, decode steps))."""
+             return_logits: bool = False, *, prompt_chunk: int = MAX_TOKENS,
+             progress: Optional[bool] = None) -> tuple[Any, tuple[int, int]]:
+    """``LlamaDecoder.generate`` over ``model`` (see there). Returns (what ``generate`` returns, (prompt
+    steps, decode steps))."""
     prompts, ragged = _check_generate(model, input_ids, max_new_tokens, prompt_chunk, progress)
     show = (lambda n: n > PROGRESS_MIN_TOKENS) if progress is None else (lambda n: progress)
     lens = [len(p) for p in prompts]
     bar = Progress(sum(lens), "prompt", show(max(lens)))
     try:
-        last, prompt_steps = _feed_prompts(model, prompts, min(prompt_chunk, max_chunk), max_new_tokens, bar,
+        last, prompt_steps = _feed_prompts(model, prompts, prompt_chunk, max_new_tokens, bar,
                                            return_logits)
     finally:
         bar.close()

@@ -255,16 +255,19 @@ class ContextParallelAllocator:
             return (j // self.cp) * self.block_size + row
         return self.owned_blocks(rank, j + 1) * self.block_size - 1
 
-    def plan(self, positions: Sequence[int]) -> ContextParallelPlan:
-        """As `BlockAllocator.plan`, on every rank; raises ValueError ("positions[b]", or "num_blocks"
-        naming the exhausted rank's pool) without changing anything."""
+    def plan(self, positions: Sequence[int], tokens: int = 1) -> ContextParallelPlan:
+        """As `BlockAllocator.plan`, on every rank, for ``tokens`` new positions per active user
+        (``positions[b] .. positions[b] + tokens - 1``); raises ValueError ("positions[b]", or
+        "num_blocks" naming the exhausted rank's pool) without changing anything."""
         check_positions(positions, self.lengths)
         plans = []
         for c, alloc in enumerate(self.ranks):
-            targets = [None if p < 0 else (p == 0, self.owned_blocks(c, p // self.block_size + 1)) for p in positions]
-            lengths = [alloc.lengths[b] if p < 0 else self.local_position(c, p) + 1 for b, p in enumerate(positions)]
+            targets = [None if p < 0 else (p == 0, self.owned_blocks(c, (p + tokens - 1) // self.block_size + 1))
+                       for p in positions]
+            lengths = [alloc.lengths[b] if p < 0 else self.local_position(c, p + tokens - 1) + 1
+                       for b, p in enumerate(positions)]
             plans.append(alloc.plan_blocks(targets, lengths))
-        lengths = tuple(self.lengths[b] if p < 0 else p + 1 for b, p in enumerate(positions))
+        lengths = tuple(self.lengths[b] if p < 0 else p + tokens for b, p in enumerate(positions))
         return ContextParallelPlan(tuple(plans), lengths)
 
     def commit(self, plan: ContextParallelPlan) -> None:

@@ -21,9 +21,9 @@ pools are bank-local by default (``kv_pages``, see `LlamaDecoder`).
 Backends: ``"host"`` (the attention is the Metalium kernels on the host runtime), ``"reference"``
 (the op's float64 reference), both with projections, norms and MLP in float32 torch;
 ``"device"``: every layer through ttnn's ops and ours on one Wormhole (``device=`` an open ttnn
-device, else device 0 is opened) or tensor parallel over a ``1 x devices`` mesh (``device=`` the
-open mesh; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of the
-vocabulary slices; with ``context_parallel``: over the whole mesh, or along one axis of a 2-D
+device, else device 0 is opened) or tensor parallel over a mesh of ``devices`` chips (``device=`` the
+open mesh, 1 x N or R x C; the split above, ``ttnn.all_reduce`` after O and down, ``ttnn.all_gather`` of
+the vocabulary slices; with ``context_parallel``: over the whole mesh, or along one axis of a 2-D
 mesh with tensor parallelism along the other, `llama_device.DeviceDecoder`), the paged KV caches on the device(s) for the decoder's lifetime, one
 host->device write (token ids, positions, page table) and one read (logits, or the on-device
 argmax with `next_tokens`) per step (``ttdecode.models.llama_device.DeviceDecoder``); checked on
@@ -302,10 +302,6 @@ class LlamaDecoder:
                         list(pos.shape))
         tok = tok.reshape(self.batch, -1)
         t = tok.shape[1]
-        if t > 1 and self.context_parallel > 1:
-            raise fail("tokens", f"one token per user [{self.batch}] with context_parallel="
-                        f"{self.context_parallel} (multi-token steps are tensor parallel only)",
-                        list(tok.shape), NotImplementedError)
         for b in range(self.batch):
             p = int(pos[b])
             if p < -1:
@@ -355,6 +351,8 @@ class LlamaDecoder:
         cp, bs = self.context_parallel, self.block_size
         if t == 1:
             plan = self.allocator.plan(pos)  # raises (exhausted pool) before any cache is written
+        elif cp > 1:
+            plan = self.allocator.plan(pos, tokens=t)
         else:
             check_positions(pos, self.allocator.lengths)
             plan = self.allocator.plan_blocks(
@@ -371,23 +369,27 @@ class LlamaDecoder:
             out = self._device_step(tok, pos, table, greedy)
             self.allocator.commit(plan)
             return out.reshape(shape)
+        rows: tuple[tuple[int, ...], ...] = ()
         if cp == 1:
             tables: tuple[torch.Tensor, ...] = (self.allocator.page_table(plan),)
             local = (tuple(p + t - 1 if p >= 0 else -1 for p in pos),)  # each user's last token
+            at = lambda c, p: p  # noqa: E731 - a position's place in the one cache
         else:
             tables = self.allocator.page_tables(plan)
-            local = tuple(tuple(self.allocator.local_position(c, p) for p in pos) for c in range(cp))
+            at = self.allocator.local_position  # a position's place on CP rank c
+            local = tuple(tuple(at(c, p + t - 1) if p >= 0 else -1 for p in pos) for c in range(cp))
+            if t > 1:  # every token row's own local position (row j * B + b), per rank
+                rows = tuple(tuple(at(c, p + j) if p >= 0 else -1 for j in range(t) for p in pos) for c in range(cp))
         # cache rows written: token row b * T + j at position p + j (with CP: on the rank owning its block)
         writes = tuple(
-            tuple((b * t + j, int(tables[c][b, (p + j if cp == 1 else local[c][b]) // bs]),
-                   (p + j if cp == 1 else local[c][b]) % bs)
+            tuple((b * t + j, int(tables[c][b, at(c, p + j) // bs]), at(c, p + j) % bs)
                   for b, p in enumerate(pos) if p >= 0 for j in range(t) if ((p + j) // bs) % cp == c)
             for c in range(cp)
         )
         ids = torch.where(torch.tensor(pos)[:, None] >= 0, tok, 0).reshape(-1)
         hidden = self._embed[ids].to(torch.float32)
         s = StepInputs(hidden=hidden, positions=pos, local_positions=local, page_tables=tables, writes=writes,
-                       num_tokens=t)
+                       num_tokens=t, row_positions=rows)
         if self._pool is None:
             logits = self._shard.step(s)
         else:
@@ -397,11 +399,6 @@ class LlamaDecoder:
             ids = torch.where(torch.tensor(pos)[:, None] >= 0, logits.reshape(self.batch, t, -1).argmax(-1), -1)
             return ids.reshape(shape)
         return logits.reshape(shape)
-
-    def _max_step_tokens(self) -> int:
-        """Most tokens per user one `step` takes: `MAX_TOKENS`, or 1 with context parallelism (its
-        steps are one token per user)."""
-        return 1 if self.context_parallel > 1 else MAX_TOKENS
 
     def generate(self, input_ids: Any, max_new_tokens: int, eos_token_id: Optional[int] = None,
                  return_logits: bool = False, *, prompt_chunk: int = MAX_TOKENS,
@@ -415,8 +412,8 @@ class LlamaDecoder:
         Prompts of different lengths: ``input_ids`` a list of B' 1-D int sequences; then the result
         is a list of int64 ``[P_b + N]`` tensors (the logits stay ``[B', N, vocab]``).
 
-        The prompts go in multi-token steps of up to ``prompt_chunk`` (<= 32) tokens per user (one
-        per user with context parallelism), every user advancing by up to that many of its own
+        The prompts go in multi-token steps of up to ``prompt_chunk`` (<= 32) tokens per user (with
+        context parallelism too), every user advancing by up to that many of its own
         tokens in each step: a 3000-token prompt takes 94 steps, not 3000. In a step whose chunk is
         longer than what a user has left, that user's chunk is padded with its last token (the
         padded rows stay within the cache blocks the user holds at the end anyway; its next step
@@ -431,5 +428,5 @@ class LlamaDecoder:
         False: never."""
         out, self.generate_steps = generation.generate(
             self, input_ids, max_new_tokens, eos_token_id, return_logits, prompt_chunk=prompt_chunk,
-            progress=progress, max_chunk=self._max_step_tokens())
+            progress=progress)
         return out

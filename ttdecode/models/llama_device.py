@@ -1,37 +1,12 @@
-"""The Llama decoder's device path: the weights' device forms, and the decoder on one Wormhole.
+"""The Llama decoder's device path: the decoder on one Wormhole or a mesh.
 
 `DeviceDecoder` is ``LlamaDecoder(backend="device", device=...)``'s step on one chip (an N150) or
 tensor parallel over a ``1 x N`` mesh (a T3K: 1 x 8): every layer through ttnn's ops and ours, the
 caches on the device(s) for the decoder's lifetime, one write and one read per step (see its doc).
 It runs on the mock Wormhole (``ttdecode.testing.mock``: tt-metal's host side for real, no numerics)
 in tests/mock/test_llama_device.py (N150 and a 1 x 8 T3K); no chip has run it.
-The weight preparation below is shared with the host-side checks (round trips through ttnn host
-tensors, tests/models/test_llama_device_weights.py):
-
-* `weight_plan(spec, devices)`: every weight's device form: ttnn dtype, TILE layout, ``[in, out]``
-  orientation (``ttnn.linear`` multiplies ``x @ w``), and its mesh placement (the dimension that
-  ``ttnn.ShardTensorToMesh`` would split over the ``1 x devices`` mesh, or replicated), following
-  the Megatron split of ``ttdecode.models.llama``: the fused QKV weight is column-parallel by KV
-  head group, O and down projections are row-parallel (sharded on their input dim), gate/up
-  column-parallel, the LM head split over the vocabulary.
-* `device_weights(state, spec, devices, ttnn)`: per device, those weights as ttnn host tensors
-  (``ttnn.from_torch`` in their ttnn dtype and TILE layout; the mesh mapper needs an open mesh
-  device, so the per-device slices are cut here exactly as ``ShardTensorToMesh`` cuts them:
-  contiguous equal chunks). Q and K rows are permuted from Hugging Face's half-split RoPE layout to
-  the interleaved-pair layout (what ``ttnn.experimental.rotary_embedding_llama`` rotates, and what the
-  step's ``ttdecode.rotary_kv_append`` is told to rotate, ``rotary_interleaved=True``); q.k is
-  unchanged because both sides get the same permutation (`rope_permutation`).
-* `attention_descriptor(spec, devices, batch, max_seq_len, block_size, kv_dtype, ttnn)`: one
-  layer's FlashDecode on one chip (that chip's heads, the paged cache) as the op's real
-  ``ttnn.ProgramDescriptor`` via ``ttdecode.ttnn_backend.build_program_descriptor``, with placeholder
-  DRAM addresses and NoC coordinates (a device supplies both at launch).
-* `rotary_append_descriptor(...)`: one layer's fused RoPE + cache append on one chip
-  (``ttdecode.rotary_kv_append`` with the fused QKV output as its packed ``qkv`` input, interleaved
-  pairs since the Q/K rows are permuted as above, the paged cache) as its real
-  ``ttnn.ProgramDescriptor``, in place of ttnn's ``nlp_create_qkv_heads_decode`` +
-  ``rotary_embedding_llama`` + ``paged_update_cache``; placeholder addresses as above.
-* `DECODE_STEP_OPS`: the ttnn ops of the tensor-parallel step per layer, in order (the one-chip
-  `DeviceDecoder` runs them without the collectives); a test checks that each exists in ttnn.
+The weights' device forms (Megatron split, RoPE row permutation) and one chip's programs described
+ahead of time: ``ttdecode.models.llama_device_weights``.
 
 Context parallel over the whole mesh (``context_parallel`` = the mesh's devices, 1 x 8 or 2 x 4):
 every device holds the whole model (replicated weights) and its shard of the paged caches, the
@@ -43,221 +18,36 @@ loop's ``context_axis``: each device the step row of its CP rank, the gathers al
 combine of C partials), TP along the other (weights by ``ttnn.ShardTensor2dMesh``, the all_reduces and
 the LM head's all_gather with ``cluster_axis``); mock T3K 2 x 4: tests/mock/test_llama_tp_cp_device.py,
 numbers on the twin (T3K 2 x 4 and Galaxy 4 x 8 shapes) in tests/distributed/test_cp_loop.py. Not
-built yet: tensor parallelism alone on a 2 x 4 mesh, and a traced
-decode loop (trace capture segfaults on the mock). ``LlamaDecoder(backend="device")``
+built yet: a traced decode loop (trace capture segfaults on the mock). Prompt chunks and draft
+tokens (T <= 32 per user per step) run with context parallelism too (`DeviceDecoder.chunk_cp`); tensor
+parallelism alone on a 2-D mesh splits over all its chips, each collective along both axes in turn. ``LlamaDecoder(backend="device")``
 without ``device=`` opens device 0 and refuses to start where there is none.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
 
 from ttdecode.core.formats import DataType
 from ttdecode.models.llama_spec import LlamaSpec
-from ttdecode.ttnn_backend.descriptor import build_program_descriptor
-from ttdecode.ops.flash_decode.program_factory import build_program_for_device
-from ttdecode.ops.flash_decode.plan import make_plan
-from ttdecode.core.program_description import ComputeSettings, MathFidelity
 from ttdecode.models import rope
+from ttdecode.models.llama_device_weights import device_torch_weights, device_weights, weight_plan
 from ttdecode.ops.rotary_append.program_factory import column_angles
 from ttdecode.ttnn_backend.descriptor import ttnn_data_type
 from ttdecode.ttnn_env import require_ttnn
 from ttdecode.ops.rotary_append.program_factory import rotate_half_blocks
 from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.api import paged_scaled_dot_product_attention_decode
+from ttdecode.distributed import device_context
 from ttdecode.distributed.device_context import pool_memory_config, rotary_program
 from ttdecode.kv_pool import pages_program_config
 from ttdecode.distributed.sharding import mesh_axes
 from ttdecode.ttnn_backend.tensors import dram_banks
 
-__all__ = ["WeightPlacement", "weight_plan", "device_weights", "rope_permutation", "attention_descriptor",
-           "rotary_append_descriptor", "DECODE_STEP_OPS", "DeviceDecoder",
-           "rope_tables", "step_row", "chunk_grid"]
-
-#: The ttnn calls of one tensor-parallel decode step (embedding, per layer, final norm, LM head, argmax).
-DECODE_STEP_OPS = (
-    "embedding",                                  # token ids -> [1, 1, B, hidden] (replicated table)
-    "rms_norm",                                   # input norm
-    "linear",                                     # fused QKV, this device's heads
-    "reshape",                                    # [1, 1, B, W] -> [1, B, W] (a view of the same tiles)
-    "generic_op",                                 # ttdecode.rotary_kv_append: unpack qkv, RoPE on q and k
-                                                  # (interleaved pairs), K/V rows into their blocks
-    "generic_op",                                 # ttdecode's FlashDecode program (paged)
-    "reshape",                                    # concat heads: [1, B, NH, D] -> [1, 1, B, NH * D]
-    "linear",                                     # O projection (row-parallel)
-    "all_reduce",                                 # over the mesh when devices > 1
-    "add",                                        # residual
-    "rms_norm",                                   # post-attention norm
-    "linear",                                     # gate (column-parallel; SiLU fused as its activation)
-    "linear",                                     # up
-    "mul",                                        # silu(gate) * up
-    "linear",                                     # down (row-parallel)
-    "all_reduce",
-    "add",
-    "rms_norm",                                   # final norm (after the last layer)
-    "linear",                                     # LM head slice
-    "all_gather",                                 # vocabulary slices -> logits
-    "argmax",                                     # greedy decoding: only the ids leave the device
-)
-
-
-@dataclass(frozen=True)
-class WeightPlacement:
-    """One weight on the device: name, full ``[in, out]`` shape, ttnn dtype name, mesh split dim
-    (None = replicated) and the per-device shape."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    shard_dim: Optional[int]
-    device_shape: tuple[int, ...]
-
-
-def weight_plan(spec: LlamaSpec, devices: int, *, weight_dtype: str = "bfloat8_b") -> list[WeightPlacement]:
-    """Every weight's device placement for a ``1 x devices`` mesh (see the module doc)."""
-    hs, d, n = spec.hidden_size, spec.head_dim, devices
-    if spec.num_kv_heads % n or spec.intermediate_size % n:
-        raise ValueError(f"devices: expected a divisor of the KV heads ({spec.num_kv_heads}) and of the MLP size "
-                         f"({spec.intermediate_size}), got {n}")
-    qkv = (spec.num_heads + 2 * spec.num_kv_heads) * d
-    vocab = math.ceil(spec.vocab_size / n) * n
-    inter = spec.intermediate_size
-
-    def place(name: str, shape: tuple[int, ...], dtype: str, dim: Optional[int]) -> WeightPlacement:
-        local = list(shape)
-        if dim is not None:
-            local[dim] //= n
-        return WeightPlacement(name, shape, dtype, dim, tuple(local))
-
-    out = [place("embedding", (spec.vocab_size, hs), "bfloat16", None)]
-    for i in range(spec.num_layers):
-        out += [
-            place(f"{i}.attention_norm", (1, hs), "bfloat16", None),
-            place(f"{i}.wqkv", (hs, qkv), weight_dtype, 1),
-            place(f"{i}.wo", (spec.num_heads * d, hs), weight_dtype, 0),
-            place(f"{i}.ffn_norm", (1, hs), "bfloat16", None),
-            place(f"{i}.w_gate", (hs, inter), weight_dtype, 1),
-            place(f"{i}.w_up", (hs, inter), weight_dtype, 1),
-            place(f"{i}.w_down", (inter, hs), weight_dtype, 0),
-        ]
-    out += [place("norm", (1, hs), "bfloat16", None), place("lm_head", (hs, vocab), weight_dtype, 1)]
-    return out
-
-
-def rope_permutation(head_dim: int) -> torch.Tensor:
-    """Row order taking a head from the half-split layout ``[x0..x(D/2-1), y0..]`` to interleaved
-    pairs ``[x0, y0, x1, y1, ...]`` (what ``rotary_embedding_llama`` rotates)."""
-    half = head_dim // 2
-    return torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).reshape(-1)
-
-
-def _permute_heads(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
-    """Rows of a ``[heads * D, in]`` projection reordered per head by `rope_permutation`."""
-    perm = rope_permutation(head_dim)
-    return w.reshape(heads, head_dim, -1)[:, perm].reshape(heads * head_dim, -1)
-
-
-def device_torch_weights(state: dict[str, torch.Tensor], spec: LlamaSpec, devices: int) -> list[dict[str, torch.Tensor]]:
-    """Per device, the float32 ``[in, out]`` torch weights of `weight_plan` (slices as the mesh
-    mapper cuts them; QKV fused per device as ``[q heads | k heads | v heads]`` of that device)."""
-    d, n = spec.head_dim, devices
-    group = spec.num_heads // spec.num_kv_heads
-    nkv_l = spec.num_kv_heads // n
-    f = lambda name: state[name].detach().to(torch.float32)  # noqa: E731
-    vocab = math.ceil(spec.vocab_size / n) * n
-    lm = state.get("lm_head.weight", state["model.embed_tokens.weight"]).detach().to(torch.float32)
-    lm = torch.cat([lm, lm.new_zeros(vocab - lm.shape[0], lm.shape[1])]).T  # [hidden, vocab]
-    per_device = []
-    for r in range(n):
-        w: dict[str, torch.Tensor] = {"embedding": f("model.embed_tokens.weight"),
-                                      "norm": f("model.norm.weight")[None],
-                                      "lm_head": lm.chunk(n, dim=1)[r]}
-        for i in range(spec.num_layers):
-            p = f"model.layers.{i}."
-            q = _permute_heads(f(p + "self_attn.q_proj.weight"), spec.num_heads, d)
-            k = _permute_heads(f(p + "self_attn.k_proj.weight"), spec.num_kv_heads, d)
-            v = f(p + "self_attn.v_proj.weight")
-            qs = q[r * nkv_l * group * d:(r + 1) * nkv_l * group * d]
-            ks, vs = (t[r * nkv_l * d:(r + 1) * nkv_l * d] for t in (k, v))
-            w[f"{i}.attention_norm"] = f(p + "input_layernorm.weight")[None]
-            w[f"{i}.wqkv"] = torch.cat([qs, ks, vs]).T.contiguous()
-            w[f"{i}.wo"] = f(p + "self_attn.o_proj.weight").T.chunk(n, dim=0)[r].contiguous()
-            w[f"{i}.ffn_norm"] = f(p + "post_attention_layernorm.weight")[None]
-            w[f"{i}.w_gate"] = f(p + "mlp.gate_proj.weight").T.chunk(n, dim=1)[r].contiguous()
-            w[f"{i}.w_up"] = f(p + "mlp.up_proj.weight").T.chunk(n, dim=1)[r].contiguous()
-            w[f"{i}.w_down"] = f(p + "mlp.down_proj.weight").T.chunk(n, dim=0)[r].contiguous()
-        per_device.append(w)
-    return per_device
-
-
-def device_weights(state: dict[str, torch.Tensor], spec: LlamaSpec, devices: int, ttnn: Any,
-                   *, weight_dtype: str = "bfloat8_b") -> list[dict[str, Any]]:
-    """Per device, the weights as ttnn host tensors (TILE layout, `weight_plan`'s dtypes)."""
-    plan = {p.name: p for p in weight_plan(spec, devices, weight_dtype=weight_dtype)}
-    out = []
-    for w in device_torch_weights(state, spec, devices):
-        tensors = {}
-        for name, t in w.items():
-            p = plan[name]
-            if tuple(t.shape) != p.device_shape:
-                raise AssertionError(f"{name}: device shape {list(t.shape)} differs from the plan's {list(p.device_shape)}")
-            tensors[name] = ttnn.from_torch(t, dtype=getattr(ttnn, p.dtype), layout=ttnn.TILE_LAYOUT)
-        out.append(tensors)
-    return out
-
-
-class _PlaceholderView:
-    """A DeviceView without a device: an 8x8 grid, NoC coordinates = logical ones, one placeholder
-    DRAM address per tensor. Only to build the descriptor; a device supplies the real values."""
-
-    def __init__(self, names: list[str]) -> None:
-        self._addr = {name: 0x100000 * (i + 1) for i, name in enumerate(names)}
-
-    def grid_size(self) -> tuple[int, int]:
-        return (8, 8)
-
-    def worker_core(self, core: Any) -> tuple[int, int]:
-        return core.x, core.y
-
-    def buffer_address(self, name: str) -> int:
-        return self._addr[name]
-
-
-def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_len: int, block_size: int = 64,
-                         kv_dtype: DataType = DataType.bfloat8_b, kv_pages: str = "key_row") -> tuple[Any, Any]:
-    """(plan, ``ttnn.ProgramDescriptor``) of one layer's paged FlashDecode on one chip of a
-    ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads, the pools in
-    ``kv_pages``: "key_row" bank-local over a Wormhole's 12 banks, or "tile"), with the positions coming
-    from the cur_pos tensor at run time."""
-    max_blocks = math.ceil(max_seq_len / block_size)
-    plan = make_plan(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=spec.num_kv_heads // devices,
-                     seq_len=max_blocks * block_size, head_dim=spec.head_dim, kv_dtype=kv_dtype, cur_pos=None,
-                     block_size=block_size, num_blocks=batch * max_blocks, kv_pages=kv_pages)
-    compute = ComputeSettings(math_fidelity=MathFidelity.HiFi2, fp32_dest_acc_en=plan.fp32_dest_acc_en,
-                              math_approx_mode=False)
-    program = build_program_for_device(plan, scale=1 / math.sqrt(spec.head_dim), compute=compute)
-    names = [t.name for t in program.tensors]
-    return plan, build_program_descriptor(program, _PlaceholderView(names))
-
-
-def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_len: int, block_size: int = 64,
-                             kv_dtype: DataType = DataType.bfloat8_b, kv_pages: str = "key_row") -> tuple[Any, Any]:
-    """(Program, ``ttnn.ProgramDescriptor``) of one layer's fused RoPE + paged cache append on one
-    chip of a ``devices``-way mesh: packed qkv ``[1, B, (NH + 2 NKV) / devices * D]`` from the fused
-    projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches in
-    ``kv_pages``."""
-    nkv = spec.num_kv_heads // devices
-    max_blocks = math.ceil(max_seq_len / block_size)
-    program = rotary_program(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=nkv,
-                             head_dim=spec.head_dim, cache_dtype=kv_dtype,
-                             cache_shape=(batch * max_blocks, nkv, block_size, spec.head_dim), max_blocks=max_blocks,
-                             grid=(8, 8), kv_pages=kv_pages)
-    names = [t.name for t in program.tensors]
-    return program, build_program_descriptor(program, _PlaceholderView(names))
+__all__ = ["DeviceDecoder", "rope_tables", "step_row", "chunk_grid"]
 
 
 # ---- the decoder on a device ---------------------------------------------------------------------
@@ -310,7 +100,7 @@ def chunk_grid(batch: int, grid: tuple[int, int]) -> tuple[int, int]:
 
 
 class DeviceDecoder:
-    """The Llama decode step on one Wormhole (an N150), or tensor parallel over a ``1 x N`` mesh, through ttnn.
+    """The Llama decode step on one Wormhole (an N150), or tensor parallel over a mesh, through ttnn.
 
     Built once: the weights of `device_weights` (``devices=1``: the same preparation as the plan and
     the round-trip tests) moved to the device's DRAM (bfloat8_b matmul weights in TILE layout,
@@ -342,13 +132,20 @@ class DeviceDecoder:
     rest replicated): each chip runs its NH/N q and NKV/N KV heads (its own caches), the O and down
     projections' partial sums meet in ``ttnn.all_reduce``, the LM head's vocabulary slices in
     ``ttnn.all_gather``; the argmax runs on every chip and the ids (or logits) are read from the first.
+    On a 2-D ``R x C`` mesh alone (``context_parallel=1``) the same split over its R C chips, the slices
+    dealt row-major, each collective as two along the mesh's axes (`tp_axes`: ``cluster_axis`` 1, the
+    rows' chips, then 0; the 1-D fabric runs a collective along one axis): the all_reduces' sums of sums
+    are the sums, the gathers put the vocabulary slices back in row-major order.
 
-    T > 1 tokens per user (a prompt chunk, draft tokens; tensor parallel only) run as one step of T B
+    T > 1 tokens per user (a prompt chunk, draft tokens) run as one step of T B
     rows, token-major (row ``j * B + b``): the row of `step_row` (made on the device at the first step
     of each T: one ``from_torch``), every op on T B rows, per layer one rotary append of the T B rows
     (planned per T on `chunk_grid`'s cores, each row's page-table row its user's) and one multi-token
     FlashDecode (Q ``[T, B, NH, D]`` a reshape of the append's ``[1, T B, NH, D]``, each user at its
-    last token's position).
+    last token's position). With context parallelism, T > 1 tokens run on a loop of T B query rows
+    (`chunk_cp`, built at the first step of each T over the same caches: its step row carries the T B
+    token ids and positions, its append one launch per token, its FlashDecode the T B rows as one-token
+    users, `ttdecode.distributed.loop_options`).
     The input row is written replicated (one ``copy_host_to_device_tensor``). The mesh needs
     ``ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)`` before it opens.
 
@@ -387,6 +184,10 @@ class DeviceDecoder:
         dims = tuple(int(x) for x in shape) if shape is not None else (1, n)
         self.cp_axis, self.tp_axis = mesh_axes(dims, context_parallel)
         self.tp = tp = n // context_parallel
+        # the TP collectives' cluster_axis, one collective each: none on one chip, the whole mesh on a
+        # 1 x N mesh (None), the TP axis with CP along the other, both axes (1 then 0) of a 2-D mesh alone
+        self.tp_axes: tuple[Optional[int], ...] = (
+            () if tp == 1 else (self.tp_axis,) if self.tp_axis is not None else device_context.gather_axes(dims))
         if spec.num_kv_heads % tp or spec.intermediate_size % tp:
             raise ValueError(f"device: expected a mesh of a divisor of the KV heads ({spec.num_kv_heads}) and of the "
                              f"MLP size ({spec.intermediate_size}) devices, got {tp}")
@@ -395,37 +196,20 @@ class DeviceDecoder:
         dram = ttnn.DRAM_MEMORY_CONFIG
         self.dram = dram
         self._rep = ttnn.ReplicateTensorToMesh(device) if n > 1 else None
-        if n == 1:
-            host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
-            # the embedding table: ttnn.embedding reads a row-major bfloat16 table
-            self.w = {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
-                                           device, memory_config=dram)
-                      for name, t in host.items()}
-        else:
-            # the same per-device slices, put together along the split dim and cut by the mesh mapper
-            plan = {p.name: p for p in weight_plan(spec, tp, weight_dtype=weight_dtype)}
-            per = device_torch_weights(state, spec, tp)
-            self.w = {}
-            for name, p in plan.items():
-                full = per[0][name] if p.shard_dim is None else torch.cat([w[name] for w in per], dim=p.shard_dim)
-                mapper = self._weight_mapper(p.shard_dim)
-                layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
-                self.w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
-                                               memory_config=dram, mesh_mapper=mapper)
+        self.w = self._upload_weights(state, weight_dtype, n)
         cache_dt = ttnn_data_type(ttnn, kv_dtype)
         shape = (num_blocks, nkv, block_size, d)
         put = dict(device=device, memory_config=dram, mesh_mapper=self._rep)
         self.cp: Any = None  # ttdecode.distributed.device_context.ContextParallelDecode (context parallel)
+        self.chunk_cp: dict[int, Any] = {}  # T > 1 tokens per user: a loop of T B rows per T, the same caches
         if context_parallel > 1:
-            from ttdecode.distributed.device_context import ContextParallelDecode
-
             # the caches sharded over the mesh along the sequence, the step row per device (its prefix:
             # token ids and global positions), FlashDecode per shard, all_gather and the combine
-            self.cp = ContextParallelDecode(device, batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d,
-                                            max_seq_len=max_seq_len, block_size=block_size, num_blocks=num_blocks,
-                                            kv_dtype=kv_dtype, layers=spec.num_layers, prefix=2 * batch,
-                                            program_config=self.program_config, kv_pages=kv_pages,
-                                            context_axis=self.cp_axis, ttnn=ttnn)
+            self._cp_args = dict(batch=batch, num_heads=self.nh, num_kv_heads=nkv, head_dim=d, max_seq_len=max_seq_len,
+                                 block_size=block_size, num_blocks=num_blocks, kv_dtype=kv_dtype,
+                                 layers=spec.num_layers, program_config=self.program_config, kv_pages=kv_pages,
+                                 context_axis=self.cp_axis, ttnn=ttnn)
+            self.cp = device_context.ContextParallelDecode(device, prefix=2 * batch, **self._cp_args)
             self.caches = self.cp.caches
         else:
             pool = dict(put, memory_config=pool_memory_config(ttnn, device, kv_pages, d))
@@ -449,15 +233,38 @@ class DeviceDecoder:
                                           layout=ttnn.ROW_MAJOR_LAYOUT, **put)
             self.rotary = self._prepare_rotary(kv_dtype, shape)
         self.kv_dtype, self.cache_shape = kv_dtype, shape
-        # T > 1 tokens per user (tensor parallel only): per T, the input row and the rotary append of T B rows
+        # T > 1 tokens per user (without context parallelism): per T, the input row and the rotary append of
+        # T B rows; with it, `chunk_cp`
         self.chunk_inputs: dict[int, Any] = {}
         self.chunk_rotary: dict[int, Any] = {}
         self.ops: dict[str, int] = {}
         self.writes = 0  # host -> device writes of the last step
 
+    def _upload_weights(self, state: dict[str, torch.Tensor], weight_dtype: str, n: int) -> dict[str, Any]:
+        """The weights on the device (`device_weights` on one chip, n = 1) or the mesh: each the per-device
+        slices of `device_torch_weights` put together along the split dim and cut by the mesh mapper
+        (`_weight_mapper`). The embedding table row-major (what ``ttnn.embedding`` reads)."""
+        ttnn, spec, device, dram = self.ttnn, self.spec, self.device, self.dram
+        if n == 1:
+            host = device_weights(state, spec, 1, ttnn, weight_dtype=weight_dtype)[0]
+            return {name: ttnn.to_device(t if name != "embedding" else ttnn.to_layout(t, ttnn.ROW_MAJOR_LAYOUT),
+                                         device, memory_config=dram)
+                    for name, t in host.items()}
+        plan = {p.name: p for p in weight_plan(spec, self.tp, weight_dtype=weight_dtype)}
+        per = device_torch_weights(state, spec, self.tp)
+        w = {}
+        for name, p in plan.items():
+            full = per[0][name] if p.shard_dim is None else torch.cat([x[name] for x in per], dim=p.shard_dim)
+            layout = ttnn.ROW_MAJOR_LAYOUT if name == "embedding" else ttnn.TILE_LAYOUT
+            w[name] = ttnn.from_torch(full, dtype=getattr(ttnn, p.dtype), layout=layout, device=device,
+                                      memory_config=dram, mesh_mapper=self._weight_mapper(p.shard_dim))
+        return w
+
     def _weight_mapper(self, shard_dim: Optional[int]) -> Any:
         """How a weight goes onto the mesh: replicated (``shard_dim`` None, or no tensor parallelism),
-        split along ``shard_dim`` over the mesh (a ``1 x N`` mesh), or split over the TP axis and
+        split along ``shard_dim`` over the mesh (a ``1 x N`` mesh, or a 2-D mesh alone: the slices dealt
+        row-major, device ``i * C + j`` slice ``i * C + j``, the order the gathers along axis 1 then 0
+        put them back in), or split over the TP axis and
         replicated along the CP axis of a 2-D mesh (``ttnn.ShardTensor2dMesh``)."""
         ttnn = self.ttnn
         if shard_dim is None or self.tp == 1:
@@ -520,11 +327,15 @@ class DeviceDecoder:
         ttnn, op, b, mb = self.ttnn, self._op, self.batch, self.max_blocks
         r = t * b
         if self.cp is not None:
-            # one write: every device's row (token ids, global positions, its own positions and page table)
-            head = torch.cat([tokens.to(torch.int32).reshape(-1), torch.tensor(list(positions), dtype=torch.int32)])
-            self.cp.write(positions, page_table, head)
-            self.writes = self.cp.writes
-            inp = self.inputs
+            # one write: every device's row (token ids and global positions of the T B rows, token-major,
+            # then its own positions and page table; the loop's positions: each user's last token)
+            loop = self._context_loop(t)
+            pos = torch.tensor(list(positions), dtype=torch.int32)
+            rows = torch.where(pos[None, :] >= 0, pos[None, :] + torch.arange(t, dtype=torch.int32)[:, None], -1)
+            head = torch.cat([tokens.to(torch.int32).reshape(b, t).T.reshape(-1), rows.reshape(-1)])
+            loop.write(rows[-1].tolist(), page_table, head)
+            self.writes = loop.writes
+            inp = loop.inputs
         else:
             row = step_row(tokens, positions, page_table)
             if t == 1:
@@ -573,18 +384,20 @@ class DeviceDecoder:
         tok, pos_row, rows_pos, rows_table, attn_pos, attn_table = self._inputs(tokens, positions, page_table, t)
         # RoPE rows at each row's position (idle users: position 0; they write nothing)
         idx = op("typecast")(op("relu")(pos_row), ttnn.uint32)
+        # [R, W] (the context-parallel loop's T > 1: [T, B, W], token-major)
+        rope = [r] if self.cp is None or t == 1 else [t, b]
         cos, sin = (op("reshape")(op("embedding")(idx, table, layout=ttnn.TILE_LAYOUT, dtype=ttnn.float32,
-                                                   memory_config=self.dram), [r, table.shape[-1]])
+                                                   memory_config=self.dram), [*rope, table.shape[-1]])
                     for table in self.rope_tables)
         x = op("reshape")(op("embedding")(tok, w["embedding"], layout=ttnn.TILE_LAYOUT,
                                           memory_config=self.dram), [1, 1, r, spec.hidden_size])
         for i, (kc, vc) in enumerate(self.caches):
             h = op("rms_norm")(x, weight=w[f"{i}.attention_norm"], epsilon=eps)
             qkv = op("linear")(h, w[f"{i}.wqkv"])
-            qkv = op("reshape")(qkv, [1, r, qkv.shape[-1]])
+            qkv = op("reshape")(qkv, [1, r, qkv.shape[-1]] if len(rope) == 1 else [t, b, qkv.shape[-1]])
             if self.cp is not None:  # K/V written on the device owning the position; attention over all shards
-                q_rot = self.cp.append(i, qkv, cos, sin, self.trans)
-                attn = self.cp.attend(i, q_rot)
+                loop = self._context_loop(t)
+                attn = loop.attend(i, loop.append(i, qkv, cos, sin, self.trans))
             else:
                 q_rot = self._rotary_append(qkv, cos, sin, rows_pos, rows_table, kc, vc)
                 if t > 1:  # [1, T B, NH, D] token-major is FlashDecode's Q [T, B, NH, D]
@@ -597,17 +410,28 @@ class DeviceDecoder:
             up = op("linear")(h, w[f"{i}.w_up"])
             x = op("add")(x, self._all_reduce(op("linear")(op("mul")(gate, up), w[f"{i}.w_down"])))
         if self.cp is not None:  # the CP object's calls of this step (its row views, append, attention)
-            for name, count in self.cp.ops.items():
+            for name, count in self._context_loop(t).ops.items():
                 self.ops[name] = self.ops.get(name, 0) + count
         return self._read(self._head(x, r), t, greedy, tokens.dim())
+
+    def _context_loop(self, t: int) -> Any:
+        """The context-parallel loop of T tokens per user: `cp` (T = 1), else one of T B query rows over
+        the same caches (its step row, views and programs; built at the first step of that T)."""
+        if t == 1:
+            return self.cp
+        if t not in self.chunk_cp:
+            self.chunk_cp[t] = device_context.ContextParallelDecode(
+                self.device, prefix=2 * t * self.batch, tokens=t, caches=self.cp.caches, **self._cp_args)
+        return self.chunk_cp[t]
 
     def _head(self, x: Any, rows: int) -> Any:
         """The final norm and the LM head: logits ``[1, 1, rows, vocab]`` (gathered over the mesh)."""
         op, spec = self._op, self.spec
         h = op("rms_norm")(x, weight=self.w["norm"], epsilon=spec.rms_norm_eps)
         logits = op("linear")(h, self.w["lm_head"])
-        if self.tp > 1:  # the vocabulary slices, on every device (of the TP group)
-            logits = op("all_gather")(logits, dim=3, **self._tp_group())
+        for axis in self.tp_axes:  # the vocabulary slices, on every device (of the TP group)
+            logits = op("all_gather")(logits, dim=3, **self._cluster(axis))
+        if self.tp > 1:
             if logits.shape[-1] != spec.vocab_size:  # the last slice's zero padding must not win the argmax
                 logits = op("slice")(logits, [0, 0, 0, 0], [1, 1, rows, spec.vocab_size])
         return logits
@@ -625,12 +449,16 @@ class DeviceDecoder:
         return out[:, 0] if dims == 1 else out
 
     def _all_reduce(self, x: Any) -> Any:
-        """Sum of the row-parallel partials over the mesh (nothing on one chip)."""
-        return x if self.tp == 1 else self._op("all_reduce")(x, **self._tp_group())
+        """Sum of the row-parallel partials over the TP group (`tp_axes`; nothing on one chip): over a 2-D
+        mesh alone, the sums along its rows, then of those along its columns."""
+        for axis in self.tp_axes:
+            x = self._op("all_reduce")(x, **self._cluster(axis))
+        return x
 
-    def _tp_group(self) -> dict[str, int]:
-        """The TP collectives' ``cluster_axis``: none (the whole mesh), or the TP axis of a 2-D mesh."""
-        return {} if self.tp_axis is None else {"cluster_axis": self.tp_axis}
+    @staticmethod
+    def _cluster(axis: Optional[int]) -> dict[str, int]:
+        """A collective's ``cluster_axis`` argument: none (the whole 1-D mesh) or the mesh axis."""
+        return {} if axis is None else {"cluster_axis": axis}
 
     def _first(self, x: Any) -> Any:
         """The tensor of the first device (a replicated result is read from one chip only)."""
@@ -640,6 +468,8 @@ class DeviceDecoder:
         """Free the device tensors (the device itself is the caller's)."""
         ttnn = self.ttnn
         if self.cp is not None:
+            for loop in self.chunk_cp.values():  # their step rows (the caches are cp's)
+                loop.close()
             self.cp.close()  # the caches and the step row
         for t in [*self.w.values(), *self.rope_tables, self.trans, *self.chunk_inputs.values(),
                   *(() if self.cp is not None else (*(c for kv in self.caches for c in kv), self.inputs))]:

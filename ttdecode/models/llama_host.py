@@ -39,6 +39,9 @@ class StepInputs:
     # is user b's first token's, local_positions its last token's, and a write's first entry is
     # the token row b * T + t instead of the user
     num_tokens: int = 1
+    # with context parallelism and T > 1: per CP rank, the local position of every token row, token-major
+    # (row t * B + b: user b's token t; -1: the rank holds no key up to it), ``[T * B]``
+    row_positions: tuple[tuple[int, ...], ...] = ()
 
 
 class LlamaShard:
@@ -69,13 +72,22 @@ class LlamaShard:
 
     def _attention(self, q: torch.Tensor, kc: PagedKVCache, vc: PagedKVCache, s: StepInputs) -> torch.Tensor:
         """The op over this device's cache (``q [T, B, nq, D]``, every user's T tokens); with context
-        parallelism over its blocks, then the LSE merge over the CP group. Returns ``[T, B, nq, D]``."""
+        parallelism over its blocks, then the LSE merge over the CP group. Returns ``[T, B, nq, D]``.
+
+        With context parallelism and T > 1 the T B token rows run as T B one-token users (each its own
+        local position, ``s.row_positions``; its user's page table): the T tokens of a user may sit in
+        blocks of two ranks, so the kernels' multi-token convention (consecutive local keys) does not
+        hold on a shard (``ttdecode.distributed.loop_options``)."""
         table, local = s.page_tables[self.cp_rank], list(s.local_positions[self.cp_rank])
         if self.cp == 1:
             return api.paged_scaled_dot_product_attention_decode(
                 q, kc.tile_tensor(), vc.tile_tensor(), table,
                 cur_pos=local, program_config=self.program_config, backend=self.backend,
             )
+        t, users = q.shape[0], q.shape[1]
+        if t > 1:  # [T, B, nq, D] token-major is the [1, T B, nq, D] of one-token rows
+            q, table = q.reshape(1, t * users, *q.shape[2:]), table.repeat(t, 1)
+            local = list(s.row_positions[self.cp_rank])
         out, lse = api.paged_scaled_dot_product_attention_decode(
             q, kc.tile_tensor(), vc.tile_tensor(), table,
             cur_pos=local, program_config=self.program_config, backend=self.backend, return_lse=True,
@@ -86,7 +98,7 @@ class LlamaShard:
         partial = out if merge == "kernel" else out.to(torch.float32)
         merged, _ = combine_over_group(partial, lse.to(torch.float32), "all_gather", group=self.cp_group,
                                        merge=merge)
-        return merged
+        return merged.reshape(t, users, *merged.shape[2:])
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
@@ -113,8 +125,9 @@ class LlamaShard:
         # is on another rank) appends nothing (-1), but every rank rotates every user's q.
         written = {r for r, _, _ in s.writes[self.cp_rank]}  # token rows
         local = s.local_positions[self.cp_rank]  # each user's last token's position on this rank
-        append_pos = [[local[b] - (t - 1 - j) if b * t + j in written else -1 for b in range(users)]
-                      for j in range(t)]
+        rows = s.row_positions[self.cp_rank] if s.row_positions else None  # CP, T > 1: each row's own
+        append_pos = [[(local[b] - (t - 1 - j) if rows is None else rows[j * users + b])
+                       if b * t + j in written else -1 for b in range(users)] for j in range(t)]
         table = s.page_tables[self.cp_rank]
         cos_t, sin_t = cos.view(users, t, d), sin.view(users, t, d)
         for i, (kc, vc) in enumerate(self.caches):

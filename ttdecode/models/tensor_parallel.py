@@ -26,7 +26,8 @@ the merge by ttnn's all_gather and the combine program) context parallelism span
 (``context_parallel == devices``, tensor parallel 1) or one axis of a 2-D mesh, tensor parallelism
 the other (``sharding.mesh_axes``: a T3K 2 x 4 with C = 4, CP along the rows' 4 chips, TP over the 2
 rows; a Galaxy 4 x 8 with C = 4, CP along axis 0, TP 8 along axis 1), the collectives of each along
-its axis (``cluster_axis``).
+its axis (``cluster_axis``); tensor parallelism alone on a 2-D mesh runs each collective along both
+axes in turn (``llama_device.DeviceDecoder.tp_axes``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ is_decode_mode)`` computes ``x * cos + (x @ trans_mat) * sin`` on tiles: ``trans
 32-column tile) and cos/sin come in that interleaved layout, each angle repeated for both members
 of its pair (``cos_ttnn[..., 2i] = cos_ttnn[..., 2i+1] = cos_hf[..., i]``). HF half-split
 weights therefore need their Q and K output rows permuted to interleaved pairs before using it
-(``ttdecode.models.llama_device.rope_permutation``; q.k is unchanged). This op takes both
+(``ttdecode.models.llama_device_weights.rope_permutation``; q.k is unchanged). This op takes both
 conventions directly: it builds the same kind of blocks (``rotate_half_blocks``: ``rot = x @ T``
 with T holding only 0, +1 and -1) for the half-split too, where a block may pair two different
 tiles of the head (output tile j takes its rotated values from the tile ``rotary_dim/2`` columns
