@@ -82,6 +82,8 @@ SYSTEMS: dict[str, MockSystem] = {
     "t3k": MockSystem("t3k", "t3k.yaml", 8, ((1, 8), (2, 4), (1, 2), (1, 1))),
     # one unharvested Galaxy chip: ETH dispatch leaves every Tensix row to the workers (an 8x10 grid)
     "galaxy": MockSystem("galaxy", "galaxy.yaml", 1, ((1, 1),), dispatch="eth"),
+    # a whole Galaxy: 32 unharvested chips, every one on PCIe; WORKER dispatch (8x9 worker grids)
+    "galaxy32": MockSystem("galaxy32", "galaxy32.yaml", 32, ((4, 8), (8, 4))),
 }
 
 
