@@ -1,8 +1,9 @@
 """A whole Wormhole Galaxy on the mock (ttnn 0.81.1, ``ttdecode.testing.mock`` system "galaxy32"): 32
 unharvested ubb chips with the 6U ethernet wiring open as a 4 x 8 and as an 8 x 4 ``ttnn.MeshDevice``
-(WORKER dispatch: 8 x 9 worker grids), ttnn's cluster type GALAXY. Opened without the fabric: with
-FABRIC_1D the first open builds some 120 ERISC router variants (tools/galaxy_tp_cp.py runs the TP x CP
-Llama on the 4 x 8 mesh, CCL ops included, against a kept cache)."""
+(WORKER dispatch: 8 x 9 worker grids), ttnn's cluster type GALAXY, chips 0-31. Opened without the
+fabric: with FABRIC_1D the first open builds some 120 ERISC router variants through the stand-in
+compiler, too many for `make test`; the opt-in tools/galaxy_tp_cp.py runs the TP x CP Llama on the
+4 x 8 mesh (all_gather and all_reduce along both axes) against galaxy32's kept cache."""
 
 from __future__ import annotations
 
