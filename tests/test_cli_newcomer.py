@@ -121,7 +121,7 @@ def test_mock_cli_offers_every_system_and_explains_every_argument(capsys: pytest
 
     for command in ("env", "run", "check"):
         text = _help([command], capsys, run=mock.main)
-        assert "{galaxy,n150,n300,t3k}" in text and "--system" in text, text
+        assert "{galaxy,galaxy32,n150,n300,t3k}" in text and "--system" in text, text
         assert not re.search(r"(?i)issue \d", text)
     for command, sub in mock.build_parser().subcommands.choices.items():
         for a in sub._actions:

@@ -4,8 +4,8 @@ ClusterType.GALAXY), harvest mask 0, opened with ETH dispatch (``ttdecode.testin
 launches on it with an 8 x 10 grid, with tt-metal's Galaxy Llama sub-core grids ``((1, 0), (3, 9))``
 and ``((5, 0), (6, 9))``, and with a ttnn.SDPAProgramConfig over rows 0-9; rotary_kv_append deals 80
 users over the 8 x 10 grid. The mock computes nothing (no numerics: tests/test_galaxy_grid.py runs the
-kernels on row 9 on the host runtime). Only one chip: the 32 chips of a 4 x 8 Galaxy and their ethernet
-wiring are not described."""
+kernels on row 9 on the host runtime). One chip: the whole 32-chip Galaxy is system "galaxy32"
+(tests/mock/test_galaxy32_mock.py)."""
 
 from __future__ import annotations
 

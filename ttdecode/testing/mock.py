@@ -11,7 +11,9 @@ timing). This module builds what that needs and opens devices:
   clang-19 + ld.lld-19; strict for our kernels, stubs for ttnn's own that clang cannot build; TRISC
   builds against the stand-in `sfpi/sfpi.h`);
 * mock cluster descriptors (`clusters/`): `n150` (one chip), `n300` (1x2), `t3k` (8 chips: 1x8 or 2x4),
-  `galaxy` (one unharvested Galaxy chip, opened with ETH dispatch: an 8x10 worker grid);
+  `galaxy` (one unharvested Galaxy chip, opened with ETH dispatch: an 8x10 worker grid), `galaxy32`
+  (a whole 6U Galaxy: 32 unharvested chips, 4x8 or 8x4; with FABRIC_1D the first open builds some 120
+  ERISC router variants, so keep its `TT_METAL_CACHE`);
 * `mock_env(system)`: the environment variables (one `TT_METAL_CACHE` per system and dispatch type,
   reused across processes; not the cache `ttdecode.ttnn_env` uses for host-only conversions);
 * `open_mock_device()` / `open_mock_mesh(shape)`: set the environment (before `import ttnn`) and open.
@@ -82,6 +84,8 @@ SYSTEMS: dict[str, MockSystem] = {
     "t3k": MockSystem("t3k", "t3k.yaml", 8, ((1, 8), (2, 4), (1, 2), (1, 1))),
     # one unharvested Galaxy chip: ETH dispatch leaves every Tensix row to the workers (an 8x10 grid)
     "galaxy": MockSystem("galaxy", "galaxy.yaml", 1, ((1, 1),), dispatch="eth"),
+    # a whole Galaxy: 32 unharvested chips, every one on PCIe; WORKER dispatch (8x9 worker grids)
+    "galaxy32": MockSystem("galaxy32", "galaxy32.yaml", 32, ((4, 8), (8, 4))),
 }
 
 
@@ -321,7 +325,7 @@ def open_mock_mesh(shape: Sequence[int] = (1, 2), system: Optional[str] = None, 
                    **kwargs: Any) -> Any:
     """A mock mesh (`ttnn.open_mesh_device`) with WORKER dispatch (ETH dispatch leaves ops that size
     work by the compute grid failing on the mock). `system` defaults to the smallest that holds
-    `shape` (n300 for 1x2, t3k for 1x8 / 2x4). `fabric=True` sets FABRIC_1D first (CCL ops need it).
+    `shape` (n300 for 1x2, t3k for 1x8 / 2x4, galaxy32 for 4x8 / 8x4). `fabric=True` sets FABRIC_1D first (CCL ops need it).
     Close with `ttnn.close_mesh_device`."""
     shape = tuple(int(s) for s in shape)
     if system is None:
@@ -426,7 +430,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command line's parser: subcommands env, run and check (in ``parser.subcommands``)."""
     p = argparse.ArgumentParser(prog="python -m ttdecode.testing.mock",
-                                description="A mock Wormhole (N150, N300, T3K) through the real ttnn 0.81.1: "
+                                description="A mock Wormhole (N150, N300, T3K, Galaxy) through the real ttnn 0.81.1: "
                                             "tt-metal's host side and JIT, no chip. Device writes go nowhere and "
                                             "reads return zeros. tt-metal's log is kept to errors unless "
                                             "TT_LOGGER_LEVEL is set (e.g. TT_LOGGER_LEVEL=info).")
@@ -449,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("script", help="the Python script to run")
     r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     r.set_defaults(fn=_cmd_run)
-    c = sub.add_parser("check", help="open the mock system (N150, Galaxy chip: a device; N300, T3K: a mesh) and "
+    c = sub.add_parser("check", help="open the mock system (N150, Galaxy chip: a device; N300, T3K, whole Galaxy: a mesh) and "
                                      "print its grid")
     c.add_argument("--system", default="n150", choices=systems, help=system_help)
     c.add_argument("--timeout", type=float, default=300,
