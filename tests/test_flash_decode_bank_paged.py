@@ -138,39 +138,37 @@ def test_a_kv_head_gets_readers_per_bank_or_pieces_over_groups_of_its_banks(nkv:
     assert fewer.pieces_per_work == 2
 
 
+def check_bank_local_reads(pos: Sequence[int], s: int, block: int, kv: DataType, seed: int, spare_blocks: int,
+                           what: str, **plan_args) -> DecodePlan:
+    """A bank-local run (8 q heads, 2 KV heads, D 64) of users at `pos` over a random page table: the float64
+    reference's values, and every reader fetches exactly the tiles of the banks its pieces own."""
+    b, nh, nkv, d = len(pos), 8, 2, 64
+    gen = torch.Generator().manual_seed(seed)
+    max_blocks, num_blocks = s // block, b * (s // block) + spare_blocks
+    table = shuffled_table(b, max_blocks, num_blocks, seed=seed)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
+                                      kv_dtype=kv, **plan_args), q, k, v, pos, table, block)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, what)
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
+    return plan
+
+
 @pytest.mark.parametrize("pieces", [1, 2, 3])
 def test_fewer_pieces_than_banks_each_read_a_group_of_banks_exactly(pieces: int) -> None:
     """P a divisor of |R_h| (2 KV heads, blocks of 32: 6 banks a head; P 1, 2, 3: pieces over 6, 3, 2 banks)
     on a long context with a random page table, -1 users and block-boundary positions: the float64
     reference's values, and every reader fetches exactly the tiles of the banks its pieces own."""
-    b, nh, nkv, s, d, block = 4, 8, 2, 2048, 64, 32
-    pos = [2047, -1, 32, 1535]
-    gen = torch.Generator().manual_seed(9)
-    max_blocks, num_blocks = s // block, b * (s // block) + 5
-    table = shuffled_table(b, max_blocks, num_blocks, seed=9)
-    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
-    k, v = pool(gen, num_blocks, nkv, block, d, BFP8), pool(gen, num_blocks, nkv, block, d, BFP8)
-    plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
-                                      kv_dtype=BFP8, key_row_pieces=pieces), q, k, v, pos, table, block)
+    plan = check_bank_local_reads([2047, -1, 32, 1535], 2048, 32, BFP8, 9, 5,
+                                  f"bank-local, {pieces} pieces over 6 banks", key_row_pieces=pieces)
     assert plan.pieces_per_work == pieces
-    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"bank-local, {pieces} pieces over 6 banks")
-    assert_reads_own_tiles(plan, result, pos, table, nkv, block, BFP8)
 
 
 def test_each_reader_fetches_exactly_the_tiles_its_pieces_own() -> None:
     """Per core and bank, the K/V tiles the reader fetched equal the tiles of the banks its pieces own
     (design_owned_tiles), with a random page table, -1 users and block-boundary positions."""
-    b, nh, nkv, s, d, block = 6, 8, 2, 1024, 64, 64
-    pos = [-1, 63, 64, 0, 1023, 700]
-    gen = torch.Generator().manual_seed(5)
-    max_blocks, num_blocks = s // block, b * (s // block) + 9
-    table = shuffled_table(b, max_blocks, num_blocks, seed=5)
-    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
-    k, v = pool(gen, num_blocks, nkv, block, d, BF16), pool(gen, num_blocks, nkv, block, d, BF16)
-    plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
-                                      kv_dtype=BF16), q, k, v, pos, table, block)
-    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, "bank-local bf16")
-    assert_reads_own_tiles(plan, result, pos, table, nkv, block, BF16)
+    check_bank_local_reads([-1, 63, 64, 0, 1023, 700], 1024, 64, BF16, 5, 9, "bank-local bf16")
 
 
 def test_plan_views_follow_the_design_rule() -> None:

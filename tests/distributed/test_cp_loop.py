@@ -264,18 +264,25 @@ class TwinLoop(dc.ContextParallelDecode):
         return twin.TwinTensor(merged)
 
 
+def patch_twin_mesh(monkeypatch, ttnn: Any, shape: tuple[int, int], loop: bool = True) -> None:
+    """The decoder's device path on the torch twin of a `shape` mesh: twin decoder (bfloat16 weights) and,
+    with `loop`, the twin CP loop (TwinLoop) in place of ContextParallelDecode."""
+    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
+    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
+    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
+    if loop:
+        monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
+        monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
+    base = twin.twin_ttnn
+    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+
+
 @pytest.mark.parametrize("shape", [(1, 2), (2, 4)], ids=["1x2", "2x4"])
 def test_context_parallel_loop_dataflow_matches_hf_teacher_forced(ttnn, monkeypatch, shape):
     """40 steps (slot 1 reaches position 37: blocks 0 and 1 on devices 0 and 1; the others' partials are
     empty), bfloat16 weights and cache: the host backends' thresholds."""
     n = shape[0] * shape[1]
-    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
-    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
-    monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
-    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
-    monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
-    base = twin.twin_ttnn
-    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    patch_twin_mesh(monkeypatch, ttnn, shape)
     hf = hf_llama(8, 2, 64)
     sched = joining_schedule(hf.config.vocab_size, steps=40)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=32 * n, block_size=32, kv_dtype="bfloat16",
@@ -309,13 +316,7 @@ def test_tensor_times_context_parallel_dataflow_matches_hf_teacher_forced(ttnn, 
     device's step row is its CP rank's (the same down the TP axis)."""
     n = shape[0] * shape[1]
     cp_axis = 1 if shape[1] == cp else 0
-    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
-    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
-    monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
-    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
-    monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
-    base = twin.twin_ttnn
-    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    patch_twin_mesh(monkeypatch, ttnn, shape)
     hf = hf_llama(8, kv_heads, 64, layers=layers)
     sched = joining_schedule(hf.config.vocab_size, steps=40)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=32 * cp, block_size=32, kv_dtype="bfloat16",
@@ -342,13 +343,7 @@ def test_multi_token_steps_of_context_parallel_dataflow_match_hf(ttnn, monkeypat
     one-token user on every shard; TP x CP on a 2 x 4 mesh and CP alone on a 1 x 2. bfloat16 weights
     and cache: the host backends' thresholds."""
     n = shape[0] * shape[1]
-    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
-    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
-    monkeypatch.setattr(TwinLoop, "real_ttnn", ttnn)
-    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
-    monkeypatch.setattr(dc, "ContextParallelDecode", TwinLoop)
-    base = twin.twin_ttnn
-    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    patch_twin_mesh(monkeypatch, ttnn, shape)
     hf = hf_llama(8, 2 * (n // cp), 64)
     dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=32 * cp, block_size=32, kv_dtype="bfloat16", devices=n,
                                context_parallel=cp, backend="device", device=TwinMesh(shape))
@@ -367,11 +362,7 @@ def test_tensor_parallel_alone_on_a_2x4_mesh_matches_hf_teacher_forced(ttnn, mon
     two steps, which put them back in order. 40 steps, bfloat16 weights and cache: the host backends'
     thresholds."""
     shape = (2, 4)
-    monkeypatch.setattr(twin.TwinDecoder, "real_ttnn", ttnn)
-    monkeypatch.setattr(twin.TwinDecoder, "weights", "bfloat16")
-    base = twin.twin_ttnn
-    monkeypatch.setattr(ld, "DeviceDecoder", twin.TwinDecoder)
-    monkeypatch.setattr(twin, "twin_ttnn", lambda real, _n: twin_mesh_ttnn(real, shape, base))
+    patch_twin_mesh(monkeypatch, ttnn, shape, loop=False)
     hf = hf_llama(8, 8, 32, layers=1)
     sched = joining_schedule(hf.config.vocab_size, steps=40)
     dec = LlamaDecoder.from_hf(hf, batch=sched.batch, max_seq_len=64, block_size=32, kv_dtype="bfloat16", devices=8,
