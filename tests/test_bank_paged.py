@@ -212,7 +212,7 @@ def test_closed_form_compute_of_softmax_blocks_is_near_a_real_run_of_the_kernels
     """A bank-local plan of one piece of 8 chunks of 16 tiles (one KV head, the Llama-70B T3K group; one piece:
     the counters' tree matching takes the plan's ranges, which a bank-local plan with a tree has not), one
     online-softmax update per chunk or per block of 4 (DecodePlan.softmax_chunks): the closed form's compute
-    (chunk_ops per block, block_chunk_ops per chunk after a block's first) is within 15% of the counters'."""
+    (chunk_ops per block, a later chunk of a block its key tiles only) is within 15% of the counters'."""
     seq, block = 4096, 32
     plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=seq, head_dim=128, kv_dtype=DataType.bfloat8_b,
                      cur_pos=[seq - 1], key_row_pieces=1, kv_pages="key_row", block_size=block,
@@ -233,3 +233,39 @@ def test_closed_form_compute_of_softmax_blocks_is_near_a_real_run_of_the_kernels
     closed = max(sum(sum_ops(w.compute, fid, COST).values()) for w in ours)
     assert (plan.pieces_per_work, plan.max_chunk_tiles, plan.softmax_chunks) == (1, 16, softmax_chunks)
     assert closed == pytest.approx(real, rel=0.15)
+
+
+def _compute_tiles_of_one_piece(seq: int, head_dim: int, softmax_chunks: int) -> dict[str, int]:
+    """Tiles through each compute op (the host runtime's counters) of a one-piece bank-local plan of chunks of
+    16 tiles in one softmax block of `softmax_chunks` chunks, the Llama-70B T3K group (8 q heads, 1 KV head)."""
+    block = 32
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=seq, head_dim=head_dim,
+                     kv_dtype=DataType.bfloat8_b, cur_pos=[seq - 1], key_row_pieces=1, kv_pages="key_row",
+                     block_size=block, num_blocks=seq // block, chunk_cap=16, softmax_chunks=softmax_chunks)
+    assert (plan.max_chunk_tiles, plan.softmax_chunks) == (16, softmax_chunks)
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 8, head_dim, generator=g))
+    k = from_torch(torch.randn(seq // block, 1, block, head_dim, generator=g), DataType.bfloat8_b)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=k, cur_pos_source=None,
+                                    page_table=torch.tensor(sequential_page_table(1, seq // block)),
+                                    scale=1 / math.sqrt(head_dim), exp_approx=False,
+                                    compute=ComputeSettings(math_fidelity=MathFidelity("HiFi2"), fp32_dest_acc_en=True))
+    (kernel,) = [k for k in result.counters.kernels if k.kind.value == "compute"]
+    return dict(kernel.tiles)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_a_later_chunk_of_a_softmax_block_adds_only_its_key_tiles(head_dim):
+    """A piece of 8 chunks in one softmax block against a piece of 4 chunks in one block: the 4 more chunks make
+    no configuration call and no copy, pack, binary op or exp beyond their key tiles' (the closed form,
+    op_counts.chunk_tile_ops, per running key tile: 2 packs, 2 binary ops, 1 exp, 2 copies, and a copy of m_new
+    per DST block of 3 probabilities: 6 a chunk of 16); what the model charges a later chunk of a block
+    (bank_paged._piece_ops)."""
+    four = _compute_tiles_of_one_piece(2048, head_dim, 4)
+    eight = _compute_tiles_of_one_piece(4096, head_dim, 8)
+    more = 4 * 16  # key tiles
+    assert eight["init"] == four["init"]
+    assert eight["exp"] - four["exp"] == more
+    assert eight["max"] - four["max"] == 2 * more
+    assert eight["pack"] - four["pack"] == 2 * more
+    assert eight["copy"] - four["copy"] == 2 * more + 4 * 6

@@ -41,7 +41,7 @@ from ttdecode.core.program_description import CoreCoord
 from ttdecode.core.split import TILE, bank_local_banks, dynamic_chunk_tiles, tree_children, valid_tiles
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
-from ttdecode.perf_model.op_counts import (block_chunk_ops, chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops,
+from ttdecode.perf_model.op_counts import (chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops,
                                             softmax_exp)
 
 __all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
@@ -247,10 +247,11 @@ def _add_ops(into: dict[str, list[OpTally]], ops: dict[str, list[OpTally]]) -> N
 
 @functools.lru_cache(maxsize=4096)
 def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> dict[str, list[OpTally]]:
-    """A piece's compute: its first chunk's tiles without a running set, the rest running, chunk_ops per
-    softmax block after the first (a block of pc.softmax_chunks chunks, one chunk without blocks) and
-    block_chunk_ops per chunk after a block's first (remembered: the same piece recurs over the users; read,
-    never changed)."""
+    """A piece's compute: its first chunk's tiles without a running set, the rest running, and chunk_ops per
+    softmax block after the first (a block of pc.softmax_chunks chunks, one chunk without blocks). A later chunk
+    of a block adds only its key tiles: its scores and probabilities passes run under the configuration the
+    block's first chunk left (no configuration call, copy or pack of its own; tests/test_bank_paged.py).
+    Remembered: the same piece recurs over the users; read, never changed."""
     first = min(n, chunk)
     chunks = -(-n // chunk)
     im = intermediate_bytes(pc.fp32_dest_acc_en)
@@ -263,8 +264,6 @@ def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> di
         _add_ops(ops, _scaled(running, n - first))
         blocks = -(-chunks // max(1, pc.softmax_chunks))
         _add_ops(ops, _scaled(chunk_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.q_tile_rows, False, im), blocks - 1))
-        if chunks > blocks:
-            _add_ops(ops, _scaled(block_chunk_ops(pc.q_tiles, pc.q_tile_rows), chunks - blocks))
     return ops
 
 

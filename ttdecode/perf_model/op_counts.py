@@ -8,8 +8,7 @@ from dataclasses import replace
 
 from ttdecode.perf_model.evaluator import OpTally
 
-__all__ = ["row_steps", "q_row_tiles", "copy_l1_rows", "exp_steps", "chunk_tile_ops", "chunk_ops", "block_chunk_ops",
-           "merge_ops",
+__all__ = ["row_steps", "q_row_tiles", "copy_l1_rows", "exp_steps", "chunk_tile_ops", "chunk_ops", "merge_ops",
            "intermediate_bytes", "softmax_exp"]
 
 def row_steps(head_rows: int) -> int:
@@ -147,19 +146,6 @@ def chunk_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32
                                 OpTally(q_tiles, q_tiles)],
                         exp: [OpTally(q_tiles, q_tiles, steps=exp_steps(exp, row))],
                         "pack": [OpTally(packs, packs, l1_bytes=packs * f32)]}, q_tile_rows)
-
-
-def block_chunk_ops(q_tiles: int, q_tile_rows: int = 32) -> dict[str, list[OpTally]]:
-    """The fixed compute ops of a chunk after the first of a softmax block (DecodePlan.softmax_chunks;
-    kernels/flash_decode/online_softmax.hpp process_block), beyond its key tiles' chunk_tile_ops, in place of
-    chunk_ops: the block's max, alpha, rescale and running-set copies and packs are the block's first chunk's,
-    so what is left are the configuration calls of the chunk's own scores and probabilities passes (the
-    next chunk's Q . K^T after this one's scale), about 10 per q tile row. Read off real runs of bank-local
-    pieces of 8 chunks in blocks of 2 and 4 (the difference per chunk moved into a block): copies, packs,
-    binary ops and exps exactly none at Dv 2, 4 and 8 tiles; configuration calls 10 at Dv 2 and 4 (none at
-    8); pinned in tests/test_bank_paged.py."""
-    inits = 10 * q_tiles
-    return q_row_tiles({"init": [OpTally(inits, inits)]}, q_tile_rows)
 
 
 def merge_ops(q_tiles: int, dv_tiles: int, exp: str = "exp", head_rows: int = 32,
