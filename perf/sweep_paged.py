@@ -93,7 +93,8 @@ def piece_compute(plan: DecodePlan) -> PieceCompute:
     return PieceCompute(q_tiles=plan.q_tiles, head_rows=min(32, plan.group_size), q_tile_rows=plan.q_tile_rows,
                         dst_tiles=plan.dst_tiles, prescale_q=plan.prescale_q, fp32_dest_acc_en=True, exp_approx=False,
                         fidelity="HiFi2", chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles,
-                        fixed_chunk_tiles=plan.fixed_chunk_tiles, softmax_chunks=plan.softmax_chunks)
+                        fixed_chunk_tiles=plan.fixed_chunk_tiles, softmax_chunks=plan.softmax_chunks,
+                        spread_banks=plan.spread_banks)
 
 
 def allocator_page_table(batch: int, blocks: int, block: int, num_kv_heads: int, seed: int = 0,

@@ -36,13 +36,14 @@ BANKS = 12  # Wormhole's DRAM banks, the plan's default
 
 
 def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: int, pieces: int, floor: int,
-                       window: int = 0) -> list[list[int]]:
+                       window: int = 0, spread: bool = False) -> list[list[int]]:
     """Per piece, the logical key tiles it owns: tile t of head h is pool page (row[t // bt] * nkv + h) * bt
     + t % bt, in bank page % 12; of the banks holding attended tiles (ascending, nb of them), used =
     min(pieces, max(1, T // floor), nb x the fewest tiles a held bank has). used <= nb: piece i owns the banks
     at places i, i + used, ...; used > nb: with G = gcd(used, nb), the banks at places r, r + G, ... form group
-    r, whose readers are the pieces r, r + G, ... below used, dealt the group's tiles (ascending) in turn. A
-    piece's tiles ascend."""
+    r, whose readers are the pieces r, r + G, ... below used, dealt the group's tiles (ascending) in turn.
+    `spread` (DecodePlan.spread_banks): every attended tile, ascending, dealt to the pieces below used in turn.
+    A piece's tiles ascend."""
     if pos < 0:
         return [[] for _ in range(pieces)]
     bt = block // 32
@@ -52,6 +53,8 @@ def design_owned_tiles(pos: int, row: Sequence[int], h: int, nkv: int, block: in
     held = sorted(set(bank_of.values()))
     per_bank = {b: [t for t in tiles if bank_of[t] == b] for b in held}
     used = min(pieces, max(1, len(tiles) // floor), len(held) * min(len(v) for v in per_bank.values()))
+    if spread:
+        return [list(tiles)[i::used] if i < used else [] for i in range(pieces)]
     if used <= len(held):
         return [[t for t in tiles if i < used and bank_of[t] in held[i::used]] for i in range(pieces)]
     owned: list[list[int]] = [[] for _ in range(pieces)]
@@ -316,7 +319,8 @@ def assert_reads_own_tiles(plan: DecodePlan, result, pos: Sequence[int], table: 
         want: Counter = Counter()
         for pc in pieces:
             owned = design_owned_tiles(pos[pc.user], table[pc.user].tolist(), pc.kv_head, nkv, block,
-                                       plan.pieces_per_work, plan.min_chunk_tiles, span)[pc.index]
+                                       plan.pieces_per_work, plan.min_chunk_tiles, span,
+                                       plan.spread_banks)[pc.index]
             for t in owned:
                 page = (int(table[pc.user, t // bt]) * nkv + pc.kv_head) * bt + t % bt
                 want[page % BANKS] += plan.d_tiles + plan.dv_tiles
@@ -434,6 +438,58 @@ def test_groups_of_banks_fetch_their_own_tiles_and_equal_the_reference(nkv: int,
     used = [plan.bank_local_view(pos[u], table[u].tolist(), 0, 0).used for u in range(b)]
     assert any(n > reach and n % reach for n in used), f"the case must put pieces over groups of banks: {used}"
     assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
+
+
+SPREAD_CASES = [
+    (1, 16, "causal"),  # a one-KV-head shard: 16 pieces taking turns over 12 banks
+    (1, 16, "window"),  # masked tiles at both ends, dealt like any other
+    (8, 5, "causal"),   # 5 pieces over 3 banks
+    (2, 3, "causal"),   # fewer pieces than banks (6 a head): each still takes every 3rd tile
+]
+
+
+@pytest.mark.parametrize("nkv, pieces, feature", SPREAD_CASES)
+def test_spread_pieces_take_every_used_th_tile_and_equal_the_reference(nkv: int, pieces: int, feature: str) -> None:
+    """Host runtime, spread_banks (the pieces take turns over every bank held): the output equals the float64
+    reference for a skipped user, positions at a block's last and first key and a short context, under a random
+    page table; every piece holds the same tile count to one; per core and bank the K/V tiles its reader
+    fetched are those of design_owned_tiles(spread)."""
+    b, nh, s, d, block, kv = 5, 8, 2048, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(pieces + nkv)
+    pos = [-1, 2047, 1023, 1024, 63]
+    max_blocks, num_blocks = s // block, b * (s // block) + 7
+    table = shuffled_table(b, max_blocks, num_blocks, seed=pieces)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                key_row_pieces=pieces, min_chunk_tiles=1, max_cores_per_head_batch=None, spread_banks=True)
+    if feature == "window":
+        args.update(sliding_window_size=1700)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block)
+    assert (plan.pieces_per_work, plan.spread_banks) == (pieces, True)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"spread banks {feature}")
+    for u in range(b):
+        for h in range(nkv):
+            counts = [plan.bank_local_view(pos[u], table[u].tolist(), h, i).num_tiles for i in range(pieces)]
+            used = [n for n in counts if n]
+            assert not used or max(used) - min(used) <= 1, f"user {u} head {h}: {counts}"
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
+
+
+def test_spread_banks_needs_a_bank_local_plan() -> None:
+    with pytest.raises(PlanError, match="spread_banks: True needs a bank-local plan"):
+        make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=2048, head_dim=64, block_size=32, num_blocks=64,
+                  spread_banks=True)
+
+
+def test_the_planner_spreads_only_where_the_compute_binds() -> None:
+    """The Llama-70B T3K shard at B 1 and 32K (one KV head, 16 pieces: bound by its compute and tree) takes
+    spread pieces; the Llama-8B N150 shape at B 1 and 32K (bound by the DRAM) keeps each piece to its banks."""
+    def plan(nh: int, nkv: int) -> DecodePlan:
+        return make_plan(batch=1, num_q_heads=nh, num_kv_heads=nkv, seq_len=32768, head_dim=128, cur_pos=[32767],
+                         kv_pages="key_row", block_size=32, num_blocks=2048 * nkv, math_fidelity="HiFi2")
+    assert plan(8, 1).spread_banks
+    assert not plan(32, 8).spread_banks
 
 
 @pytest.mark.parametrize("pieces", [16, 6])

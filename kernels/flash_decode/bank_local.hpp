@@ -15,7 +15,9 @@ namespace flash_decode {
 
 // The bank-local split's view of each piece (common.hpp BankView), from the user's page-table row. The DRAM
 // bank of a key tile is a product and a modulus by compile-time constants (no division at run time).
-template <uint32_t num_kv_heads, uint32_t block_tiles, uint32_t dram_banks>
+// `spread_banks`: every piece takes its turn over all the banks held (one group), so the pieces' tile counts
+// differ by one at most whatever the page table (DecodePlan.spread_banks).
+template <uint32_t num_kv_heads, uint32_t block_tiles, uint32_t dram_banks, bool spread_banks = false>
 struct BankLocal {
     static_assert(dram_banks <= 32, "a piece's banks are a 32-bit mask");
     // The user's attended tiles first..last: the whole blocks full_first..end_block - 1 counted by their first
@@ -209,15 +211,15 @@ struct BankLocal {
         }
         v.subs = 1;
         uint32_t own_total = 0;  // the tiles of the piece's banks (all its bank's readers' with subs > 1)
-        if (used <= num_held) {
+        if (!spread_banks && used <= num_held) {
             for (uint32_t j = index; j < num_held; j += used) {
                 v.own_banks |= 1u << held[j];
                 own_total += counts[held[j]];
             }
         } else {
-            // G = gcd(used, num_held) groups of banks; the group's pieces deal its tiles in turn
-            uint32_t groups = used;
-            for (uint32_t rest = num_held; rest != 0;) {
+            // G = gcd(used, num_held) groups of banks (one when spread); the group's pieces deal its tiles in turn
+            uint32_t groups = spread_banks ? 1 : used;
+            for (uint32_t rest = spread_banks ? 0 : num_held; rest != 0;) {
                 const uint32_t next = groups % rest;
                 groups = rest;
                 rest = next;

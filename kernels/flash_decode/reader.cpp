@@ -199,6 +199,8 @@ void kernel_main() {
     // key_row pages of a paged cache: each piece reads the tiles of its own banks (common.hpp BankView)
     constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     static_assert(!bank_local || (paged && key_row_pages), "the bank-local split reads a paged key-row pool");
+    // the bank-local pieces take turns over every bank held rather than over their own group (plan.spread_banks)
+    constexpr bool spread_banks = get_named_compile_time_arg_val("spread_banks") == 1;
     static_assert(!paged || ((block_tiles > 0 || half_blocks) && max_blocks > 0), "a paged cache needs its block geometry");
     static_assert(!half_blocks || (paged && block_tiles == 0 && !key_row_pages), "16-position blocks: a paged tile-page pool");
     constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");  // blocks in the K/V pool (paged only)
@@ -317,7 +319,7 @@ void kernel_main() {
         views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_compute));
         writer_views = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_view_writer));
     }
-    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> banks;
+    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1), spread_banks> banks;
     // K: without MLA the slot holds column-major key tiles, tile (t, d) at d * max_chunk_tiles + t, so Q . K^T
     // takes a block of key tiles per matmul_block call (consecutive in1 tiles for one d); with MLA tile (t, d)
     // sits at t * d_tiles + d, so that P . V finds V tiles (t, v..) in a row.
@@ -450,7 +452,7 @@ void kernel_main() {
     // once the pieces before it are done, so the view is whole by then.
     constexpr uint32_t row_stride = (page_table_row_bytes + 31) / 32 * 32;
     uint32_t row_user[2] = {batch, batch};  // the user whose row each buffer holds (batch: none)
-    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1)> row_counts[2];
+    BankLocal<num_kv_heads, (bank_local ? block_tiles : 1), (bank_local ? dram_banks : 1), spread_banks> row_counts[2];
     const auto row_at = [&](uint32_t b) -> volatile tt_l1_ptr int32_t* {
         return reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table) + b * row_stride);
     };

@@ -3,7 +3,7 @@ the K/V pool is a device tensor in ttdecode.ttnn_backend.key_row_memory_config (
 round robin over the DRAM banks) of the pool's shape [num_blocks, NKV, block_size, D]; a planned step
 (plan_decode) is accepted by tt-metal, the JIT compiles its three kernels (GCC 12 too), and its steps after the first,
 with a device page table and device positions, move nothing between host and device and, from the second
-on, add no program-cache entry. The plan takes the device's DRAM banks (device.dram_grid_size()). The mock
+on, add no program-cache entry; for pieces that keep to their banks and for spread pieces (DecodePlan.spread_banks). The plan takes the device's DRAM banks (device.dram_grid_size()). The mock
 computes nothing (the numbers are checked on the host runtime: tests/test_flash_decode_bank_paged.py)."""
 
 from __future__ import annotations
@@ -27,62 +27,81 @@ from ttdecode.testing.transfers import count_transfers
 from ttdecode.ttnn_backend import dram_banks, key_row_memory_config
 
 d = open_mock_device()
-B, NH, NKV, D, BLOCK, S = 4, 32, 8, 128, 64, 2048
-blocks = B * S // BLOCK
-tile = dict(layout=ttnn.TILE_LAYOUT, device=d)
-ints = dict(dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
-pool = dict(dtype=ttnn.bfloat8_b, memory_config=key_row_memory_config(ttnn, d, D), **tile)
-q = ttnn.from_torch(torch.randn(1, B, NH, D), dtype=ttnn.bfloat16, **tile)
-k = ttnn.from_torch(torch.randn(blocks, NKV, BLOCK, D), **pool)
-v = ttnn.from_torch(torch.randn(blocks, NKV, BLOCK, D), **pool)
-table = ttnn.from_torch(torch.randperm(blocks, dtype=torch.int32).reshape(B, -1), **ints)
-pos = ttnn.from_torch(torch.tensor([0, 63, 64, 2000], dtype=torch.int32), **ints)
-pc = SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), k_chunk_size=0, kv_pages="key_row")
-step = plan_decode(q, k, v, DecodeOptions(paged=True, page_table=table, cur_pos_tensor=pos, program_config=pc))
-one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), **ints)
-entries = []
-with count_transfers() as log:
-    for n in range(1, 5):
-        if n == 2:
-            log.clear()
-        out = step.run(q, k, v, cur_pos_tensor=pos, page_table=table)
-        ttnn.deallocate(out)
-        new_pos = ttnn.add(pos, one)
-        ttnn.deallocate(pos)
-        pos = new_pos
-        entries.append(int(d.num_program_cache_entries()))
-    moves = list(log.moves)
-kernels = [{"name": kk.name, "source": str(Path(kk.source).resolve()), "kind": kk.kind.value}
-           for kk in step.program.kernels]
-emit({"moves": moves, "entries": entries, "kernels": kernels, "bank_local": step.plan.bank_local,
-      "dram_banks": step.plan.dram_banks, "device_banks": dram_banks(d), "pieces": step.plan.pieces_per_work,
-      "softmax_chunks": step.plan.softmax_chunks,
-      "layouts": sorted({t.layout for t in step.program.tensors if t.name in ("k", "v")})})
+
+
+def steps(B, NH, NKV, D, BLOCK, S, positions, **config):
+    blocks = B * S // BLOCK
+    tile = dict(layout=ttnn.TILE_LAYOUT, device=d)
+    ints = dict(dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=d)
+    pool = dict(dtype=ttnn.bfloat8_b, memory_config=key_row_memory_config(ttnn, d, D), **tile)
+    q = ttnn.from_torch(torch.randn(1, B, NH, D), dtype=ttnn.bfloat16, **tile)
+    k = ttnn.from_torch(torch.randn(blocks, NKV, BLOCK, D), **pool)
+    v = ttnn.from_torch(torch.randn(blocks, NKV, BLOCK, D), **pool)
+    table = ttnn.from_torch(torch.randperm(blocks, dtype=torch.int32).reshape(B, -1), **ints)
+    pos = ttnn.from_torch(torch.tensor(positions, dtype=torch.int32), **ints)
+    pc = SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), k_chunk_size=0, kv_pages="key_row", **config)
+    step = plan_decode(q, k, v, DecodeOptions(paged=True, page_table=table, cur_pos_tensor=pos, program_config=pc))
+    one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), **ints)
+    entries = []
+    with count_transfers() as log:
+        for n in range(1, 5):
+            if n == 2:
+                log.clear()
+            out = step.run(q, k, v, cur_pos_tensor=pos, page_table=table)
+            ttnn.deallocate(out)
+            new_pos = ttnn.add(pos, one)
+            ttnn.deallocate(pos)
+            pos = new_pos
+            entries.append(int(d.num_program_cache_entries()))
+        moves = list(log.moves)
+    kernels = [{"name": kk.name, "source": str(Path(kk.source).resolve()), "kind": kk.kind.value}
+               for kk in step.program.kernels]
+    for t in (q, k, v, table, pos, one):
+        ttnn.deallocate(t)
+    return {"moves": moves, "entries": entries, "kernels": kernels, "bank_local": step.plan.bank_local,
+            "dram_banks": step.plan.dram_banks, "device_banks": dram_banks(d), "pieces": step.plan.pieces_per_work,
+            "softmax_chunks": step.plan.softmax_chunks, "spread_banks": step.plan.spread_banks,
+            "layouts": sorted({t.layout for t in step.program.tensors if t.name in ("k", "v")})}
+
+
+# Llama-3.1-8B's heads at B 4, blocks of 64; a Llama-70B T3K shard (one KV head) at B 1 and 32K, blocks of 32,
+# at ttnn's default max_cores_per_head_batch (16)
+emit({"llama8b": steps(4, 32, 8, 128, 64, 2048, [0, 63, 64, 2000]),
+      "t3k_shard": steps(1, 8, 1, 128, 32, 32768, [32000], max_cores_per_head_batch=16)})
 ttnn.close_device(d)
 """
 
 
-def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock, mock_run) -> None:
-    r = run_mock(STEPS, timeout=300)
-    assert r.returncode == 0 and r.result is not None, r.describe()
-    res = r.result
+def check_steps(res: dict, jit_log: str) -> None:
+    """A case's steps: accepted, every kernel JIT-compiled (by GCC 12 too), nothing moved after the first step,
+    no program-cache entry after the second."""
     assert res["bank_local"] and res["layouts"] == ["key_row"]
     assert res["dram_banks"] == res["device_banks"] == 12
-    # Llama-3.1-8B's 8 KV heads, blocks of 64: 6 banks per KV head; 4 users of 2K fill the grid with one
-    # piece per (user, KV head) over its 6 banks (the bank-local pricing's choice)
-    assert res["pieces"] == 1
-    # the kernels compiled here take softmax blocks (plan/softmax_block.py): a piece of 64 tiles in chunks of 8,
-    # blocks of twice the even split's chunks, at most 8
-    assert res["softmax_chunks"] == 8, res["softmax_chunks"]
-    problems = check_jit(res["kernels"], jit_records(mock_run["jit_log"]))
+    problems = check_jit(res["kernels"], jit_records(jit_log))
     assert not problems, "\n".join(problems)
     assert sorted(k["kind"] for k in res["kernels"]) == ["compute", "reader", "writer"]
     # GCC 12 (the second front end, tests/mock/test_gcc_front_end.py) takes the bank-local builds too
     ours = {os.path.realpath(k["source"]) for k in res["kernels"]}
-    builds = [b for b in gfe.kernel_builds(gfe.read_log(mock_run["jit_log"])) if set(b.kernels) <= ours]
+    builds = [b for b in gfe.kernel_builds(gfe.read_log(jit_log)) if set(b.kernels) <= ours]
     assert builds, "no JIT build of the bank-local kernels in the log"
     failed = [r.describe() for r in gfe.compile_all(builds) if not r.ok]
     assert not failed, "GCC 12 rejects:\n" + "\n".join(failed)
     assert res["moves"] == [], f"host<->device moves after the first step: {res['moves']}"
     # after step 2 (the FlashDecode program and the positions' ttnn.add are cached by then) no new entry
     assert len(set(res["entries"][1:])) == 1, f"program-cache entries per step: {res['entries']}"
+
+
+def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock, mock_run) -> None:
+    r = run_mock(STEPS, timeout=420)
+    assert r.returncode == 0 and r.result is not None, r.describe()
+    llama, shard = r.result["llama8b"], r.result["t3k_shard"]
+    check_steps(llama, mock_run["jit_log"])
+    # 4 users of 2K fill the grid with one piece per (user, KV head) over its 6 banks (the bank-local pricing's
+    # choice), each keeping to its own banks
+    assert (llama["pieces"], llama["spread_banks"]) == (1, False)
+    # the kernels compiled here take softmax blocks (plan/softmax_block.py): a piece of 64 tiles in chunks of 8,
+    # blocks of twice the even split's chunks, at most 8
+    assert llama["softmax_chunks"] == 8, llama["softmax_chunks"]
+    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split)
+    check_steps(shard, mock_run["jit_log"])
+    assert (shard["pieces"], shard["spread_banks"]) == (16, True)

@@ -223,7 +223,8 @@ class BankLocalView:
 
 def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, index: int, *, pieces: int,
                     num_kv_heads: int, block_tiles: int, dram_banks: int, fixed_chunk_tiles: int = 0,
-                    window: int = 0, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES) -> BankLocalView:
+                    window: int = 0, min_chunk_tiles: int = 1, chunk_cap: int = SMALL_CHUNK_TILES,
+                    spread_banks: bool = False) -> BankLocalView:
     """Piece `index` of the bank-local split of (user at cur_pos, `kv_head`), from the user's page-table row:
     L = the banks of R_h holding attended tiles (ascending, nb of them, c_b tiles in bank b); used =
     min(pieces, max(1, T // floor), nb * min c_b) (floor = the fixed chunk or the split floor). With used <= nb
@@ -232,8 +233,10 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
     j % G == i % G and reads, as sub-piece i // G of subs = used // G, the o-th of their attended tiles
     (ascending over the group's banks, o from 0) when o % subs == i // G; every piece then holds
     ceil or floor of (its group's tiles) / subs, and every bank has subs readers. Chunks of the fixed size or
-    dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap); pieces i >= used are empty. `window`: the key
-    span's (span_window)."""
+    dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap); pieces i >= used are empty. `spread_banks`: one
+    group of every bank held (G = 1, whatever used): piece i takes the o-th attended tile when o % used == i,
+    so every piece holds ceil or floor of T / used tiles whatever the page table (its reads spread over the
+    banks). `window`: the key span's (span_window)."""
     t = valid_tiles(cur_pos, window)
     if t == 0:
         return BankLocalView(0, (), (), fixed_chunk_tiles or 1)
@@ -254,10 +257,10 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
     chunk = chunk_tiles_for(cur_pos, fixed_chunk_tiles, used, window, min_chunk_tiles, chunk_cap)
     if index >= used:
         return BankLocalView(used, (), (), chunk)
-    if used <= nb:
+    if used <= nb and not spread_banks:
         own = tuple(b for j, b in enumerate(held) if j % used == index)
         return BankLocalView(used, own, tuple(k for k in attended if bank(k) in own), chunk)
-    groups = math.gcd(used, nb)
+    groups = 1 if spread_banks else math.gcd(used, nb)
     own = tuple(held[index % groups::groups])
     of_group = [k for k in attended if bank(k) in own]
     return BankLocalView(used, own, tuple(of_group[index // groups::used // groups]), chunk)

@@ -96,6 +96,7 @@ class PieceCompute:
     floor_tiles: int = 1
     fixed_chunk_tiles: int = 0
     softmax_chunks: int = 1  # read chunks per online-softmax update (DecodePlan.softmax_chunks)
+    spread_banks: bool = False  # pieces take turns over every bank held (DecodePlan.spread_banks)
 
     @property
     def exp(self) -> str:
@@ -136,14 +137,14 @@ def bank_counts(pt_row: Sequence[int], tiles: int, head: int, num_kv_heads: int,
 
 
 def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
-                    order: Optional[np.ndarray] = None) -> PieceOwnership:
+                    order: Optional[np.ndarray] = None, spread_banks: bool = False) -> PieceOwnership:
     """The split of one (user, KV head) over `pieces` pieces from its bank counts (core.split.bank_local_view's
     rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for
     j % used == i; with used > |L|, in G = gcd(used, |L|) groups, piece i owns L[j] for j % G == i % G as
     sub-piece i // G of subs = used // G, every subs-th of the group's tiles (n_i = ceil((group tiles -
     i // G) / subs)); pieces i >= used are empty. `order`: the banks of the attended tiles in logical order
     (tile_banks), which gives a multi-bank sub-piece's tiles per bank exactly (else split by the banks'
-    counts)."""
+    counts). `spread_banks`: one group of every bank held (G = 1) whatever used."""
     live = [b for b in reach if counts[b] > 0]
     total = int(sum(int(counts[b]) for b in reach))
     if not total:
@@ -151,8 +152,8 @@ def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor
     nb = len(live)
     fewest = min(int(counts[b]) for b in live)
     used = min(pieces, max(1, total // max(1, floor)), nb * fewest)
-    if used > nb:
-        groups = math.gcd(used, nb)
+    if used > nb or spread_banks:
+        groups = 1 if spread_banks else math.gcd(used, nb)
         subs = used // groups
         banks = tuple(tuple(live[i % groups::groups]) if i < used else () for i in range(pieces))
         shares = tuple(_sub_piece_tiles(counts, bk, i // groups, subs, order) if bk else ()
@@ -204,8 +205,18 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
             order = tile_banks(page_table[user], 0, t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
             counts = np.bincount(order, minlength=s.dram_banks)
             p = per_bank * len(reach) if pieces is None else pieces
-            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, order), counts, reach)
+            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, order, pc.spread_banks), counts, reach)
     return out
+
+
+def _reads_own_banks(own: PieceOwnership, counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
+                     i: int) -> bool:
+    """Does piece i of `own` read only banks the own-bank split would give it (the banks of its own-bank
+    ownership)? Always for an own-bank split; for a spread one when the page table deals its turns that way
+    (a sequential table does)."""
+    grouped = piece_ownership(counts, reach, pieces, floor)
+    mine = {b for b, t in zip(own.banks[i], own.bank_tiles[i]) if t}
+    return mine <= set(grouped.banks[i])
 
 
 def piece_imbalance(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
@@ -328,9 +339,10 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
     msg = pc.q_tiles * (d + 2) * 1024 * im * pc.q_tile_rows // 32
     merge = merge_ops(pc.q_tiles, d, pc.exp, pc.head_rows, pc.dst_tiles, pc.q_tile_rows, im)
     owns = _ownerships(s, pc, page_table, pieces, per_bank)
+    scattered: set[CoreCoord] = set()  # cores with a spread piece reading beyond its own-bank split's banks
     first: dict[CoreCoord, tuple[int, int, int, int, tuple[int, ...], int]] = {}
     most = 0
-    for (user, h), (own, _, _) in owns.items():
+    for (user, h), (own, bank_count, reach) in owns.items():
         t = valid_tiles(s.cur_pos[user])
         chunk = pc.fixed_chunk_tiles or dynamic_chunk_tiles(-(-t // own.used), pc.floor_tiles, pc.chunk_cap)
         most = max(most, own.used)
@@ -340,8 +352,12 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             where.append(core)
             n = own.tiles[i]
             if core not in works:
-                first[core] = (user, h, n, chunk, own.banks[i], own.used)
+                read = tuple(b for b, t in zip(own.banks[i], own.bank_tiles[i]) if t or not pc.spread_banks)
+                first[core] = (user, h, n, chunk, read, own.used)
             w = works.setdefault(core, CoreWork([], np.zeros(nb), {}, {}, 0, 0, 0, bank_local=True))
+            p = per_bank * len(reach) if pieces is None else pieces
+            if pc.spread_banks and not _reads_own_banks(own, bank_count, reach, p, pc.floor, i):
+                scattered.add(core)
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
             for b, tiles in zip(own.banks[i], own.bank_tiles[i]):
@@ -358,6 +374,8 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
         for i in range(own.used):
             for _ in tree_children(i, own.used):
                 _add_ops(works[where[i]].merge, merge)
+    for core in scattered:
+        works[core].bank_local = False
     readers = np.count_nonzero([w.bank_bytes > 0 for w in works.values()], axis=0)
     for core, w in works.items():
         w.index_reads = _index_reads(s, list(users[core]), first[core][0])
@@ -453,7 +471,14 @@ def evaluate_paged(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, piec
                    placement: Optional[Mapping[tuple[int, int, int], CoreCoord]] = None
                    ) -> tuple[Breakdown, dict[str, float]]:
     """The step estimate (MODEL ESTIMATE, µs) of `paged_work`, every bank shared fairly by its readers at
-    `bank_rate`; the launch skew over the cores with work. Returns (breakdown, paged_work's counts)."""
+    `bank_rate`; a core with a spread piece that reads beyond the banks its own-bank split would give it
+    (CoreWork.bank_local False: its reads meet many banks, as interleaved reads do) at the interleaved efficiency
+    instead (an ASSUMED price: DRAMTile's readers paired randomly with banks); the launch skew over the cores
+    with work. Returns (breakdown, paged_work's counts)."""
     works, red, counts = paged_work(s, pc, page_table, pieces, c, per_bank, placement)
-    b = evaluate(works, red, pc.fidelity, c, floors=shared_bank_floors(works, bank_rate(c)))
+    local = shared_bank_floors(works, bank_rate(c))
+    scattered = shared_bank_floors(works, bank_rate(c) * c.dram_interleaved_efficiency
+                                   / c.dram_bank_local_readers_efficiency)
+    floors = [f if w.bank_local else g for w, f, g in zip(works, local, scattered)]
+    b = evaluate(works, red, pc.fidelity, c, floors=floors)
     return b, counts

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 
-from ttdecode.perf_model.bank_paged import PagedShape, PieceCompute, evaluate_paged, sequential_page_table
+from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, random_page_table,
+                                            sequential_page_table)
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.evaluator import sum_ops
 from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops, softmax_exp
@@ -69,16 +70,20 @@ def bank_local_step_cycles(*, batch: int, num_q_heads: int, num_kv_heads: int, h
                            seq_len: int, pieces: int, grid: tuple[int, int], dram_banks: int, kv_tile_bytes: int,
                            q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int, prescale_q: bool,
                            fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
-                           fixed_chunk_tiles: int, c: CostConstants = COST) -> float:
+                           fixed_chunk_tiles: int, spread_banks: bool = False, random_table: bool = False,
+                           c: CostConstants = COST) -> float:
     """A bank-local paged step (bank_paged.evaluate_paged) in cycles: `batch` users, each at the cache's
     length (cur_pos seq_len - 1) over a sequential page table (each user's blocks in order: every bank of
-    R_h evenly loaded), `pieces` per (user, KV head), the model's own placement over the `grid`. Depends on
+    R_h evenly loaded; `random_table`: a fixed random table of distinct blocks from a pool twice the need, as a
+    serving allocator's), `pieces` per (user, KV head) (`spread_banks`: DecodePlan.spread_banks), the model's own
+    placement over the `grid`. Depends on
     the config, the shape and the batch size only (remembered for the default constants)."""
     args = dict(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                 block_size=block_size, seq_len=seq_len, pieces=pieces, grid=tuple(grid), dram_banks=dram_banks,
                 kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
                 dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
-                chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles)
+                chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
+                spread_banks=spread_banks, random_table=random_table)
     return _remembered_step_cycles(**args) if c is COST else _step_cycles(c, **args)
 
 
@@ -91,12 +96,15 @@ def _step_cycles(c: CostConstants, *, batch: int, num_q_heads: int, num_kv_heads
                  block_size: int, seq_len: int, pieces: int, grid: tuple[int, int], dram_banks: int,
                  kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int,
                  prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
-                 fixed_chunk_tiles: int) -> float:
+                 fixed_chunk_tiles: int, spread_banks: bool, random_table: bool) -> float:
     shape = PagedShape(batch, num_q_heads, num_kv_heads, head_dim, block_size, (seq_len - 1,) * batch, grid,
                        dram_banks, kv_tile_bytes)
     pc = PieceCompute(q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows, dst_tiles=dst_tiles,
                       prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
-                      chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles)
-    table = sequential_page_table(batch, -(-seq_len // block_size))
+                      chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
+                      spread_banks=spread_banks)
+    blocks = -(-seq_len // block_size)
+    table = (random_page_table(batch, blocks, seed=0, num_blocks=2 * batch * blocks) if random_table
+             else sequential_page_table(batch, blocks))
     breakdown, _ = evaluate_paged(shape, pc, table, pieces, c)
     return breakdown.cycles

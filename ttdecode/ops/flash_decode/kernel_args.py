@@ -47,6 +47,7 @@ def compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_a
         chunk_cap=plan.chunk_cap,                  # largest dynamic chunk in tiles
         cyclic_split=int(plan.cyclic_split),       # pieces take every p'-th key tile (kv_pages "key_row")
         bank_local=int(plan.bank_local),           # key_row pages of a paged cache: the reader's views
+        spread_banks=int(plan.spread_banks),       # bank-local pieces take turns over every bank held
         dram_banks=plan.dram_banks,                # the DRAM banks pages are dealt over
         token_window=plan.sliding_window_size,     # each token's sliding window in keys (0 = none)
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)

@@ -127,6 +127,7 @@ def make_plan(
     l1_bytes_per_core: int = L1_BYTES_PER_CORE,
     dram_banks: int = WORMHOLE_DRAM_BANKS,
     softmax_chunks: int | None = None,
+    spread_banks: bool | None = None,
 ) -> DecodePlan:
     """Plan one FlashDecode step. Raises PlanError (naming the knob) when it cannot run.
 
@@ -179,6 +180,10 @@ def make_plan(
     (plan/softmax_block.py: more than 1 only on bank-local plans with an fp32 DST, one q tile row, no MLA
     or attn_mask, where a piece reads several chunks and the block's buffers fit L1); given = used as given,
     refused by name where it cannot run or fit.
+    `spread_banks` (bank-local only): the pieces of a (user, KV head) take turns over every bank it holds
+    (DecodePlan.spread_banks: equal pieces whatever the page table, reads spread over the banks) rather than keep
+    to their own banks; None = the model's choice (split_choices.bank_local_spread: spread where the step has
+    DRAM to spare); refused by name on any other plan.
 
     `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
     UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores'
@@ -277,6 +282,7 @@ def _plan_steps(
     l1_bytes_per_core: int,
     dram_banks: int,
     softmax_chunks: int | None,
+    spread_banks: bool | None,
 ) -> tuple[DecodePlan, dict[str, Any]]:
     """make_plan's steps for a call with max_cores_per_head_batch set (the arguments are make_plan's, all
     given), in order: check the call, the q rows' tiles, the split (`short_cap`: the planner's cap below
@@ -313,7 +319,8 @@ def _plan_steps(
                          kv_pages=kv_pages, key_row_pieces=key_row_pieces, block_size=block_size,
                          num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=kv_dtype,
                          mla=mla, attn_mask_batch=attn_mask_batch, cores=cores, rows=rows, shape=shape, kv=kv,
-                         dram_banks=dram_banks, batch=batch, num_q_heads=num_q_heads, grid=grid, short_cap=short_cap)
+                         dram_banks=dram_banks, batch=batch, num_q_heads=num_q_heads, grid=grid, short_cap=short_cap,
+                         spread_banks=spread_banks)
     placed = place_pieces(cores=cores, works=works, split=split, kv_pages=kv_pages, share_cache=share_cache,
                           num_kv_heads=num_kv_heads, seq_len=seq_len, window=window, num_tokens=num_tokens,
                           shape=shape, kv_dtype=kv_dtype, block_size=block_size, dram_banks=dram_banks)
@@ -352,6 +359,7 @@ def _plan_steps(
         attention_sink=bool(attention_sink), mla=mla, is_causal=is_causal, attn_mask_batch=attn_mask_batch,
         num_tokens=num_tokens, kv_pages=kv_pages, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows,
         dram_banks=dram_banks, merge_slot=merge_slot, softmax_chunks=softmax_chunks,
+        spread_banks=split.spread_banks,
     )
     return plan, cb_args
 

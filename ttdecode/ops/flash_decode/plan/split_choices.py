@@ -5,6 +5,7 @@ candidate through `ttdecode.perf_model.pricing`; the planner decides here).
 - `tile_pieces`: pieces per (user, KV head) of tile pages with dynamic chunks;
 - `key_row_pieces`: pieces per (user, KV head) of key_row pages (a multiple of 12);
 - `bank_local_pieces`: pieces per (user, KV head) of the bank-local split (1 to 4 readers per bank);
+- `bank_local_spread`: whether those pieces take turns over every bank held (DecodePlan.spread_banks);
 - `chunk_cap`: the cap of dynamic chunks and its pieces;
 - `split_costs`: the prices of one key tile, one chunk and one tree round they weigh (also key_row_deal's).
 
@@ -24,7 +25,7 @@ from ttdecode.perf_model.pricing import (bank_local_floor_cycles, bank_local_ste
                                          core_reader_cycles, interleaved_floor_cycles, key_tile_cycles, round_cycles)
 
 __all__ = ["SplitCosts", "split_costs", "piece_chunks", "tile_paged_busiest", "split_floor_tiles", "key_row_pieces",
-           "bank_local_pieces", "tile_pieces", "chunk_cap"]
+           "bank_local_pieces", "bank_local_spread", "tile_pieces", "chunk_cap"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,19 @@ def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: in
             best = (cycles, p)
     assert best is not None
     return best[1]
+
+
+def bank_local_spread(**step: object) -> bool:
+    """Whether the bank-local pieces take turns over every bank held (DecodePlan.spread_banks) rather than keep
+    to their own banks: when the model prices the spread split shorter over a fixed random page table
+    (pricing.bank_local_step_cycles with random_table; `step`: that function's other arguments, the chosen
+    pieces included). Over a sequential table the two read the same tiles per piece; over a random one the
+    own-bank split's pieces follow the banks' uneven counts while the spread split's stay equal but read many
+    banks (at the interleaved efficiency): the spread wins where the compute and the tree bind, not the DRAM.
+    Depends on the config, the shape and the batch size only."""
+    def price(spread: bool) -> float:
+        return bank_local_step_cycles(**step, spread_banks=spread, random_table=True)  # type: ignore[arg-type]
+    return price(True) < price(False)
 
 
 def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, floor_tiles: int, q_tiles: int,

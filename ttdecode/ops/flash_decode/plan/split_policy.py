@@ -14,6 +14,7 @@ from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, bank_local_
 from ttdecode.ops.flash_decode.plan.buffers import fitting_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import bank_local_pieces as model_bank_local_pieces
+from ttdecode.ops.flash_decode.plan.split_choices import bank_local_spread as model_bank_local_spread
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
@@ -125,7 +126,8 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                  max_cores_per_head_batch: int, kv_pages: str, key_row_pieces: int | None, block_size: int | None,
                  num_kv_heads: int, head_dim: int, head_dim_v: int, kv_dtype: DataType, mla: bool,
                  attn_mask_batch: int, cores: Sequence[CoreCoord], rows: QRows, shape: dict, kv: dict,
-                 dram_banks: int, batch: int, num_q_heads: int, grid: tuple[int, int], short_cap: int = 0) -> Split:
+                 dram_banks: int, batch: int, num_q_heads: int, grid: tuple[int, int], short_cap: int = 0,
+                 spread_banks: bool | None = None) -> Split:
     """Decides the split (the same for every user: batch invariance): the chunk (fixed, or dynamic up to a
     cap), the split floor, the pieces per (user, KV head) and the merge rounds. With dynamic chunks and
     no caller's cap, the cap and its pieces are the pair the cost model gives the shortest step for one
@@ -133,7 +135,9 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
     without a caller's key_row_pieces: at that cap, 1 to READERS_PER_BANK readers per bank, the model's choice
     for the `batch` size on the `grid` (split_choices.bank_local_pieces; never the positions). `short_cap` (one
     of SHORT_CHUNK_CAPS, 0 = none): the planner's cap below SMALL_CHUNK_TILES for a plan that overflows L1 at
-    SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap."""
+    SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap. Bank-local: `spread_banks`
+    (DecodePlan.spread_banks) as given, None = the model's choice at those pieces (split_choices.bank_local_spread);
+    refused by name on any other plan."""
     fixed = k_chunk_size // TILE
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
@@ -157,17 +161,23 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
         cap, pieces = model_chunk_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
                                       options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
                                       **shape, **kv)
-    if kv_pages == "key_row" and block_size and key_row_pieces is None:
-        pieces = model_bank_local_pieces(
-            reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks), most=most,
-            readers_per_bank=READERS_PER_BANK, batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
-            head_dim=head_dim, block_size=block_size, seq_len=seq_len, grid=tuple(grid), dram_banks=dram_banks,
-            kv_tile_bytes=kv["kv_tile_bytes"], q_tiles=shape["q_tiles"], head_rows=shape["head_rows"],
-            q_tile_rows=shape["q_tile_rows"], dst_tiles=shape["dst_tiles"], prescale_q=shape["prescale_q"],
-            fp32_dest_acc_en=shape["fp32_dest_acc_en"], fidelity=shape["fidelity"], chunk_cap=cap,
-            floor_tiles=floor, fixed_chunk_tiles=fixed)
+    bank_local = kv_pages == "key_row" and bool(block_size)
+    if spread_banks and not bank_local:
+        raise PlanError("spread_banks: True needs a bank-local plan (kv_pages 'key_row' with a paged cache)")
+    if bank_local:
+        step = dict(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                    block_size=block_size, seq_len=seq_len, grid=tuple(grid), dram_banks=dram_banks,
+                    kv_tile_bytes=kv["kv_tile_bytes"], q_tiles=shape["q_tiles"], head_rows=shape["head_rows"],
+                    q_tile_rows=shape["q_tile_rows"], dst_tiles=shape["dst_tiles"], prescale_q=shape["prescale_q"],
+                    fp32_dest_acc_en=shape["fp32_dest_acc_en"], fidelity=shape["fidelity"], chunk_cap=cap,
+                    floor_tiles=floor, fixed_chunk_tiles=fixed)
+        if key_row_pieces is None:
+            pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks),
+                                             most=most, readers_per_bank=READERS_PER_BANK, **step)
+        if spread_banks is None:
+            spread_banks = model_bank_local_spread(pieces=pieces, **step)
     return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
-                  max_chunk_tiles=fixed if fixed else min(cap, st))
+                  max_chunk_tiles=fixed if fixed else min(cap, st), spread_banks=bool(spread_banks))
 
 
 def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, dram_banks: int) -> int:

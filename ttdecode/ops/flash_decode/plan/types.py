@@ -140,6 +140,10 @@ class DecodePlan:
     # for all of them; kernels/flash_decode/online_softmax.hpp): 1, or more on bank-local plans that fit
     # (plan/softmax_block.py)
     softmax_chunks: int = field(default=1, repr=False)
+    # bank-local only: one group of every bank a (user, KV head) holds, every piece taking the next attended tile
+    # in turn (core.split.bank_local_view spread_banks), so its pieces' tile counts differ by one at most
+    # whatever the page table; else each piece keeps to its own banks (split_choices.bank_local_spread)
+    spread_banks: bool = field(default=False, repr=False)
 
     @property
     def message_pages(self) -> int:
@@ -235,7 +239,8 @@ class DecodePlan:
         return bank_local_view(cur_pos, page_table_row, kv_head, index, pieces=self.pieces_per_work,
                                num_kv_heads=self.num_kv_heads, block_tiles=self.block_size // TILE,
                                dram_banks=self.dram_banks, fixed_chunk_tiles=self.fixed_chunk_tiles,
-                               window=self.key_window, min_chunk_tiles=self.min_chunk_tiles, chunk_cap=self.chunk_cap)
+                               window=self.key_window, min_chunk_tiles=self.min_chunk_tiles, chunk_cap=self.chunk_cap,
+                               spread_banks=self.spread_banks)
 
 
 def cbs_bytes_per_core(cbs: Sequence[CBSpec]) -> int:
@@ -264,3 +269,4 @@ class Split:
     pieces: int  # pieces per (user, KV head)
     rounds: int  # merge rounds of the binomial tree over the pieces
     max_chunk_tiles: int  # the largest chunk any piece reads: the K/V slots' size
+    spread_banks: bool = False  # bank-local pieces take turns over every bank held (DecodePlan.spread_banks)
