@@ -5,6 +5,7 @@ index); the fair bank share; the closed form's compute against a real run of the
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -269,3 +270,39 @@ def test_a_later_chunk_of_a_softmax_block_adds_only_its_key_tiles(head_dim):
     assert eight["max"] - four["max"] == 2 * more
     assert eight["pack"] - four["pack"] == 2 * more
     assert eight["copy"] - four["copy"] == 2 * more + 4 * 6
+
+
+@pytest.mark.parametrize("nkv, pieces", [(1, 16), (8, 3), (8, 5)])
+def test_spread_ownership_is_the_kernels_turns_over_every_bank(nkv, pieces):
+    """piece_ownership with spread_banks: per piece, the tiles per bank the kernels' rule gives it
+    (core.split.bank_local_view with spread_banks, which tests/test_flash_decode_bank_paged.py pins against the
+    reader's fetches), under a random table; every piece's count within one of the others'."""
+    block, s = 32, 4096
+    table = random_page_table(1, s // block, seed=nkv + pieces, num_blocks=3 * s // block)
+    for h in range(nkv):
+        order = tile_banks(table[0], 0, s // 32, h, nkv, 1, 12)
+        counts = np.bincount(order, minlength=12)
+        own = piece_ownership(counts, bank_local_banks(h, nkv, 1, 12), pieces, 1, order, spread_banks=True)
+        for i in range(own.used):
+            view = bank_local_view(s - 1, table[0], h, i, pieces=pieces, num_kv_heads=nkv, block_tiles=1,
+                                   dram_banks=12, spread_banks=True)
+            per_bank = np.bincount(order[list(view.tiles)], minlength=12)
+            assert {b: t for b, t in zip(own.banks[i], own.bank_tiles[i]) if t} == \
+                {b: int(n) for b, n in enumerate(per_bank) if n}
+        assert max(own.tiles) - min(own.tiles[: own.used]) <= 1
+
+
+def test_spread_pieces_are_priced_as_own_bank_pieces_over_a_sequential_table():
+    """Over a sequential table the spread pieces of the one-KV-head shard read exactly the own-bank pieces'
+    tiles, so the model prices both alike; over a random table the spread pieces stay equal (no imbalance)
+    and their cores read at the interleaved efficiency (CoreWork.bank_local False)."""
+    shape = PagedShape(1, 8, 1, 128, 32, (32767,))
+    pc = PieceCompute(q_tiles=1, head_rows=8, q_tile_rows=8, chunk_cap=16, floor_tiles=4, softmax_chunks=8)
+    seq = sequential_page_table(1, 1024)
+    own, _ = evaluate_paged(shape, pc, seq, 16)
+    spread, _ = evaluate_paged(shape, replace(pc, spread_banks=True), seq, 16)
+    assert spread.total_us == own.total_us
+    rnd = random_page_table(1, 1024, seed=0, num_blocks=2048)
+    works, _, counts = paged_work(shape, replace(pc, spread_banks=True), rnd, 16)
+    assert counts["imbalance_worst"] == 1.0
+    assert not any(w.bank_local for w in works)
