@@ -339,7 +339,7 @@ def test_sub_piece_views_follow_the_design_rule(nkv: int, pieces: int) -> None:
         plan = make_plan(batch=1, num_q_heads=32 // (8 // nkv), num_kv_heads=nkv, seq_len=s, head_dim=128,
                          cur_pos=[0], kv_pages="key_row", block_size=block, num_blocks=512,
                          sliding_window_size=window, key_row_pieces=pieces, min_chunk_tiles=floor,
-                         max_cores_per_head_batch=None)
+                         max_cores_per_head_batch=None, spread_banks=False)
         assert plan.pieces_per_work == pieces
         for trial in range(12):
             row = torch.randperm(512, generator=gen)[: s // block].tolist()
@@ -636,7 +636,7 @@ def test_the_plan_takes_the_devices_bank_count_and_the_host_runtime_models_twelv
     32 keys reach one bank each, of 64 two, of 256 all 8) and piece i sits near bank R_h[i]; the host runtime,
     which models Wormhole's 12 banks, refuses such a program by name."""
     base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=2048, head_dim=64, cur_pos=[2000],
-                kv_pages="key_row", num_blocks=64, dram_banks=8, max_cores_per_head_batch=16)
+                kv_pages="key_row", num_blocks=64, dram_banks=8, max_cores_per_head_batch=16, spread_banks=False)
     for block, reach in ((32, 1), (64, 2), (256, 8)):
         assert make_plan(**base, block_size=block).pieces_per_work in bank_local_choices(reach, 16)
         plan = make_plan(**base, block_size=block, key_row_pieces=reach)
