@@ -257,15 +257,18 @@ def test_bank_local_features_equal_the_reference(feature: str) -> None:
     assert_matches(out, lse, ref, ref_lse, pos, f"bank-local {feature}")
 
 
-def test_a_users_output_ignores_the_other_users_positions_and_page_tables() -> None:
+@pytest.mark.parametrize("spread", [False, True])
+def test_a_users_output_ignores_the_other_users_positions_and_page_tables(spread: bool) -> None:
     """Batch invariance: user 0's output bits stay the same when the other users' positions and page-table
-    rows change (the second run on a perturbed schedule of the cores' threads)."""
+    rows change (the second run on a perturbed schedule of the cores' threads), with pieces keeping to their
+    banks and with spread pieces (DecodePlan.spread_banks)."""
     b, nh, nkv, s, d, block = 4, 8, 2, 1024, 64, 64
     gen = torch.Generator().manual_seed(3)
     max_blocks, num_blocks = s // block, b * (s // block) + 4
     q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
     k, v = pool(gen, num_blocks, nkv, block, d, BFP8), pool(gen, num_blocks, nkv, block, d, BFP8)
-    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8,
+                spread_banks=spread)
     first = shuffled_table(b, max_blocks, num_blocks, seed=1)
     second = shuffled_table(b, max_blocks, num_blocks, seed=2)
     second[0] = first[0]
