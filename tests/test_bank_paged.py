@@ -22,7 +22,7 @@ from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, bank_count
                                             piece_imbalance, piece_ownership, random_page_table, sequential_page_table,
                                             tile_banks)
 from ttdecode.perf_model.constants import COST
-from ttdecode.perf_model.evaluator import CoreWork, shared_bank_floors, sum_ops
+from ttdecode.perf_model.evaluator import CoreWork, reduction_cycles, shared_bank_floors, sum_ops
 
 
 def page_bank(block: int, head: int, row: int, nkv: int, bt: int, nb: int) -> int:
@@ -211,7 +211,7 @@ def test_closed_form_compute_is_near_a_real_run_of_the_kernels():
 @pytest.mark.parametrize("softmax_chunks", [1, 4])
 def test_closed_form_compute_of_softmax_blocks_is_near_a_real_run_of_the_kernels(softmax_chunks):
     """A bank-local plan of one piece of 8 chunks of 16 tiles (one KV head, the Llama-70B T3K group; one piece:
-    the counters' tree matching takes the plan's ranges, which a bank-local plan with a tree has not), one
+    no tree, its compute alone), one
     online-softmax update per chunk or per block of 4 (DecodePlan.softmax_chunks): the closed form's compute
     (chunk_ops per block, a later chunk of a block its key tiles only) is within 15% of the counters'."""
     seq, block = 4096, 32
@@ -306,3 +306,34 @@ def test_spread_pieces_are_priced_as_own_bank_pieces_over_a_sequential_table():
     works, _, counts = paged_work(shape, replace(pc, spread_banks=True), rnd, 16)
     assert counts["imbalance_worst"] == 1.0
     assert not any(w.bank_local for w in works)
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_closed_form_merge_tree_of_bank_local_pieces_is_a_real_runs(spread):
+    """A one-KV-head shard's 16 bank-local pieces (8K keys, a random table) merging in a 4-round tree: the tree
+    the counters give (work_from_counters with the run's page table: the messages matched to the pieces with
+    keys, their bytes, hops and merges) prices within 5% of the closed form's (paged_work at the plan's
+    placement), for pieces keeping to their banks and for spread pieces."""
+    seq, block = 8192, 32
+    plan = make_plan(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=seq, head_dim=128, kv_dtype=DataType.bfloat8_b,
+                     cur_pos=[seq - 1], key_row_pieces=16, kv_pages="key_row", block_size=block,
+                     num_blocks=2 * seq // block, max_cores_per_head_batch=16, spread_banks=spread)
+    g = torch.Generator().manual_seed(0)
+    q = from_torch(torch.randn(1, 1, 8, 128, generator=g))
+    k = from_torch(torch.randn(2 * seq // block, 1, block, 128, generator=g), DataType.bfloat8_b)
+    table = random_page_table(1, seq // block, seed=1, num_blocks=2 * seq // block)
+    _, _, result = run_flash_decode(plan, q=q, k=k, v=k, cur_pos_source=None, page_table=torch.tensor(table),
+                                    scale=1 / math.sqrt(128), exp_approx=False,
+                                    compute=ComputeSettings(math_fidelity=MathFidelity("HiFi2"), fp32_dest_acc_en=True))
+    with pytest.raises(ValueError, match="give work_from_counters the run's page_table"):
+        work_from_counters(plan, result.counters)
+    _, real, fid = work_from_counters(plan, result.counters, table)
+    pc = PieceCompute(q_tiles=plan.q_tiles, head_rows=8, q_tile_rows=plan.q_tile_rows, dst_tiles=plan.dst_tiles,
+                      prescale_q=plan.prescale_q, chunk_cap=plan.chunk_cap, floor_tiles=plan.min_chunk_tiles,
+                      fidelity=fid, softmax_chunks=plan.softmax_chunks, spread_banks=spread)
+    placement = {(p.user, p.kv_head, p.index): p.core for p in plan.pieces}
+    _, closed, _ = paged_work(PagedShape(1, 8, 1, 128, block, (seq - 1,)), pc, table, 16, placement=placement)
+    assert len(real.trees) == len(closed.trees) == 1
+    real_cycles, _ = reduction_cycles(real, fid, COST)
+    closed_cycles, _ = reduction_cycles(closed, fid, COST)
+    assert closed_cycles == pytest.approx(real_cycles, rel=0.05)

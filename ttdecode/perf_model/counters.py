@@ -77,9 +77,23 @@ def _whole_partials(messages: list[Message], rows: int) -> list[Message]:
     return out
 
 
-def match_tree(plan: Any, messages: list[Message]) -> list[Message]:
+def _has_keys(plan: Any, piece: Any, page_table: Any) -> bool:
+    """Does the piece read keys: its range's (DecodePlan.range_at), or on a bank-local plan its view's from the
+    user's page-table row (DecodePlan.bank_local_view)?"""
+    pos = plan.cur_pos[piece.user]
+    if not getattr(plan, "bank_local", False):
+        return not plan.range_at(pos, piece.index).empty
+    if page_table is None:
+        raise ValueError("a bank-local plan's pieces follow the page table: give work_from_counters the run's "
+                         "page_table to match messages to the tree")
+    row = [int(x) for x in page_table[piece.user]]
+    return not plan.bank_local_view(pos, row, piece.kv_head, piece.index).empty
+
+
+def match_tree(plan: Any, messages: list[Message], page_table: Any = None) -> list[Message]:
     """Attach (work, child, parent, round) to each message: a core's k-th message is its k-th
-    non-root piece with work, in slot order (the writer's order)."""
+    non-root piece with work, in slot order (the writer's order). `page_table` ([batch, blocks]): a
+    bank-local plan's (its pieces' keys follow it)."""
     if plan.cur_pos is None:
         raise ValueError("the model needs the plan's positions (cur_pos) to match messages to the tree")
     if getattr(plan, "merge_slot", False):
@@ -89,8 +103,7 @@ def match_tree(plan: Any, messages: list[Message]) -> list[Message]:
         by_src[m.src].append(m)
     out: list[Message] = []
     for core, pieces in plan.core_pieces.items():
-        senders = [p for p in pieces if p.parent_core is not None and not plan.range_at(
-            plan.cur_pos[p.user], p.index).empty]
+        senders = [p for p in pieces if p.parent_core is not None and _has_keys(plan, p, page_table)]
         sent = sorted(by_src.get(core, []), key=lambda m: m.seq)
         if len(sent) != len(senders):
             raise ValueError(f"core {core}: {len(sent)} messages in the events, the plan has {len(senders)} senders")
@@ -112,8 +125,10 @@ def kv_read_shape(plan: Any) -> tuple[int, int]:
     return (kv_tile - exponents) // 2, exponents // 2
 
 
-def work_from_counters(plan: Any, counters: RunCounters) -> tuple[list[CoreWork], Reduction, str]:
-    """(per-core work, the reduction (every work's merge tree), fidelity) of a run of our kernels.
+def work_from_counters(plan: Any, counters: RunCounters, page_table: Any = None
+                       ) -> tuple[list[CoreWork], Reduction, str]:
+    """(per-core work, the reduction (every work's merge tree), fidelity) of a run of our kernels
+    (`page_table`: the run's, needed for a bank-local plan whose pieces merge in a tree).
 
     Reads: the reader's read_dram events grouped by read_barrier (requests = events x count).
     Compute: every compute event is `count` calls of `amount` tiles; those between a cb_wait and a
@@ -192,7 +207,7 @@ def work_from_counters(plan: Any, counters: RunCounters) -> tuple[list[CoreWork]
                                 l1_bytes=float(e["l1_bytes"]) * n, unpacks=float(e["unpacks"]) * n)
                     (w.merge if inside else w.compute)[name].append(t)
     works = list(by_core.values())
-    msgs = match_tree(plan, writer_messages(counters))
+    msgs = match_tree(plan, writer_messages(counters), page_table)
     reduction = _critical_chain(msgs, works, by_core, fidelity)
     return works, reduction, fidelity
 
