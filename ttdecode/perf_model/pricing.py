@@ -71,19 +71,19 @@ def bank_local_step_cycles(*, batch: int, num_q_heads: int, num_kv_heads: int, h
                            q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int, prescale_q: bool,
                            fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
                            fixed_chunk_tiles: int, spread_banks: bool = False, random_table: bool = False,
-                           c: CostConstants = COST) -> float:
+                           softmax_chunks: int = 1, c: CostConstants = COST) -> float:
     """A bank-local paged step (bank_paged.evaluate_paged) in cycles: `batch` users, each at the cache's
     length (cur_pos seq_len - 1) over a sequential page table (each user's blocks in order: every bank of
     R_h evenly loaded; `random_table`: a fixed random table of distinct blocks from a pool twice the need, as a
-    serving allocator's), `pieces` per (user, KV head) (`spread_banks`: DecodePlan.spread_banks), the model's own
-    placement over the `grid`. Depends on
+    serving allocator's), `pieces` per (user, KV head) (`spread_banks`, `softmax_chunks`: the DecodePlan fields), the
+    model's own placement over the `grid`. Depends on
     the config, the shape and the batch size only (remembered for the default constants)."""
     args = dict(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                 block_size=block_size, seq_len=seq_len, pieces=pieces, grid=tuple(grid), dram_banks=dram_banks,
                 kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
                 dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
                 chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
-                spread_banks=spread_banks, random_table=random_table)
+                spread_banks=spread_banks, random_table=random_table, softmax_chunks=softmax_chunks)
     return _remembered_step_cycles(**args) if c is COST else _step_cycles(c, **args)
 
 
@@ -96,13 +96,13 @@ def _step_cycles(c: CostConstants, *, batch: int, num_q_heads: int, num_kv_heads
                  block_size: int, seq_len: int, pieces: int, grid: tuple[int, int], dram_banks: int,
                  kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int,
                  prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
-                 fixed_chunk_tiles: int, spread_banks: bool, random_table: bool) -> float:
+                 fixed_chunk_tiles: int, spread_banks: bool, random_table: bool, softmax_chunks: int) -> float:
     shape = PagedShape(batch, num_q_heads, num_kv_heads, head_dim, block_size, (seq_len - 1,) * batch, grid,
                        dram_banks, kv_tile_bytes)
     pc = PieceCompute(q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows, dst_tiles=dst_tiles,
                       prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
                       chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
-                      spread_banks=spread_banks)
+                      spread_banks=spread_banks, softmax_chunks=softmax_chunks)
     blocks = -(-seq_len // block_size)
     table = (random_page_table(batch, blocks, seed=0, num_blocks=2 * batch * blocks) if random_table
              else sequential_page_table(batch, blocks))

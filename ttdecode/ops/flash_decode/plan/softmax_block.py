@@ -10,7 +10,7 @@ from typing import Callable
 
 from ttdecode.ops.flash_decode.plan.types import PlanError, Split
 
-__all__ = ["SOFTMAX_CHUNKS_MAX", "choose_softmax_chunks", "softmax_block_refusal"]
+__all__ = ["SOFTMAX_CHUNKS_MAX", "choose_softmax_chunks", "softmax_block_refusal", "planned_softmax_chunks"]
 
 #: The most chunks the planner puts in one softmax block (a piece of the Llama-70B T3K point reads 4 at an
 #: even split, up to 6 with a random page table).
@@ -38,6 +38,14 @@ def softmax_block_refusal(*, bank_local: bool, fp32_dest_acc_en: bool, q_tiles: 
     return None
 
 
+def planned_softmax_chunks(seq_tiles: int, pieces: int, chunk_tiles: int) -> int:
+    """The planner's softmax block before the L1 check: as many chunks of `chunk_tiles` as the largest piece reads
+    (PIECE_HEADROOM times a piece's tiles at the even split of `seq_tiles` over `pieces`), at most
+    SOFTMAX_CHUNKS_MAX; 1 when that is one chunk."""
+    piece_tiles = PIECE_HEADROOM * -(-seq_tiles // max(1, pieces))
+    return max(1, min(SOFTMAX_CHUNKS_MAX, -(-piece_tiles // max(1, chunk_tiles))))
+
+
 def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Split, fits: Callable[[int], bool]) -> int:
     """Chunks per softmax block. `asked` (make_plan's softmax_chunks) is used as given: refused with
     `refusal` (softmax_block_refusal) above 1, or when `fits(asked)` (the plan's buffers with it fit L1) is
@@ -55,8 +63,7 @@ def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Spli
         return asked
     if refusal is not None:
         return 1
-    piece_tiles = PIECE_HEADROOM * -(-split.seq_tiles // split.pieces)
-    chunks = min(SOFTMAX_CHUNKS_MAX, -(-piece_tiles // max(1, split.max_chunk_tiles)))
+    chunks = planned_softmax_chunks(split.seq_tiles, split.pieces, split.max_chunk_tiles)
     for b in range(chunks, 1, -1):
         if fits(b):
             return b

@@ -17,6 +17,7 @@ from ttdecode.ops.flash_decode.plan.split_choices import bank_local_pieces as mo
 from ttdecode.ops.flash_decode.plan.split_choices import bank_local_spread as model_bank_local_spread
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
+from ttdecode.ops.flash_decode.plan.softmax_block import planned_softmax_chunks, softmax_block_refusal
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
 from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
 
@@ -171,11 +172,17 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                     q_tile_rows=shape["q_tile_rows"], dst_tiles=shape["dst_tiles"], prescale_q=shape["prescale_q"],
                     fp32_dest_acc_en=shape["fp32_dest_acc_en"], fidelity=shape["fidelity"], chunk_cap=cap,
                     floor_tiles=floor, fixed_chunk_tiles=fixed)
+        # priced at the softmax block the planner will give them (plan/softmax_block.py), where blocks can run
+        blocks = softmax_block_refusal(bank_local=True, fp32_dest_acc_en=shape["fp32_dest_acc_en"],
+                                       q_tiles=shape["q_tiles"], mla=mla, attn_mask_batch=attn_mask_batch) is None
         if key_row_pieces is None:
             pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks),
-                                             most=most, readers_per_bank=READERS_PER_BANK, **step)
+                                             most=most, readers_per_bank=READERS_PER_BANK, softmax_blocks=blocks,
+                                             **step)
         if spread_banks is None:
-            spread_banks = model_bank_local_spread(pieces=pieces, **step)
+            chunk = fixed or min(cap, st)
+            spread_banks = model_bank_local_spread(
+                pieces=pieces, softmax_chunks=planned_softmax_chunks(st, pieces, chunk) if blocks else 1, **step)
     return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
                   max_chunk_tiles=fixed if fixed else min(cap, st), spread_banks=bool(spread_banks))
 
