@@ -23,7 +23,7 @@ def test_the_planner_takes_blocks_on_bank_local_plans_only() -> None:
     """The Llama-70B T3K chip point: bank-local pieces of 4 chunks at an even split take blocks of 8 (twice
     that: a random page table loads some pieces more); the same shape with tile or contiguous key_row pages,
     a paged cache of tile pages or a bf16 DST keeps one chunk per update."""
-    bank_local = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512)
+    bank_local = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16)
     assert (bank_local.max_chunk_tiles, bank_local.softmax_chunks) == (16, 8)
     assert make_plan(**T3K).softmax_chunks == 1
     assert make_plan(**T3K, kv_pages="key_row").softmax_chunks == 1
@@ -46,7 +46,8 @@ def test_blocks_that_cannot_run_or_fit_are_refused_by_name() -> None:
     with pytest.raises(PlanError, match="at least 1"):
         make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, softmax_chunks=0)
     # the planner's own choice falls back to fewer chunks where a block's buffers overflow L1
-    tight = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, l1_bytes_per_core=800 * 1024)
+    tight = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16,
+                      l1_bytes_per_core=800 * 1024)
     assert tight.softmax_chunks == 4
 
 

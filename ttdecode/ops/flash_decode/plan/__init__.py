@@ -149,7 +149,8 @@ def make_plan(
     the keys over every piece (no floor).
     `chunk_cap` (dynamic chunks only): the largest dynamic chunk in tiles, one of CHUNK_CAPS; None =
     the model's choice (split_choices.chunk_cap, for one user at the cache's length, never the batch) among
-    those whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET for the shape and dtypes. Each chunk costs a
+    those whose chunk-sized buffers fit CHUNK_BUFFER_BUDGET for the shape and dtypes (bank-local: then re-priced
+    by the bank-local step at the chosen pieces, split_policy.choose_split). Each chunk costs a
     fixed amount of compute (the row max reduction, alpha, the rescales, the running set's copies and packs;
     perf_model.op_counts.chunk_ops), but the first chunk's read overlaps nothing.
     `math_fidelity`: the fidelity the cost model prices the split at (the compute config's; the kernels

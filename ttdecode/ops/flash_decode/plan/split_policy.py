@@ -17,6 +17,7 @@ from ttdecode.ops.flash_decode.plan.split_choices import bank_local_pieces as mo
 from ttdecode.ops.flash_decode.plan.split_choices import bank_local_spread as model_bank_local_spread
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
+from ttdecode.perf_model.pricing import bank_local_step_cycles
 from ttdecode.ops.flash_decode.plan.softmax_block import planned_softmax_chunks, softmax_block_refusal
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
 from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
@@ -136,7 +137,9 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
     without a caller's key_row_pieces: at that cap, 1 to READERS_PER_BANK readers per bank, the model's choice
     for the `batch` size on the `grid` (split_choices.bank_local_pieces; never the positions). `short_cap` (one
     of SHORT_CHUNK_CAPS, 0 = none): the planner's cap below SMALL_CHUNK_TILES for a plan that overflows L1 at
-    SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap. Bank-local: `spread_banks`
+    SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap. Bank-local with the model's cap:
+    the cap re-priced at the chosen pieces by the bank-local step (pricing.bank_local_step_cycles, each cap at
+    the softmax block the planner gives it), ties to the first choice. Bank-local: `spread_banks`
     (DecodePlan.spread_banks) as given, None = the model's choice at those pieces (split_choices.bank_local_spread);
     refused by name on any other plan."""
     fixed = k_chunk_size // TILE
@@ -154,9 +157,11 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                               bank_reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks)
                               if kv_pages == "key_row" and block_size else 0,
                               shape=shape, kv=kv)
+    caps = [cap]  # the caps a bank-local split re-prices at its pieces (the model's own choice below)
     if fixed or chunk_cap is not None or cap <= SMALL_CHUNK_TILES:
         pieces = split(cap)
     else:
+        caps = sorted(c for c in CHUNK_CAPS if c <= cap)
         # the cap and its pieces that the model gives the shortest step for one user at the cache's length
         options = [(c, split(c)) for c in sorted(CHUNK_CAPS) if c <= cap]
         cap, pieces = model_chunk_cap(num_kv_heads=num_kv_heads, cores=len(cores), seq_tiles=st, floor_tiles=floor,
@@ -179,6 +184,11 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
             pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks),
                                              most=most, readers_per_bank=READERS_PER_BANK, softmax_blocks=blocks,
                                              **step)
+        if len(caps) > 1:
+            cap = min(caps, key=lambda c: (bank_local_step_cycles(
+                **{**step, "chunk_cap": c}, pieces=pieces,
+                softmax_chunks=planned_softmax_chunks(st, pieces, min(c, st)) if blocks else 1), c != cap))
+            step["chunk_cap"] = cap
         if spread_banks is None:
             chunk = fixed or min(cap, st)
             spread_banks = model_bank_local_spread(
