@@ -409,6 +409,30 @@ def test_sub_pieces_fetch_their_own_tiles_and_equal_the_reference(per_bank: int,
     assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
+def run_five_users(nkv: int, pieces: int, feature: str, what: str, sequential: bool = False,
+                   **plan_args) -> tuple[DecodePlan, list[int], torch.Tensor]:
+    """Host runtime, 5 users (a skipped one, positions at a block's last and first key, a short context) of 2K
+    keys, blocks of 32, bfloat8_b, `pieces` per (user, KV head), a random page table (`sequential`: in order),
+    feature "window" a sliding window of 1700: the float64 reference's values, and per core and bank the K/V
+    tiles its reader fetched are design_owned_tiles'. Returns (plan, positions, table)."""
+    b, nh, s, d, block, kv = 5, 8, 2048, 64, 32, BFP8
+    gen = torch.Generator().manual_seed(pieces + nkv)
+    pos = [-1, 2047, 1023, 1024, 63]
+    max_blocks, num_blocks = s // block, b * (s // block) + 7
+    table = sequential_table(b, max_blocks) if sequential else shuffled_table(b, max_blocks, num_blocks, seed=pieces)
+    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
+                key_row_pieces=pieces, min_chunk_tiles=1, max_cores_per_head_batch=None, **plan_args)
+    if feature == "window":
+        args.update(sliding_window_size=1700)
+    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
+    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
+    plan, out, lse, result = run(args, q, k, v, pos, table, block)
+    assert plan.pieces_per_work == pieces
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, what)
+    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
+    return plan, pos, table
+
+
 GROUP_CASES = [
     (1, 16, "causal"),  # a one-KV-head shard: 16 pieces over 12 banks, 4 groups of 3 banks, 4 readers each
     (1, 16, "window"),  # masked tiles at both ends land in multi-bank sub-pieces
@@ -422,25 +446,12 @@ def test_groups_of_banks_fetch_their_own_tiles_and_equal_the_reference(nkv: int,
     its group): the output equals the float64 reference for a skipped user, positions at a block's last and
     first key and a short context, under a random page table; per core and bank the K/V tiles its reader
     fetched are those of design_owned_tiles."""
-    b, nh, s, d, block, kv = 5, 8, 2048, 64, 32, BFP8
-    gen = torch.Generator().manual_seed(pieces + nkv)
-    pos = [-1, 2047, 1023, 1024, 63]
-    max_blocks, num_blocks = s // block, b * (s // block) + 7
-    table = shuffled_table(b, max_blocks, num_blocks, seed=pieces)
-    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
-                key_row_pieces=pieces, min_chunk_tiles=1, max_cores_per_head_batch=None)
-    if feature == "window":  # a sequential table: a window's 50-odd tiles give every bank 2 or more
-        args.update(sliding_window_size=1700)
-        table = sequential_table(b, max_blocks)
-    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
-    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
-    plan, out, lse, result = run(args, q, k, v, pos, table, block)
-    assert plan.pieces_per_work == pieces
-    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"groups of banks {feature}")
+    # with a window, a sequential table: a window's 50-odd tiles give every bank 2 or more
+    plan, pos, table = run_five_users(nkv, pieces, feature, f"groups of banks {feature}",
+                                      sequential=feature == "window", spread_banks=False)
     reach = 12 if nkv == 1 else 3
-    used = [plan.bank_local_view(pos[u], table[u].tolist(), 0, 0).used for u in range(b)]
+    used = [plan.bank_local_view(pos[u], table[u].tolist(), 0, 0).used for u in range(len(pos))]
     assert any(n > reach and n % reach for n in used), f"the case must put pieces over groups of banks: {used}"
-    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
 SPREAD_CASES = [
@@ -457,26 +468,13 @@ def test_spread_pieces_take_every_used_th_tile_and_equal_the_reference(nkv: int,
     reference for a skipped user, positions at a block's last and first key and a short context, under a random
     page table; every piece holds the same tile count to one; per core and bank the K/V tiles its reader
     fetched are those of design_owned_tiles(spread)."""
-    b, nh, s, d, block, kv = 5, 8, 2048, 64, 32, BFP8
-    gen = torch.Generator().manual_seed(pieces + nkv)
-    pos = [-1, 2047, 1023, 1024, 63]
-    max_blocks, num_blocks = s // block, b * (s // block) + 7
-    table = shuffled_table(b, max_blocks, num_blocks, seed=pieces)
-    args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv,
-                key_row_pieces=pieces, min_chunk_tiles=1, max_cores_per_head_batch=None, spread_banks=True)
-    if feature == "window":
-        args.update(sliding_window_size=1700)
-    q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
-    k, v = pool(gen, num_blocks, nkv, block, d, kv), pool(gen, num_blocks, nkv, block, d, kv)
-    plan, out, lse, result = run(args, q, k, v, pos, table, block)
-    assert (plan.pieces_per_work, plan.spread_banks) == (pieces, True)
-    assert_matches(out, lse, *reference(plan, q, k, v, pos, table), pos, f"spread banks {feature}")
-    for u in range(b):
+    plan, pos, table = run_five_users(nkv, pieces, feature, f"spread banks {feature}", spread_banks=True)
+    assert plan.spread_banks
+    for u in range(len(pos)):
         for h in range(nkv):
             counts = [plan.bank_local_view(pos[u], table[u].tolist(), h, i).num_tiles for i in range(pieces)]
             used = [n for n in counts if n]
             assert not used or max(used) - min(used) <= 1, f"user {u} head {h}: {counts}"
-    assert_reads_own_tiles(plan, result, pos, table, nkv, block, kv)
 
 
 def test_spread_banks_needs_a_bank_local_plan() -> None:
