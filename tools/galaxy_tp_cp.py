@@ -29,37 +29,24 @@ from typing import Any, Optional, Sequence
 from ttdecode.testing.dry_run import run_isolated
 
 CHILD = r"""
-import sys, time, resource
-import torch
+import sys, resource
 import ttnn
-from transformers import LlamaConfig, LlamaForCausalLM
 from ttdecode.models import LlamaDecoder
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.drivers import join_leave_steps
-from ttdecode.testing.mock import open_mock_mesh
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.mesh_llama import mesh_decoder
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=16,
-                  num_key_value_heads=8, head_dim=32, max_position_embeddings=512, rope_theta=10000.0,
-                  rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-hf = LlamaForCausalLM(cfg).eval()
-t = time.perf_counter()
-device = open_mock_mesh((4, 8), system="galaxy32", fabric=True)
-times = {"open": time.perf_counter() - t}
-with count_transfers() as log:
-    t = time.perf_counter()
-    dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=512, block_size=32, devices=32, context_parallel=4,
-                               backend="device", device=device)
-    times["build"] = time.perf_counter() - t
+with mesh_decoder(LlamaDecoder, (4, 8), devices=32, context_parallel=4, heads=16, kv_heads=8, batch=4,
+                  system="galaxy32") as run:
+    device, dec = run.device, run.decoder
     dd, cp = dec._device, dec._device.cp
     layout = {"cp_axes": list(cp.axes), "cp_ranks": cp.ranks, "tp_axis": dd.tp_axis, "tp": dd.tp,
               "heads_per_chip": [dd.nh, dd.nkv]}
-    steps = join_leave_steps(dec, device, 4, log, steps=STEPS)
+    steps = join_leave_steps(dec, device, 4, run.log, steps=STEPS)
 dec.close()
 ttnn.close_mesh_device(device)
-emit({"times": times, "layout": layout, "steps": steps, "cluster": str(ttnn.cluster.get_cluster_type()),
+emit({"times": run.seconds, "layout": layout, "steps": steps, "cluster": str(ttnn.cluster.get_cluster_type()),
       "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 """
 

@@ -20,43 +20,19 @@ import pytest
 from ttdecode.testing.dry_run import check_jit, jit_records
 
 CP_LLAMA = r"""
-import time
 import torch
 import ttnn
 from pathlib import Path
-from transformers import LlamaConfig, LlamaForCausalLM
 from ttdecode.models import LlamaDecoder
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.drivers import join_leave_steps
-from ttdecode.testing.mock import open_mock_mesh
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.mesh_llama import mesh_decoder, record_host_rows
 
-SHAPE = __SHAPE__
 B = 4
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_theta=10000.0,
-                  rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-hf = LlamaForCausalLM(cfg).eval()
-t0 = time.perf_counter()
-device = open_mock_mesh(SHAPE, fabric=True)
-open_s = time.perf_counter() - t0
-with count_transfers() as log:
-    t0 = time.perf_counter()
-    dec = LlamaDecoder.from_hf(hf, batch=B, max_seq_len=512, block_size=32, devices=8, context_parallel=8,
-                               backend="device", device=device)
-    build_s = time.perf_counter() - t0
-    build_moves = list(log.moves)
-    log.clear()
+with mesh_decoder(LlamaDecoder, __SHAPE__, devices=8, context_parallel=8, batch=B) as run:
+    device, dec, log = run.device, run.decoder, run.log
     cp = dec._device.cp
-    rows = []  # every step's rows as they went to the devices
-    _host_rows = cp.host_rows
-    def recording(*args, **kwargs):
-        r = _host_rows(*args, **kwargs)
-        rows.append(r.tolist())
-        return r
-    cp.host_rows = recording
-
+    rows = record_host_rows(cp)  # every step's rows as they went to the devices
     steps = join_leave_steps(dec, device, B, log)  # the default joins and leaves
     # a 40-token prompt and 30 new tokens: positions 0..68 in blocks 0, 1, 2 (devices 0, 1, 2 write)
     entries = int(device.num_program_cache_entries())
@@ -79,9 +55,9 @@ layout = {"prefix": cp.prefix, "batch": cp.batch, "local_blocks": cp.local_block
           "bank_local": [all(is_bank_local(c) for kv in cp.caches for c in kv), cp.flash.plan.bank_local,
                          cp.rotary.program.tensor("k_cache").layout, dec.allocator.ranks[0].policy]}
 dec.close()
-emit({"open_seconds": round(open_s, 1), "build_seconds": round(build_s, 2), "build_moves": build_moves,
-      "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows, "layout": layout,
-      "dealt_ok": dealt_ok, "row_shapes": row_shapes, "row_width": cp.row_width,
+emit({"open_seconds": round(run.seconds["open"], 1), "build_seconds": round(run.seconds["build"], 2),
+      "build_moves": run.build_moves, "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows,
+      "layout": layout, "dealt_ok": dealt_ok, "row_shapes": row_shapes, "row_width": cp.row_width,
       "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": gen_moves}})
 ttnn.close_mesh_device(device)

@@ -23,34 +23,17 @@ TP_CP_LLAMA = r"""
 import torch
 import ttnn
 from pathlib import Path
-from transformers import LlamaConfig, LlamaForCausalLM
 from ttdecode.models import LlamaDecoder
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.drivers import join_leave_steps
-from ttdecode.testing.mock import open_mock_mesh
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.mesh_llama import mesh_decoder, record_host_rows
 
 B = 4
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rope_theta=10000.0,
-                  rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-hf = LlamaForCausalLM(cfg).eval()
-device = open_mock_mesh((2, 4), fabric=True)
-with count_transfers() as log:
-    dec = LlamaDecoder.from_hf(hf, batch=B, max_seq_len=512, block_size=32, devices=8, context_parallel=4,
-                               backend="device", device=device)
-    build_moves = list(log.moves)
-    log.clear()
+with mesh_decoder(LlamaDecoder, (2, 4), devices=8, context_parallel=4, batch=B) as run:
+    device, dec, log = run.device, run.decoder, run.log
     dd = dec._device
     cp = dd.cp
-    rows = []
-    _host_rows = cp.host_rows
-    def recording(*args, **kwargs):
-        r = _host_rows(*args, **kwargs)
-        rows.append(r.tolist())
-        return r
-    cp.host_rows = recording
+    rows = record_host_rows(cp)
     steps = join_leave_steps(dec, device, B, log)
     entries = int(device.num_program_cache_entries())
     step_rows = len(rows)
@@ -65,7 +48,7 @@ layout = {"prefix": cp.prefix, "batch": cp.batch, "local_blocks": cp.local_block
           "ranks": cp.ranks, "device_ranks": list(cp.device_ranks), "tp_axis": dd.tp_axis, "tp": dd.tp,
           "nh": dd.nh, "nkv": dd.nkv, "combine_partials": cp.combine.plan.partials}
 dec.close()
-emit({"build_moves": build_moves, "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows,
+emit({"build_moves": run.build_moves, "steps": steps, "kernels": kernels, "rows": rows, "step_rows": step_rows,
       "layout": layout, "shapes": shapes, "cache_shapes": cache_shapes,
       "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": gen_moves}})
@@ -161,20 +144,12 @@ def test_tensor_times_context_parallel_llama_decodes_on_a_mock_t3k_2x4(run_mock,
 MESH_2X4 = r"""
 import torch
 import ttnn
-from transformers import LlamaConfig, LlamaForCausalLM
 from ttdecode.distributed import device_context
 from ttdecode.models import LlamaDecoder
 from ttdecode.testing.dry_run import emit
+from ttdecode.testing.mesh_llama import tiny_llama
 from ttdecode.testing.mock import open_mock_mesh
 from ttdecode.testing.transfers import count_transfers
-
-def llama(hidden, heads, kv_heads):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=256, num_hidden_layers=1,
-                      num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=32,
-                      max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5, bos_token_id=None,
-                      eos_token_id=None, pad_token_id=None)
-    return LlamaForCausalLM(cfg).eval()
 
 def recorded(dd, steps):
     _step = dd.step
@@ -205,8 +180,8 @@ device_context.ContextParallelDecode.host_rows = recording
 result = {}
 with count_transfers() as log:
     # TP 2 x CP 4: prompts of 40 and 17 tokens in chunks of T = 32 and 8
-    dec = LlamaDecoder.from_hf(llama(128, 4, 2), batch=2, max_seq_len=256, block_size=32, devices=8,
-                               context_parallel=4, backend="device", device=device)
+    dec = LlamaDecoder.from_hf(tiny_llama(4, 2, hidden=128, layers=1), batch=2, max_seq_len=256, block_size=32,
+                               devices=8, context_parallel=4, backend="device", device=device)
     dd, steps = dec._device, []
     recorded(dd, steps)
     runs = twice(dec, [torch.arange(1, 41), torch.arange(3, 20)], log)
@@ -215,8 +190,8 @@ with count_transfers() as log:
     dec.close()
     result["tpcp"] = {"runs": runs, "steps": steps, "rows": rows, "loops": loops}
     # TP 8 alone over the 2 x 4 mesh: a 9-token prompt in one step of T = 9
-    dec = LlamaDecoder.from_hf(llama(256, 8, 8), batch=2, max_seq_len=256, block_size=32, devices=8,
-                               backend="device", device=device)
+    dec = LlamaDecoder.from_hf(tiny_llama(8, 8, hidden=256, layers=1), batch=2, max_seq_len=256, block_size=32,
+                               devices=8, backend="device", device=device)
     dd, steps = dec._device, []
     recorded(dd, steps)
     runs = twice(dec, [torch.arange(1, 10)], log)
