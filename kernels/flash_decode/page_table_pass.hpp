@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The FlashDecode reader's page-table pass (reader.cpp, paged caches only), before the first piece: each user's
-// page-table row is read once and checked inside the pool (reader_positions.hpp row_in_pool). With the
+// page-table row is read once and checked inside the pool (reader_positions.hpp guard_row). With the
 // bank-local split (key_row pages of a paged pool) the same pass builds each piece's view (common.hpp
 // BankView: its banks, tiles, chunk and masks; bank_local.hpp counts the row) for the compute kernel and the
 // writer, requests the core's first chunks early, and leaves the counts it defers to the chunk loop
@@ -144,9 +144,7 @@ struct PageTablePass {
                 noc_async_read_barrier();
             }
             row_ahead = user;
-            if (!row_in_pool<Args>(row, pos)) {
-                positions[user] = -1;
-            }
+            guard_row<Args>(row, positions, user, pos);
             if constexpr (Args::bank_local) {
                 if (positions[user] >= 0) {
                     banks.begin_user(window_first_tile(pos, Args::window), (uint32_t)pos / TILE);

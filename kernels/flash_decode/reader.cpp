@@ -117,23 +117,6 @@ struct Args {
 
 void kernel_main() {
     using Tensors = ReaderTensors<Args>;
-    constexpr uint32_t batch = Args::batch;
-    constexpr uint32_t d_tiles = Args::d_tiles;
-    constexpr uint32_t dv_tiles = Args::dv_tiles;
-    constexpr uint32_t q_tiles = Args::q_tiles;
-    constexpr uint32_t group_size = Args::group_size;
-    constexpr uint32_t nh_tiles = Args::nh_tiles;
-    constexpr uint32_t max_chunk_tiles = Args::max_chunk_tiles;
-    constexpr uint32_t tokens = Args::tokens;
-    constexpr uint32_t q_tile_rows = Args::q_tile_rows;
-    constexpr bool bank_local = Args::bank_local;
-    constexpr bool mla = Args::mla;
-    constexpr bool has_sink = Args::has_sink;
-    constexpr bool has_attn_mask = Args::has_attn_mask;
-    constexpr uint32_t k_slot_tiles = Args::k_slot_tiles;
-    constexpr uint32_t v_slot_tiles = Args::v_slot_tiles;
-    constexpr uint32_t softmax_chunks = Args::softmax_chunks;
-
     const Tensors io = Tensors::from_common_args();
     const Pieces pieces{get_arg_val<uint32_t>(0)};
     // K's and V's generators apart: the chunk reads take their addresses, not the whole set's.
@@ -168,47 +151,29 @@ void kernel_main() {
         const uint32_t index = Pieces::index(p);
         const int32_t cur_pos = positions[user];
         BankView view{};  // bank-local: the piece's view (built by the pass)
-        if constexpr (bank_local) {
+        if constexpr (Args::bank_local) {
             view = load_view(pass.views, p);
         }
-        const PieceRange range = bank_local ? view_range(view)
-                                            : piece_range(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work,
-                                                          index, Args::window, Args::min_chunk_tiles,
-                                                          Args::cyclic_split, Args::chunk_cap, Args::dram_banks);
+        const PieceRange range = Args::bank_local ? view_range(view)
+                                                  : piece_range(cur_pos, Args::fixed_chunk_tiles, Args::pieces_per_work,
+                                                                index, Args::window, Args::min_chunk_tiles,
+                                                                Args::cyclic_split, Args::chunk_cap, Args::dram_banks);
         if (range.empty()) {
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
 
-        // Q [T, B, NH, D]: token j's group rows land in q rows j*g .. j*g + g - 1 (token-major).
-        cb_reserve_back(cb_q, q_tiles * d_tiles);
-        for (uint32_t j = 0; j < tokens; ++j) {
-            read_group_rows<q_tile_rows>(io.q, get_write_ptr(cb_q), j * batch + user, kv_head, group_size, nh_tiles,
-                                         TileColumns{d_tiles, 0, d_tiles, d_tiles}, j * group_size);
-        }
+        read_q<Args>(io.q, user, kv_head);
         // Q waits for the first chunk's K: one barrier (one DRAM latency) for both, since the compute
         // kernel needs both to start. A new page-table row must land before any K address uses it.
         bool q_pending = !pass.begin_piece(p, user, page_table_row);
-        if constexpr (has_sink) {
-            // The root folds the sink into its denominator: the group's rows of the sink tiles.
+        if constexpr (Args::has_sink) {
             if (index == 0) {
-                cb_reserve_back(cb_sink, q_tiles);
-                for (uint32_t j = 0; j < tokens; ++j) {
-                    read_group_rows<q_tile_rows>(io.sink, get_write_ptr(cb_sink), 0, kv_head, group_size, nh_tiles,
-                                                 TileColumns{1, 0, 1, 1}, j * group_size);
-                }
+                read_sink<Args>(io.sink, kv_head);
             }
         }
-        const auto push_q = [&]() {
-            cb_push_back(cb_q, q_tiles * d_tiles);
-            if constexpr (has_sink) {
-                if (index == 0) {
-                    cb_push_back(cb_sink, q_tiles);
-                }
-            }
-        };
         if (!q_pending) {
             noc_async_read_barrier();
-            push_q();
+            push_q<Args>(index);
         }
 
         // K/V tile (row, d) is page row * Dt + d (kv_tile_row); with share_cache every user reads
@@ -220,68 +185,68 @@ void kernel_main() {
         const bool from_early = p == 0 && pass.early_chunks > 0;
         uint32_t cursor = from_early ? pass.early_cursor : window_first_tile(cur_pos, Args::window);
         uint32_t turn = from_early ? pass.early_turn : 0;
-        uint32_t chunk_keys[bank_local ? max_chunk_tiles : 1];
+        uint32_t chunk_keys[Args::bank_local ? Args::max_chunk_tiles : 1];
         for (uint32_t c = 0; c < range.num_chunks; ++c) {
             const uint32_t tiles = range.tiles_in_chunk(c);
-            const bool early = bank_local && p == 0 && c < pass.early_chunks;
-            if constexpr (bank_local) {
+            const bool early = Args::bank_local && p == 0 && c < pass.early_chunks;
+            if constexpr (Args::bank_local) {
                 pass.list_keys(chunk_keys, early, c, tiles, page_table_row, kv_head, view, cursor, turn);
             }
             const ChunkRead<Args> chunk{range.tile_at(c * range.chunk_tiles), range.stride, chunk_keys, tiles, cur_pos,
                                         page_table_row, kv_batch, kv_head};
 
             // K (the slot layout: Args::k_t_stride, k_d_stride), and with an attn_mask the chunk's mask rows
-            cb_reserve_back(cb_k, k_slot_tiles);
+            cb_reserve_back(cb_k, Args::k_slot_tiles);
             const uint32_t k_slot = get_write_ptr(cb_k);
             if (!early) {
-                chunk.read(k_gen, k_slot, d_tiles, Args::k_t_stride, Args::k_d_stride);
+                chunk.read(k_gen, k_slot, Args::d_tiles, Args::k_t_stride, Args::k_d_stride);
             }
-            if constexpr (has_attn_mask) {
+            if constexpr (Args::has_attn_mask) {
                 chunk.read_mask(io.mask, user);
             }
             // One barrier per slot keeps all of its requests in flight together (the first slot's
             // with Q's).
             noc_async_read_barrier();
             if (q_pending) {
-                push_q();
+                push_q<Args>(index);
                 q_pending = false;
             }
-            if constexpr (bank_local && mla) {
+            if constexpr (Args::bank_local && Args::mla) {
                 pass.advance(c, range.num_chunks);
             }
-            chunk.zero_stale(k_slot, d_tiles, Args::k_t_stride, Args::k_d_stride);
-            if constexpr (has_attn_mask) {
+            chunk.zero_stale(k_slot, Args::d_tiles, Args::k_t_stride, Args::k_d_stride);
+            if constexpr (Args::has_attn_mask) {
                 cb_push_back(cb_attn_mask, Args::mask_slot_tiles);
             }
-            cb_push_back(cb_k, k_slot_tiles);
+            cb_push_back(cb_k, Args::k_slot_tiles);
 
             // V (row-major: tile (t, v) at t * v_row_tiles + v, the row's ones tile after it), read while
             // the compute kernel works on K.
-            if constexpr (!mla) {
-                cb_reserve_back(cb_v, v_slot_tiles);
+            if constexpr (!Args::mla) {
+                cb_reserve_back(cb_v, Args::v_slot_tiles);
                 const uint32_t v_slot = get_write_ptr(cb_v);
                 if (!early) {
-                    chunk.read(v_gen, v_slot, dv_tiles, Args::v_row_tiles, 1);
+                    chunk.read(v_gen, v_slot, Args::dv_tiles, Args::v_row_tiles, 1);
                 }
-                if constexpr (bank_local) {
+                if constexpr (Args::bank_local) {
                     pass.advance(c, range.num_chunks);
                 }
                 noc_async_read_barrier();
-                chunk.zero_stale(v_slot, dv_tiles, Args::v_row_tiles, 1);
-                cb_push_back(cb_v, v_slot_tiles);
+                chunk.zero_stale(v_slot, Args::dv_tiles, Args::v_row_tiles, 1);
+                cb_push_back(cb_v, Args::v_slot_tiles);
             }
         }
         // Softmax blocks: the piece's V slots padded to whole blocks (pushed unread; the compute kernel pops
         // them), so that every block's slots lie side by side from the start of cb_v.
-        if constexpr (!mla && softmax_chunks > 1) {
-            for (uint32_t c = range.num_chunks % softmax_chunks; c != 0 && c < softmax_chunks; ++c) {
-                cb_reserve_back(cb_v, v_slot_tiles);
-                cb_push_back(cb_v, v_slot_tiles);
+        if constexpr (!Args::mla && Args::softmax_chunks > 1) {
+            for (uint32_t c = range.num_chunks % Args::softmax_chunks; c != 0 && c < Args::softmax_chunks; ++c) {
+                cb_reserve_back(cb_v, Args::v_slot_tiles);
+                cb_push_back(cb_v, Args::v_slot_tiles);
             }
         }
         if (q_pending) {  // a range with no chunk (none today): Q still reaches the compute kernel
             noc_async_read_barrier();
-            push_q();
+            push_q<Args>(index);
         }
     }
 }

@@ -48,17 +48,18 @@ void read_positions(const Tensors& io, uint32_t pos_l1, uint32_t row_ahead) {
     }
 }
 
-// The guard on a page-table row: whether the user at `pos` (>= 0) finds every block it attends inside the pool.
+// The guard on a page-table row: the user at `pos` (>= 0) is skipped (-1) unless every block it attends is
+// inside the pool.
 template <class Args>
-bool row_in_pool(volatile tt_l1_ptr int32_t* row, int32_t pos) {
+void guard_row(volatile tt_l1_ptr int32_t* row, volatile tt_l1_ptr int32_t* positions, uint32_t user, int32_t pos) {
     const uint32_t first_block = window_first_key(pos, Args::window) / Args::block_positions;
     const uint32_t last_block = (uint32_t)pos / Args::block_positions;
     for (uint32_t j = first_block; j <= last_block; ++j) {
         if (row[j] < 0 || row[j] >= (int32_t)Args::num_blocks) {
-            return false;
+            positions[user] = -1;
+            break;
         }
     }
-    return true;
 }
 
 // The guarded positions to the writer's copy of the page, and both pages pushed.

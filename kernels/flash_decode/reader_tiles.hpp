@@ -139,6 +139,40 @@ uint32_t kv_tile_row(volatile tt_l1_ptr int32_t* page_table_row, uint32_t kv_bat
         return (kv_batch * num_kv_heads + kv_head) * seq_tiles + tile;
     }
 }
+// A piece's q rows: Q [T, B, NH, D], token j's group rows into q rows j*g .. j*g + g - 1 (token-major), in
+// cb_q's next slot (reserved here, pushed by push_q once they land).
+template <class Args, typename AddrGen>
+void read_q(const AddrGen& q_gen, uint32_t user, uint32_t kv_head) {
+    cb_reserve_back(cb_q, Args::q_tiles * Args::d_tiles);
+    for (uint32_t j = 0; j < Args::tokens; ++j) {
+        read_group_rows<Args::q_tile_rows>(q_gen, get_write_ptr(cb_q), j * Args::batch + user, kv_head, Args::group_size,
+                                           Args::nh_tiles, TileColumns{Args::d_tiles, 0, Args::d_tiles, Args::d_tiles},
+                                           j * Args::group_size);
+    }
+}
+
+// A root's sink rows (it folds the sink into its denominator): the group's rows of the sink tiles, once per
+// token, into cb_sink (reserved here, pushed by push_q).
+template <class Args>
+void read_sink(const InterleavedAddrGen<true>& sink_gen, uint32_t kv_head) {
+    cb_reserve_back(cb_sink, Args::q_tiles);
+    for (uint32_t j = 0; j < Args::tokens; ++j) {
+        read_group_rows<Args::q_tile_rows>(sink_gen, get_write_ptr(cb_sink), 0, kv_head, Args::group_size,
+                                           Args::nh_tiles, TileColumns{1, 0, 1, 1}, j * Args::group_size);
+    }
+}
+
+// The piece's q rows (and a root's sink rows) to the compute kernel, after the barrier they landed under.
+template <class Args>
+void push_q(uint32_t index) {
+    cb_push_back(cb_q, Args::q_tiles * Args::d_tiles);
+    if constexpr (Args::has_sink) {
+        if (index == 0) {
+            cb_push_back(cb_sink, Args::q_tiles);
+        }
+    }
+}
+
 // One chunk of a piece's keys for one (user, KV head), and its reads into a K or V slot: the chunk's t-th key
 // tile is first_tile + t * stride (the piece's tiles, contiguous or the cyclic split's), or with the bank-local
 // split keys[t] (the walk's list, each chunk's key tiles listed once for K, V, the mask rows and the stale
