@@ -21,6 +21,8 @@
 
 namespace flash_decode {
 
+// The pass (run, before the first piece) and the page-table state the piece loop keeps after it (begin_piece,
+// list_keys, advance); Args: reader.cpp's compile-time constants.
 template <class Args>
 struct PageTablePass {
     using Banks = BankLocal<Args::num_kv_heads, (Args::bank_local ? Args::block_tiles : 1),
@@ -191,7 +193,8 @@ struct PageTablePass {
         noc_async_read(page_table_gen.get_noc_addr(user), get_write_ptr(cb_page_table) + b * row_stride,
                        Args::page_table_row_bytes);
         row_user[b] = user;
-        row_counts[b].begin_user(window_first_tile(positions[user], Args::window), (uint32_t)positions[user] / TILE);
+        row_counts[b].begin_user(window_first_tile(positions[user], Args::window),
+                                 (uint32_t)positions[user] / TILE);
     }
 
     // The pass over the core's pieces (bank-local: the other users' first, piece 0's user last), then, bank-local,
@@ -290,7 +293,8 @@ struct PageTablePass {
     void list_keys(uint32_t* keys, bool early, uint32_t c, uint32_t tiles, volatile tt_l1_ptr int32_t* row,
                    uint32_t kv_head, const BankView& view, uint32_t& cursor, uint32_t& turn) {
         for (uint32_t t = 0; t < tiles; ++t) {
-            keys[t] = early ? early_keys[c * max_chunk_tiles + t] : banks.next_tile(row, kv_head, view, cursor, turn);
+            keys[t] = early ? early_keys[c * max_chunk_tiles + t]
+                            : banks.next_tile(row, kv_head, view, cursor, turn);
         }
     }
 

@@ -50,8 +50,10 @@ struct Args {
     static constexpr bool share_cache = get_named_compile_time_arg_val("share_cache") == 1;
     static constexpr uint32_t kv_tile_bytes = get_named_compile_time_arg_val("kv_tile_bytes");
     static constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
-    static constexpr uint32_t block_tiles = get_named_compile_time_arg_val("block_tiles");  // block_size / 32 (paged only)
-    static constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");   // page-table entries per user (paged only)
+    // block_size / 32 (paged only)
+    static constexpr uint32_t block_tiles = get_named_compile_time_arg_val("block_tiles");
+    // page-table entries per user (paged only)
+    static constexpr uint32_t max_blocks = get_named_compile_time_arg_val("max_blocks");
     // A paged pool of 16-position blocks (block_size 16, block_tiles 0): a (block, KV head) is one tile row
     // whose rows 0-15 hold the block's keys and rows 16-31 padding (ttnn's TILE layout of
     // [num_blocks, NKV, 16, D]); key tile t is rows 0-15 of blocks 2t and 2t + 1, and the padding is never read.
@@ -62,17 +64,26 @@ struct Args {
 #endif
     // positions per block; never 0, so the unpaged build's (unused) paged code divides by a nonzero constant
     static constexpr uint32_t block_positions = half_blocks ? TILE / 2 : (block_tiles > 0 ? block_tiles : 1) * TILE;
-    static constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");  // each token's sliding window (0 = none)
-    static constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;    // attention sink logits to read
-    static constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;         // V = K[..., :Dv]: no V reads, no V slot
-    static constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;  // an additive mask to stream
-    static constexpr bool mask_broadcast = get_named_compile_time_arg_val("mask_broadcast") == 1;  // mask batch 1: every user reads it
-    static constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");  // new tokens per user (multi-token decode)
+    // each token's sliding window (0 = none)
+    static constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");
+    // attention sink logits to read
+    static constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;
+    // V = K[..., :Dv]: no V reads, no V slot
+    static constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;
+    // an additive mask to stream
+    static constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;
+    // mask batch 1: every user reads it
+    static constexpr bool mask_broadcast = get_named_compile_time_arg_val("mask_broadcast") == 1;
+    // new tokens per user (multi-token decode)
+    static constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");
     // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
     static constexpr uint32_t window = span_window(token_window, tokens);
-    static constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");  // split floor of dynamic chunks
-    static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");  // largest dynamic chunk (plan.chunk_cap)
-    static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;  // a piece takes every p'-th key tile
+    // split floor of dynamic chunks
+    static constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");
+    // largest dynamic chunk (plan.chunk_cap)
+    static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");
+    // a piece takes every p'-th key tile
+    static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;
     // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_pages "key_row":
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
     static constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
@@ -80,9 +91,12 @@ struct Args {
     // key_row pages of a paged cache: each piece reads the tiles of its own banks (common.hpp BankView)
     static constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     static_assert(!bank_local || (paged && key_row_pages), "the bank-local split reads a paged key-row pool");
-    static_assert(!paged || ((block_tiles > 0 || half_blocks) && max_blocks > 0), "a paged cache needs its block geometry");
-    static_assert(!half_blocks || (paged && block_tiles == 0 && !key_row_pages), "16-position blocks: a paged tile-page pool");
-    static constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");  // blocks in the K/V pool (paged only)
+    static_assert(!paged || ((block_tiles > 0 || half_blocks) && max_blocks > 0),
+                  "a paged cache needs its block geometry");
+    static_assert(!half_blocks || (paged && block_tiles == 0 && !key_row_pages),
+                  "16-position blocks: a paged tile-page pool");
+    // blocks in the K/V pool (paged only)
+    static constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");
     // the B positions come as common runtime args (cur_pos given as a list) instead of the cur_pos tensor
     static constexpr bool positions_in_args = get_named_compile_time_arg_val("positions_in_args") == 1;
     static constexpr uint32_t q_slots = get_named_compile_time_arg_val("q_slots");  // pieces' Q held at once (1 or 2)

@@ -51,7 +51,8 @@ void read_positions(const Tensors& io, uint32_t pos_l1, uint32_t row_ahead) {
 // The guard on a page-table row: the user at `pos` (>= 0) is skipped (-1) unless every block it attends is
 // inside the pool.
 template <class Args>
-void guard_row(volatile tt_l1_ptr int32_t* row, volatile tt_l1_ptr int32_t* positions, uint32_t user, int32_t pos) {
+void guard_row(volatile tt_l1_ptr int32_t* row, volatile tt_l1_ptr int32_t* positions, uint32_t user,
+               int32_t pos) {
     const uint32_t first_block = window_first_key(pos, Args::window) / Args::block_positions;
     const uint32_t last_block = (uint32_t)pos / Args::block_positions;
     for (uint32_t j = first_block; j <= last_block; ++j) {

@@ -139,14 +139,16 @@ uint32_t kv_tile_row(volatile tt_l1_ptr int32_t* page_table_row, uint32_t kv_bat
         return (kv_batch * num_kv_heads + kv_head) * seq_tiles + tile;
     }
 }
+
 // A piece's q rows: Q [T, B, NH, D], token j's group rows into q rows j*g .. j*g + g - 1 (token-major), in
 // cb_q's next slot (reserved here, pushed by push_q once they land).
 template <class Args, typename AddrGen>
 void read_q(const AddrGen& q_gen, uint32_t user, uint32_t kv_head) {
     cb_reserve_back(cb_q, Args::q_tiles * Args::d_tiles);
     for (uint32_t j = 0; j < Args::tokens; ++j) {
-        read_group_rows<Args::q_tile_rows>(q_gen, get_write_ptr(cb_q), j * Args::batch + user, kv_head, Args::group_size,
-                                           Args::nh_tiles, TileColumns{Args::d_tiles, 0, Args::d_tiles, Args::d_tiles},
+        read_group_rows<Args::q_tile_rows>(q_gen, get_write_ptr(cb_q), j * Args::batch + user, kv_head,
+                                           Args::group_size, Args::nh_tiles,
+                                           TileColumns{Args::d_tiles, 0, Args::d_tiles, Args::d_tiles},
                                            j * Args::group_size);
     }
 }
@@ -262,11 +264,10 @@ struct ChunkRead {
         const uint32_t run = !Args::bank_local && stride == 1 ? tiles : 1;
         for (uint32_t t = 0; t < tiles; t += run) {
             for (uint32_t j = 0; j < Args::tokens; ++j) {  // every token of a user takes the same mask rows
-                read_group_rows<Args::q_tile_rows>(mask_gen, get_write_ptr(cb_attn_mask) + t * Args::q_cb_tile_bytes,
-                                                   Args::mask_broadcast ? 0 : user, kv_head, Args::group_size,
-                                                   Args::nh_tiles,
-                                                   TileColumns{Args::seq_tiles, key_tile(t), run, Args::max_chunk_tiles},
-                                                   j * Args::group_size);
+                read_group_rows<Args::q_tile_rows>(
+                    mask_gen, get_write_ptr(cb_attn_mask) + t * Args::q_cb_tile_bytes, Args::mask_broadcast ? 0 : user,
+                    kv_head, Args::group_size, Args::nh_tiles,
+                    TileColumns{Args::seq_tiles, key_tile(t), run, Args::max_chunk_tiles}, j * Args::group_size);
             }
         }
     }
@@ -288,12 +289,14 @@ void prepare_slots() {
     if constexpr (!Args::mla) {
         const uint32_t v_base = get_write_ptr(cb_v);
         for (uint32_t t = 0; t < Args::v_slots * Args::max_chunk_tiles; ++t) {
-            fill_ones_tile<Args::kv_tile_bytes>(v_base + (t * Args::v_row_tiles + Args::dv_tiles) * Args::kv_tile_bytes);
+            fill_ones_tile<Args::kv_tile_bytes>(v_base +
+                                                (t * Args::v_row_tiles + Args::dv_tiles) * Args::kv_tile_bytes);
         }
     }
     // Likewise cb_sink (one root's sink tiles): rows past the group stay zero.
     if constexpr (Args::has_sink) {
-        volatile tt_l1_ptr uint32_t* sink_words = reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_sink));
+        volatile tt_l1_ptr uint32_t* sink_words =
+            reinterpret_cast<volatile tt_l1_ptr uint32_t*>(get_write_ptr(cb_sink));
         for (uint32_t i = 0; i < Args::q_tiles * Args::q_cb_tile_bytes / sizeof(uint32_t); ++i) {
             sink_words[i] = 0;
         }
