@@ -347,7 +347,7 @@ struct BankView {
     uint32_t mask_count;   // the piece's masked tiles (PieceMasks), increasing
     uint32_t mask_tiles[MAX_MASKED_TILES];
     uint32_t mask_at[MAX_MASKED_TILES];
-    uint32_t deferred;     // reader only: the piece's own tiles and masks still to count (reader.cpp)
+    uint32_t deferred;     // reader only: the piece's own tiles and masks still to count (page_table_pass.hpp)
 };
 static_assert(sizeof(BankView) == VIEW_WORDS * sizeof(uint32_t), "a view is VIEW_WORDS words");
 
