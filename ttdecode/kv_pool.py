@@ -50,7 +50,8 @@ HALF_TILE_BLOCK = 16
 def page_table_blocks(blocks: int, block_size: int) -> int:
     """Page-table entries per user for `blocks` blocks of `block_size` positions: `blocks`, rounded up to an
     even count for HALF_TILE_BLOCK (two 16-position blocks make one key tile: FlashDecode takes an even
-    count, whole key tiles per user). The extra entry is never handed a block (the op never reads it)."""
+    count, whole key tiles per user). The extra entry holds no block of a decoder (its positions stay below
+    max_seq_len), and FlashDecode reads only the blocks up to each user's position."""
     return blocks + blocks % 2 if block_size == HALF_TILE_BLOCK else blocks
 
 
