@@ -37,7 +37,7 @@ from ttdecode.ttnn_backend.tensors import is_key_row_memory_config, key_row_memo
 from ttdecode.ttnn_env import require_ttnn
 
 __all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local", "pages_program_config",
-           "POOL_DTYPES", "HALF_TILE_BLOCK", "check_pool_rows"]
+           "POOL_DTYPES", "HALF_TILE_BLOCK", "check_pool_rows", "page_table_blocks", "tile_rows_per_block"]
 
 #: Formats a pool may hold (the caches' formats of the operators that write it).
 POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
@@ -45,6 +45,20 @@ POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
 #: The one block size below a key tile: ttnn's ``[num_blocks, NKV, 16, D]`` pool in the TILE layout, one tile
 #: row per (block, KV head) whose rows 16-31 are padding (the DRAM bytes of a block of 32); tile pages only.
 HALF_TILE_BLOCK = 16
+
+
+def page_table_blocks(blocks: int, block_size: int) -> int:
+    """Page-table entries per user for `blocks` blocks of `block_size` positions: `blocks`, rounded up to an
+    even count for HALF_TILE_BLOCK (two 16-position blocks make one key tile: FlashDecode takes an even
+    count, whole key tiles per user). The extra entry holds no block of a decoder (its positions stay below
+    max_seq_len), and FlashDecode reads only the blocks up to each user's position."""
+    return blocks + blocks % 2 if block_size == HALF_TILE_BLOCK else blocks
+
+
+def tile_rows_per_block(block_size: int) -> int:
+    """Tile rows of one (block, KV head) in a pool of `block_size`-position blocks: block_size / 32, or 1
+    for HALF_TILE_BLOCK (the padded tile)."""
+    return -(-block_size // 32)
 
 
 def check_pool_rows(name: str, shape: tuple[int, ...], paged: bool, kv_pages: str) -> None:

@@ -355,6 +355,21 @@ def test_multi_token_steps_of_context_parallel_dataflow_match_hf(ttnn, monkeypat
     dec.close()
 
 
+def test_block16_context_parallel_dataflow_matches_hf(ttnn, monkeypatch):
+    """block_size 16 in tile pages on a twin 1 x 2 mesh: max_seq_len 80 is 5 blocks, 3 on rank 0, so each
+    rank's page table takes 4 entries (whole key tiles); `multi_token_drafts` crosses the blocks at 16 and 32
+    (one-token loop and T-token loops over the same caches). bfloat16 weights and cache: the host backends'
+    thresholds."""
+    patch_twin_mesh(monkeypatch, ttnn, (1, 2))
+    hf = hf_llama(8, 2, 64)
+    dec = LlamaDecoder.from_hf(hf, batch=2, max_seq_len=80, block_size=16, kv_pages="tile", kv_dtype="bfloat16",
+                               devices=2, context_parallel=2, backend="device", device=TwinMesh((1, 2)))
+    loop = dec._device.cp
+    assert loop.local_blocks == 4 and loop.row_width == 2 * 2 + 2 * 2 + 2 * 4
+    assert_hf_agreement(multi_token_drafts(dec, hf))
+    dec.close()
+
+
 def test_tensor_parallel_alone_on_a_2x4_mesh_matches_hf_teacher_forced(ttnn, monkeypatch):
     """TP 8 ways over a 2 x 4 mesh (``devices=8``, no context parallelism): the weights dealt row-major
     over the mesh (``ShardTensorToMesh``), each row-parallel sum as two all_reduces (along the rows'

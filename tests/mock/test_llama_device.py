@@ -28,10 +28,11 @@ moves = log.moves
 
 
 def our_kernels(dec):
-    # the kernels of our programs in the step: the rotary append's and every cached FlashDecode step's
+    # the kernels of our programs in the step: the rotary append's and every cached FlashDecode step's of the
+    # decoder's block size
     from pathlib import Path
     from ttdecode.ops.flash_decode.device_steps import STEPS
-    programs = [dec._device.rotary.program] + [s.program for s in STEPS.steps()]
+    programs = [dec._device.rotary.program] + [s.program for s in STEPS.steps() if s.plan.block_size == dec.block_size]
     return [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
             for p in programs for k in p.kernels]
 """
@@ -63,9 +64,31 @@ entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
 gen_moves = list(moves)
 dec.close()
+# block_size 16 in tile pages (ttnn's padded tile per block): max_seq_len 72, 5 blocks, page tables of 6 entries
+# per user; slot 0 decodes to position 19 (across the block at 16), then the 32-token prompts (two blocks each)
+moves[:] = []
+dec16 = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=72, block_size=16, kv_pages="tile", backend="device",
+                             device=device)
+build16 = list(moves)
+steps16 = join_leave_steps(dec16, device, 4, log, joins={0: [0, 1], 2: [2], 5: [3], 12: [1]},
+                           leaves={10: [1], 16: [2]})
+block16 = {"build_moves": build16, "steps": steps16, "kernels": our_kernels(dec16),
+           "layout": {"pools": [is_bank_local(c) for kv in dec16._device.caches for c in kv],
+                      "append": dec16._device.rotary.program.tensor("k_cache").layout,
+                      "flash": sorted({(s.plan.block_size, bool(s.plan.bank_local)) for s in STEPS.steps()
+                                       if s.plan.block_size == 16}),
+                      "policy": dec16.allocator.policy, "table": dec16._device.max_blocks}}
+entries16 = int(device.num_program_cache_entries())
+moves[:] = []
+gen16 = dec16.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
+block16["generate"] = {"shape": list(gen16.shape), "moves": len(moves),
+                       "writes": moves.count("copy_host_to_device_tensor"),
+                       "new_entries": int(device.num_program_cache_entries()) - entries16}
+dec16.close()
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
       "layout": layout, "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
-                   "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")}})
+                   "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")},
+      "block16": block16})
 ttnn.close_device(device)
 """
 
@@ -182,6 +205,15 @@ def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read
     # once: one from_torch), 2 more; one write and one read a step
     assert gen["shape"] == [2, 35]
     assert gen["writes"] == 3 and gen["moves"] == 7
+    # block_size 16, kv_pages "tile": the same per-step contract (every op accepted, one write and one read a
+    # step, no program-cache entry after step 2), the pools and both programs in tile pages, FlashDecode planned
+    # for 16-position blocks, page tables of 6 entries per user (5 blocks rounded up to whole key tiles)
+    b16 = r.result["block16"]
+    steps16 = _check_steps(b16, layers=2, batch=4, vocab=256, jit_log=mock_run["jit_log"])
+    assert max(max(s["positions"]) for s in steps16) == 19  # slot 0 across the block at 16
+    assert b16["layout"] == {"pools": [False] * 4, "append": "tile", "flash": [[16, False]], "policy": "first_free",
+                             "table": 6}
+    assert b16["generate"]["shape"] == [2, 35] and b16["generate"]["writes"] == 3
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.ops.rotary_append.program_factory import build_program
 from ttdecode.ops.rotary_append.validate import RotaryInputs
 from ttdecode.config import KV_PAGES
-from ttdecode.kv_pool import pages_program_config
+from ttdecode.kv_pool import HALF_TILE_BLOCK, page_table_blocks, pages_program_config
 from ttdecode.ttnn_backend.tensors import dram_banks, key_row_memory_config
 from ttdecode.ops.flash_decode.device_step import FlashDecodeStep
 from ttdecode.ops.flash_decode.options import DecodeOptions
@@ -172,7 +172,8 @@ class ContextParallelDecode:
       caller's ``prefix`` (the same on every device, e.g. token ids and global positions), then that
       device's append positions (where it writes each user's new K/V row, -1: another device owns the
       position, `sharding.device_step_positions`), its attention positions (each user's last local
-      position, -1: no key here) and its page table ``[B, local_blocks]``;
+      position, -1: no key here) and its page table ``[B, local_blocks]`` (an even local_blocks with
+      block_size 16, `kv_pool.page_table_blocks`);
     * three `ttdecode.ttnn_backend.PreparedProgram` s, the same on every device (SPMD: everything that
       differs per device is in the device tensors): the fused RoPE + paged append
       (``ttdecode.ops.rotary_append``, packed qkv, interleaved pairs), FlashDecode on the shard (paged,
@@ -220,13 +221,14 @@ class ContextParallelDecode:
         n = self.ranks = max(self.device_ranks) + 1
         for name, value, low in (("batch", batch, 1), ("num_heads", num_heads, 1), ("num_kv_heads", num_kv_heads, 1),
                                  ("head_dim", head_dim, 32), ("max_seq_len", max_seq_len, 1),
-                                 ("block_size", block_size, 32), ("num_blocks", num_blocks, 1), ("layers", layers, 1),
+                                 ("block_size", block_size, 1), ("num_blocks", num_blocks, 1), ("layers", layers, 1),
                                  ("prefix", prefix, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"ContextParallelDecode: argument '{name}': expected an int >= {low}, got {value!r}")
-        if block_size % 32 or head_dim % 32:
+        if (block_size % 32 and block_size != HALF_TILE_BLOCK) or head_dim % 32:
             raise ValueError(f"ContextParallelDecode: arguments 'block_size', 'head_dim': expected multiples of 32 "
-                             f"(tiles), got {block_size}, {head_dim}")
+                             f"(tiles; block_size {HALF_TILE_BLOCK} too, with kv_pages 'tile'), got {block_size}, "
+                             f"{head_dim}")
         if num_heads % num_kv_heads:
             raise ValueError(f"ContextParallelDecode: argument 'num_heads': expected a multiple of num_kv_heads="
                              f"{num_kv_heads}, got {num_heads}")
@@ -238,6 +240,10 @@ class ContextParallelDecode:
         if not isinstance(kv_pages, str) or kv_pages not in KV_PAGES:
             raise ValueError(f"ContextParallelDecode: argument 'kv_pages': expected one of {list(KV_PAGES)}, got "
                              f"{kv_pages!r}")
+        if block_size == HALF_TILE_BLOCK and kv_pages != "tile":
+            raise ValueError(f"ContextParallelDecode: argument 'kv_pages': expected 'tile' with block_size "
+                             f"{HALF_TILE_BLOCK} (key-row pages of {HALF_TILE_BLOCK}-position blocks are not "
+                             f"implemented), got {kv_pages!r}")
         self.kv_pages = kv_pages
         program_config = pages_program_config(program_config, kv_pages, dram_banks(mesh_device),
                                               owner="ContextParallelDecode: ")
@@ -249,7 +255,8 @@ class ContextParallelDecode:
         self.head_dim_v = head_dim if head_dim_v is None else head_dim_v
         self.block_size, self.num_blocks, self.prefix = block_size, num_blocks, prefix
         self.shards = shard_plan(max_blocks, block_size, n, "interleaved")
-        self.local_blocks = max(len(us) for us in self.shards.units)
+        # page-table entries per user on a device (even with block_size 16: kv_pool.page_table_blocks)
+        self.local_blocks = page_table_blocks(max(len(us) for us in self.shards.units), block_size)
         self.row_width = prefix + 2 * self.rows + self.rows * self.local_blocks
         self.axes = gather_axes(self.mesh_shape) if context_axis is None else (context_axis,)
         dram = ttnn.DRAM_MEMORY_CONFIG

@@ -39,6 +39,7 @@ import torch
 from ttdecode.core import formats
 from ttdecode.core.formats import DataType
 from ttdecode.core.tensor import TileTensor
+from ttdecode.kv_pool import HALF_TILE_BLOCK, page_table_blocks, tile_rows_per_block
 from ttdecode.ops.rotary_append import op as rotary_op
 
 __all__ = ["append_rows", "BlockAllocator", "POLICIES", "policy_for", "residue_classes",
@@ -59,8 +60,8 @@ def policy_for(kv_pages: str) -> str:
 
 def residue_classes(num_kv_heads: int, block_size: int, dram_banks: int) -> int:
     """NB / gcd(NKV * bt, NB): the classes block mod that count whose blocks put a head's rows in the same
-    banks (bt = block_size / 32 key-tile rows per block)."""
-    return dram_banks // math.gcd(num_kv_heads * (block_size // 32), dram_banks)
+    banks (bt = block_size / 32 key-tile rows per block, `kv_pool.tile_rows_per_block`)."""
+    return dram_banks // math.gcd(num_kv_heads * tile_rows_per_block(block_size), dram_banks)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class StepPlan:
 class BlockAllocator:
     """Per-user block lists over a pool of ``num_blocks`` blocks of ``block_size`` positions. ``policy``
     (POLICIES): "first_free", or "balanced", which needs the pool's ``num_kv_heads`` and the device's
-    ``dram_banks`` (module docstring)."""
+    ``dram_banks`` (module docstring). ``max_blocks``: the page table's entries per user,
+    ceil(max_seq_len / block_size), even with block_size 16 (`kv_pool.page_table_blocks`)."""
 
     def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int,
                  name: str = "block pool", policy: str = "first_free", num_kv_heads: Optional[int] = None,
@@ -96,7 +98,7 @@ class BlockAllocator:
         self.max_seq_len = max_seq_len
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.max_blocks = math.ceil(max_seq_len / block_size)
+        self.max_blocks = page_table_blocks(math.ceil(max_seq_len / block_size), block_size)
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self.blocks: list[list[int]] = [[] for _ in range(batch)]
         self.lengths: list[int] = [0] * batch  # positions 0..length-1 of user b are in its cache
@@ -221,7 +223,8 @@ class ContextParallelAllocator:
     A user's global logical block j (positions ``[j*block_size, (j+1)*block_size)``) lives on CP rank
     ``j mod C`` as that rank's local logical block ``j div C`` (the interleaved layout of
     ``ttdecode.distributed.context``). Each rank's `BlockAllocator` has ``num_blocks`` blocks and a
-    page table ``[batch, ceil(ceil(max_seq_len / block_size) / C)]`` of local physical blocks; a
+    page table ``[batch, ceil(ceil(max_seq_len / block_size) / C)]`` of local physical blocks (even with
+    block_size 16, `kv_pool.page_table_blocks`); a
     user's local positions on rank c are its positions held there, in order. A step is planned on
     every rank before anything changes: an exhausted pool refuses the whole step. ``policy``,
     ``num_kv_heads``, ``dram_banks``: every rank's (`BlockAllocator`)."""
@@ -231,7 +234,7 @@ class ContextParallelAllocator:
                  dram_banks: Optional[int] = None) -> None:
         self.batch, self.block_size, self.cp = batch, block_size, context_parallel
         self.max_blocks = math.ceil(max_seq_len / block_size)  # global blocks per user
-        self.local_max_blocks = math.ceil(self.max_blocks / context_parallel)
+        self.local_max_blocks = page_table_blocks(math.ceil(self.max_blocks / context_parallel), block_size)
         self.num_blocks = num_blocks
         self.ranks = [
             BlockAllocator(batch, self.local_max_blocks * block_size, block_size, num_blocks,
@@ -283,19 +286,21 @@ class ContextParallelAllocator:
 
 
 class PagedKVCache:
-    """One paged cache tensor ``[num_blocks, NKV, block_size, D]`` held as its tile image."""
+    """One paged cache tensor ``[num_blocks, NKV, block_size, D]`` held as its tile image (block_size 16:
+    one padded tile row per (block, KV head), ttnn's TILE layout of such a pool)."""
 
     def __init__(self, num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int, dtype: DataType) -> None:
         if dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype: expected one of {[d.value for d in KV_DTYPES]}, got {dtype}")
-        if block_size % 32 or head_dim % 32:
-            raise ValueError(f"block_size, head_dim: expected multiples of 32, got {block_size}, {head_dim}")
+        if (block_size % 32 and block_size != HALF_TILE_BLOCK) or head_dim % 32:
+            raise ValueError(f"block_size, head_dim: expected multiples of 32 (block_size 16 too), got "
+                             f"{block_size}, {head_dim}")
         self.shape = (num_blocks, num_kv_heads, block_size, head_dim)
         self.dtype = dtype
         self._tiles_per_row = head_dim // 32
         self._page = formats.tile_size(dtype)
         self._strip = self._tiles_per_row * self._page  # bytes of one tile row [32, D]
-        self.image = bytearray(num_blocks * num_kv_heads * (block_size // 32) * self._strip)  # zeros
+        self.image = bytearray(num_blocks * num_kv_heads * tile_rows_per_block(block_size) * self._strip)  # zeros
 
     @property
     def nbytes(self) -> int:

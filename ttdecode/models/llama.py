@@ -49,7 +49,7 @@ from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.models import generation
 from ttdecode.config import KV_PAGES
 from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS
-from ttdecode.kv_pool import pages_program_config
+from ttdecode.kv_pool import HALF_TILE_BLOCK, pages_program_config, tile_rows_per_block
 from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, check_positions, policy_for
 from ttdecode.models.llama_host import LlamaShard, StepInputs, worker_build, worker_step
 from ttdecode.models.llama_spec import MAX_TOKENS, LlamaSpec, fail
@@ -97,8 +97,12 @@ def _check_options(spec: LlamaSpec, batch: int, max_seq_len: int, devices: int, 
                         ("block_size", block_size), ("context_parallel", context_parallel)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise fail(name, "an int >= 1", repr(value))
-    if block_size % 32:
-        raise fail("block_size", "a multiple of 32 (the op's paged cache)", block_size)
+    if block_size % 32 and block_size != HALF_TILE_BLOCK:
+        raise fail("block_size", f"a multiple of 32 or {HALF_TILE_BLOCK} (the op's paged cache; {HALF_TILE_BLOCK}: "
+                   "ttnn's padded tile per block, with kv_pages 'tile')", block_size)
+    if block_size == HALF_TILE_BLOCK and kv_pages != "tile":
+        raise fail("kv_pages", f"'tile' with block_size {HALF_TILE_BLOCK} (key-row pages of {HALF_TILE_BLOCK}-position "
+                   "blocks are not implemented)", repr(kv_pages))
     kv = as_data_type(kv_dtype, "kv_dtype")
     if kv not in KV_DTYPES:
         raise fail("kv_dtype", f"one of {[d.value for d in KV_DTYPES]}", kv.value)
@@ -136,6 +140,10 @@ class LlamaDecoder:
     replaced by this option. The host images are the same bytes either way; the outputs differ only
     in FlashDecode's split (a bank-local piece reads the tiles of its banks, which the page table
     decides), within the accuracy thresholds.
+
+    ``block_size``: positions per cache block, a multiple of 32, or 16 with kv_pages "tile" (ttnn's
+    padded tile per block: a 16-position block takes a whole tile of DRAM; the page tables then have an
+    even number of entries per user, `kv_pool.page_table_blocks`).
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, batch: int, max_seq_len: int,
@@ -261,7 +269,7 @@ class LlamaDecoder:
                                      block_size=self.block_size, num_blocks=num_blocks, kv_dtype=self.kv_dtype,
                                      program_config=program_config, context_parallel=cp, kv_pages=self.kv_pages)
         tp = self.devices // cp
-        tiles = num_blocks * (spec.num_kv_heads // tp) * (self.block_size // 32) * (spec.head_dim // 32)
+        tiles = num_blocks * (spec.num_kv_heads // tp) * tile_rows_per_block(self.block_size) * (spec.head_dim // 32)
         return 2 * spec.num_layers * tiles * formats.tile_size(self.kv_dtype)
 
     def close(self) -> None:

@@ -43,7 +43,7 @@ from ttdecode.ttnn_backend.prepared import PreparedProgram
 from ttdecode.api import paged_scaled_dot_product_attention_decode
 from ttdecode.distributed import device_context
 from ttdecode.distributed.device_context import pool_memory_config, rotary_program
-from ttdecode.kv_pool import pages_program_config
+from ttdecode.kv_pool import page_table_blocks, pages_program_config
 from ttdecode.distributed.sharding import mesh_axes
 from ttdecode.ttnn_backend.tensors import dram_banks
 
@@ -173,7 +173,8 @@ class DeviceDecoder:
         ttnn = require_ttnn() if ttnn is None else ttnn  # another module: tests' torch twin of the dataflow
         self.ttnn, self.spec, self.device = ttnn, spec, device
         self.batch, self.block_size, self.num_blocks = batch, block_size, num_blocks
-        self.max_blocks = math.ceil(max_seq_len / block_size)
+        # page-table entries per user (even with block_size 16: kv_pool.page_table_blocks)
+        self.max_blocks = page_table_blocks(math.ceil(max_seq_len / block_size), block_size)
         self.kv_pages = kv_pages
         self.program_config = pages_program_config(program_config, kv_pages, dram_banks(device))
         # tensor parallel over a 1 x N mesh (N = 1: one chip), context parallel over the whole mesh, or

@@ -40,6 +40,7 @@ import torch
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import ComputeSettings, MathFidelity
 from ttdecode.distributed.device_context import rotary_program
+from ttdecode.kv_pool import page_table_blocks
 from ttdecode.models.llama_spec import LlamaSpec
 from ttdecode.ops.flash_decode.plan import make_plan
 from ttdecode.ops.flash_decode.program_factory import build_program_for_device
@@ -203,7 +204,7 @@ def attention_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_seq_l
     ``devices``-way mesh (that chip's ``NH/devices`` q and ``NKV/devices`` KV heads, the pools in
     ``kv_pages``: "key_row" bank-local over a Wormhole's 12 banks, or "tile"), with the positions coming
     from the cur_pos tensor at run time."""
-    max_blocks = math.ceil(max_seq_len / block_size)
+    max_blocks = page_table_blocks(math.ceil(max_seq_len / block_size), block_size)
     plan = make_plan(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=spec.num_kv_heads // devices,
                      seq_len=max_blocks * block_size, head_dim=spec.head_dim, kv_dtype=kv_dtype, cur_pos=None,
                      block_size=block_size, num_blocks=batch * max_blocks, kv_pages=kv_pages)
@@ -221,7 +222,7 @@ def rotary_append_descriptor(spec: LlamaSpec, devices: int, *, batch: int, max_s
     projection, interleaved pairs (the permuted Q/K rows), the chip's paged K and V caches in
     ``kv_pages``."""
     nkv = spec.num_kv_heads // devices
-    max_blocks = math.ceil(max_seq_len / block_size)
+    max_blocks = page_table_blocks(math.ceil(max_seq_len / block_size), block_size)
     program = rotary_program(batch=batch, num_q_heads=spec.num_heads // devices, num_kv_heads=nkv,
                              head_dim=spec.head_dim, cache_dtype=kv_dtype,
                              cache_shape=(batch * max_blocks, nkv, block_size, spec.head_dim), max_blocks=max_blocks,
