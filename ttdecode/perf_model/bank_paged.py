@@ -209,14 +209,12 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
     return out
 
 
-def _reads_own_banks(own: PieceOwnership, counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
-                     i: int) -> bool:
-    """Does piece i of `own` read only banks the own-bank split would give it (the banks of its own-bank
-    ownership)? Always for an own-bank split; for a spread one when the page table deals its turns that way
-    (a sequential table does)."""
-    grouped = piece_ownership(counts, reach, pieces, floor)
-    mine = {b for b, t in zip(own.banks[i], own.bank_tiles[i]) if t}
-    return mine <= set(grouped.banks[i])
+def _reads_beyond(own: PieceOwnership, grouped: Optional[PieceOwnership], i: int) -> bool:
+    """Does spread piece i read a bank the own-bank split would not give it (a sequential table deals its turns
+    within them)? Never for an own-bank split (`grouped` None)."""
+    if grouped is None:
+        return False
+    return not {b for b, t in zip(own.banks[i], own.bank_tiles[i]) if t} <= set(grouped.banks[i])
 
 
 def piece_imbalance(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: Optional[int] = None,
@@ -347,6 +345,9 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
         chunk = pc.fixed_chunk_tiles or dynamic_chunk_tiles(-(-t // own.used), pc.floor_tiles, pc.chunk_cap)
         most = max(most, own.used)
         where: list[CoreCoord] = []
+        # a spread split's own-bank counterpart: the banks its pieces may read and stay priced bank-local
+        grouped = (piece_ownership(bank_count, reach, per_bank * len(reach) if pieces is None else pieces, pc.floor)
+                   if pc.spread_banks else None)
         for i in range(own.used):
             core = placer.core(user, h, i, own.banks[i])
             where.append(core)
@@ -355,8 +356,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
                 read = tuple(b for b, t in zip(own.banks[i], own.bank_tiles[i]) if t or not pc.spread_banks)
                 first[core] = (user, h, n, chunk, read, own.used)
             w = works.setdefault(core, CoreWork([], np.zeros(nb), {}, {}, 0, 0, 0, bank_local=True))
-            p = per_bank * len(reach) if pieces is None else pieces
-            if pc.spread_banks and not _reads_own_banks(own, bank_count, reach, p, pc.floor, i):
+            if _reads_beyond(own, grouped, i):
                 scattered.add(core)
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
@@ -476,9 +476,10 @@ def evaluate_paged(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, piec
     instead (an ASSUMED price: DRAMTile's readers paired randomly with banks); the launch skew over the cores
     with work. Returns (breakdown, paged_work's counts)."""
     works, red, counts = paged_work(s, pc, page_table, pieces, c, per_bank, placement)
-    local = shared_bank_floors(works, bank_rate(c))
-    scattered = shared_bank_floors(works, bank_rate(c) * c.dram_interleaved_efficiency
-                                   / c.dram_bank_local_readers_efficiency)
-    floors = [f if w.bank_local else g for w, f, g in zip(works, local, scattered)]
+    floors = shared_bank_floors(works, bank_rate(c))
+    if not all(w.bank_local for w in works):
+        scattered = shared_bank_floors(works, bank_rate(c) * c.dram_interleaved_efficiency
+                                       / c.dram_bank_local_readers_efficiency)
+        floors = [f if w.bank_local else g for w, f, g in zip(works, floors, scattered)]
     b = evaluate(works, red, pc.fidelity, c, floors=floors)
     return b, counts
