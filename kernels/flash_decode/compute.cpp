@@ -27,6 +27,7 @@
 #include "api/compute/pack.h"
 #include "api/compute/tile_move_copy.h"
 #include "common.hpp"
+#include "piece_args.hpp"
 #include "online_softmax.hpp"
 #include "../shared/compute_tiles.hpp"
 #include "../shared/sfpu_rows.hpp"
@@ -41,43 +42,17 @@ namespace {
 
 // The named compile-time args (program_factory.py) and the constants that follow from them, read once;
 // also the LSE merge's constants (lse_merge.hpp Config).
-struct Args {
-    static constexpr uint32_t q_tiles = get_named_compile_time_arg_val("q_tiles");
-    static constexpr uint32_t d_tiles = get_named_compile_time_arg_val("d_tiles");
-    static constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
-    static constexpr uint32_t max_chunk_tiles = get_named_compile_time_arg_val("max_chunk_tiles");
-    static constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chunk_tiles");
-    static constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
+struct Args : PieceArgs {
     // usable DST tiles (4 with fp32, half-sync)
     static constexpr uint32_t dst_tiles = get_named_compile_time_arg_val("dst_tiles");
     // float32 bits of the softmax scale, and of fp32(scale) - 1 (16-bit DST)
     static constexpr uint32_t scale_bits = get_named_compile_time_arg_val("scale_bits");
     static constexpr uint32_t scale_m1_bits = get_named_compile_time_arg_val("scale_m1_bits");
     static constexpr bool return_lse = get_named_compile_time_arg_val("return_lse") == 1;
-    // each token's sliding window in keys (0 = none)
-    static constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");
-    static constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;
     // exp_tile<approx> (exp_approx_mode)
     static constexpr bool exp_approx = get_named_compile_time_arg_val("exp_approx") == 1;
-    // V = K[..., :Dv]: P . V reads the K slot
-    static constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;
-    // add the streamed attn_mask tiles
-    static constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;
     // A row may see no key at all in a piece (a fully masked head): keep its max finite and its 1/l safe.
     static constexpr bool guard_empty_rows = get_named_compile_time_arg_val("guard_empty_rows") == 1;
-    // new tokens per user (multi-token decode)
-    static constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");
-    // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
-    static constexpr uint32_t window = span_window(token_window, tokens);
-    // the split floor of dynamic chunks, the largest dynamic chunk (plan.chunk_cap)
-    static constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");
-    static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");
-    // a piece takes every p'-th key tile
-    static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;
-    // the device's DRAM banks (the cyclic split's multiple)
-    static constexpr uint32_t dram_banks = get_named_compile_time_arg_val("dram_banks");
-    // key_row pages of a paged cache: the pieces' chunks, masks and children come in the reader's views
-    static constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     // 1 when the q rows that hold heads (tokens x group_size) are at most 16: they all lie in faces 0 and 1
     // of a q tile (one q tile row then), so the softmax's row-wise SFPU ops run VectorMode::R (faces 0-1,
     // half the vector steps). Rows 16-31 are zero q rows: every op is row by row, so whatever they then
@@ -91,11 +66,9 @@ struct Args {
     static constexpr bool q_prescaled = get_named_compile_time_arg_val("q_prescaled") == 1;
     static constexpr uint32_t cb_q_in0 = q_prescaled ? cb_q_scaled : cb_q;  // Q . K^T's in0
     static constexpr bool half_tile = head_rows <= 16;
-    // Rows of the q-row CBs' tiles (plan.q_tile_rows): 16 = 16x32 tiles (faces 0-1), 8 = 8x32 tiles (rows
-    // 0-7 of faces 0-1). The unpackers, the FPU and the packer take each CB's tile shape from the CB (its
-    // inits program it); an op on those tiles may touch only the DST rows they fill (VectorMode::R / None,
-    // and with 8x32 tiles at most row_iterations 4: rows 0-7).
-    static constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
+    // q_tile_rows 16 = 16x32 tiles (faces 0-1), 8 = 8x32 tiles (rows 0-7 of faces 0-1). The unpackers, the FPU
+    // and the packer take each CB's tile shape from the CB (its inits program it); an op on those tiles may
+    // touch only the DST rows they fill (VectorMode::R / None, and with 8x32 tiles at most row_iterations 4).
     static_assert(q_tile_rows == 32 || (q_tile_rows < 32 && head_rows <= q_tile_rows && q_tiles == 1),
                   "16x32 or 8x32 q tiles hold one q tile row of at most 16 or 8 q rows");
     static constexpr VectorMode row_mode = half_tile ? VectorMode::R : VectorMode::RC;
@@ -122,8 +95,6 @@ struct Args {
     // dv tiles, then m, then l (writer.cpp), in one slot of cb_partial_in and one of cb_partial_out.
     static constexpr bool merge_slot = get_named_compile_time_arg_val("merge_slot") == 1;
     static constexpr uint32_t message_tiles = dv_tiles + 2;
-    // chunks per softmax block (plan.softmax_chunks): one max, alpha and rescale per block (online_softmax.hpp)
-    static constexpr uint32_t softmax_chunks = get_named_compile_time_arg_val("softmax_chunks");
 };
 using Softmax = OnlineSoftmax<Args>;
 using Merge = lse_merge::Merge<Args>;

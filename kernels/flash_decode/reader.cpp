@@ -26,6 +26,7 @@
 #include "api/dataflow/dataflow_api.h"
 #include "common.hpp"
 #include "page_table_pass.hpp"
+#include "piece_args.hpp"
 #include "reader_inputs.hpp"
 #include "reader_positions.hpp"
 #include "reader_tiles.hpp"
@@ -35,18 +36,12 @@ using namespace flash_decode;
 namespace {
 
 // The named compile-time args (program_factory.py) and the constants that follow from them.
-struct Args {
+struct Args : PieceArgs {
     static constexpr uint32_t batch = get_named_compile_time_arg_val("batch");
     static constexpr uint32_t num_kv_heads = get_named_compile_time_arg_val("num_kv_heads");
     static constexpr uint32_t seq_tiles = get_named_compile_time_arg_val("seq_tiles");
-    static constexpr uint32_t d_tiles = get_named_compile_time_arg_val("d_tiles");
-    static constexpr uint32_t dv_tiles = get_named_compile_time_arg_val("dv_tiles");
-    static constexpr uint32_t q_tiles = get_named_compile_time_arg_val("q_tiles");
     static constexpr uint32_t group_size = get_named_compile_time_arg_val("group_size");
     static constexpr uint32_t nh_tiles = get_named_compile_time_arg_val("nh_tiles");
-    static constexpr uint32_t pieces_per_work = get_named_compile_time_arg_val("pieces_per_work");
-    static constexpr uint32_t fixed_chunk_tiles = get_named_compile_time_arg_val("fixed_chunk_tiles");
-    static constexpr uint32_t max_chunk_tiles = get_named_compile_time_arg_val("max_chunk_tiles");
     static constexpr bool share_cache = get_named_compile_time_arg_val("share_cache") == 1;
     static constexpr uint32_t kv_tile_bytes = get_named_compile_time_arg_val("kv_tile_bytes");
     static constexpr bool paged = get_named_compile_time_arg_val("paged") == 1;
@@ -64,32 +59,11 @@ struct Args {
 #endif
     // positions per block; never 0, so the unpaged build's (unused) paged code divides by a nonzero constant
     static constexpr uint32_t block_positions = half_blocks ? TILE / 2 : (block_tiles > 0 ? block_tiles : 1) * TILE;
-    // each token's sliding window (0 = none)
-    static constexpr uint32_t token_window = get_named_compile_time_arg_val("token_window");
-    // attention sink logits to read
-    static constexpr bool has_sink = get_named_compile_time_arg_val("has_sink") == 1;
-    // V = K[..., :Dv]: no V reads, no V slot
-    static constexpr bool mla = get_named_compile_time_arg_val("mla") == 1;
-    // an additive mask to stream
-    static constexpr bool has_attn_mask = get_named_compile_time_arg_val("has_attn_mask") == 1;
     // mask batch 1: every user reads it
     static constexpr bool mask_broadcast = get_named_compile_time_arg_val("mask_broadcast") == 1;
-    // new tokens per user (multi-token decode)
-    static constexpr uint32_t tokens = get_named_compile_time_arg_val("tokens");
-    // The chunk arithmetic runs on the span of keys the T tokens attend together (common.hpp).
-    static constexpr uint32_t window = span_window(token_window, tokens);
-    // split floor of dynamic chunks
-    static constexpr uint32_t min_chunk_tiles = get_named_compile_time_arg_val("min_chunk_tiles");
-    // largest dynamic chunk (plan.chunk_cap)
-    static constexpr uint32_t chunk_cap = get_named_compile_time_arg_val("chunk_cap");
-    // a piece takes every p'-th key tile
-    static constexpr bool cyclic_split = get_named_compile_time_arg_val("cyclic_split") == 1;
     // K/V pages: one tile each (interleaved tile pages), or one key-tile row each (kv_pages "key_row":
     // the row's Dt tiles in one page, pages round robin over the DRAM banks, so a row is in one bank).
     static constexpr bool key_row_pages = get_named_compile_time_arg_val("key_row_pages") == 1;
-    static constexpr uint32_t dram_banks = get_named_compile_time_arg_val("dram_banks");  // the device's DRAM banks
-    // key_row pages of a paged cache: each piece reads the tiles of its own banks (common.hpp BankView)
-    static constexpr bool bank_local = get_named_compile_time_arg_val("bank_local") == 1;
     static_assert(!bank_local || (paged && key_row_pages), "the bank-local split reads a paged key-row pool");
     // the bank-local pieces take turns over every bank held rather than over their own group (plan.spread_banks)
     static constexpr bool spread_banks = get_named_compile_time_arg_val("spread_banks") == 1;
@@ -103,9 +77,8 @@ struct Args {
     static constexpr bool positions_in_args = get_named_compile_time_arg_val("positions_in_args") == 1;
     static constexpr uint32_t q_slots = get_named_compile_time_arg_val("q_slots");  // pieces' Q held at once (1 or 2)
     static constexpr uint32_t q_tile_bytes = 2048;  // a bf16 32x32 tile: the pages of Q, the sink and the mask in DRAM
-    // The q-row CBs' tiles (cb_q, cb_sink, cb_attn_mask): 32x32, or 16x32 (faces 0-1) with <= 16 q rows.
-    static constexpr uint32_t q_tile_rows = get_named_compile_time_arg_val("q_tile_rows");
-    static constexpr uint32_t q_cb_tile_bytes = q_tile_rows * TILE * 2;  // bf16
+    // the q-row CBs' tiles (cb_q, cb_sink, cb_attn_mask): q_tile_rows x 32 bf16
+    static constexpr uint32_t q_cb_tile_bytes = q_tile_rows * TILE * 2;
     static_assert(q_tile_rows == 32 || (q_tile_rows < 32 && q_tiles == 1 && tokens * group_size <= q_tile_rows),
                   "16-row q tiles hold one q tile row of at most 16 q rows");
     static constexpr uint32_t pos_bytes = batch * sizeof(int32_t);
@@ -119,9 +92,8 @@ struct Args {
     // row sum P x ones in the same call, compute.cpp).
     static constexpr uint32_t v_row_tiles = dv_tiles + 1;
     static constexpr uint32_t v_slot_tiles = max_chunk_tiles * v_row_tiles;
-    // cb_v's slots: two, or a softmax block's chunks (plan.softmax_chunks: the compute kernel scores all the
-    // block's K chunks before its first P . V, so the block's V slots queue meanwhile)
-    static constexpr uint32_t softmax_chunks = get_named_compile_time_arg_val("softmax_chunks");
+    // cb_v's slots: two, or a softmax block's chunks (the compute kernel scores all the block's K chunks before
+    // its first P . V, so the block's V slots queue meanwhile)
     static constexpr uint32_t v_slots = softmax_chunks > 2 ? softmax_chunks : 2;
     static constexpr uint32_t page_table_row_bytes = max_blocks * sizeof(int32_t);
     static constexpr uint32_t mask_slot_tiles = q_tiles * max_chunk_tiles;

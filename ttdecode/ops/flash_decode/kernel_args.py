@@ -53,15 +53,23 @@ def compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_a
         tokens=plan.num_tokens,                    # new tokens per user (multi-token decode)
         q_tile_rows=plan.q_tile_rows,              # rows of the q-row CBs' tiles: 16 (16x32 tiles) or 32
     )
+    # what the reader and the compute kernel both take besides `shape` (kernels/flash_decode/piece_args.hpp)
+    pieces = dict(
+        d_tiles=plan.d_tiles,
+        max_chunk_tiles=plan.max_chunk_tiles,
+        softmax_chunks=plan.softmax_chunks,          # chunks per online-softmax update (a softmax block)
+        has_sink=int(plan.attention_sink),
+        mla=int(plan.mla),                           # V tiles are the first dv_tiles K tiles of a row
+        has_attn_mask=int(plan.has_attn_mask),       # attn_mask streamed with K, added to the scores
+    )
     reader = dict(
         shape,
+        **pieces,
         batch=plan.batch,
         num_kv_heads=plan.num_kv_heads,
         seq_tiles=plan.seq_len // TILE,
-        d_tiles=plan.d_tiles,
         group_size=plan.group_size,
         nh_tiles=nh_tiles,
-        max_chunk_tiles=plan.max_chunk_tiles,
         share_cache=int(plan.share_cache),
         kv_tile_bytes=formats.tile_size(plan.kv_dtype),
         key_row_pages=int(plan.kv_pages == "key_row"),  # a K/V page is a key-tile row (D / 32 tiles)
@@ -73,11 +81,7 @@ def compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_a
         max_blocks=plan.max_blocks,                  # page-table entries per user (0 without paging)
         num_blocks=plan.num_blocks or 0,             # blocks in the K/V pool (0 without paging): the page-id guard
         positions_in_args=int(positions_in_args),    # positions as common runtime args, not the cur_pos tensor
-        has_sink=int(plan.attention_sink),
-        mla=int(plan.mla),                           # V tiles are the first dv_tiles K tiles of a row
-        has_attn_mask=int(plan.has_attn_mask),       # attn_mask streamed with K
         mask_broadcast=int(plan.attn_mask_batch == 1),  # the mask has batch 1 (every user reads it)
-        softmax_chunks=plan.softmax_chunks,          # a softmax block's chunks: cb_v holds as many V slots
     )
     writer = dict(
         shape,
@@ -94,18 +98,14 @@ def compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_a
     )
     compute_args = dict(
         shape,
-        d_tiles=plan.d_tiles,
-        max_chunk_tiles=plan.max_chunk_tiles,
+        **pieces,
         dst_tiles=compute.dst_tiles,
         scale_bits=float_bits(scale),
         # float32 bits of fp32(scale) - 1 (fp32 arithmetic): with a 16-bit DST the scores are scaled as
         # s + ((scale - 1) * s) * 1 by addcmul, rounded to bf16 rather than truncated (compute.cpp)
         scale_m1_bits=float_bits(float(np.float32(np.float32(scale) - np.float32(1.0)))),
         return_lse=int(plan.return_lse),
-        has_sink=int(plan.attention_sink),
         exp_approx=int(exp_approx),                  # exp_tile<approx> in the softmax
-        mla=int(plan.mla),                           # P . V reads its V tiles out of the K slot
-        has_attn_mask=int(plan.has_attn_mask),       # attn_mask tiles added to the scores
         guard_empty_rows=int(plan.guard_empty_rows),  # floor the row max and sum (rows that may see no key)
         # the q rows holding heads in a q tile (T x g, at most 32): with <= 16 the row-wise SFPU ops run
         # VectorMode::R on just those rows
@@ -116,7 +116,6 @@ def compile_args(plan: DecodePlan, scale: float, compute: ComputeSettings, exp_a
         # a power-of-two scale: Q x scale once per piece (cb_q_scaled), no scale op per score tile
         q_prescaled=int(plan.prescale_q),
         merge_slot=int(plan.merge_slot),  # children's partials merged one q tile row at a time
-        softmax_chunks=plan.softmax_chunks,  # chunks per online-softmax update (a softmax block)
     )
     return {"reader": reader, "writer": writer, "compute": compute_args}
 
