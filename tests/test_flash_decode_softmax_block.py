@@ -19,8 +19,11 @@ T3K = dict(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=32768, head_dim=128, 
            max_cores_per_head_batch=16)
 
 
-# A compute-heavy bank-local point (32 q heads on one KV head, chunks of 8 tiles): the fixed work a block saves
-# outweighs the overlap it loses; the Llama-70B T3K chip point (8 q heads) is the other way round.
+# Compute-heavy bank-local points (the Llama-70B T3K chip, 8 q heads on one KV head; 32 q heads on one, chunks
+# of 8 tiles): the fixed work a block saves outweighs the overlap it loses. The Llama-3.1-8B N150 point (8 KV
+# heads, DRAM-bound) is the other way round.
+LLAMA8B = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=32768, head_dim=128, cur_pos=[32767],
+               max_cores_per_head_batch=16, kv_pages="key_row", block_size=32, num_blocks=2048)
 HEAVY = dict(batch=1, num_q_heads=32, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767],
              max_cores_per_head_batch=16, kv_pages="key_row", block_size=64, num_blocks=1024, chunk_cap=8)
 
@@ -33,7 +36,8 @@ def test_the_planner_takes_a_block_only_where_the_pipeline_prices_it_shorter() -
     heavy = make_plan(**HEAVY)
     assert (heavy.max_chunk_tiles, heavy.softmax_chunks) == (8, 8)
     t3k = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16)
-    assert (t3k.max_chunk_tiles, t3k.softmax_chunks) == (16, 1)
+    assert (t3k.max_chunk_tiles, t3k.softmax_chunks) == (16, 8)
+    assert make_plan(**LLAMA8B).softmax_chunks == 1
     assert make_plan(**T3K).softmax_chunks == 1
     assert make_plan(**T3K, kv_pages="key_row").softmax_chunks == 1
     assert make_plan(**T3K, block_size=64, num_blocks=512).softmax_chunks == 1

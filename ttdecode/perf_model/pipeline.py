@@ -1,17 +1,18 @@
 """One core's reader and compute kernel as a two-stage pipeline over its pieces' chunks, timed event by
 event from the order the FlashDecode kernels keep (kernels/flash_decode/reader.cpp, online_softmax.hpp).
 
-The reader reads each piece's Q, then per chunk its K slot and then its V slot, one barrier each, and
-waits for a free slot first: cb_k holds 2 K slots, cb_v `v_slots` V slots (plan/buffers.py: a softmax
-block's, at least 2). The compute kernel, per softmax block of `softmax_chunks` chunks:
+The reader reads each piece's Q, then per softmax block the K slot of each of its chunks and then their V
+slots (one chunk per update: K then V per chunk), one barrier each, and waits for a free slot first: cb_k
+holds 2 K slots, cb_v `v_slots` V slots (plan/buffers.py: a softmax block's, at least 2). The compute
+kernel, per softmax block of `softmax_chunks` chunks:
 
 * one chunk per update (`softmax_chunks` 1, process_chunk): waits for the chunk's K, its scores, the
   max, exp and probabilities (`post`), waits for its V, P.V and the row sum (`pv`); pops K and V after;
 * a block (process_block): per chunk waits for its K, its scores, pops K; then the block's max, alpha
   and probabilities; waits for every V of the block, P.V over the whole block; pops the block's V.
 
-So a block's exps start only once its last K slot has landed: the reads of a one-block piece overlap
-only its scores. `pipeline_cycles` replaces ``max(reader, compute) + min / stages`` for works that say
+So a block's exps start once its last K slot has landed (before its V slots: the reader reads them
+after), and the next block's V reads wait for this block's P.V. `pipeline_cycles` replaces ``max(reader, compute) + min / stages`` for works that say
 their chunks (CoreWork.pipeline)."""
 
 from __future__ import annotations
@@ -58,22 +59,26 @@ def pipeline_cycles(pieces: tuple[PiecePipe, ...], q_reads: list[float], k_reads
         chunks = list(piece.chunk_tiles)
         for b0 in range(0, len(chunks), block):
             ids = range(b0, min(b0 + block, len(chunks)))
-            v_ready = 0.0
-            for j in ids:
+            if block == 1:
+                j = b0
                 n = len(k_pops)
                 reader = max(reader, k_pops[n - 2] if n >= 2 else 0.0) + k_reads[p][j]
                 comp = max(comp, reader, q_ready) + chunks[j] * piece.scores_per_tile
-                if block > 1:
-                    k_pops.append(comp)  # a block frees each K slot once its scores are out
-                m = len(v_pops) + (j - b0 if block > 1 else 0)
-                reader = max(reader, v_pops[m - piece.v_slots] if m >= piece.v_slots else 0.0) + v_reads[p][j]
-                v_ready = reader
-                if block == 1:
-                    comp = max(comp + piece.post * chunks[j] / tiles, v_ready) + chunks[j] * piece.pv_per_tile
-                    k_pops.append(comp)
-                    v_pops.append(comp)
-            if block > 1:
-                span = sum(chunks[j] for j in ids)
-                comp = max(comp + piece.post * span / tiles, v_ready) + span * piece.pv_per_tile
-                v_pops.extend([comp] * len(ids))
+                n = len(v_pops)
+                reader = max(reader, v_pops[n - piece.v_slots] if n >= piece.v_slots else 0.0) + v_reads[p][j]
+                comp = max(comp + piece.post * chunks[j] / tiles, reader) + chunks[j] * piece.pv_per_tile
+                k_pops.append(comp)  # one chunk per update frees its K and V slots at its end
+                v_pops.append(comp)
+                continue
+            for j in ids:  # the block's K slots, each freed once its scores are out
+                n = len(k_pops)
+                reader = max(reader, k_pops[n - 2] if n >= 2 else 0.0) + k_reads[p][j]
+                comp = max(comp, reader, q_ready) + chunks[j] * piece.scores_per_tile
+                k_pops.append(comp)
+            for j in ids:  # then its V slots, each once the slot's earlier block has done its P.V
+                n = len(v_pops) + j - b0
+                reader = max(reader, v_pops[n - piece.v_slots] if n >= piece.v_slots else 0.0) + v_reads[p][j]
+            span = sum(chunks[j] for j in ids)
+            comp = max(comp + piece.post * span / tiles, reader) + span * piece.pv_per_tile
+            v_pops.extend([comp] * len(ids))
     return max(reader, comp)
