@@ -25,7 +25,9 @@ A core is described by `CoreWork`; `evaluate(works, reduction, c)` gives a `Brea
 - ``ttmetal_structure``: tt-metal's decode op written down as data;
 - ``bank_paged``: our kernels on a bank-local paged pool in closed form from a concrete page table (which
   banks a head reaches, which tiles each piece owns, the reader's page-table pass), its banks shared fairly
-  by their readers (`evaluator.shared_bank_floors`).
+  by their readers (`evaluator.shared_bank_floors`);
+- ``pipeline``: one core's reader and compute kernel timed event by event over its pieces' chunks, in the
+  kernels' order (`PiecePipe`, `pipeline_cycles`; bank_paged's works carry it, `CoreWork.pipeline`).
 
 The NoC geometry (hops between cores and from DRAM banks) is ``ttdecode.core.noc_geometry``'s, shared with
 the planner.
@@ -38,8 +40,10 @@ Per core (cycles of the 1 GHz clock):
   configuration call (init, reconfig) ``init_cycles``; SFPU math per tile from the
   instruction counts x the vector steps the call runs (32 for a full tile, 16 for VectorMode::R).
 - the core: ``max(reader, compute) + min(reader, compute) / chunks`` (double-buffered chunks: one
-  chunk of the shorter stage is not hidden) + CB handshakes; the same with the merges the core runs
-  added to its compute bounds the step too (a core holding many parents in a batched plan).
+  chunk of the shorter stage is not hidden) + CB handshakes; a work with a pipeline (bank-local paged) is
+  timed event by event instead (a softmax block's exps wait for its last K slot, its V slots hold the next
+  block's reads back); the same with the merges the core runs added to its compute bounds the step too (a
+  core holding many parents in a batched plan).
 Step (tt-metal's DEVICE KERNEL DURATION: first core's kernel start to last core's kernel end): the
 start spread over the op's cores + max over cores + the reduction: each work's tree timed from the moment every piece
 has its local work done, a parent merging its children one at a time in round order, each merge
