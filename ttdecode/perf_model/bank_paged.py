@@ -176,13 +176,14 @@ def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor
     banks = tuple(tuple(live[j] for j in range(nb) if j % used == i) if i < used else ()
                   for i in range(pieces))
     return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks),
-                          _piece_halves(order, halves, banks, 1, 1))
+                          _piece_halves(order, halves, banks, pieces, 1))
 
 
 def _piece_halves(order: Optional[np.ndarray], halves: Optional[np.ndarray], banks: tuple[tuple[int, ...], ...],
                   groups: int, subs: int) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Per piece the (bank, second halves read there) pairs of its tiles (PieceOwnership.halves): piece i takes
-    the tiles of its banks, as sub-piece i // groups every subs-th of them; () without `halves`."""
+    the tiles of its banks, as sub-piece i // groups every subs-th of them (own banks: groups = the pieces,
+    subs 1); () without `halves`."""
     if halves is None or order is None:
         return ()
     out = []
