@@ -41,7 +41,9 @@ from ttdecode.core.program_description import CoreCoord
 from ttdecode.core.split import (TILE, bank_local_banks, dynamic_chunk_tiles, split_block_tiles, split_blocks,
                                  tree_children, valid_tiles)
 from ttdecode.perf_model.constants import COST, CostConstants
-from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
+from ttdecode.perf_model.evaluator import (Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors,
+                                           sum_ops)
+from ttdecode.perf_model.pipeline import PiecePipe
 from ttdecode.perf_model.op_counts import (chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops,
                                             softmax_exp)
 
@@ -334,6 +336,37 @@ def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> di
     return ops
 
 
+def _piece_pipe(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int, c: CostConstants) -> PiecePipe:
+    """The piece's compute as the pipeline times it (pipeline.PiecePipe): per key tile the scores (Q.K^T,
+    the scale, the scores' pack: one of a tile's two packs) and P.V with the row sum, from a running chunk's
+    chunk_tile_ops; the rest of the piece's _piece_ops is `post`. Remembered under COST."""
+    if c is COST:
+        return _remembered_pipe(pc, d, kv_tile, n, chunk)
+    return _pipe(pc, d, kv_tile, n, chunk, c)
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered_pipe(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> PiecePipe:
+    return _pipe(pc, d, kv_tile, n, chunk, COST)
+
+
+def _pipe(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int, c: CostConstants) -> PiecePipe:
+    im = intermediate_bytes(pc.fp32_dest_acc_en)
+    tile = chunk_tile_ops(pc.q_tiles, d, d, dst_tiles=pc.dst_tiles, exp=pc.exp, head_rows=pc.head_rows,
+                          running=True, prescale_q=pc.prescale_q, q_tile_rows=pc.q_tile_rows, kv_tile_bytes=kv_tile,
+                          im_bytes=im)
+    qk, pv = tile["matmul"]
+    scores = {"matmul": [qk], "scalar": tile["scalar"], "pack": [replace(t, tiles=t.tiles / 2, calls=t.calls // 2,
+                                                                         l1_bytes=(t.l1_bytes or 0) / 2)
+                                                              for t in tile["pack"]]}
+    per_scores = sum(sum_ops(scores, pc.fidelity, c).values())
+    per_pv = sum(sum_ops({"matmul": [pv]}, pc.fidelity, c).values())
+    total = sum(sum_ops(_piece_ops(pc, d, kv_tile, n, chunk), pc.fidelity, c).values())
+    tiles = (chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ())
+    return PiecePipe(tiles, max(1, pc.softmax_chunks), max(2, pc.softmax_chunks), per_scores, per_pv,
+                     max(0.0, total - n * (per_scores + per_pv)))
+
+
 def _piece_reads(s: PagedShape, pc: PieceCompute, n: int, chunk: int, entries: int,
                  c: CostConstants) -> list[tuple[int, int]]:
     """A piece's read groups (bytes, requests): its Q, then per chunk its K pages (one request per key-tile
@@ -417,6 +450,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             if _reads_beyond(own, grouped, i):
                 scattered.add(core)
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
+            w.pipeline += (_piece_pipe(pc, d, kv, n, chunk, c),)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
             for b, nbytes in piece_bank_bytes(own, i, 2 * d * kv).items():
                 w.bank_bytes[b] += nbytes
