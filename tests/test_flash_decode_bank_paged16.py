@@ -30,6 +30,7 @@ from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, paged_work, piece_bank_bytes,
                                             piece_ownership, random_page_table, tile_banks)
+from ttdecode.perf_model.counters import work_from_counters
 
 from tests.test_flash_decode import randn_with_outliers
 from tests.test_flash_decode_bank_paged import BANKS, design_owned_tiles, run
@@ -104,6 +105,10 @@ def check16(pos: Sequence[int], s: int, kv: DataType, seed: int, what: str, nkv:
     assert plan.block_size == BLOCK and plan.bank_local
     assert_matches(out, lse, *paged_reference(q, k, v, pos, table.clamp(min=0)), pos, what)
     assert_reads_own_halves(plan, result, pos, table, nkv, kv)
+    # the cost model reads the same K/V bytes out of the reader's events: half a tile per attended block
+    works, _, _ = work_from_counters(plan, result.counters, table)
+    halves = sum(p // BLOCK + 1 for p in pos if p >= 0) * nkv
+    assert sum(w.kv_bytes for w in works) == halves * (plan.d_tiles + plan.dv_tiles) * tile_size(kv) // 2
     return plan
 
 
