@@ -10,9 +10,13 @@ the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama
 max(1, T // floor), |L| x min c_b) get keys (L: the banks of R_h holding attended tiles, ascending, c_b
 tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| (G = gcd(used, |L|)
 groups of banks) reads every subs-th tile (subs = used // G) of the banks L[j] with j % G == i % G
-(`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile
-count n_i, so a page table that crowds a head's tiles into few banks costs max(n_i) / mean(n_i)
-(`piece_imbalance`).
+(`piece_ownership`: core.split.bank_local_view's rule, from bank counts). Blocks of 16 positions (a padded
+key-tile row a page, page block * NKV + h): key tile t is owned by the bank of its first half (entry 2t of the
+row; the split counts the even entries as blocks of one key tile), half its bytes there and half in the bank of
+its second half (entry 2t + 1; `piece_bank_bytes`); a piece reading a second half outside its own banks is
+priced as not bank-local (an ASSUMED price, as a spread piece reading beyond its banks). A piece's time
+follows its own tile count n_i, so a page table that crowds a head's tiles into few banks costs max(n_i) /
+mean(n_i) (`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
@@ -48,8 +52,8 @@ from ttdecode.perf_model.op_counts import (chunk_ops, chunk_tile_ops, intermedia
                                             softmax_exp)
 
 __all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
-           "piece_ownership", "piece_bank_bytes", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",
-           "paged_work", "bank_rate", "evaluate_paged"]
+           "piece_ownership", "piece_bank_bytes", "sequential_page_table", "random_page_table", "piece_imbalance",
+           "bank_cores", "paged_work", "bank_rate", "evaluate_paged"]
 
 
 @dataclass(frozen=True)
