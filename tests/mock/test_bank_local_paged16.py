@@ -2,7 +2,7 @@
 ttnn on a mock N150. The pool [num_blocks, NKV, 16, D] is made in ttnn's interleaved tile pages and moved into
 ttdecode.ttnn_backend.key_row_memory_config ([1, 1, 32, D] ND shards: one padded key-tile row a shard, in bank
 (block * NKV + h) % 12) with ttnn.to_memory_config, and back: ttnn takes the shard spec on the padded shape both
-ways (the mock holds no data, so the values of the round trip are not checked here). A planned step on it is accepted by tt-metal, the JIT compiles its three kernels
+ways (the mock runs no device op, to_memory_config included, so the moved pages hold no values to compare here). A planned step on it is accepted by tt-metal, the JIT compiles its three kernels
 with the block-16 reader (HALF_TILE_BLOCKS; GCC 12 too), and the steps after the first move nothing between host
 and device and, from the second on, add no program-cache entry. The mock computes nothing (the numbers are
 checked on the host runtime: tests/test_flash_decode_bank_paged16.py)."""
