@@ -275,6 +275,36 @@ def imbalance_rows(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64))
     return out
 
 
+def summary_rows(rows: list[dict[str, object]]) -> list[str]:
+    """perf/README's table, one markdown line per (point, B, S): the blocks side by side ("32 / 64"), P, tt-metal's
+    µs, ours on a sequential table (x, GB/s), then x on a random table, the balanced allocator's and the x4
+    what-if's."""
+    def pick(p: object, b: object, s: object, block: object, kernel: str, layout: str, table: str):
+        return next((r for r in rows if (r["point"], r["batch"], r["seq"], r["block"], r["kernel"], r["layout"],
+                                         r["page_table"]) == (p, b, s, block, kernel, layout, table)), None)
+
+    out = []
+    keys = list(dict.fromkeys((r["point"], r["batch"], r["seq"]) for r in rows))
+    for p, b, s in keys:
+        blocks = sorted({r["block"] for r in rows if (r["point"], r["batch"], r["seq"]) == (p, b, s)})
+        ours = [pick(p, b, s, k, "ttdecode", "bank-local", "sequential") for k in blocks]
+        tm = [pick(p, b, s, k, "tt-metal", "interleaved tile pages", "-") for k in blocks]
+        if any(r is None for r in ours + tm):
+            continue
+
+        def x(table: str, layout: str = "bank-local") -> str:
+            found = [pick(p, b, s, k, "ttdecode", layout, table) for k in blocks]
+            return " / ".join("-" if r is None else f"{float(r['ratio_vs_ttmetal']):.2f}" for r in found)
+
+        us = " / ".join(f"{float(r['us']):.1f} ({float(r['ratio_vs_ttmetal']):.2f}, {float(r['gbps']):.0f})"
+                        for r in ours)
+        tm_us = " / ".join(f"{float(r['us']):.1f}" for r in tm)
+        pieces = " / ".join(str(r["pieces"]) for r in ours)
+        out.append(f"| {p} B {b}, S {s} | {' / '.join(map(str, blocks))} | {pieces} | {tm_us} | {us} | "
+                   f"{x('random')} | {x('allocator')} | {x('sequential', 'bank-local x4 (what-if)')} |")
+    return out
+
+
 def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPoint]] = None) -> int:
     """Run the paged sweep (`points`, default paged_points(quick)): CSV (COLUMNS) in `out`, the plot when
     `draw`, the rows and a PASS/FAIL line per goal on stdout. Returns 0 (a goal that fails is reported, not
@@ -294,6 +324,11 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     made = [plot(rows, out / f"fd_paged_gbps_vs_seq{'_quick' if quick else ''}.png")] if draw else []
     print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s (MODEL ESTIMATES); wrote {path}"
           + "".join(f", {m}" for m in made))
+    print("\nthe table (MODEL ESTIMATES): point | block | P | tt-metal us | ours us (x, GB/s), sequential | random (x) "
+          "| balanced allocator (x) | x4 what-if (x)")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for line in summary_rows(rows):
+        print(line)
     imb = imbalance_rows(paged_points(quick) if points is None else points)
     if imb:
         print("\npiece imbalance max(n_i) / mean(n_i), worst / mean over (user, KV head) (MODEL ARITHMETIC):")

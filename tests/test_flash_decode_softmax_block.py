@@ -19,25 +19,25 @@ T3K = dict(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=32768, head_dim=128, 
            max_cores_per_head_batch=16)
 
 
-# Compute-heavy bank-local points (the Llama-70B T3K chip, 8 q heads on one KV head; 32 q heads on one, chunks
-# of 8 tiles): the fixed work a block saves outweighs the overlap it loses. The Llama-3.1-8B N150 point (8 KV
-# heads, DRAM-bound) is the other way round.
-LLAMA8B = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=32768, head_dim=128, cur_pos=[32767],
+# Compute-bound bank-local points (the Llama-70B T3K chip at B 1, 8 q heads on one KV head; 32 q heads on one,
+# chunks of 8 tiles): the fixed work a block saves outweighs the overlap it loses. The same chip at B 32
+# (DRAM-bound) is the other way round.
+T3K_B32 = dict(batch=32, num_q_heads=8, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767] * 32,
                max_cores_per_head_batch=16, kv_pages="key_row", block_size=32, num_blocks=2048)
 HEAVY = dict(batch=1, num_q_heads=32, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767],
              max_cores_per_head_batch=16, kv_pages="key_row", block_size=64, num_blocks=1024, chunk_cap=8)
 
 
 def test_the_planner_takes_a_block_only_where_the_pipeline_prices_it_shorter() -> None:
-    """The planner's block (plan/softmax_block.py) is the largest up to the piece's chunks that fits L1 when the
-    model's pipeline (a block's exps wait for its last K slot, its V slots hold the next block's reads back)
-    prices it shorter than one chunk per update, else 1. Tile or contiguous key_row pages, a paged cache of tile
+    """The planner's block (plan/softmax_block.py): of 1, powers of two and the piece's chunks, the one that fits
+    L1 and the model's pipeline (a block's exps wait for its last K slot, its V slots hold the next block's
+    reads back) prices shortest over both a sequential and a random page table. Tile or contiguous key_row pages, a paged cache of tile
     pages or a bf16 DST always keep one chunk per update."""
     heavy = make_plan(**HEAVY)
     assert (heavy.max_chunk_tiles, heavy.softmax_chunks) == (8, 8)
     t3k = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16)
-    assert (t3k.max_chunk_tiles, t3k.softmax_chunks) == (16, 8)
-    assert make_plan(**LLAMA8B).softmax_chunks == 1
+    assert (t3k.max_chunk_tiles, t3k.softmax_chunks) == (16, 2)
+    assert make_plan(**T3K_B32).softmax_chunks == 1
     assert make_plan(**T3K).softmax_chunks == 1
     assert make_plan(**T3K, kv_pages="key_row").softmax_chunks == 1
     assert make_plan(**T3K, block_size=64, num_blocks=512).softmax_chunks == 1

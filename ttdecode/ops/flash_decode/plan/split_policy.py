@@ -196,8 +196,10 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
 
 def _block_cycles(step: dict, softmax_chunks: int) -> float:
     """The bank-local step (`step`: pricing.bank_local_step_cycles's arguments but the block) at a softmax block
-    of `softmax_chunks` chunks."""
-    return bank_local_step_cycles(**step, softmax_chunks=softmax_chunks)
+    of `softmax_chunks` chunks: the longer of a sequential and a fixed random page table (a block that pays on
+    one may lose on the other, and the plan serves whatever table comes)."""
+    return max(bank_local_step_cycles(**step, softmax_chunks=softmax_chunks),
+               bank_local_step_cycles(**step, softmax_chunks=softmax_chunks, random_table=True))
 
 
 def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, dram_banks: int) -> int:
