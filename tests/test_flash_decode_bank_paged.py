@@ -664,11 +664,9 @@ def test_the_plan_takes_the_devices_bank_count_and_the_host_runtime_models_twelv
 # ---- refusals ---------------------------------------------------------------------------------------
 
 
-def test_bank_local_refuses_blocks_below_a_key_tile_and_more_than_four_readers_per_bank() -> None:
+def test_bank_local_refuses_more_than_four_readers_per_bank() -> None:
     base = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=1024, head_dim=64, cur_pos=[100],
                 kv_pages="key_row", num_blocks=64)
-    with pytest.raises(PlanError, match="kv_pages: expected 'tile' with block_size 16"):
-        make_plan(**base, block_size=16)
     with pytest.raises(PlanError, match="key_row_pieces: expected None or 1 to 12 with a paged cache"):
         make_plan(**base, block_size=32, key_row_pieces=13, max_cores_per_head_batch=16)
     with pytest.raises(PlanError, match="key_row_pieces: expected None or 1 to 8 with a paged cache"):

@@ -166,10 +166,10 @@ def test_block16_reader_reads_the_attended_halves_once_and_never_the_padding(kv:
     assert max(w.chunks for w in works) > 1
 
 
-def test_planner_takes_block16_in_tile_pages_only() -> None:
+def test_planner_takes_block16_in_tile_and_key_row_pages() -> None:
     base = dict(batch=1, num_q_heads=8, num_kv_heads=2, seq_len=256, head_dim=64, cur_pos=[100], num_blocks=16)
     assert make_plan(**base, block_size=BLOCK).max_blocks == 16
     with pytest.raises(PlanError, match="block_size: expected a multiple of 32 or 16, got 8"):
         make_plan(**base, block_size=8)
-    with pytest.raises(PlanError, match="kv_pages: expected 'tile' with block_size 16"):
-        make_plan(**base, block_size=BLOCK, kv_pages="key_row")
+    bank_local = make_plan(**base, block_size=BLOCK, kv_pages="key_row")  # tests/test_flash_decode_bank_paged16.py
+    assert bank_local.bank_local and bank_local.max_blocks == 16

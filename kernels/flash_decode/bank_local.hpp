@@ -17,7 +17,11 @@ namespace flash_decode {
 // bank of a key tile is a product and a modulus by compile-time constants (no division at run time).
 // `spread_banks`: every piece takes its turn over all the banks held (one group), so the pieces' tile counts
 // differ by one at most whatever the page table (DecodePlan.spread_banks).
-template <uint32_t num_kv_heads, uint32_t block_tiles, uint32_t dram_banks, bool spread_banks = false>
+// `block_entries`: page-table entries per counted block: 1, or 2 with 16-position blocks, whose split counts the
+// row's even entries as blocks of one key tile (block_tiles 1): key tile t is owned by the bank of its first
+// half, entry 2t (core.split.split_blocks); its second half is read from wherever it lies.
+template <uint32_t num_kv_heads, uint32_t block_tiles, uint32_t dram_banks, bool spread_banks = false,
+          uint32_t block_entries = 1>
 struct BankLocal {
     static_assert(dram_banks <= 32, "a piece's banks are a 32-bit mask");
     // The user's attended tiles first..last: the whole blocks full_first..end_block - 1 counted by their first
@@ -33,7 +37,7 @@ struct BankLocal {
     static constexpr uint32_t reach = block_tiles >= reach_step ? dram_banks : block_tiles * dram_banks / reach_step;
 
     static uint32_t bank(volatile tt_l1_ptr int32_t* row, uint32_t kv_head, uint32_t t) {
-        return ((uint32_t)row[t / block_tiles] * (num_kv_heads * block_tiles) + kv_head * block_tiles +
+        return ((uint32_t)row[t / block_tiles * block_entries] * (num_kv_heads * block_tiles) + kv_head * block_tiles +
                 t % block_tiles) % dram_banks;
     }
 
@@ -53,7 +57,7 @@ struct BankLocal {
     // inside the pool).
     void count_to(volatile tt_l1_ptr int32_t* row, uint32_t end) {
         for (; counted < end && counted < end_block; ++counted) {
-            ++hist[((uint32_t)row[counted] * (num_kv_heads * block_tiles)) % dram_banks];
+            ++hist[((uint32_t)row[counted * block_entries] * (num_kv_heads * block_tiles)) % dram_banks];
         }
     }
 

@@ -25,8 +25,9 @@ namespace flash_decode {
 // list_keys, advance); Args: reader.cpp's compile-time constants.
 template <class Args>
 struct PageTablePass {
-    using Banks = BankLocal<Args::num_kv_heads, (Args::bank_local ? Args::block_tiles : 1),
-                            (Args::bank_local ? Args::dram_banks : 1), Args::spread_banks>;
+    // 16-position blocks: the split's blocks are the row's even entries, one key tile each
+    using Banks = BankLocal<Args::num_kv_heads, (Args::bank_local && !Args::half_blocks ? Args::block_tiles : 1),
+                            (Args::bank_local ? Args::dram_banks : 1), Args::spread_banks, (Args::half_blocks ? 2 : 1)>;
     static constexpr uint32_t batch = Args::batch;
     static constexpr uint32_t max_chunk_tiles = Args::max_chunk_tiles;
     // cb_page_table's pages, 32-byte aligned
@@ -113,6 +114,21 @@ struct PageTablePass {
         }
         for (uint32_t c = 0; c < chunks; ++c) {
             for (uint32_t t = 0; t < v.chunk_tiles; ++t) {
+                if constexpr (Args::half_blocks) {
+                    const uint32_t key = early_keys[c * max_chunk_tiles + t];
+                    const uint32_t span_first_key = window_first_key(pos, Args::window);
+                    read_halves<Args>(k_gen, row, kv_head, key, pos, span_first_key, Args::d_tiles,
+                                      get_write_ptr(cb_k) + (c * Args::k_slot_tiles + t * Args::k_t_stride) *
+                                                                kv_tile_bytes,
+                                      Args::k_d_stride * kv_tile_bytes);
+                    if constexpr (!Args::mla) {
+                        read_halves<Args>(v_gen, row, kv_head, key, pos, span_first_key, Args::dv_tiles,
+                                          get_write_ptr(cb_v) + (c * Args::v_slot_tiles + t * Args::v_row_tiles) *
+                                                                    kv_tile_bytes,
+                                          kv_tile_bytes);
+                    }
+                    continue;
+                }
                 const uint32_t page = kv_tile_row<Args::paged, Args::num_kv_heads, Args::seq_tiles, Args::block_tiles>(
                     row, 0, kv_head, early_keys[c * max_chunk_tiles + t]);
                 for (uint32_t d = 0; d < Args::d_tiles; ++d) {

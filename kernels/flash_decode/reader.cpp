@@ -52,6 +52,8 @@ struct Args : PieceArgs {
     // A paged pool of 16-position blocks (block_size 16, block_tiles 0): a (block, KV head) is one tile row
     // whose rows 0-15 hold the block's keys and rows 16-31 padding (ttnn's TILE layout of
     // [num_blocks, NKV, 16, D]); key tile t is rows 0-15 of blocks 2t and 2t + 1, and the padding is never read.
+    // In tile pages or key-row pages (a page the row's Dt tiles); the bank-local split counts the row's even
+    // entries as blocks of one key tile (bank_local.hpp block_entries 2).
 #ifdef HALF_TILE_BLOCKS
     static constexpr bool half_blocks = true;
 #else
@@ -69,8 +71,7 @@ struct Args : PieceArgs {
     static constexpr bool spread_banks = get_named_compile_time_arg_val("spread_banks") == 1;
     static_assert(!paged || ((block_tiles > 0 || half_blocks) && max_blocks > 0),
                   "a paged cache needs its block geometry");
-    static_assert(!half_blocks || (paged && block_tiles == 0 && !key_row_pages),
-                  "16-position blocks: a paged tile-page pool");
+    static_assert(!half_blocks || (paged && block_tiles == 0), "16-position blocks: a paged pool");
     // blocks in the K/V pool (paged only)
     static constexpr uint32_t num_blocks = get_named_compile_time_arg_val("num_blocks");
     // the B positions come as common runtime args (cur_pos given as a list) instead of the cur_pos tensor

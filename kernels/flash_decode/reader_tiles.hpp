@@ -125,6 +125,31 @@ void read_half_tile(uint64_t src, uint32_t l1, uint32_t half) {
     noc_async_read(src + exponent_bytes, l1 + exponent_bytes + half * half_codes, half_codes);
 }
 
+// Key tile `key` of a pool of 16-position blocks: rows 0-15 of the tile rows of entries 2 key and 2 key + 1 of
+// the page-table row, as rows 0-15 and 16-31 of its row_tiles tiles at l1 + d * d_bytes. Tile pages (tile row
+// r's tile d is page r * row_tiles + d) or key-row pages (page r holds the row's tiles). A half holding no
+// attended key (past cur_pos, or before span_first_key) is not read (its page-table entry may be anything):
+// zero_stale zeroes its rows.
+template <class Args>
+void read_halves(const InterleavedAddrGen<true>& gen, volatile tt_l1_ptr int32_t* page_table_row, uint32_t kv_head,
+                 uint32_t key, int32_t cur_pos, uint32_t span_first_key, uint32_t row_tiles, uint32_t l1,
+                 uint32_t d_bytes) {
+    constexpr uint32_t kv_tile_bytes = Args::kv_tile_bytes;
+    constexpr uint32_t block_positions = Args::block_positions;
+    for (uint32_t half = 0; half < 2; ++half) {
+        const int32_t half_first = (int32_t)(key * TILE + half * block_positions);
+        if (half_first > cur_pos || half_first + (int32_t)block_positions <= (int32_t)span_first_key) {
+            continue;
+        }
+        const uint32_t row = (uint32_t)page_table_row[2 * key + half] * Args::num_kv_heads + kv_head;
+        for (uint32_t d = 0; d < row_tiles; ++d) {
+            const uint64_t src = Args::key_row_pages ? gen.get_noc_addr(row, d * kv_tile_bytes)
+                                                     : gen.get_noc_addr(row * row_tiles + d);
+            read_half_tile<kv_tile_bytes>(src, l1 + d * d_bytes, half);
+        }
+    }
+}
+
 // Index of the K/V tile row (32 keys) holding logical key tile `tile` of one (user, KV head); its
 // pages are row * Dt + d. Rows are numbered (batch * NKV + h) * rows + r over a [batches, NKV,
 // rows * 32, D] tile tensor: a contiguous cache has batches = B and rows = S / 32; a paged one has
@@ -208,21 +233,8 @@ struct ChunkRead {
         const uint32_t span_first_key = window_first_key(cur_pos, Args::window);
         for (uint32_t t = 0; t < tiles; ++t) {
             if constexpr (Args::half_blocks) {
-                // a half holding no attended key is not read (its page-table entry may be anything):
-                // zero_stale zeroes its rows
-                constexpr uint32_t block_positions = Args::block_positions;
-                const uint32_t key = key_tile(t);
-                for (uint32_t half = 0; half < 2; ++half) {
-                    const int32_t half_first = (int32_t)(key * TILE + half * block_positions);
-                    if (half_first > cur_pos || half_first + (int32_t)block_positions <= (int32_t)span_first_key) {
-                        continue;
-                    }
-                    const uint32_t row = (uint32_t)page_table_row[2 * key + half] * Args::num_kv_heads + kv_head;
-                    for (uint32_t d = 0; d < row_tiles; ++d) {
-                        read_half_tile<kv_tile_bytes>(gen.get_noc_addr(row * row_tiles + d),
-                                                      slot + (t * t_stride + d * d_stride) * kv_tile_bytes, half);
-                    }
-                }
+                read_halves<Args>(gen, page_table_row, kv_head, key_tile(t), cur_pos, span_first_key, row_tiles,
+                                  slot + t * t_stride * kv_tile_bytes, d_stride * kv_tile_bytes);
                 continue;
             }
             const uint32_t row = kv_tile_row<Args::paged, Args::num_kv_heads, Args::seq_tiles, Args::block_tiles>(

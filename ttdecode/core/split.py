@@ -179,6 +179,19 @@ def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, w
 VIEW_WORDS = 16
 
 
+def split_block_tiles(block_size: int) -> int:
+    """Key tiles of one block as the bank-local split counts them: block_size / 32, or 1 for 16-position blocks
+    (a pair of entries 2t, 2t + 1 makes key tile t, counted as one block: `split_blocks`)."""
+    return max(1, block_size // TILE)
+
+
+def split_blocks(page_table_row: Sequence[int], block_size: int) -> Sequence[int]:
+    """The page-table entries the bank-local split counts as blocks of `split_block_tiles` key tiles: the row
+    itself, or with 16-position blocks its even entries (key tile t is owned by the bank of its first half,
+    entry 2t; its second half, entry 2t + 1, is read from wherever it lies)."""
+    return page_table_row[::2] if block_size < TILE else page_table_row
+
+
 def bank_local_banks(kv_head: int, num_kv_heads: int, block_tiles: int, dram_banks: int) -> tuple[int, ...]:
     """R_h, ascending: the DRAM banks the key tiles of KV head `kv_head` can sit in, whatever the page table.
     Key tile t of a user is page (pt[t // bt] * NKV + h) * bt + t % bt (bt = `block_tiles`, block_size / 32),
@@ -236,7 +249,8 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
     dynamic_chunk_tiles(ceil(T / used), floor, chunk_cap); pieces i >= used are empty. `spread_banks`: one
     group of every bank held (G = 1, whatever used): piece i takes the o-th attended tile when o % used == i,
     so every piece holds ceil or floor of T / used tiles whatever the page table (its reads spread over the
-    banks). `window`: the key span's (span_window)."""
+    banks). `window`: the key span's (span_window). 16-position blocks: `page_table_row` is the row's even
+    entries and `block_tiles` 1 (split_blocks, split_block_tiles)."""
     t = valid_tiles(cur_pos, window)
     if t == 0:
         return BankLocalView(0, (), (), fixed_chunk_tiles or 1)
@@ -244,7 +258,10 @@ def bank_local_view(cur_pos: int, page_table_row: Sequence[int], kv_head: int, i
     nkv_bt = num_kv_heads * block_tiles
 
     def bank(k: int) -> int:
-        return (page_table_row[k // block_tiles] * nkv_bt + kv_head * block_tiles + k % block_tiles) % dram_banks
+        # in 32-bit unsigned arithmetic, as the kernel: an entry outside the pool (-1) where no key is attended
+        # (the first half of a window's first tile, 16-position blocks) still names a bank
+        page = (page_table_row[k // block_tiles] % 2 ** 32 * nkv_bt + kv_head * block_tiles + k % block_tiles)
+        return page % 2 ** 32 % dram_banks
 
     attended = range(first, first + t)
     counts: dict[int, int] = {}

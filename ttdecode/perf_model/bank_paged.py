@@ -38,14 +38,15 @@ import numpy as np
 
 from ttdecode.core.noc_geometry import dram_return_hops, noc_hops
 from ttdecode.core.program_description import CoreCoord
-from ttdecode.core.split import TILE, bank_local_banks, dynamic_chunk_tiles, tree_children, valid_tiles
+from ttdecode.core.split import (TILE, bank_local_banks, dynamic_chunk_tiles, split_block_tiles, split_blocks,
+                                 tree_children, valid_tiles)
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
 from ttdecode.perf_model.op_counts import (chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops,
                                             softmax_exp)
 
 __all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
-           "piece_ownership", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",
+           "piece_ownership", "piece_bank_bytes", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",
            "paged_work", "bank_rate", "evaluate_paged"]
 
 
@@ -66,7 +67,14 @@ class PagedShape:
 
     @property
     def block_tiles(self) -> int:
-        return self.block_size // TILE
+        """Key tiles of a block as the split counts them (core.split.split_block_tiles: 1 for block 16)."""
+        return split_block_tiles(self.block_size)
+
+    @property
+    def block_entries(self) -> int:
+        """Page-table entries of a block as the split counts them: 1, or 2 for block 16 (the row's even entries
+        own the key tiles, core.split.split_blocks)."""
+        return 2 if self.block_size < TILE else 1
 
     @property
     def d_tiles(self) -> int:
@@ -111,11 +119,14 @@ class PieceCompute:
 @dataclass(frozen=True)
 class PieceOwnership:
     """One (user, KV head)'s split: `used` pieces get keys; per piece its banks, the tiles it reads in each
-    (`bank_tiles`, parallel to `banks`) and its tile count n_i (`tiles`)."""
+    (`bank_tiles`, parallel to `banks`) and its tile count n_i (`tiles`). Block 16: a tile's first half lies in
+    its owner's bank, its second half in the bank of entry 2t + 1; `halves` per piece the (bank, second halves
+    read there) pairs (empty for whole-tile blocks)."""
 
     used: int
     banks: tuple[tuple[int, ...], ...]
     bank_tiles: tuple[tuple[int, ...], ...]
+    halves: tuple[tuple[tuple[int, int], ...], ...] = ()
 
     @property
     def tiles(self) -> tuple[int, ...]:
@@ -137,14 +148,17 @@ def bank_counts(pt_row: Sequence[int], tiles: int, head: int, num_kv_heads: int,
 
 
 def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor: int,
-                    order: Optional[np.ndarray] = None, spread_banks: bool = False) -> PieceOwnership:
+                    order: Optional[np.ndarray] = None, spread_banks: bool = False,
+                    halves: Optional[np.ndarray] = None) -> PieceOwnership:
     """The split of one (user, KV head) over `pieces` pieces from its bank counts (core.split.bank_local_view's
     rule): used = min(P, max(1, T // floor), |L| x min c_b); with used <= |L| piece i < used owns L[j] for
     j % used == i; with used > |L|, in G = gcd(used, |L|) groups, piece i owns L[j] for j % G == i % G as
     sub-piece i // G of subs = used // G, every subs-th of the group's tiles (n_i = ceil((group tiles -
     i // G) / subs)); pieces i >= used are empty. `order`: the banks of the attended tiles in logical order
     (tile_banks), which gives a multi-bank sub-piece's tiles per bank exactly (else split by the banks'
-    counts). `spread_banks`: one group of every bank held (G = 1) whatever used."""
+    counts). `spread_banks`: one group of every bank held (G = 1) whatever used. `halves` (block 16, with
+    `order`): the bank of each attended tile's second half (-1: not read, past cur_pos), giving each piece's
+    PieceOwnership.halves."""
     live = [b for b in reach if counts[b] > 0]
     total = int(sum(int(counts[b]) for b in reach))
     if not total:
@@ -158,10 +172,38 @@ def piece_ownership(counts: np.ndarray, reach: Sequence[int], pieces: int, floor
         banks = tuple(tuple(live[i % groups::groups]) if i < used else () for i in range(pieces))
         shares = tuple(_sub_piece_tiles(counts, bk, i // groups, subs, order) if bk else ()
                        for i, bk in enumerate(banks))
-        return PieceOwnership(used, banks, shares)
+        return PieceOwnership(used, banks, shares, _piece_halves(order, halves, banks, groups, subs))
     banks = tuple(tuple(live[j] for j in range(nb) if j % used == i) if i < used else ()
                   for i in range(pieces))
-    return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks))
+    return PieceOwnership(used, banks, tuple(tuple(int(counts[b]) for b in bk) for bk in banks),
+                          _piece_halves(order, halves, banks, pieces, 1))
+
+
+def _piece_halves(order: Optional[np.ndarray], halves: Optional[np.ndarray], banks: tuple[tuple[int, ...], ...],
+                  groups: int, subs: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per piece the (bank, second halves read there) pairs of its tiles (PieceOwnership.halves): piece i takes
+    the tiles of its banks, as sub-piece i // groups every subs-th of them (own banks: groups = the pieces,
+    subs 1); () without `halves`."""
+    if halves is None or order is None:
+        return ()
+    out = []
+    for i, bk in enumerate(banks):
+        mine = halves[np.isin(order, bk)][i // groups::subs] if bk else halves[:0]
+        found = np.bincount(mine[mine >= 0]) if mine.size else np.zeros(0, dtype=np.int64)
+        out.append(tuple((int(b), int(n)) for b, n in enumerate(found) if n))
+    return tuple(out)
+
+
+def piece_bank_bytes(own: PieceOwnership, i: int, tile_bytes: int) -> dict[int, int]:
+    """DRAM bytes piece i of `own` reads per bank, `tile_bytes` per key tile (its K and V): whole tiles in its
+    banks, or with block 16 (`own.halves`) half of each in its owner's bank and the second halves' in theirs."""
+    out: dict[int, int] = defaultdict(int)
+    share = tile_bytes // 2 if own.halves else tile_bytes
+    for b, tiles in zip(own.banks[i], own.bank_tiles[i]):
+        out[b] += tiles * share
+    for b, n in (own.halves[i] if own.halves else ()):
+        out[b] += n * share
+    return dict(out)
 
 
 def _sub_piece_tiles(counts: np.ndarray, banks: tuple[int, ...], sub: int, subs: int,
@@ -202,16 +244,32 @@ def _ownerships(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces:
             continue
         for h in range(s.num_kv_heads):
             reach = bank_local_banks(h, s.num_kv_heads, s.block_tiles, s.dram_banks)
-            order = tile_banks(page_table[user], 0, t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
+            row = split_blocks(page_table[user], s.block_size)
+            order = tile_banks(row, 0, t, h, s.num_kv_heads, s.block_tiles, s.dram_banks)
             counts = np.bincount(order, minlength=s.dram_banks)
             p = per_bank * len(reach) if pieces is None else pieces
-            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, order, pc.spread_banks), counts, reach)
+            halves = _second_halves(s, page_table[user], pos, h) if s.block_entries == 2 else None
+            out[(user, h)] = (piece_ownership(counts, reach, p, pc.floor, order, pc.spread_banks, halves), counts,
+                              reach)
     return out
 
 
+def _second_halves(s: PagedShape, pt_row: Sequence[int], cur_pos: int, head: int) -> np.ndarray:
+    """Block 16: the bank of the second half (entry 2t + 1) of each attended key tile t of head `head` of a user
+    at cur_pos, -1 where that half holds no attended key (keys 32 t + 16 .. past cur_pos: not read)."""
+    tiles = valid_tiles(cur_pos)
+    banks = tile_banks(pt_row[1::2], 0, tiles, head, s.num_kv_heads, 1, s.dram_banks)
+    if cur_pos % TILE < TILE // 2:
+        banks[tiles - 1] = -1
+    return banks
+
+
 def _reads_beyond(own: PieceOwnership, grouped: Optional[PieceOwnership], i: int) -> bool:
-    """Does spread piece i read a bank the own-bank split would not give it (a sequential table deals its turns
-    within them)? Never for an own-bank split (`grouped` None)."""
+    """Does piece i read a bank the own-bank split would not give it: a spread piece's turns beyond its
+    own-bank counterpart's banks (a sequential table deals them within), or with block 16 a second half outside
+    its own banks (a remote read; priced as not bank-local, an ASSUMED price like the spread piece's)?"""
+    if own.halves and not {b for b, _ in own.halves[i]} <= set(own.banks[i]):
+        return True
     if grouped is None:
         return False
     return not {b for b, t in zip(own.banks[i], own.bank_tiles[i]) if t} <= set(grouped.banks[i])
@@ -360,9 +418,9 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
                 scattered.add(core)
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
-            for b, tiles in zip(own.banks[i], own.bank_tiles[i]):
-                w.bank_bytes[b] += tiles * 2 * d * kv
-            w.kv_bytes += n * 2 * d * kv
+            for b, nbytes in piece_bank_bytes(own, i, 2 * d * kv).items():
+                w.bank_bytes[b] += nbytes
+                w.kv_bytes += nbytes
             w.chunks += 2 * -(-n // chunk)
             w.cb_handshakes += 4 * -(-n // chunk) + 2
             users[core].setdefault(user, (h, own.used))
@@ -416,8 +474,10 @@ def _settled_entries(entries: int, tiles: int, h: int, num_kv_heads: int, block_
 
 
 def _settled(s: PagedShape, page_table: np.ndarray, user: int, h: int, used: int) -> Optional[int]:
-    return _settled_entries(s.entries(user), valid_tiles(s.cur_pos[user]), h, s.num_kv_heads, s.block_tiles,
-                            s.dram_banks, tuple(int(x) for x in page_table[user][: s.entries(user)]), used)
+    row = split_blocks(page_table[user][: s.entries(user)], s.block_size)  # block 16: the even entries
+    blocks = _settled_entries(-(-s.entries(user) // s.block_entries), valid_tiles(s.cur_pos[user]), h,
+                              s.num_kv_heads, s.block_tiles, s.dram_banks, tuple(int(x) for x in row), used)
+    return None if blocks is None else blocks * s.block_entries
 
 
 def _setup_cycles(s: PagedShape, page_table: np.ndarray, users: Mapping[int, tuple[int, int]],

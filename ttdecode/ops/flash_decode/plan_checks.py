@@ -81,10 +81,9 @@ def check_plan_chunking(*, seq_len: int, num_q_heads: int, num_kv_heads: int, nu
                             f"k_chunk_size={k_chunk_size}")
 
 
-def check_plan_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool, sliding_window_size,
-                     kv_pages: str = "tile") -> int:
+def check_plan_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool, sliding_window_size) -> int:
     """Refuse a malformed paged cache (`block_size` keys, a multiple of 32 or 16 (ttnn's padded tile per
-    block, in tile pages only), dividing S, and `num_blocks`: both or neither, positive ints, not shared)
+    block, in tile or key-row pages), dividing S, and `num_blocks`: both or neither, positive ints, not shared)
     or sliding window. Returns the window in keys (0 = none)."""
     if (block_size is None) != (num_blocks is None):
         raise PlanError(
@@ -97,9 +96,6 @@ def check_plan_cache(*, seq_len: int, block_size, num_blocks, share_cache: bool,
                 raise PlanError(f"{name}: expected a positive int, got {v!r}")
         if block_size % TILE and block_size != HALF_TILE_BLOCK:
             raise PlanError(f"block_size: expected a multiple of {TILE} or {HALF_TILE_BLOCK}, got {block_size}")
-        if block_size == HALF_TILE_BLOCK and kv_pages != "tile":
-            raise PlanError(f"kv_pages: expected 'tile' with block_size {HALF_TILE_BLOCK} (a key-row page of "
-                            f"16-position blocks is not implemented), got {kv_pages!r}")
         if seq_len % block_size:
             raise PlanError(
                 f"seq_len: expected a multiple of block_size={block_size} (max_blocks x block_size), got {seq_len}"

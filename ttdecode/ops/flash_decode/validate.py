@@ -234,17 +234,14 @@ def check_block_size(k: TensorMeta) -> int:
     return bs
 
 
-def check_half_tile_blocks(block_size: int, max_blocks: int, kv_pages: str) -> None:
+def check_half_tile_blocks(block_size: int, max_blocks: int) -> None:
     """Block 16: an even number of page-table entries per user (S = max_blocks x 16 a multiple of 32, whole
-    key tiles) and tile pages (the key-row page layout of 16-position blocks is not implemented)."""
+    key tiles), in tile or key-row pages."""
     if block_size != HALF_TILE_BLOCK:
         return
     if max_blocks % 2:
         raise fail("page_table", f"an even number of entries per user with block_size {HALF_TILE_BLOCK} "
                    f"(S = max_blocks x 16 a multiple of 32)", f"{max_blocks} entries")
-    if kv_pages != "tile":
-        raise fail("program_config.kv_pages", f"'tile' with block_size {HALF_TILE_BLOCK} (key-row pages of "
-                   "16-position blocks are not implemented)", kv_pages)
 
 
 def on_device(meta: TensorMeta) -> bool:
@@ -508,7 +505,7 @@ def validate_decode(q: object, k: object, v: object, options: DecodeOptions, *,
     if paged:
         block_size = check_block_size(km)
         table_meta, table = check_page_table(page_table, batch, km.shape[0], read)
-        check_half_tile_blocks(block_size, table_meta.shape[1], pconf.kv_pages)
+        check_half_tile_blocks(block_size, table_meta.shape[1])
         seq_len = table_meta.shape[1] * block_size
     else:
         seq_len = check_seq_len(km)

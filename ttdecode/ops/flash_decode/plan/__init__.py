@@ -298,7 +298,7 @@ def _plan_steps(
                         k_chunk_size=k_chunk_size, min_chunk_tiles=min_chunk_tiles, chunk_cap=chunk_cap,
                         prescale_q=prescale_q, q_tile_rows=q_tile_rows)
     window = check_plan_cache(seq_len=seq_len, block_size=block_size, num_blocks=num_blocks, share_cache=share_cache,
-                              sliding_window_size=sliding_window_size, kv_pages=kv_pages)
+                              sliding_window_size=sliding_window_size)
     cur_pos = check_plan_positions(batch=batch, seq_len=seq_len, cur_pos=cur_pos, window=window,
                                    max_cores_per_head_batch=max_cores_per_head_batch, num_tokens=num_tokens,
                                    is_causal=is_causal, attn_mask_batch=attn_mask_batch)

@@ -12,8 +12,8 @@ from typing import Mapping, Sequence
 from ttdecode.core.formats import DataType
 from ttdecode.core.noc_geometry import dram_return_hops, noc_hops
 from ttdecode.core.program_description import MAX_RUNTIME_ARGS, WORMHOLE_DRAM_BANKS, CoreCoord
-from ttdecode.core.split import (TILE, bank_local_banks, cyclic_piece_range, span_window, tree_children,
-                                 tree_parent)
+from ttdecode.core.split import (bank_local_banks, cyclic_piece_range, span_window, split_block_tiles,
+                                 tree_children, tree_parent)
 from ttdecode.ops.flash_decode.plan.split_choices import split_costs
 from ttdecode.ops.flash_decode.plan.types import (RUNTIME_ARGS_HEADER, RUNTIME_ARGS_PER_PIECE, TILE_BYTES, Piece,
                                                   PlanError, Split)
@@ -64,7 +64,7 @@ def place_pieces(*, cores: Sequence[CoreCoord], works: Sequence[tuple[int, int]]
     flat = [(b, h, i) for (b, h) in works for i in range(pieces)]
     placed: dict[CoreCoord, list[tuple[int, int, int]]] = {c: [] for c in cores}
     if kv_pages == "key_row" and block_size is not None:
-        reach = [bank_local_banks(h, num_kv_heads, block_size // TILE, dram_banks) for h in range(num_kv_heads)]
+        reach = [bank_local_banks(h, num_kv_heads, split_block_tiles(block_size), dram_banks) for h in range(num_kv_heads)]
         live = max(1, split.seq_tiles // (split.fixed or split.floor))  # the most pieces with keys at any position
         if live < len(reach[0]):
             placed.update(_spread(cores, flat, live))

@@ -10,7 +10,8 @@ from typing import Sequence
 
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import CoreCoord
-from ttdecode.core.split import CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, bank_local_reach, tree_rounds
+from ttdecode.core.split import (CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, bank_local_reach, split_block_tiles,
+                                 tree_rounds)
 from ttdecode.ops.flash_decode.plan.buffers import fitting_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import bank_local_pieces as model_bank_local_pieces
@@ -154,7 +155,7 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
     split = functools.partial(_pieces_for_cap, kv_pages=kv_pages, key_row_pieces=key_row_pieces, fixed=fixed,
                               min_chunk_tiles=min_chunk_tiles, most=most, floor=floor, num_kv_heads=num_kv_heads,
                               num_cores=len(cores), seq_tiles=st, bank_local=kv_pages == "key_row" and bool(block_size),
-                              bank_reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks)
+                              bank_reach=bank_local_reach(num_kv_heads, split_block_tiles(block_size), dram_banks)
                               if kv_pages == "key_row" and block_size else 0,
                               shape=shape, kv=kv)
     caps = [cap]  # the caps a bank-local split re-prices at its pieces (the model's own choice below)
@@ -181,7 +182,7 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
         blocks = softmax_block_refusal(bank_local=True, fp32_dest_acc_en=shape["fp32_dest_acc_en"],
                                        q_tiles=shape["q_tiles"], mla=mla, attn_mask_batch=attn_mask_batch) is None
         if key_row_pieces is None:
-            pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, block_size // TILE, dram_banks),
+            pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, split_block_tiles(block_size), dram_banks),
                                              most=most, readers_per_bank=READERS_PER_BANK, softmax_blocks=blocks,
                                              **step)
         if len(caps) > 1:
@@ -217,13 +218,14 @@ def bank_local_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, block_si
                            dram_banks: int) -> int:
     """The most pieces per work for kv_pages "key_row" with a paged cache (bank-local): READERS_PER_BANK per
     DRAM bank a KV head's key tiles can sit in (core.split.bank_local_reach: |R_h|, from NKV, block_size / 32
-    and the banks), at most max_pieces, the cores and the tree's width. Refuses a block that is not a multiple of 32 keys (a key-row page is 32
-    keys) and a grid with fewer cores than the banks."""
-    if block_size % TILE:
-        raise PlanError(f"block_size: expected a multiple of {TILE} with kv_pages='key_row' (a page holds one "
-                        f"key-tile row of {TILE} keys), got {block_size}")
+    and the banks), at most max_pieces, the cores and the tree's width. Refuses a block that is neither a
+    multiple of 32 keys (a key-row page is 32 keys) nor 16 (a padded key-tile row a page), and a grid with fewer
+    cores than the banks."""
+    if block_size % TILE and block_size != TILE // 2:
+        raise PlanError(f"block_size: expected a multiple of {TILE} or {TILE // 2} with kv_pages='key_row' (a page "
+                        f"holds one key-tile row of {TILE} keys), got {block_size}")
     if len(cores) < dram_banks:
         raise PlanError(f"kv_pages: 'key_row' keeps at least one core per DRAM bank ({dram_banks}), the grid "
                         f"gives {len(cores)} cores")
-    reach = bank_local_reach(num_kv_heads, block_size // TILE, dram_banks)
+    reach = bank_local_reach(num_kv_heads, split_block_tiles(block_size), dram_banks)
     return max(1, min(max_pieces, READERS_PER_BANK * reach, len(cores), 1 << MAX_ROUNDS))

@@ -11,7 +11,8 @@ from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS, CoreCoord
 # the Wormhole L1 map (firmware + kernel config below L1_UNRESERVED_BASE; CBs aligned to 32 B)
 from ttdecode.runtime.layout import CB_ALIGNMENT, L1_UNRESERVED_BASE
-from ttdecode.core.split import TILE, BankLocalView, PieceRange, bank_local_view, piece_range, span_window
+from ttdecode.core.split import (TILE, BankLocalView, PieceRange, bank_local_view, piece_range, span_window,
+                                 split_block_tiles, split_blocks)
 from ttdecode.ops.flash_decode.plan_checks import PlanError
 
 __all__ = ["TILE_BYTES", "PlanError", "ResourceError", "RUNTIME_ARGS_HEADER", "RUNTIME_ARGS_PER_PIECE", "Piece",
@@ -235,9 +236,11 @@ class DecodePlan:
 
     def bank_local_view(self, cur_pos: int, page_table_row: Sequence[int], kv_head: int, index: int) -> BankLocalView:
         """The key tiles piece `index` of (a user at cur_pos with that page-table row, `kv_head`) reads in a
-        bank-local plan (core.split.bank_local_view with this plan's chunking; the kernels' rule)."""
-        return bank_local_view(cur_pos, page_table_row, kv_head, index, pieces=self.pieces_per_work,
-                               num_kv_heads=self.num_kv_heads, block_tiles=self.block_size // TILE,
+        bank-local plan (core.split.bank_local_view with this plan's chunking; the kernels' rule; 16-position
+        blocks: over the row's even entries, core.split.split_blocks)."""
+        return bank_local_view(cur_pos, split_blocks(page_table_row, self.block_size), kv_head, index,
+                               pieces=self.pieces_per_work, num_kv_heads=self.num_kv_heads,
+                               block_tiles=split_block_tiles(self.block_size),
                                dram_banks=self.dram_banks, fixed_chunk_tiles=self.fixed_chunk_tiles,
                                window=self.key_window, min_chunk_tiles=self.min_chunk_tiles, chunk_cap=self.chunk_cap,
                                spread_banks=self.spread_banks)
