@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from ttdecode.accuracy import check_close, check_lse
 from ttdecode.api import paged_scaled_dot_product_attention_decode
 from ttdecode.config import SDPAProgramConfig
 from ttdecode.core.formats import DataType, tile_size
@@ -29,9 +30,10 @@ from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, paged_work, piece_bank_bytes,
                                             piece_ownership, random_page_table, tile_banks)
+from ttdecode.perf_model.counters import work_from_counters
 
 from tests.test_flash_decode import randn_with_outliers
-from tests.test_flash_decode_bank_paged import BANKS, design_owned_tiles, run
+from tests.test_flash_decode_bank_paged import BANKS, design_owned_tiles, reference, run
 from tests.test_flash_decode_block16 import nan_padded
 from tests.test_flash_decode_paged import assert_matches, paged_reference, shuffled_table
 
@@ -52,20 +54,24 @@ def half_bytes(kv: DataType) -> int:
 
 
 def assert_reads_own_halves(plan: DecodePlan, result, pos: Sequence[int], table: torch.Tensor, nkv: int,
-                            kv: DataType) -> None:
-    """Per core and bank, the half tiles its reader fetched are those of the tiles its pieces own: the first half
-    of owned tile t in bank (row[2t] * NKV + h) % 12, its second half, when it holds an attended key (32 t + 16
-    <= cur_pos), in bank (row[2t + 1] * NKV + h) % 12; D / 32 + Dv / 32 reads each."""
+                            kv: DataType, mirror: bool = False) -> None:
+    """Per core and bank, the half tiles its reader fetched are those of the tiles its pieces own (design_owned16,
+    or with `mirror` the plan's own rule, DecodePlan.bank_local_view): half j of owned tile t (entry 2t + j) in
+    bank (row[2t + j] * NKV + h) % 12 when it holds an attended key (keys 32 t + 16 j .. 32 t + 16 j + 15 meet
+    the window's first key .. cur_pos); D / 32 + Dv / 32 reads each."""
     for core, pieces in plan.core_pieces.items():
         if not pieces:
             continue
         want: Counter = Counter()
         for pc in pieces:
-            row = table[pc.user].tolist()
-            for t in design_owned16(pos[pc.user], row, pc.kv_head, nkv, plan)[pc.index]:
-                want[(row[2 * t] * nkv + pc.kv_head) % BANKS] += plan.d_tiles + plan.dv_tiles
-                if 32 * t + 16 <= pos[pc.user]:
-                    want[(row[2 * t + 1] * nkv + pc.kv_head) % BANKS] += plan.d_tiles + plan.dv_tiles
+            row, p = table[pc.user].tolist(), pos[pc.user]
+            first_key = max(0, p - plan.key_window + 1) if plan.key_window else 0
+            owned = (plan.bank_local_view(p, row, pc.kv_head, pc.index).tiles if mirror
+                     else design_owned16(p, row, pc.kv_head, nkv, plan)[pc.index])
+            for t in owned:
+                for j in (0, 1):
+                    if 32 * t + 16 * j <= p and 32 * t + 16 * j + 15 >= first_key:
+                        want[(row[2 * t + j] * nkv + pc.kv_head) % BANKS] += plan.d_tiles + plan.dv_tiles
         got: Counter = Counter()
         for e in result.counters.kernel(core, KernelKind.READER).events:
             if int(e["op"]) == 1 and int(e["amount"]) == half_bytes(kv):
@@ -73,13 +79,14 @@ def assert_reads_own_halves(plan: DecodePlan, result, pos: Sequence[int], table:
         assert got == want, f"core ({core.x},{core.y})"
 
 
-def unreached_as_minus_one(table: torch.Tensor, pos: Sequence[int]) -> torch.Tensor:
-    """`table` with every entry past a user's position (a skipped user's: all) set to -1 (vLLM's padding): the
-    second half of a user's last tile past cur_pos must not be read, nor its entry trusted."""
+def unreached_as_minus_one(table: torch.Tensor, pos: Sequence[int], window: int = 0) -> torch.Tensor:
+    """`table` with every entry past a user's position (a skipped user's: all), and before a sliding `window`,
+    set to -1 (vLLM's padding): a half holding no attended key must not be read, nor its entry trusted."""
     out = torch.full_like(table, -1)
     for u, p in enumerate(pos):
         if p >= 0:
-            out[u, : p // BLOCK + 1] = table[u, : p // BLOCK + 1]
+            first = max(0, p - window + 1) // BLOCK if window else 0
+            out[u, first: p // BLOCK + 1] = table[u, first: p // BLOCK + 1]
     return out
 
 
@@ -88,21 +95,27 @@ def make_pool(gen: torch.Generator, num_blocks: int, nkv: int, d: int, kv: DataT
 
 
 def check16(pos: Sequence[int], s: int, kv: DataType, seed: int, what: str, nkv: int = 2, nh: int = 8,
-            **plan_args) -> DecodePlan:
+            window: int = 0, **plan_args) -> DecodePlan:
     """A bank-local block-16 run (D 64) of users at `pos` over a random page table (-1 past each user's
-    position): the float64 reference's values, and every reader fetches exactly its half tiles."""
+    position, and before a sliding `window`): the float64 reference's values, and every reader fetches exactly
+    its half tiles (with a window: the plan's rule, whose banks of a -1 entry are the kernel's, in 32 bits)."""
     b, d = len(pos), 64
     gen = torch.Generator().manual_seed(seed)
     max_blocks = s // BLOCK
     num_blocks = b * max_blocks + 7
-    table = unreached_as_minus_one(shuffled_table(b, max_blocks, num_blocks, seed=seed), pos)
+    table = unreached_as_minus_one(shuffled_table(b, max_blocks, num_blocks, seed=seed), pos, window)
     q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
     k, v = make_pool(gen, num_blocks, nkv, d, kv), make_pool(gen, num_blocks, nkv, d, kv)
     plan, out, lse, result = run(dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d,
-                                      kv_dtype=kv, **plan_args), q, k, v, pos, table, BLOCK)
+                                      kv_dtype=kv, sliding_window_size=window or None, **plan_args),
+                                 q, k, v, pos, table, BLOCK)
     assert plan.block_size == BLOCK and plan.bank_local
-    assert_matches(out, lse, *paged_reference(q, k, v, pos, table.clamp(min=0)), pos, what)
-    assert_reads_own_halves(plan, result, pos, table, nkv, kv)
+    assert_matches(out, lse, *reference(plan, q, k, v, pos, table.clamp(min=0)), pos, what)
+    assert_reads_own_halves(plan, result, pos, table, nkv, kv, mirror=bool(window))
+    # the cost model reads the same K/V bytes out of the reader's events: half a tile per attended block
+    works, _, _ = work_from_counters(plan, result.counters, table)
+    halves = sum(p // BLOCK + 1 - (max(0, p - window + 1) // BLOCK if window else 0) for p in pos if p >= 0) * nkv
+    assert sum(w.kv_bytes for w in works) == halves * (plan.d_tiles + plan.dv_tiles) * tile_size(kv) // 2
     return plan
 
 
@@ -117,6 +130,15 @@ def test_block16_bank_local_equals_the_reference_and_reads_its_own_halves(kv: Da
     pieces and spread pieces)."""
     plan = check16(BOUNDARIES, 1024, kv, 16, f"block 16 key_row {kv.value} spread={spread}", spread_banks=spread)
     assert plan.spread_banks == spread
+
+
+@pytest.mark.parametrize("window", [40, 17, 100])
+def test_block16_windows_read_only_the_attended_halves(window: int) -> None:
+    """Sliding windows whose first key falls in either half of a tile, with -1 entries before the window: a
+    window's first tile whose first half holds no attended key is owned by the bank of that -1 entry as the
+    kernel computes it (core.split.bank_local_view, 32-bit) and only its second half is read; the reference."""
+    check16([-1, 16, 31, 47, 48, 100, 700, 1008, 1023], 1024, BFP8, 50 + window, f"block 16 window {window}",
+            window=window)
 
 
 @pytest.mark.parametrize("nkv, pieces", [(2, 1), (2, 3), (2, 6), (2, 12), (8, 3), (8, 6), (1, 16)])
@@ -245,3 +267,57 @@ def test_the_model_puts_second_halves_on_their_banks_and_prices_remote_ones_not_
             want.update({int(b): int(n) * per_tile // 2 for b, n in enumerate(np.bincount(halves))})
             assert +total == +want
 
+
+
+FEATURES = {
+    "window_40": dict(sliding_window_size=40),
+    "window_17_tokens_3": dict(sliding_window_size=17, tokens=3),
+    "tokens_4": dict(tokens=4),
+    "sink": dict(sink=True),
+    "mla": dict(mla=True),
+    "mask": dict(mask=True),
+}
+
+
+@pytest.mark.parametrize("case", list(FEATURES))
+def test_block16_bank_local_features_equal_the_reference(case: str) -> None:
+    """Sliding windows (the entries before a window -1: a window's first tile whose first half holds no
+    attended key is still owned by that entry's bank, read as an unsigned int, and its half is not read),
+    several tokens, a sink, MLA and an attn_mask on a block-16 key_row pool (NaN padding): the reference."""
+    c = FEATURES[case]
+    tokens, window = c.get("tokens", 1), c.get("sliding_window_size")
+    pos = [p for p in [-1, 0, 15, 16, 31, 32, 47, 48, 100, 175, 176, 191] if p < 0 or p >= tokens - 1]
+    if c.get("mask"):
+        pos = [191] * 3
+    b, nh, nkv, s, d = len(pos), 8, 2, 192, 64
+    dv = 32 if c.get("mla") else d
+    gen = torch.Generator().manual_seed(len(case) + 70)
+    q = randn_with_outliers((tokens, b, nh, d), gen)
+    num_blocks = b * (s // BLOCK) + 1
+    table = shuffled_table(b, s // BLOCK, num_blocks, seed=6)
+    span = 0 if not window else window + tokens - 1
+    reach = table.clone() if c.get("mask") else torch.full_like(table, -1)
+    for u, p in enumerate(pos):
+        if p >= 0 and not c.get("mask"):
+            first = max(0, p - span + 1) if span else 0
+            reach[u, first // BLOCK: p // BLOCK + 1] = table[u, first // BLOCK: p // BLOCK + 1]
+    k = make_pool(gen, num_blocks, nkv, d, BFP8)
+    v = None if c.get("mla") else make_pool(gen, num_blocks, nkv, dv, BFP8)
+    common = dict(scale=1.0 / d ** 0.5, sliding_window_size=window, return_lse=True,
+                  head_dim_v=dv if c.get("mla") else None)
+    if c.get("sink"):
+        common["attention_sink"] = torch.randn(nh, generator=gen)
+    if c.get("mask"):
+        mask = torch.where(torch.rand(b, 1, nh, s, generator=gen) < 0.3, -float("inf"), 0.0)
+        mask[..., -1] = 0.0
+        common.update(is_causal=False, attn_mask=mask)
+    else:
+        common["cur_pos"] = pos
+    out, lse = paged_scaled_dot_product_attention_decode(q, k, v, reach, backend="host",
+                                                         program_config=SDPAProgramConfig(kv_pages="key_row"),
+                                                         **common)
+    ref, ref_lse = paged_scaled_dot_product_attention_decode(q, k, v, reach, backend="reference", **common)
+    for u, p in enumerate(pos):
+        if p >= 0:
+            check_close(out[:, u], ref[:, u], f"block 16 key_row {case}: user {u} (cur_pos {p})")
+    check_lse(lse, ref_lse, f"block 16 key_row {case}: LSE")

@@ -19,17 +19,29 @@ T3K = dict(batch=1, num_q_heads=8, num_kv_heads=1, seq_len=32768, head_dim=128, 
            max_cores_per_head_batch=16)
 
 
-def test_the_planner_takes_blocks_on_bank_local_plans_only() -> None:
-    """The Llama-70B T3K chip point: bank-local pieces of 4 chunks at an even split take blocks of 8 (twice
-    that: a random page table loads some pieces more); the same shape with tile or contiguous key_row pages,
-    a paged cache of tile pages or a bf16 DST keeps one chunk per update."""
-    bank_local = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16)
-    assert (bank_local.max_chunk_tiles, bank_local.softmax_chunks) == (16, 8)
+# Compute-heavy bank-local points (the Llama-70B T3K chip, 8 q heads on one KV head; 32 q heads on one, chunks
+# of 8 tiles): the fixed work a block saves outweighs the overlap it loses. The Llama-3.1-8B N150 point (8 KV
+# heads, DRAM-bound) is the other way round.
+LLAMA8B = dict(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=32768, head_dim=128, cur_pos=[32767],
+               max_cores_per_head_batch=16, kv_pages="key_row", block_size=32, num_blocks=2048)
+HEAVY = dict(batch=1, num_q_heads=32, num_kv_heads=1, seq_len=32768, head_dim=128, cur_pos=[32767],
+             max_cores_per_head_batch=16, kv_pages="key_row", block_size=64, num_blocks=1024, chunk_cap=8)
+
+
+def test_the_planner_takes_a_block_only_where_the_pipeline_prices_it_shorter() -> None:
+    """The planner's block (plan/softmax_block.py) is the largest up to the piece's chunks that fits L1 when the
+    model's pipeline (a block's exps wait for its last K slot, its V slots hold the next block's reads back)
+    prices it shorter than one chunk per update, else 1. Tile or contiguous key_row pages, a paged cache of tile
+    pages or a bf16 DST always keep one chunk per update."""
+    heavy = make_plan(**HEAVY)
+    assert (heavy.max_chunk_tiles, heavy.softmax_chunks) == (8, 8)
+    t3k = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16)
+    assert (t3k.max_chunk_tiles, t3k.softmax_chunks) == (16, 8)
+    assert make_plan(**LLAMA8B).softmax_chunks == 1
     assert make_plan(**T3K).softmax_chunks == 1
     assert make_plan(**T3K, kv_pages="key_row").softmax_chunks == 1
     assert make_plan(**T3K, block_size=64, num_blocks=512).softmax_chunks == 1
-    assert make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512,
-                     fp32_dest_acc_en=False).softmax_chunks == 1
+    assert make_plan(**HEAVY, fp32_dest_acc_en=False).softmax_chunks == 1
     # one chunk per piece: nothing to share
     short = make_plan(**{**T3K, "seq_len": 2048, "cur_pos": [2047]}, kv_pages="key_row", block_size=64,
                       num_blocks=64)
@@ -46,9 +58,7 @@ def test_blocks_that_cannot_run_or_fit_are_refused_by_name() -> None:
     with pytest.raises(PlanError, match="at least 1"):
         make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, softmax_chunks=0)
     # the planner's own choice falls back to fewer chunks where a block's buffers overflow L1
-    tight = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16,
-                      l1_bytes_per_core=800 * 1024)
-    assert tight.softmax_chunks == 4
+    assert make_plan(**HEAVY, l1_bytes_per_core=900 * 1024).softmax_chunks == 4
 
 
 def _inputs(b: int, s: int, block: int, seed: int):

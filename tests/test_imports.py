@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the perf model, bottom up: constants; the evaluator; closed-form op counts; the counters' reading, the
     # pricing of a split candidate and tt-metal's structure (each over the ones below); never the planner
     ("ttdecode.perf_model.constants",),
+    ("ttdecode.perf_model.pipeline",),
     ("ttdecode.perf_model.evaluator",),
     ("ttdecode.perf_model.op_counts",),
     ("ttdecode.perf_model.counters", "ttdecode.perf_model.ttmetal_structure", "ttdecode.perf_model.bank_paged"),

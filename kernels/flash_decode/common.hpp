@@ -46,6 +46,7 @@ constexpr uint32_t cb_sink = 24;         // attention sink only: the group's sin
 constexpr uint32_t cb_attn_mask = 25;    // attn_mask only: the group's mask rows of a chunk, [q tile row][key tile]
 constexpr uint32_t cb_view_compute = 26; // bank-local only: the views of the core's pieces (BankView), for compute
 constexpr uint32_t cb_view_writer = 27;  // the same page, for the writer
+constexpr uint32_t cb_keys = 28;         // bank-local softmax blocks only: the reader's key tiles of a block's chunks
 
 // Deepest merge tree (64 pieces per work); one semaphore per tree height level.
 constexpr uint32_t MAX_ROUNDS = 6;

@@ -174,55 +174,70 @@ void kernel_main() {
         const bool from_early = p == 0 && pass.early_chunks > 0;
         uint32_t cursor = from_early ? pass.early_cursor : window_first_tile(cur_pos, Args::window);
         uint32_t turn = from_early ? pass.early_turn : 0;
-        uint32_t chunk_keys[Args::bank_local ? Args::max_chunk_tiles : 1];
-        for (uint32_t c = 0; c < range.num_chunks; ++c) {
-            const uint32_t tiles = range.tiles_in_chunk(c);
-            const bool early = Args::bank_local && p == 0 && c < pass.early_chunks;
-            if constexpr (Args::bank_local) {
-                pass.list_keys(chunk_keys, early, c, tiles, page_table_row, kv_head, view, cursor, turn);
-            }
-            const ChunkRead<Args> chunk{range.tile_at(c * range.chunk_tiles), range.stride, chunk_keys, tiles, cur_pos,
-                                        page_table_row, kv_batch, kv_head};
+        // A softmax block's K slots go first, then its V slots (one chunk per update: K then V per chunk): the
+        // compute kernel scores every K of a block before its first exp, so the block's V reads follow the
+        // scores. The block's keys are listed once, with its K reads, and kept for its V reads (bank-local:
+        // on the stack for one chunk, in cb_keys for a block of several).
+        constexpr uint32_t block = Args::softmax_chunks;
+        uint32_t stack_keys[Args::bank_local && block == 1 ? Args::max_chunk_tiles : 1];
+        uint32_t* const block_keys = block == 1 ? stack_keys : reinterpret_cast<uint32_t*>(get_write_ptr(cb_keys));
+        for (uint32_t c0 = 0; c0 < range.num_chunks; c0 += block) {
+            const uint32_t c1 = c0 + block < range.num_chunks ? c0 + block : range.num_chunks;
+            for (uint32_t c = c0; c < c1; ++c) {
+                const uint32_t tiles = range.tiles_in_chunk(c);
+                const bool early = Args::bank_local && p == 0 && c < pass.early_chunks;
+                uint32_t* const keys = block_keys + (c - c0) * Args::max_chunk_tiles;
+                if constexpr (Args::bank_local) {
+                    pass.list_keys(keys, early, c, tiles, page_table_row, kv_head, view, cursor, turn);
+                }
+                const ChunkRead<Args> chunk{range.tile_at(c * range.chunk_tiles), range.stride, keys, tiles, cur_pos,
+                                            page_table_row, kv_batch, kv_head};
 
-            // K (the slot layout: Args::k_t_stride, k_d_stride), and with an attn_mask the chunk's mask rows
-            cb_reserve_back(cb_k, Args::k_slot_tiles);
-            const uint32_t k_slot = get_write_ptr(cb_k);
-            if (!early) {
-                chunk.read(k_gen, k_slot, Args::d_tiles, Args::k_t_stride, Args::k_d_stride);
+                // K (the slot layout: Args::k_t_stride, k_d_stride), and with an attn_mask the chunk's mask rows
+                cb_reserve_back(cb_k, Args::k_slot_tiles);
+                const uint32_t k_slot = get_write_ptr(cb_k);
+                if (!early) {
+                    chunk.read(k_gen, k_slot, Args::d_tiles, Args::k_t_stride, Args::k_d_stride);
+                }
+                if constexpr (Args::has_attn_mask) {
+                    chunk.read_mask(io.mask, user);
+                }
+                // One barrier per slot keeps all of its requests in flight together (the first slot's
+                // with Q's).
+                noc_async_read_barrier();
+                if (q_pending) {
+                    push_q<Args>(index);
+                    q_pending = false;
+                }
+                if constexpr (Args::bank_local && Args::mla) {
+                    pass.advance(c, range.num_chunks);
+                }
+                chunk.zero_stale(k_slot, Args::d_tiles, Args::k_t_stride, Args::k_d_stride);
+                if constexpr (Args::has_attn_mask) {
+                    cb_push_back(cb_attn_mask, Args::mask_slot_tiles);
+                }
+                cb_push_back(cb_k, Args::k_slot_tiles);
             }
-            if constexpr (Args::has_attn_mask) {
-                chunk.read_mask(io.mask, user);
-            }
-            // One barrier per slot keeps all of its requests in flight together (the first slot's
-            // with Q's).
-            noc_async_read_barrier();
-            if (q_pending) {
-                push_q<Args>(index);
-                q_pending = false;
-            }
-            if constexpr (Args::bank_local && Args::mla) {
-                pass.advance(c, range.num_chunks);
-            }
-            chunk.zero_stale(k_slot, Args::d_tiles, Args::k_t_stride, Args::k_d_stride);
-            if constexpr (Args::has_attn_mask) {
-                cb_push_back(cb_attn_mask, Args::mask_slot_tiles);
-            }
-            cb_push_back(cb_k, Args::k_slot_tiles);
-
             // V (row-major: tile (t, v) at t * v_row_tiles + v, the row's ones tile after it), read while
             // the compute kernel works on K.
             if constexpr (!Args::mla) {
-                cb_reserve_back(cb_v, Args::v_slot_tiles);
-                const uint32_t v_slot = get_write_ptr(cb_v);
-                if (!early) {
-                    chunk.read(v_gen, v_slot, Args::dv_tiles, Args::v_row_tiles, 1);
+                for (uint32_t c = c0; c < c1; ++c) {
+                    const bool early = Args::bank_local && p == 0 && c < pass.early_chunks;
+                    const ChunkRead<Args> chunk{range.tile_at(c * range.chunk_tiles), range.stride,
+                                                block_keys + (c - c0) * Args::max_chunk_tiles,
+                                                range.tiles_in_chunk(c), cur_pos, page_table_row, kv_batch, kv_head};
+                    cb_reserve_back(cb_v, Args::v_slot_tiles);
+                    const uint32_t v_slot = get_write_ptr(cb_v);
+                    if (!early) {
+                        chunk.read(v_gen, v_slot, Args::dv_tiles, Args::v_row_tiles, 1);
+                    }
+                    if constexpr (Args::bank_local) {
+                        pass.advance(c, range.num_chunks);
+                    }
+                    noc_async_read_barrier();
+                    chunk.zero_stale(v_slot, Args::dv_tiles, Args::v_row_tiles, 1);
+                    cb_push_back(cb_v, Args::v_slot_tiles);
                 }
-                if constexpr (Args::bank_local) {
-                    pass.advance(c, range.num_chunks);
-                }
-                noc_async_read_barrier();
-                chunk.zero_stale(v_slot, Args::dv_tiles, Args::v_row_tiles, 1);
-                cb_push_back(cb_v, Args::v_slot_tiles);
             }
         }
         // Softmax blocks: the piece's V slots padded to whole blocks (pushed unread; the compute kernel pops

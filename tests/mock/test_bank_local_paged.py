@@ -96,12 +96,12 @@ def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock
     assert r.returncode == 0 and r.result is not None, r.describe()
     llama, shard = r.result["llama8b"], r.result["t3k_shard"]
     check_steps(llama, mock_run["jit_log"])
-    # 4 users of 2K fill the grid with one piece per (user, KV head) over its 6 banks (the bank-local pricing's
-    # choice), each keeping to its own banks
-    assert (llama["pieces"], llama["spread_banks"]) == (1, False)
-    # the kernels compiled here take softmax blocks (plan/softmax_block.py): a piece of 64 tiles in chunks of 8,
-    # blocks of twice the even split's chunks, at most 8
-    assert llama["softmax_chunks"] == 8, llama["softmax_chunks"]
-    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split)
+    # 4 users of 2K: three pieces per (user, KV head) over its 6 banks (the bank-local pricing's choice), each
+    # keeping to its own banks, one chunk per softmax update (the step is DRAM-bound: a block would lose overlap)
+    assert (llama["pieces"], llama["spread_banks"], llama["softmax_chunks"]) == (3, False, 1)
+    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split) in softmax
+    # blocks (plan/softmax_block.py: the step is compute-bound), so the kernels compiled here include the
+    # reader's block order (a block's K slots, then its V slots, the keys kept in cb_keys)
     check_steps(shard, mock_run["jit_log"])
+    assert shard["softmax_chunks"] == 8, shard["softmax_chunks"]
     assert (shard["pieces"], shard["spread_banks"]) == (16, True)

@@ -10,9 +10,13 @@ the banks R_h = {(h * bt + r + g * k) % NB} (core.split.bank_local_banks): Llama
 max(1, T // floor), |L| x min c_b) get keys (L: the banks of R_h holding attended tiles, ascending, c_b
 tiles each); piece i < used owns the banks L[j] with j % used == i, or with used > |L| (G = gcd(used, |L|)
 groups of banks) reads every subs-th tile (subs = used // G) of the banks L[j] with j % G == i % G
-(`piece_ownership`: core.split.bank_local_view's rule, from bank counts). A piece's time follows its own tile
-count n_i, so a page table that crowds a head's tiles into few banks costs max(n_i) / mean(n_i)
-(`piece_imbalance`).
+(`piece_ownership`: core.split.bank_local_view's rule, from bank counts). Blocks of 16 positions (a padded
+key-tile row a page, page block * NKV + h): key tile t is owned by the bank of its first half (entry 2t of the
+row; the split counts the even entries as blocks of one key tile), half its bytes there and half in the bank of
+its second half (entry 2t + 1; `piece_bank_bytes`); a piece reading a second half outside its own banks is
+priced as not bank-local (an ASSUMED price, as a spread piece reading beyond its banks). A piece's time
+follows its own tile count n_i, so a page table that crowds a head's tiles into few banks costs max(n_i) /
+mean(n_i) (`piece_imbalance`).
 
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
@@ -41,13 +45,15 @@ from ttdecode.core.program_description import CoreCoord
 from ttdecode.core.split import (TILE, bank_local_banks, dynamic_chunk_tiles, split_block_tiles, split_blocks,
                                  tree_children, valid_tiles)
 from ttdecode.perf_model.constants import COST, CostConstants
-from ttdecode.perf_model.evaluator import Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors
+from ttdecode.perf_model.evaluator import (Breakdown, CoreWork, OpTally, Reduction, Tree, evaluate, shared_bank_floors,
+                                           sum_ops)
+from ttdecode.perf_model.pipeline import PiecePipe
 from ttdecode.perf_model.op_counts import (chunk_ops, chunk_tile_ops, intermediate_bytes, merge_ops,
                                             softmax_exp)
 
 __all__ = ["PagedShape", "PieceCompute", "PieceOwnership", "tile_banks", "bank_counts",
-           "piece_ownership", "piece_bank_bytes", "sequential_page_table", "random_page_table", "piece_imbalance", "bank_cores",
-           "paged_work", "bank_rate", "evaluate_paged"]
+           "piece_ownership", "piece_bank_bytes", "sequential_page_table", "random_page_table", "piece_imbalance",
+           "bank_cores", "paged_work", "bank_rate", "evaluate_paged"]
 
 
 @dataclass(frozen=True)
@@ -334,6 +340,37 @@ def _piece_ops(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> di
     return ops
 
 
+def _piece_pipe(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int, c: CostConstants) -> PiecePipe:
+    """The piece's compute as the pipeline times it (pipeline.PiecePipe): per key tile the scores (Q.K^T,
+    the scale, the scores' pack: one of a tile's two packs) and P.V with the row sum, from a running chunk's
+    chunk_tile_ops; the rest of the piece's _piece_ops is `post`. Remembered under COST."""
+    if c is COST:
+        return _remembered_pipe(pc, d, kv_tile, n, chunk)
+    return _pipe(pc, d, kv_tile, n, chunk, c)
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered_pipe(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int) -> PiecePipe:
+    return _pipe(pc, d, kv_tile, n, chunk, COST)
+
+
+def _pipe(pc: PieceCompute, d: int, kv_tile: int, n: int, chunk: int, c: CostConstants) -> PiecePipe:
+    im = intermediate_bytes(pc.fp32_dest_acc_en)
+    tile = chunk_tile_ops(pc.q_tiles, d, d, dst_tiles=pc.dst_tiles, exp=pc.exp, head_rows=pc.head_rows,
+                          running=True, prescale_q=pc.prescale_q, q_tile_rows=pc.q_tile_rows, kv_tile_bytes=kv_tile,
+                          im_bytes=im)
+    qk, pv = tile["matmul"]
+    scores = {"matmul": [qk], "scalar": tile["scalar"], "pack": [replace(t, tiles=t.tiles / 2, calls=t.calls // 2,
+                                                                         l1_bytes=(t.l1_bytes or 0) / 2)
+                                                              for t in tile["pack"]]}
+    per_scores = sum(sum_ops(scores, pc.fidelity, c).values())
+    per_pv = sum(sum_ops({"matmul": [pv]}, pc.fidelity, c).values())
+    total = sum(sum_ops(_piece_ops(pc, d, kv_tile, n, chunk), pc.fidelity, c).values())
+    tiles = (chunk,) * (n // chunk) + ((n % chunk,) if n % chunk else ())
+    return PiecePipe(tiles, max(1, pc.softmax_chunks), max(2, pc.softmax_chunks), per_scores, per_pv,
+                     max(0.0, total - n * (per_scores + per_pv)))
+
+
 def _piece_reads(s: PagedShape, pc: PieceCompute, n: int, chunk: int, entries: int,
                  c: CostConstants) -> list[tuple[int, int]]:
     """A piece's read groups (bytes, requests): its Q, then per chunk its K pages (one request per key-tile
@@ -417,6 +454,7 @@ def paged_work(s: PagedShape, pc: PieceCompute, page_table: np.ndarray, pieces: 
             if _reads_beyond(own, grouped, i):
                 scattered.add(core)
             w.read_groups += _piece_reads(s, pc, n, chunk, s.entries(user), c)
+            w.pipeline += (_piece_pipe(pc, d, kv, n, chunk, c),)
             _add_ops(w.compute, _piece_ops(pc, d, kv, n, chunk))
             for b, nbytes in piece_bank_bytes(own, i, 2 * d * kv).items():
                 w.bank_bytes[b] += nbytes

@@ -12,10 +12,12 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ttdecode.perf_model.constants import COST, CostConstants
+from ttdecode.perf_model.pipeline import PiecePipe, pipeline_cycles
 
 __all__ = ["SFPU_OPS", "OpTally", "CoreWork", "Tree", "Reduction", "Breakdown", "op_class", "sfpu_tile_cycles",
            "op_cycles", "tally_l1_bytes", "sum_ops", "reader_cycles", "bank_floor_cycles", "message_cycles",
-           "critical_path", "tree_cycles", "reduction_cycles", "core_cycles", "index_read_cycles",
+           "critical_path", "tree_cycles", "reduction_cycles", "core_cycles", "index_read_cycles", "group_cycles",
+           "pipelined_cycles",
            "start_spread_cycles", "shared_bank_floors", "evaluate"]
 
 SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "recip", "log", "max", "scalar", "ternary")
@@ -58,6 +60,9 @@ class CoreWork:
     chunks: pipeline stages of the overlap (read-barrier groups carrying K/V). cb_handshakes: push/wait pairs.
     index_reads: the reader's serial reads before its first read group, (memory, bytes) with memory "dram" or
     "l1" (tt-metal's structure: cur_pos, then the page table row, from DRAM or an L1 shard; index_read_cycles).
+    pipeline: the core's pieces in order (pipeline.PiecePipe), when its read groups are per piece a Q group then
+    a K and a V group per chunk: the local time is then timed event by event (pipeline_cycles) instead of
+    ``max(reader, compute) + min / chunks``.
     """
 
     read_groups: list[tuple[int, int]]
@@ -70,6 +75,7 @@ class CoreWork:
     bank_local: bool = False
     index_reads: tuple[tuple[str, int], ...] = ()
     setup_cycles: float = 0.0
+    pipeline: tuple[PiecePipe, ...] = ()
 
 
 #: A merge tree as data: a node is the tuple of its children in merge order, each child
@@ -195,12 +201,16 @@ def sum_ops(ops: Mapping[str, Sequence[OpTally]], fidelity: str, c: CostConstant
     return dict(by_class)
 
 
+def group_cycles(read_groups: Sequence[tuple[int, int]], c: CostConstants = COST) -> list[float]:
+    """Per barrier group: the first read's latency then the stream at the per-core plateau or the request
+    issue rate, whichever is slower (0 for a group with no bytes)."""
+    return [c.dram_latency_cycles + max(b / c.core_read_plateau_bytes_per_cycle, n * c.dram_request_issue_cycles)
+            if b > 0 else 0.0 for b, n in read_groups]
+
+
 def reader_cycles(read_groups: Sequence[tuple[int, int]], c: CostConstants = COST) -> float:
-    """One core's reader: per barrier group, the first read's latency then the stream at the per-core
-    plateau or the request issue rate, whichever is slower."""
-    return float(sum(c.dram_latency_cycles + max(b / c.core_read_plateau_bytes_per_cycle,
-                                                 n * c.dram_request_issue_cycles)
-                     for b, n in read_groups if b > 0))
+    """One core's reader: the sum of its groups' `group_cycles`."""
+    return float(sum(group_cycles(read_groups, c)))
 
 
 def bank_floor_cycles(works: Sequence[CoreWork], c: CostConstants = COST) -> float:
@@ -259,6 +269,27 @@ def core_cycles(w: CoreWork, reader: float, compute: float, c: CostConstants = C
             + w.cb_handshakes * c.cb_handshake_cycles)
 
 
+def pipelined_cycles(w: CoreWork, reader: float, c: CostConstants = COST) -> float:
+    """The local time of a work with a pipeline (CoreWork.pipeline): its groups' cycles stretched evenly to
+    `reader` (the DRAM floor, when the banks' shares make its reads slower than its own rate), timed by
+    pipeline_cycles, plus the CB handshakes."""
+    groups = group_cycles(w.read_groups, c)
+    scale = reader / sum(groups) if sum(groups) else 1.0
+    q: list[float] = []
+    k: list[list[float]] = []
+    v: list[list[float]] = []
+    at = 0
+    for piece in w.pipeline:
+        n = len(piece.chunk_tiles)
+        q.append(groups[at] * scale)
+        k.append([g * scale for g in groups[at + 1:at + 1 + 2 * n:2]])
+        v.append([g * scale for g in groups[at + 2:at + 2 + 2 * n:2]])
+        at += 1 + 2 * n
+    if at != len(groups):
+        raise ValueError(f"pipelined_cycles: {len(groups)} read groups for pieces that read {at}")
+    return pipeline_cycles(w.pipeline, q, k, v, c.compute_startup_cycles) + w.cb_handshakes * c.cb_handshake_cycles
+
+
 def index_read_cycles(reads: Sequence[tuple[str, int]], c: CostConstants = COST) -> float:
     """The reader's serial index reads (CoreWork.index_reads): from DRAM one read's latency and its bytes at
     the per-core plateau each; from an L1 shard `l1_index_read_cycles` each."""
@@ -313,8 +344,12 @@ def evaluate(works: Sequence[CoreWork], reduction: Reduction, fidelity: str,
             comp["startup"] = c.compute_startup_cycles
         cc = sum(comp.values())
         mg = sum(sum_ops(w.merge, fidelity, c).values())
-        core = idx + core_cycles(w, rd, cc, c)
-        busiest = max(busiest, idx + core_cycles(w, rd, cc + mg, c))
+        if w.pipeline:  # timed event by event; its merges fit beside its chunks at best as without it
+            core = idx + pipelined_cycles(w, rd, c)
+            busiest = max(busiest, core, idx + core_cycles(w, rd, cc + mg, c))
+        else:
+            core = idx + core_cycles(w, rd, cc, c)
+            busiest = max(busiest, idx + core_cycles(w, rd, cc + mg, c))
         if core > best[0]:
             best = (core, idx + rd, comp)
     tree, _ = reduction_cycles(reduction, fidelity, c)

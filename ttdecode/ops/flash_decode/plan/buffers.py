@@ -133,6 +133,9 @@ def flash_decode_cbs(
         view_page = max(32, -(-4 * VIEW_WORDS * piece_views // 32) * 32)
         specs.append((26, "view_compute", f32, view_page, 1))
         specs.append((27, "view_writer", f32, view_page, 1))
+        if softmax_chunks > 1:
+            # the reader's key tiles of a softmax block's chunks, listed with its K reads, kept for its V reads
+            specs.append((28, "keys", f32, -(-4 * softmax_chunks * max_chunk_tiles // 32) * 32, 1))
     if attn_mask:
         # the group's mask rows of a chunk's keys, double-buffered like K (one whole slot per chunk)
         specs.append((25, "attn_mask", bf16, 2048, 2 * q_tiles * max_chunk_tiles))

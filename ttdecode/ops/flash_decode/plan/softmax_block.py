@@ -49,10 +49,11 @@ def planned_softmax_chunks(seq_tiles: int, pieces: int, chunk_tiles: int) -> int
 def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Split, fits: Callable[[int], bool]) -> int:
     """Chunks per softmax block. `asked` (make_plan's softmax_chunks) is used as given: refused with
     `refusal` (softmax_block_refusal) above 1, or when `fits(asked)` (the plan's buffers with it fit L1) is
-    False. None = the planner's: 1 where `refusal` says so, else as many chunks as the largest piece reads
-    (PIECE_HEADROOM times a piece's tiles at the even split over split.pieces, in chunks of
-    split.max_chunk_tiles), at most
-    SOFTMAX_CHUNKS_MAX, and the most of those that fit; 1 when a piece reads one chunk (nothing to share)."""
+    False. None = the planner's: 1 where `refusal` says so; else the largest block up to
+    planned_softmax_chunks (as many chunks as the largest piece reads) that fits L1, if the model prices the
+    step at it (split.block_cycles, the kernels' pipeline timed event by event) shorter than at 1 chunk per
+    update; else 1. A block's exps wait for its last K slot and its V slots hold the reader's next block back
+    (perf_model/pipeline.py), so a block pays only where its saved fixed work outweighs the lost overlap."""
     if asked is not None:
         if asked < 1:
             raise PlanError(f"softmax_chunks: expected at least 1, got {asked}")
@@ -61,10 +62,10 @@ def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Spli
         if asked > 1 and not fits(asked):
             raise PlanError(f"softmax_chunks {asked}: its scores and V slots overflow L1; ask fewer")
         return asked
-    if refusal is not None:
+    if refusal is not None or split.block_cycles is None:
         return 1
     chunks = planned_softmax_chunks(split.seq_tiles, split.pieces, split.max_chunk_tiles)
-    for b in range(chunks, 1, -1):
-        if fits(b):
-            return b
+    block = next((b for b in range(chunks, 1, -1) if fits(b)), 1)
+    if block > 1 and split.block_cycles(block) < split.block_cycles(1):
+        return block
     return 1

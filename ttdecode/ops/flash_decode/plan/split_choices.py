@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ttdecode.core.split import TILE, cyclic_pieces, dynamic_chunk_tiles, tree_rounds
-from ttdecode.ops.flash_decode.plan.softmax_block import planned_softmax_chunks
+from ttdecode.core.split import cyclic_pieces, dynamic_chunk_tiles, tree_rounds
 from ttdecode.perf_model.constants import COST, CostConstants
 from ttdecode.perf_model.pricing import (bank_local_floor_cycles, bank_local_step_cycles, chunk_cycles,
                                          core_reader_cycles, interleaved_floor_cycles, key_tile_cycles, round_cycles)
@@ -140,19 +139,16 @@ def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: in
                       num_kv_heads: int, head_dim: int, block_size: int, seq_len: int, grid: tuple[int, int],
                       dram_banks: int, kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int,
                       dst_tiles: int, prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int,
-                      floor_tiles: int, fixed_chunk_tiles: int, softmax_blocks: bool = False,
+                      floor_tiles: int, fixed_chunk_tiles: int,
                       c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of the bank-local split: of P = min(s x `reach`, `most`) for s = 1 ..
     `readers_per_bank` readers per bank, or P a divisor of `reach` (each piece over reach / P banks, which
     suits batches that fill the grid with fewer, longer pieces), the one the model prices shortest
-    (pricing.bank_local_step_cycles: the batch at the cache's length over a sequential page table; with
-    `softmax_blocks`, each P at the softmax block the planner gives it, softmax_block.planned_softmax_chunks),
-    ties to fewer pieces. Depends on the config, the shape and the batch size only."""
+    (pricing.bank_local_step_cycles: the batch at the cache's length over a sequential page table, one chunk per
+    softmax update), ties to fewer pieces. Depends on the config, the shape and the batch size only."""
     best: tuple[float, int] | None = None
     per_bank = {min(s * reach, most) for s in range(1, readers_per_bank + 1)}
     grouped = {p for p in range(1, min(reach, most + 1)) if reach % p == 0}
-    seq_tiles = -(-seq_len // TILE)
-    chunk = fixed_chunk_tiles or min(chunk_cap, seq_tiles)
     for p in sorted(per_bank | grouped):
         cycles = bank_local_step_cycles(
             batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
@@ -160,7 +156,7 @@ def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: in
             kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
             dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
             chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
-            softmax_chunks=planned_softmax_chunks(seq_tiles, p, chunk) if softmax_blocks else 1, c=c)
+            c=c)
         if best is None or cycles < best[0]:
             best = (cycles, p)
     assert best is not None

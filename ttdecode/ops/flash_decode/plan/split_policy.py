@@ -19,7 +19,6 @@ from ttdecode.ops.flash_decode.plan.split_choices import bank_local_spread as mo
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
 from ttdecode.perf_model.pricing import bank_local_step_cycles
-from ttdecode.ops.flash_decode.plan.softmax_block import planned_softmax_chunks, softmax_block_refusal
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
 from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
 
@@ -139,8 +138,8 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
     for the `batch` size on the `grid` (split_choices.bank_local_pieces; never the positions). `short_cap` (one
     of SHORT_CHUNK_CAPS, 0 = none): the planner's cap below SMALL_CHUNK_TILES for a plan that overflows L1 at
     SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap. Bank-local with the model's cap:
-    the cap re-priced at the chosen pieces by the bank-local step (pricing.bank_local_step_cycles, each cap at
-    the softmax block the planner gives it), ties to the first choice. Bank-local: `spread_banks`
+    the cap re-priced at the chosen pieces by the bank-local step (pricing.bank_local_step_cycles, one chunk per
+    softmax update), ties to the first choice; Split.block_cycles prices the softmax block at that split. Bank-local: `spread_banks`
     (DecodePlan.spread_banks) as given, None = the model's choice at those pieces (split_choices.bank_local_spread);
     refused by name on any other plan."""
     fixed = k_chunk_size // TILE
@@ -169,6 +168,7 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                                       options=options, cyclic=kv_pages == "key_row", stages_per_chunk=1 if mla else 2,
                                       **shape, **kv)
     bank_local = kv_pages == "key_row" and bool(block_size)
+    block_cycles = None
     if spread_banks and not bank_local:
         raise PlanError("spread_banks: True needs a bank-local plan (kv_pages 'key_row' with a paged cache)")
     if bank_local:
@@ -178,24 +178,26 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                     q_tile_rows=shape["q_tile_rows"], dst_tiles=shape["dst_tiles"], prescale_q=shape["prescale_q"],
                     fp32_dest_acc_en=shape["fp32_dest_acc_en"], fidelity=shape["fidelity"], chunk_cap=cap,
                     floor_tiles=floor, fixed_chunk_tiles=fixed)
-        # priced at the softmax block the planner will give them (plan/softmax_block.py), where blocks can run
-        blocks = softmax_block_refusal(bank_local=True, fp32_dest_acc_en=shape["fp32_dest_acc_en"],
-                                       q_tiles=shape["q_tiles"], mla=mla, attn_mask_batch=attn_mask_batch) is None
         if key_row_pieces is None:
-            pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, split_block_tiles(block_size), dram_banks),
-                                             most=most, readers_per_bank=READERS_PER_BANK, softmax_blocks=blocks,
-                                             **step)
+            pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, split_block_tiles(block_size),
+                                                                    dram_banks),
+                                             most=most, readers_per_bank=READERS_PER_BANK, **step)
         if len(caps) > 1:
-            cap = min(caps, key=lambda c: (bank_local_step_cycles(
-                **{**step, "chunk_cap": c}, pieces=pieces,
-                softmax_chunks=planned_softmax_chunks(st, pieces, min(c, st)) if blocks else 1), c != cap))
+            cap = min(caps, key=lambda c: (bank_local_step_cycles(**{**step, "chunk_cap": c}, pieces=pieces), c != cap))
             step["chunk_cap"] = cap
         if spread_banks is None:
-            chunk = fixed or min(cap, st)
-            spread_banks = model_bank_local_spread(
-                pieces=pieces, softmax_chunks=planned_softmax_chunks(st, pieces, chunk) if blocks else 1, **step)
+            spread_banks = model_bank_local_spread(pieces=pieces, **step)
+        step.update(pieces=pieces, spread_banks=bool(spread_banks))
+        block_cycles = functools.partial(_block_cycles, step)
     return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
-                  max_chunk_tiles=fixed if fixed else min(cap, st), spread_banks=bool(spread_banks))
+                  max_chunk_tiles=fixed if fixed else min(cap, st), spread_banks=bool(spread_banks),
+                  block_cycles=block_cycles)
+
+
+def _block_cycles(step: dict, softmax_chunks: int) -> float:
+    """The bank-local step (`step`: pricing.bank_local_step_cycles's arguments but the block) at a softmax block
+    of `softmax_chunks` chunks."""
+    return bank_local_step_cycles(**step, softmax_chunks=softmax_chunks)
 
 
 def key_row_most_pieces(cores: Sequence[CoreCoord], max_pieces: int, dram_banks: int) -> int:

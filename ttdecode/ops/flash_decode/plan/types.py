@@ -5,7 +5,7 @@ Shapes in elements, sizes in bytes, chunks and pieces in key tiles (32 keys)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 from ttdecode.core.formats import DataType
 from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS, CoreCoord
@@ -273,3 +273,6 @@ class Split:
     rounds: int  # merge rounds of the binomial tree over the pieces
     max_chunk_tiles: int  # the largest chunk any piece reads: the K/V slots' size
     spread_banks: bool = False  # bank-local pieces take turns over every bank held (DecodePlan.spread_banks)
+    # bank-local: the model's step cycles at a softmax block of b chunks (pricing.bank_local_step_cycles at
+    # this split), for the planner's block (plan/softmax_block.py); None on other plans
+    block_cycles: Optional[Callable[[int], float]] = field(default=None, compare=False, repr=False)
