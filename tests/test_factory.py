@@ -111,15 +111,16 @@ def test_common_hpp_circular_buffer_indices_equal_plan_names() -> None:
     in_kernels = {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr uint32_t cb_(\w+) = (\d+);", text)}
     specs = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                       kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2, max_blocks=4,
-                                      attention_sink=True, attn_mask=True, prescale_q=True, piece_views=3)
+                                      attention_sink=True, attn_mask=True, prescale_q=True, piece_views=3,
+                                      softmax_chunks=2)
     assert in_kernels == {cb.name: cb.index for cb in specs}
     # a contiguous cache without a sink or a mask has every buffer but the page-table row, the sink
     # tiles and the attn_mask slots; a scale other than +-2^k has no scaled Q; a plan that is not bank-local
-    # no piece views
+    # no piece views; one chunk per softmax update no block's keys
     contiguous = plan_mod.flash_decode_cbs(q_tiles=1, d_tiles=4, dv_tiles=4, max_chunk_tiles=8,
                                            kv_dtype=DataType.bfloat8_b, batch=1, recv_areas=2)
     assert {cb.name for cb in specs} - {cb.name for cb in contiguous} == {"page_table", "sink", "attn_mask", "q_scaled",
-                                                                    "view_compute", "view_writer"}
+                                                                    "view_compute", "view_writer", "keys"}
 
 
 # ---- the program ----------------------------------------------------------------------------------
