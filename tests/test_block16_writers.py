@@ -91,21 +91,11 @@ def test_block16_block_float_writers_agree_and_keep_the_padding(dtype: DataType)
 
 
 def test_block16_writers_refuse_what_they_cannot_write() -> None:
-    cache = ttdecode.from_torch(torch.zeros(4, 2, BLOCK, 64), dtype=BF16)
+    # a contiguous cache takes whole key tiles only (block 16 in key-row pages: tests/test_block16_key_row.py)
     rows = torch.zeros(1, 2, 2, 64)
-    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
-    with pytest.raises(ValueError, match=r"argument 'cache_tensor': expected kv_pages 'tile' with block_size 16"):
-        ttdecode.paged_update_cache(cache, rows, update_idxs=[0, 1], page_table=table, kv_pages="key_row",
-                                    backend="host")
-    with pytest.raises(ValueError, match=r"argument 'cache_tensor': expected kv_pages 'tile' with block_size 16"):
-        ttdecode.paged_fill_cache(cache, torch.zeros(1, 2, 20, 64), table, batch_idx=0, kv_pages="key_row",
-                                  backend="host")
     contiguous = ttdecode.from_torch(torch.zeros(2, 2, BLOCK, 64), dtype=BF16)
     with pytest.raises(ValueError, match=r"argument 'cache_tensor': expected S \(contiguous\) a multiple of 32"):
         ttdecode.paged_update_cache(contiguous, rows, update_idxs=[0, 1], backend="host")
-    with pytest.raises(ValueError, match=r"argument 'k_cache': expected kv_pages 'tile' with block_size 16"):
-        ttdecode.rotary_kv_append(rows, rows, cache, cache, cur_pos=[0, 1], cos=torch.ones(2, 64),
-                                  sin=torch.zeros(2, 64), page_table=table, kv_pages="key_row", backend="host")
     with pytest.raises(ValueError, match=r"argument 'k_cache': expected S \(contiguous\) a multiple of 32"):
         ttdecode.rotary_kv_append(rows, rows, contiguous, contiguous, cur_pos=[0, 1], cos=torch.ones(2, 64),
                                   sin=torch.zeros(2, 64), backend="host")
@@ -218,12 +208,10 @@ def test_block16_pools_written_match_ttnn_tilized_layout() -> None:
     assert out.data == ttnn_image(want)
 
 
-def test_block16_pool_allocates_in_tile_pages_only() -> None:
-    pool = ttdecode.allocate_kv_pool(4, 2, BLOCK, 64, dtype=BFP8, kv_pages="tile")
+@pytest.mark.parametrize("pages", ["tile", "key_row"])
+def test_block16_pool_allocates_a_padded_tile_row_per_block(pages: str) -> None:
+    pool = ttdecode.allocate_kv_pool(4, 2, BLOCK, 64, dtype=BFP8, kv_pages=pages)
     assert pool.shape == (4, 2, BLOCK, 64) and len(pool.data) == 4 * 2 * 2 * 1088  # a padded tile row per block
-    with pytest.raises(ValueError, match=r"argument 'shape': expected kv_pages 'tile' with block_size 16"):
-        ttdecode.allocate_kv_pool(4, 2, BLOCK, 64)  # the bank-local default
-    with pytest.raises(ValueError, match=r"argument 'pool': expected kv_pages 'tile' with block_size 16"):
-        ttdecode.to_bank_local(pool)
+    assert ttdecode.to_bank_local(pool) is pool
     with pytest.raises(ValueError, match=r"argument 'shape': expected block_size and D multiples of 32 .*block_size 16 too"):
-        ttdecode.allocate_kv_pool(4, 2, 8, 64, kv_pages="tile")
+        ttdecode.allocate_kv_pool(4, 2, 8, 64, kv_pages=pages)

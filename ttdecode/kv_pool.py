@@ -8,7 +8,10 @@ option of that name):
 * "key_row", the **bank-local** pool: a key-tile row a page (the Dt = D / 32 tiles of 32 consecutive
   positions of one (block, KV head)), page ``k = (block * NKV + h) * block_size / 32 + r`` in DRAM
   bank ``k % NB`` (NB the device's bank count, ``ttdecode.ttnn_backend.dram_banks``); on a device the
-  ND-sharded ``ttdecode.ttnn_backend.key_row_memory_config`` applied to the pool's shape.
+  ND-sharded ``ttdecode.ttnn_backend.key_row_memory_config`` applied to the pool's shape. Block size 16
+  (`HALF_TILE_BLOCK`): one page per (block, KV head), ``k = block * NKV + h``, ttnn's padded tile row
+  (rows 0-15 the block's positions, rows 16-31 padding), so a key tile of a user spans two pages
+  (entries 2t and 2t + 1 of its page-table row) that may lie in two banks.
 
 On the host a pool is a `TileTensor` whose bytes are the tile-order image either way (tile order
 already keeps a key-tile row's Dt tiles together): the layout is said by the ``kv_pages`` option
@@ -43,7 +46,8 @@ __all__ = ["allocate_kv_pool", "to_bank_local", "to_tile_pages", "is_bank_local"
 POOL_DTYPES = (DataType.bfloat16, DataType.bfloat8_b, DataType.bfloat4_b)
 
 #: The one block size below a key tile: ttnn's ``[num_blocks, NKV, 16, D]`` pool in the TILE layout, one tile
-#: row per (block, KV head) whose rows 16-31 are padding (the DRAM bytes of a block of 32); tile pages only.
+#: row per (block, KV head) whose rows 16-31 are padding (the DRAM bytes of a block of 32), in either
+#: kv_pages layout (in key-row pages: a page per (block, KV head)).
 HALF_TILE_BLOCK = 16
 
 
@@ -61,28 +65,25 @@ def tile_rows_per_block(block_size: int) -> int:
     return -(-block_size // 32)
 
 
-def check_pool_rows(name: str, shape: tuple[int, ...], paged: bool, kv_pages: str) -> None:
-    """A cache's positions (dim 2 of `shape`): a multiple of 32, or HALF_TILE_BLOCK for a paged pool in tile
-    pages (block 16 in key-row pages is not implemented). Raises ValueError naming `name`."""
+def check_pool_rows(name: str, shape: tuple[int, ...], paged: bool) -> None:
+    """A cache's positions (dim 2 of `shape`): a multiple of 32, or HALF_TILE_BLOCK for a paged pool (in
+    either kv_pages layout: a padded tile row per (block, KV head), in key-row pages a page of its own).
+    Raises ValueError naming `name`."""
     rows = shape[2]
     if rows % 32 == 0:
         return
     if rows != HALF_TILE_BLOCK or not paged:
         raise fail(name, "S (contiguous) a multiple of 32, or block_size (paged) 16 or a multiple of 32",
                    list(shape))
-    if kv_pages != "tile":
-        raise fail(name, f"kv_pages 'tile' with block_size {HALF_TILE_BLOCK} (key-row pages of 16-position "
-                   "blocks are not implemented)", f"kv_pages {kv_pages!r}")
 
 
 def _check_dims(name: str, dims: tuple[int, ...]) -> None:
-    """[num_blocks, NKV, block_size, D]: positive ints, block_size and D multiples of 32 (block_size 16 too:
-    `check_pool_rows` says where)."""
+    """[num_blocks, NKV, block_size, D]: positive ints, block_size 16 or a multiple of 32, D a multiple of 32."""
     if len(dims) != 4 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in dims):
         raise fail(name, "4 positive ints [num_blocks, NKV, block_size, D]", list(dims))
     if (dims[2] % 32 and dims[2] != HALF_TILE_BLOCK) or dims[3] % 32:
         raise fail(name, "block_size and D multiples of 32 (a key-tile row holds 32 positions; block_size 16 "
-                   "too, in tile pages)", list(dims))
+                   "too: ttnn's padded tile row per block)", list(dims))
 
 
 def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int, *,
@@ -92,7 +93,7 @@ def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_d
 
     Args:
         num_blocks, num_kv_heads, block_size, head_dim: the pool's shape (block_size and head_dim
-            multiples of 32, or block_size 16 with kv_pages "tile": ttnn's padded tile per block; elements).
+            multiples of 32, or block_size 16: ttnn's padded tile row per block; elements).
         dtype: bfloat16, bfloat8_b or bfloat4_b (a ttdecode DataType or its name).
         kv_pages: "key_row" (bank-local, the default) or "tile" (ttnn's interleaved tile pages).
         device: None for a host `TileTensor`; a ttnn device for a TILE ttnn tensor in DRAM
@@ -105,7 +106,7 @@ def allocate_kv_pool(num_blocks: int, num_kv_heads: int, block_size: int, head_d
         raise fail("dtype", f"one of {[d.value for d in POOL_DTYPES]}", dt.value, TypeError)
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
-    check_pool_rows("shape", dims, True, kv_pages)
+    check_pool_rows("shape", dims, True)
     if device is None:
         return TileTensor(dims, dt, bytes(num_tiles(dims) * tile_size(dt)))  # zero bytes: 0.0 in every format
     ttnn = require_ttnn()
@@ -152,7 +153,6 @@ def to_bank_local(pool: Any) -> Any:
     bytes). Device: a new tensor, ``ttnn.to_memory_config(pool, key_row_memory_config(...))`` (a device
     copy; `pool` itself when it is bank-local already); the caller deallocates the source."""
     kind = _pool_kind(pool, "pool")
-    check_pool_rows("pool", tuple(int(v) for v in pool.shape), True, "key_row")
     if kind == "host" or is_bank_local(pool):
         return pool
     ttnn = require_ttnn()

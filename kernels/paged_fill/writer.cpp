@@ -5,9 +5,10 @@
 // page_table[user][32 t / block_size], pool key-tile row k = (block * NKV + h) * (block_size / 32) +
 // (32 t % block_size) / 32. In tile pages (kv_pages "tile") tiles k * d_tiles + j, one write each; in
 // key-row pages (the bank-local pool, kv_pages "key_row") page k, one write of the d_tiles tiles.
-// Blocks of 16 positions (block_size 16, tile pages; FILL_BLOCKS = ceil(S / 16) blocks filled): a block is
-// one tile row whose rows 16-31 are padding; rows 0-15 of input tile t go to rows 0-15 of block 2t's tile,
-// rows 16-31 to rows 0-15 of block 2t + 1's (if the prompt reaches it), and the padding is never written.
+// Blocks of 16 positions (block_size 16, FILL_BLOCKS = ceil(S / 16) blocks filled): a block is one tile row
+// (in key-row pages a page of its own) whose rows 16-31 are padding; rows 0-15 of input tile t go to rows
+// 0-15 of block 2t's tile, rows 16-31 to rows 0-15 of block 2t + 1's (if the prompt reaches it), and the
+// padding is never written.
 
 #include <stdint.h>
 
@@ -33,7 +34,7 @@ constexpr uint32_t fill_blocks = FILL_BLOCKS;
 constexpr bool half_blocks = false;
 constexpr uint32_t fill_blocks = 0;
 #endif
-static_assert(!half_blocks || (block_size == TILE / 2 && !key_row_pages), "16-position blocks in tile pages");
+static_assert(!half_blocks || block_size == TILE / 2, "FILL_BLOCKS: 16-position blocks");
 constexpr uint32_t block_tiles = block_size >= TILE ? block_size / TILE : 1;
 constexpr uint32_t row_bytes = d_tiles * tile_bytes;
 
@@ -82,7 +83,9 @@ void kernel_main() {
             for (uint32_t half = 0; half < 2 && 2 * t + half < fill_blocks; ++half) {
                 const uint32_t key_row = (uint32_t)page_table_row[2 * t + half] * num_kv_heads + head;
                 for (uint32_t j = 0; j < d_tiles; ++j) {
-                    write_half_tile(src + j * tile_bytes, cache_gen.get_noc_addr(key_row * d_tiles + j), half);
+                    const uint64_t dst = key_row_pages ? cache_gen.get_noc_addr(key_row, j * tile_bytes)
+                                                       : cache_gen.get_noc_addr(key_row * d_tiles + j);
+                    write_half_tile(src + j * tile_bytes, dst, half);
                 }
             }
             noc_async_write_barrier();

@@ -374,8 +374,7 @@ def test_the_loops_pages_are_bank_local_by_default_and_checked_by_name(ttnn, mon
     assert KernelTwinLoop(TwinMesh((1, 2)), kv_pages="tile", **args).program_config.kv_pages == "tile"
     with pytest.raises(ValueError, match="ContextParallelDecode: argument 'kv_pages': expected one of"):
         KernelTwinLoop(TwinMesh((1, 2)), kv_pages="rows", **args)
-    # 16-position blocks: tile pages only, as the operators (the default "key_row" refused by name)
-    with pytest.raises(ValueError, match=r"ContextParallelDecode: argument 'kv_pages': expected 'tile' with "
-                                         r"block_size 16 \(key-row pages .*not implemented\), got 'key_row'"):
-        KernelTwinLoop(TwinMesh((1, 2)), **dict(args, block_size=16))
-    assert KernelTwinLoop(TwinMesh((1, 2)), kv_pages="tile", **dict(args, block_size=16)).local_blocks == 4
+    # 16-position blocks in either layout (the default "key_row": a page per (block, KV head))
+    for pages in ("tile", "key_row"):
+        loop16 = KernelTwinLoop(TwinMesh((1, 2)), kv_pages=pages, **dict(args, block_size=16))
+        assert loop16.local_blocks == 4 and loop16.program_config.kv_pages == pages

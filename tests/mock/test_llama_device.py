@@ -3,7 +3,8 @@ Llama (2 layers) decodes 20 steps with users joining and leaving, every layer th
 ours; every op is accepted, no program-cache entry is added after step 2, and each step moves one
 host -> device write (the token ids, with their positions and page table in the same int32 row) and
 one device -> host read (the logits, or the argmax ids) and nothing else. The mock computes nothing
-(reads return zeros): the numerics are the host backends' (tests/models), not checked here."""
+(reads return zeros): the numerics are the host backends' (tests/models), not checked here. The small
+Llama also runs with 16-position blocks, in tile pages and in the default bank-local pages."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ moves = log.moves
 
 def our_kernels(dec):
     # the kernels of our programs in the step: the rotary append's and every cached FlashDecode step's of the
-    # decoder's block size
+    # decoder's block size and pages
     from pathlib import Path
     from ttdecode.ops.flash_decode.device_steps import STEPS
-    programs = [dec._device.rotary.program] + [s.program for s in STEPS.steps() if s.plan.block_size == dec.block_size]
+    programs = [dec._device.rotary.program] + [s.program for s in STEPS.steps() if s.plan.block_size == dec.block_size
+                                               and s.plan.kv_pages == dec.kv_pages]
     return [{"name": k.name, "source": str(Path(k.source).resolve()), "kind": k.kind.value}
             for p in programs for k in p.kernels]
 """
@@ -85,10 +87,26 @@ block16["generate"] = {"shape": list(gen16.shape), "moves": len(moves),
                        "writes": moves.count("copy_host_to_device_tensor"),
                        "new_entries": int(device.num_program_cache_entries()) - entries16}
 dec16.close()
+# block_size 16 in the bank-local pages (the default kv_pages "key_row"): a page per (block, KV head), blocks
+# handed out in pairs (the default pool 6 blocks per user); the same schedule
+moves[:] = []
+dec16k = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=72, block_size=16, backend="device", device=device)
+build16k = list(moves)
+steps16k = join_leave_steps(dec16k, device, 4, log, joins={0: [0, 1], 2: [2], 5: [3], 12: [1]},
+                            leaves={10: [1], 16: [2]})
+block16k = {"build_moves": build16k, "steps": steps16k, "kernels": our_kernels(dec16k),
+            "layout": {"pools": [is_bank_local(c) for kv in dec16k._device.caches for c in kv],
+                       "append": dec16k._device.rotary.program.tensor("k_cache").layout,
+                       "flash": sorted({(s.plan.block_size, bool(s.plan.bank_local)) for s in STEPS.steps()
+                                        if s.plan.block_size == 16 and s.plan.bank_local}),
+                       "policy": dec16k.allocator.policy, "table": dec16k._device.max_blocks,
+                       "shape": list(dec16k._device.cache_shape),
+                       "held": [len(b) for b in dec16k.allocator.blocks]}}
+dec16k.close()
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
       "layout": layout, "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")},
-      "block16": block16})
+      "block16": block16, "block16_key_row": block16k})
 ttnn.close_device(device)
 """
 
@@ -214,6 +232,14 @@ def test_small_llama_decodes_20_steps_on_a_mock_n150_with_one_write_and_one_read
     assert b16["layout"] == {"pools": [False] * 4, "append": "tile", "flash": [[16, False]], "policy": "first_free",
                              "table": 6}
     assert b16["generate"]["shape"] == [2, 35] and b16["generate"]["writes"] == 3
+    # block_size 16 in the default bank-local pages: the same per-step contract, the pools, the append and
+    # FlashDecode in key-row pages, blocks balanced in pairs (every user holds whole key tiles)
+    k16 = r.result["block16_key_row"]
+    _check_steps(k16, layers=2, batch=4, vocab=256, jit_log=mock_run["jit_log"])
+    assert k16["layout"]["pools"] == [True] * 4 and k16["layout"]["append"] == "key_row", k16["layout"]
+    assert k16["layout"]["flash"] == [[16, True]] and k16["layout"]["policy"] == "balanced", k16["layout"]
+    assert k16["layout"]["table"] == 6 and k16["layout"]["shape"] == [4 * 6, 1, 16, 32], k16["layout"]
+    assert all(h % 2 == 0 for h in k16["layout"]["held"]), k16["layout"]
 
 
 @pytest.mark.slow

@@ -103,3 +103,85 @@ def test_context_parallel_ranks_take_the_policy():
     for table in cp.page_tables():
         for row in table.tolist():
             assert spread(row, 12, 8, 32, 12) <= 1
+
+
+# ---- block_size 16: two blocks a key tile, handed out in pairs --------------------------------------------
+
+
+def key_tile_banks(row: list[int], tiles: int, head: int, nkv: int, nb: int) -> list[tuple[int, int]]:
+    """Per key tile t of one (user, head): the banks of its two halves, page (row[2t + half] * NKV + h) % NB."""
+    return [((row[2 * t] * nkv + head) % nb, (row[2 * t + 1] * nkv + head) % nb) for t in range(tiles)]
+
+
+def key_tile_spread(row: list[int], tiles: int, nkv: int, nb: int) -> int:
+    """The worst (most - fewest) key tiles per bank (a tile counted in its first half's bank, the bank that
+    owns it in FlashDecode's split) over the banks the head's blocks can reach."""
+    worst = 0
+    for h in range(nkv):
+        reach = sorted({(p * nkv + h) % nb for p in range(2 * nb)})
+        count = np.zeros(nb, dtype=int)
+        for first, _ in key_tile_banks(row, tiles, h, nkv, nb):
+            count[first] += 1
+        worst = max(worst, int(count[reach].max() - count[reach].min()))
+    return worst
+
+
+@pytest.mark.parametrize("nkv,nb", [(8, 12), (1, 12), (2, 12), (8, 8), (4, 7), (3, 12)])
+def test_balanced_block16_hands_out_key_tiles_whose_halves_share_a_bank(nkv, nb):
+    batch, tiles = 6, 15
+    a = BlockAllocator(batch, tiles * 32, 16, 2 * batch * 2 * tiles, policy="balanced", num_kv_heads=nkv,
+                       dram_banks=nb)
+    grow_interleaved(a, 2 * tiles - 1, seed=5)  # odd counts asked too: each user holds whole pairs
+    table = a.page_table().tolist()
+    assert all(len(blocks) == 2 * tiles for blocks in a.blocks)
+    assert len({blk for row in table for blk in row}) == batch * 2 * tiles  # no block handed out twice
+    for row in table:
+        for h in range(nkv):
+            assert all(first == second for first, second in key_tile_banks(row, tiles, h, nkv, nb)), (row, h)
+        assert all((row[2 * t + 1] - row[2 * t]) * nkv % nb == 0 for t in range(tiles))  # the definition's test
+        assert key_tile_spread(row, tiles, nkv, nb) <= 1
+
+
+def test_balanced_block16_decode_steps_cross_the_key_tiles():
+    """Position by position through plan() across 16 / 32 / 48: a pair is taken when a key tile starts, a
+    restart or rewind keeps whole pairs, and the balance holds; first_free takes one block at a time."""
+    nkv, nb = 8, 12
+    a = BlockAllocator(2, 16 * 16, 16, 64, policy="balanced", num_kv_heads=nkv, dram_banks=nb)
+    held = []
+    for p in range(12 * 16):
+        a.commit(a.plan([p, p]))
+        held.append(len(a.blocks[0]))
+    assert held[0] == held[15] == held[16] == 2 and held[31] == 2 and held[32] == held[47] == held[48] == 4
+    for row in a.page_table().tolist():
+        assert all(f == s for h in range(nkv) for f, s in key_tile_banks(row, 6, h, nkv, nb))
+        assert key_tile_spread(row, 6, nkv, nb) <= 1
+    a.commit(a.plan([5 * 16, 0]))  # user 0 rewinds into its 6th block (3rd key tile), user 1 restarts
+    assert len(a.blocks[0]) == 6 and len(a.blocks[1]) == 2
+    for p in range(1, 9 * 16):
+        a.commit(a.plan([-1, p]))
+    row = a.page_table().tolist()[1]
+    assert all(f == s for h in range(nkv) for f, s in key_tile_banks(row, 5, h, nkv, nb))
+    assert key_tile_spread(row, 5, nkv, nb) <= 1
+    f = BlockAllocator(1, 64, 16, 4)
+    f.commit(f.plan([0]))
+    assert f.blocks == [[0]] and f.max_blocks == 4
+
+
+def test_balanced_block16_pairs_count_against_the_pool():
+    a = BlockAllocator(2, 64, 16, 3, policy="balanced", num_kv_heads=1, dram_banks=12)
+    with pytest.raises(ValueError, match="expected at most 3 free blocks of 16 positions .*got a need for 4"):
+        a.plan([0, 0])  # two users' first key tiles: two pairs
+    # three free blocks, no residue class (mod 12) with two: the pair is split, its second half in another bank
+    a.commit(a.plan([0, -1]))
+    assert len(a.blocks[0]) == 2 and a.free_blocks == 1 and a.blocks[0][0] % 12 != a.blocks[0][1] % 12
+
+
+def test_context_parallel_ranks_hand_out_block16_pairs():
+    cp = ContextParallelAllocator(2, 10 * 32, 16, 40, 2, policy="balanced", num_kv_heads=8, dram_banks=12)
+    assert all(r.pairs and r.max_blocks == 10 for r in cp.ranks)
+    for p in range(10 * 32):
+        cp.commit(cp.plan([p, p]))
+    for table in cp.page_tables():
+        for row in table.tolist():
+            assert all(f == s for h in range(8) for f, s in key_tile_banks(row, 5, h, 8, 12))
+            assert key_tile_spread(row, 5, 8, 12) <= 1

@@ -227,7 +227,7 @@ class ContextParallelDecode:
                 raise ValueError(f"ContextParallelDecode: argument '{name}': expected an int >= {low}, got {value!r}")
         if (block_size % 32 and block_size != HALF_TILE_BLOCK) or head_dim % 32:
             raise ValueError(f"ContextParallelDecode: arguments 'block_size', 'head_dim': expected multiples of 32 "
-                             f"(tiles; block_size {HALF_TILE_BLOCK} too, with kv_pages 'tile'), got {block_size}, "
+                             f"(tiles; block_size {HALF_TILE_BLOCK} too), got {block_size}, "
                              f"{head_dim}")
         if num_heads % num_kv_heads:
             raise ValueError(f"ContextParallelDecode: argument 'num_heads': expected a multiple of num_kv_heads="
@@ -240,10 +240,6 @@ class ContextParallelDecode:
         if not isinstance(kv_pages, str) or kv_pages not in KV_PAGES:
             raise ValueError(f"ContextParallelDecode: argument 'kv_pages': expected one of {list(KV_PAGES)}, got "
                              f"{kv_pages!r}")
-        if block_size == HALF_TILE_BLOCK and kv_pages != "tile":
-            raise ValueError(f"ContextParallelDecode: argument 'kv_pages': expected 'tile' with block_size "
-                             f"{HALF_TILE_BLOCK} (key-row pages of {HALF_TILE_BLOCK}-position blocks are not "
-                             f"implemented), got {kv_pages!r}")
         self.kv_pages = kv_pages
         program_config = pages_program_config(program_config, kv_pages, dram_banks(mesh_device),
                                               owner="ContextParallelDecode: ")

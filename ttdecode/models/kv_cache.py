@@ -21,7 +21,11 @@ anything changes, so a refused step leaves allocator and caches exactly as they 
 keeps each user's rows even over the DRAM banks: a key-tile row page k = (block * NKV + h) * bt + r lives
 in bank k % NB, so a block's banks follow its residue class block mod (NB / gcd(NKV * bt, NB))
 (`residue_classes`), and user b's logical block j takes a block of class (b + j) mod that count when one
-is free (else the next class with a free block).
+is free (else the next class with a free block). With block_size 16 (`kv_pool.HALF_TILE_BLOCK`: two blocks
+make a key tile, entries 2t and 2t + 1 of the page-table row) "balanced" hands out blocks in pairs: a user
+holds an even count, and key tile t takes two blocks of one class, (b + t) mod the count when it has two
+free (else the next class that has), so both halves of every key tile lie in one bank for every head
+((b' - b) * NKV % NB == 0) and FlashDecode reads them bank-locally.
 
 `ContextParallelAllocator` does the same over C context-parallel ranks, each with its own pool of
 local blocks: a user's block j lives on rank ``j mod C`` as local block ``j div C``, so each rank's
@@ -81,7 +85,8 @@ class BlockAllocator:
     """Per-user block lists over a pool of ``num_blocks`` blocks of ``block_size`` positions. ``policy``
     (POLICIES): "first_free", or "balanced", which needs the pool's ``num_kv_heads`` and the device's
     ``dram_banks`` (module docstring). ``max_blocks``: the page table's entries per user,
-    ceil(max_seq_len / block_size), even with block_size 16 (`kv_pool.page_table_blocks`)."""
+    ceil(max_seq_len / block_size), even with block_size 16 (`kv_pool.page_table_blocks`; "balanced"
+    then hands out blocks in pairs, one key tile each)."""
 
     def __init__(self, batch: int, max_seq_len: int, block_size: int, num_blocks: int,
                  name: str = "block pool", policy: str = "first_free", num_kv_heads: Optional[int] = None,
@@ -93,6 +98,8 @@ class BlockAllocator:
         self.policy = policy
         self.classes = (1 if num_kv_heads is None or dram_banks is None
                         else residue_classes(num_kv_heads, block_size, dram_banks))
+        #: blocks handed out in pairs (key tiles of 16-position blocks, balanced): every count held is even
+        self.pairs = policy == "balanced" and block_size == HALF_TILE_BLOCK
         self.name = name  # how errors name this pool
         self.batch = batch
         self.max_seq_len = max_seq_len
@@ -129,6 +136,8 @@ class BlockAllocator:
                 need.append([])
                 continue
             restart, count = t
+            if self.pairs:
+                count = page_table_blocks(count, self.block_size)
             if not 0 <= count <= self.max_blocks:
                 raise ValueError(f"{self.name}: expected at most {self.max_blocks} blocks per user, got {count} "
                                  f"for user {b}")
@@ -153,18 +162,26 @@ class BlockAllocator:
 
     def _balanced(self, pool: list[int], need: Sequence[Sequence[int]]) -> tuple[tuple[tuple[int, int], ...], ...]:
         """The balanced policy's picks from `pool` (handed out from its end, as "first_free"): user b's
-        logical block i a block of class (b + i) mod classes, else the next class with a free block."""
+        logical block i a block of class (b + i) mod classes, else the next class with a free block. With
+        `pairs` (`need` then holds whole pairs 2t, 2t + 1): both blocks of key tile t from class (b + t) mod
+        classes, else the next class with two free blocks (if none has two, one block each from the next
+        classes with a free one: the key tile's halves in two banks)."""
         k = self.classes
         by_class: list[list[int]] = [[] for _ in range(k)]
         for blk in pool:
             by_class[blk % k].append(blk)
+        group = 2 if self.pairs else 1
         alloc = []
         for b, n in enumerate(need):
             picks = []
-            for i in n:
-                want = (b + i) % k
-                cls = next(want + j for j in range(k) if by_class[(want + j) % k]) % k
-                picks.append((i, by_class[cls].pop()))
+            for first in range(0, len(n), group):
+                ids = n[first:first + group]
+                want = (b + ids[0] // group) % k
+                order = [(want + j) % k for j in range(k)]
+                cls = next((c for c in order if len(by_class[c]) >= len(ids)), None)
+                for i in ids:
+                    take = cls if cls is not None else next(c for c in order if by_class[c])
+                    picks.append((i, by_class[take].pop()))
             alloc.append(tuple(picks))
         return tuple(alloc)
 

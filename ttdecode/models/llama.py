@@ -49,7 +49,7 @@ from ttdecode.core.formats import DataType, as_data_type
 from ttdecode.models import generation
 from ttdecode.config import KV_PAGES
 from ttdecode.core.program_description import WORMHOLE_DRAM_BANKS
-from ttdecode.kv_pool import HALF_TILE_BLOCK, pages_program_config, tile_rows_per_block
+from ttdecode.kv_pool import HALF_TILE_BLOCK, page_table_blocks, pages_program_config, tile_rows_per_block
 from ttdecode.models.kv_cache import KV_DTYPES, BlockAllocator, ContextParallelAllocator, check_positions, policy_for
 from ttdecode.models.llama_host import LlamaShard, StepInputs, worker_build, worker_step
 from ttdecode.models.llama_spec import MAX_TOKENS, LlamaSpec, fail
@@ -99,10 +99,7 @@ def _check_options(spec: LlamaSpec, batch: int, max_seq_len: int, devices: int, 
             raise fail(name, "an int >= 1", repr(value))
     if block_size % 32 and block_size != HALF_TILE_BLOCK:
         raise fail("block_size", f"a multiple of 32 or {HALF_TILE_BLOCK} (the op's paged cache; {HALF_TILE_BLOCK}: "
-                   "ttnn's padded tile per block, with kv_pages 'tile')", block_size)
-    if block_size == HALF_TILE_BLOCK and kv_pages != "tile":
-        raise fail("kv_pages", f"'tile' with block_size {HALF_TILE_BLOCK} (key-row pages of {HALF_TILE_BLOCK}-position "
-                   "blocks are not implemented)", repr(kv_pages))
+                   "ttnn's padded tile per block)", block_size)
     kv = as_data_type(kv_dtype, "kv_dtype")
     if kv not in KV_DTYPES:
         raise fail("kv_dtype", f"one of {[d.value for d in KV_DTYPES]}", kv.value)
@@ -141,9 +138,10 @@ class LlamaDecoder:
     in FlashDecode's split (a bank-local piece reads the tiles of its banks, which the page table
     decides), within the accuracy thresholds.
 
-    ``block_size``: positions per cache block, a multiple of 32, or 16 with kv_pages "tile" (ttnn's
-    padded tile per block: a 16-position block takes a whole tile of DRAM; the page tables then have an
-    even number of entries per user, `kv_pool.page_table_blocks`).
+    ``block_size``: positions per cache block, a multiple of 32, or 16 (ttnn's padded tile per block: a
+    16-position block takes a whole tile row of DRAM, in "key_row" a page of its own; the page tables then
+    have an even number of entries per user, `kv_pool.page_table_blocks`, and the "balanced" policy hands
+    out blocks in pairs, so the default ``num_blocks`` is ``batch`` times that even count).
     """
 
     def __init__(self, spec: LlamaSpec, state: dict[str, torch.Tensor], *, batch: int, max_seq_len: int,
@@ -161,8 +159,9 @@ class LlamaDecoder:
         self.backend = _resolve_backend(backend, device)
         max_blocks = math.ceil(max_seq_len / block_size)
         local_blocks = math.ceil(max_blocks / context_parallel)  # blocks per user on one CP rank (at most)
-        if num_blocks is None:
-            num_blocks = batch * local_blocks
+        if num_blocks is None:  # a balanced pool of 16-position blocks hands out pairs (BlockAllocator.pairs)
+            held = page_table_blocks(local_blocks, block_size) if policy_for(kv_pages) == "balanced" else local_blocks
+            num_blocks = batch * held
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
             raise fail("num_blocks", "an int >= 1", repr(num_blocks))
         self.num_blocks = num_blocks  # blocks in each device's pool

@@ -97,7 +97,7 @@ def validate(cache: Any, fill: Any, page_table: Any, batch_idx: Any, kv_pages: A
                               "of 32; block_size 16 too)")
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
-    check_pool_rows("cache_tensor", shape, True, kv_pages)
+    check_pool_rows("cache_tensor", shape, True)
     rows_meta = describe("input_tensor", fill)
     rows = _rows(rows_meta, shape[1], shape[3], dtype)
     table, b, width, user, device_args = _table(page_table, batch_idx)

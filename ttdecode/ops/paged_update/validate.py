@@ -167,7 +167,7 @@ def validate(cache: Any, rows: Any, *, update_idxs: Any = None, update_idxs_tens
         device_args.update(table_args)
     elif shape[0] != b:
         raise fail("cache_tensor", f"[B={b}, NKV, S, D] without a page table (or pass page_table)", list(shape))
-    check_pool_rows("cache_tensor", shape, paged, kv_pages)
+    check_pool_rows("cache_tensor", shape, paged)
     if positions is not None:
         check_write_targets(positions, shape, table, width, paged)
     on_device = check_placement(cache, rows, meta.kind, rows_meta.kind, "cache")

@@ -99,7 +99,6 @@ from ttdecode.ops.rotary_append.program_factory import build_program, input_imag
 from ttdecode.runtime import run_program
 from ttdecode.ops.rotary_append import device_step
 from ttdecode.config import KV_PAGES, host_grid_limit
-from ttdecode.kv_pool import check_pool_rows
 
 __all__ = ["rotary_kv_append"]
 
@@ -282,7 +281,6 @@ def rotary_kv_append(
 
     if kv_pages not in KV_PAGES:
         raise fail("kv_pages", f"one of {list(KV_PAGES)}", repr(kv_pages))
-    check_pool_rows("k_cache", inp.cache_shape, inp.paged, kv_pages)
     inp.kv_pages = kv_pages
     chosen = backends.select_backend(k_new, v_new, k_cache, v_cache) if backend == "auto" else backend
     if chosen != "device" and inp.device_args:

@@ -153,7 +153,7 @@ def validate(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, *, cur_pos: Any
         table = _page_table(page_table, b)
     if not paged and kc_shape[0] != b:
         raise fail("k_cache", f"batch dim B={b} (one cache per user; paged caches take page_table=)", kc_shape[0])
-    check_pool_rows("k_cache", kc_shape, paged, "tile")
+    check_pool_rows("k_cache", kc_shape, paged)
     if positions is not None and "page_table" in on_device:
         _check_positions_in(positions, device_blocks * rows)
     elif positions is not None:
