@@ -34,7 +34,7 @@ from ttdecode.perf_model.counters import work_from_counters
 
 from tests.test_flash_decode import randn_with_outliers
 from tests.test_flash_decode_bank_paged import BANKS, design_owned_tiles, reference, run
-from tests.test_flash_decode_block16 import nan_padded
+from tests.test_flash_decode_block16 import CASES, nan_padded
 from tests.test_flash_decode_paged import assert_matches, paged_reference, shuffled_table
 
 BF16, BFP8 = DataType.bfloat16, DataType.bfloat8_b
@@ -269,14 +269,7 @@ def test_the_model_puts_second_halves_on_their_banks_and_prices_remote_ones_not_
 
 
 
-FEATURES = {
-    "window_40": dict(sliding_window_size=40),
-    "window_17_tokens_3": dict(sliding_window_size=17, tokens=3),
-    "tokens_4": dict(tokens=4),
-    "sink": dict(sink=True),
-    "mla": dict(mla=True),
-    "mask": dict(mask=True),
-}
+FEATURES = {name: case for name, case in CASES.items() if case}  # the tile pool's block-16 cases but "plain"
 
 
 @pytest.mark.parametrize("case", list(FEATURES))

@@ -23,7 +23,7 @@ from ttdecode.ops.flash_decode.device_step import plan_decode
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.transfers import decode_steps
 from ttdecode.ttnn_backend import dram_banks, key_row_memory_config
 
 d = open_mock_device()
@@ -41,22 +41,10 @@ def steps(B, NH, NKV, D, BLOCK, S, positions, **config):
     pos = ttnn.from_torch(torch.tensor(positions, dtype=torch.int32), **ints)
     pc = SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), k_chunk_size=0, kv_pages="key_row", **config)
     step = plan_decode(q, k, v, DecodeOptions(paged=True, page_table=table, cur_pos_tensor=pos, program_config=pc))
-    one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), **ints)
-    entries = []
-    with count_transfers() as log:
-        for n in range(1, 5):
-            if n == 2:
-                log.clear()
-            out = step.run(q, k, v, cur_pos_tensor=pos, page_table=table)
-            ttnn.deallocate(out)
-            new_pos = ttnn.add(pos, one)
-            ttnn.deallocate(pos)
-            pos = new_pos
-            entries.append(int(d.num_program_cache_entries()))
-        moves = list(log.moves)
+    moves, entries, pos = decode_steps(ttnn, d, step, q, k, v, pos, table)
     kernels = [{"name": kk.name, "source": str(Path(kk.source).resolve()), "kind": kk.kind.value}
                for kk in step.program.kernels]
-    for t in (q, k, v, table, pos, one):
+    for t in (q, k, v, table, pos):
         ttnn.deallocate(t)
     return {"moves": moves, "entries": entries, "kernels": kernels, "bank_local": step.plan.bank_local,
             "dram_banks": step.plan.dram_banks, "device_banks": dram_banks(d), "pieces": step.plan.pieces_per_work,

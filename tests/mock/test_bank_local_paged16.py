@@ -20,7 +20,7 @@ from ttdecode.ops.flash_decode.device_step import plan_decode
 from ttdecode.ops.flash_decode.options import DecodeOptions
 from ttdecode.testing.dry_run import emit
 from ttdecode.testing.mock import open_mock_device
-from ttdecode.testing.transfers import count_transfers
+from ttdecode.testing.transfers import decode_steps
 from ttdecode.ttnn_backend import dram_banks, is_key_row_memory_config, key_row_memory_config
 
 d = open_mock_device()
@@ -52,19 +52,7 @@ table = ttnn.from_torch(torch.randperm(blocks, dtype=torch.int32).reshape(B, -1)
 pos = ttnn.from_torch(torch.tensor([0, 15, 16, 1000], dtype=torch.int32), **ints)
 pc = SDPAProgramConfig(compute_with_storage_grid_size=(8, 8), k_chunk_size=0, kv_pages="key_row")
 step = plan_decode(q, k, v, DecodeOptions(paged=True, page_table=table, cur_pos_tensor=pos, program_config=pc))
-one = ttnn.from_torch(torch.ones(B, dtype=torch.int32), **ints)
-entries = []
-with count_transfers() as log:
-    for n in range(1, 5):
-        if n == 2:
-            log.clear()
-        out = step.run(q, k, v, cur_pos_tensor=pos, page_table=table)
-        ttnn.deallocate(out)
-        new_pos = ttnn.add(pos, one)
-        ttnn.deallocate(pos)
-        pos = new_pos
-        entries.append(int(d.num_program_cache_entries()))
-    moves = list(log.moves)
+moves, entries, pos = decode_steps(ttnn, d, step, q, k, v, pos, table)
 res.update({"moves": moves, "entries": entries, "bank_local": step.plan.bank_local,
             "block_size": step.plan.block_size, "dram_banks": step.plan.dram_banks, "device_banks": dram_banks(d),
             "pieces": step.plan.pieces_per_work, "spread_banks": step.plan.spread_banks,
@@ -72,7 +60,7 @@ res.update({"moves": moves, "entries": entries, "bank_local": step.plan.bank_loc
                         for kk in step.program.kernels],
             "defines": sorted(key for kk in step.program.kernels for key in kk.defines),
             "layouts": sorted({t.layout for t in step.program.tensors if t.name in ("k", "v")})})
-for t in (q, k, v, table, pos, one):
+for t in (q, k, v, table, pos):
     ttnn.deallocate(t)
 emit(res)
 ttnn.close_device(d)

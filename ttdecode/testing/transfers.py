@@ -30,7 +30,10 @@ import contextlib
 from collections import Counter
 from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["TRANSFER_FUNCTIONS", "TENSOR_METHODS", "TransferLog", "count_transfers", "CallCount", "count_calls"]
+import torch
+
+__all__ = ["TRANSFER_FUNCTIONS", "TENSOR_METHODS", "TransferLog", "count_transfers", "CallCount", "count_calls",
+           "decode_steps"]
 
 #: ttnn's module-level functions that move data between host and device.
 TRANSFER_FUNCTIONS = ("from_torch", "to_torch", "to_device", "from_device", "copy_host_to_device_tensor",
@@ -143,3 +146,27 @@ def count_calls(owner: Any, name: str) -> Iterator[CallCount]:
         yield count
     finally:
         setattr(owner, name, fn)
+
+
+def decode_steps(ttnn: Any, device: Any, step: Any, q: Any, k: Any, v: Any, pos: Any, table: Any,
+                 steps: int = 4) -> tuple[list[str], list[int], Any]:
+    """Run a planned FlashDecode step (`step.run`) `steps` times as a decode loop does, the positions tensor
+    `pos` ([B] int32 on `device`) advanced on the device by ``ttnn.add`` of ones after each step (each
+    output and each superseded positions tensor deallocated). Returns (the host <-> device moves after the
+    first step, the device's program-cache entries after each step, the last positions tensor)."""
+    ints = dict(dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
+    one = ttnn.from_torch(torch.ones(int(pos.shape[0]), dtype=torch.int32), **ints)
+    entries = []
+    with count_transfers(ttnn) as log:
+        for n in range(1, steps + 1):
+            if n == 2:
+                log.clear()
+            out = step.run(q, k, v, cur_pos_tensor=pos, page_table=table)
+            ttnn.deallocate(out)
+            new_pos = ttnn.add(pos, one)
+            ttnn.deallocate(pos)
+            pos = new_pos
+            entries.append(int(device.num_program_cache_entries()))
+        moves = list(log.moves)
+    ttnn.deallocate(one)
+    return moves, entries, pos
