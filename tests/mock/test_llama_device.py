@@ -66,43 +66,42 @@ entries = int(device.num_program_cache_entries())
 gen = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
 gen_moves = list(moves)
 dec.close()
-# block_size 16 in tile pages (ttnn's padded tile per block): max_seq_len 72, 5 blocks, page tables of 6 entries
-# per user; slot 0 decodes to position 19 (across the block at 16), then the 32-token prompts (two blocks each)
-moves[:] = []
-dec16 = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=72, block_size=16, kv_pages="tile", backend="device",
-                             device=device)
-build16 = list(moves)
-steps16 = join_leave_steps(dec16, device, 4, log, joins={0: [0, 1], 2: [2], 5: [3], 12: [1]},
-                           leaves={10: [1], 16: [2]})
-block16 = {"build_moves": build16, "steps": steps16, "kernels": our_kernels(dec16),
-           "layout": {"pools": [is_bank_local(c) for kv in dec16._device.caches for c in kv],
-                      "append": dec16._device.rotary.program.tensor("k_cache").layout,
-                      "flash": sorted({(s.plan.block_size, bool(s.plan.bank_local)) for s in STEPS.steps()
-                                       if s.plan.block_size == 16}),
-                      "policy": dec16.allocator.policy, "table": dec16._device.max_blocks}}
-entries16 = int(device.num_program_cache_entries())
-moves[:] = []
-gen16 = dec16.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
-block16["generate"] = {"shape": list(gen16.shape), "moves": len(moves),
-                       "writes": moves.count("copy_host_to_device_tensor"),
-                       "new_entries": int(device.num_program_cache_entries()) - entries16}
-dec16.close()
-# block_size 16 in the bank-local pages (the default kv_pages "key_row"): a page per (block, KV head), blocks
-# handed out in pairs (the default pool 6 blocks per user); the same schedule
-moves[:] = []
-dec16k = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=72, block_size=16, backend="device", device=device)
-build16k = list(moves)
-steps16k = join_leave_steps(dec16k, device, 4, log, joins={0: [0, 1], 2: [2], 5: [3], 12: [1]},
-                            leaves={10: [1], 16: [2]})
-block16k = {"build_moves": build16k, "steps": steps16k, "kernels": our_kernels(dec16k),
-            "layout": {"pools": [is_bank_local(c) for kv in dec16k._device.caches for c in kv],
-                       "append": dec16k._device.rotary.program.tensor("k_cache").layout,
-                       "flash": sorted({(s.plan.block_size, bool(s.plan.bank_local)) for s in STEPS.steps()
-                                        if s.plan.block_size == 16 and s.plan.bank_local}),
-                       "policy": dec16k.allocator.policy, "table": dec16k._device.max_blocks,
-                       "shape": list(dec16k._device.cache_shape),
-                       "held": [len(b) for b in dec16k.allocator.blocks]}}
-dec16k.close()
+
+
+# A block_size 16 decoder (max_seq_len 72, 5 blocks a user, page tables of 6 entries per user) in `kv_pages`:
+# slot 0 decodes to position 19 (across the block at 16), then (`generate`) the 32-token prompts (two blocks
+# each).
+def block16_run(kv_pages, generate):
+    moves[:] = []
+    dec = LlamaDecoder.from_hf(hf, batch=4, max_seq_len=72, block_size=16, kv_pages=kv_pages, backend="device",
+                               device=device)
+    build = list(moves)
+    steps_ = join_leave_steps(dec, device, 4, log, joins={0: [0, 1], 2: [2], 5: [3], 12: [1]},
+                              leaves={10: [1], 16: [2]})
+    bank_local = kv_pages == "key_row"
+    layout = {"pools": [is_bank_local(c) for kv in dec._device.caches for c in kv],
+              "append": dec._device.rotary.program.tensor("k_cache").layout,
+              "flash": sorted({(s.plan.block_size, bool(s.plan.bank_local)) for s in STEPS.steps()
+                               if s.plan.block_size == 16 and bool(s.plan.bank_local) == bank_local}),
+              "policy": dec.allocator.policy, "table": dec._device.max_blocks}
+    if bank_local:  # blocks handed out in pairs (the default pool 6 blocks per user)
+        layout.update(shape=list(dec._device.cache_shape), held=[len(b) for b in dec.allocator.blocks])
+    out = {"build_moves": build, "steps": steps_, "kernels": our_kernels(dec), "layout": layout}
+    if generate:
+        entries_before = int(device.num_program_cache_entries())
+        moves[:] = []
+        made = dec.generate(torch.arange(64).reshape(2, 32), 3, progress=False)
+        out["generate"] = {"shape": list(made.shape), "moves": len(moves),
+                           "writes": moves.count("copy_host_to_device_tensor"),
+                           "new_entries": int(device.num_program_cache_entries()) - entries_before}
+    dec.close()
+    return out
+
+
+# block_size 16 in tile pages (ttnn's padded tile per block), then in the bank-local pages (the default kv_pages
+# "key_row": a page per (block, KV head)); the same schedule
+block16 = block16_run("tile", generate=True)
+block16k = block16_run("key_row", generate=False)
 emit({"build_seconds": round(build_s, 2), "build_moves": build_moves, "steps": steps, "kernels": kernels,
       "layout": layout, "generate": {"shape": list(gen.shape), "new_entries": int(device.num_program_cache_entries()) - entries,
                    "moves": len(gen_moves), "writes": gen_moves.count("copy_host_to_device_tensor")},

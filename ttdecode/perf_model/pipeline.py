@@ -59,26 +59,18 @@ def pipeline_cycles(pieces: tuple[PiecePipe, ...], q_reads: list[float], k_reads
         chunks = list(piece.chunk_tiles)
         for b0 in range(0, len(chunks), block):
             ids = range(b0, min(b0 + block, len(chunks)))
-            if block == 1:
-                j = b0
+            for j in ids:  # the block's K slots (one chunk per update: the chunk's)
                 n = len(k_pops)
                 reader = max(reader, k_pops[n - 2] if n >= 2 else 0.0) + k_reads[p][j]
                 comp = max(comp, reader, q_ready) + chunks[j] * piece.scores_per_tile
-                n = len(v_pops)
-                reader = max(reader, v_pops[n - piece.v_slots] if n >= piece.v_slots else 0.0) + v_reads[p][j]
-                comp = max(comp + piece.post * chunks[j] / tiles, reader) + chunks[j] * piece.pv_per_tile
-                k_pops.append(comp)  # one chunk per update frees its K and V slots at its end
-                v_pops.append(comp)
-                continue
-            for j in ids:  # the block's K slots, each freed once its scores are out
-                n = len(k_pops)
-                reader = max(reader, k_pops[n - 2] if n >= 2 else 0.0) + k_reads[p][j]
-                comp = max(comp, reader, q_ready) + chunks[j] * piece.scores_per_tile
-                k_pops.append(comp)
+                if block > 1:
+                    k_pops.append(comp)  # a block frees each K slot once its scores are out
             for j in ids:  # then its V slots, each once the slot's earlier block has done its P.V
                 n = len(v_pops) + j - b0
                 reader = max(reader, v_pops[n - piece.v_slots] if n >= piece.v_slots else 0.0) + v_reads[p][j]
             span = sum(chunks[j] for j in ids)
             comp = max(comp + piece.post * span / tiles, reader) + span * piece.pv_per_tile
+            if block == 1:
+                k_pops.append(comp)  # one chunk per update frees its K slot at its end
             v_pops.extend([comp] * len(ids))
     return max(reader, comp)
