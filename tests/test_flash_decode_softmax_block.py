@@ -36,7 +36,7 @@ def test_the_planner_takes_a_block_only_where_the_pipeline_prices_it_shorter() -
     heavy = make_plan(**HEAVY)
     assert (heavy.max_chunk_tiles, heavy.softmax_chunks) == (8, 8)
     t3k = make_plan(**T3K, kv_pages="key_row", block_size=64, num_blocks=512, chunk_cap=16)
-    assert (t3k.max_chunk_tiles, t3k.softmax_chunks) == (16, 2)
+    assert (t3k.max_chunk_tiles, t3k.softmax_chunks, t3k.spread_banks) == (16, 8, False)
     assert make_plan(**T3K_B32).softmax_chunks == 1
     assert make_plan(**T3K).softmax_chunks == 1
     assert make_plan(**T3K, kv_pages="key_row").softmax_chunks == 1

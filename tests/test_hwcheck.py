@@ -214,6 +214,8 @@ def test_the_timing_points_hold_the_paged_sweep_s_points() -> None:
         c = t.call
         assert c.paged and c.pages == "key_row" and c.d == 128 and not t.quick
         assert (c.fidelity, c.fp32_dest) == ("HiFi2", True) and t.ttnn_numerics == ("HiFi2", True)
+        # the exp ttnn's kernel runs there: approximate with half (16-row) Q tiles, i.e. at most 16 q heads
+        assert c.exp_approx == (c.nh <= 16)
 
 
 def test_a_mesh_kind_is_refused_by_name_without_the_chips_and_that_is_no_failure() -> None:

@@ -52,10 +52,10 @@ def steps(B, NH, NKV, D, BLOCK, S, positions, **config):
             "layouts": sorted({t.layout for t in step.program.tensors if t.name in ("k", "v")})}
 
 
-# Llama-3.1-8B's heads at B 4, blocks of 64; a Llama-70B T3K shard (one KV head) at B 1 and 32K, blocks of 32,
-# at ttnn's default max_cores_per_head_batch (16)
+# Llama-3.1-8B's heads at B 4, blocks of 64; a Llama-70B T3K shard (one KV head) at B 1 and 16K, blocks of 32,
+# at ttnn's default max_cores_per_head_batch (16): the length where the planner spreads its pieces
 emit({"llama8b": steps(4, 32, 8, 128, 64, 2048, [0, 63, 64, 2000]),
-      "t3k_shard": steps(1, 8, 1, 128, 32, 32768, [32000], max_cores_per_head_batch=16)})
+      "t3k_shard": steps(1, 8, 1, 128, 32, 16384, [16000], max_cores_per_head_batch=16)})
 ttnn.close_device(d)
 """
 
@@ -87,7 +87,7 @@ def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock
     # 4 users of 2K: three pieces per (user, KV head) over its 6 banks (the bank-local pricing's choice), each
     # keeping to its own banks, in softmax blocks of 2 chunks (plan/softmax_block.py, the model's choice)
     assert (llama["pieces"], llama["spread_banks"], llama["softmax_chunks"]) == (3, False, 2)
-    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split); both cases
+    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split at 16K); both cases
     # compile the reader's block order (a block's K slots, then its V slots, the keys kept in cb_keys)
     check_steps(shard, mock_run["jit_log"])
     assert shard["softmax_chunks"] == 2, shard["softmax_chunks"]

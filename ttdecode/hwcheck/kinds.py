@@ -229,7 +229,9 @@ def _seq_name(s: int) -> str:
 def paged_timing_points() -> tuple[TimingPoint, ...]:
     """The paged sweep's points (PAGED_SHAPES x PAGED_BLOCKS, those within MAX_TIMED_KV_ELEMENTS) as timing
     points: ours on a bank-local pool (kv_pages "key_row"), ttnn's op on its standard pool of tile pages, both at
-    tt_transformers' decode numerics (HiFi2, fp32 DST); random page tables."""
+    tt_transformers' decode numerics (HiFi2, fp32 DST) and at the same softmax exp: approximate where ttnn's
+    kernel approximates it whatever exp_approx_mode says (half Q tiles: at most 16 q heads; perf/sweep_paged.py
+    ttmetal_exp_approx), else accurate, as tt_transformers asks; random page tables."""
     out = []
     for point, b, nh, nkv, s, grid, cores, pos in PAGED_SHAPES:
         if b * nkv * s * 128 > MAX_TIMED_KV_ELEMENTS:
@@ -237,7 +239,7 @@ def paged_timing_points() -> tuple[TimingPoint, ...]:
         for block in PAGED_BLOCKS:
             call = Decode(b=b, nh=nh, nkv=nkv, s=s, d=128, pos=(s - 1 if pos is None else pos,) * b, paged=True,
                           block=block, pages="key_row", grid=grid, max_cores=cores, fidelity="HiFi2",
-                          fp32_dest=True)
+                          fp32_dest=True, exp_approx=nh <= 16)
             out.append(TimingPoint(f"paged-{point}-b{b}-s{_seq_name(s)}-block{block}",
                                    f"paged sweep {point}: B {b}, {nh}q/{nkv}kv, D 128, S {s}, block {block}, "
                                    f"bfloat8_b, {grid[0]}x{grid[1]} cores; ours bank-local, ttnn's op on tile pages",

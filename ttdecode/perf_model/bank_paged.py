@@ -114,7 +114,7 @@ class PieceCompute:
 
     @property
     def exp(self) -> str:
-        return "exp_approx" if self.exp_approx else softmax_exp(self.fp32_dest_acc_en)
+        return softmax_exp(self.fp32_dest_acc_en, self.exp_approx)
 
     @property
     def floor(self) -> int:

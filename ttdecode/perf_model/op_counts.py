@@ -190,6 +190,9 @@ def intermediate_bytes(fp32_dest_acc_en: bool) -> int:
     return 4 if fp32_dest_acc_en else 2
 
 
-def softmax_exp(fp32_dest_acc_en: bool) -> str:
-    """The softmax exp our kernels run: the fp32-accurate one with an fp32 DST, else exp_21f (bf16)."""
+def softmax_exp(fp32_dest_acc_en: bool, exp_approx: bool = False) -> str:
+    """The softmax exp our kernels run: the approximate one with `exp_approx` (the kernels' exp_approx arg,
+    SDPAProgramConfig.exp_approx_mode resolved), else the fp32-accurate one with an fp32 DST, else exp_21f (bf16)."""
+    if exp_approx:
+        return "exp_approx"
     return "exp" if fp32_dest_acc_en else "exp_bf16"

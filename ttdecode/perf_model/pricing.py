@@ -20,27 +20,30 @@ __all__ = ["key_tile_cycles", "chunk_cycles", "round_cycles", "core_reader_cycle
 
 def key_tile_cycles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int,
                     fidelity: str, c: CostConstants, head_rows: int, running: bool, prescale_q: bool = False,
-                    q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088) -> float:
-    """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model)."""
-    ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, softmax_exp(fp32_dest_acc_en), head_rows, running=running,
+                    q_tile_rows: int = 32, mla: bool = False, kv_tile_bytes: int = 1088,
+                    exp_approx: bool = False) -> float:
+    """Compute cycles one more key tile adds to a chunk (chunk_tile_ops through the cost model; `exp_approx`: the
+    softmax's exp in approximate mode, op_counts.softmax_exp)."""
+    ops = chunk_tile_ops(q_tiles, d_tiles, dv_tiles, dst_tiles, softmax_exp(fp32_dest_acc_en, exp_approx), head_rows,
+                         running=running,
                          prescale_q=prescale_q, q_tile_rows=q_tile_rows, mla=mla, kv_tile_bytes=kv_tile_bytes,
                          im_bytes=intermediate_bytes(fp32_dest_acc_en))
     return sum(sum_ops(ops, fidelity, c).values())
 
 
 def chunk_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, fidelity: str, c: CostConstants,
-                 head_rows: int, q_tile_rows: int = 32, mla: bool = False) -> float:
+                 head_rows: int, q_tile_rows: int = 32, mla: bool = False, exp_approx: bool = False) -> float:
     """Compute cycles of a running chunk's fixed work beyond its key tiles (chunk_ops through the cost model)."""
-    return sum(sum_ops(chunk_ops(q_tiles, dv_tiles, softmax_exp(fp32_dest_acc_en), head_rows, q_tile_rows, mla,
+    return sum(sum_ops(chunk_ops(q_tiles, dv_tiles, softmax_exp(fp32_dest_acc_en, exp_approx), head_rows, q_tile_rows, mla,
                                  intermediate_bytes(fp32_dest_acc_en)),
                        fidelity, c).values())
 
 
 def round_cycles(q_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool, dst_tiles: int, fidelity: str, hops: int,
-                 c: CostConstants, head_rows: int, q_tile_rows: int = 32) -> float:
+                 c: CostConstants, head_rows: int, q_tile_rows: int = 32, exp_approx: bool = False) -> float:
     """One tree round: the partial's message (fp32 O and two statistics tiles per q tile row, of
     q_tile_rows rows), the semaphore handshake and one merge (merge_ops)."""
-    ops = merge_ops(q_tiles, dv_tiles, softmax_exp(fp32_dest_acc_en), head_rows, dst_tiles, q_tile_rows,
+    ops = merge_ops(q_tiles, dv_tiles, softmax_exp(fp32_dest_acc_en, exp_approx), head_rows, dst_tiles, q_tile_rows,
                     intermediate_bytes(fp32_dest_acc_en))
     merge = sum(sum_ops(ops, fidelity, c).values())
     partial_bytes = q_tiles * (dv_tiles + 2) * 1024 * intermediate_bytes(fp32_dest_acc_en) * q_tile_rows // 32
@@ -71,11 +74,12 @@ def bank_local_step_cycles(*, batch: int, num_q_heads: int, num_kv_heads: int, h
                            q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int, prescale_q: bool,
                            fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
                            fixed_chunk_tiles: int, spread_banks: bool = False, random_table: bool = False,
-                           softmax_chunks: int = 1, c: CostConstants = COST) -> float:
+                           softmax_chunks: int = 1, exp_approx: bool = False, c: CostConstants = COST) -> float:
     """A bank-local paged step (bank_paged.evaluate_paged) in cycles: `batch` users, each at the cache's
     length (cur_pos seq_len - 1) over a sequential page table (each user's blocks in order: every bank of
     R_h evenly loaded; `random_table`: a fixed random table of distinct blocks from a pool twice the need, as a
-    serving allocator's), `pieces` per (user, KV head) (`spread_banks`, `softmax_chunks`: the DecodePlan fields), the
+    serving allocator's), `pieces` per (user, KV head) (`spread_banks`, `softmax_chunks`: the DecodePlan fields;
+    `exp_approx`: the softmax's exp mode), the
     model's own placement over the `grid`. Depends on
     the config, the shape and the batch size only (remembered for the default constants)."""
     args = dict(batch=batch, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
@@ -83,7 +87,8 @@ def bank_local_step_cycles(*, batch: int, num_q_heads: int, num_kv_heads: int, h
                 kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
                 dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
                 chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
-                spread_banks=spread_banks, random_table=random_table, softmax_chunks=softmax_chunks)
+                spread_banks=spread_banks, random_table=random_table, softmax_chunks=softmax_chunks,
+                exp_approx=exp_approx)
     return _remembered_step_cycles(**args) if c is COST else _step_cycles(c, **args)
 
 
@@ -96,13 +101,14 @@ def _step_cycles(c: CostConstants, *, batch: int, num_q_heads: int, num_kv_heads
                  block_size: int, seq_len: int, pieces: int, grid: tuple[int, int], dram_banks: int,
                  kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int, dst_tiles: int,
                  prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int, floor_tiles: int,
-                 fixed_chunk_tiles: int, spread_banks: bool, random_table: bool, softmax_chunks: int) -> float:
+                 fixed_chunk_tiles: int, spread_banks: bool, random_table: bool, softmax_chunks: int,
+                 exp_approx: bool) -> float:
     shape = PagedShape(batch, num_q_heads, num_kv_heads, head_dim, block_size, (seq_len - 1,) * batch, grid,
                        dram_banks, kv_tile_bytes)
     pc = PieceCompute(q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows, dst_tiles=dst_tiles,
                       prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
                       chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
-                      spread_banks=spread_banks, softmax_chunks=softmax_chunks)
+                      spread_banks=spread_banks, softmax_chunks=softmax_chunks, exp_approx=exp_approx)
     blocks = -(-seq_len // block_size)
     table = (random_page_table(batch, blocks, seed=0, num_blocks=2 * batch * blocks) if random_table
              else sequential_page_table(batch, blocks))

@@ -109,6 +109,7 @@ def make_plan(
     max_cores_per_head_batch: int | None = 16,
     fp32_dest_acc_en: bool = True,
     math_fidelity: str = "HiFi2",
+    exp_approx: bool = False,
     dst_full_sync_en: bool = False,
     share_cache: bool = False,
     return_lse: bool = False,
@@ -154,7 +155,8 @@ def make_plan(
     fixed amount of compute (the row max reduction, alpha, the rescales, the running set's copies and packs;
     perf_model.op_counts.chunk_ops), but the first chunk's read overlaps nothing.
     `math_fidelity`: the fidelity the cost model prices the split at (the compute config's; the kernels
-    take theirs from the compute settings at launch).
+    take theirs from the compute settings at launch). `exp_approx`: likewise the softmax's exp mode
+    (SDPAProgramConfig.exp_approx_mode resolved; the kernels take theirs as the compile-time arg exp_approx).
     `kv_pages` "key_row": K and V come in key-row pages (one page per key-tile row, round robin over
     the `dram_banks` DRAM banks, the device's count, 12 on Wormhole: ttnn ND sharding of [1, 1, 32, D] shards over
     the banks). With a paged cache (bank-local): each (user, KV head) has one piece per bank its key tiles
@@ -183,8 +185,8 @@ def make_plan(
     refused by name where it cannot run or fit.
     `spread_banks` (bank-local only): the pieces of a (user, KV head) take turns over every bank it holds
     (DecodePlan.spread_banks: equal pieces whatever the page table, reads spread over the banks) rather than keep
-    to their own banks; None = the model's choice (split_choices.bank_local_spread: spread where the step has
-    DRAM to spare); refused by name on any other plan.
+    to their own banks; None = the model's choice, weighed with the softmax block (split_policy: the option whose
+    best block prices shortest over a sequential and a random page table); refused by name on any other plan.
 
     `max_cores_per_head_batch` None: not set by the user (SDPAProgramConfig's default): the first of
     UNSET_MAX_CORES_TRIES (16, 8, 4, 2, 1; "key_row": UNSET_MAX_CORES_TRIES_KEY_ROW) whose plan fits the cores'
@@ -265,6 +267,7 @@ def _plan_steps(
     max_cores_per_head_batch: int | None,
     fp32_dest_acc_en: bool,
     math_fidelity: str,
+    exp_approx: bool,
     dst_full_sync_en: bool,
     share_cache: bool,
     return_lse: bool,
@@ -310,7 +313,8 @@ def _plan_steps(
                   fp32_dest_acc_en=fp32_dest_acc_en, dst_full_sync_en=dst_full_sync_en, q_tile_rows=q_tile_rows)
     shape = dict(q_tiles=rows.q_tiles, d_tiles=head_dim // TILE, dv_tiles=head_dim_v // TILE,
                  fp32_dest_acc_en=fp32_dest_acc_en, dst_tiles=rows.dst_tiles, fidelity=math_fidelity,
-                 head_rows=rows.head_rows, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows, mla=mla)
+                 head_rows=rows.head_rows, prescale_q=prescale_q, q_tile_rows=rows.q_tile_rows, mla=mla,
+                 exp_approx=exp_approx)
     kv = dict(kv_tile_bytes=TILE_BYTES[kv_dtype],
               kv_tiles_per_key_tile=head_dim // TILE + (0 if mla else head_dim_v // TILE))
 

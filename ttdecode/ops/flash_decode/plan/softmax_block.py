@@ -10,7 +10,8 @@ from typing import Callable
 
 from ttdecode.ops.flash_decode.plan.types import PlanError, Split
 
-__all__ = ["SOFTMAX_CHUNKS_MAX", "choose_softmax_chunks", "softmax_block_refusal", "planned_softmax_chunks"]
+__all__ = ["SOFTMAX_CHUNKS_MAX", "choose_softmax_chunks", "softmax_block_refusal", "planned_softmax_chunks",
+           "block_sizes"]
 
 #: The most chunks the planner puts in one softmax block (a piece of the Llama-70B T3K point reads 4 at an
 #: even split, up to 6 with a random page table).
@@ -64,6 +65,12 @@ def choose_softmax_chunks(*, asked: int | None, refusal: str | None, split: Spli
         return asked
     if refusal is not None or split.block_cycles is None:
         return 1
-    chunks = planned_softmax_chunks(split.seq_tiles, split.pieces, split.max_chunk_tiles)
-    sizes = sorted({1, chunks} | {1 << k for k in range(chunks.bit_length()) if 1 << k <= chunks})
+    sizes = block_sizes(split.seq_tiles, split.pieces, split.max_chunk_tiles)
     return min((b for b in sizes if b == 1 or fits(b)), key=lambda b: (split.block_cycles(b), b))
+
+
+def block_sizes(seq_tiles: int, pieces: int, chunk_tiles: int) -> tuple[int, ...]:
+    """The softmax blocks the planner weighs, in chunks: 1, the powers of two below planned_softmax_chunks and that
+    count."""
+    chunks = planned_softmax_chunks(seq_tiles, pieces, chunk_tiles)
+    return tuple(sorted({1, chunks} | {1 << k for k in range(chunks.bit_length()) if 1 << k <= chunks}))

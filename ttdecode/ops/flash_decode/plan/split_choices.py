@@ -5,7 +5,6 @@ candidate through `ttdecode.perf_model.pricing`; the planner decides here).
 - `tile_pieces`: pieces per (user, KV head) of tile pages with dynamic chunks;
 - `key_row_pieces`: pieces per (user, KV head) of key_row pages (a multiple of 12);
 - `bank_local_pieces`: pieces per (user, KV head) of the bank-local split (1 to 4 readers per bank);
-- `bank_local_spread`: whether those pieces take turns over every bank held (DecodePlan.spread_banks);
 - `chunk_cap`: the cap of dynamic chunks and its pieces;
 - `split_costs`: the prices of one key tile, one chunk and one tree round they weigh (also key_row_deal's).
 
@@ -25,7 +24,7 @@ from ttdecode.perf_model.pricing import (bank_local_floor_cycles, bank_local_ste
                                          core_reader_cycles, interleaved_floor_cycles, key_tile_cycles, round_cycles)
 
 __all__ = ["SplitCosts", "split_costs", "piece_chunks", "tile_paged_busiest", "split_floor_tiles", "key_row_pieces",
-           "bank_local_pieces", "bank_local_spread", "tile_pieces", "chunk_cap"]
+           "bank_local_pieces", "tile_pieces", "chunk_cap"]
 
 
 @dataclass(frozen=True)
@@ -66,21 +65,24 @@ def tile_paged_busiest(num_kv_heads: int, cores: int, seq_tiles: int, pieces: in
 
 def split_costs(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                 fidelity: str = "HiFi2", head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32,
-                mla: bool = False, kv_tile_bytes: int = 1088, hops: int = 8, c: CostConstants = COST) -> SplitCosts:
+                mla: bool = False, kv_tile_bytes: int = 1088, hops: int = 8, exp_approx: bool = False,
+                c: CostConstants = COST) -> SplitCosts:
     """The closed-form prices of one key tile, one chunk's fixed work and one tree round at a shape (cycles),
-    as the split's choices weigh them (the model's pricing); placement.key_row_deal weighs pieces with them."""
+    as the split's choices weigh them (the model's pricing; `exp_approx`: the softmax's exp mode, as every
+    choice below takes it); placement.key_row_deal weighs pieces with them."""
     return SplitCosts(
         tile=key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, True,
-                             prescale_q, q_tile_rows, mla, kv_tile_bytes),
-        chunk=chunk_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, fidelity, c, head_rows, q_tile_rows, mla),
-        round=round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows, q_tile_rows),
+                             prescale_q, q_tile_rows, mla, kv_tile_bytes, exp_approx),
+        chunk=chunk_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, fidelity, c, head_rows, q_tile_rows, mla, exp_approx),
+        round=round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows, q_tile_rows,
+                           exp_approx),
         margin=1 + c.split_compute_margin)
 
 
 def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
                       fidelity: str = "HiFi2", hops: int = 8, c: CostConstants = COST,
                       head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
-                      kv_tile_bytes: int = 1088) -> int:
+                      kv_tile_bytes: int = 1088, exp_approx: bool = False) -> int:
     """The split floor of dynamic chunks (DecodePlan.min_chunk_tiles): the smallest power of two
     `f` <= 8 with f x (cycles of one key tile) >= one tree round (the partial's message, the
     semaphore handshake and a merge). Halving a piece of 2f tiles saves f tiles of local work and
@@ -90,8 +92,9 @@ def split_floor_tiles(q_tiles: int, d_tiles: int, dv_tiles: int, fp32_dest_acc_e
     `kv_tile_bytes` a K/V tile's bytes (bfloat8_b's by default)."""
     # a piece of f <= 8 tiles is one chunk with no running set
     tile = key_tile_cycles(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, c, head_rows, False,
-                           prescale_q, q_tile_rows, mla, kv_tile_bytes)
-    round_ = round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows, q_tile_rows)
+                           prescale_q, q_tile_rows, mla, kv_tile_bytes, exp_approx)
+    round_ = round_cycles(q_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, hops, c, head_rows, q_tile_rows,
+                          exp_approx)
     f = 1
     while f < 8 and f * tile < round_:
         f *= 2
@@ -102,7 +105,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
                    dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                    fixed_chunk: bool = False, fp32_dest_acc_en: bool = True,
                    dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32,
-                   prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
+                   prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False, exp_approx: bool = False,
                    c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of kv_pages "key_row" (DecodePlan.pieces_per_work): the multiple of
     12 up to `max_pieces` that the model gives the shortest step for ONE user at the cache's length
@@ -121,7 +124,7 @@ def key_row_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: in
     banks = c.dram_banks
     per_bank_cores = max(1, cores // banks)
     costs = split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, head_rows, prescale_q,
-                        q_tile_rows, mla, kv_tile_bytes, hops, c)
+                        q_tile_rows, mla, kv_tile_bytes, hops, exp_approx, c)
     floor = bank_local_floor_cycles(num_kv_heads * seq_tiles * kv_tiles_per_key_tile * kv_tile_bytes, c)
     best: tuple[tuple[float, float], int] | None = None
     for p in range(banks, max_pieces + 1, banks):
@@ -139,7 +142,7 @@ def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: in
                       num_kv_heads: int, head_dim: int, block_size: int, seq_len: int, grid: tuple[int, int],
                       dram_banks: int, kv_tile_bytes: int, q_tiles: int, head_rows: int, q_tile_rows: int,
                       dst_tiles: int, prescale_q: bool, fp32_dest_acc_en: bool, fidelity: str, chunk_cap: int,
-                      floor_tiles: int, fixed_chunk_tiles: int,
+                      floor_tiles: int, fixed_chunk_tiles: int, exp_approx: bool = False,
                       c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of the bank-local split: of P = min(s x `reach`, `most`) for s = 1 ..
     `readers_per_bank` readers per bank, or P a divisor of `reach` (each piece over reach / P banks, which
@@ -156,31 +159,18 @@ def bank_local_pieces(*, reach: int, most: int, readers_per_bank: int, batch: in
             kv_tile_bytes=kv_tile_bytes, q_tiles=q_tiles, head_rows=head_rows, q_tile_rows=q_tile_rows,
             dst_tiles=dst_tiles, prescale_q=prescale_q, fp32_dest_acc_en=fp32_dest_acc_en, fidelity=fidelity,
             chunk_cap=chunk_cap, floor_tiles=floor_tiles, fixed_chunk_tiles=fixed_chunk_tiles,
-            c=c)
+            exp_approx=exp_approx, c=c)
         if best is None or cycles < best[0]:
             best = (cycles, p)
     assert best is not None
     return best[1]
 
 
-def bank_local_spread(**step: object) -> bool:
-    """Whether the bank-local pieces take turns over every bank held (DecodePlan.spread_banks) rather than keep
-    to their own banks: when the model prices the spread split shorter over a fixed random page table
-    (pricing.bank_local_step_cycles with random_table; `step`: that function's other arguments, the chosen
-    pieces included). Over a sequential table the two read the same tiles per piece; over a random one the
-    own-bank split's pieces follow the banks' uneven counts while the spread split's stay equal but read many
-    banks (at the interleaved efficiency): the spread wins where the compute and the tree bind, not the DRAM.
-    Depends on the config, the shape and the batch size only."""
-    def price(spread: bool) -> float:
-        return bank_local_step_cycles(**step, spread_banks=spread, random_table=True)  # type: ignore[arg-type]
-    return price(True) < price(False)
-
-
 def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, floor_tiles: int, q_tiles: int,
                 d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int, chunk_tiles: int = 8,
                 fp32_dest_acc_en: bool = True, dst_tiles: int = 4, fidelity: str = "HiFi2", hops: int = 8,
                 head_rows: int = 32, prescale_q: bool = False, q_tile_rows: int = 32, mla: bool = False,
-                c: CostConstants = COST) -> int:
+                exp_approx: bool = False, c: CostConstants = COST) -> int:
     """Pieces per (user, KV head) of interleaved (tile-paged) caches with dynamic chunks
     (DecodePlan.pieces_per_work): the count up to `max_pieces` that the model gives the shortest step
     for ONE user at the cache's length (`seq_tiles` key tiles), ties to the smaller compute, then to
@@ -198,7 +188,7 @@ def tile_pieces(num_kv_heads: int, cores: int, max_pieces: int, seq_tiles: int, 
     length, never on the batch (batch invariance)."""
 
     costs = split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, head_rows, prescale_q,
-                        q_tile_rows, mla, kv_tile_bytes, hops, c)
+                        q_tile_rows, mla, kv_tile_bytes, hops, exp_approx, c)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     floor = interleaved_floor_cycles(num_kv_heads * seq_tiles * key_bytes, c)
     best: tuple[tuple[float, float, int], int] | None = None
@@ -220,7 +210,8 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
               q_tiles: int, d_tiles: int, dv_tiles: int, kv_tile_bytes: int, kv_tiles_per_key_tile: int,
               cyclic: bool = False, stages_per_chunk: int = 2, fp32_dest_acc_en: bool = True, dst_tiles: int = 4,
               fidelity: str = "HiFi2", hops: int = 8, head_rows: int = 32, prescale_q: bool = False,
-              q_tile_rows: int = 32, mla: bool = False, c: CostConstants = COST) -> tuple[int, int]:
+              q_tile_rows: int = 32, mla: bool = False, exp_approx: bool = False,
+              c: CostConstants = COST) -> tuple[int, int]:
     """The cap of dynamic chunks and its pieces per (user, KV head) (DecodePlan.chunk_cap, pieces_per_work)
     out of `options` ((cap, pieces) pairs: the caps whose buffers fit L1, each with the split the model
     takes for it): the pair that gives ONE user at the cache's length (`seq_tiles` key tiles, split floor
@@ -233,7 +224,7 @@ def chunk_cap(num_kv_heads: int, cores: int, seq_tiles: int, floor_tiles: int, o
     config and the cache's length, never on the batch (batch invariance)."""
 
     costs = split_costs(q_tiles, d_tiles, dv_tiles, fp32_dest_acc_en, dst_tiles, fidelity, head_rows, prescale_q,
-                        q_tile_rows, mla, kv_tile_bytes, hops, c)
+                        q_tile_rows, mla, kv_tile_bytes, hops, exp_approx, c)
     key_bytes = kv_tiles_per_key_tile * kv_tile_bytes
     user_bytes = num_kv_heads * seq_tiles * key_bytes
     banks = c.dram_banks

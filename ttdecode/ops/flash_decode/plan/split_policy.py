@@ -15,10 +15,10 @@ from ttdecode.core.split import (CHUNK_CAPS, SMALL_CHUNK_TILES, TILE, bank_local
 from ttdecode.ops.flash_decode.plan.buffers import fitting_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import chunk_cap as model_chunk_cap
 from ttdecode.ops.flash_decode.plan.split_choices import bank_local_pieces as model_bank_local_pieces
-from ttdecode.ops.flash_decode.plan.split_choices import bank_local_spread as model_bank_local_spread
 from ttdecode.ops.flash_decode.plan.split_choices import key_row_pieces as model_key_row_pieces
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles, tile_pieces
 from ttdecode.perf_model.pricing import bank_local_step_cycles
+from ttdecode.ops.flash_decode.plan.softmax_block import block_sizes, softmax_block_refusal
 from ttdecode.ops.flash_decode.plan.types import TILE_BYTES, PlanError, QRows, Split
 from ttdecode.ops.flash_decode.plan_checks import MAX_ROUNDS
 
@@ -140,8 +140,8 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
     SMALL_CHUNK_TILES (make_plan); the pieces are then the model's for that cap. Bank-local with the model's cap:
     the cap re-priced at the chosen pieces by the bank-local step (pricing.bank_local_step_cycles, one chunk per
     softmax update), ties to the first choice; Split.block_cycles prices the softmax block at that split. Bank-local: `spread_banks`
-    (DecodePlan.spread_banks) as given, None = the model's choice at those pieces (split_choices.bank_local_spread);
-    refused by name on any other plan."""
+    (DecodePlan.spread_banks) as given, None = the model's choice at those pieces (_spread_with_blocks: the option
+    whose best softmax block prices shortest; one piece never spreads); refused by name on any other plan."""
     fixed = k_chunk_size // TILE
     st = seq_len // TILE
     max_chunks = st // fixed if fixed else st
@@ -177,7 +177,7 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
                     kv_tile_bytes=kv["kv_tile_bytes"], q_tiles=shape["q_tiles"], head_rows=shape["head_rows"],
                     q_tile_rows=shape["q_tile_rows"], dst_tiles=shape["dst_tiles"], prescale_q=shape["prescale_q"],
                     fp32_dest_acc_en=shape["fp32_dest_acc_en"], fidelity=shape["fidelity"], chunk_cap=cap,
-                    floor_tiles=floor, fixed_chunk_tiles=fixed)
+                    floor_tiles=floor, fixed_chunk_tiles=fixed, exp_approx=shape["exp_approx"])
         if key_row_pieces is None:
             pieces = model_bank_local_pieces(reach=bank_local_reach(num_kv_heads, split_block_tiles(block_size),
                                                                     dram_banks),
@@ -185,13 +185,29 @@ def choose_split(*, seq_len: int, k_chunk_size: int, chunk_cap: int | None, min_
         if len(caps) > 1:
             cap = min(caps, key=lambda c: (bank_local_step_cycles(**{**step, "chunk_cap": c}, pieces=pieces), c != cap))
             step["chunk_cap"] = cap
+        step["pieces"] = pieces
+        if spread_banks is None and pieces == 1:  # one piece reads every tile held either way
+            spread_banks = False
         if spread_banks is None:
-            spread_banks = model_bank_local_spread(pieces=pieces, **step)
-        step.update(pieces=pieces, spread_banks=bool(spread_banks))
+            blocks = (1,) if softmax_block_refusal(
+                bank_local=True, fp32_dest_acc_en=shape["fp32_dest_acc_en"], q_tiles=shape["q_tiles"], mla=mla,
+                attn_mask_batch=attn_mask_batch) else block_sizes(st, pieces, fixed if fixed else min(cap, st))
+            spread_banks = _spread_with_blocks(step, blocks)
+        step["spread_banks"] = bool(spread_banks)
         block_cycles = functools.partial(_block_cycles, step)
     return Split(fixed=fixed, seq_tiles=st, floor=floor, cap=cap, pieces=pieces, rounds=tree_rounds(pieces),
                   max_chunk_tiles=fixed if fixed else min(cap, st), spread_banks=bool(spread_banks),
                   block_cycles=block_cycles)
+
+
+def _spread_with_blocks(step: dict, blocks: Sequence[int]) -> bool:
+    """Whether the bank-local pieces spread (DecodePlan.spread_banks): the option whose best softmax block of
+    `blocks` prices shortest (_block_cycles: the longer of a sequential and a random page table), ties to own
+    banks. The two are weighed together because a spread split keeps its pieces equal on a random table while an
+    own-bank one follows the banks' counts, and a block's lost overlap weighs differently on each."""
+    def best(spread: bool) -> float:
+        return min(_block_cycles({**step, "spread_banks": spread}, b) for b in blocks)
+    return best(True) < best(False)
 
 
 def _block_cycles(step: dict, softmax_chunks: int) -> float:

@@ -143,7 +143,7 @@ class DecodePlan:
     softmax_chunks: int = field(default=1, repr=False)
     # bank-local only: one group of every bank a (user, KV head) holds, every piece taking the next attended tile
     # in turn (core.split.bank_local_view spread_banks), so its pieces' tile counts differ by one at most
-    # whatever the page table; else each piece keeps to its own banks (split_choices.bank_local_spread)
+    # whatever the page table; else each piece keeps to its own banks (split_policy._spread_with_blocks)
     spread_banks: bool = field(default=False, repr=False)
 
     @property
