@@ -52,3 +52,27 @@ def test_exp_approx_mode_changes_the_kernels_exp_and_none_follows_math_approx_mo
     assert not torch.equal(exact, approx_exp)
     assert torch.equal(follows, both)
     assert not torch.equal(follows, _run(False, True))
+
+
+def test_the_plan_is_priced_at_the_exp_the_kernels_run(monkeypatch) -> None:
+    """make_decode_plan hands the planner the exp mode in force (exp_approx_mode, or math_approx_mode when it is
+    None), the one the compute kernel is built with."""
+    import ttdecode.ops.flash_decode.op as op
+
+    seen: list[bool] = []
+    real = op.make_plan
+    monkeypatch.setattr(op, "make_plan", lambda **kw: seen.append(kw["exp_approx"]) or real(**kw))
+    for exp_approx_mode, math_approx_mode in ((False, False), (True, False), (None, True), (None, False)):
+        _run(exp_approx_mode, math_approx_mode)
+    assert seen == [False, True, True, False]
+
+
+def test_a_bank_local_plan_weighs_its_softmax_block_at_that_exp() -> None:
+    """Llama-3.1-8B's heads at B 1, 4K, a bank-local pool of 32-position blocks: at the accurate exp a softmax block
+    of 2 chunks saves more fixed work than the overlap it loses; at the approximate exp (a cheaper key tile) it does
+    not, and the plan keeps one chunk per update."""
+    def plan(exp_approx: bool):
+        return make_plan(batch=1, num_q_heads=32, num_kv_heads=8, seq_len=4096, head_dim=128, cur_pos=[4095],
+                         kv_pages="key_row", block_size=32, num_blocks=128, math_fidelity="HiFi2",
+                         exp_approx=exp_approx)
+    assert (plan(False).softmax_chunks, plan(True).softmax_chunks) == (2, 1)
