@@ -41,6 +41,7 @@ from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_p
                                             random_page_table, sequential_page_table)
 from ttdecode.perf_model.constants import COST
 from ttdecode.perf_model.evaluator import evaluate
+from ttdecode.perf_model.pricing import key_tile_cycles, round_cycles
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
 
 COLUMNS = ["point", "kernel", "layout", "batch", "seq", "block", "page_table", "us", "gbps", "ratio_vs_ttmetal",
@@ -327,6 +328,38 @@ def summary_rows(rows: list[dict[str, object]]) -> list[str]:
     return out
 
 
+def compute_floor_us(p: PagedPoint, block: int, exp_approx: bool) -> float:
+    """The least step the model allows ours at p with the plan's pieces, whatever the reads (MODEL ESTIMATE, µs):
+    the most key tiles one piece of a (user, KV head) takes at an even split, each at a running chunk's price
+    (pricing.key_tile_cycles, no chunk's fixed work, no read, no start), then the binomial tree's rounds."""
+    plan = bank_local_plan(p, block, exp_approx)
+    pc = piece_compute(plan, exp_approx)
+    tiles = -(-(p.cur_pos + 1) // 32 // plan.pieces_per_work)
+    tile = key_tile_cycles(pc.q_tiles, 4, 4, True, pc.dst_tiles, pc.fidelity, COST, pc.head_rows, True, pc.prescale_q,
+                           pc.q_tile_rows, False, 1088, exp_approx)
+    rounds = (plan.pieces_per_work - 1).bit_length()
+    tree = rounds * round_cycles(pc.q_tiles, 4, True, pc.dst_tiles, pc.fidelity, 8, COST, pc.head_rows,
+                                 pc.q_tile_rows, exp_approx)
+    return (tiles * tile + tree) * 1e6 / COST.clock_hz
+
+
+def floor_lines(points: list[PagedPoint], block: int = 64) -> list[str]:
+    """Where 85% of the peak lies below the compute floor (compute_floor_us at tt-metal's exp): one line each."""
+    out = []
+    for p in points:
+        if p.seq < 32768 or p.batch not in (1, 32):
+            continue
+        floor = compute_floor_us(p, block, ttmetal_exp_approx(p))
+        kv = p.batch * p.num_kv_heads * p.seq * 2 * 128 * 1088 / 1024
+        need = kv / (0.85 * PEAK_GBPS * 1e3)
+        if floor > need:
+            out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq}: 85% of the peak needs <= {need:.1f} us; its "
+                       f"{bank_local_plan(p, block, ttmetal_exp_approx(p)).pieces_per_work} pieces' compute and tree "
+                       f"alone take >= {floor:.1f} us (block {block}; {100 * kv / (floor * 1e3) / PEAK_GBPS:.0f}% "
+                       f"of the peak at most)")
+    return out
+
+
 def accurate(x) -> str:
     """The summary's accurate-exp cell from its `x(table, layout)` lookup: "seq. / random" ratios, or "same"."""
     seq, rnd = x("sequential", "bank-local, accurate exp"), x("random", "bank-local, accurate exp")
@@ -366,6 +399,8 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     print()
     for goal, met, why in goals(rows):
         print(f"{'PASS' if met else 'FAIL'}: {goal} ({why})")
+    for line in floor_lines(paged_points(quick) if points is None else points):
+        print(line)
     acc = [r for r in rows if r["layout"] == "bank-local, accurate exp"]
     if acc:
         low = min(acc, key=lambda r: float(r["ratio_vs_ttmetal"]))
