@@ -84,16 +84,17 @@ def pool(gen: torch.Generator, num_blocks: int, nkv: int, block: int, d: int, kv
 
 def run(plan_args: dict, q: TileTensor, k: TileTensor, v: Optional[TileTensor], pos: Sequence[int],
         table: torch.Tensor, block: int, *, sink: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None,
-        pos_as_tensor: bool = False, schedule_seed: Optional[int] = None):
-    """Plan (bank-local) and run one program (`schedule_seed`: the host runtime's perturbed schedule); returns
-    (plan, out, lse, RunResult)."""
+        pos_as_tensor: bool = False, schedule_seed: Optional[int] = None, exp_approx: bool = False):
+    """Plan (bank-local) and run one program (`schedule_seed`: the host runtime's perturbed schedule; `exp_approx`:
+    the softmax's approximate exp, planned and run); returns (plan, out, lse, RunResult)."""
     plan = make_plan(cur_pos=None if pos_as_tensor else list(pos), return_lse=True, kv_pages="key_row",
-                     block_size=block, num_blocks=k.shape[0], **plan_args)
+                     block_size=block, num_blocks=k.shape[0], exp_approx=exp_approx, **plan_args)
     assert plan.bank_local
     source = torch.tensor(list(pos), dtype=torch.int32) if pos_as_tensor else None
     out, lse, result = run_flash_decode(plan, q=q, k=k, v=v, cur_pos_source=source, page_table=table,
                                         scale=1.0 / math.sqrt(plan.head_dim), compute=ComputeSettings(),
-                                        attention_sink=sink, attn_mask=mask, schedule_seed=schedule_seed)
+                                        attention_sink=sink, attn_mask=mask, schedule_seed=schedule_seed,
+                                        exp_approx=exp_approx)
     return plan, out, lse, result
 
 
