@@ -406,6 +406,11 @@ def test_ttmetal_exps_follow_its_kernels(nq: int, fp32: bool, approx: bool, want
     assert {op for op in ops if op.startswith("exp")} == set(want[:2])  # cores past their first chunk correct
     assert ("scalar" in ops) == (want[0] != "exp_approx")
     assert {op for op in red.merge_per_round if op.startswith("exp")} == {want[2]}
+    # the first-column correction exp: VectorMode::C, faces 0 and 2 at 4 steps each; the merge's fused op: 4
+    # steps on each face of its vector mode (2 faces with half tiles, 4 with whole ones)
+    steps = 16 if nq == 8 else 32
+    assert {t.steps for w in works for t in w.compute[want[1]] if t.tiles == 1} == {8}
+    assert {t.steps for t in red.merge_per_round[want[2]]} == {steps // 2}
 
 
 @pytest.mark.parametrize("tokens,heads,steps", [(1, 4, 4), (1, 8, 8), (1, 12, 12), (2, 8, 16), (3, 8, 32), (1, 32, 32)])

@@ -20,7 +20,8 @@ Otherwise (more than 16 q heads, e.g. 32q/8kv; or an attention-mask call) whole 
   PV matmul         k*dv tiles, one call per output subblock (dv)
   after chunk 1:    sub + exp on 1 tile (max correction, sub_exp_block: its first-column exp is, with
                     exp_approx_mode, the accurate exp of the DST's width; without, a polynomial exp of
-                    degree 2 on a bf16 DST, 4 on an fp32 one), mul 1 (sum), mul_bcast dv, add 1, add dv
+                    degree 2 on a bf16 DST, 4 on an fp32 one; VectorMode::C, 4 steps on each of faces 0
+                    and 2: 8 steps whatever the tile), mul 1 (sum), mul_bcast dv, add 1, add dv
   moves             2 copies (max, sum to the ping-pong buffers)
   packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per tile
 Each tally counts tiles (a half tile is one tile of 16 vector steps) and the L1 bytes its unpackers fetch
@@ -34,7 +35,8 @@ The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or,
 Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
 (d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
 the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1; correction_block's fused SFPU op
-runs the accurate exp of the DST's width whatever exp_approx_mode), copy dv (O), mul_bcast 2*dv,
+runs the accurate exp of the DST's width whatever exp_approx_mode, 4 steps on each face of its vector
+mode: 8 with half tiles, 16 with whole ones), copy dv (O), mul_bcast 2*dv,
 add dv, copy 2. The root finishes with recip 1, mul_bcast dv, copy dv and writes dv tiles.
 With more than 32 q heads per KV head (MLA: 128) the q rows fill `qt` = ceil(g / 32) whole tile rows:
 every q-row count above (scores, statistics, O, the messages, the merges) is per tile row, times qt;
@@ -62,6 +64,7 @@ from ttdecode.core.program_description import CoreCoord
 __all__ = ["TTMetalShape", "split", "chunk_tiles", "half_q_tiles", "exp_ops", "ttmetal_work"]
 
 BF16_TILE = 2048
+FIRST_COLUMN_STEPS = 8  # an SFPU op on a tile's first column (VectorMode::C): faces 0 and 2, 4 steps each
 KV_TILE = {"bfloat8_b": 1088, "bfloat16": 2048, "bfloat4_b": 576}
 
 
@@ -254,7 +257,7 @@ def _tally_chunk(ops: dict[str, list[OpTally]], c: int, masked: bool, kt: int, d
     inits += 6 + (1 if c else 0)
     if c:
         _eltwise(ops, "sub", 1, rows, steps, b, 2)
-        _add(ops, correction, 1, 1, rows, steps)
+        _add(ops, correction, 1, 1, rows, FIRST_COLUMN_STEPS)
         _eltwise(ops, "mul", 1, rows, steps, b, 2)
         _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
         _eltwise(ops, "add", 1, rows, steps, b, 2)
@@ -323,8 +326,8 @@ def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: 
                                     ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
                                     ("mul_bcast", 2 * dv, 2 * dv, 2), ("add", dv, dv, 1), ("copy", 2, 2, 2)):
         tiles, calls = tiles * qt, calls * qt
-        if op in ("max", exp):  # SFPU on Dst: no unpack
-            _add(merge, op, tiles, calls, rows, steps)
+        if op in ("max", exp):  # SFPU on Dst: no unpack; the fused op's exps half the steps (4 a face)
+            _add(merge, op, tiles, calls, rows, steps // 2 if op == exp else steps)
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
             _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
