@@ -91,7 +91,9 @@ class TTMetalShape:
     # the program config's exp_approx_mode (tt-metal's factory takes True when it is unset; tt_transformers
     # sets False): True runs the approximate softmax exp on whole tiles too (half tiles run it either way)
     exp_approx_mode: bool = False
-    is_causal: bool = True  # False: a call with an attention mask (whole Q tiles whatever the q heads)
+    # False: a call with an attention mask: whole Q tiles whatever the q heads (only the tile choice follows
+    # it; the mask adds tallied stay the causal call's, the root's last chunk)
+    is_causal: bool = True
 
     def positions(self) -> tuple[int, ...]:
         """Every user's position (cur_pos: one for all, or one per user)."""
