@@ -61,9 +61,10 @@ TG_2025_L1 = dataclasses.replace(TG, reduction="linear")
 #: DeepSeek-V3 MLA decode (tt-metal models/demos/deepseek_v3/tests/fused_op_unit_tests/mla/
 #: test_flash_mla_deepseek.py): Q [1, 4, 128, 576] height-sharded on 64 cores, one latent KV head, V = the
 #: first 512 columns of K, bf16 paged K (block 32), 1024 max positions, positions linspace(0, 512, 4),
-#: k_chunk 128, HiFi4, bf16 DST; page table and positions in DRAM.
+#: k_chunk 128, HiFi4, bf16 DST; page table and positions in DRAM. exp_approx_mode False: what tt-metal's MLA
+#: decode unit tests (tests/ttnn/unit_tests/operations/sdpa/mla_test_utils.py) set at this shape.
 MLA = TTMetalShape(4, 128, 1, 576, (0, 170, 341, 512), 1024, grid=(8, 8), k_chunk_size=128, kv_dtype="bfloat16",
-                   head_dim_v=512, index_memory="dram", q_memory="l1")
+                   head_dim_v=512, index_memory="dram", q_memory="l1", exp_approx_mode=False)
 MLA_FIDELITY = "HiFi4"
 #: The FlashDecode tech report's sweep (its era: linear reduction), B 8/16/32, 128K, D 64/128/256, 8q/1kv.
 TECH_REPORT_GBPS = 180.0

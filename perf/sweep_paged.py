@@ -145,7 +145,7 @@ def page_table(kind: str, p: PagedPoint, block: int) -> np.ndarray:
 def ttmetal_us(p: PagedPoint, block: int) -> tuple[float, float]:
     """(µs, GB/s) of tt-metal's structure on its interleaved paged pool (MODEL ESTIMATE)."""
     shape = TTMetalShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, p.cur_pos, p.seq, p.grid, p.max_cores,
-                         fp32_dest_acc=True, index_memory="dram", block_size=block)
+                         fp32_dest_acc=True, index_memory="dram", block_size=block, exp_approx_mode=False)
     works, red, _ = ttmetal_work(shape)
     b = evaluate(works, red, "HiFi2")
     return b.total_us, b.achieved_gbps

@@ -24,7 +24,7 @@ from ttdecode.core.split import valid_tiles
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan
 from ttdecode.core.program_description import ComputeSettings, CoreCoord, MathFidelity
 from ttdecode.core.tensor import from_torch
-from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
+from ttdecode.perf_model.ttmetal_structure import TTMetalShape, exp_ops, half_q_tiles, ttmetal_work
 
 
 # ---- the NoC --------------------------------------------------------------------------------------
@@ -364,6 +364,53 @@ def test_ttmetal_structure_runs_several_kv_heads_on_one_core_when_the_batch_fill
     # cur_pos 255: chunk pow2ceil(255//32 + 1) = 8 tiles, one chunk per head; 4 heads: 4 x (Q, K, V) groups
     assert [n for _, n in works[0].read_groups] == [4, 32, 32] * 4
     assert sum(t.tiles for t in works[0].compute["matmul"]) == 4 * (8 * 4 + 8 * 4)
+    # 32 q heads in all: more than the 16 its program factory's half (16 x 32) Q tiles take (it counts Q's
+    # logical dim 2, not the 4 q heads per KV head), so whole 32 x 32 tiles, VectorMode::RC: every op's tally
+    # runs 32 rows and 32 SFPU steps, and the softmax exp is the accurate bf16 one after the scale (the
+    # default exp_approx_mode False, bf16 DST)
+    assert {(t.rows, t.steps) for ts in works[0].compute.values() for t in ts} == {(32, 32)}
+    assert {"scalar", "exp_bf16"} <= set(works[0].compute) and "exp_approx" not in works[0].compute
+
+
+@pytest.mark.parametrize("nq,nkv,causal,half", [(8, 1, True, True), (16, 16, True, True), (16, 1, True, True),
+                                                (32, 8, True, False), (17, 1, True, False), (8, 1, False, False)])
+def test_ttmetal_takes_half_q_tiles_by_the_users_q_heads_in_a_causal_call(nq: int, nkv: int, causal: bool,
+                                                                         half: bool) -> None:
+    """Its program factory: use_half_tile = causal, bf16 Q and Q's logical dim 2 (the user's q heads, not per
+    KV head) <= 16; an attention-mask call takes whole tiles."""
+    s = TTMetalShape(1, nq, nkv, 128, 1023, 1024, is_causal=causal)
+    assert half_q_tiles(s) == half
+    works, _, _ = ttmetal_work(s)
+    assert {t.steps for ts in works[0].compute.values() for t in ts} == {16 if half else 32}
+
+
+@pytest.mark.parametrize("nq,fp32,approx,want", [
+    # half tiles: the approximate softmax exp whatever exp_approx_mode
+    (8, False, False, ("exp_approx", "exp_poly2", "exp_bf16")), (8, True, False, ("exp_approx", "exp_poly4", "exp")),
+    (8, False, True, ("exp_approx", "exp_bf16", "exp_bf16")), (8, True, True, ("exp_approx", "exp", "exp")),
+    # whole tiles: the accurate exp of the DST's width unless exp_approx_mode
+    (32, False, False, ("exp_bf16", "exp_poly2", "exp_bf16")), (32, True, False, ("exp", "exp_poly4", "exp")),
+    (32, False, True, ("exp_approx", "exp_bf16", "exp_bf16")), (32, True, True, ("exp_approx", "exp", "exp"))])
+def test_ttmetal_exps_follow_its_kernels(nq: int, fp32: bool, approx: bool, want: tuple[str, str, str]) -> None:
+    """(softmax, max correction, merge): sub_exp_block_bcast_cols_inplace approximates with half tiles or
+    EXP_APPROX_MODE, else the scale then _sfpu_exp_accurate_ (exp_21f on a bf16 DST, the fp32 accurate exp on
+    an fp32 one); sub_exp_block's first-column exp is that accurate exp with EXP_APPROX_MODE and a polynomial
+    (degree 2 / 4 by the DST) without; correction_block's fused op runs the accurate exp either way."""
+    s = TTMetalShape(1, nq, 8 if nq == 32 else 1, 128, 4095, 4096, max_cores_per_head_batch=4, fp32_dest_acc=fp32,
+                     exp_approx_mode=approx)
+    assert exp_ops(s) == want
+    works, red, counts = ttmetal_work(s)
+    # 4 cores per head, 4 or 8 chunks each (8 or 4 key tiles a chunk): a max correction per later chunk, 2 rounds
+    assert counts["active_cores_per_head"] == 4 and counts["chunks_per_head"] >= 16 and counts["rounds"] == 2
+    ops = set().union(*(w.compute for w in works))
+    assert {op for op in ops if op.startswith("exp")} == set(want[:2])  # cores past their first chunk correct
+    assert ("scalar" in ops) == (want[0] != "exp_approx")
+    assert {op for op in red.merge_per_round if op.startswith("exp")} == {want[2]}
+    # the first-column correction exp: VectorMode::C, faces 0 and 2 at 4 steps each; the merge's fused op: 4
+    # steps on each face of its vector mode (2 faces with half tiles, 4 with whole ones)
+    steps = 16 if nq == 8 else 32
+    assert {t.steps for w in works for t in w.compute[want[1]] if t.tiles == 1} == {8}
+    assert {t.steps for t in red.merge_per_round[want[2]]} == {steps // 2}
 
 
 @pytest.mark.parametrize("tokens,heads,steps", [(1, 4, 4), (1, 8, 8), (1, 12, 12), (2, 8, 16), (3, 8, 32), (1, 32, 32)])

@@ -50,7 +50,7 @@ class CostConstants:
     # SFPU instructions per 32-lane vector step (one instruction per cycle), counted from the LLK
     sfpu_instructions_per_step: Mapping[str, float] = field(default_factory=lambda: {
         "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0,
-        "ternary": 7.0})
+        "ternary": 7.0, "exp_poly2": 31.5, "exp_poly4": 35.5})
     exp_approx_tile_cycles: float = 70.7
     fidelity_phases: Mapping[str, int] = field(
         default_factory=lambda: {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4})
@@ -158,6 +158,11 @@ COST_SOURCES: dict[str, str] = {
                                   "dependent MADs); recip ~18 (sfpu_reciprocal_iter + scale/sign); log ~30; "
                                   "binary max/add/sub/mul on Dst ~6 (2 loads, op, NOP, store, incr); scalar ~5; "
                                   "ternary (addcmul_tile, ckernel_sfpu_addcmul.h) ~7: per two rows 6 loads, "
-                                  "2 SFPMUL, 2 SFPMAD, 2 stores and the Dst increment (6.5 per row, rounded up)",
+                                  "2 SFPMUL, 2 SFPMAD, 2 stores and the Dst increment (6.5 per row, rounded up); "
+                                  "exp_poly2/exp_poly4 (experimental/llk_sfpu/ckernel_sfpu_sdpa.h, "
+                                  "calculate_exponential_polynomial with the scale, degree 2 on a bf16 Dst, 4 on "
+                                  "an fp32 one): 30 / 33 per step (load, scale 3, x/ln2 3, NOPs, int8 round, "
+                                  "cast, k ln2 3, Horner MADs and NOPs, 2^k 5, clamp 3, bf16 round, store, incr) "
+                                  "and its 6 / 10 coefficient loads per 4-step call: 31.5 / 35.5",
     "exp_approx_tile_cycles": "fast approximate exp ~70.7 cycles per tile on Wormhole (tt-llk PR #1190)",
 }

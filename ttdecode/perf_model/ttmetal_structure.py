@@ -3,31 +3,40 @@
 Counts only, read from its compute kernel (`sdpa_flash_decode.cpp`), reader/writer and the work split
 in its program factory (ttnn/cpp/ttnn/operations/transformer/sdpa_decode/, rt_args_common.hpp); no code
 of it is reproduced. Per K chunk of `k` tiles on a core
-(one q tile row, `d` = D/32 K tiles, `dv` = Dv/32 V tiles; with <= 16 q heads per KV head its
-Q/statistics tiles are half tiles (16 rows) and the SFPU runs VectorMode::R, i.e. 16 vector steps):
+(one q tile row, `d` = D/32 K tiles, `dv` = Dv/32 V tiles). Its program factory takes half (16 x 32)
+Q/statistics tiles for a causal call whose bf16 Q has at most 16 q heads in all (Q's logical dim 2, the
+user's q heads, not divided by the KV heads): the SFPU then runs VectorMode::R, 16 vector steps a tile.
+Otherwise (more than 16 q heads, e.g. 32q/8kv; or an attention-mask call) whole 32 x 32 tiles, VectorMode::RC,
+32 steps, whatever number of their rows hold heads:
 
   QK matmul         k*d tiles (in0 rows 16 or 32), one call per output subblock (k)
   causal mask add   k tiles, last chunk only (fused into the matmul's Dst)
   row max           k tiles reduce_max (+1 eltwise max with the previous max after the first chunk)
-  sub + exp         k tiles sub_bcast + k tiles exp (sub_exp_block_bcast_cols_inplace: with half tiles,
-                    VectorMode::R, the approximate exp with the scale in its init; with whole tiles the
-                    scale by mul_unary_tile, then the accurate bf16 exp)
+  sub + exp         k tiles sub_bcast + k tiles exp (sub_exp_block_bcast_cols_inplace: with half tiles or
+                    exp_approx_mode, the approximate exp with the scale in its init; else, on whole tiles,
+                    the scale by mul_unary_tile, then the accurate exp: exp_21f on a bf16 DST, the fp32
+                    accurate exp on an fp32 one)
   row sum           k tiles reduce_sum
   PV matmul         k*dv tiles, one call per output subblock (dv)
-  after chunk 1:    sub + exp on 1 tile (max correction), mul 1 (sum), mul_bcast dv, add 1, add dv
+  after chunk 1:    sub + exp on 1 tile (max correction, sub_exp_block: its first-column exp is, with
+                    exp_approx_mode, the accurate exp of the DST's width; without, a polynomial exp of
+                    degree 2 on a bf16 DST, 4 on an fp32 one; VectorMode::C, 4 steps on each of faces 0
+                    and 2: 8 steps whatever the tile), mul 1 (sum), mul_bcast dv, add 1, add dv
   moves             2 copies (max, sum to the ping-pong buffers)
   packs             every op's output tiles: 2k + 4 + dv (+ 3 + 2 dv after chunk 1), one call per tile
 Each tally counts tiles (a half tile is one tile of 16 vector steps) and the L1 bytes its unpackers fetch
 (a matmul: each in1 tile once, its in0 tile once per call; a binary FPU op and a reduce: both operands,
 the reduce's scaler a bf16 32x32 tile) or its packer writes; its q-row CBs are bf16 (its
-program factory keeps statistics and intermediates in bf16), half tiles with <= 16 q heads per KV head.
+program factory keeps statistics and intermediates in bf16), half tiles where its Q tiles are.
 Tile calls: one per tile (pack_tile, exp_tile, copy_tile, reduce_tile, ...), one per matmul_block
 (per subblock and inner step); inits: one per op block (its reconfig included).
 The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or, before it, linear
 (the root merges the n - 1 workers one after another; the tech report's measurements are of that one).
 Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
 (d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
-the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1), copy dv (O), mul_bcast 2*dv,
+the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1; correction_block's fused SFPU op
+runs the accurate exp of the DST's width whatever exp_approx_mode, 4 steps on each face of its vector
+mode: 8 with half tiles, 16 with whole ones), copy dv (O), mul_bcast 2*dv,
 add dv, copy 2. The root finishes with recip 1, mul_bcast dv, copy dv and writes dv tiles.
 With more than 32 q heads per KV head (MLA: 128) the q rows fill `qt` = ceil(g / 32) whole tile rows:
 every q-row count above (scores, statistics, O, the messages, the merges) is per tile row, times qt;
@@ -52,9 +61,10 @@ from ttdecode.perf_model.evaluator import CoreWork, OpTally, Reduction
 from ttdecode.core.noc_geometry import noc_hops
 from ttdecode.core.program_description import CoreCoord
 
-__all__ = ["TTMetalShape", "split", "chunk_tiles", "ttmetal_work"]
+__all__ = ["TTMetalShape", "split", "chunk_tiles", "half_q_tiles", "exp_ops", "ttmetal_work"]
 
 BF16_TILE = 2048
+FIRST_COLUMN_STEPS = 8  # an SFPU op on a tile's first column (VectorMode::C): faces 0 and 2, 4 steps each
 KV_TILE = {"bfloat8_b": 1088, "bfloat16": 2048, "bfloat4_b": 576}
 
 
@@ -78,6 +88,12 @@ class TTMetalShape:
     index_memory: str | None = None  # where cur_pos and the page table are read from: "dram", "l1" or None
     block_size: int = 32  # keys per page of a paged cache (the page table row: seq_len / block_size int32)
     q_memory: str = "dram"  # where Q is read from: "dram" (interleaved) or "l1" (height-sharded in L1)
+    # the program config's exp_approx_mode (tt-metal's factory takes True when it is unset; tt_transformers
+    # sets False): True runs the approximate softmax exp on whole tiles too (half tiles run it either way)
+    exp_approx_mode: bool = False
+    # False: a call with an attention mask: whole Q tiles whatever the q heads (only the tile choice follows
+    # it; the mask adds tallied stay the causal call's, the root's last chunk)
+    is_causal: bool = True
 
     def positions(self) -> tuple[int, ...]:
         """Every user's position (cur_pos: one for all, or one per user)."""
@@ -111,6 +127,25 @@ def chunk_tiles(s: TTMetalShape, pos: int | None = None) -> int:
     return min(t, 4 if s.fp32_dest_acc else 8)
 
 
+def half_q_tiles(s: TTMetalShape) -> bool:
+    """Whether its program factory takes half (16 x 32) Q tiles for `s`: a causal call with at most 16 q heads
+    in all (the user's, Q's logical dim 2, not per KV head); Q is bf16 here."""
+    return s.is_causal and s.num_q_heads <= 16
+
+
+def exp_ops(s: TTMetalShape) -> tuple[str, str, str]:
+    """The cost model's ops for tt-metal's three exps at `s`: (the softmax exp over the scores, the running
+    max correction's exp after a core's first chunk, the merge's exps). The accurate exp is exp_21f
+    ("exp_bf16") on a bf16 DST, the fp32 accurate exp ("exp") on an fp32 one. The softmax: approximate with
+    half Q tiles or exp_approx_mode, else accurate. The max correction's first-column exp: accurate with
+    exp_approx_mode, else a polynomial of degree 2 ("exp_poly2", bf16 DST) or 4 ("exp_poly4", fp32 DST).
+    The merge's fused correction: accurate whatever exp_approx_mode."""
+    accurate = "exp" if s.fp32_dest_acc else "exp_bf16"
+    softmax = "exp_approx" if half_q_tiles(s) or s.exp_approx_mode else accurate
+    correction = accurate if s.exp_approx_mode else ("exp_poly4" if s.fp32_dest_acc else "exp_poly2")
+    return softmax, correction, accurate
+
+
 def _add(ops: dict[str, list[OpTally]], op: str, tiles: float, calls: int, rows: int, steps: int,
          l1_bytes: float | None = None, unpacks: float | None = None) -> None:
     """`tiles` tiles (a count: a half tile is one tile of 16 `steps`) of `op` in `calls` calls; `l1_bytes`
@@ -135,8 +170,9 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
     mla = s.head_dim_v is not None and s.head_dim_v != s.head_dim
     dv = (s.head_dim_v or s.head_dim) // 32
     g = s.num_q_heads // s.num_kv_heads
-    rows, steps = (16, 16) if g <= 16 else (32, 32)
-    qt = 1 if g <= 32 else math.ceil(g / 32)  # q tile rows per KV head
+    rows, steps = (16, 16) if half_q_tiles(s) else (32, 32)
+    qt = 1 if g <= 32 else math.ceil(g / 32)  # q tile rows per KV head (the q rows of one KV group)
+    exps = exp_ops(s)
     b = BF16_TILE * rows // 32  # one of its bf16 q-row tiles (Q, scores, statistics, O): half tiles at 16 rows
     per_head, heads_per_core = split(s)
     kv_tile = KV_TILE[s.kv_dtype]
@@ -167,7 +203,7 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                 groups: list[tuple[int, int]] = [(q_bytes, qt * d)] if s.q_memory == "dram" else []
                 for c in range(my_chunks):
                     groups += _tally_chunk(ops, c, rank == 0 and c == my_chunks - 1, kt, d, dv, rows, steps, b,
-                                           kv_tile, qt, mla)
+                                           kv_tile, exps[:2], qt, mla)
                 if rank == 0:
                     _tally_finish(ops, dv, rows, steps, b, qt)
                 # a core runs heads_per_core heads one after another
@@ -175,22 +211,24 @@ def ttmetal_work(s: TTMetalShape) -> tuple[list[CoreWork], Reduction, dict[str, 
                              my_chunks * kt * (d + (0 if mla else dv)) * kv_tile, 1 if mla else 2, index)
     works = list(by_core.values())
     active, chunks, kt = most
-    reduction, rounds = _reduction(s, active, dv, rows, steps, b, qt)
+    reduction, rounds = _reduction(s, active, dv, rows, steps, b, exps[2], qt)
     counts = {"chunks_per_head": chunks, "active_cores_per_head": active, "rounds": rounds, "chunk_tiles": kt,
               "cores_per_head": per_head, "q_tile_rows": qt, "grid_cores": s.grid[0] * s.grid[1]}
     return works, reduction, counts
 
 
 def _tally_chunk(ops: dict[str, list[OpTally]], c: int, masked: bool, kt: int, d: int, dv: int, rows: int, steps: int,
-                 b: int, kv_tile: int, qt: int = 1, mla: bool = False) -> list[tuple[int, int]]:
+                 b: int, kv_tile: int, exps: tuple[str, str], qt: int = 1,
+                 mla: bool = False) -> list[tuple[int, int]]:
     """Adds to `ops` the compute of chunk `c` (0 = a core's first) of `kt` key tiles (the module doc's
     table; `masked`: the causal mask add, the root's last chunk). `d`, `dv`: K and V tiles per key tile;
     `rows`/`steps`: the q-row tiles' rows and SFPU steps; `b`, `kv_tile`: bytes of a q-row tile and a K/V
-    tile; `qt` q tile rows (every q-row count times qt; the inits once per op block). Returns the chunk's
-    read groups (bytes, requests): its K tiles, then its V tiles (none with `mla`: V is read out of K)."""
+    tile; `exps`: the ops of the softmax exp and of the max correction's exp (exp_ops); `qt` q tile rows
+    (every q-row count times qt; the inits once per op block). Returns the chunk's read groups (bytes,
+    requests): its K tiles, then its V tiles (none with `mla`: V is read out of K)."""
     if qt > 1:  # every q-row count times qt: tally one tile row into a scratch dict, scale, add
         one: dict[str, list[OpTally]] = defaultdict(list)
-        groups = _tally_chunk(one, c, masked, kt, d, dv, rows, steps, b, kv_tile, 1, mla)
+        groups = _tally_chunk(one, c, masked, kt, d, dv, rows, steps, b, kv_tile, exps, 1, mla)
         for op, ts in one.items():
             for t in ts:
                 ops[op].append(t if op == "init" else OpTally(
@@ -210,17 +248,18 @@ def _tally_chunk(ops: dict[str, list[OpTally]], c: int, masked: bool, kt: int, d
     if c:
         _add(ops, "max", 1, 1, rows, steps)
     _eltwise(ops, "sub_bcast", kt, rows, steps, b, 2)
-    if rows == 16:  # partial faces (VectorMode::R): the approximate exp, the scale in its init
+    softmax, correction = exps
+    if softmax == "exp_approx":  # the approximate exp, the scale in its init
         _add(ops, "exp_approx", kt, kt, rows, steps)
-    else:  # whole tiles (RC): the scale (mul_unary_tile), then the accurate bf16 exp
+    else:  # whole tiles (RC), accurate: the scale (mul_unary_tile), then the exp
         _add(ops, "scalar", kt, kt, rows, steps)
-        _add(ops, "exp_bf16", kt, kt, rows, steps)
+        _add(ops, softmax, kt, kt, rows, steps)
     _eltwise(ops, "reduce_sum", kt, rows, steps, (b + BF16_TILE) // 2, 2)
     _add(ops, "matmul", kt * dv, kt, rows, steps, kt * dv * kv_tile + kt * b, kt * dv + kt)
     inits += 6 + (1 if c else 0)
     if c:
         _eltwise(ops, "sub", 1, rows, steps, b, 2)
-        _add(ops, "exp_bf16", 1, 1, rows, steps)
+        _add(ops, correction, 1, 1, rows, FIRST_COLUMN_STEPS)
         _eltwise(ops, "mul", 1, rows, steps, b, 2)
         _eltwise(ops, "mul_bcast", dv, rows, steps, b, 2)
         _eltwise(ops, "add", 1, rows, steps, b, 2)
@@ -266,12 +305,12 @@ def _add_to_core(by_core: dict[tuple[int, int, int], CoreWork], key: tuple[int, 
                                 index_reads=index)
 
 
-def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: int,
+def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: int, exp: str,
                qt: int = 1) -> tuple[Reduction, int]:
     """The merge of `active` partials per head: the messages (l, m and dv O tiles, bytes, and NoC hops
     to the root at core (0, 0)) of the senders on the critical path, a binary tree (ceil(log2 n)
-    rounds) or linear (the root merges the n - 1 workers one after another), and the ops of one merge.
-    Returns (the reduction, its rounds)."""
+    rounds) or linear (the root merges the n - 1 workers one after another), and the ops of one merge
+    (`exp`: its exps' op, exp_ops). Returns (the reduction, its rounds)."""
     if s.reduction not in ("tree", "linear"):
         raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
     gx = s.grid[0]
@@ -285,12 +324,12 @@ def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: 
     path = tuple((msg, noc_hops(CoreCoord(i % gx, i // gx), CoreCoord(0, 0))) for i in senders)
     merge: dict[str, list[OpTally]] = defaultdict(list)
     # (op, tiles, tile calls, inits) of one merge
-    for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), ("exp_bf16", 2, 2, 2),
+    for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), (exp, 2, 2, 2),
                                     ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
                                     ("mul_bcast", 2 * dv, 2 * dv, 2), ("add", dv, dv, 1), ("copy", 2, 2, 2)):
         tiles, calls = tiles * qt, calls * qt
-        if op in ("max", "exp_bf16"):  # SFPU on Dst: no unpack
-            _add(merge, op, tiles, calls, rows, steps)
+        if op in ("max", exp):  # SFPU on Dst: no unpack; the fused op's exps half the steps (4 a face)
+            _add(merge, op, tiles, calls, rows, steps // 2 if op == exp else steps)
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
             _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
