@@ -45,17 +45,17 @@ def early_tiles(plan, pos: Sequence[int], table: torch.Tensor, core) -> list[int
     return list(view.tiles[: chunks * view.chunk_tiles])
 
 
-@pytest.mark.parametrize("block", [32, 16])
-@pytest.mark.parametrize("softmax_chunks", [1, 3])
+@pytest.mark.parametrize("block, softmax_chunks, mla", [(32, 1, False), (32, 3, False), (16, 1, False),
+                                                        (16, 3, False), (32, 1, True)])
 @pytest.mark.parametrize("where", ["beyond", "inside"])
 def test_a_page_id_outside_the_pool_skips_the_first_user_whatever_its_early_chunks(block: int, softmax_chunks: int,
-                                                                                   where: str) -> None:
+                                                                                   mla: bool, where: str) -> None:
     """Six users of 2K keys on a random page table, Llama-8B-like heads (8 KV heads, 3 pieces each), each core
     holding pieces of two or three users; user 1's row names a block outside the pool in its last attended block
     ('beyond' the first chunks of the cores' first pieces, which are requested and then dropped) or its first
     ('inside' the first chunks of the pieces owning it: nothing requested early there). The outputs are
     bit-identical to the same call with user 1's position -1 and a valid row (zeros, LSE -inf for it), the other
-    users equal the reference; with one chunk per update and softmax blocks of 3."""
+    users equal the reference; with one chunk per update, softmax blocks of 3 and MLA (K only)."""
     b, nh, nkv, s, d, kv = 6, 16, 8, 2048, 64, BF16  # a half tile of bf16 is not a page-table row's size
     gen = torch.Generator().manual_seed(31)
     entries = s // block
@@ -63,9 +63,10 @@ def test_a_page_id_outside_the_pool_skips_the_first_user_whatever_its_early_chun
     table = shuffled_table(b, entries, num_blocks, seed=4)
     q = from_torch(randn_with_outliers((1, b, nh, d), gen), BF16)
     make = pool if block == 32 else (lambda g, n, h, size, dd, t: make_pool(g, n, h, dd, t))
-    k, v = make(gen, num_blocks, nkv, block, d, kv), make(gen, num_blocks, nkv, block, d, kv)
+    k = make(gen, num_blocks, nkv, block, d, kv)
+    v = None if mla else make(gen, num_blocks, nkv, block, d, kv)
     args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=kv, key_row_pieces=3,
-                min_chunk_tiles=1, softmax_chunks=softmax_chunks)
+                min_chunk_tiles=1, softmax_chunks=softmax_chunks, mla=mla, head_dim_v=32 if mla else d)
     bad = table.clone()
     bad_entry = POS[BAD_USER] // block if where == "beyond" else 0
     bad[BAD_USER, bad_entry] = num_blocks + 5
