@@ -206,7 +206,8 @@ struct PageTablePass {
     }
 
     // Piece 0's early chunks when the guard skipped its user: landed, then pushed unread, V padded to a whole
-    // softmax block as the chunk loop pads a piece's (the compute kernel pops them: BankView::discard).
+    // softmax block as the chunk loop pads a piece's (the compute kernel pops them: BankView::discard). Called
+    // from the piece loop, after prepare_slots has written the V slots' ones tiles from cb_v's write pointer.
     void discard_early() {
         if (early_chunks == 0) {
             return;
