@@ -172,6 +172,38 @@ def test_paged_work_moves_every_key_tile_once_from_its_bank():
     assert counts["pieces_with_keys"] == 6 and red.trees
 
 
+def _setup_per_guard_cycle(s: PagedShape, table: np.ndarray, pc: PieceCompute) -> list[float]:
+    """Per core, how much its reader's pass before the first reads (CoreWork.setup_cycles) grows per cycle
+    added to the guard of one page-table entry (the rest of an entry's pass kept)."""
+    grown = replace(COST, page_table_guard_entry_cycles=COST.page_table_guard_entry_cycles + 4,
+                    page_table_pass_entry_cycles=COST.page_table_pass_entry_cycles + 4)
+    base, _, _ = paged_work(s, pc, table)
+    more, _, _ = paged_work(s, pc, table, c=grown)
+    return [(m.setup_cycles - w.setup_cycles) / 4 for w, m in zip(base, more)]
+
+
+def test_the_first_users_guard_overlaps_its_first_chunks():
+    """B 1, 4K keys, 8 KV heads of 3 pieces (43 tiles each, chunks of 8): every core's first piece requests its
+    first two chunks after checking their 16 entries, and guards its user's whole row (128 entries) while they
+    land (longer than the guard and the rest of the count), so only the check stays before the first reads.
+    Without a whole chunk (a 5-tile context: pieces of 1 or 2 tiles, chunks of 8), the whole row's guard does."""
+    pc = PieceCompute(q_tile_rows=8, head_rows=4)
+    long = PagedShape(1, 32, 8, 128, 32, (4095,))
+    assert _setup_per_guard_cycle(long, sequential_page_table(1, 128), pc) == [2 * 8] * 24
+    short = PagedShape(1, 32, 8, 128, 32, (159,))
+    assert set(_setup_per_guard_cycle(short, sequential_page_table(1, 128), pc)) == {5}
+
+
+def test_another_users_row_is_guarded_whole_before_the_first_reads():
+    """B 2 on 24 cores: every core holds pieces of both users; the other user's whole row (128 entries) is
+    guarded before the first reads, the first piece's user's only its first two chunks' entries."""
+    pc = PieceCompute(q_tile_rows=8, head_rows=4)
+    s = PagedShape(2, 32, 8, 128, 32, (4095, 4095), grid=(4, 6))
+    works, _, _ = paged_work(s, pc, sequential_page_table(2, 128))
+    assert all(len(w.index_reads) == 2 for w in works), "every core holds pieces of both users"
+    assert _setup_per_guard_cycle(s, sequential_page_table(2, 128), pc) == [128 + 2 * 8] * len(works)
+
+
 def test_a_sequential_one_head_step_reads_at_the_bank_local_rate_when_the_banks_bind():
     """B 32, one KV head, 32K: the readers of a bank share it, so the floor is the busiest bank's load at
     DRAMTile's 12-reader rate, and the step is no faster."""

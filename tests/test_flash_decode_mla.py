@@ -302,9 +302,10 @@ def test_deepseek_mla_at_ttnn_s_default_config_plans_with_short_chunks_in_both_l
                 + q_tiles * dv_tiles * bf16 + q_tiles * f32  # out, lse
                 + 16 * 32 + q_tiles * 32 * 4  # the writer's staging
                 + (2 if bank_local else 1) * 4096 // 64 * 4  # the page-table row (bank-local: two)
-                + (2 * 64 if bank_local else 0))  # the views of the core's one piece, for compute and writer
+                # the views of the core's one piece (17 int32 words, 32-byte aligned), for compute and writer
+                + (2 * 96 if bank_local else 0))
     assert plan.l1_bytes_per_core == l1(4) <= L1_BYTES_PER_CORE < l1(8)
-    assert round(l1(8) / 1024, 1) == (1505.0 if bank_local else 1504.7)
+    assert round(l1(8) / 1024, 1) == (1505.1 if bank_local else 1504.7)
     # a caller's cap is used as given: 8 tiles are refused naming the knob
     knob = "Lower key_row_pieces" if bank_local else "Set k_chunk_size=128 or lower"
     with pytest.raises(PlanError, match=rf"L1 overflow: .*{knob}"):

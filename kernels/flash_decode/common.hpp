@@ -337,7 +337,7 @@ inline uint32_t children_with_work(int32_t cur_pos, uint32_t fixed_chunk_tiles, 
 // so empty pieces only have empty children. The reader derives every piece's view from the page table and
 // pushes the core's views once (one page, VIEW_WORDS words a piece in the core's piece order) to the
 // compute kernel and the writer, which take their chunk ranges, masks and children from it.
-constexpr uint32_t VIEW_WORDS = 16;
+constexpr uint32_t VIEW_WORDS = 17;
 struct BankView {
     uint32_t used;         // pieces of the (user, KV head) with keys; 0 for a skipped user
     uint32_t own_banks;    // bit b: the piece reads the tiles in bank b
@@ -349,6 +349,7 @@ struct BankView {
     uint32_t mask_tiles[MAX_MASKED_TILES];
     uint32_t mask_at[MAX_MASKED_TILES];
     uint32_t deferred;     // reader only: the piece's own tiles and masks still to count (page_table_pass.hpp)
+    uint32_t discard;      // a skipped piece's chunks the reader pushed unread (its first piece's early chunks)
 };
 static_assert(sizeof(BankView) == VIEW_WORDS * sizeof(uint32_t), "a view is VIEW_WORDS words");
 

@@ -304,6 +304,9 @@ void kernel_main() {
         const uint32_t height = tree_height(index, Args::pieces_per_work);
 
         if (range.empty()) {
+            if constexpr (Args::bank_local) {
+                Softmax::discard_chunks(view.discard);
+            }
             // No keys: nothing to compute or send; the writer still hands over this piece's
             // (unused) partial areas to keep the partial_in queue aligned.
             if (height > 0 && !Args::merge_slot) {

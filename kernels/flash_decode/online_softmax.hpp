@@ -704,6 +704,21 @@ struct OnlineSoftmax {
             cb_pop_front(cb, pad * max_chunk_tiles);
         }
     }
+
+    // A skipped piece's `chunks` chunks the reader pushed unread (BankView::discard): their K slots and their V
+    // slots (with softmax blocks, up to a whole block, as the reader pads them) popped.
+    static void discard_chunks(uint32_t chunks) {
+        if (chunks == 0) {
+            return;
+        }
+        cb_wait_front(cb_k, chunks * k_slot_tiles);
+        cb_pop_front(cb_k, chunks * k_slot_tiles);
+        if constexpr (!mla) {
+            const uint32_t slots = (chunks + softmax_chunks - 1) / softmax_chunks * softmax_chunks;
+            cb_wait_front(cb_v, slots * v_slot_tiles);
+            cb_pop_front(cb_v, slots * v_slot_tiles);
+        }
+    }
 };
 
 }  // namespace flash_decode

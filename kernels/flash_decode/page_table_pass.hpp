@@ -46,8 +46,10 @@ struct PageTablePass {
     volatile tt_l1_ptr uint32_t* writer_views = nullptr;
     Banks banks;  // the pass's count of the row in cb_page_table's first page
     // Bank-local: the first one or two chunks of the core's first piece are requested as soon as its user's
-    // counted blocks settle its split (BankLocal::settled), and land while the pass counts the rest of the row;
-    // the pass takes the other users' rows first, so no row read waits for them.
+    // counted blocks settle its split (BankLocal::settled) and their own entries are checked inside the pool;
+    // they land while the pass guards the whole row and counts the rest of it. The pass takes the other users'
+    // rows first, so no row read waits for them. Should the guard skip the user, they are pushed unread
+    // (discard_early; the view's discard tells the compute kernel to pop them).
     uint32_t early_chunks = 0;  // chunks of piece 0 requested during the pass
     uint32_t early_cursor = 0;  // its walk's state after them
     uint32_t early_turn = 0;
@@ -88,9 +90,10 @@ struct PageTablePass {
         return reinterpret_cast<volatile tt_l1_ptr int32_t*>(get_write_ptr(cb_page_table) + b * row_stride);
     }
 
-    // Count the row (checked inside the pool) of piece 0's user until the piece's split settles, then walk to
-    // the piece's first whole chunk, or two, and request them into its K and V slots (reserved here, pushed by
-    // the chunk loop); returns how many (0: the split did not settle, or the piece has no whole chunk).
+    // Count the row (not yet guarded) of piece 0's user until the piece's split settles, then walk to the
+    // piece's first whole chunk, or two, and, when every entry their reads take is inside the pool, request
+    // them into its K and V slots (reserved here, pushed by the chunk loop or discard_early); returns how many
+    // (0: the split did not settle, the piece has no whole chunk, or one of their entries is outside the pool).
     uint32_t read_early(volatile tt_l1_ptr int32_t* row, uint32_t user, uint32_t kv_head, uint32_t index) {
         constexpr uint32_t kv_tile_bytes = Args::kv_tile_bytes;
         if (!banks.settle(row, kv_head, Args::pieces_per_work, Args::split_floor)) {
@@ -107,6 +110,13 @@ struct PageTablePass {
                                                    max_chunk_tiles, early_cursor, early_turn);
         if (chunks == 0) {
             return 0;
+        }
+        for (uint32_t c = 0; c < chunks; ++c) {
+            for (uint32_t t = 0; t < v.chunk_tiles; ++t) {
+                if (!tile_inside<Args>(row, pos, early_keys[c * max_chunk_tiles + t])) {
+                    return 0;
+                }
+            }
         }
         cb_reserve_back(cb_k, chunks * Args::k_slot_tiles);
         if constexpr (!Args::mla) {
@@ -162,12 +172,14 @@ struct PageTablePass {
                 noc_async_read_barrier();
             }
             row_ahead = user;
-            guard_row<Args>(row, positions, user, pos);
             if constexpr (Args::bank_local) {
-                if (positions[user] >= 0) {
-                    banks.begin_user(window_first_tile(pos, Args::window), (uint32_t)pos / TILE);
+                banks.begin_user(window_first_tile(pos, Args::window), (uint32_t)pos / TILE);
+                // the first piece's first chunks go before the guard of the whole row, which runs while they land
+                if (p == 0 && !Args::has_attn_mask) {
+                    early_chunks = read_early(row, user, Pieces::kv_head(p), Pieces::index(p));
                 }
             }
+            guard_row<Args>(row, positions, user, pos);
         }
         if constexpr (Args::bank_local) {
             const uint32_t kv_head = Pieces::kv_head(p);
@@ -178,9 +190,6 @@ struct PageTablePass {
                 // pieces only until their split settles: their own tiles and masks are counted while the
                 // piece before them reads (the chunk loop), their used, banks and chunk are final here
                 if (user == first_user) {
-                    if (p == 0 && !Args::has_attn_mask) {
-                        early_chunks = read_early(row, user, kv_head, index);
-                    }
                     banks.count_to(row, banks.end_block);
                 } else {
                     banks.settle(row, kv_head, Args::pieces_per_work, Args::split_floor);
@@ -188,10 +197,28 @@ struct PageTablePass {
                 v = banks.view(row, positions[user], kv_head, index, Args::pieces_per_work, Args::fixed_chunk_tiles,
                                Args::window, Args::min_chunk_tiles, Args::chunk_cap, Args::token_window, Args::tokens);
                 v.deferred = index < v.used && !banks.counted_all() ? 1 : 0;
+            } else if (p == 0) {
+                v.discard = early_chunks;
             }
             store_view(views, p, v);
             store_view(writer_views, p, v);
         }
+    }
+
+    // Piece 0's early chunks when the guard skipped its user: landed, then pushed unread, V padded to a whole
+    // softmax block as the chunk loop pads a piece's (the compute kernel pops them: BankView::discard). Called
+    // from the piece loop, after prepare_slots has written the V slots' ones tiles from cb_v's write pointer.
+    void discard_early() {
+        if (early_chunks == 0) {
+            return;
+        }
+        noc_async_read_barrier();
+        cb_push_back(cb_k, early_chunks * Args::k_slot_tiles);
+        if constexpr (!Args::mla) {
+            cb_push_back(cb_v, early_chunks * Args::v_slot_tiles);
+            pad_v_to_whole_blocks<Args>(early_chunks);
+        }
+        early_chunks = 0;
     }
 
     // Piece q's view from buffer b's whole count.

@@ -148,6 +148,11 @@ void kernel_main() {
                                                                 index, Args::window, Args::min_chunk_tiles,
                                                                 Args::cyclic_split, Args::chunk_cap, Args::dram_banks);
         if (range.empty()) {
+            if constexpr (Args::bank_local) {
+                if (p == 0) {
+                    pass.discard_early();  // a user skipped by the guard after its first chunks were requested
+                }
+            }
             continue;  // a skipped user or a piece beyond the user's chunks: nothing to read
         }
 
@@ -240,14 +245,7 @@ void kernel_main() {
                 }
             }
         }
-        // Softmax blocks: the piece's V slots padded to whole blocks (pushed unread; the compute kernel pops
-        // them), so that every block's slots lie side by side from the start of cb_v.
-        if constexpr (!Args::mla && Args::softmax_chunks > 1) {
-            for (uint32_t c = range.num_chunks % Args::softmax_chunks; c != 0 && c < Args::softmax_chunks; ++c) {
-                cb_reserve_back(cb_v, Args::v_slot_tiles);
-                cb_push_back(cb_v, Args::v_slot_tiles);
-            }
-        }
+        pad_v_to_whole_blocks<Args>(range.num_chunks);
         if (q_pending) {  // a range with no chunk (none today): Q still reaches the compute kernel
             noc_async_read_barrier();
             push_q<Args>(index);

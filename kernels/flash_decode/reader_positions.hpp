@@ -48,19 +48,37 @@ void read_positions(const Tensors& io, uint32_t pos_l1, uint32_t row_ahead) {
     }
 }
 
+// Whether page-table entries first_block..last_block of a row all name a block inside the pool.
+template <class Args>
+bool blocks_inside(volatile tt_l1_ptr int32_t* row, uint32_t first_block, uint32_t last_block) {
+    for (uint32_t j = first_block; j <= last_block; ++j) {
+        if (row[j] < 0 || row[j] >= (int32_t)Args::num_blocks) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // The guard on a page-table row: the user at `pos` (>= 0) is skipped (-1) unless every block it attends is
 // inside the pool.
 template <class Args>
 void guard_row(volatile tt_l1_ptr int32_t* row, volatile tt_l1_ptr int32_t* positions, uint32_t user,
                int32_t pos) {
+    if (!blocks_inside<Args>(row, window_first_key(pos, Args::window) / Args::block_positions,
+                             (uint32_t)pos / Args::block_positions)) {
+        positions[user] = -1;
+    }
+}
+
+// Whether the blocks of key tile `key` that the user at `pos` (>= 0) attends are inside the pool (the entries
+// its reads take: with 16-position blocks, only the attended halves').
+template <class Args>
+bool tile_inside(volatile tt_l1_ptr int32_t* row, int32_t pos, uint32_t key) {
     const uint32_t first_block = window_first_key(pos, Args::window) / Args::block_positions;
     const uint32_t last_block = (uint32_t)pos / Args::block_positions;
-    for (uint32_t j = first_block; j <= last_block; ++j) {
-        if (row[j] < 0 || row[j] >= (int32_t)Args::num_blocks) {
-            positions[user] = -1;
-            break;
-        }
-    }
+    const uint32_t lo = key * TILE / Args::block_positions;
+    const uint32_t hi = (key * TILE + TILE - 1) / Args::block_positions;
+    return blocks_inside<Args>(row, lo > first_block ? lo : first_block, hi < last_block ? hi : last_block);
 }
 
 // The guarded positions to the writer's copy of the page, and both pages pushed.

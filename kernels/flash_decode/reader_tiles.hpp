@@ -315,6 +315,18 @@ void prepare_slots() {
     }
 }
 
+// Softmax blocks: after a piece's `chunks` V slots, empty ones pushed up to a whole block (the compute kernel
+// pops them unread), so that every block's slots lie side by side from the start of cb_v.
+template <class Args>
+void pad_v_to_whole_blocks(uint32_t chunks) {
+    if constexpr (!Args::mla && Args::softmax_chunks > 1) {
+        for (uint32_t c = chunks % Args::softmax_chunks; c != 0 && c < Args::softmax_chunks; ++c) {
+            cb_reserve_back(cb_v, Args::v_slot_tiles);
+            cb_push_back(cb_v, Args::v_slot_tiles);
+        }
+    }
+}
+
 }  // namespace
 
 }  // namespace flash_decode

@@ -87,8 +87,9 @@ def test_bank_local_paged_steps_on_a_mock_n150_compile_and_move_nothing(run_mock
     # 4 users of 2K: three pieces per (user, KV head) over its 6 banks (the bank-local pricing's choice), each
     # keeping to its own banks, in softmax blocks of 2 chunks (plan/softmax_block.py, the model's choice)
     assert (llama["pieces"], llama["spread_banks"], llama["softmax_chunks"]) == (3, False, 2)
-    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split at 16K); both cases
-    # compile the reader's block order (a block's K slots, then its V slots, the keys kept in cb_keys)
+    # the one-KV-head shard's 16 pieces take turns over every bank (the planner's spread split at 16K), in softmax
+    # blocks of 4 chunks (the model's choice); both cases compile the reader's block order (a block's K slots,
+    # then its V slots, the keys kept in cb_keys)
     check_steps(shard, mock_run["jit_log"])
-    assert shard["softmax_chunks"] == 2, shard["softmax_chunks"]
+    assert shard["softmax_chunks"] == 4, shard["softmax_chunks"]
     assert (shard["pieces"], shard["spread_banks"]) == (16, True)

@@ -175,8 +175,9 @@ def piece_range(cur_pos: int, fixed_chunk_tiles: int, pieces: int, index: int, w
 
 # ---- the bank-local split (kv_pages "key_row" with a paged cache; mirrored in kernels/flash_decode/common.hpp) ----
 #: int32 words of one piece's view in the reader's view page (common.hpp VIEW_WORDS): used, its banks (a bit
-#: mask), the readers sharing its bank and which it is, its own tiles, the chunk, the masked tiles' count, their key tiles and their places (4 each), padding.
-VIEW_WORDS = 16
+#: mask), the readers sharing its bank and which it is, its own tiles, the chunk, the masked tiles' count, their
+#: key tiles and their places (4 each), the reader's deferred count, a skipped piece's chunks pushed unread.
+VIEW_WORDS = 17
 
 
 def split_block_tiles(block_size: int) -> int:

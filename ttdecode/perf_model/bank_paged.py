@@ -21,10 +21,11 @@ mean(n_i) (`piece_imbalance`).
 `paged_work` writes a step down as `CoreWork`s from a concrete page table (every user's row): per piece its
 chunks' compute (`op_counts` closed forms), its reads (a K and a V read group per chunk; the piece's lazy
 walk over the page-table row on the issue side), its bytes per bank; per core the reader's pass over
-each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE): the guard of
-every row and the count of its first piece's user's row before the first reads (the count past the settled
-prefix while that piece's first chunks land), another user's row counted up to its settled prefix there and
-the rest beside the reads of the piece before it (`_setup_cycles`); the
+each of its users' page-table rows (`CostConstants.page_table_pass_entry_cycles`, an ESTIMATE): another user's
+row guarded whole and counted up to its settled prefix before the first reads, the rest counted beside the reads
+of the piece before it; the first piece's user's row counted up to its settled prefix and the entries of that
+piece's first chunks checked before the first reads, the guard of the whole row and the count past the prefix
+while those chunks land (`_setup_cycles`); the
 merge trees over each (user, KV head)'s pieces. `evaluate_paged` prices it with every bank shared fairly
 by its readers (`evaluator.shared_bank_floors` at a bank's bank-local rate, DRAMTile's 265.5 / 12 GB/s):
 the slowest piece, its core and its tree bound the step. All figures are MODEL ESTIMATES.
@@ -523,31 +524,35 @@ def _setup_cycles(s: PagedShape, page_table: np.ndarray, users: Mapping[int, tup
                   c: CostConstants) -> tuple[float, float]:
     """(the reader's pass before its reads go on (CoreWork.setup_cycles), the count cycles it does later beside
     its reads). Every page-table entry of the core's users is guarded (page_table_guard_entry_cycles) and
-    counted (the rest of page_table_pass_entry_cycles). The first piece's user is counted whole in the pass,
-    the entries past its settled prefix while that piece's first whole chunks (one or two, K and V) land, at the
-    piece's share of its banks (bank_rate over the cores reading each bank, at most the core's read plateau;
-    the evaluator charges those reads after the setup, so the overlap is taken off here). Another user is
-    counted up to its settled prefix (`_settled_entries`, for the head of its first piece on the core), the
-    rest later, beside the reads of the piece before it."""
+    counted (the rest of page_table_pass_entry_cycles). Another user is guarded whole in the pass and counted up
+    to its settled prefix (`_settled_entries`, for the head of its first piece on the core), the rest later,
+    beside the reads of the piece before it. The first piece's user is counted up to its settled prefix, the
+    entries of that piece's first whole chunks (one or two, K and V) checked, one check an entry per key tile,
+    and the chunks requested; the guard of its whole row and the count past the prefix run while they land, at
+    the piece's share of its banks (bank_rate over the cores reading each bank, at most the core's read
+    plateau; the evaluator charges those reads after the setup, so the overlap is taken off here). Without
+    such chunks (the split settles only with the whole row, or the piece holds no whole chunk) its row is
+    guarded and counted whole before the first reads."""
     user0, h0, n, chunk, banks, used0 = first
-    count = c.page_table_pass_entry_cycles - c.page_table_guard_entry_cycles
-    setup = sum(s.entries(u) for u in users) * c.page_table_guard_entry_cycles
+    guard = c.page_table_guard_entry_cycles
+    count = c.page_table_pass_entry_cycles - guard
+    setup = 0.0
     later = 0.0
     for u, (h, used) in users.items():
         if u == user0:
             continue
         prefix = _settled(s, page_table, u, h, used)
-        setup += (s.entries(u) if prefix is None else prefix) * count
+        setup += s.entries(u) * guard + (s.entries(u) if prefix is None else prefix) * count
         later += 0.0 if prefix is None else (s.entries(u) - prefix) * count
     prefix0 = _settled(s, page_table, user0, h0, used0)
     ahead = min(2, n // chunk)
-    setup += s.entries(user0) * count
     if prefix0 is None or ahead == 0:
-        return setup, later
-    rest = (s.entries(user0) - prefix0) * count
+        return setup + s.entries(user0) * c.page_table_pass_entry_cycles, later
+    check = ahead * chunk * s.block_entries * guard
+    landing_work = s.entries(user0) * guard + (s.entries(user0) - prefix0) * count
     rate = min(c.core_read_plateau_bytes_per_cycle, sum(bank_rate(c) / max(1, int(readers[b])) for b in banks))
     landing = ahead * chunk * 2 * s.d_tiles * s.kv_tile_bytes / rate
-    return setup - min(rest, landing), later
+    return setup + prefix0 * count + check + landing_work - min(landing_work, landing), later
 
 
 def _with_issue_work(groups: list[tuple[int, int]], requests: float) -> list[tuple[int, int]]:

@@ -90,8 +90,9 @@ COST_SOURCES: dict[str, str] = {
                                     "~23, rounded to 20 as the compiler overlaps a few; serial before the first read",
     "page_table_guard_entry_cycles": "ESTIMATE (not measured): of page_table_pass_entry_cycles' items, the "
                                      "out-of-pool guard's compare and branch (2) and its loop (2): the part of "
-                                     "an entry's pass that stays before the first read when the count of the "
-                                     "rest of the row overlaps the first piece's early chunks",
+                                     "an entry's pass that stays before the first read for a user other than "
+                                     "the first piece's (whose whole-row guard overlaps its early chunks); "
+                                     "also the price of checking one early chunk's entry",
     "page_table_walk_entry_cycles": "ESTIMATE (not measured): a piece's lazy walk over the page-table row, per "
                                     "entry: the L1 load (8, overlapped with the reads in flight), the block's base "
                                     "bank by an incremental residue (2), the owned-bank test and branch (2): ~10; "
