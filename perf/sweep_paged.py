@@ -29,7 +29,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -164,17 +164,16 @@ def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
                                COST.dram_banks)
             reach = bank_local_reach(p.num_kv_heads, block // 32, COST.dram_banks)
             plans = {exp: bank_local_plan(p, block, exp) for exp in dict.fromkeys((same, False))}
+            placed = {exp: {(q.user, q.kv_head, q.index): q.core for q in plan.pieces} for exp, plan in plans.items()}
             for kind in tables:
                 pt = page_table(kind, p, block)
                 variants = [("bank-local", 1, same)] + ([("bank-local x4 (what-if)", WHAT_IF_PER_BANK, same)]
                                                         if kind == "sequential" else [])
                 variants += [("bank-local, accurate exp", 1, False)] if same else []
                 for layout, per_bank, exp in variants:  # the plan's pieces and placement; the what-if its own
-                    plan = plans[exp]
-                    placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
-                    pieces = plan.pieces_per_work if per_bank == 1 else per_bank * reach
-                    b, _ = evaluate_paged(shape, piece_compute(plan, exp), pt, pieces,
-                                          placement=placed if per_bank == 1 else None)
+                    pieces = plans[exp].pieces_per_work if per_bank == 1 else per_bank * reach
+                    b, _ = evaluate_paged(shape, piece_compute(plans[exp], exp), pt, pieces,
+                                          placement=placed[exp] if per_bank == 1 else None)
                     comp = sum(b.compute_us.values())
                     yield _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
                                comp / b.reader_us if b.reader_us else float("inf"), pieces)
@@ -328,11 +327,10 @@ def summary_rows(rows: list[dict[str, object]]) -> list[str]:
     return out
 
 
-def compute_floor_us(p: PagedPoint, block: int, exp_approx: bool) -> float:
-    """The least step the model allows ours at p with the plan's pieces, whatever the reads (MODEL ESTIMATE, µs):
+def compute_floor_us(p: PagedPoint, plan: DecodePlan, exp_approx: bool) -> float:
+    """The least step the model allows ours at p with `plan`'s pieces, whatever the reads (MODEL ESTIMATE, µs):
     the most key tiles one piece of a (user, KV head) takes at an even split, each at a running chunk's price
     (pricing.key_tile_cycles, no chunk's fixed work, no read, no start), then the binomial tree's rounds."""
-    plan = bank_local_plan(p, block, exp_approx)
     pc = piece_compute(plan, exp_approx)
     tiles = -(-(p.cur_pos + 1) // 32 // plan.pieces_per_work)
     tile = key_tile_cycles(pc.q_tiles, 4, 4, True, pc.dst_tiles, pc.fidelity, COST, pc.head_rows, True, pc.prescale_q,
@@ -349,18 +347,19 @@ def floor_lines(points: list[PagedPoint], block: int = 64) -> list[str]:
     for p in points:
         if p.seq < 32768 or p.batch not in (1, 32):
             continue
-        floor = compute_floor_us(p, block, ttmetal_exp_approx(p))
+        plan = bank_local_plan(p, block, ttmetal_exp_approx(p))
+        floor = compute_floor_us(p, plan, ttmetal_exp_approx(p))
         kv = p.batch * p.num_kv_heads * p.seq * 2 * 128 * 1088 / 1024
         need = kv / (0.85 * PEAK_GBPS * 1e3)
         if floor > need:
             out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq}: 85% of the peak needs <= {need:.1f} us; its "
-                       f"{bank_local_plan(p, block, ttmetal_exp_approx(p)).pieces_per_work} pieces' compute and tree "
+                       f"{plan.pieces_per_work} pieces' compute and tree "
                        f"alone take >= {floor:.1f} us (block {block}; {100 * kv / (floor * 1e3) / PEAK_GBPS:.0f}% "
                        f"of the peak at most)")
     return out
 
 
-def accurate(x) -> str:
+def accurate(x: Callable[[str, str], str]) -> str:
     """The summary's accurate-exp cell from its `x(table, layout)` lookup: "seq. / random" ratios, or "same"."""
     seq, rnd = x("sequential", "bank-local, accurate exp"), x("random", "bank-local, accurate exp")
     return "same" if set(seq.split(" / ")) == {"-"} else f"{seq}; {rnd}"

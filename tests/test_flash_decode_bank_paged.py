@@ -270,11 +270,19 @@ def test_a_users_output_ignores_the_other_users_positions_and_page_tables(spread
     k, v = pool(gen, num_blocks, nkv, block, d, BFP8), pool(gen, num_blocks, nkv, block, d, BFP8)
     args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8,
                 spread_banks=spread)
-    first = shuffled_table(b, max_blocks, num_blocks, seed=1)
-    second = shuffled_table(b, max_blocks, num_blocks, seed=2)
+    assert_user0_ignores_the_rest(args, q, k, v, block, shuffled_table(b, max_blocks, num_blocks, seed=1),
+                                  shuffled_table(b, max_blocks, num_blocks, seed=2), [700, 5, 1023, -1],
+                                  [700, 1000, -1, 64])
+
+
+def assert_user0_ignores_the_rest(args: dict, q, k, v, block: int, first: torch.Tensor, second: torch.Tensor,
+                                  pos_a: Sequence[int], pos_b: Sequence[int], **run_args) -> None:
+    """Batch invariance: user 0 (the same position, its row of `first` in both tables) gets the same output and
+    LSE bits when the other users' positions (`pos_a`, then `pos_b`) and page-table rows (`first`, then `second`)
+    change, the second run on a perturbed schedule of the cores' threads."""
     second[0] = first[0]
-    _, out_a, lse_a, _ = run(args, q, k, v, [700, 5, 1023, -1], first, block)
-    _, out_b, lse_b, _ = run(args, q, k, v, [700, 1000, -1, 64], second, block, schedule_seed=11)
+    _, out_a, lse_a, _ = run(args, q, k, v, pos_a, first, block, **run_args)
+    _, out_b, lse_b, _ = run(args, q, k, v, pos_b, second, block, schedule_seed=11, **run_args)
     assert torch.equal(out_a[:, 0], out_b[:, 0]) and torch.equal(lse_a[:, 0], lse_b[:, 0])
 
 

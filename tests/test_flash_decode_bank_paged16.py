@@ -33,7 +33,7 @@ from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, paged_work
 from ttdecode.perf_model.counters import work_from_counters
 
 from tests.test_flash_decode import randn_with_outliers
-from tests.test_flash_decode_bank_paged import BANKS, design_owned_tiles, reference, run
+from tests.test_flash_decode_bank_paged import BANKS, assert_user0_ignores_the_rest, design_owned_tiles, reference, run
 from tests.test_flash_decode_block16 import CASES, nan_padded
 from tests.test_flash_decode_paged import assert_matches, paged_reference, shuffled_table
 
@@ -177,12 +177,9 @@ def test_block16_users_output_ignores_the_rest_of_the_batch(spread: bool) -> Non
     k, v = make_pool(gen, num_blocks, nkv, d, BFP8), make_pool(gen, num_blocks, nkv, d, BFP8)
     args = dict(batch=b, num_q_heads=nh, num_kv_heads=nkv, seq_len=s, head_dim=d, kv_dtype=BFP8,
                 spread_banks=spread)
-    first = shuffled_table(b, max_blocks, num_blocks, seed=1)
-    second = shuffled_table(b, max_blocks, num_blocks, seed=2)
-    second[0] = first[0]
-    _, out_a, lse_a, _ = run(args, q, k, v, [300, 5, 511, -1], first, BLOCK)
-    _, out_b, lse_b, _ = run(args, q, k, v, [300, 496, -1, 47], second, BLOCK, schedule_seed=11)
-    assert torch.equal(out_a[:, 0], out_b[:, 0]) and torch.equal(lse_a[:, 0], lse_b[:, 0])
+    assert_user0_ignores_the_rest(args, q, k, v, BLOCK, shuffled_table(b, max_blocks, num_blocks, seed=1),
+                                  shuffled_table(b, max_blocks, num_blocks, seed=2), [300, 5, 511, -1],
+                                  [300, 496, -1, 47])
 
 
 def decode(q: torch.Tensor, k: TileTensor, v: TileTensor, table: torch.Tensor, pos: Sequence[int], kv_pages: str,
