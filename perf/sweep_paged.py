@@ -40,8 +40,8 @@ from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, power_of_two_s
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, piece_imbalance,
                                             random_page_table, sequential_page_table)
 from ttdecode.perf_model.constants import COST
-from ttdecode.perf_model.evaluator import evaluate
-from ttdecode.perf_model.pricing import key_tile_cycles, round_cycles
+from ttdecode.perf_model.evaluator import evaluate, message_cycles, start_spread_cycles
+from ttdecode.perf_model.pricing import bank_local_floor_cycles, key_tile_cycles, round_cycles
 from ttdecode.perf_model.ttmetal_structure import TTMetalShape, ttmetal_work
 
 COLUMNS = ["point", "kernel", "layout", "batch", "seq", "block", "page_table", "us", "gbps", "ratio_vs_ttmetal",
@@ -341,8 +341,28 @@ def compute_floor_us(p: PagedPoint, plan: DecodePlan, exp_approx: bool) -> float
     return (tiles * tile + tree) * 1e6 / COST.clock_hz
 
 
+def any_kernel_floor_us(p: PagedPoint) -> float:
+    """The least step the model allows ANY kernel at p (MODEL ESTIMATE, µs), whatever its compute: the K/V bytes
+    (bfloat8_b) at the published bank-local rate (pricing.bank_local_floor_cycles: every bank read by readers
+    beside it, so at least one piece per bank: with W = batch x KV heads works, some work in at least
+    ceil(dram_banks / W) pieces), the launch skew over those cores, and the ceil(log2) of that many rounds its
+    pieces' partials need to reach one core, each round one message of the least partial any kernel can send
+    (the heads' rows of O and of m and l, bf16), with no merge work at all. Fewer pieces read at the
+    interleaved rate instead (pricing.interleaved_floor_cycles), which is slower."""
+    kv = p.batch * p.num_kv_heads * p.seq * 2 * 128 * 1088 // 1024
+    banks = COST.dram_banks
+    rows = p.num_q_heads // p.num_kv_heads
+    partial = rows * (128 + 2) * 2
+    works = p.batch * p.num_kv_heads
+    rounds = (-(-banks // works) - 1).bit_length()
+    cycles = (bank_local_floor_cycles(kv) + start_spread_cycles(banks)
+              + rounds * message_cycles(partial, 1))
+    return cycles * 1e6 / COST.clock_hz
+
+
 def floor_lines(points: list[PagedPoint], block: int = 64) -> list[str]:
-    """Where 85% of the peak lies below the compute floor (compute_floor_us at tt-metal's exp): one line each."""
+    """Where 85% of the peak lies below the compute floor (compute_floor_us at tt-metal's exp) or below any
+    kernel's floor (any_kernel_floor_us): one line each."""
     out = []
     for p in points:
         if p.seq < 32768 or p.batch not in (1, 32):
@@ -356,6 +376,41 @@ def floor_lines(points: list[PagedPoint], block: int = 64) -> list[str]:
                        f"{plan.pieces_per_work} pieces' compute and tree "
                        f"alone take >= {floor:.1f} us (block {block}; {100 * kv / (floor * 1e3) / PEAK_GBPS:.0f}% "
                        f"of the peak at most)")
+        least = any_kernel_floor_us(p)
+        if least > need:
+            out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq}: no kernel reaches 85% in the model: the bytes "
+                       f"at the bank-local rate, the launch skew and the bare messages of a "
+                       f"{COST.dram_banks}-piece tree take >= {least:.1f} us ({100 * kv / (least * 1e3) / PEAK_GBPS:.1f}% of the peak "
+                       f"at most)")
+    return out
+
+
+def compute_share_lines(rows: list[dict[str, object]], points: list[PagedPoint]) -> list[str]:
+    """Where compute / reader > 1 at a T3K point: what the kernels' ops that move data (matmuls, copies, packs,
+    configuration calls) alone price at, over the reader, on the worst row's plan and table (MODEL ESTIMATE)."""
+    out = []
+    for p in points:
+        mine = [r for r in rows if r["layout"] == "bank-local" and r["point"] == p.point and r["batch"] == p.batch
+                and r["seq"] == p.seq and p.point == "llama70b-t3k"]
+        if not mine:
+            continue
+        hi = max(mine, key=lambda r: float(r["compute_over_reader"]))
+        if float(hi["compute_over_reader"]) <= 1:
+            continue
+        block, exp = int(hi["block"]), ttmetal_exp_approx(p)
+        plan = bank_local_plan(p, block, exp)
+        shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
+                           COST.dram_banks)
+        placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
+        b, _ = evaluate_paged(shape, piece_compute(plan, exp), page_table(str(hi["page_table"]), p, block),
+                              plan.pieces_per_work, placement=placed)
+        sfpu = b.compute_us.get("sfpu", 0.0)
+        rest = sum(b.compute_us.values()) - sfpu
+        out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq} block {block} {hi['page_table']}: compute / reader "
+                   f"{sum(b.compute_us.values()) / b.reader_us:.2f}; without the SFPU (max fold, subtraction, scale, "
+                   f"exp: {sfpu:.1f} us) the matmuls, copies, packs and inits alone are {rest / b.reader_us:.2f} of "
+                   f"the reader's {b.reader_us:.1f} us, so <= 1 needs the SFPU at <= "
+                   f"{max(0.0, b.reader_us - rest):.1f} us")
     return out
 
 
@@ -399,6 +454,8 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     for goal, met, why in goals(rows):
         print(f"{'PASS' if met else 'FAIL'}: {goal} ({why})")
     for line in floor_lines(paged_points(quick) if points is None else points):
+        print(line)
+    for line in compute_share_lines(rows, paged_points(quick) if points is None else points):
         print(line)
     acc = [r for r in rows if r["layout"] == "bank-local, accurate exp"]
     if acc:

@@ -42,3 +42,19 @@ def test_quick_paged_sweep_writes_the_columns_and_prints_every_goal(tmp_path, ca
                  "compute / reader <= 1 at the T3K 32K points", "ours >= 1.15x tt-metal"):
         assert any(goal in line for line in verdicts), (goal, verdicts)
     assert "MODEL ESTIMATES" in out
+
+
+def test_no_modelled_kernel_beats_the_any_kernel_floor_and_t3k_b1_cannot_reach_85_percent():
+    _load("sweep_fd_paged_floor", ROOT / "perf" / "sweep_flash_decode.py")
+    paged = sys.modules["perf.sweep_paged"]
+    t3k = paged.PagedPoint("llama70b-t3k", 1, 8, 1, 32768)
+    llama = paged.PagedPoint("llama8b-n150", 1, 32, 8, 32768)
+    for p in (t3k, llama):
+        rows = [r for r in paged.run_paged([p], blocks=(64,), tables=("sequential",))]
+        least = paged.any_kernel_floor_us(p)
+        assert all(float(r["us"]) >= least for r in rows), (p, least, rows)
+    # 85% of 288 GB/s moves 8.9 MB (32K positions x K and V x 128 x 1088 / 1024 B) in 36.4 us; the floor is above
+    kv = 32768 * 2 * 128 * 1088 / 1024
+    assert paged.any_kernel_floor_us(t3k) > kv / (0.85 * paged.PEAK_GBPS * 1e3)
+    assert any("no kernel reaches 85%" in line for line in paged.floor_lines([t3k]))
+    assert not any("no kernel reaches 85%" in line for line in paged.floor_lines([llama]))
