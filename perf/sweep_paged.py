@@ -18,8 +18,10 @@ B 1 and 32 at 32K; Galaxy Llama-70B chip (B 8, cur_pos 127, 8x4 grid); blocks 32
 "sequential", "random" (distinct blocks drawn from a pool twice the need, seed 0) and "allocator" (the
 balanced BlockAllocator of ttdecode.models.kv_cache filling the users in random interleaved rounds from a
 pool twice the need). Besides the layout's own rows ("bank-local": the plan's P, 1 to 4 readers per bank of
-R_h as the planner prices it for the batch size), a what-if row "bank-local x4" (always 4 readers per bank,
-the model's own placement) at the sequential tables; the goals judge "bank-local" only.
+R_h as the planner prices it for the batch size, at tt-metal's max_cores_per_head_batch), a row "bank-local,
+cores not set" at the sequential tables: the planner's plan with max_cores_per_head_batch not set (a bank-local
+pool then takes up to 4 readers per bank, within the grid; UNSET_MAX_CORES_TRIES_KEY_ROW), beside tt-metal at its
+own default of 16; the goals judge "bank-local" only.
 """
 
 from __future__ import annotations
@@ -27,14 +29,13 @@ from __future__ import annotations
 import csv
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import numpy as np
 
 from ttdecode.core.formats import DataType
-from ttdecode.core.split import bank_local_reach
 from ttdecode.models.kv_cache import BlockAllocator
 from ttdecode.ops.flash_decode.plan import DecodePlan, make_plan, power_of_two_scale
 from ttdecode.perf_model.bank_paged import (PagedShape, PieceCompute, evaluate_paged, piece_imbalance,
@@ -49,7 +50,6 @@ COLUMNS = ["point", "kernel", "layout", "batch", "seq", "block", "page_table", "
 PAGE_TABLES = ("sequential", "random", "allocator")
 PEAK_GBPS = COST.dram_peak_bytes_per_cycle * COST.clock_hz / 1e9
 BANK_LOCAL_GBPS = 265.5  # DRAMTile: 12 readers, one per bank (COST_SOURCES "dram_bank_local_readers_efficiency")
-WHAT_IF_PER_BANK = 4
 
 
 @dataclass(frozen=True)
@@ -89,17 +89,18 @@ def ttmetal_exp_approx(p: PagedPoint, exp_approx_mode: bool = False) -> bool:
     return exp_approx_mode or p.num_q_heads <= 16
 
 
-def bank_local_plan(p: PagedPoint, block: int, exp_approx: bool = False) -> DecodePlan:
-    """Our planner's bank-local plan at p (make_plan with kv_pages "key_row" and a paged cache of `block`,
-    a pool twice the need) at tt_transformers' numerics, the softmax exp approximate with `exp_approx`: its
-    pieces per (user, KV head), placement, chunk cap, split floor, spread and softmax block are what the model
-    prices."""
+def bank_local_plan(p: PagedPoint, block: int, exp_approx: bool = False, cores_set: bool = True) -> DecodePlan:
+    """Our planner's bank-local plan at p (make_plan with kv_pages "key_row" and a paged cache of `block`, a pool
+    twice the need, max_cores_per_head_batch p.max_cores as tt-metal's, or not set without `cores_set`) at
+    tt_transformers' numerics, the softmax exp approximate with `exp_approx`: its pieces per (user, KV head),
+    placement, chunk cap, split floor, spread and softmax block are what the model prices."""
     blocks = -(-p.seq // block)
     return make_plan(batch=p.batch, num_q_heads=p.num_q_heads, num_kv_heads=p.num_kv_heads, seq_len=p.seq,
                      head_dim=128, kv_dtype=DataType.bfloat8_b, cur_pos=[p.cur_pos] * p.batch, grid=p.grid,
                      kv_pages="key_row", block_size=block, num_blocks=2 * p.batch * blocks,
                      dram_banks=COST.dram_banks, prescale_q=power_of_two_scale(1 / math.sqrt(128)),
-                     fp32_dest_acc_en=True, math_fidelity="HiFi2", exp_approx=exp_approx)
+                     fp32_dest_acc_en=True, math_fidelity="HiFi2", exp_approx=exp_approx,
+                     max_cores_per_head_batch=p.max_cores if cores_set else None)
 
 
 def piece_compute(plan: DecodePlan, exp_approx: bool = False) -> PieceCompute:
@@ -154,7 +155,8 @@ def ttmetal_us(p: PagedPoint, block: int) -> tuple[float, float]:
 def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
               tables: tuple[str, ...] = PAGE_TABLES) -> Iterator[dict[str, object]]:
     """Every row of the sweep (COLUMNS, plus `compute_over_reader` of ours), tt-metal's first per block; ours at
-    tt-metal's exp ("bank-local", the what-if), and at the config's accurate exp where that differs."""
+    tt-metal's exp ("bank-local", and "bank-local, cores not set" at the sequential tables), and at the config's
+    accurate exp where that differs."""
     for p in points:
         same = ttmetal_exp_approx(p)
         for block in blocks:
@@ -162,21 +164,20 @@ def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
             yield _row(p, "tt-metal", "interleaved tile pages", block, "-", tm, tm_gbps, 1.0, float("nan"))
             shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
                                COST.dram_banks)
-            reach = bank_local_reach(p.num_kv_heads, block // 32, COST.dram_banks)
-            plans = {exp: bank_local_plan(p, block, exp) for exp in dict.fromkeys((same, False))}
-            placed = {exp: {(q.user, q.kv_head, q.index): q.core for q in plan.pieces} for exp, plan in plans.items()}
+            plans = {(exp, True): bank_local_plan(p, block, exp) for exp in dict.fromkeys((same, False))}
+            plans[same, False] = bank_local_plan(p, block, same, cores_set=False)
             for kind in tables:
                 pt = page_table(kind, p, block)
-                variants = [("bank-local", 1, same)] + ([("bank-local x4 (what-if)", WHAT_IF_PER_BANK, same)]
-                                                        if kind == "sequential" else [])
-                variants += [("bank-local, accurate exp", 1, False)] if same else []
-                for layout, per_bank, exp in variants:  # the plan's pieces and placement; the what-if its own
-                    pieces = plans[exp].pieces_per_work if per_bank == 1 else per_bank * reach
-                    b, _ = evaluate_paged(shape, piece_compute(plans[exp], exp), pt, pieces,
-                                          placement=placed[exp] if per_bank == 1 else None)
+                variants = [("bank-local", same, True)]
+                variants += [("bank-local, cores not set", same, False)] if kind == "sequential" else []
+                variants += [("bank-local, accurate exp", False, True)] if same else []
+                for layout, exp, cores_set in variants:  # each its plan's pieces and placement
+                    plan = plans[exp, cores_set]
+                    placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
+                    b, _ = evaluate_paged(shape, piece_compute(plan, exp), pt, plan.pieces_per_work, placement=placed)
                     comp = sum(b.compute_us.values())
                     yield _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
-                               comp / b.reader_us if b.reader_us else float("inf"), pieces)
+                               comp / b.reader_us if b.reader_us else float("inf"), plan.pieces_per_work)
 
 
 def _row(p: PagedPoint, kernel: str, layout: str, block: int, table: str, us: float, gbps: float, ratio: float,
@@ -297,8 +298,8 @@ def imbalance_rows(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64))
 
 def summary_rows(rows: list[dict[str, object]]) -> list[str]:
     """perf/README's table, one markdown line per (point, B, S): the blocks side by side ("32 / 64"), P, tt-metal's
-    µs, ours on a sequential table (x, GB/s), then x on a random table, the balanced allocator's, the x4
-    what-if's and, where tt-metal's kernel approximates the exp, ours at the accurate exp (sequential / random
+    µs, ours on a sequential table (x, GB/s), then x on a random table, the balanced allocator's, ours with
+    max_cores_per_head_batch not set (pieces: x) and, where tt-metal's kernel approximates the exp, ours at the accurate exp (sequential / random
     tables; "same" where the two runs match)."""
     def pick(p: object, b: object, s: object, block: object, kernel: str, layout: str, table: str):
         return next((r for r in rows if (r["point"], r["batch"], r["seq"], r["block"], r["kernel"], r["layout"],
@@ -322,7 +323,7 @@ def summary_rows(rows: list[dict[str, object]]) -> list[str]:
         tm_us = " / ".join(f"{float(r['us']):.1f}" for r in tm)
         pieces = " / ".join(str(r["pieces"]) for r in ours)
         out.append(f"| {p} B {b}, S {s} | {' / '.join(map(str, blocks))} | {pieces} | {tm_us} | {us} | "
-                   f"{x('random')} | {x('allocator')} | {x('sequential', 'bank-local x4 (what-if)')} | "
+                   f"{x('random')} | {x('allocator')} | {unset(pick, (p, b, s), blocks)} | "
                    f"{accurate(x)} |")
     return out
 
@@ -414,6 +415,33 @@ def compute_share_lines(rows: list[dict[str, object]], points: list[PagedPoint])
     return out
 
 
+def more_cores_lines(rows: list[dict[str, object]], points: list[PagedPoint]) -> list[str]:
+    """Where ours is compute-bound (a "bank-local" row's compute / reader > 1): its "cores not set" rows that take
+    other pieces than the config's, beside tt-metal's structure at as many cores per (user, KV head) as ours took
+    (MODEL ESTIMATES)."""
+    out = []
+    for p in points:
+        mine = [r for r in rows if r["point"] == p.point and r["batch"] == p.batch and r["seq"] == p.seq]
+        if not any(r["layout"] == "bank-local" and float(r["compute_over_reader"]) > 1 for r in mine):
+            continue
+        set_pieces = {r["block"]: r["pieces"] for r in mine if r["layout"] == "bank-local"}
+        for r in (r for r in mine if r["layout"] == "bank-local, cores not set" and r["pieces"] != set_pieces[r["block"]]):
+            tm, _ = ttmetal_us(replace(p, max_cores=int(r["pieces"])), int(r["block"]))
+            out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq} block {r['block']} sequential, "
+                       f"max_cores_per_head_batch not set: ours {float(r['us']):.1f} us with {r['pieces']} pieces "
+                       f"(compute / reader {float(r['compute_over_reader']):.2f}, "
+                       f"{100 * float(r['gbps']) / PEAK_GBPS:.0f}% of the peak); tt-metal's structure at "
+                       f"{r['pieces']} cores a head {tm:.1f} us ({tm / float(r['us']):.2f}x)")
+    return out
+
+
+def unset(pick: Callable[..., Optional[dict[str, object]]], key: tuple[object, object, object],
+          blocks: list[object]) -> str:
+    """The summary's "cores not set" cell: "P: x" per block of ours at the sequential table ("-" where absent)."""
+    found = [pick(*key, k, "ttdecode", "bank-local, cores not set", "sequential") for k in blocks]
+    return " / ".join("-" if r is None else f"{r['pieces']}: {float(r['ratio_vs_ttmetal']):.2f}" for r in found)
+
+
 def accurate(x: Callable[[str, str], str]) -> str:
     """The summary's accurate-exp cell from its `x(table, layout)` lookup: "seq. / random" ratios, or "same"."""
     seq, rnd = x("sequential", "bank-local, accurate exp"), x("random", "bank-local, accurate exp")
@@ -440,7 +468,7 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     print(f"\n{len(rows)} rows in {time.perf_counter() - t0:.0f} s (MODEL ESTIMATES); wrote {path}"
           + "".join(f", {m}" for m in made))
     print("\nthe table (MODEL ESTIMATES): point | block | P | tt-metal us | ours us (x, GB/s), sequential | random (x) "
-          "| balanced allocator (x) | x4 what-if (x) | accurate exp (x: sequential; random)")
+          "| balanced allocator (x) | cores not set (P: x) | accurate exp (x: sequential; random)")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for line in summary_rows(rows):
         print(line)
@@ -456,6 +484,8 @@ def main_paged(quick: bool, out: Path, draw: bool, points: Optional[list[PagedPo
     for line in floor_lines(paged_points(quick) if points is None else points):
         print(line)
     for line in compute_share_lines(rows, paged_points(quick) if points is None else points):
+        print(line)
+    for line in more_cores_lines(rows, paged_points(quick) if points is None else points):
         print(line)
     acc = [r for r in rows if r["layout"] == "bank-local, accurate exp"]
     if acc:

@@ -53,6 +53,9 @@ def test_no_modelled_kernel_beats_the_any_kernel_floor_and_t3k_b1_cannot_reach_8
         rows = [r for r in paged.run_paged([p], blocks=(64,), tables=("sequential",))]
         least = paged.any_kernel_floor_us(p)
         assert all(float(r["us"]) >= least for r in rows), (p, least, rows)
+        # max_cores_per_head_batch not set: a bank-local pool may take up to 4 readers on each of the 12 banks
+        unset = [r for r in rows if r["layout"] == "bank-local, cores not set"]
+        assert len(unset) == 1 and 1 <= int(unset[0]["pieces"]) <= 48
     # 85% of 288 GB/s moves 8.9 MB (32K positions x K and V x 128 x 1088 / 1024 B) in 36.4 us; the floor is above
     kv = 32768 * 2 * 128 * 1088 / 1024
     assert paged.any_kernel_floor_us(t3k) > kv / (0.85 * paged.PEAK_GBPS * 1e3)
