@@ -173,7 +173,7 @@ def points(c: CostConstants = COST) -> list[Point]:
         Point("mla-deepseek-v3", "DeepSeek-V3 MLA decode: Q [1, 4, 128, 576], bf16 paged K (V = K[..., :512]), "
               "positions 0/170/341/512, k_chunk 128, HiFi4, 64 cores", "193.4 us (target)", 193400.0, CLOCK_WH,
               ttmetal_cycles(MLA, MLA_FIDELITY, c), "a Galaxy chip; 1000 MHz taken (on a 4U: 174.1k cycles); the "
-              "reduction (3 tree rounds of 4 x 16 O tiles) is ~55% of the model's figure and rests on assumed "
+              "reduction (3 tree rounds of 4 x 16 O tiles) is ~62% of the model's figure and rests on assumed "
               "merge costs; another version of tt-metal's perf test (mla_deepseek_perf_and_pcc_tests.py) targets "
               "110.05 us for this op, so the op moved between versions and the agreement is with one of them"),
         Point("techreport-180gbps", "FlashDecode tech report: B 8, 8q/1kv, D 128, 128K, bfloat8_b, chunk 512, linear "
