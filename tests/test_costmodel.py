@@ -15,8 +15,8 @@ from ttdecode.core.noc_geometry import noc_hops
 from ttdecode.ops.flash_decode.plan.split_choices import split_floor_tiles
 from ttdecode.perf_model.constants import COST, COST_SOURCES
 from ttdecode.perf_model.counters import Message, match_tree, work_from_counters, writer_messages
-from ttdecode.perf_model.evaluator import (CoreWork, OpTally, evaluate, op_cycles, reader_cycles, reduction_cycles,
-                                           sfpu_tile_cycles)
+from ttdecode.perf_model.evaluator import (CoreWork, OpTally, evaluate, op_class, op_cycles, reader_cycles,
+                                           reduction_cycles, sfpu_tile_cycles)
 from ttdecode.perf_model.op_counts import chunk_ops, chunk_tile_ops, merge_ops
 from ttdecode.ops.flash_decode.program_factory import run_flash_decode
 from ttdecode.core.formats import DataType, tile_size
@@ -395,7 +395,9 @@ def test_ttmetal_exps_follow_its_kernels(nq: int, fp32: bool, approx: bool, want
     """(softmax, max correction, merge): sub_exp_block_bcast_cols_inplace approximates with half tiles or
     EXP_APPROX_MODE, else the scale then _sfpu_exp_accurate_ (exp_21f on a bf16 DST, the fp32 accurate exp on
     an fp32 one); sub_exp_block's first-column exp is that accurate exp with EXP_APPROX_MODE and a polynomial
-    (degree 2 / 4 by the DST) without; correction_block's fused op runs the accurate exp either way."""
+    (degree 2 / 4 by the DST) without; correction_block's fused op (calculate_fused_max_sub_exp_add_tile,
+    ckernel_sfpu_sdpa.h) runs _ckernel_sfpu_exp_accurate_ of the DST's width either way: the merge has no exp
+    op of its own, its one SFPU op is the fused one of that exp (correction_bf16 / correction)."""
     s = TTMetalShape(1, nq, 8 if nq == 32 else 1, 128, 4095, 4096, max_cores_per_head_batch=4, fp32_dest_acc=fp32,
                      exp_approx_mode=approx)
     assert exp_ops(s) == want
@@ -405,12 +407,13 @@ def test_ttmetal_exps_follow_its_kernels(nq: int, fp32: bool, approx: bool, want
     ops = set().union(*(w.compute for w in works))
     assert {op for op in ops if op.startswith("exp")} == set(want[:2])  # cores past their first chunk correct
     assert ("scalar" in ops) == (want[0] != "exp_approx")
-    assert {op for op in red.merge_per_round if op.startswith("exp")} == {want[2]}
+    fused = {"exp_bf16": "correction_bf16", "exp": "correction"}[want[2]]
+    assert {op for op in red.merge_per_round if op_class(op) == "sfpu"} == {fused}
     # the first-column correction exp: VectorMode::C, faces 0 and 2 at 4 steps each; the merge's fused op: 4
     # steps on each face of its vector mode (2 faces with half tiles, 4 with whole ones)
     steps = 16 if nq == 8 else 32
     assert {t.steps for w in works for t in w.compute[want[1]] if t.tiles == 1} == {8}
-    assert {t.steps for t in red.merge_per_round[want[2]]} == {steps // 2}
+    assert {t.steps for t in red.merge_per_round[fused]} == {steps // 2}
 
 
 @pytest.mark.parametrize("tokens,heads,steps", [(1, 4, 4), (1, 8, 8), (1, 12, 12), (2, 8, 16), (3, 8, 32), (1, 32, 32)])

@@ -50,7 +50,7 @@ class CostConstants:
     # SFPU instructions per 32-lane vector step (one instruction per cycle), counted from the LLK
     sfpu_instructions_per_step: Mapping[str, float] = field(default_factory=lambda: {
         "exp": 40.0, "exp_bf16": 22.0, "recip": 18.0, "log": 30.0, "max": 6.0, "scalar": 5.0,
-        "ternary": 7.0, "exp_poly2": 31.5, "exp_poly4": 35.5})
+        "ternary": 7.0, "exp_poly2": 31.5, "exp_poly4": 35.5, "correction_bf16": 87.0, "correction": 109.0})
     exp_approx_tile_cycles: float = 70.7
     fidelity_phases: Mapping[str, int] = field(
         default_factory=lambda: {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4})
@@ -164,6 +164,19 @@ COST_SOURCES: dict[str, str] = {
                                   "calculate_exponential_polynomial with the scale, degree 2 on a bf16 Dst, 4 on "
                                   "an fp32 one): 30 / 33 per step (load, scale 3, x/ln2 3, NOPs, int8 round, "
                                   "cast, k ln2 3, Horner MADs and NOPs, 2^k 5, clamp 3, bf16 round, store, incr) "
-                                  "and its 6 / 10 coefficient loads per 4-step call: 31.5 / 35.5",
+                                  "and its 6 / 10 coefficient loads per 4-step call: 31.5 / 35.5; "
+                                  "correction_bf16/correction (experimental/llk_sfpu/ckernel_sfpu_sdpa.h, "
+                                  "calculate_fused_max_sub_exp_add_tile, the merge's one SFPU call, bf16 / fp32 "
+                                  "Dst): its own ~29 / ~27 per step (4 loads, the max by a compare (subtract, NOP, "
+                                  "set-cc) under v_if/v_else with a store each and the cc push/complement/pop, "
+                                  "the max's reload, 2 subtractions, 2 stores of the factors, 2 multiplies and an "
+                                  "add with their NOPs, the stores and reloads between them (the corrected child "
+                                  "sum's store and reload dropped in the four-tile layout of an fp32 half-sync "
+                                  "Dst), the Dst increment) plus 2 accurate exps with the scale: 2 x ~29 on a bf16 "
+                                  "Dst (_sfpu_exp_21f_bf16_ as SFPI code, not the TTI kernel exp_bf16 counts: scale "
+                                  "load, multiply, NOP; 1/ln2 and 127 loads, MAD, NOP; clamp 3; exexp, exman, shift; "
+                                  "exexp, exman, cast; 3 fp32 coefficients 6 loads, 2 MADs, 2 NOPs; setexp; bf16 "
+                                  "rounding), 2 x ~41 on an fp32 one (exp's ~40 less its load and store, plus the "
+                                  "scale's load, multiply and NOP): 87 / 109",
     "exp_approx_tile_cycles": "fast approximate exp ~70.7 cycles per tile on Wormhole (tt-llk PR #1190)",
 }

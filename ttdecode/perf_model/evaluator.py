@@ -20,7 +20,8 @@ __all__ = ["SFPU_OPS", "OpTally", "CoreWork", "Tree", "Reduction", "Breakdown", 
            "pipelined_cycles",
            "start_spread_cycles", "shared_bank_floors", "evaluate"]
 
-SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "exp_poly2", "exp_poly4", "recip", "log", "max", "scalar", "ternary")
+SFPU_OPS = ("exp", "exp_approx", "exp_bf16", "exp_poly2", "exp_poly4", "recip", "log", "max", "scalar", "ternary",
+            "correction", "correction_bf16")
 
 def op_class(op: str) -> str:
     """The breakdown class of a compute op: matmul, sfpu, eltwise (incl. copies) or reduce."""

@@ -34,10 +34,13 @@ The reduction: a binary tree (ceil(log2 n) rounds, since tt-metal PR #37004) or,
 (the root merges the n - 1 workers one after another; the tech report's measurements are of that one).
 Reads per chunk: k*d K tiles and k*dv V tiles, each a request, a barrier for K and one for V; Q once
 (d tiles). Per tree round on the critical path: the child writes l, m (1 tile each) and O (dv tiles);
-the parent: copy 1 (l), correction (max 1, sub 2, exp 2, mul 2, add 1; correction_block's fused SFPU op
-runs the accurate exp of the DST's width whatever exp_approx_mode, 4 steps on each face of its vector
-mode: 8 with half tiles, 16 with whole ones), copy dv (O), mul_bcast 2*dv,
-add dv, copy 2. The root finishes with recip 1, mul_bcast dv, copy dv and writes dv tiles.
+the parent: copy 1 (l), correction_block (copy 4: both maxes and sums into Dst, then ONE fused SFPU call
+that runs the max, both subtractions, both exps, the sums' rescale and their add: the accurate exp of the
+DST's width whatever exp_approx_mode, 4 steps on each face of its vector mode: 8 with half tiles, 16 with
+whole ones; its copy init and exp init once per tile), copy dv (O), mul_bcast 2*dv, add dv, copy 2;
+packs 7 + 4*dv; inits 9. Before PR #32501 (fused_correction False) the correction was max 1, sub 2,
+exp 2, mul 2, add 1 as separate blocks. The root finishes with recip 1, mul_bcast dv, copy dv and writes
+dv tiles.
 With more than 32 q heads per KV head (MLA: 128) the q rows fill `qt` = ceil(g / 32) whole tile rows:
 every q-row count above (scores, statistics, O, the messages, the merges) is per tile row, times qt;
 the K/V tiles are read once and unpacked by the matmuls once per q tile row. MLA (head_dim_v < D): V
@@ -65,6 +68,8 @@ __all__ = ["TTMetalShape", "split", "chunk_tiles", "half_q_tiles", "exp_ops", "t
 
 BF16_TILE = 2048
 FIRST_COLUMN_STEPS = 8  # an SFPU op on a tile's first column (VectorMode::C): faces 0 and 2, 4 steps each
+# the merge's fused SFPU op (correction_block's) by the accurate exp it runs: exp_21f on a bf16 DST, the fp32 one
+FUSED_CORRECTION = {"exp_bf16": "correction_bf16", "exp": "correction"}
 KV_TILE = {"bfloat8_b": 1088, "bfloat16": 2048, "bfloat4_b": 576}
 
 
@@ -84,6 +89,9 @@ class TTMetalShape:
     kv_dtype: str = "bfloat8_b"
     fp32_dest_acc: bool = False
     reduction: str = "tree"  # "tree" (since PR #37004, Feb 2026) or "linear" (before: the root merges all)
+    # the merge's correction as one fused SFPU op (correction_block, since PR #32501, Nov 2025); False: the
+    # separate max, sub, exp, mul and add blocks of the versions before it (the tech report's, PR #26227's)
+    fused_correction: bool = True
     head_dim_v: int | None = None  # MLA: V = the first head_dim_v columns of K (None: a V tensor of head_dim)
     index_memory: str | None = None  # where cur_pos and the page table are read from: "dram", "l1" or None
     block_size: int = 32  # keys per page of a paged cache (the page table row: seq_len / block_size int32)
@@ -310,7 +318,8 @@ def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: 
     """The merge of `active` partials per head: the messages (l, m and dv O tiles, bytes, and NoC hops
     to the root at core (0, 0)) of the senders on the critical path, a binary tree (ceil(log2 n)
     rounds) or linear (the root merges the n - 1 workers one after another), and the ops of one merge
-    (`exp`: its exps' op, exp_ops). Returns (the reduction, its rounds)."""
+    (`exp`: the accurate exp of the DST's width, exp_ops; _fused_merge or, with s.fused_correction
+    False, _separate_merge). Returns (the reduction, its rounds)."""
     if s.reduction not in ("tree", "linear"):
         raise ValueError(f"reduction must be 'tree' or 'linear', got {s.reduction!r}")
     gx = s.grid[0]
@@ -323,14 +332,43 @@ def _reduction(s: TTMetalShape, active: int, dv: int, rows: int, steps: int, b: 
         senders = list(range(1, active))
     path = tuple((msg, noc_hops(CoreCoord(i % gx, i // gx), CoreCoord(0, 0))) for i in senders)
     merge: dict[str, list[OpTally]] = defaultdict(list)
+    if s.fused_correction:
+        _fused_merge(merge, FUSED_CORRECTION[exp], dv, rows, steps, b, qt)
+    else:
+        _separate_merge(merge, exp, dv, rows, steps, b, qt)
+    return Reduction(path, dict(merge)), rounds
+
+
+def _fused_merge(merge: dict[str, list[OpTally]], fused: str, dv: int, rows: int, steps: int, b: int,
+                 qt: int) -> None:
+    """Adds one merge round of tt-metal's tree (sdpa_flash_decode.cpp's loop over its children) to `merge`,
+    per q tile row: move l (one copy); correction_block: per tile a copy init and the exp init, 4 copies
+    (the two maxes and sums) into Dst, the fused SFPU op (`fused`: max, both subtractions and accurate exps,
+    the sums' rescale and add, 4 steps on each face of its vector mode: `steps` // 2) and 4 packs; move O
+    (dv copies); O and the child's O times their factors (mul_bcast 2 dv); their add (dv); move m and l
+    back (2 copies). Every copy, multiply and add packs its tile. Inits: one per op block (its reconfigs
+    included), correction_block's two per tile."""
+    for op, tiles, inits in (("copy", 1, 1), ("copy", 4, 2 * qt), ("copy", dv, 1), ("mul_bcast", 2 * dv, 2),
+                             ("add", dv, 1), ("copy", 2, 2)):
+        _eltwise(merge, op, tiles * qt, rows, steps, b, 1 if op == "copy" else 2)
+        _add(merge, "init", 0, inits, rows, steps)
+    _add(merge, fused, qt, qt, rows, steps // 2)  # SFPU on Dst: no unpack
+    packs = (7 + 4 * dv) * qt  # l, the correction's 4 outputs, O, 2 dv products, dv sums, m and l
+    _add(merge, "pack", packs, packs, rows, steps, packs * b)
+
+
+def _separate_merge(merge: dict[str, list[OpTally]], exp: str, dv: int, rows: int, steps: int, b: int,
+                    qt: int) -> None:
+    """Adds one merge of tt-metal before PR #32501 to `merge`: the correction as separate ops (max 1,
+    sub 2, exp 2 on half the steps, mul 2, add 1) beside the copies, mul_bcast and add of the fused one
+    (packs not charged)."""
     # (op, tiles, tile calls, inits) of one merge
     for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), (exp, 2, 2, 2),
                                     ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
                                     ("mul_bcast", 2 * dv, 2 * dv, 2), ("add", dv, dv, 1), ("copy", 2, 2, 2)):
         tiles, calls = tiles * qt, calls * qt
-        if op in ("max", exp):  # SFPU on Dst: no unpack; the fused op's exps half the steps (4 a face)
+        if op in ("max", exp):  # SFPU on Dst: no unpack; the exps half the steps (4 a face)
             _add(merge, op, tiles, calls, rows, steps // 2 if op == exp else steps)
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
             _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
-    return Reduction(path, dict(merge)), rounds
