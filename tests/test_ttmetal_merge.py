@@ -68,7 +68,10 @@ def test_a_merge_with_several_q_tile_rows_runs_correction_blocks_inits_per_tile(
 
 def test_before_pr_32501_the_merge_keeps_the_separate_correction_ops() -> None:
     """fused_correction False (the tech report's and PR #26227's versions): max, sub, exp and mul blocks of
-    their own, no fused op."""
+    their own, no fused op; each block packs its tiles (compute_common.hpp's max_block_inplace and the other
+    block functions end every tile with pack_tile; sub and exp in one pass): l 1, max 1, sub-exp 2, the sums'
+    mul 2 and add 1, O dv, its products 2 dv and sums dv, m and l 2 = 9 + 4 dv."""
     _, red, _ = ttmetal_work(dataclasses.replace(HALF, fused_correction=False))
     merge = red.merge_per_round
     assert {"max", "sub", "exp_bf16", "mul"} <= set(merge) and "correction_bf16" not in merge
+    assert _tiles(merge, "pack") == _calls(merge, "pack") == 9 + 4 * 4

@@ -39,7 +39,7 @@ that runs the max, both subtractions, both exps, the sums' rescale and their add
 DST's width whatever exp_approx_mode, 4 steps on each face of its vector mode: 8 with half tiles, 16 with
 whole ones; its copy init and exp init once per tile), copy dv (O), mul_bcast 2*dv, add dv, copy 2;
 packs 7 + 4*dv; inits 9. Before PR #32501 (fused_correction False) the correction was max 1, sub 2,
-exp 2, mul 2, add 1 as separate blocks. The root finishes with recip 1, mul_bcast dv, copy dv and writes
+exp 2, mul 2, add 1 as separate blocks (packs 9 + 4*dv). The root finishes with recip 1, mul_bcast dv, copy dv and writes
 dv tiles.
 With more than 32 q heads per KV head (MLA: 128) the q rows fill `qt` = ceil(g / 32) whole tile rows:
 every q-row count above (scores, statistics, O, the messages, the merges) is per tile row, times qt;
@@ -360,8 +360,9 @@ def _fused_merge(merge: dict[str, list[OpTally]], fused: str, dv: int, rows: int
 def _separate_merge(merge: dict[str, list[OpTally]], exp: str, dv: int, rows: int, steps: int, b: int,
                     qt: int) -> None:
     """Adds one merge of tt-metal before PR #32501 to `merge`: the correction as separate ops (max 1,
-    sub 2, exp 2 on half the steps, mul 2, add 1) beside the copies, mul_bcast and add of the fused one
-    (packs not charged)."""
+    sub 2, exp 2 on half the steps, mul 2, add 1) beside the copies, mul_bcast and add of the fused one.
+    Every block packs its output tiles as the fused version's do (compute_common.hpp's block functions end
+    each tile with pack_tile), the subtraction and its exp in one pass: 9 + 4 dv packs."""
     # (op, tiles, tile calls, inits) of one merge
     for op, tiles, calls, inits in (("copy", 1, 1, 1), ("max", 1, 1, 1), ("sub", 2, 2, 2), (exp, 2, 2, 2),
                                     ("mul", 2, 2, 2), ("add", 1, 1, 1), ("copy", dv, dv, 1),
@@ -372,3 +373,5 @@ def _separate_merge(merge: dict[str, list[OpTally]], exp: str, dv: int, rows: in
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
             _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
+    packs = (9 + 4 * dv) * qt  # l; max 1, sub-exp 2, mul 2, add 1; O; 2 dv products; dv sums; m and l
+    _add(merge, "pack", packs, packs, rows, steps, packs * b)
