@@ -39,8 +39,8 @@ that runs the max, both subtractions, both exps, the sums' rescale and their add
 DST's width whatever exp_approx_mode, 4 steps on each face of its vector mode: 8 with half tiles, 16 with
 whole ones; its copy init and exp init once per tile), copy dv (O), mul_bcast 2*dv, add dv, copy 2;
 packs 7 + 4*dv; inits 9. Before PR #32501 (fused_correction False) the correction was max 1, sub 2,
-exp 2, mul 2, add 1 as separate blocks (packs 9 + 4*dv). The root finishes with recip 1, mul_bcast dv, copy dv and writes
-dv tiles.
+exp 2, mul 2, add 1 as separate blocks (packs 9 + 4*dv). The root finishes with recip 1, mul_bcast dv,
+copy dv and writes dv tiles.
 With more than 32 q heads per KV head (MLA: 128) the q rows fill `qt` = ceil(g / 32) whole tile rows:
 every q-row count above (scores, statistics, O, the messages, the merges) is per tile row, times qt;
 the K/V tiles are read once and unpacked by the matmuls once per q tile row. MLA (head_dim_v < D): V
