@@ -176,8 +176,11 @@ def run_paged(points: list[PagedPoint], blocks: tuple[int, ...] = (32, 64),
                     placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
                     b, _ = evaluate_paged(shape, piece_compute(plan, exp), pt, plan.pieces_per_work, placement=placed)
                     comp = sum(b.compute_us.values())
-                    yield _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
+                    row = _row(p, "ttdecode", layout, block, kind, b.total_us, b.achieved_gbps, tm / b.total_us,
                                comp / b.reader_us if b.reader_us else float("inf"), plan.pieces_per_work)
+                    # not CSV columns: the compute split compute_share_lines reports
+                    yield {**row, "reader_us": b.reader_us, "sfpu_us": b.compute_us.get("sfpu", 0.0),
+                           "compute_us": comp}
 
 
 def _row(p: PagedPoint, kernel: str, layout: str, block: int, table: str, us: float, gbps: float, ratio: float,
@@ -342,6 +345,11 @@ def compute_floor_us(p: PagedPoint, plan: DecodePlan, exp_approx: bool) -> float
     return (tiles * tile + tree) * 1e6 / COST.clock_hz
 
 
+def kv_bytes(p: PagedPoint) -> int:
+    """The K/V bytes one step reads at p: every user's positions of K and V, D 128, bfloat8_b (1088 B a tile)."""
+    return p.batch * p.num_kv_heads * p.seq * 2 * 128 * 1088 // 1024
+
+
 def any_kernel_floor_us(p: PagedPoint) -> float:
     """The least step the model allows ANY kernel at p (MODEL ESTIMATE, µs), whatever its compute: the K/V bytes
     (bfloat8_b) at the published bank-local rate (pricing.bank_local_floor_cycles: every bank read by readers
@@ -350,7 +358,7 @@ def any_kernel_floor_us(p: PagedPoint) -> float:
     pieces' partials need to reach one core, each round one message of the least partial any kernel can send
     (the heads' rows of O and of m and l, bf16), with no merge work at all. Fewer pieces read at the
     interleaved rate instead (pricing.interleaved_floor_cycles), which is slower."""
-    kv = p.batch * p.num_kv_heads * p.seq * 2 * 128 * 1088 // 1024
+    kv = kv_bytes(p)
     banks = COST.dram_banks
     rows = p.num_q_heads // p.num_kv_heads
     partial = rows * (128 + 2) * 2
@@ -370,7 +378,7 @@ def floor_lines(points: list[PagedPoint], block: int = 64) -> list[str]:
             continue
         plan = bank_local_plan(p, block, ttmetal_exp_approx(p))
         floor = compute_floor_us(p, plan, ttmetal_exp_approx(p))
-        kv = p.batch * p.num_kv_heads * p.seq * 2 * 128 * 1088 / 1024
+        kv = kv_bytes(p)
         need = kv / (0.85 * PEAK_GBPS * 1e3)
         if floor > need:
             out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq}: 85% of the peak needs <= {need:.1f} us; its "
@@ -387,7 +395,7 @@ def floor_lines(points: list[PagedPoint], block: int = 64) -> list[str]:
 
 def compute_share_lines(rows: list[dict[str, object]], points: list[PagedPoint]) -> list[str]:
     """Where compute / reader > 1 at a T3K point: what the kernels' ops that move data (matmuls, copies, packs,
-    configuration calls) alone price at, over the reader, on the worst row's plan and table (MODEL ESTIMATE)."""
+    configuration calls) alone price at, over the reader, on the worst "bank-local" row (MODEL ESTIMATE)."""
     out = []
     for p in points:
         mine = [r for r in rows if r["layout"] == "bank-local" and r["point"] == p.point and r["batch"] == p.batch
@@ -397,20 +405,12 @@ def compute_share_lines(rows: list[dict[str, object]], points: list[PagedPoint])
         hi = max(mine, key=lambda r: float(r["compute_over_reader"]))
         if float(hi["compute_over_reader"]) <= 1:
             continue
-        block, exp = int(hi["block"]), ttmetal_exp_approx(p)
-        plan = bank_local_plan(p, block, exp)
-        shape = PagedShape(p.batch, p.num_q_heads, p.num_kv_heads, 128, block, (p.cur_pos,) * p.batch, p.grid,
-                           COST.dram_banks)
-        placed = {(q.user, q.kv_head, q.index): q.core for q in plan.pieces}
-        b, _ = evaluate_paged(shape, piece_compute(plan, exp), page_table(str(hi["page_table"]), p, block),
-                              plan.pieces_per_work, placement=placed)
-        sfpu = b.compute_us.get("sfpu", 0.0)
-        rest = sum(b.compute_us.values()) - sfpu
-        out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq} block {block} {hi['page_table']}: compute / reader "
-                   f"{sum(b.compute_us.values()) / b.reader_us:.2f}; without the SFPU (max fold, subtraction, scale, "
-                   f"exp: {sfpu:.1f} us) the matmuls, copies, packs and inits alone are {rest / b.reader_us:.2f} of "
-                   f"the reader's {b.reader_us:.1f} us, so <= 1 needs the SFPU at <= "
-                   f"{max(0.0, b.reader_us - rest):.1f} us")
+        reader, sfpu = float(hi["reader_us"]), float(hi["sfpu_us"])
+        rest = float(hi["compute_us"]) - sfpu
+        out.append(f"(not a goal) {p.point} B {p.batch} S {p.seq} block {hi['block']} {hi['page_table']}: compute / "
+                   f"reader {float(hi['compute_over_reader']):.2f}; without the SFPU (max fold, subtraction, scale, "
+                   f"exp: {sfpu:.1f} us) the matmuls, copies, packs and inits alone are {rest / reader:.2f} of "
+                   f"the reader's {reader:.1f} us, so <= 1 needs the SFPU at <= {max(0.0, reader - rest):.1f} us")
     return out
 
 

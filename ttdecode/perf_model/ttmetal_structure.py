@@ -353,8 +353,8 @@ def _fused_merge(merge: dict[str, list[OpTally]], fused: str, dv: int, rows: int
         _eltwise(merge, op, tiles * qt, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
     _add(merge, fused, qt, qt, rows, steps // 2)  # SFPU on Dst: no unpack
-    packs = (7 + 4 * dv) * qt  # l, the correction's 4 outputs, O, 2 dv products, dv sums, m and l
-    _add(merge, "pack", packs, packs, rows, steps, packs * b)
+    # l, the correction's 4 outputs, O, 2 dv products, dv sums, m and l
+    _packs(merge, (7 + 4 * dv) * qt, rows, steps, b)
 
 
 def _separate_merge(merge: dict[str, list[OpTally]], exp: str, dv: int, rows: int, steps: int, b: int,
@@ -373,5 +373,10 @@ def _separate_merge(merge: dict[str, list[OpTally]], exp: str, dv: int, rows: in
         else:  # bf16 q-row tiles: a copy unpacks one, a binary FPU op two
             _eltwise(merge, op, tiles, rows, steps, b, 1 if op == "copy" else 2)
         _add(merge, "init", 0, inits, rows, steps)
-    packs = (9 + 4 * dv) * qt  # l; max 1, sub-exp 2, mul 2, add 1; O; 2 dv products; dv sums; m and l
+    # l; max 1, sub-exp 2, mul 2, add 1; O; 2 dv products; dv sums; m and l
+    _packs(merge, (9 + 4 * dv) * qt, rows, steps, b)
+
+
+def _packs(merge: dict[str, list[OpTally]], packs: int, rows: int, steps: int, b: int) -> None:
+    """Adds a merge's `packs` pack_tile calls of one q-row tile each (`b` bytes) to `merge`."""
     _add(merge, "pack", packs, packs, rows, steps, packs * b)
